@@ -1,0 +1,92 @@
+// Command gateway runs rtgate: a WebSocket gateway for OpenAI's Realtime API.
+//
+// Configuration comes from the environment (LITELLM_MASTER_KEY,
+// OPENAI_API_KEY, OPENAI_REALTIME_MODEL, OPENAI_API_BASE, HOST, PORT, ...);
+// flags override it. See the README for every setting.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"rtgate/poller"
+	"rtgate/server"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	cfg, err := server.FromEnv(os.Getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "listen address (HOST)")
+	fs.IntVar(&cfg.Port, "port", cfg.Port, "listen port (PORT)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model name clients ask for (OPENAI_REALTIME_MODEL)")
+	apiBase := fs.String("api-base", "", "upstream base URL, e.g. wss://api.openai.com/v1 (OPENAI_API_BASE)")
+	fs.StringVar(&cfg.UpstreamCAFile, "upstream-ca", cfg.UpstreamCAFile, "extra CA file for wss:// upstreams (UPSTREAM_CA_FILE)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "certificate for a TLS client listener (TLS_CERT)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "key for a TLS client listener (TLS_KEY)")
+	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
+	bufSize := fs.Int("buffer-size", 4096, "netpoll's initial input buffer per connection, bytes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *apiBase != "" {
+		u, err := server.ParseAPIBase(*apiBase)
+		if err != nil {
+			return fmt.Errorf("-api-base: %w", err)
+		}
+		cfg.APIBase = u
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(strings.ToLower(*logLevel))); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.MasterKey == "" {
+		log.Warn("LITELLM_MASTER_KEY is not set: every request will be refused")
+	}
+
+	if err := poller.Tune(poller.Tuning{BufferSize: *bufSize}); err != nil {
+		return err
+	}
+	srv, err := server.New(cfg, log)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

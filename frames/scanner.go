@@ -1,0 +1,413 @@
+// Package frames scans a WebSocket byte stream frame by frame and forwards it
+// verbatim: header and payload bytes exactly as they arrived, masks included.
+//
+// The gateway never re-frames a message. Client frames are masked on both hops
+// (client to gateway, gateway to upstream) and server frames are unmasked on both
+// hops, so the bytes that arrive are valid on the other socket as they are. What
+// the scanner adds is the knowledge of where frames begin and end, so that the
+// relay can validate each header before a byte of the frame leaves, see close
+// frames as they pass, and stream a multi-megabyte audio append without waiting
+// for the whole frame.
+//
+// A Scanner never leaves input unconsumed. netpoll calls its OnRequest handler
+// again at once while input remains, so a handler that waited for the rest of a
+// frame would spin. Instead, a frame's payload is forwarded as it arrives, and the
+// only bytes the scanner ever holds back are a partial header or a partial
+// control frame (at most 14+125 bytes), kept in a pooled buffer that exists only
+// while such a fragment is pending.
+package frames
+
+import (
+	"encoding/binary"
+	"errors"
+	"unicode/utf8"
+
+	"github.com/gobwas/ws"
+	"github.com/valyala/bytebufferpool"
+)
+
+// Direction says which way frames travel, which fixes the masking rule.
+type Direction uint8
+
+const (
+	// FromClient frames must be masked (RFC 6455 section 5.1).
+	FromClient Direction = iota
+	// FromServer frames must not be masked.
+	FromServer
+)
+
+func (d Direction) String() string {
+	if d == FromClient {
+		return "client"
+	}
+	return "server"
+}
+
+// Source is the part of netpoll.Reader the scanner reads from. Bytes returned
+// by Next stay valid until the caller releases the source, which it must do only
+// after the sink has flushed them.
+type Source interface {
+	Len() int
+	Peek(n int) ([]byte, error)
+	Next(n int) ([]byte, error)
+	Skip(n int) error
+}
+
+// Sink is the part of netpoll.Writer the scanner writes to. WriteBinary may
+// keep a reference to p until the caller flushes the sink.
+type Sink interface {
+	WriteBinary(p []byte) (int, error)
+}
+
+// ProtocolError is a frame the scanner refused. Code is the close code the
+// sending side should get (1002, 1007 or 1009); Reason is safe to send in a
+// close frame and to log.
+type ProtocolError struct {
+	Code   ws.StatusCode
+	Reason string
+}
+
+func (e *ProtocolError) Error() string { return e.Reason }
+
+// Close describes a close frame that passed through the scanner.
+type Close struct {
+	// Code is the status code; ws.StatusNoStatusRcvd (1005) when the frame had
+	// no payload.
+	Code   ws.StatusCode
+	Reason string
+}
+
+// maxFrameStart is the most bytes the scanner ever needs before it can act on
+// a frame: the longest header plus the longest control payload.
+const maxFrameStart = ws.MaxHeaderSize + ws.MaxControlFramePayloadSize
+
+// Scanner tracks one direction of one WebSocket connection. The zero value is
+// not usable; make one with NewScanner. A Scanner is not safe for concurrent
+// use: netpoll runs at most one OnRequest per connection at a time, which is
+// the only place a scanner is driven from.
+type Scanner struct {
+	dir        Direction
+	maxMessage uint64 // payload bytes per message; 0 means no limit
+
+	remaining  uint64 // bytes of the current frame still to pass through
+	message    uint64 // payload bytes of the current message so far
+	fragmented bool   // a fragmented data message is in progress
+	failed     bool   // a frame was refused: the stream can no longer be parsed
+
+	// stash holds the start of a frame that arrived in pieces: a partial
+	// header, or a control frame not yet complete. Nil almost always.
+	stash *bytebufferpool.ByteBuffer
+
+	// Frames and Bytes count what passed through, for usage records.
+	Frames uint64
+	Bytes  uint64
+}
+
+// NewScanner returns a scanner for frames travelling in direction dir.
+// maxMessage bounds the payload of one (possibly fragmented) message; 0 means
+// no limit.
+func NewScanner(dir Direction, maxMessage int64) *Scanner {
+	s := &Scanner{}
+	s.Init(dir, maxMessage)
+	return s
+}
+
+// Init prepares a scanner embedded in a larger struct, saving an allocation
+// per session.
+func (s *Scanner) Init(dir Direction, maxMessage int64) {
+	*s = Scanner{dir: dir}
+	if maxMessage > 0 {
+		s.maxMessage = uint64(maxMessage)
+	}
+}
+
+// MidFrame reports whether part of a frame has been forwarded and the rest has
+// not. A relay must not inject a frame of its own into the stream then.
+func (s *Scanner) MidFrame() bool {
+	return s.remaining > 0 || s.stash != nil
+}
+
+// Failed reports whether the scanner refused a frame; it discards all input
+// since.
+func (s *Scanner) Failed() bool { return s.failed }
+
+// Reset drops any partial frame the scanner holds.
+func (s *Scanner) Reset() {
+	if s.stash != nil {
+		bytebufferpool.Put(s.stash)
+		s.stash = nil
+	}
+}
+
+// Forward consumes everything src holds, writing complete frame headers and
+// payload bytes to dst as they become available. A nil dst discards the frames
+// (they are still validated and counted). Forward returns early, with the rest
+// of src unread, right after a close frame, so the caller can act on it; it
+// returns a *ProtocolError for a frame that must not be forwarded, before any
+// byte of that frame reached dst.
+func (s *Scanner) Forward(src Source, dst Sink) (cl *Close, err error) {
+	if s.failed {
+		// After a refused frame there is no telling where the next frame
+		// starts: drop everything until the connection closes.
+		return nil, src.Skip(src.Len())
+	}
+	defer func() {
+		var pe *ProtocolError
+		if errors.As(err, &pe) {
+			s.failed = true
+			s.Reset()
+		}
+	}()
+	for {
+		if s.remaining > 0 {
+			n := src.Len()
+			if n == 0 {
+				return nil, nil
+			}
+			if uint64(n) > s.remaining {
+				n = int(s.remaining)
+			}
+			p, err := src.Next(n)
+			if err != nil {
+				return nil, err
+			}
+			if err := write(dst, p); err != nil {
+				return nil, err
+			}
+			s.remaining -= uint64(n)
+			s.Bytes += uint64(n)
+			continue
+		}
+		start, fromStash, err := s.frameStart(src)
+		if err != nil || start == nil {
+			return nil, err
+		}
+		cl, err := s.frame(start, src, fromStash, dst)
+		if err != nil || cl != nil {
+			return cl, err
+		}
+	}
+}
+
+// frameStart returns the first bytes of the next frame: its whole header, and
+// for a control frame its whole payload too. It returns nil when src runs out
+// first, after moving what there was into the stash.
+func (s *Scanner) frameStart(src Source) (start []byte, fromStash bool, err error) {
+	avail := src.Len()
+	if s.stash == nil {
+		if avail == 0 {
+			return nil, false, nil
+		}
+		if avail >= 2 {
+			p, err := src.Peek(2)
+			if err != nil {
+				return nil, false, err
+			}
+			need, err := s.need(p)
+			if err != nil {
+				return nil, false, err
+			}
+			if avail >= need {
+				p, err := src.Peek(need)
+				return p, false, err
+			}
+		}
+		s.stash = bytebufferpool.Get()
+		s.stash.B = s.stash.B[:0]
+	}
+	// Top the stash up: first to the two bytes that say how long the frame
+	// start is, then to that length.
+	for avail > 0 {
+		want := 2
+		if len(s.stash.B) >= 2 {
+			if want, err = s.need(s.stash.B); err != nil {
+				return nil, false, err
+			}
+		}
+		if len(s.stash.B) >= want {
+			return s.stash.B, true, nil
+		}
+		n := min(want-len(s.stash.B), avail)
+		p, err := src.Next(n)
+		if err != nil {
+			return nil, false, err
+		}
+		s.stash.B = append(s.stash.B, p...)
+		avail -= n
+	}
+	if len(s.stash.B) >= 2 {
+		if want, err := s.need(s.stash.B); err != nil || len(s.stash.B) >= want {
+			return s.stash.B, true, err
+		}
+	}
+	return nil, false, nil
+}
+
+// need says how many bytes of a frame must be at hand before the scanner acts
+// on it, given its first two bytes. Control frames are taken whole so that a
+// close frame can be read; data frames need only their header.
+func (s *Scanner) need(b []byte) (int, error) {
+	op := ws.OpCode(b[0] & 0x0f)
+	masked := b[1]&0x80 != 0
+	length := int(b[1] & 0x7f)
+	n := 2
+	switch length {
+	case 126:
+		n += 2
+	case 127:
+		n += 8
+	}
+	if masked {
+		n += 4
+	}
+	if op.IsControl() {
+		if length > ws.MaxControlFramePayloadSize {
+			return 0, &ProtocolError{Code: ws.StatusProtocolError, Reason: "control frame payload over 125 bytes"}
+		}
+		n += length
+	}
+	return n, nil
+}
+
+// frame acts on a frame whose start (as frameStart returned it) is at hand:
+// it validates the header and forwards the frame start. Payload bytes of a
+// data frame beyond the header follow through the streaming path in Forward.
+func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Close, error) {
+	h, hlen, err := parseHeader(start)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.check(h); err != nil {
+		return nil, err
+	}
+	var cl *Close
+	if h.OpCode == ws.OpClose {
+		c, err := readClose(h, start[hlen:hlen+int(h.Length)])
+		if err != nil {
+			return nil, err
+		}
+		cl = &c
+	}
+
+	// The header passed: update message state, then forward.
+	if h.OpCode.IsData() || h.OpCode == ws.OpContinuation {
+		s.message += uint64(h.Length)
+		if s.maxMessage > 0 && s.message > s.maxMessage {
+			return nil, &ProtocolError{Code: ws.StatusMessageTooBig, Reason: "message too big"}
+		}
+		s.fragmented = !h.Fin
+		if h.Fin {
+			s.message = 0
+		}
+	}
+	s.Frames++
+	total := uint64(hlen) + uint64(h.Length)
+	if fromStash {
+		// The stash holds the frame start only; WriteBinary copies short
+		// slices, so the stash can go back to the pool at once.
+		if err := write(dst, start); err != nil {
+			return nil, err
+		}
+		s.Bytes += uint64(len(start))
+		s.remaining = total - uint64(len(start))
+		s.Reset()
+		return cl, nil
+	}
+	n := uint64(src.Len())
+	if n > total {
+		n = total
+	}
+	p, err := src.Next(int(n))
+	if err != nil {
+		return nil, err
+	}
+	if err := write(dst, p); err != nil {
+		return nil, err
+	}
+	s.Bytes += n
+	s.remaining = total - n
+	return cl, nil
+}
+
+// check applies RFC 6455's rules for a frame travelling in the scanner's
+// direction, with no extensions negotiated.
+func (s *Scanner) check(h ws.Header) error {
+	state := ws.StateServerSide
+	if s.dir == FromServer {
+		state = ws.StateClientSide
+	}
+	if s.fragmented {
+		state = state.Set(ws.StateFragmented)
+	}
+	if err := ws.CheckHeader(h, state); err != nil {
+		var pe ws.ProtocolError
+		if errors.As(err, &pe) {
+			return &ProtocolError{Code: ws.StatusProtocolError, Reason: string(pe)}
+		}
+		return &ProtocolError{Code: ws.StatusProtocolError, Reason: err.Error()}
+	}
+	return nil
+}
+
+// parseHeader decodes a frame header from b, which holds at least the whole
+// header. It does not allocate.
+func parseHeader(b []byte) (h ws.Header, n int, err error) {
+	h.Fin = b[0]&0x80 != 0
+	h.Rsv = (b[0] & 0x70) >> 4
+	h.OpCode = ws.OpCode(b[0] & 0x0f)
+	h.Masked = b[1]&0x80 != 0
+	n = 2
+	switch l := b[1] & 0x7f; l {
+	case 126:
+		h.Length = int64(binary.BigEndian.Uint16(b[2:4]))
+		n = 4
+	case 127:
+		l64 := binary.BigEndian.Uint64(b[2:10])
+		if l64>>63 != 0 {
+			return h, 0, &ProtocolError{Code: ws.StatusProtocolError, Reason: "frame length has the most significant bit set"}
+		}
+		h.Length = int64(l64)
+		n = 10
+	default:
+		h.Length = int64(l)
+	}
+	if h.Masked {
+		copy(h.Mask[:], b[n:n+4])
+		n += 4
+	}
+	return h, n, nil
+}
+
+// readClose decodes and checks a close frame's payload, unmasking a copy.
+func readClose(h ws.Header, payload []byte) (Close, error) {
+	switch len(payload) {
+	case 0:
+		return Close{Code: ws.StatusNoStatusRcvd}, nil
+	case 1:
+		return Close{}, &ProtocolError{Code: ws.StatusProtocolError, Reason: "close frame payload of one byte"}
+	}
+	var buf [ws.MaxControlFramePayloadSize]byte
+	p := buf[:len(payload)]
+	copy(p, payload)
+	if h.Masked {
+		ws.Cipher(p, h.Mask, 0)
+	}
+	code := ws.StatusCode(binary.BigEndian.Uint16(p))
+	reason := p[2:]
+	if !utf8.Valid(reason) {
+		return Close{}, &ProtocolError{Code: ws.StatusInvalidFramePayloadData, Reason: "close reason is not valid UTF-8"}
+	}
+	c := Close{Code: code, Reason: string(reason)}
+	if err := ws.CheckCloseFrameData(code, ""); err != nil {
+		return Close{}, &ProtocolError{Code: ws.StatusProtocolError, Reason: "invalid close code"}
+	}
+	return c, nil
+}
+
+func write(dst Sink, p []byte) error {
+	if dst == nil {
+		return nil
+	}
+	_, err := dst.WriteBinary(p)
+	return err
+}

@@ -1,0 +1,186 @@
+package frames
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/gobwas/ws"
+)
+
+// sliceSink collects what the scanner forwards, copying as netpoll's writer
+// would before the source is released.
+type sliceSink struct{ b []byte }
+
+func (s *sliceSink) WriteBinary(p []byte) (int, error) {
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+// feed runs the stream through a scanner in chunks of the given size, as the
+// reactor would see it arrive, and returns the forwarded bytes, the close
+// frames seen and the first error.
+func feed(t *testing.T, dir Direction, maxMsg int64, stream []byte, chunk int) ([]byte, []Close, error) {
+	t.Helper()
+	s := NewScanner(dir, maxMsg)
+	sink := &sliceSink{}
+	var closes []Close
+	for off := 0; off < len(stream); off += chunk {
+		end := min(off+chunk, len(stream))
+		src := NewByteSource(stream[off:end])
+		for src.Len() > 0 {
+			cl, err := s.Forward(src, sink)
+			if err != nil {
+				return sink.b, closes, err
+			}
+			if cl != nil {
+				closes = append(closes, *cl)
+			}
+		}
+	}
+	return sink.b, closes, nil
+}
+
+func text(payload string, mask bool) []byte {
+	return AppendFrame(nil, ws.OpText, []byte(payload), mask)
+}
+
+func frameWith(h ws.Header, payload []byte) []byte {
+	b := appendHeader(nil, h)
+	p := append([]byte(nil), payload...)
+	if h.Masked {
+		ws.Cipher(p, h.Mask, 0)
+	}
+	return append(b, p...)
+}
+
+func TestScannerForwardsVerbatim(t *testing.T) {
+	big := bytes.Repeat([]byte("a"), 70000) // 64-bit length form
+	mid := bytes.Repeat([]byte("b"), 300)   // 16-bit length form
+	mask := [4]byte{1, 2, 3, 4}
+	cases := []struct {
+		name   string
+		dir    Direction
+		stream []byte
+		closes []Close
+	}{
+		{"masked text", FromClient, text(`{"type":"session.update"}`, true), nil},
+		{"unmasked text", FromServer, text(`{"type":"session.created"}`, false), nil},
+		{"16-bit length", FromClient, AppendFrame(nil, ws.OpBinary, mid, true), nil},
+		{"64-bit length", FromServer, AppendFrame(nil, ws.OpBinary, big, false), nil},
+		{"empty frame", FromClient, AppendFrame(nil, ws.OpText, nil, true), nil},
+		{"ping and pong", FromClient, append(AppendFrame(nil, ws.OpPing, []byte("hi"), true), AppendFrame(nil, ws.OpPong, nil, true)...), nil},
+		{"fragmented with control in the middle", FromClient, bytes.Join([][]byte{
+			frameWith(ws.Header{OpCode: ws.OpText, Masked: true, Mask: mask, Length: 3}, []byte("abc")),
+			AppendFrame(nil, ws.OpPing, nil, true),
+			frameWith(ws.Header{OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 3}, []byte("def")),
+			frameWith(ws.Header{Fin: true, OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 3}, []byte("ghi")),
+		}, nil), nil},
+		{"close with reason", FromClient, AppendClose(nil, 4000, "bye now", true), []Close{{Code: 4000, Reason: "bye now"}}},
+		{"close without payload", FromServer, AppendFrame(nil, ws.OpClose, nil, false), []Close{{Code: ws.StatusNoStatusRcvd}}},
+		{"frames then close", FromServer, bytes.Join([][]byte{text("one", false), text("two", false), AppendClose(nil, 1000, "", false)}, nil), []Close{{Code: 1000}}},
+	}
+	for _, tc := range cases {
+		for _, chunk := range []int{1, 2, 3, 7, 13, 100, 4096, 1 << 20} {
+			got, closes, err := feed(t, tc.dir, 0, tc.stream, chunk)
+			if err != nil {
+				t.Fatalf("%s/chunk %d: unexpected error %v", tc.name, chunk, err)
+			}
+			if !bytes.Equal(got, tc.stream) {
+				t.Fatalf("%s/chunk %d: forwarded %d bytes that differ from the %d that arrived", tc.name, chunk, len(got), len(tc.stream))
+			}
+			if len(closes) != len(tc.closes) || (len(closes) > 0 && closes[0] != tc.closes[0]) {
+				t.Fatalf("%s/chunk %d: closes %+v, want %+v", tc.name, chunk, closes, tc.closes)
+			}
+		}
+	}
+}
+
+func TestScannerRejects(t *testing.T) {
+	mask := [4]byte{9, 8, 7, 6}
+	hugeLen := []byte{0x82, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}
+	cases := []struct {
+		name   string
+		dir    Direction
+		maxMsg int64
+		stream []byte
+		code   ws.StatusCode
+	}{
+		{"unmasked client frame", FromClient, 0, text("x", false), ws.StatusProtocolError},
+		{"masked server frame", FromServer, 0, text("x", true), ws.StatusProtocolError},
+		{"reserved bits", FromClient, 0, frameWith(ws.Header{Fin: true, Rsv: 4, OpCode: ws.OpText, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
+		{"unknown data opcode", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: 3, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
+		{"unknown control opcode", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: 0xb, Masked: true, Mask: mask}, nil), ws.StatusProtocolError},
+		{"control over 125 bytes", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpPing, Masked: true, Mask: mask, Length: 126}, make([]byte, 126)), ws.StatusProtocolError},
+		{"fragmented control", FromClient, 0, frameWith(ws.Header{OpCode: ws.OpPing, Masked: true, Mask: mask}, nil), ws.StatusProtocolError},
+		{"continuation without start", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
+		{"new message inside fragmented one", FromClient, 0, append(
+			frameWith(ws.Header{OpCode: ws.OpText, Masked: true, Mask: mask, Length: 1}, []byte("x")),
+			text("y", true)...), ws.StatusProtocolError},
+		{"length with top bit set", FromClient, 0, hugeLen, ws.StatusProtocolError},
+		{"close of one byte", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpClose, Masked: true, Mask: mask, Length: 1}, []byte{3}), ws.StatusProtocolError},
+		{"close with reserved code 1005", FromClient, 0, AppendClose(nil, 1005, "", true), ws.StatusProtocolError},
+		{"close reason not UTF-8", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpClose, Masked: true, Mask: mask, Length: 4}, []byte{0x03, 0xe8, 0xff, 0xfe}), ws.StatusInvalidFramePayloadData},
+		{"message over the limit", FromClient, 10, text("0123456789a", true), ws.StatusMessageTooBig},
+		{"fragmented message over the limit", FromClient, 10, append(
+			frameWith(ws.Header{OpCode: ws.OpText, Masked: true, Mask: mask, Length: 6}, []byte("012345")),
+			frameWith(ws.Header{Fin: true, OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 6}, []byte("678901"))...), ws.StatusMessageTooBig},
+	}
+	for _, tc := range cases {
+		for _, chunk := range []int{1, 5, 1 << 16} {
+			_, _, err := feed(t, tc.dir, tc.maxMsg, tc.stream, chunk)
+			var pe *ProtocolError
+			if !errors.As(err, &pe) {
+				t.Fatalf("%s/chunk %d: got %v, want a protocol error", tc.name, chunk, err)
+			}
+			if pe.Code != tc.code {
+				t.Fatalf("%s/chunk %d: close code %d, want %d (%s)", tc.name, chunk, pe.Code, tc.code, pe.Reason)
+			}
+		}
+	}
+}
+
+func TestScannerForwardsNothingOfARejectedFrame(t *testing.T) {
+	good := text("fine", true)
+	bad := text("unmasked", false)
+	got, _, err := feed(t, FromClient, 0, append(append([]byte(nil), good...), bad...), 1)
+	if err == nil {
+		t.Fatal("want an error for the unmasked frame")
+	}
+	if !bytes.Equal(got, good) {
+		t.Fatalf("forwarded %q, want only the good frame", got)
+	}
+}
+
+func TestScannerMidFrame(t *testing.T) {
+	s := NewScanner(FromServer, 0)
+	f := AppendFrame(nil, ws.OpBinary, make([]byte, 1000), false)
+	sink := &sliceSink{}
+	if _, err := s.Forward(NewByteSource(f[:500]), sink); err != nil {
+		t.Fatal(err)
+	}
+	if !s.MidFrame() {
+		t.Fatal("half a frame forwarded, but MidFrame is false")
+	}
+	if _, err := s.Forward(NewByteSource(f[500:]), sink); err != nil {
+		t.Fatal(err)
+	}
+	if s.MidFrame() {
+		t.Fatal("whole frame forwarded, but MidFrame is true")
+	}
+	if s.Frames != 1 || s.Bytes != uint64(len(f)) {
+		t.Fatalf("counted %d frames, %d bytes; want 1, %d", s.Frames, s.Bytes, len(f))
+	}
+}
+
+func TestAppendCloseCutsLongReasonAtRuneBoundary(t *testing.T) {
+	reason := string(bytes.Repeat([]byte("é"), 100)) // 200 bytes
+	f := AppendClose(nil, 1000, reason, false)
+	_, closes, err := feed(t, FromServer, 0, f, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(closes) != 1 || len(closes[0].Reason) > 123 || len(closes[0].Reason)%2 != 0 {
+		t.Fatalf("close reason %q not cut to a valid length", closes[0].Reason)
+	}
+}

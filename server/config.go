@@ -1,0 +1,147 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything the gateway needs to start. FromEnv fills it from the
+// environment variables our users already set for LiteLLM's proxy.
+type Config struct {
+	Host string
+	Port int
+
+	// MasterKey is the key clients must present. Empty refuses everyone.
+	MasterKey string
+
+	// Model is the model name clients ask for (and the one sent upstream).
+	Model string
+	// APIBase is the upstream's base URL, e.g. wss://api.openai.com/v1;
+	// /realtime is appended.
+	APIBase *url.URL
+	// UpstreamKey is sent upstream as Authorization: Bearer.
+	UpstreamKey string
+	// UpstreamCAFile adds a CA to the system roots for wss:// upstreams.
+	UpstreamCAFile string
+
+	// TLSCert and TLSKey, both set, serve the client listener over TLS.
+	TLSCert, TLSKey string
+
+	HandshakeTimeout time.Duration // client TCP accept to complete upgrade request
+	DialTimeout      time.Duration // upstream connect + TLS + upgrade
+	WriteTimeout     time.Duration // one blocked write to either socket
+	CloseTimeout     time.Duration // wait for a close frame's answer
+	MaxHeaderBytes   int           // the client's HTTP request head
+	MaxMessage       int64         // one client message's payload
+	MaxPending       int           // client bytes queued while the upstream connects
+}
+
+// Defaults returns the configuration with every default filled in.
+func Defaults() Config {
+	base, _ := url.Parse("wss://api.openai.com/v1")
+	return Config{
+		Host:             "127.0.0.1",
+		Port:             4001,
+		Model:            "gpt-realtime",
+		APIBase:          base,
+		HandshakeTimeout: 10 * time.Second,
+		DialTimeout:      10 * time.Second,
+		WriteTimeout:     10 * time.Second,
+		CloseTimeout:     5 * time.Second,
+		MaxHeaderBytes:   8 << 10,
+		MaxMessage:       16 << 20,
+		MaxPending:       1 << 20,
+	}
+}
+
+// FromEnv reads the configuration from getenv (os.Getenv in the binary),
+// starting from Defaults. An invalid value is an error naming the variable.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Defaults()
+	var errs []error
+	set := func(name string, fn func(string) error) {
+		if v := getenv(name); v != "" {
+			if err := fn(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	c.MasterKey = getenv("LITELLM_MASTER_KEY")
+	c.UpstreamKey = getenv("OPENAI_API_KEY")
+	set("OPENAI_REALTIME_MODEL", func(v string) error { c.Model = v; return nil })
+	set("OPENAI_API_BASE", func(v string) error {
+		u, err := ParseAPIBase(v)
+		c.APIBase = u
+		return err
+	})
+	set("HOST", func(v string) error { c.Host = v; return nil })
+	set("PORT", func(v string) error {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("%q is not a port number", v)
+		}
+		c.Port = p
+		return nil
+	})
+	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
+	set("TLS_CERT", func(v string) error { c.TLSCert = v; return nil })
+	set("TLS_KEY", func(v string) error { c.TLSKey = v; return nil })
+	return c, errors.Join(append(errs, c.Validate())...)
+}
+
+// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs (the
+// http forms are what LiteLLM configs usually hold) and returns the WebSocket
+// form.
+func ParseAPIBase(v string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimRight(v, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a URL: %w", v, err)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return nil, fmt.Errorf("%q: scheme must be ws, wss, http or https", v)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q has no host", v)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%q: a base URL takes no query or fragment", v)
+	}
+	return u, nil
+}
+
+// Validate checks the combination of settings.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Host == "" {
+		errs = append(errs, errors.New("HOST is empty"))
+	} else if net.ParseIP(c.Host) == nil && c.Host != "localhost" {
+		errs = append(errs, fmt.Errorf("HOST: %q is not an IP address", c.Host))
+	}
+	if c.Model == "" {
+		errs = append(errs, errors.New("OPENAI_REALTIME_MODEL is empty"))
+	}
+	if c.APIBase == nil {
+		errs = append(errs, errors.New("OPENAI_API_BASE is not set"))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("TLS_CERT and TLS_KEY must be set together"))
+	}
+	if c.MaxHeaderBytes < 1024 {
+		errs = append(errs, errors.New("the header size limit must be at least 1024 bytes"))
+	}
+	return errors.Join(errs...)
+}
+
+// Addr is the listen address.
+func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }

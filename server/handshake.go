@@ -1,0 +1,193 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// The client side of the upgrade is parsed here rather than by gobwas's
+// Upgrader: that reads through its own bufio (dropping bytes the client sent
+// behind the request) and has no size limit, and the gateway must answer
+// refusals with JSON bodies. The reactor finds the end of the head in its own
+// buffer, bounds it, and hands exactly those bytes to parseRequest.
+
+// headEnd returns the length of the HTTP request head in b (through the blank
+// line), or -1 if b does not hold a whole head yet.
+func headEnd(b []byte) int {
+	i := bytes.Index(b, []byte("\r\n\r\n"))
+	if i < 0 {
+		return -1
+	}
+	return i + 4
+}
+
+// httpError is a refusal of the request, sent as an OpenAI-shaped JSON body.
+type httpError struct {
+	status  int
+	errType string
+	code    string
+	message string
+	header  http.Header
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.message) }
+
+// response renders the refusal. The connection closes after it.
+func (e *httpError) response() []byte {
+	body := map[string]any{"error": map[string]any{
+		"message": e.message,
+		"type":    e.errType,
+		"param":   nil,
+		"code":    e.code,
+	}}
+	return httpResponse(e.status, e.header, body)
+}
+
+func httpResponse(status int, h http.Header, body any) []byte {
+	b, _ := json.Marshal(body)
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	buf.WriteString("Content-Type: application/json\r\n")
+	buf.WriteString("Content-Length: " + strconv.Itoa(len(b)) + "\r\n")
+	buf.WriteString("Connection: close\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			buf.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	buf.WriteString("\r\n")
+	buf.Write(b)
+	return buf.Bytes()
+}
+
+func badRequest(msg string) *httpError {
+	return &httpError{status: http.StatusBadRequest, errType: "invalid_request_error", code: "bad_request", message: msg}
+}
+
+// parseRequest parses a complete request head.
+func parseRequest(head []byte) (*http.Request, *httpError) {
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		return nil, badRequest("malformed HTTP request")
+	}
+	return req, nil
+}
+
+// checkUpgrade validates the WebSocket parts of an upgrade request (RFC 6455
+// section 4.2.1) and returns the Sec-WebSocket-Accept value.
+func checkUpgrade(req *http.Request) (string, *httpError) {
+	if !headerHasToken(req.Header, "Connection", "upgrade") || !headerHasToken(req.Header, "Upgrade", "websocket") {
+		return "", &httpError{
+			status: http.StatusUpgradeRequired, errType: "invalid_request_error", code: "upgrade_required",
+			message: "this endpoint speaks WebSocket: send Connection: Upgrade and Upgrade: websocket",
+			header:  http.Header{"Upgrade": {"websocket"}, "Sec-WebSocket-Version": {"13"}},
+		}
+	}
+	if req.Header.Get("Sec-WebSocket-Version") != "13" {
+		return "", &httpError{
+			status: http.StatusUpgradeRequired, errType: "invalid_request_error", code: "unsupported_websocket_version",
+			message: "only WebSocket version 13 is supported",
+			header:  http.Header{"Sec-WebSocket-Version": {"13"}},
+		}
+	}
+	key := req.Header.Get("Sec-WebSocket-Key")
+	if raw, err := base64.StdEncoding.DecodeString(key); err != nil || len(raw) != 16 {
+		return "", badRequest("missing or invalid Sec-WebSocket-Key")
+	}
+	return acceptKey(key), nil
+}
+
+// acceptKey computes Sec-WebSocket-Accept for a client's key.
+func acceptKey(key string) string {
+	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+const (
+	subprotocolRealtime  = "realtime"
+	subprotocolKeyPrefix = "openai-insecure-api-key."
+)
+
+// clientCredentials is what a request offered for authentication.
+type clientCredentials struct {
+	key             string
+	offeredRealtime bool // the subprotocol realtime was offered and must be echoed
+}
+
+// credentials finds the client's key the three ways realtime clients send it:
+// Authorization: Bearer, api-key (Azure style), and the browser subprotocol
+// openai-insecure-api-key.<key>. Unknown subprotocols are ignored.
+func credentials(h http.Header) clientCredentials {
+	var c clientCredentials
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			switch {
+			case p == subprotocolRealtime:
+				c.offeredRealtime = true
+			case strings.HasPrefix(p, subprotocolKeyPrefix) && c.key == "":
+				c.key = strings.TrimPrefix(p, subprotocolKeyPrefix)
+			}
+		}
+	}
+	if auth := h.Get("Authorization"); auth != "" {
+		if k, ok := cutPrefixFold(auth, "Bearer "); ok {
+			c.key = strings.TrimSpace(k)
+		}
+	} else if k := h.Get("Api-Key"); k != "" {
+		c.key = strings.TrimSpace(k)
+	}
+	return c
+}
+
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
+		return s[len(prefix):], true
+	}
+	return s, false
+}
+
+// keyHash is a key reduced to a fixed-size digest, so that comparisons take
+// the same time whatever the key's length or content.
+type keyHash [sha256.Size]byte
+
+func hashKey(k string) keyHash { return sha256.Sum256([]byte(k)) }
+
+// matches compares in constant time.
+func (h keyHash) matches(key string) bool {
+	other := hashKey(key)
+	return subtle.ConstantTimeCompare(h[:], other[:]) == 1
+}
+
+// upgradeResponse is the 101 answer.
+func upgradeResponse(accept string, protocol string) []byte {
+	var b strings.Builder
+	b.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ")
+	b.WriteString(accept)
+	b.WriteString("\r\n")
+	if protocol != "" {
+		b.WriteString("Sec-WebSocket-Protocol: " + protocol + "\r\n")
+	}
+	b.WriteString("\r\n")
+	return []byte(b.String())
+}

@@ -1,0 +1,385 @@
+// Package server is the gateway's front door: the client listener, the HTTP
+// upgrade with its authentication and routing, and each session's lifecycle
+// from accept to the end of its relay.
+//
+// A client connection moves through three phases, all driven by netpoll's
+// OnRequest for that connection, so no goroutine waits on a client:
+//
+//	tls  (TLS listeners only) the TLS handshake, run blocking in the first
+//	     OnRequest, which holds that pool goroutine for the handshake only;
+//	http the request head is collected (bounded in size and time), checked,
+//	     and answered with a JSON refusal or a 101;
+//	relay the poller.Session forwards frames; the upstream is dialed in a
+//	     goroutine that exits once the upstream socket is handed to netpoll.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"github.com/valyala/bytebufferpool"
+
+	"rtgate/frames"
+	"rtgate/poller"
+	"rtgate/upstream"
+)
+
+// Server is one gateway instance.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	masterKey keyHash
+	dialer    *upstream.Dialer
+	tlsConfig *tls.Config // client listener; nil for plain
+	sessCfg   poller.SessionConfig
+
+	mu   sync.Mutex
+	loop netpoll.EventLoop
+	ln   net.Listener
+
+	// ctx ends when the server shuts down; upstream dials use it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	sessionsOpen  atomic.Int64
+	sessionsTotal atomic.Int64
+}
+
+// New prepares a server; Serve starts it.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, masterKey: hashKey(cfg.MasterKey)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+
+	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.UpstreamCAFile != "" {
+		pool, err := upstream.LoadCAFile(cfg.UpstreamCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("UPSTREAM_CA_FILE: %w", err)
+		}
+		upTLS.RootCAs = pool
+	}
+	s.dialer = &upstream.Dialer{TLSConfig: upTLS, Timeout: cfg.DialTimeout, WriteTimeout: cfg.WriteTimeout}
+
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("loading TLS_CERT/TLS_KEY: %w", err)
+		}
+		s.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	s.sessCfg = poller.SessionConfig{
+		MaxMessage:   cfg.MaxMessage,
+		MaxPending:   cfg.MaxPending,
+		CloseTimeout: cfg.CloseTimeout,
+		OnEnd:        s.sessionEnded,
+	}
+	return s, nil
+}
+
+// UpstreamRoots lets tests trust a private CA without a file.
+func (s *Server) UpstreamRoots(pool *x509.CertPool) { s.dialer.TLSConfig.RootCAs = pool }
+
+// ListenAndServe listens on the configured address and serves until Shutdown.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.Addr(), err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts client connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	loop, err := netpoll.NewEventLoop(s.onRequest,
+		netpoll.WithOnPrepare(s.onPrepare),
+		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
+	)
+	if err != nil {
+		return fmt.Errorf("creating event loop: %w", err)
+	}
+	s.mu.Lock()
+	s.loop, s.ln = loop, ln
+	s.mu.Unlock()
+	s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
+		"upstream", s.cfg.APIBase.Redacted(), "model", s.cfg.Model)
+	return loop.Serve(ln)
+}
+
+// Shutdown stops accepting connections.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.cancel()
+	s.mu.Lock()
+	loop := s.loop
+	s.mu.Unlock()
+	if loop == nil {
+		return nil
+	}
+	return loop.Shutdown(ctx)
+}
+
+// SessionsOpen is the number of sessions relaying now.
+func (s *Server) SessionsOpen() int64 { return s.sessionsOpen.Load() }
+
+type ctxKey struct{}
+
+// phases of a client connection
+const (
+	phaseTLS = iota
+	phaseHTTP
+	phaseRelay
+	phaseDone // refused or answered: input is dropped until the socket closes
+)
+
+// clientConn is the gateway's state for one accepted connection.
+type clientConn struct {
+	srv   *Server
+	conn  netpoll.Connection
+	ep    *poller.Endpoint
+	phase int
+	head  *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
+	timer *time.Timer                // handshake deadline
+	sess  *poller.Session
+}
+
+func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
+	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP}
+	if s.tlsConfig != nil {
+		c.phase = phaseTLS
+	} else {
+		c.ep = poller.NewPlainEndpoint(conn)
+	}
+	c.timer = time.AfterFunc(s.cfg.HandshakeTimeout, func() { _ = conn.Close() })
+	_ = conn.AddCloseCallback(c.onClose)
+	return context.WithValue(context.Background(), ctxKey{}, c)
+}
+
+func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
+	c, _ := ctx.Value(ctxKey{}).(*clientConn)
+	if c == nil {
+		return conn.Close()
+	}
+	switch c.phase {
+	case phaseRelay:
+		c.sess.ClientReadable()
+		return nil
+	case phaseDone:
+		r := conn.Reader()
+		_ = r.Skip(r.Len())
+		return r.Release()
+	case phaseTLS:
+		if err := c.tlsHandshake(); err != nil {
+			s.log.Debug("client TLS handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+			return conn.Close()
+		}
+		c.phase = phaseHTTP
+	}
+	return c.readHead()
+}
+
+// tlsHandshake runs the server side of TLS, blocking this OnRequest
+// goroutine until it is done or the handshake deadline closes the socket.
+func (c *clientConn) tlsHandshake() error {
+	nb := poller.NewNBConn(c.conn)
+	_ = c.conn.SetReadTimeout(c.srv.cfg.HandshakeTimeout)
+	tc := tls.Server(nb, c.srv.tlsConfig)
+	if err := tc.HandshakeContext(c.srv.ctx); err != nil {
+		return err
+	}
+	_ = c.conn.SetReadTimeout(0)
+	c.ep = poller.NewTLSEndpoint(nb, tc)
+	return nil
+}
+
+// readHead collects the request head and acts on it once complete.
+func (c *clientConn) readHead() error {
+	if c.head == nil {
+		c.head = bytebufferpool.Get()
+	}
+	err := c.ep.Read(func(src frames.Source) error {
+		p, err := src.Next(src.Len())
+		c.head.B = append(c.head.B, p...)
+		return err
+	})
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return c.conn.Close()
+	}
+	end := headEnd(c.head.B)
+	if end < 0 {
+		if len(c.head.B) > c.srv.cfg.MaxHeaderBytes {
+			c.refuse(&httpError{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
+				code: "headers_too_large", message: "request head too large"})
+		}
+		return nil
+	}
+	if end > c.srv.cfg.MaxHeaderBytes {
+		c.refuse(&httpError{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
+			code: "headers_too_large", message: "request head too large"})
+		return nil
+	}
+	head, rest := c.head.B[:end], c.head.B[end:]
+	c.srv.handle(c, head, rest)
+	return nil
+}
+
+// refuse answers the request with an HTTP error and closes the connection.
+func (c *clientConn) refuse(e *httpError) {
+	c.phase = phaseDone
+	_ = c.ep.Send(e.response())
+	c.ep.Close()
+}
+
+func (c *clientConn) onClose(netpoll.Connection) error {
+	c.timer.Stop()
+	if c.sess != nil {
+		c.sess.ClientGone()
+	}
+	return nil
+}
+
+// handle acts on a complete request head; rest holds bytes the client sent
+// behind it (frames, for a client that did not wait for the 101).
+func (s *Server) handle(c *clientConn, head, rest []byte) {
+	req, herr := parseRequest(head)
+	if herr != nil {
+		c.refuse(herr)
+		return
+	}
+	switch req.URL.Path {
+	case "/health", "/health/liveliness", "/health/readiness":
+		c.phase = phaseDone
+		_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
+		c.ep.Close()
+		return
+	case "/v1/realtime", "/realtime":
+	default:
+		c.refuse(&httpError{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
+			message: "no such endpoint: " + req.URL.Path})
+		return
+	}
+	if req.Method != http.MethodGet {
+		c.refuse(&httpError{status: http.StatusMethodNotAllowed, errType: "invalid_request_error", code: "method_not_allowed",
+			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
+		return
+	}
+	creds := credentials(req.Header)
+	if s.cfg.MasterKey == "" || creds.key == "" || !s.masterKey.matches(creds.key) {
+		c.refuse(&httpError{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key",
+			message: "Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol."})
+		return
+	}
+	accept, herr := checkUpgrade(req)
+	if herr != nil {
+		c.refuse(herr)
+		return
+	}
+	target, herr := s.route(req)
+	if herr != nil {
+		c.refuse(herr)
+		return
+	}
+
+	protocol := ""
+	if creds.offeredRealtime {
+		protocol = subprotocolRealtime
+	}
+	c.timer.Stop()
+	sess := poller.NewSession(&s.sessCfg, c.ep)
+	c.sess, c.phase = sess, phaseRelay
+	if err := c.ep.Send(upgradeResponse(accept, protocol)); err != nil {
+		c.ep.Close()
+		return
+	}
+	s.sessionsOpen.Add(1)
+	s.sessionsTotal.Add(1)
+	if len(rest) > 0 {
+		sess.ClientBytes(rest)
+	}
+	bytebufferpool.Put(c.head)
+	c.head = nil
+	go s.connectUpstream(sess, target)
+}
+
+// route maps the request to its upstream: the model (checked against the
+// configured one), other query parameters passed through, and the upstream
+// headers. Client credentials and account headers never go upstream.
+func (s *Server) route(req *http.Request) (upstream.Target, *httpError) {
+	q := req.URL.Query()
+	model := q.Get("model")
+	if model == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
+		model = s.cfg.Model
+		q.Set("model", model)
+	}
+	if model != "" && model != s.cfg.Model {
+		return upstream.Target{}, &httpError{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
+			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", model)}
+	}
+	u := *s.cfg.APIBase
+	u.Path = u.Path + "/realtime"
+	u.RawQuery = q.Encode()
+
+	h := http.Header{}
+	if s.cfg.UpstreamKey != "" {
+		h.Set("Authorization", "Bearer "+s.cfg.UpstreamKey)
+	}
+	for _, name := range []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"} {
+		if v := req.Header.Values(name); len(v) > 0 {
+			h[name] = append([]string(nil), v...)
+		}
+	}
+	h.Set("User-Agent", "rtgate")
+	return upstream.Target{URL: &u, Header: h}, nil
+}
+
+// connectUpstream dials the session's upstream; this goroutine ends as soon
+// as the socket is handed to the reactor.
+func (s *Server) connectUpstream(sess *poller.Session, t upstream.Target) {
+	conn, err := s.dialer.Dial(s.ctx, t)
+	if err != nil {
+		var ue *upstream.Error
+		status := 0
+		if errors.As(err, &ue) {
+			status = ue.Status
+		}
+		s.log.Warn("upstream dial failed", "upstream", redactedURL(t.URL), "status", status, "err", err)
+		sess.DialFailed(status)
+		return
+	}
+	sess.AttachUpstream(conn.Endpoint, conn.Preface)
+}
+
+func (s *Server) sessionEnded(sess *poller.Session) {
+	s.sessionsOpen.Add(-1)
+	fin, bin, fout, bout := sess.Counters()
+	cl, from, ok := sess.FirstClose()
+	attrs := []any{
+		"duration_ms", time.Since(sess.Start).Milliseconds(),
+		"frames_in", fin, "bytes_in", bin, "frames_out", fout, "bytes_out", bout,
+	}
+	if ok {
+		attrs = append(attrs, "close_code", int(cl.Code), "close_reason", cl.Reason, "close_side", from.String())
+	}
+	s.log.Info("session ended", attrs...)
+}
+
+// redactedURL is a URL fit for logs: no user info, no query (which may carry
+// identifiers).
+func redactedURL(u *url.URL) string {
+	r := *u
+	r.User = nil
+	r.RawQuery = ""
+	return r.String()
+}

@@ -1,0 +1,195 @@
+// Package upstream opens WebSocket connections to the realtime upstream
+// (OpenAI or anything speaking its protocol) as netpoll connections, so the
+// gateway's reactor drives them like its client sockets.
+//
+// Dialing blocks: the TCP connect, the TLS handshake and the WebSocket upgrade
+// run in the caller's goroutine (a handshake cannot resume after a would-block
+// the way TLS reads can). Once the upgrade is done the socket switches to
+// event-driven reads and no goroutine stays with it.
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"github.com/gobwas/ws"
+
+	"rtgate/poller"
+)
+
+// Dialer opens upstream WebSocket connections.
+type Dialer struct {
+	// TLSConfig is used for wss:// upstreams; nil means the system roots.
+	TLSConfig *tls.Config
+	// Timeout bounds connect, TLS handshake and upgrade together.
+	Timeout time.Duration
+	// WriteTimeout bounds each write to the upstream once relaying: a write
+	// that cannot finish in this time closes the session.
+	WriteTimeout time.Duration
+}
+
+// Target is one upstream connect: the full ws:// or wss:// URL with its query,
+// and the headers to send (the upstream's credentials among them).
+type Target struct {
+	URL    *url.URL
+	Header http.Header
+}
+
+// Conn is an upgraded upstream socket.
+type Conn struct {
+	Endpoint *poller.Endpoint
+	// Preface holds bytes the upstream sent right behind its 101 response,
+	// which the handshake read along with it. The upstream sends
+	// session.created unprompted, so this is often where it is.
+	Preface []byte
+}
+
+// Error is a failed dial. Status is the HTTP status the upstream answered
+// the upgrade with, or 0 if it never answered one.
+type Error struct {
+	Status int
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("upstream answered the upgrade with HTTP %d", e.Status)
+	}
+	return "upstream dial: " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// LoadCAFile returns the system roots plus the PEM certificates in path, for
+// upstreams with a private CA (mockai -tls in tests).
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading CA file: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// Dial connects to t and completes the WebSocket upgrade.
+func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	secure := t.URL.Scheme == "wss"
+	addr := hostPort(t.URL, secure)
+
+	timeout := d.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	conn, err := netpoll.DialConnection("tcp", addr, timeout)
+	if err != nil {
+		return nil, &Error{Err: err}
+	}
+	// Past the deadline, closing the socket fails whatever read or write
+	// the handshake is blocked in.
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	_ = conn.SetReadTimeout(timeout)
+	_ = conn.SetWriteTimeout(d.WriteTimeout)
+
+	ep, preface, err := d.handshake(ctx, conn, t, secure)
+	if err != nil {
+		_ = conn.Close()
+		if ctx.Err() != nil && !errors.As(err, new(*Error)) {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		var ue *Error
+		if errors.As(err, &ue) {
+			return nil, ue
+		}
+		return nil, &Error{Err: err}
+	}
+	// From here on reads are event-driven and never wait.
+	_ = conn.SetReadTimeout(0)
+	return &Conn{Endpoint: ep, Preface: preface}, nil
+}
+
+func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Target, secure bool) (*poller.Endpoint, []byte, error) {
+	nb := poller.NewNBConn(conn)
+	var rw io.ReadWriter = nb
+	var tc *tls.Conn
+	if secure {
+		cfg := &tls.Config{}
+		if d.TLSConfig != nil {
+			cfg = d.TLSConfig.Clone()
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName = t.URL.Hostname()
+		}
+		tc = tls.Client(nb, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, nil, fmt.Errorf("TLS handshake: %w", err)
+		}
+		rw = tc
+	}
+	status := 0
+	wd := ws.Dialer{
+		Header:        ws.HandshakeHeaderHTTP(t.Header),
+		OnStatusError: func(code int, _ []byte, _ io.Reader) { status = code },
+	}
+	br, _, err := wd.Upgrade(rw, t.URL)
+	if err != nil {
+		if status != 0 {
+			return nil, nil, &Error{Status: status, Err: err}
+		}
+		return nil, nil, fmt.Errorf("websocket upgrade: %w", err)
+	}
+	preface := drain(br)
+
+	if tc != nil {
+		return poller.NewTLSEndpoint(nb, tc), preface, nil
+	}
+	nb.SetBlocking(false)
+	return poller.NewPlainEndpoint(conn), preface, nil
+}
+
+// drain copies out what the handshake's reader holds beyond the 101 response.
+func drain(br *bufio.Reader) []byte {
+	if br == nil {
+		return nil
+	}
+	defer ws.PutReader(br)
+	n := br.Buffered()
+	if n == 0 {
+		return nil
+	}
+	b, _ := br.Peek(n)
+	return append([]byte(nil), b...)
+}
+
+func hostPort(u *url.URL, secure bool) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if secure {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
