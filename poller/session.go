@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -72,6 +71,9 @@ type Session struct {
 	c2u frames.Scanner // driven only from the client's OnRequest
 	u2c frames.Scanner // driven from the dialer once, then the upstream's OnRequest
 
+	// upReadMu serialises reading the upstream: attaching (which forwards
+	// the frames that came with the socket) and OnRequest.
+	upReadMu   sync.Mutex
 	upState    int
 	pending    *netpoll.LinkBuffer // client frames that arrived before the upstream
 	pendingLen int
@@ -217,11 +219,35 @@ func (s *Session) fromUpstream(src frames.Source) error {
 	return nil
 }
 
-// AttachUpstream connects the session to its upstream socket once dialed:
+// AttachUpstream connects the session to a freshly dialed upstream socket:
 // queued client frames go first, then bytes the upstream sent with its 101
 // response (preface; that is usually where session.created is), then the
-// socket is handed to the reactor.
-func (s *Session) AttachUpstream(up *Endpoint, preface []byte) {
+// socket is handed to the reactor with the session as its owner.
+func (s *Session) AttachUpstream(h *Handle, preface []byte) {
+	s.upReadMu.Lock()
+	s.attachLocked(h.ep, preface)
+	s.upReadMu.Unlock()
+	h.Start(s)
+}
+
+// AdoptWarm tries to take an upstream socket that is already connected and
+// past session.created. take must make the session the socket's owner (with
+// Handle.SetOwner) atomically with taking it, and return the socket with the
+// frames it holds (session.created), or nil on a miss. Until AdoptWarm
+// returns, upstream events wait, so nothing overtakes the held frames.
+func (s *Session) AdoptWarm(take func(Owner) (*Handle, []byte)) bool {
+	s.upReadMu.Lock()
+	defer s.upReadMu.Unlock()
+	h, held := take(s)
+	if h == nil {
+		return false
+	}
+	s.attachLocked(h.ep, held)
+	return true
+}
+
+// attachLocked installs the upstream socket. Callers hold upReadMu.
+func (s *Session) attachLocked(up *Endpoint, preface []byte) {
 	s.up.mu.Lock()
 	s.up.conn, s.up.tls, s.up.nb = up.conn, up.tls, up.nb
 	s.upState = upReady
@@ -231,14 +257,8 @@ func (s *Session) AttachUpstream(up *Endpoint, preface []byte) {
 	}
 	s.up.mu.Unlock()
 
-	conn := s.up.conn
-	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
-		s.gone(s.up)
-		return nil
-	})
-	if werr != nil || !conn.IsActive() {
+	if werr != nil || !s.up.conn.IsActive() {
 		s.up.closeNow()
-		s.gone(s.up)
 		return
 	}
 	if s.clientGone.Load() {
@@ -252,19 +272,23 @@ func (s *Session) AttachUpstream(up *Endpoint, preface []byte) {
 	}
 	// Read by hand once before netpoll takes over: a TLS connection may
 	// hold decrypted bytes that netpoll will never announce.
-	s.UpstreamReadable()
-	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
-		s.UpstreamReadable()
-		return nil
-	})
-}
-
-// UpstreamReadable forwards what the upstream sent.
-func (s *Session) UpstreamReadable() {
 	if err := s.up.read(s.fromUpstreamFn); err != nil {
 		s.up.closeNow()
 	}
 }
+
+// UpstreamReadable forwards what the upstream sent; it is the upstream
+// socket's OnRequest (through its Handle).
+func (s *Session) UpstreamReadable() {
+	s.upReadMu.Lock()
+	defer s.upReadMu.Unlock()
+	if err := s.up.read(s.fromUpstreamFn); err != nil {
+		s.up.closeNow()
+	}
+}
+
+// UpstreamGone is the upstream socket's close callback.
+func (s *Session) UpstreamGone() { s.gone(s.up) }
 
 // flushPending sends the queued client frames upstream. Callers hold up.mu.
 func (s *Session) flushPending() error {

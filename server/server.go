@@ -358,7 +358,7 @@ func (s *Server) connectUpstream(sess *poller.Session, t upstream.Target) {
 		sess.DialFailed(status)
 		return
 	}
-	sess.AttachUpstream(conn.Endpoint, conn.Preface)
+	sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 }
 
 func (s *Server) sessionEnded(sess *poller.Session) {

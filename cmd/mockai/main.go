@@ -1,0 +1,107 @@
+// Command mockai runs the fake OpenAI Realtime upstream (package rtgate/mockai) as a
+// separate process, for scripts and for tests that need the upstream out of process.
+//
+// It prints one line, "mockai listening on <base URL>", once it accepts connections,
+// serves until SIGINT or SIGTERM, and exits 2 on invalid flags. What reached it is at
+// GET /mock/records and GET /mock/stats on the same port.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"rtgate/mockai"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the parsed command line.
+type options struct {
+	addr    string
+	verbose bool
+	cfg     mockai.Config
+}
+
+// parseFlags reads the command line; errors are meant for the user as they are.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("mockai", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8089", "listen address")
+	fs.StringVar(&o.cfg.Key, "key", "", "the only API key accepted (empty: any)")
+	fs.IntVar(&o.cfg.RejectStatus, "reject-status", 0, "bad key: 0 = upgrade, error event, close 4000; 401 or 403 = that HTTP status")
+	fs.BoolVar(&o.cfg.TLS, "tls", false, "serve wss with a fresh self-signed certificate")
+	fs.StringVar(&o.cfg.CertFile, "cert-out", "", "with -tls: write the certificate (PEM) to this file")
+	fs.DurationVar(&o.cfg.UpgradeDelay, "upgrade-delay", 0, "delay before the 101 response")
+	fs.DurationVar(&o.cfg.SessionDelay, "session-delay", 0, "delay after the 101, before session.created")
+	fs.DurationVar(&o.cfg.FirstAudioDelay, "first-audio-delay", 0, "delay after response.create, before the first audio delta")
+	fs.IntVar(&o.cfg.AudioDeltas, "deltas", 0, "audio deltas per response (0 = 5, -1 = none)")
+	fs.IntVar(&o.cfg.AudioDeltaBytes, "delta-bytes", 0, "raw PCM bytes per audio delta (0 = 4800, 100 ms)")
+	fs.DurationVar(&o.cfg.AudioDeltaInterval, "delta-interval", 0, "gap between audio deltas")
+	fs.IntVar(&o.cfg.CloseAfterFrames, "close-after", 0, "fault: close 1011 after N sent frames (0 = off)")
+	fs.IntVar(&o.cfg.DropAfterFrames, "drop-after", 0, "fault: drop TCP without a close frame after N sent frames (0 = off)")
+	fs.IntVar(&o.cfg.MalformedAfterFrames, "malformed-after", 0, "fault: write a malformed frame after N sent frames (0 = off)")
+	fs.BoolVar(&o.cfg.StopReading, "stop-reading", false, "fault: never read from a connection after session.created")
+	fs.IntVar(&o.cfg.StatusCode, "status", 0, "fault: answer every upgrade with this HTTP status (e.g. 429, 500)")
+	fs.BoolVar(&o.verbose, "v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.cfg.AudioDeltas < -1 {
+		return o, fmt.Errorf("-deltas %d: must be -1 (none), 0 (default) or more", o.cfg.AudioDeltas)
+	}
+	return o, nil
+}
+
+// run is main without the exit, so it can be tested: 0 ok, 1 runtime failure, 2 bad flags.
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mockai:", err)
+		return 2
+	}
+	level := slog.LevelInfo
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	o.cfg.Logger = logger
+
+	if err := raiseFileLimit(); err != nil {
+		logger.Warn("could not raise the open file limit", "err", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	srv, err := mockai.Start(o.cfg, o.addr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		if errors.Is(err, mockai.ErrConfig) {
+			return 2
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "mockai listening on %s\n", srv.BaseURL())
+	<-ctx.Done()
+	logger.Info("shutting down", "stats", srv.Stats())
+	if err := srv.Close(); err != nil {
+		logger.Error("close", "err", err)
+		return 1
+	}
+	return 0
+}

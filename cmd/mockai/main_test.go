@@ -1,0 +1,62 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"rtgate/mockai"
+)
+
+func TestParseFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args    []string
+		want    mockai.Config
+		addr    string
+		wantErr string
+	}{
+		{args: nil, addr: "127.0.0.1:8089"},
+		{
+			args: []string{"-addr", "127.0.0.1:0", "-key", "sk-x", "-reject-status", "401", "-tls", "-cert-out", "c.pem",
+				"-upgrade-delay", "5ms", "-session-delay", "6ms", "-first-audio-delay", "7ms", "-deltas", "-1",
+				"-delta-bytes", "960", "-delta-interval", "8ms", "-close-after", "1", "-drop-after", "2",
+				"-malformed-after", "3", "-stop-reading", "-status", "429"},
+			addr: "127.0.0.1:0",
+			want: mockai.Config{Key: "sk-x", RejectStatus: 401, TLS: true, CertFile: "c.pem",
+				UpgradeDelay: 5 * time.Millisecond, SessionDelay: 6 * time.Millisecond, FirstAudioDelay: 7 * time.Millisecond,
+				AudioDeltas: -1, AudioDeltaBytes: 960, AudioDeltaInterval: 8 * time.Millisecond,
+				CloseAfterFrames: 1, DropAfterFrames: 2, MalformedAfterFrames: 3, StopReading: true, StatusCode: 429},
+		},
+		{args: []string{"-deltas", "-2"}, wantErr: "-deltas -2"},
+		{args: []string{"-upgrade-delay", "soon"}, wantErr: "invalid value"},
+		{args: []string{"-nope"}, wantErr: "not defined"},
+		{args: []string{"extra"}, wantErr: "unexpected arguments"},
+	} {
+		o, err := parseFlags(tt.args, io.Discard)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q: error %v, want %q", tt.args, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || o.addr != tt.addr || o.cfg != tt.want {
+			t.Errorf("%q: got %+v %v, want addr %s cfg %+v", tt.args, o, err, tt.addr, tt.want)
+		}
+	}
+}
+
+func TestRunRejectsBadValues(t *testing.T) {
+	for _, args := range [][]string{
+		{"-deltas", "-3"},
+		{"-reject-status", "500"},
+		{"-status", "99"},
+		{"-cert-out", "x.pem"}, // without -tls
+		{"-session-delay", "-1s"},
+	} {
+		var stderr strings.Builder
+		if code := run(args, io.Discard, &stderr); code != 2 || stderr.Len() == 0 {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and a message", args, code, stderr.String())
+		}
+	}
+}

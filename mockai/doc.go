@@ -1,0 +1,61 @@
+// Package mockai is a fake OpenAI Realtime upstream: a WebSocket server that speaks
+// enough of the GA Realtime protocol (see the project's protocol notes, protocol.md)
+// for the gateway's tests and for wsbench, on loopback, with knobs for latency and
+// faults. It runs one goroutine per connection (two while a response streams) and
+// holds about 20 KiB per idle session, so a single process serves 9,000+ sessions.
+//
+// Start a server in-process with [Start], point the gateway's upstream base at
+// [Server.BaseURL], and inspect what reached the upstream with [Server.Records] and
+// [Server.Stats]. The cmd/mockai binary serves the same thing as a separate process;
+// there the records and counters are at GET /mock/records and GET /mock/stats.
+//
+// # Conversation
+//
+// After the upgrade the server sends session.created unprompted (after
+// Config.SessionDelay). Client events are answered in order:
+//
+//	session.update            -> session.updated (the session, shallowly merged)
+//	input_audio_buffer.append -> nothing (the audio is counted, see usage below)
+//	input_audio_buffer.commit -> input_audio_buffer.committed
+//	input_audio_buffer.clear  -> input_audio_buffer.cleared
+//	conversation.item.create  -> conversation.item.added, conversation.item.done
+//	response.create           -> response.created, rate_limits.updated, then after
+//	                             Config.FirstAudioDelay: AudioDeltas x
+//	                             response.output_audio.delta (AudioDeltaInterval apart),
+//	                             one response.output_audio_transcript.delta, response.done
+//	response.cancel           -> the deltas stop; response.done with status "cancelled"
+//
+// Anything else gets an error event of type invalid_request_error and the connection
+// stays open: code invalid_value for non-JSON text, binary frames, a missing or
+// unknown type and bad field values; missing_required_parameter for a missing
+// session, audio or item; conversation_already_has_active_response for a
+// response.create during a response; response_cancel_not_active for a
+// response.cancel without one. session.update does not insist on session.type, but
+// rejects values other than "realtime" and "transcription". Client messages may be up
+// to 16 MiB (OpenAI allows 15 MiB per event).
+//
+// A client's close frame is answered with the same code and reason.
+//
+// # Usage numbers
+//
+// Every response.done carries a usage object that tests can predict exactly. All
+// audio is PCM16 at 24 kHz, and one audio token stands for 480 bytes (10 ms):
+//
+//	input audio tokens  = A / 480, where A is the raw (base64-decoded) bytes appended
+//	                      since the previous response.create, less uncommitted bytes
+//	                      dropped by input_audio_buffer.clear
+//	input text tokens   = 10
+//	output audio tokens = B / 480, where B is the raw bytes in the deltas actually sent
+//	                      (AudioDeltas*AudioDeltaBytes for a completed response)
+//	output text tokens  = 5 if the transcript delta was sent, else 0
+//	input_tokens  = input text + input audio;  output_tokens = output text + output audio
+//	total_tokens  = input_tokens + output_tokens; image and cached tokens are always 0
+//
+// All divisions round down.
+//
+// # Faults
+//
+// The fault knobs count the data frames (messages) the server has sent on a
+// connection, session.created included; control frames are not counted. Once a fault
+// fires, the server sends nothing more on that connection.
+package mockai

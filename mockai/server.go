@@ -1,0 +1,585 @@
+package mockai
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Config sets the server's behaviour. The zero value is a well-behaved server that
+// accepts any key.
+type Config struct {
+	// Key, if non-empty, is the only API key accepted: as "Authorization: Bearer <Key>",
+	// the Azure-style "api-key: <Key>" header, or the browser subprotocol
+	// "openai-insecure-api-key.<Key>".
+	Key string
+	// RejectStatus says how a wrong or missing key is refused. 0: the upgrade completes,
+	// then an error event with code invalid_api_key and close 4000
+	// "invalid_request_error.invalid_api_key" (what OpenAI usually does). 401 or 403: that
+	// HTTP status with an OpenAI-shaped JSON error body instead of the upgrade.
+	RejectStatus int
+	// TLS serves wss:// with a freshly generated self-signed certificate (ECDSA P-256,
+	// valid for 127.0.0.1, ::1 and localhost).
+	TLS bool
+	// CertFile, with TLS, is where the certificate is written (PEM) for clients to trust.
+	// If empty, the certificate is only available from CertPEM.
+	CertFile string
+
+	UpgradeDelay    time.Duration // before the 101 response
+	SessionDelay    time.Duration // after the 101, before session.created
+	FirstAudioDelay time.Duration // after response.create, before the first audio delta
+
+	// AudioDeltas is the number of response.output_audio.delta events per response:
+	// 0 means the default of 5, a negative number means none.
+	AudioDeltas int
+	// AudioDeltaBytes is the raw PCM bytes per delta before base64 (0: 4800, 100 ms).
+	AudioDeltaBytes int
+	// AudioDeltaInterval is the gap between two deltas (default none).
+	AudioDeltaInterval time.Duration
+
+	// Fault knobs, 0 (or false) = off. N counts data frames sent on the connection,
+	// session.created included.
+	CloseAfterFrames     int  // after N frames: close 1011 "mock: closing after N frames"
+	DropAfterFrames      int  // after N frames: drop the TCP connection, no close frame
+	MalformedAfterFrames int  // after N frames: write a frame with reserved opcode 0x3
+	StopReading          bool // after session.created, never read from the socket again
+	// StatusCode, if non-zero (e.g. 429, 500), answers every upgrade with this HTTP
+	// status and a JSON error body.
+	StatusCode int
+
+	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
+	Logger *slog.Logger
+}
+
+const (
+	defaultAudioDeltas     = 5
+	defaultAudioDeltaBytes = 4800
+	// maxRecords bounds the memory Records uses in long load runs.
+	maxRecords = 10000
+	// readLimit admits the largest client event OpenAI accepts (15 MiB) plus framing slack.
+	readLimit = 16 << 20
+	// closeWait is how long the server waits for the client to answer its close frame.
+	closeWait = 2 * time.Second
+)
+
+// ErrConfig is wrapped by Start's error when the Config itself is unusable.
+var ErrConfig = errors.New("mockai: invalid config")
+
+// validate reports the first setting that cannot work, so callers get a clear error.
+func (c Config) validate() error {
+	switch {
+	case c.RejectStatus != 0 && c.RejectStatus != http.StatusUnauthorized && c.RejectStatus != http.StatusForbidden:
+		return fmt.Errorf("reject status %d: must be 0, 401 or 403", c.RejectStatus)
+	case c.StatusCode != 0 && (c.StatusCode < 200 || c.StatusCode > 599 || c.StatusCode == http.StatusSwitchingProtocols):
+		return fmt.Errorf("status code %d: must be 0 or an HTTP status from 200 to 599", c.StatusCode)
+	case c.UpgradeDelay < 0 || c.SessionDelay < 0 || c.FirstAudioDelay < 0 || c.AudioDeltaInterval < 0:
+		return errors.New("delays and intervals must not be negative")
+	case c.AudioDeltaBytes < 0 || c.AudioDeltaBytes > readLimit:
+		return fmt.Errorf("audio delta bytes %d: must be between 0 and %d", c.AudioDeltaBytes, readLimit)
+	case c.AudioDeltaBytes%2 != 0:
+		return fmt.Errorf("audio delta bytes %d: PCM16 needs an even number of bytes", c.AudioDeltaBytes)
+	case c.CloseAfterFrames < 0 || c.DropAfterFrames < 0 || c.MalformedAfterFrames < 0:
+		return errors.New("fault frame counts must not be negative")
+	case c.CertFile != "" && !c.TLS:
+		return errors.New("a cert file needs TLS")
+	}
+	return nil
+}
+
+// Record describes one upgrade attempt on a realtime path, as it arrived.
+// Records are test data: they hold the key, so never log them.
+type Record struct {
+	Path         string      `json:"path"`
+	Query        string      `json:"query"`
+	Header       http.Header `json:"header"`
+	Subprotocols []string    `json:"subprotocols"`
+	// Key is the bearer, api-key or subprotocol key it arrived with ("" if none).
+	Key string `json:"key"`
+	// SessionID is the sess_... id issued to it ("" if it got no session).
+	SessionID string    `json:"session_id"`
+	At        time.Time `json:"at"`
+}
+
+// Stats are the server's counters since Start.
+type Stats struct {
+	Upgrades  int64 `json:"upgrades"`   // 101 responses sent
+	Rejected  int64 `json:"rejected"`   // attempts refused: HTTP errors, bad key or beta closes
+	Active    int64 `json:"active"`     // upgraded connections open now
+	Sessions  int64 `json:"sessions"`   // session.created events sent
+	FramesIn  int64 `json:"frames_in"`  // data frames read from clients
+	FramesOut int64 `json:"frames_out"` // data frames sent to clients
+}
+
+// Server is a running mock upstream. It is safe for concurrent use.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	ln       net.Listener
+	http     *http.Server
+	upgrader websocket.Upgrader
+	certPEM  []byte
+	// audioDelta is the base64 payload every output audio delta carries.
+	audioDelta string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // serve loop and every realtime handler
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[*websocket.Conn]struct{}
+	records recordRing
+
+	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
+}
+
+// Start listens on addr (like "127.0.0.1:0") and serves in the background until Close.
+func Start(cfg Config, addr string) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.AudioDeltas == 0 {
+		cfg.AudioDeltas = defaultAudioDeltas
+	}
+	if cfg.AudioDeltas < 0 {
+		cfg.AudioDeltas = 0
+	}
+	if cfg.AudioDeltaBytes == 0 {
+		cfg.AudioDeltaBytes = defaultAudioDeltaBytes
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+
+	s := &Server{
+		cfg:        cfg,
+		log:        logger,
+		conns:      make(map[*websocket.Conn]struct{}),
+		records:    recordRing{max: maxRecords},
+		audioDelta: base64.StdEncoding.EncodeToString(pcmPattern(cfg.AudioDeltaBytes)),
+	}
+	s.upgrader = websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		// ReadBufferSize 0 reuses the HTTP server's 4 KiB reader; writes borrow a pooled
+		// buffer only while writing, so an idle session holds no write buffer.
+		WriteBufferSize: 4096,
+		WriteBufferPool: &sync.Pool{},
+		Subprotocols:    []string{"realtime"},
+		// Browsers and relays send Origin; a fake upstream accepts any.
+		CheckOrigin: func(*http.Request) bool { return true },
+		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+			writeHTTPError(w, status, "invalid_request_error", "websocket_upgrade_failed", reason.Error())
+		},
+	}
+
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("mockai: listen %s: %w", addr, err)
+	}
+	if cfg.TLS {
+		cert, certPEM, err := selfSignedCert()
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("mockai: %w", err)
+		}
+		if cfg.CertFile != "" {
+			if err := writeFileAtomic(cfg.CertFile, certPEM); err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("mockai: write cert: %w", err)
+			}
+		}
+		s.certPEM = certPEM
+		// HTTP/1.1 only: WebSocket upgrades here do not run over HTTP/2.
+		ln = tls.NewListener(ln, &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			NextProtos:   []string{"http/1.1"},
+			MinVersion:   tls.VersionTLS12,
+		})
+	}
+	s.ln = ln
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+
+	mux := http.NewServeMux()
+	for _, p := range []string{"/v1/realtime", "/openai/realtime", "/openai/v1/realtime"} {
+		mux.HandleFunc(p, s.handleRealtime)
+	}
+	mux.HandleFunc("GET /mock/records", s.handleRecords)
+	mux.HandleFunc("GET /mock/stats", s.handleStats)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "not_found", "no route for "+r.URL.Path)
+	})
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		// TLS handshake failures from untrusting clients are expected in tests: keep them quiet.
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("mockai serve stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the listening address, like "127.0.0.1:8089".
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// BaseURL is what a client (or the gateway, as its OpenAI API base) appends /realtime to:
+// "ws://127.0.0.1:port/v1", or "wss://..." with TLS.
+func (s *Server) BaseURL() string {
+	scheme := "ws"
+	if s.cfg.TLS {
+		scheme = "wss"
+	}
+	return scheme + "://" + s.Addr() + "/v1"
+}
+
+// CertPEM is the server certificate in PEM form, nil without TLS.
+func (s *Server) CertPEM() []byte { return s.certPEM }
+
+// Records returns the most recent upgrade attempts (at most 10,000), oldest first.
+func (s *Server) Records() []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.records.list()
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Upgrades:  s.upgrades.Load(),
+		Rejected:  s.rejected.Load(),
+		Active:    s.active.Load(),
+		Sessions:  s.sessions.Load(),
+		FramesIn:  s.framesIn.Load(),
+		FramesOut: s.framesOut.Load(),
+	}
+}
+
+// Close stops the listener, closes every connection without a close frame, and waits
+// for all connection goroutines to end. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	conns := make([]*websocket.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+
+	s.cancel()
+	err := s.http.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	s.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("mockai: close: %w", err)
+	}
+	return nil
+}
+
+// enter registers a handler goroutine with Close; false means the server is closing.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// addConn tracks an upgraded connection so Close can end it; false means the server
+// is closing and the caller must drop the connection.
+func (s *Server) addConn(c *websocket.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) removeConn(c *websocket.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *Server) addRecord(r *Record) {
+	s.mu.Lock()
+	s.records.add(r)
+	s.mu.Unlock()
+}
+
+func (s *Server) setRecordSession(r *Record, id string) {
+	s.mu.Lock()
+	r.SessionID = id
+	s.mu.Unlock()
+}
+
+// handleRealtime answers one upgrade attempt and hands an upgraded connection to
+// serveSession.
+func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
+	if !s.enter() {
+		writeHTTPError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "the server is shutting down")
+		return
+	}
+	defer s.wg.Done()
+
+	rec := &Record{
+		Path:         r.URL.Path,
+		Query:        r.URL.RawQuery,
+		Header:       r.Header.Clone(),
+		Subprotocols: websocket.Subprotocols(r),
+		Key:          presentedKey(r),
+		At:           time.Now(),
+	}
+	s.addRecord(rec)
+
+	if s.cfg.StatusCode != 0 {
+		s.rejected.Add(1)
+		typ, code := errorKind(s.cfg.StatusCode)
+		writeHTTPError(w, s.cfg.StatusCode, typ, code, fmt.Sprintf("mock: configured to answer %d", s.cfg.StatusCode))
+		return
+	}
+	q := r.URL.Query()
+	model := firstNonEmpty(q.Get("model"), q.Get("deployment"))
+	if model == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
+		s.rejected.Add(1)
+		writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter",
+			"missing required parameter: 'model'")
+		return
+	}
+	if model == "" {
+		model = "gpt-realtime"
+	}
+	badKey := s.cfg.Key != "" && rec.Key != s.cfg.Key
+	if badKey && s.cfg.RejectStatus != 0 {
+		s.rejected.Add(1)
+		typ, code := errorKind(s.cfg.RejectStatus)
+		writeHTTPError(w, s.cfg.RejectStatus, typ, code, "Incorrect API key provided.")
+		return
+	}
+	beta := strings.EqualFold(strings.TrimSpace(r.Header.Get("OpenAI-Beta")), "realtime=v1")
+	for _, p := range rec.Subprotocols {
+		beta = beta || p == "openai-beta.realtime-v1"
+	}
+
+	if !s.sleep(r.Context(), s.cfg.UpgradeDelay) {
+		return
+	}
+	// Counted before the 101 goes out, so a client that holds a connection always
+	// finds it in Stats; undone if the upgrade fails.
+	s.upgrades.Add(1)
+	s.active.Add(1)
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		s.upgrades.Add(-1)
+		s.active.Add(-1)
+		s.rejected.Add(1) // the upgrader has already answered with an HTTP error
+		s.log.Debug("upgrade failed", "path", r.URL.Path, "err", err)
+		return
+	}
+	if !s.addConn(ws) {
+		ws.Close()
+		s.active.Add(-1)
+		return
+	}
+	// The session runs in its own goroutine so that this handler returns and the HTTP
+	// server's per-request buffers are freed: at thousands of sessions that halves the
+	// memory each one holds. This handler still holds its own wg count, so the Add
+	// cannot race with Close's Wait.
+	s.wg.Add(1)
+	go s.serveSession(ws, rec, model, badKey, beta)
+}
+
+// serveSession runs an upgraded connection to its end.
+func (s *Server) serveSession(ws *websocket.Conn, rec *Record, model string, badKey, beta bool) {
+	defer s.wg.Done()
+	defer func() {
+		ws.Close()
+		s.removeConn(ws)
+		s.active.Add(-1)
+	}()
+	sess := newSession(s, ws, model)
+	defer sess.end()
+	switch {
+	case badKey:
+		s.rejected.Add(1)
+		sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+	case beta:
+		s.rejected.Add(1)
+		sess.fail("invalid_request_error", "beta_api_shape_disabled",
+			"The Realtime beta interface has been shut down; use the GA interface.")
+	default:
+		s.setRecordSession(rec, sess.id)
+		sess.run()
+	}
+}
+
+// sleep waits d, or until the request or the server ends; false means give up.
+func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-s.ctx.Done():
+	}
+	return false
+}
+
+func (s *Server) handleRecords(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Records())
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Stats())
+}
+
+// presentedKey finds the API key a client offered, in the order OpenAI honours them.
+func presentedKey(r *http.Request) string {
+	if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "bearer ") {
+		return strings.TrimSpace(auth[7:])
+	}
+	if k := r.Header.Get("api-key"); k != "" {
+		return k
+	}
+	for _, p := range websocket.Subprotocols(r) {
+		if k, ok := strings.CutPrefix(p, "openai-insecure-api-key."); ok {
+			return k
+		}
+	}
+	return ""
+}
+
+// errorKind maps an HTTP status to the error type and code OpenAI uses for it.
+func errorKind(status int) (typ, code string) {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "invalid_request_error", "invalid_api_key"
+	case status == http.StatusForbidden:
+		return "invalid_request_error", "insufficient_permissions"
+	case status == http.StatusTooManyRequests:
+		return "requests", "rate_limit_exceeded"
+	case status >= 500:
+		return "server_error", "server_error"
+	default:
+		return "invalid_request_error", "invalid_request"
+	}
+}
+
+// writeHTTPError answers with OpenAI's JSON error shape.
+func writeHTTPError(w http.ResponseWriter, status int, typ, code, msg string) {
+	writeJSON(w, status, map[string]any{
+		"error": map[string]any{"message": msg, "type": typ, "code": code, "param": nil},
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client may be gone; nothing useful to do about it
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// pcmPattern is n bytes of a quiet PCM16 sawtooth: recognisable, not silence.
+func pcmPattern(n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i+1 < n; i += 2 {
+		v := int16((i/2)%200*50 - 5000)
+		b[i], b[i+1] = byte(v), byte(uint16(v)>>8)
+	}
+	return b
+}
+
+// writeFileAtomic writes data so a reader never sees a half-written file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".mockai-cert-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// recordRing keeps the newest max records in arrival order.
+type recordRing struct {
+	max   int
+	buf   []*Record
+	start int // index of the oldest record once buf is full
+}
+
+func (rr *recordRing) add(r *Record) {
+	if len(rr.buf) < rr.max {
+		rr.buf = append(rr.buf, r)
+		return
+	}
+	rr.buf[rr.start] = r
+	rr.start = (rr.start + 1) % rr.max
+}
+
+func (rr *recordRing) list() []Record {
+	out := make([]Record, 0, len(rr.buf))
+	for i := range rr.buf {
+		r := *rr.buf[(rr.start+i)%len(rr.buf)]
+		r.Header = r.Header.Clone()
+		r.Subprotocols = append([]string(nil), r.Subprotocols...)
+		out = append(out, r)
+	}
+	return out
+}

@@ -1,0 +1,534 @@
+package mockai
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// bytesPerAudioToken is the PCM16 24 kHz audio one token stands for: 10 ms.
+const bytesPerAudioToken = 480
+
+// Fixed token counts of every response (see the package doc).
+const (
+	inputTextTokens  = 10
+	outputTextTokens = 5
+	transcript       = "Hello from mockai."
+)
+
+// errStopped means the connection is closing (or a fault fired): nothing more is sent.
+var errStopped = errors.New("mockai: connection is closing")
+
+// session is one upgraded connection. The handler goroutine reads client events and
+// answers them in order; while a response is active, a second goroutine streams its
+// audio. Both write through send, which serializes frames and fires the fault knobs.
+type session struct {
+	srv    *Server
+	cfg    *Config
+	ws     *websocket.Conn
+	id     string
+	convID string
+	ctx    context.Context
+	cancel context.CancelFunc
+	// faulted is closed when a fault knob ends the connection, so a session that
+	// stopped reading can still end.
+	faulted   chan struct{}
+	faultOnce sync.Once
+
+	wmu     sync.Mutex
+	sent    int  // data frames sent
+	stopped bool // a close frame went out or a fault fired: send nothing more
+
+	// Used only by the handler goroutine.
+	model     string
+	expiresAt int64
+	// overrides holds the session.update fields merged so far (nil until the first
+	// update); the full session object is rebuilt from it on demand, so an idle
+	// session holds no copy of it.
+	overrides      map[string]any
+	pendingAudio   int64 // raw bytes appended and not yet committed
+	committedAudio int64 // raw bytes committed since the last response
+	lastItemID     string
+
+	rmu    sync.Mutex
+	active *response      // the response being streamed, nil when none
+	rwg    sync.WaitGroup // response goroutines
+}
+
+// response is one response.create being answered.
+type response struct {
+	id, itemID       string
+	ctx              context.Context
+	cancel           context.CancelFunc
+	cancelled        bool // by response.cancel; guarded by session.rmu
+	inputAudioTokens int
+}
+
+func newSession(srv *Server, ws *websocket.Conn, model string) *session {
+	s := &session{
+		srv:       srv,
+		cfg:       &srv.cfg,
+		ws:        ws,
+		id:        newID("sess_"),
+		convID:    newID("conv_"),
+		faulted:   make(chan struct{}),
+		model:     model,
+		expiresAt: time.Now().Add(time.Hour).Unix(),
+	}
+	s.ctx, s.cancel = context.WithCancel(srv.ctx)
+	ws.SetReadLimit(readLimit)
+	ws.SetCloseHandler(func(code int, text string) error {
+		// Echo the client's code and reason (gorilla's default drops the reason).
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		s.writeClose(code, text)
+		return nil
+	})
+	return s
+}
+
+// sessionObject is the session as session.created and session.updated describe it:
+// the defaults, shallowly overridden by every session.update so far.
+func (s *session) sessionObject() map[string]any {
+	pcm := map[string]any{"type": "audio/pcm", "rate": 24000}
+	obj := map[string]any{
+		"type":              "realtime",
+		"object":            "realtime.session",
+		"id":                s.id,
+		"model":             s.model,
+		"output_modalities": []string{"audio"},
+		"instructions":      "You are mockai, a fake voice assistant for tests.",
+		"audio": map[string]any{
+			"input": map[string]any{
+				"format":          pcm,
+				"transcription":   nil,
+				"noise_reduction": nil,
+				"turn_detection": map[string]any{
+					"type":                "server_vad",
+					"threshold":           0.5,
+					"prefix_padding_ms":   300,
+					"silence_duration_ms": 200,
+					"idle_timeout_ms":     nil,
+					"create_response":     true,
+					"interrupt_response":  true,
+				},
+			},
+			"output": map[string]any{"format": pcm, "voice": "alloy", "speed": 1.0},
+		},
+		"tools":             []any{},
+		"tool_choice":       "auto",
+		"max_output_tokens": "inf",
+		"tracing":           nil,
+		"prompt":            nil,
+		"truncation":        "auto",
+		"expires_at":        s.expiresAt,
+	}
+	for k, v := range s.overrides {
+		obj[k] = v
+	}
+	return obj
+}
+
+// run sends session.created and answers client events until the connection ends.
+func (s *session) run() {
+	if !s.srv.sleep(s.ctx, s.cfg.SessionDelay) {
+		return
+	}
+	s.srv.sessions.Add(1)
+	s.srv.log.Debug("session opened", "session", s.id, "model", s.model)
+	if err := s.send(map[string]any{"type": "session.created", "event_id": newID("event_"), "session": s.sessionObject()}); err != nil {
+		return
+	}
+	if s.cfg.StopReading {
+		// Client frames pile up in the socket buffers until the client's writes block.
+		select {
+		case <-s.ctx.Done():
+		case <-s.faulted:
+		}
+		return
+	}
+	for {
+		mt, data, err := s.ws.ReadMessage()
+		if err != nil {
+			s.srv.log.Debug("session closed", "session", s.id, "err", err)
+			return
+		}
+		s.srv.framesIn.Add(1)
+		s.handle(mt, data)
+	}
+}
+
+// fail refuses the session the way OpenAI does after an upgrade: an error event, then
+// close 4000 with reason "<type>.<code>".
+func (s *session) fail(typ, code, msg string) {
+	_ = s.send(errorEvent(typ, code, msg, "", ""))
+	s.wmu.Lock()
+	s.writeClose(4000, typ+"."+code)
+	s.wmu.Unlock()
+	for { // wait for the client's close answer (or the close deadline)
+		if _, _, err := s.ws.ReadMessage(); err != nil {
+			return
+		}
+	}
+}
+
+// end stops the session's response goroutine and closes the socket.
+func (s *session) end() {
+	s.cancel()
+	s.ws.Close() // unblocks a response goroutine stuck writing to a client that does not read
+	s.rwg.Wait()
+}
+
+// clientEvent holds the fields of any client event that the server looks at.
+type clientEvent struct {
+	Type    string          `json:"type"`
+	EventID string          `json:"event_id"`
+	Audio   *string         `json:"audio"`
+	Session json.RawMessage `json:"session"`
+	Item    json.RawMessage `json:"item"`
+}
+
+// handle answers one client message.
+func (s *session) handle(mt int, data []byte) {
+	if mt != websocket.TextMessage {
+		s.sendError("invalid_value", "Binary frames are not supported; send JSON text frames.", "", "")
+		return
+	}
+	var ev clientEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		msg := "Invalid event: " + err.Error()
+		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+			msg = "The message is not valid JSON."
+		}
+		s.sendError("invalid_value", msg, "", "")
+		return
+	}
+	switch ev.Type {
+	case "session.update":
+		s.updateSession(ev)
+	case "input_audio_buffer.append":
+		s.appendAudio(ev)
+	case "input_audio_buffer.commit":
+		s.committedAudio += s.pendingAudio
+		s.pendingAudio = 0
+		itemID := newID("item_")
+		_ = s.send(map[string]any{"type": "input_audio_buffer.committed", "event_id": newID("event_"),
+			"previous_item_id": nullable(s.lastItemID), "item_id": itemID})
+		s.lastItemID = itemID
+	case "input_audio_buffer.clear":
+		s.pendingAudio = 0
+		_ = s.send(map[string]any{"type": "input_audio_buffer.cleared", "event_id": newID("event_")})
+	case "conversation.item.create":
+		s.createItem(ev)
+	case "response.create":
+		s.createResponse(ev)
+	case "response.cancel":
+		s.rmu.Lock()
+		r := s.active
+		if r != nil {
+			r.cancelled = true
+			r.cancel()
+		}
+		s.rmu.Unlock()
+		if r == nil {
+			s.sendError("response_cancel_not_active", "Cancellation failed: no active response found.", "", ev.EventID)
+		}
+	case "":
+		s.sendError("invalid_value", "Missing required parameter: 'type'.", "type", ev.EventID)
+	default:
+		s.sendError("invalid_value", fmt.Sprintf("Invalid value: '%s'. Unknown client event type.", ev.Type), "type", ev.EventID)
+	}
+}
+
+func (s *session) updateSession(ev clientEvent) {
+	var upd map[string]any
+	if err := json.Unmarshal(ev.Session, &upd); err != nil || upd == nil {
+		s.sendError("missing_required_parameter", "Missing required parameter: 'session' (an object).", "session", ev.EventID)
+		return
+	}
+	if t, ok := upd["type"]; ok && t != "realtime" && t != "transcription" {
+		s.sendError("invalid_value", "Invalid value for 'session.type': expected 'realtime' or 'transcription'.", "session.type", ev.EventID)
+		return
+	}
+	if s.overrides == nil {
+		s.overrides = make(map[string]any, len(upd))
+	}
+	for k, v := range upd {
+		if k != "id" && k != "object" { // the server owns these
+			s.overrides[k] = v
+		}
+	}
+	_ = s.send(map[string]any{"type": "session.updated", "event_id": newID("event_"), "session": s.sessionObject()})
+}
+
+func (s *session) appendAudio(ev clientEvent) {
+	if ev.Audio == nil {
+		s.sendError("missing_required_parameter", "Missing required parameter: 'audio'.", "audio", ev.EventID)
+		return
+	}
+	// Count the decoded bytes without holding a second copy of up to 11 MiB.
+	n, err := io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, strings.NewReader(*ev.Audio)))
+	if err != nil {
+		s.sendError("invalid_value", "Invalid 'audio': not valid base64.", "audio", ev.EventID)
+		return
+	}
+	s.pendingAudio += n
+}
+
+func (s *session) createItem(ev clientEvent) {
+	var item map[string]any
+	if err := json.Unmarshal(ev.Item, &item); err != nil || item == nil {
+		s.sendError("missing_required_parameter", "Missing required parameter: 'item' (an object).", "item", ev.EventID)
+		return
+	}
+	if id, _ := item["id"].(string); id == "" {
+		item["id"] = newID("item_")
+	}
+	item["object"] = "realtime.item"
+	item["status"] = "completed"
+	prev := nullable(s.lastItemID)
+	for _, typ := range []string{"conversation.item.added", "conversation.item.done"} {
+		_ = s.send(map[string]any{"type": typ, "event_id": newID("event_"), "previous_item_id": prev, "item": item})
+	}
+	s.lastItemID, _ = item["id"].(string)
+}
+
+func (s *session) createResponse(ev clientEvent) {
+	s.rmu.Lock()
+	if s.active != nil {
+		s.rmu.Unlock()
+		s.sendError("conversation_already_has_active_response",
+			"Conversation already has an active response in progress.", "", ev.EventID)
+		return
+	}
+	r := &response{
+		id:               newID("resp_"),
+		itemID:           newID("item_"),
+		inputAudioTokens: int((s.pendingAudio + s.committedAudio) / bytesPerAudioToken),
+	}
+	r.ctx, r.cancel = context.WithCancel(s.ctx)
+	s.active = r
+	s.rmu.Unlock()
+	s.pendingAudio, s.committedAudio = 0, 0
+
+	// Sent here, not by the streaming goroutine, so they precede any later answer.
+	_ = s.send(map[string]any{"type": "response.created", "event_id": newID("event_"),
+		"response": s.responseObject(r, "in_progress", nil, []any{}, nil)})
+	_ = s.send(map[string]any{"type": "rate_limits.updated", "event_id": newID("event_"),
+		"rate_limits": []map[string]any{
+			{"name": "requests", "limit": 10000, "remaining": 9999, "reset_seconds": 0.006},
+			{"name": "tokens", "limit": 2000000, "remaining": 1995000, "reset_seconds": 0.15},
+		}})
+	s.rwg.Add(1)
+	go s.stream(r)
+}
+
+// audioDelta is a response.output_audio.delta (and, with another type, the transcript delta).
+type audioDelta struct {
+	Type         string `json:"type"`
+	EventID      string `json:"event_id"`
+	ResponseID   string `json:"response_id"`
+	ItemID       string `json:"item_id"`
+	OutputIndex  int    `json:"output_index"`
+	ContentIndex int    `json:"content_index"`
+	Delta        string `json:"delta"`
+}
+
+// stream sends a response's audio and transcript, then response.done.
+func (s *session) stream(r *response) {
+	defer s.rwg.Done()
+	audioBytes, textSent := 0, false
+	if s.srv.sleep(r.ctx, s.cfg.FirstAudioDelay) {
+		for i := 0; i < s.cfg.AudioDeltas; i++ {
+			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
+				break
+			}
+			if s.send(audioDelta{"response.output_audio.delta", newID("event_"), r.id, r.itemID, 0, 0, s.srv.audioDelta}) != nil {
+				break
+			}
+			audioBytes += s.cfg.AudioDeltaBytes
+		}
+		if r.ctx.Err() == nil {
+			textSent = s.send(audioDelta{"response.output_audio_transcript.delta", newID("event_"), r.id, r.itemID, 0, 0, transcript}) == nil
+		}
+	}
+
+	s.rmu.Lock()
+	s.active = nil
+	cancelled := r.cancelled
+	s.rmu.Unlock()
+	r.cancel()
+
+	status, details := "completed", any(nil)
+	if cancelled {
+		status, details = "cancelled", map[string]any{"type": "cancelled", "reason": "client_cancelled"}
+	}
+	var content map[string]any
+	if textSent {
+		content = map[string]any{"type": "output_audio", "transcript": transcript}
+	} else {
+		content = map[string]any{"type": "output_audio", "transcript": ""}
+	}
+	output := []any{map[string]any{
+		"id": r.itemID, "object": "realtime.item", "type": "message", "role": "assistant",
+		"status": status, "content": []any{content},
+	}}
+	_ = s.send(map[string]any{"type": "response.done", "event_id": newID("event_"),
+		"response": s.responseObject(r, status, details, output, computeUsage(r.inputAudioTokens, audioBytes, textSent))})
+}
+
+func (s *session) responseObject(r *response, status string, details, output, usage any) map[string]any {
+	return map[string]any{
+		"object":            "realtime.response",
+		"id":                r.id,
+		"status":            status,
+		"status_details":    details,
+		"output":            output,
+		"conversation_id":   s.convID,
+		"output_modalities": []string{"audio"},
+		"max_output_tokens": "inf",
+		"audio": map[string]any{"output": map[string]any{
+			"format": map[string]any{"type": "audio/pcm", "rate": 24000},
+			"voice":  "alloy",
+		}},
+		"usage":    usage,
+		"metadata": nil,
+	}
+}
+
+// usage is response.done's token accounting; see the package doc for the formula.
+type usage struct {
+	TotalTokens        int                `json:"total_tokens"`
+	InputTokens        int                `json:"input_tokens"`
+	OutputTokens       int                `json:"output_tokens"`
+	InputTokenDetails  inputTokenDetails  `json:"input_token_details"`
+	OutputTokenDetails outputTokenDetails `json:"output_token_details"`
+}
+
+type inputTokenDetails struct {
+	TextTokens          int `json:"text_tokens"`
+	AudioTokens         int `json:"audio_tokens"`
+	ImageTokens         int `json:"image_tokens"`
+	CachedTokens        int `json:"cached_tokens"`
+	CachedTokensDetails struct {
+		TextTokens  int `json:"text_tokens"`
+		AudioTokens int `json:"audio_tokens"`
+		ImageTokens int `json:"image_tokens"`
+	} `json:"cached_tokens_details"`
+}
+
+type outputTokenDetails struct {
+	TextTokens  int `json:"text_tokens"`
+	AudioTokens int `json:"audio_tokens"`
+}
+
+func computeUsage(inputAudioTokens, outputAudioBytes int, textSent bool) usage {
+	var u usage
+	u.InputTokenDetails.TextTokens = inputTextTokens
+	u.InputTokenDetails.AudioTokens = inputAudioTokens
+	u.OutputTokenDetails.AudioTokens = outputAudioBytes / bytesPerAudioToken
+	if textSent {
+		u.OutputTokenDetails.TextTokens = outputTextTokens
+	}
+	u.InputTokens = u.InputTokenDetails.TextTokens + u.InputTokenDetails.AudioTokens
+	u.OutputTokens = u.OutputTokenDetails.TextTokens + u.OutputTokenDetails.AudioTokens
+	u.TotalTokens = u.InputTokens + u.OutputTokens
+	return u
+}
+
+// sendError sends an error event; the connection stays open. param and clientEventID
+// are null when empty.
+func (s *session) sendError(code, msg, param, clientEventID string) {
+	_ = s.send(errorEvent("invalid_request_error", code, msg, param, clientEventID))
+}
+
+func errorEvent(typ, code, msg, param, clientEventID string) map[string]any {
+	return map[string]any{"type": "error", "event_id": newID("event_"), "error": map[string]any{
+		"type": typ, "code": code, "message": msg, "param": nullable(param), "event_id": nullable(clientEventID),
+	}}
+}
+
+// send writes ev as one text frame, then fires any fault knob that is due.
+func (s *session) send(ev any) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.stopped {
+		return errStopped
+	}
+	// Counted before writing, so a client that has read a frame always finds it in Stats.
+	s.srv.framesOut.Add(1)
+	if err := s.ws.WriteMessage(websocket.TextMessage, data); err != nil {
+		s.srv.framesOut.Add(-1)
+		s.stopped = true
+		return fmt.Errorf("write event: %w", err)
+	}
+	s.sent++
+	s.injectFault()
+	return nil
+}
+
+// injectFault fires the fault knob whose frame count was just reached. s.wmu is held.
+// A knob that is off (0) never matches, since sent is at least 1 here.
+func (s *session) injectFault() {
+	switch s.sent {
+	case s.cfg.CloseAfterFrames:
+		s.writeClose(websocket.CloseInternalServerErr, fmt.Sprintf("mock: closing after %d frames", s.sent))
+	case s.cfg.DropAfterFrames:
+		s.stopped = true
+		_ = s.ws.UnderlyingConn().Close() // FIN without a close frame
+	case s.cfg.MalformedAfterFrames:
+		s.stopped = true
+		// FIN + reserved opcode 0x3, empty payload: a conforming client must fail the
+		// connection. Written on the raw stream (inside TLS when serving wss).
+		_, _ = s.ws.UnderlyingConn().Write([]byte{0x83, 0x00})
+		_ = s.ws.SetReadDeadline(time.Now().Add(closeWait))
+	default:
+		return
+	}
+	s.faultOnce.Do(func() { close(s.faulted) })
+}
+
+// writeClose sends a close frame unless the session has already stopped sending, and
+// bounds the wait for the peer's answer. s.wmu is held.
+func (s *session) writeClose(code int, reason string) {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	// FormatCloseMessage turns 1005 (no status) into an empty payload, as the RFC wants.
+	_ = s.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(closeWait))
+	_ = s.ws.SetReadDeadline(time.Now().Add(closeWait))
+}
+
+// nullable is nil (JSON null) for "", else the string.
+func nullable(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// newID makes an OpenAI-style id: prefix plus 20 random characters (~119 bits).
+func newID(prefix string) string {
+	b := make([]byte, len(prefix)+20)
+	copy(b, prefix)
+	for i := len(prefix); i < len(b); i++ {
+		b[i] = idAlphabet[rand.IntN(len(idAlphabet))]
+	}
+	return string(b)
+}

@@ -1,0 +1,214 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"rtgate/frames"
+	"rtgate/mockai"
+)
+
+// recordingUpstream is a minimal upstream (gorilla's server side) that sends
+// session.created and records how each connection ended, so tests can see
+// what close the gateway sent upstream.
+type recordingUpstream struct {
+	srv    *httptest.Server
+	closes chan int // close code per connection; 1006 when it dropped without one
+}
+
+func startRecordingUpstream(t *testing.T) *recordingUpstream {
+	t.Helper()
+	u := &recordingUpstream{closes: make(chan int, 16)}
+	up := websocket.Upgrader{}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session":{"id":"sess_rec"}}`))
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				code := 1006
+				if ce, ok := err.(*websocket.CloseError); ok {
+					code = ce.Code
+				}
+				u.closes <- code
+				return
+			}
+		}
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *recordingUpstream) base() string { return "ws" + strings.TrimPrefix(u.srv.URL, "http") + "/v1" }
+
+func (u *recordingUpstream) nextClose(t *testing.T) int {
+	t.Helper()
+	select {
+	case c := <-u.closes:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream connection did not end")
+		return 0
+	}
+}
+
+func TestCloseCodesPassBothWays(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, nil)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	// mockai echoes the client's close; the echo crossing the gateway back
+	// proves the code and reason went up and came down unchanged.
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4321, "client says bye")); err != nil {
+		t.Fatal(err)
+	}
+	if ce := closeOf(t, c); ce.Code != 4321 || ce.Text != "client says bye" {
+		t.Fatalf("close %d %q, want 4321 %q", ce.Code, ce.Text, "client says bye")
+	}
+}
+
+func TestUpstreamCloseReachesClient(t *testing.T) {
+	mock := startMock(t, mockai.Config{CloseAfterFrames: 1})
+	g := startGateway(t, mock, nil)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("got %v", e.typ())
+	}
+	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "mock: closing after 1 frames" {
+		t.Fatalf("close %d %q, want the upstream's own 1011 and reason", ce.Code, ce.Text)
+	}
+}
+
+func TestUpstreamDropBecomes1011(t *testing.T) {
+	mock := startMock(t, mockai.Config{DropAfterFrames: 1})
+	g := startGateway(t, mock, nil)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+		t.Fatalf("close %d %q, want 1011 upstream connection lost", ce.Code, ce.Text)
+	}
+	// The gateway keeps serving.
+	c2 := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	if e := read(t, c2); e.typ() != "session.created" {
+		t.Fatalf("next session got %v", e.typ())
+	}
+}
+
+func TestMalformedUpstreamFrame(t *testing.T) {
+	mock := startMock(t, mockai.Config{MalformedAfterFrames: 1})
+	g := startGateway(t, mock, nil)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	e := read(t, c)
+	if e.typ() != "error" || e.str("error", "code") != "upstream_protocol_error" {
+		t.Fatalf("got %v, want an upstream_protocol_error event", e)
+	}
+	if ce := closeOf(t, c); ce.Code != 1011 {
+		t.Fatalf("close %d, want 1011", ce.Code)
+	}
+}
+
+func TestClientDropSends1001Upstream(t *testing.T) {
+	up := startRecordingUpstream(t)
+	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	_ = c.UnderlyingConn().Close() // no close frame
+	if code := up.nextClose(t); code != 1001 {
+		t.Fatalf("upstream got close %d, want 1001", code)
+	}
+	waitFor(t, "session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+func TestClientCloseCodeReachesUpstream(t *testing.T) {
+	up := startRecordingUpstream(t)
+	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4005, "custom"))
+	if code := up.nextClose(t); code != 4005 {
+		t.Fatalf("upstream got close %d, want 4005", code)
+	}
+	if ce := closeOf(t, c); ce.Code != 4005 {
+		t.Fatalf("client got close %d, want its own 4005 echoed", ce.Code)
+	}
+	waitFor(t, "session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+func TestUnmaskedClientFrameCloses1002(t *testing.T) {
+	up := startRecordingUpstream(t)
+	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	// gorilla always masks; write an unmasked frame on its socket directly.
+	raw := frames.AppendFrame(nil, 1, []byte(`{"type":"session.update"}`), false)
+	if _, err := c.UnderlyingConn().Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if ce := closeOf(t, c); ce.Code != 1002 || !strings.Contains(ce.Text, "masked") {
+		t.Fatalf("close %d %q, want 1002 about masking", ce.Code, ce.Text)
+	}
+	if code := up.nextClose(t); code != 1001 {
+		t.Fatalf("upstream got close %d, want 1001", code)
+	}
+	c2 := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	if e := read(t, c2); e.typ() != "session.created" {
+		t.Fatalf("next session got %v", e.typ())
+	}
+}
+
+func TestHandshakeTimeoutDropsSilentClients(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.HandshakeTimeout = 200 * time.Millisecond })
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = conn.Write([]byte("GET /v1/realtime HTTP/1.1\r\nHost: x\r\n")) // never finished
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1)
+	if _, err := conn.Read(buf); err == nil {
+		t.Fatal("the gateway answered an unfinished request head")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the gateway kept a silent client past the handshake timeout")
+	}
+}
+
+func TestOversizedHeadGets431(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, nil)
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = conn.Write([]byte("GET /v1/realtime HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("a", 16<<10) + "\r\n\r\n"))
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, _ := conn.Read(buf)
+	if !strings.HasPrefix(string(buf[:n]), "HTTP/1.1 431") {
+		t.Fatalf("got %q, want HTTP 431", buf[:n])
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
