@@ -411,3 +411,26 @@ func write(dst Sink, p []byte) error {
 	_, err := dst.WriteBinary(p)
 	return err
 }
+
+// ParseHeader decodes the header of the frame that starts at b[0]. ok is
+// false while b does not hold the whole header yet.
+func ParseHeader(b []byte) (h ws.Header, hlen int, ok bool, err error) {
+	if len(b) < 2 {
+		return h, 0, false, nil
+	}
+	n := 2
+	switch b[1] & 0x7f {
+	case 126:
+		n = 4
+	case 127:
+		n = 10
+	}
+	if b[1]&0x80 != 0 {
+		n += 4
+	}
+	if len(b) < n {
+		return h, 0, false, nil
+	}
+	h, hlen, err = parseHeader(b)
+	return h, hlen, err == nil, err
+}

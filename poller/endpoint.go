@@ -33,14 +33,37 @@ type Endpoint struct {
 
 // NewPlainEndpoint wraps a plain TCP netpoll connection.
 func NewPlainEndpoint(c netpoll.Connection) *Endpoint {
-	return &Endpoint{conn: c}
+	e := &Endpoint{conn: c}
+	e.guard(c)
+	return e
 }
 
 // NewTLSEndpoint wraps a TLS connection running over nb. The TLS handshake
 // must be complete; the endpoint switches nb to non-blocking reads.
 func NewTLSEndpoint(nb *NBConn, t *tls.Conn) *Endpoint {
 	nb.SetBlocking(false)
-	return &Endpoint{conn: nb.Connection, tls: t, nb: nb}
+	e := &Endpoint{conn: nb.Connection, tls: t, nb: nb}
+	e.guard(nb.Connection)
+	return e
+}
+
+// guard marks the endpoint closed when its socket closes, for whatever
+// reason. netpoll frees a connection's buffers after running its close
+// callbacks, and its writer may panic once they are freed; since this
+// callback takes mu, a write in progress finishes before the buffers go, and
+// every later write sees closed.
+func (e *Endpoint) guard(c netpoll.Connection) {
+	_ = c.AddCloseCallback(func(netpoll.Connection) error {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+		return nil
+	})
+	if !c.IsActive() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+	}
 }
 
 // Conn returns the underlying netpoll connection.

@@ -42,6 +42,9 @@ type SessionConfig struct {
 	CloseTimeout time.Duration
 	// OnEnd, if set, runs once when both sockets are closed.
 	OnEnd func(*Session)
+	// OnFirstUpstreamFrame, if set, runs once the first upstream frame
+	// (session.created) has been sent to the client.
+	OnFirstUpstreamFrame func(*Session)
 }
 
 // upstream connection states, guarded by the upstream endpoint's mu.
@@ -89,6 +92,11 @@ type Session struct {
 
 	// Start is when the client's upgrade completed.
 	Start time.Time
+	// PoolHit says the upstream came from the warm pool. The server sets it
+	// before any upstream event can run.
+	PoolHit bool
+
+	firstFrameSent bool // guarded by upReadMu (the upstream read path)
 
 	infoMu    sync.Mutex
 	close     frames.Close // the first close of the session
@@ -199,6 +207,12 @@ func (s *Session) fromUpstream(src frames.Source) error {
 			werr = s.client.flush()
 		}
 		s.client.mu.Unlock()
+		if !s.firstFrameSent && s.u2c.Frames > 0 && werr == nil {
+			s.firstFrameSent = true
+			if s.cfg.OnFirstUpstreamFrame != nil {
+				s.cfg.OnFirstUpstreamFrame(s)
+			}
+		}
 
 		if werr != nil {
 			s.client.closeNow()
@@ -251,16 +265,22 @@ func (s *Session) attachLocked(up *Endpoint, preface []byte) {
 	s.up.mu.Lock()
 	s.up.conn, s.up.tls, s.up.nb = up.conn, up.tls, up.nb
 	s.upState = upReady
+	s.up.mu.Unlock()
+	s.up.guard(up.conn)
+	s.up.mu.Lock()
 	var werr error
 	if s.pending != nil {
 		werr = s.flushPending()
 	}
 	s.up.mu.Unlock()
 
-	if werr != nil || !s.up.conn.IsActive() {
+	if werr != nil {
 		s.up.closeNow()
 		return
 	}
+	// An upstream that already closed may still have sent frames first
+	// (session.created, then a close): forward what it sent before its
+	// close callback tells the client it is gone.
 	if s.clientGone.Load() {
 		s.tellGone(s.up, ClientSide)
 	}
@@ -520,6 +540,13 @@ func (s *Session) maybeEnd() {
 			s.cfg.OnEnd(s)
 		}
 	})
+}
+
+// UpstreamUnavailable reports whether the upstream could not be reached.
+func (s *Session) UpstreamUnavailable() bool {
+	s.up.mu.Lock()
+	defer s.up.mu.Unlock()
+	return s.upState == upFailed
 }
 
 // Ended reports whether both sockets are closed.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"rtgate/upstream"
 )
 
 // Config is everything the gateway needs to start. FromEnv fills it from the
@@ -28,6 +31,9 @@ type Config struct {
 	UpstreamKey string
 	// UpstreamCAFile adds a CA to the system roots for wss:// upstreams.
 	UpstreamCAFile string
+	// UpstreamRoots, if set, replaces the roots for wss:// upstreams (tests
+	// use it to trust mockai's certificate without a file).
+	UpstreamRoots *x509.CertPool
 
 	// TLSCert and TLSKey, both set, serve the client listener over TLS.
 	TLSCert, TLSKey string
@@ -39,6 +45,12 @@ type Config struct {
 	MaxHeaderBytes   int           // the client's HTTP request head
 	MaxMessage       int64         // one client message's payload
 	MaxPending       int           // client bytes queued while the upstream connects
+
+	// Pool configures the warm upstream pool; see upstream.PoolConfig.
+	Pool upstream.PoolConfig
+
+	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
+	AdminAddr string
 }
 
 // Defaults returns the configuration with every default filled in.
@@ -56,19 +68,35 @@ func Defaults() Config {
 		MaxHeaderBytes:   8 << 10,
 		MaxMessage:       16 << 20,
 		MaxPending:       1 << 20,
+		Pool: upstream.PoolConfig{
+			Size: 4, Min: 2, Max: 256, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 64,
+		},
+		AdminAddr: "127.0.0.1:4002",
 	}
 }
 
-// FromEnv reads the configuration from getenv (os.Getenv in the binary),
-// starting from Defaults. An invalid value is an error naming the variable.
-func FromEnv(getenv func(string) string) (Config, error) {
+// FromEnv reads the configuration through lookup (os.LookupEnv in the
+// binary), starting from Defaults. An invalid value is an error naming the
+// variable.
+func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	c := Defaults()
 	var errs []error
+	getenv := func(name string) string { v, _ := lookup(name); return v }
 	set := func(name string, fn func(string) error) {
 		if v := getenv(name); v != "" {
 			if err := fn(v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
+		}
+	}
+	count := func(dst *int, min int) func(string) error {
+		return func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < min {
+				return fmt.Errorf("%q is not a whole number of at least %d", v, min)
+			}
+			*dst = n
+			return nil
 		}
 	}
 	c.MasterKey = getenv("LITELLM_MASTER_KEY")
@@ -91,6 +119,28 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
 	set("TLS_CERT", func(v string) error { c.TLSCert = v; return nil })
 	set("TLS_KEY", func(v string) error { c.TLSKey = v; return nil })
+	set("REALTIME_POOL_SIZE", func(v string) error {
+		if strings.EqualFold(v, "auto") {
+			c.Pool.Auto = true
+			return nil
+		}
+		return count(&c.Pool.Size, 0)(v)
+	})
+	set("REALTIME_POOL_MIN", count(&c.Pool.Min, 0))
+	set("REALTIME_POOL_MAX", count(&c.Pool.Max, 1))
+	set("REALTIME_POOL_MAX_TOTAL", count(&c.Pool.MaxTotal, 1))
+	set("REALTIME_POOL_MAX_INFLIGHT", count(&c.Pool.MaxInflight, 1))
+	set("REALTIME_POOL_MAX_IDLE_SECS", func(v string) error {
+		var secs int
+		if err := count(&secs, 1)(v); err != nil {
+			return err
+		}
+		c.Pool.MaxIdle = time.Duration(secs) * time.Second
+		return nil
+	})
+	if v, ok := lookup("ADMIN_ADDR"); ok {
+		c.AdminAddr = v // empty turns the admin listener off
+	}
 	return c, errors.Join(append(errs, c.Validate())...)
 }
 
@@ -136,6 +186,14 @@ func (c Config) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("TLS_CERT and TLS_KEY must be set together"))
+	}
+	if c.Pool.Auto && c.Pool.Min > c.Pool.Max {
+		errs = append(errs, fmt.Errorf("REALTIME_POOL_MIN (%d) is above REALTIME_POOL_MAX (%d)", c.Pool.Min, c.Pool.Max))
+	}
+	if c.AdminAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
+			errs = append(errs, fmt.Errorf("ADMIN_ADDR: %w", err))
+		}
 	}
 	if c.MaxHeaderBytes < 1024 {
 		errs = append(errs, errors.New("the header size limit must be at least 1024 bytes"))

@@ -53,6 +53,8 @@ func startGateway(t testing.TB, mock *mockai.Server, mutate func(*Config)) *gate
 	cfg.UpstreamKey = testUpstreamKey
 	cfg.DialTimeout = 5 * time.Second
 	cfg.CloseTimeout = 2 * time.Second
+	cfg.Pool.Size = 0 // relay tests take the fresh-dial path; pool tests turn it on
+	cfg.AdminAddr = ""
 	if mock != nil {
 		u, err := ParseAPIBase(mock.BaseURL())
 		if err != nil {

@@ -2,6 +2,6 @@
 
 package server
 
-// raceEnabled says the test binary was built with -race, which makes the
-// scale tests open fewer sessions.
+// raceEnabled says the test binary was built with -race; see
+// TestScaleManyConcurrentSessions for why that matters.
 const raceEnabled = true

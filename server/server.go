@@ -16,7 +16,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,8 +51,10 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	sessionsOpen  atomic.Int64
-	sessionsTotal atomic.Int64
+	pool    *upstream.Pool // nil when the pool is off
+	metrics *metrics
+
+	sessionsOpen atomic.Int64
 }
 
 // New prepares a server; Serve starts it.
@@ -81,17 +82,31 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	if cfg.UpstreamRoots != nil {
+		upTLS.RootCAs = cfg.UpstreamRoots
+	}
+	s.metrics = newMetrics()
+	if cfg.Pool.Enabled() {
+		s.pool = upstream.NewPool(s.dialer, cfg.Pool, log, upstream.NewPoolMetrics(s.metrics.reg))
+	}
 	s.sessCfg = poller.SessionConfig{
 		MaxMessage:   cfg.MaxMessage,
 		MaxPending:   cfg.MaxPending,
 		CloseTimeout: cfg.CloseTimeout,
 		OnEnd:        s.sessionEnded,
+		OnFirstUpstreamFrame: func(sess *poller.Session) {
+			label := "off"
+			if s.pool != nil {
+				label = "miss"
+				if sess.PoolHit {
+					label = "hit"
+				}
+			}
+			s.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(sess.Start).Seconds())
+		},
 	}
 	return s, nil
 }
-
-// UpstreamRoots lets tests trust a private CA without a file.
-func (s *Server) UpstreamRoots(pool *x509.CertPool) { s.dialer.TLSConfig.RootCAs = pool }
 
 // ListenAndServe listens on the configured address and serves until Shutdown.
 func (s *Server) ListenAndServe() error {
@@ -115,12 +130,34 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.loop, s.ln = loop, ln
 	s.mu.Unlock()
 	s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
-		"upstream", s.cfg.APIBase.Redacted(), "model", s.cfg.Model)
+		"upstream", redactedURL(s.cfg.APIBase), "model", s.cfg.Model, "pool", poolDesc(s.cfg.Pool))
+	if s.pool != nil {
+		// The configured model's key is known now: warm it before the
+		// first client arrives.
+		s.pool.Prime(s.defaultTarget(), s.cfg.Model)
+	}
 	return loop.Serve(ln)
 }
 
-// Shutdown stops accepting connections.
+// Pool returns the warm pool, or nil when it is off.
+func (s *Server) Pool() *upstream.Pool { return s.pool }
+
+func poolDesc(c upstream.PoolConfig) string {
+	switch {
+	case c.Auto:
+		return fmt.Sprintf("auto(%d-%d)", c.Min, c.Max)
+	case c.Size > 0:
+		return fmt.Sprintf("%d", c.Size)
+	}
+	return "off"
+}
+
+// Shutdown stops accepting connections and closes the warm pool's sockets
+// with close 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.pool != nil {
+		s.pool.Close()
+	}
 	s.cancel()
 	s.mu.Lock()
 	loop := s.loop
@@ -304,12 +341,22 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		return
 	}
 	s.sessionsOpen.Add(1)
-	s.sessionsTotal.Add(1)
+	s.metrics.sessionsOpen.Inc()
 	if len(rest) > 0 {
 		sess.ClientBytes(rest)
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
+	if s.pool != nil {
+		hit := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+			h, held := s.pool.Take(target, s.cfg.Model, o)
+			sess.PoolHit = h != nil // before the held frame is forwarded
+			return h, held
+		})
+		if hit {
+			return
+		}
+	}
 	go s.connectUpstream(sess, target)
 }
 
@@ -344,6 +391,13 @@ func (s *Server) route(req *http.Request) (upstream.Target, *httpError) {
 	return upstream.Target{URL: &u, Header: h}, nil
 }
 
+// defaultTarget is the upstream a plain client connect (?model=<the
+// configured model>, no extra headers) maps to.
+func (s *Server) defaultTarget() upstream.Target {
+	t, _ := s.route(&http.Request{URL: &url.URL{}, Header: http.Header{}})
+	return t
+}
+
 // connectUpstream dials the session's upstream; this goroutine ends as soon
 // as the socket is handed to the reactor.
 func (s *Server) connectUpstream(sess *poller.Session, t upstream.Target) {
@@ -363,9 +417,19 @@ func (s *Server) connectUpstream(sess *poller.Session, t upstream.Target) {
 
 func (s *Server) sessionEnded(sess *poller.Session) {
 	s.sessionsOpen.Add(-1)
+	m := s.metrics
+	m.sessionsOpen.Dec()
 	fin, bin, fout, bout := sess.Counters()
+	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
+	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
+	m.frames.WithLabelValues("upstream_to_client").Add(float64(fout))
+	m.bytes.WithLabelValues("upstream_to_client").Add(float64(bout))
+
 	cl, from, ok := sess.FirstClose()
+	outcome := sessionOutcome(sess, cl, from, ok)
+	m.sessionsTotal.WithLabelValues(outcome).Inc()
 	attrs := []any{
+		"outcome", outcome, "pool_hit", sess.PoolHit,
 		"duration_ms", time.Since(sess.Start).Milliseconds(),
 		"frames_in", fin, "bytes_in", bin, "frames_out", fout, "bytes_out", bout,
 	}
@@ -373,6 +437,21 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		attrs = append(attrs, "close_code", int(cl.Code), "close_reason", cl.Reason, "close_side", from.String())
 	}
 	s.log.Info("session ended", attrs...)
+}
+
+// sessionOutcome classifies how a session ended, for metrics.
+func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok bool) string {
+	switch {
+	case sess.UpstreamUnavailable():
+		return "upstream_unavailable"
+	case !ok:
+		return "unknown"
+	case cl.Code == 1006:
+		return from.String() + "_lost"
+	case cl.Code == 1002 || cl.Code == 1007 || cl.Code == 1009:
+		return from.String() + "_protocol_error"
+	}
+	return from.String() + "_closed"
 }
 
 // redactedURL is a URL fit for logs: no user info, no query (which may carry

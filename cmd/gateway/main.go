@@ -28,7 +28,7 @@ func main() {
 }
 
 func run(args []string) error {
-	cfg, err := server.FromEnv(os.Getenv)
+	cfg, err := server.FromEnv(os.LookupEnv)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -40,6 +40,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.UpstreamCAFile, "upstream-ca", cfg.UpstreamCAFile, "extra CA file for wss:// upstreams (UPSTREAM_CA_FILE)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "certificate for a TLS client listener (TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "key for a TLS client listener (TLS_KEY)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listener for /metrics and /debug/pprof/, empty for none (ADMIN_ADDR)")
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	bufSize := fs.Int("buffer-size", 4096, "netpoll's initial input buffer per connection, bytes")
 	if err := fs.Parse(args); err != nil {

@@ -1,0 +1,63 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the gateway-wide Prometheus metrics. Relay counters are added
+// when a session ends, not per frame, so the forwarding path stays free of
+// shared writes.
+type metrics struct {
+	reg           *prometheus.Registry
+	sessionsOpen  prometheus.Gauge
+	sessionsTotal *prometheus.CounterVec
+	sessionSetup  *prometheus.HistogramVec
+	bytes         *prometheus.CounterVec
+	frames        *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	m := &metrics{
+		reg: reg,
+		sessionsOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_sessions_open",
+			Help: "Sessions relaying now."}),
+		sessionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_sessions_total",
+			Help: "Ended sessions by outcome."}, []string{"outcome"}),
+		sessionSetup: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_session_setup_seconds",
+			Help:    "From the client's upgrade to the first upstream frame (session.created) sent to it.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}},
+			[]string{"pool"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_relay_bytes_total",
+			Help: "Bytes relayed, counted when sessions end."}, []string{"direction"}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_relay_frames_total",
+			Help: "Frames relayed, counted when sessions end."}, []string{"direction"}),
+	}
+	reg.MustRegister(m.sessionsOpen, m.sessionsTotal, m.sessionSetup, m.bytes, m.frames,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// AdminHandler serves /metrics (Prometheus text format) and /debug/pprof/.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// ServeAdmin serves AdminHandler on ln until the listener closes.
+func (s *Server) ServeAdmin(ln net.Listener) error {
+	srv := &http.Server{Handler: s.AdminHandler()}
+	return srv.Serve(ln)
+}

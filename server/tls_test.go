@@ -1,0 +1,282 @@
+package server
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"rtgate/mockai"
+)
+
+// These tests run whole sessions with TLS on one hop or both: the gateway as
+// a TLS client of a wss:// upstream (mockai with TLS), the gateway as a TLS
+// server to its clients (TLS_CERT/TLS_KEY), and both at once. TLS reads in
+// the reactor are event-driven (poller.NBConn returns would-block), so large
+// frames arriving over many TLS records are the interesting case.
+
+// tlsAudioDeltaBytes is what mockai puts in each audio delta in these tests:
+// 64,000 raw bytes, about 85 KB of base64, so every delta spans several TLS
+// records on each hop.
+const tlsAudioDeltaBytes = 64000
+
+// startTLSMock starts an in-process mockai serving wss:// with a fresh
+// self-signed certificate.
+func startTLSMock(t *testing.T) *mockai.Server {
+	t.Helper()
+	mock := startMock(t, mockai.Config{TLS: true, AudioDeltaBytes: tlsAudioDeltaBytes})
+	if !strings.HasPrefix(mock.BaseURL(), "wss://") || len(mock.CertPEM()) == 0 {
+		t.Fatalf("mockai with TLS gave base %q and %d bytes of certificate", mock.BaseURL(), len(mock.CertPEM()))
+	}
+	return mock
+}
+
+// trustMock returns a root pool holding mock's certificate, for
+// Config.UpstreamRoots.
+func trustMock(t *testing.T, mock *mockai.Server) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(mock.CertPEM()) {
+		t.Fatal("mockai's certificate is not valid PEM")
+	}
+	return pool
+}
+
+// listenerCert is a self-signed certificate for the gateway's client
+// listener, with its files on disk (as TLS_CERT and TLS_KEY name them) and a
+// pool for clients to trust it.
+type listenerCert struct {
+	certFile, keyFile string
+	roots             *x509.CertPool
+}
+
+// newListenerCert makes an ECDSA P-256 certificate valid for 127.0.0.1 and
+// writes its PEM files to a temporary directory.
+func newListenerCert(t *testing.T) listenerCert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(now.UnixNano()),
+		Subject:               pkix.Name{CommonName: "rtgate test gateway"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	lc := listenerCert{
+		certFile: filepath.Join(dir, "gateway.crt"),
+		keyFile:  filepath.Join(dir, "gateway.key"),
+		roots:    x509.NewCertPool(),
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(lc.certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lc.keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lc.roots.AppendCertsFromPEM(certPEM)
+	return lc
+}
+
+// dialTLS connects a gorilla client to the gateway's TLS listener, trusting
+// only roots.
+func (g *gateway) dialTLS(t *testing.T, roots *x509.CertPool) *websocket.Conn {
+	t.Helper()
+	d := dialer()
+	d.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	c, resp, err := d.Dial("wss://"+g.addr+"/v1/realtime?model=gpt-realtime", bearer(testMasterKey))
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("dial gateway over TLS: %v (HTTP %d)", err, status)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// expectedDelta is the PCM mockai sends in every audio delta: its documented
+// sawtooth, rebuilt here so that the test can tell whether a delta arrived
+// byte for byte.
+func expectedDelta(n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i+1 < n; i += 2 {
+		v := int16((i/2)%200*50 - 5000)
+		b[i], b[i+1] = byte(v), byte(uint16(v)>>8)
+	}
+	return b
+}
+
+// runTLSSession drives one session to the end and checks everything a user
+// would see: session.created, an update answered, a 1 MiB audio append
+// counted in full by the upstream, a response whose five 64 KB audio deltas
+// arrive intact, and a close handshake echoed with the client's code.
+func runTLSSession(t *testing.T, c *websocket.Conn) {
+	t.Helper()
+	if e := read(t, c); e.typ() != "session.created" || !strings.HasPrefix(e.str("session", "id"), "sess_") {
+		t.Fatalf("first event %v, want session.created", e)
+	}
+	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "over TLS"}})
+	if e := read(t, c); e.typ() != "session.updated" || e.str("session", "instructions") != "over TLS" {
+		t.Fatalf("got %v, want session.updated with the new instructions", e)
+	}
+
+	// 1 MiB of raw audio, about 1.4 MB on the wire: one masked frame that
+	// crosses dozens of TLS records. mockai decodes it and counts 480 bytes
+	// per token, so a byte lost or changed on the way shows in the usage
+	// (or as an invalid_value error for broken base64).
+	const appendBytes = 1 << 20
+	audio := bytes.Repeat([]byte{0x11, 0x22, 0x33, 0x44}, appendBytes/4)
+	send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": base64.StdEncoding.EncodeToString(audio)})
+	send(t, c, map[string]any{"type": "response.create"})
+
+	want := expectedDelta(tlsAudioDeltaBytes)
+	deltas := 0
+	var done event
+	for done == nil {
+		e := read(t, c)
+		switch e.typ() {
+		case "response.output_audio.delta":
+			got, err := base64.StdEncoding.DecodeString(e.str("delta"))
+			if err != nil {
+				t.Fatalf("audio delta %d is not base64: %v", deltas, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("audio delta %d: %d bytes that differ from the %d mockai sent", deltas, len(got), len(want))
+			}
+			deltas++
+		case "response.done":
+			done = e
+		case "error":
+			t.Fatalf("the upstream reported an error: %v", e)
+		}
+	}
+	if deltas != 5 {
+		t.Fatalf("got %d audio deltas, want mockai's default of 5", deltas)
+	}
+	if got, want := done.str("response", "usage", "input_token_details", "audio_tokens"), strconv.Itoa(appendBytes/480); got != want {
+		t.Fatalf("input audio tokens %s, want %s: the 1 MiB append did not arrive intact", got, want)
+	}
+	if got, want := done.str("response", "usage", "output_token_details", "audio_tokens"), strconv.Itoa(5*tlsAudioDeltaBytes/480); got != want {
+		t.Fatalf("output audio tokens %s, want %s", got, want)
+	}
+
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "bye")); err != nil {
+		t.Fatal(err)
+	}
+	if ce := closeOf(t, c); ce.Code != 1000 || ce.Text != "bye" {
+		t.Fatalf("close %d %q, want 1000 \"bye\" echoed by the upstream", ce.Code, ce.Text)
+	}
+}
+
+func TestTLSUpstream(t *testing.T) {
+	mock := startTLSMock(t)
+	roots := trustMock(t, mock)
+	g := startGateway(t, mock, func(c *Config) { c.UpstreamRoots = roots })
+
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	runTLSSession(t, c)
+
+	if n := len(mock.Records()); n != 1 {
+		t.Fatalf("the TLS upstream saw %d connects, want 1", n)
+	}
+	pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+func TestTLSUpstreamUntrustedCertificateFails(t *testing.T) {
+	// Without UpstreamRoots the gateway must refuse mockai's self-signed
+	// certificate, and the client hears it as an upstream failure.
+	mock := startTLSMock(t)
+	g := startGateway(t, mock, nil)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	if e := read(t, c); e.typ() != "error" || e.str("error", "code") != "upstream_unavailable" {
+		t.Fatalf("got %v, want an upstream_unavailable error event", e)
+	}
+	if ce := closeOf(t, c); ce.Code != 1011 {
+		t.Fatalf("close %d, want 1011", ce.Code)
+	}
+	if n := len(mock.Records()); n != 0 {
+		t.Fatalf("an untrusted upstream got %d upgrade requests, want none", n)
+	}
+}
+
+func TestTLSClientListener(t *testing.T) {
+	cert := newListenerCert(t)
+	mock := startMock(t, mockai.Config{AudioDeltaBytes: tlsAudioDeltaBytes})
+	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+
+	c := g.dialTLS(t, cert.roots)
+	runTLSSession(t, c)
+	pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+
+	// A plain WebSocket dial to the TLS listener must fail, not be served.
+	if pc, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey)); err == nil {
+		_ = pc.Close()
+		t.Fatal("a plain ws:// client was served by the TLS listener")
+	}
+}
+
+func TestTLSBothSides(t *testing.T) {
+	cert := newListenerCert(t)
+	mock := startTLSMock(t)
+	roots := trustMock(t, mock)
+	g := startGateway(t, mock, func(c *Config) {
+		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
+		c.UpstreamRoots = roots
+	})
+
+	// Two sessions at once, so that TLS state on one cannot leak into the
+	// other unnoticed.
+	c1 := g.dialTLS(t, cert.roots)
+	c2 := g.dialTLS(t, cert.roots)
+	for i, c := range []*websocket.Conn{c1, c2} {
+		t.Run("session"+strconv.Itoa(i+1), func(t *testing.T) { runTLSSession(t, c) })
+	}
+	pollFor(t, "both sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+// pollFor waits up to ten seconds for cond, failing the test if it never
+// holds.
+func pollFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

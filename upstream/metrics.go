@@ -1,0 +1,47 @@
+package upstream
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// PoolMetrics are the warm pool's Prometheus metrics. Keys are labelled by
+// model and the first 8 hex digits of the key's SHA-256 digest, never by
+// anything secret.
+type PoolMetrics struct {
+	Warm       *prometheus.GaugeVec
+	Target     *prometheus.GaugeVec
+	Hits       *prometheus.CounterVec
+	Misses     *prometheus.CounterVec
+	DeadOnTake *prometheus.CounterVec
+	Dials      *prometheus.CounterVec
+	Backoff    *prometheus.GaugeVec
+	WarmAge    *prometheus.HistogramVec
+	Refill     *prometheus.HistogramVec
+}
+
+// NewPoolMetrics creates the metrics and registers them with reg.
+func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
+	labels := []string{"model", "key"}
+	m := &PoolMetrics{
+		Warm: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_warm_sockets",
+			Help: "Upstream sockets held warm (past session.created)."}, labels),
+		Target: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_target_sockets",
+			Help: "Warm sockets the pool aims to hold (fixed, or adaptive with REALTIME_POOL_SIZE=auto)."}, labels),
+		Hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_hits_total",
+			Help: "Client connects served from a warm socket."}, labels),
+		Misses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_misses_total",
+			Help: "Client connects that found no warm socket and dialed fresh."}, labels),
+		DeadOnTake: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_dead_on_take_total",
+			Help: "Warm sockets found dead when a client came for them."}, labels),
+		Dials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_dials_total",
+			Help: "Warm-pool dials by result (ok means session.created arrived)."}, append(labels, "result")),
+		Backoff: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_backoff_seconds",
+			Help: "Current refill backoff after failed dials; 0 when healthy."}, labels),
+		WarmAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_warm_age_seconds",
+			Help:    "Age of a warm socket when handed to a client.",
+			Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 20, 30, 60}}, []string{"model"}),
+		Refill: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_refill_seconds",
+			Help:    "Time from dial start to session.created for a warm socket.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"model"}),
+	}
+	reg.MustRegister(m.Warm, m.Target, m.Hits, m.Misses, m.DeadOnTake, m.Dials, m.Backoff, m.WarmAge, m.Refill)
+	return m
+}

@@ -1,0 +1,670 @@
+package upstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/poller"
+)
+
+// The warm pool keeps upstream sockets that are connected, upgraded, and past
+// session.created, so that a client connect skips the expensive part of a
+// realtime connect (TCP + TLS + upgrade + the wait for session.created).
+//
+// A warm socket has read exactly one frame, the upstream's session.created,
+// and holds it. Nothing is sent on it and nothing else is read, so the session
+// it carries is at the upstream's defaults exactly as a fresh one would be; at
+// handoff the held frame goes to the client first, then the socket is spliced
+// like a freshly dialed one. The pool can only make a connect faster: a miss,
+// or a warm socket that died, falls back to the ordinary dial.
+
+// PoolConfig sizes the pool.
+type PoolConfig struct {
+	// Size is the fixed number of warm sockets kept per key; ignored when
+	// Auto. Size 0 without Auto turns the pool off.
+	Size int
+	// Auto sizes each key from its observed demand, between Min and Max.
+	Auto     bool
+	Min, Max int
+	// MaxIdle is how long a warm socket may wait before it is replaced; each
+	// socket gets between 75% and 100% of it, so that a pool warmed at once
+	// does not expire at once.
+	MaxIdle time.Duration
+	// MaxTotal caps warm and warming sockets across all keys.
+	MaxTotal int
+	// MaxInflight caps concurrent dials per key.
+	MaxInflight int
+}
+
+// Enabled reports whether the pool dials anything ahead.
+func (c PoolConfig) Enabled() bool { return c.Auto || c.Size > 0 }
+
+// Backoff bounds for a key whose dials fail.
+const (
+	backoffMin = 500 * time.Millisecond
+	backoffMax = 30 * time.Second
+)
+
+// Adaptive sizing: demand is measured in windows of rateWindow; each window
+// moves the rate estimate rateAlpha of the way to the window's rate.
+const (
+	rateWindow = 250 * time.Millisecond
+	rateAlpha  = 0.5
+	headroom   = 2.0
+	minRate    = 0.1 // connects per second below which a key counts as idle
+)
+
+// Pool is the warm pool for every key. It is safe for concurrent use.
+type Pool struct {
+	dialer  *Dialer
+	cfg     PoolConfig
+	log     *slog.Logger
+	metrics *PoolMetrics
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	keys   map[string]*keyPool
+	total  int // warm plus warming sockets, all keys
+	closed bool
+}
+
+// NewPool returns a pool that dials with d. metrics may be nil.
+func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) *Pool {
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 64
+	}
+	if cfg.MaxTotal <= 0 {
+		cfg.MaxTotal = 2048
+	}
+	if cfg.Max < cfg.Min {
+		cfg.Max = cfg.Min
+	}
+	p := &Pool{dialer: d, cfg: cfg, log: log, metrics: metrics, keys: map[string]*keyPool{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p
+}
+
+// keyPool is the pool for one key: one upstream URL, model and credential
+// set. Its fields are guarded by Pool.mu.
+type keyPool struct {
+	id     string // short hash of the key, for metrics and logs
+	model  string
+	target Target
+
+	warm    []*warmConn // ready, oldest first
+	warming int
+
+	// backoff after failed dials
+	backoff    time.Duration
+	retryAt    time.Time
+	retryTimer *time.Timer
+
+	// adaptive sizing
+	takes       int       // in the current window
+	windowStart time.Time // of the current window
+	rate        float64   // connects per second, smoothed
+	handshake   float64   // seconds from dial to session.created, smoothed
+	size        int       // the current target
+}
+
+// Key identifies interchangeable upstream sockets: everything that shapes
+// the dial (URL with query, and every header, credentials included). The
+// result is a digest, so it is safe to keep and compare but must still never
+// be logged whole.
+func Key(t Target) string {
+	h := sha256.New()
+	h.Write([]byte(t.URL.String()))
+	names := make([]string, 0, len(t.Header))
+	for k := range t.Header {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		h.Write([]byte{0})
+		h.Write([]byte(strings.ToLower(k)))
+		for _, v := range t.Header[k] {
+			h.Write([]byte{1})
+			h.Write([]byte(v))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Take hands out a warm socket for t, making owner its owner in the same
+// step, or returns nil on a miss. Either way the key's pool is refilled
+// behind it. model labels the key in metrics.
+func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle, []byte) {
+	if !p.cfg.Enabled() {
+		return nil, nil
+	}
+	k := Key(t)
+	now := time.Now()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, nil
+	}
+	kp := p.keys[k]
+	if kp == nil {
+		kp = &keyPool{id: k[:8], model: model, target: t, windowStart: now, size: p.initialSize()}
+		p.keys[k] = kp
+	}
+	kp.noteTake(now)
+	var got *warmConn
+	dead := 0
+	for len(kp.warm) > 0 && got == nil {
+		w := kp.warm[0]
+		kp.warm = kp.warm[1:]
+		p.total--
+		if w.take(owner) {
+			got = w
+		} else {
+			dead++
+		}
+	}
+	p.updateSizeLocked(kp, now)
+	warm := len(kp.warm)
+	p.mu.Unlock()
+
+	if m := p.metrics; m != nil {
+		m.DeadOnTake.WithLabelValues(kp.model, kp.id).Add(float64(dead))
+		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(warm))
+		if got != nil {
+			m.Hits.WithLabelValues(kp.model, kp.id).Inc()
+			m.WarmAge.WithLabelValues(kp.model).Observe(time.Since(got.born).Seconds())
+		} else {
+			m.Misses.WithLabelValues(kp.model, kp.id).Inc()
+		}
+	}
+	p.refill(kp)
+	if got == nil {
+		return nil, nil
+	}
+	return got.h, got.held
+}
+
+// Warm returns the number of ready sockets for t, for tests and the admin page.
+func (p *Pool) Warm(t Target) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if kp := p.keys[Key(t)]; kp != nil {
+		return len(kp.warm)
+	}
+	return 0
+}
+
+// Target returns the current target size for t.
+func (p *Pool) Target(t Target) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if kp := p.keys[Key(t)]; kp != nil {
+		p.updateSizeLocked(kp, time.Now())
+		return kp.size
+	}
+	return 0
+}
+
+// Prime creates t's pool and starts filling it without taking a socket, so
+// that the first client connects can already hit.
+func (p *Pool) Prime(t Target, model string) {
+	if !p.cfg.Enabled() {
+		return
+	}
+	k := Key(t)
+	p.mu.Lock()
+	kp := p.keys[k]
+	if kp == nil && !p.closed {
+		kp = &keyPool{id: k[:8], model: model, target: t, windowStart: time.Now(), size: p.initialSize()}
+		p.keys[k] = kp
+	}
+	p.mu.Unlock()
+	if kp != nil {
+		p.refill(kp)
+	}
+}
+
+// Close closes every warm socket with close 1000 and stops refilling. It
+// waits for dials in flight to finish.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	var all []*warmConn
+	for _, kp := range p.keys {
+		all = append(all, kp.warm...)
+		kp.warm = nil
+		if kp.retryTimer != nil {
+			kp.retryTimer.Stop()
+		}
+	}
+	p.total = 0
+	p.mu.Unlock()
+	p.cancel()
+	for _, w := range all {
+		w.retire(ws.StatusNormalClosure, "gateway shutting down")
+	}
+	p.wg.Wait()
+}
+
+func (p *Pool) initialSize() int {
+	if p.cfg.Auto {
+		return p.cfg.Min
+	}
+	return p.cfg.Size
+}
+
+// noteTake counts a connect toward the demand estimate.
+func (kp *keyPool) noteTake(now time.Time) {
+	kp.roll(now)
+	kp.takes++
+}
+
+// roll closes the demand windows that ended before now. Windows with no
+// connects count as zero, which is how an idle key's rate decays.
+func (kp *keyPool) roll(now time.Time) {
+	elapsed := now.Sub(kp.windowStart)
+	if elapsed < rateWindow {
+		return
+	}
+	windows := int(elapsed / rateWindow)
+	kp.rate += rateAlpha * (float64(kp.takes)/rateWindow.Seconds() - kp.rate)
+	if windows > 1 {
+		kp.rate *= math.Pow(1-rateAlpha, float64(windows-1))
+	}
+	if kp.rate < minRate {
+		kp.rate = 0 // an idle key: let the target settle at Min
+	}
+	kp.takes = 0
+	kp.windowStart = kp.windowStart.Add(time.Duration(windows) * rateWindow)
+}
+
+// updateSizeLocked recomputes an auto-sized key's target:
+//
+//	target = Min + ceil(rate × handshake × headroom), clamped to [Min, Max]
+//
+// rate × handshake is how many connects arrive while one socket warms
+// (Little's law): the sockets needed in flight to keep up. Doubling it
+// absorbs bursts. The rate moves half way to each 250 ms window's rate, so
+// the target follows a step in load within a second or so and decays to Min
+// about as fast once connects stop.
+func (p *Pool) updateSizeLocked(kp *keyPool, now time.Time) {
+	if !p.cfg.Auto {
+		return
+	}
+	kp.roll(now)
+	hs := kp.handshake
+	if hs == 0 {
+		hs = 0.2 // no measurement yet: assume a typical remote handshake
+	}
+	n := p.cfg.Min + int(math.Ceil(kp.rate*hs*headroom))
+	kp.size = max(p.cfg.Min, min(n, p.cfg.Max))
+	if m := p.metrics; m != nil {
+		m.Target.WithLabelValues(kp.model, kp.id).Set(float64(kp.size))
+	}
+}
+
+// refill starts the dials that bring kp up to its target, within the
+// per-key and global caps, unless the key is backing off.
+func (p *Pool) refill(kp *keyPool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	now := time.Now()
+	p.updateSizeLocked(kp, now)
+	if now.Before(kp.retryAt) {
+		if kp.retryTimer == nil {
+			kp.retryTimer = time.AfterFunc(kp.retryAt.Sub(now), func() {
+				p.mu.Lock()
+				kp.retryTimer = nil
+				p.mu.Unlock()
+				p.refill(kp)
+			})
+		}
+		return
+	}
+	want := kp.size - len(kp.warm) - kp.warming
+	want = min(want, p.cfg.MaxInflight-kp.warming, p.cfg.MaxTotal-p.total)
+	if kp.backoff > 0 {
+		want = min(want, 1-kp.warming) // a failing key gets one probe at a time
+	}
+	for range max(want, 0) {
+		kp.warming++
+		p.total++
+		p.wg.Add(1)
+		go p.warmOne(kp)
+	}
+}
+
+// warmOne dials one socket and waits for its session.created. The goroutine
+// lives for the dial and handshake only.
+func (p *Pool) warmOne(kp *keyPool) {
+	defer p.wg.Done()
+	start := time.Now()
+	w, err := p.dialWarm(kp)
+	took := time.Since(start)
+
+	p.mu.Lock()
+	kp.warming--
+	ok := err == nil && !p.closed
+	if ok {
+		kp.warm = append(kp.warm, w)
+		kp.backoff, kp.retryAt = 0, time.Time{}
+		if kp.handshake == 0 {
+			kp.handshake = took.Seconds()
+		} else {
+			kp.handshake += 0.2 * (took.Seconds() - kp.handshake)
+		}
+		w.expiry = time.AfterFunc(p.idleFor(), func() { p.expire(kp, w) })
+	} else {
+		p.total--
+		if !p.closed && time.Now().After(kp.retryAt) {
+			kp.backoff = max(backoffMin, min(2*kp.backoff, backoffMax))
+			kp.retryAt = time.Now().Add(kp.backoff)
+		}
+	}
+	warm, backoff := len(kp.warm), kp.backoff
+	p.mu.Unlock()
+
+	if m := p.metrics; m != nil {
+		result := "ok"
+		if !ok {
+			result = "failed"
+		}
+		m.Dials.WithLabelValues(kp.model, kp.id, result).Inc()
+		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(warm))
+		m.Backoff.WithLabelValues(kp.model, kp.id).Set(backoff.Seconds())
+		if ok {
+			m.Refill.WithLabelValues(kp.model).Observe(took.Seconds())
+		}
+	}
+	if !ok {
+		if w != nil {
+			w.retire(ws.StatusNormalClosure, "gateway shutting down")
+		}
+		if err != nil {
+			p.log.Debug("warm pool dial failed", "model", kp.model, "key", kp.id, "err", err, "backoff", backoff)
+		}
+	}
+	p.refill(kp)
+}
+
+// dialWarm dials and waits until the socket holds session.created.
+func (p *Pool) dialWarm(kp *keyPool) (*warmConn, error) {
+	c, err := p.dialer.Dial(p.ctx, kp.target)
+	if err != nil {
+		return nil, err
+	}
+	w := &warmConn{h: poller.NewHandle(c.Endpoint), pool: p, kp: kp, ready: make(chan struct{}), born: time.Now()}
+	w.h.Start(w)
+	w.accept(c.Preface)
+	wait := p.dialer.Timeout
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+	case <-t.C:
+	case <-p.ctx.Done():
+	}
+	w.mu.Lock()
+	state, werr := w.state, w.err
+	w.mu.Unlock()
+	if state != warmReady {
+		if werr == nil {
+			werr = errNoSessionCreated
+		}
+		w.retire(ws.StatusNormalClosure, "no session.created in time")
+		return nil, werr
+	}
+	return w, nil
+}
+
+// idleFor returns a warm socket's lifetime, spread over 75-100% of MaxIdle.
+func (p *Pool) idleFor() time.Duration {
+	d := p.cfg.MaxIdle
+	if d <= 0 {
+		d = 30 * time.Second
+	}
+	return d - time.Duration(rand.Float64()*0.25*float64(d))
+}
+
+// expire replaces a warm socket that waited MaxIdle.
+func (p *Pool) expire(kp *keyPool, w *warmConn) {
+	if p.remove(kp, w) {
+		w.retire(ws.StatusNormalClosure, "warm pool idle timeout")
+	}
+	p.refill(kp)
+}
+
+// remove takes w out of kp's ready list; false if it was not there.
+func (p *Pool) remove(kp *keyPool, w *warmConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(kp.warm, w)
+	if i < 0 {
+		return false
+	}
+	kp.warm = slices.Delete(kp.warm, i, i+1)
+	p.total--
+	if m := p.metrics; m != nil {
+		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(len(kp.warm)))
+	}
+	return true
+}
+
+// lost is called when a ready socket died in the pool.
+func (p *Pool) lost(w *warmConn) {
+	p.mu.Lock()
+	if w.expiry != nil {
+		w.expiry.Stop()
+	}
+	p.mu.Unlock()
+	if p.remove(w.kp, w) {
+		p.refill(w.kp)
+	}
+}
+
+// warm socket states
+const (
+	warmWaiting = iota // dialed, session.created not complete yet
+	warmReady          // holding session.created
+	warmTaken          // handed to a session
+	warmDead           // closed, failed, or sent something unexpected
+)
+
+type poolError string
+
+func (e poolError) Error() string { return string(e) }
+
+const (
+	errNoSessionCreated = poolError("no session.created from the upstream in time")
+	errUnexpectedFrame  = poolError("the upstream sent more than session.created before a client existed")
+)
+
+// warmConn is one socket in the pool. Its OnRequest and close callback reach
+// it through its Handle while it waits; at handoff the Handle's owner becomes
+// the session.
+type warmConn struct {
+	h      *poller.Handle
+	pool   *Pool
+	kp     *keyPool
+	born   time.Time
+	expiry *time.Timer // guarded by Pool.mu
+
+	mu    sync.Mutex
+	state int
+	err   error         // why it went dead before it was ready
+	held  []byte        // the session.created frame, verbatim
+	ready chan struct{} // closed when it leaves warmWaiting
+}
+
+// UpstreamReadable runs when the upstream sent bytes.
+func (w *warmConn) UpstreamReadable() {
+	w.mu.Lock()
+	state := w.state
+	w.mu.Unlock()
+	switch state {
+	case warmTaken:
+		// Handed over while this call was on its way: the new owner reads.
+		w.h.Owner().UpstreamReadable()
+		return
+	case warmWaiting:
+		var buf []byte
+		_ = w.h.Endpoint().Read(func(src frames.Source) error {
+			p, err := src.Next(src.Len())
+			buf = append(buf, p...)
+			return err
+		})
+		w.accept(buf)
+		return
+	}
+	// Ready or dead: nothing may arrive before a client exists. Drop the
+	// bytes (they must be consumed) and the socket.
+	_ = w.h.Endpoint().Read(func(src frames.Source) error {
+		_, err := src.Next(src.Len())
+		return err
+	})
+	w.fail(errUnexpectedFrame)
+}
+
+// accept adds bytes read while waiting for session.created.
+func (w *warmConn) accept(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	w.mu.Lock()
+	if w.state != warmWaiting {
+		w.mu.Unlock()
+		w.fail(errUnexpectedFrame)
+		return
+	}
+	w.held = append(w.held, b...)
+	h, hlen, ok, err := frames.ParseHeader(w.held)
+	if err == nil && (!ok || int64(len(w.held)) < int64(hlen)+h.Length) {
+		w.mu.Unlock()
+		return // the rest of the frame is still on its way
+	}
+	if err == nil {
+		err = checkSessionCreated(h, w.held[hlen:])
+	}
+	if err != nil {
+		w.mu.Unlock()
+		w.fail(err)
+		return
+	}
+	w.state = warmReady
+	close(w.ready)
+	w.mu.Unlock()
+}
+
+// checkSessionCreated accepts exactly one frame, an unfragmented text
+// session.created. An error event (a bad key, say) is reported as such.
+func checkSessionCreated(h ws.Header, rest []byte) error {
+	if !h.Fin || h.OpCode != ws.OpText || h.Masked || int64(len(rest)) != h.Length {
+		return errUnexpectedFrame
+	}
+	var ev struct {
+		Type  string `json:"type"`
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(rest, &ev); err != nil {
+		return errUnexpectedFrame
+	}
+	switch ev.Type {
+	case "session.created":
+		return nil
+	case "error":
+		return poolError("the upstream answered with an error event: " + ev.Error.Code)
+	}
+	return errUnexpectedFrame
+}
+
+// UpstreamGone runs when the socket closed.
+func (w *warmConn) UpstreamGone() {
+	w.mu.Lock()
+	state := w.state
+	if state == warmWaiting || state == warmReady {
+		w.state = warmDead
+		if w.err == nil {
+			w.err = poolError("the upstream closed the socket")
+		}
+		if state == warmWaiting {
+			close(w.ready)
+		}
+	}
+	w.mu.Unlock()
+	switch state {
+	case warmTaken:
+		w.h.Owner().UpstreamGone()
+	case warmReady:
+		w.pool.lost(w)
+	}
+}
+
+// fail marks the socket dead and closes it.
+func (w *warmConn) fail(err error) {
+	w.mu.Lock()
+	state := w.state
+	if state == warmTaken || state == warmDead {
+		w.mu.Unlock()
+		return
+	}
+	w.state, w.err = warmDead, err
+	if state == warmWaiting {
+		close(w.ready)
+	}
+	w.mu.Unlock()
+	w.h.Endpoint().Close()
+	if state == warmReady {
+		w.pool.lost(w)
+	}
+}
+
+// take hands the socket to owner if it is ready and alive.
+func (w *warmConn) take(owner poller.Owner) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != warmReady || !w.h.Endpoint().Conn().IsActive() {
+		return false
+	}
+	w.state = warmTaken
+	w.h.SetOwner(owner)
+	if w.expiry != nil {
+		w.expiry.Stop() // callers hold Pool.mu
+	}
+	return true
+}
+
+// retire closes a socket that never reached a client, cleanly.
+func (w *warmConn) retire(code ws.StatusCode, reason string) {
+	w.mu.Lock()
+	if w.state == warmTaken {
+		w.mu.Unlock()
+		return
+	}
+	w.state = warmDead
+	w.mu.Unlock()
+	ep := w.h.Endpoint()
+	_ = ep.Send(frames.AppendClose(nil, code, reason, true))
+	ep.Close()
+}
