@@ -49,7 +49,9 @@ func startRecordingUpstream(t *testing.T) *recordingUpstream {
 	return u
 }
 
-func (u *recordingUpstream) base() string { return "ws" + strings.TrimPrefix(u.srv.URL, "http") + "/v1" }
+func (u *recordingUpstream) base() string {
+	return "ws" + strings.TrimPrefix(u.srv.URL, "http") + "/v1"
+}
 
 func (u *recordingUpstream) nextClose(t *testing.T) int {
 	t.Helper()
