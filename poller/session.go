@@ -98,6 +98,15 @@ type Session struct {
 
 	firstFrameSent bool // guarded by upReadMu (the upstream read path)
 
+	// For the server's watchdog, which reads them without locks: when
+	// either side last sent anything, and since when a flush to each side
+	// has been blocked (0 when none is in progress).
+	lastActivity     atomic.Int64
+	clientFlushSince atomic.Int64
+	upFlushSince     atomic.Int64
+	upConn           atomic.Value // netpoll.Connection of the upstream, once attached
+	terminating      atomic.Bool  // Terminate or Abort ran
+
 	infoMu    sync.Mutex
 	close     frames.Close // the first close of the session
 	closeFrom Side
@@ -109,6 +118,7 @@ type Session struct {
 // are queued in order.
 func NewSession(cfg *SessionConfig, client *Endpoint) *Session {
 	s := &Session{cfg: cfg, client: client, up: &Endpoint{}, Start: time.Now()}
+	s.lastActivity.Store(s.Start.UnixNano())
 	s.c2u.Init(frames.FromClient, cfg.MaxMessage)
 	s.u2c.Init(frames.FromServer, 0)
 	s.fromClientFn = s.fromClient
@@ -124,6 +134,7 @@ func (s *Session) Counters() (framesIn, bytesIn, framesOut, bytesOut uint64) {
 // ClientReadable forwards what the client sent. The server calls it from the
 // client connection's OnRequest.
 func (s *Session) ClientReadable() {
+	s.lastActivity.Store(time.Now().UnixNano())
 	if err := s.client.read(s.fromClientFn); err != nil {
 		s.client.closeNow()
 	}
@@ -163,7 +174,9 @@ func (s *Session) fromClient(src frames.Source) error {
 		}
 		var werr error
 		if dst != nil && !queued {
+			s.upFlushSince.Store(s.lastActivity.Load())
 			werr = s.up.flush()
+			s.upFlushSince.Store(0)
 		}
 		overflow := queued && s.pendingLen > s.cfg.MaxPending
 		s.up.mu.Unlock()
@@ -204,7 +217,11 @@ func (s *Session) fromUpstream(src frames.Source) error {
 		}
 		var werr error
 		if dst != nil {
+			// A flush blocks while the client does not read; the
+			// watchdog (Stalled) looks at how long.
+			s.clientFlushSince.Store(s.lastActivity.Load())
 			werr = s.client.flush()
+			s.clientFlushSince.Store(0)
 		}
 		s.client.mu.Unlock()
 		if !s.firstFrameSent && s.u2c.Frames > 0 && werr == nil {
@@ -267,6 +284,7 @@ func (s *Session) attachLocked(up *Endpoint, preface []byte) {
 	s.upState = upReady
 	s.up.mu.Unlock()
 	s.up.guard(up.conn)
+	s.upConn.Store(up.conn)
 	s.up.mu.Lock()
 	var werr error
 	if s.pending != nil {
@@ -300,6 +318,7 @@ func (s *Session) attachLocked(up *Endpoint, preface []byte) {
 // UpstreamReadable forwards what the upstream sent; it is the upstream
 // socket's OnRequest (through its Handle).
 func (s *Session) UpstreamReadable() {
+	s.lastActivity.Store(time.Now().UnixNano())
 	s.upReadMu.Lock()
 	defer s.upReadMu.Unlock()
 	if err := s.up.read(s.fromUpstreamFn); err != nil {
@@ -540,6 +559,61 @@ func (s *Session) maybeEnd() {
 			s.cfg.OnEnd(s)
 		}
 	})
+}
+
+// Idle returns how long neither side has sent anything.
+func (s *Session) Idle(now time.Time) time.Duration {
+	return time.Duration(now.UnixNano() - s.lastActivity.Load())
+}
+
+// Stalled reports a side that has not taken what the gateway is writing to
+// it for longer than grace, and how many bytes from the other side wait
+// behind that write (netpoll keeps reading them). The server's watchdog
+// uses it to bound a stalled client's cost. It takes no locks.
+func (s *Session) Stalled(now time.Time, grace time.Duration) (side Side, waiting int, stalled bool) {
+	n := now.UnixNano()
+	if since := s.clientFlushSince.Load(); since != 0 && time.Duration(n-since) > grace {
+		if c, ok := s.upConn.Load().(netpoll.Connection); ok {
+			return ClientSide, c.Reader().Len(), true
+		}
+		return ClientSide, 0, true
+	}
+	if since := s.upFlushSince.Load(); since != 0 && time.Duration(n-since) > grace {
+		return UpstreamSide, s.client.conn.Reader().Len(), true
+	}
+	return 0, 0, false
+}
+
+// Terminate ends the session on the gateway's initiative (idle timeout,
+// maximum duration, shutdown): the client gets an OpenAI-shaped error event
+// and a close frame with code and reason, the upstream a close frame too;
+// each socket closes once it answers, or after CloseTimeout.
+func (s *Session) Terminate(code ws.StatusCode, reason, errCode, message string) {
+	s.terminating.Store(true)
+	s.sendClientError(errCode, message, 0, code, reason)
+	s.closeUpstream(code, reason)
+}
+
+// Terminating reports whether the gateway already started ending the
+// session.
+func (s *Session) Terminating() bool { return s.terminating.Load() }
+
+// Abort drops the socket on side at once, closing it under whatever write
+// is blocked on it (no close frame could get through a side that stopped
+// reading). The other side gets a close frame as if the socket had dropped.
+// It may wait for the other side's write lock: run it off any shared
+// goroutine.
+func (s *Session) Abort(side Side, reason string) {
+	s.terminating.Store(true)
+	s.noteClose(frames.Close{Code: ws.StatusPolicyViolation, Reason: reason}, side)
+	if side == ClientSide {
+		_ = s.client.conn.Close()
+		s.closeUpstream(ws.StatusGoingAway, reason)
+		return
+	}
+	if c, ok := s.upConn.Load().(netpoll.Connection); ok {
+		_ = c.Close()
+	}
 }
 
 // UpstreamUnavailable reports whether the upstream could not be reached.

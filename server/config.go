@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"rtgate/upstream"
@@ -46,6 +47,29 @@ type Config struct {
 	MaxMessage       int64         // one client message's payload
 	MaxPending       int           // client bytes queued while the upstream connects
 
+	// MaxConnections caps concurrent sessions; further upgrades get 503.
+	MaxConnections int
+	// IdleTimeout ends a session in which neither side sent anything for
+	// this long; 0 disables it.
+	IdleTimeout time.Duration
+	// MaxSessionDuration ends a session this long after it started; 0
+	// disables it.
+	MaxSessionDuration time.Duration
+	// MaxStalledBytes bounds what may wait behind a write to a side that
+	// stopped reading before the session is dropped.
+	MaxStalledBytes int
+	// MaxSessionsPerKey and ConnectRatePerKey limit each client key
+	// (concurrent sessions; connects per second, with a burst of the same
+	// size); 0 means no limit.
+	MaxSessionsPerKey int
+	ConnectRatePerKey float64
+	// AllowedOrigins, if not empty, are the browser Origins allowed to
+	// connect; requests without an Origin header (non-browser clients) are
+	// always allowed.
+	AllowedOrigins []string
+	// DrainTimeout is how long live sessions may continue after SIGTERM.
+	DrainTimeout time.Duration
+
 	// Pool configures the warm upstream pool; see upstream.PoolConfig.
 	Pool upstream.PoolConfig
 
@@ -66,8 +90,14 @@ func Defaults() Config {
 		WriteTimeout:     10 * time.Second,
 		CloseTimeout:     5 * time.Second,
 		MaxHeaderBytes:   8 << 10,
-		MaxMessage:       16 << 20,
+		MaxMessage:       15 << 20,
 		MaxPending:       1 << 20,
+
+		MaxConnections:     defaultMaxConnections(),
+		IdleTimeout:        15 * time.Minute,
+		MaxSessionDuration: 61 * time.Minute,
+		MaxStalledBytes:    4 << 20,
+		DrainTimeout:       60 * time.Second,
 		Pool: upstream.PoolConfig{
 			Size: 4, Min: 2, Max: 256, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 64,
 		},
@@ -130,12 +160,51 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	set("REALTIME_POOL_MAX", count(&c.Pool.Max, 1))
 	set("REALTIME_POOL_MAX_TOTAL", count(&c.Pool.MaxTotal, 1))
 	set("REALTIME_POOL_MAX_INFLIGHT", count(&c.Pool.MaxInflight, 1))
-	set("REALTIME_POOL_MAX_IDLE_SECS", func(v string) error {
-		var secs int
-		if err := count(&secs, 1)(v); err != nil {
+	secs := func(dst *time.Duration, min int) func(string) error {
+		return func(v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < float64(min) {
+				return fmt.Errorf("%q is not a number of seconds of at least %d", v, min)
+			}
+			*dst = time.Duration(f * float64(time.Second))
+			return nil
+		}
+	}
+	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
+	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
+	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
+	set("WRITE_TIMEOUT_SECS", secs(&c.WriteTimeout, 1))
+	set("CLOSE_TIMEOUT_SECS", secs(&c.CloseTimeout, 1))
+	set("IDLE_TIMEOUT_SECS", secs(&c.IdleTimeout, 0))
+	set("MAX_SESSION_SECS", secs(&c.MaxSessionDuration, 0))
+	set("DRAIN_TIMEOUT", secs(&c.DrainTimeout, 0))
+	set("MAX_HEADER_BYTES", count(&c.MaxHeaderBytes, 1024))
+	set("MAX_PENDING_BYTES", count(&c.MaxPending, 0))
+	set("MAX_STALLED_BYTES", count(&c.MaxStalledBytes, 64<<10))
+	set("MAX_CONNECTIONS", count(&c.MaxConnections, 1))
+	set("MAX_SESSIONS_PER_KEY", count(&c.MaxSessionsPerKey, 0))
+	set("MAX_MESSAGE_BYTES", func(v string) error {
+		var n int
+		if err := count(&n, 1024)(v); err != nil {
 			return err
 		}
-		c.Pool.MaxIdle = time.Duration(secs) * time.Second
+		c.MaxMessage = int64(n)
+		return nil
+	})
+	set("CONNECT_RATE_PER_KEY", func(v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return fmt.Errorf("%q is not a rate of connects per second", v)
+		}
+		c.ConnectRatePerKey = f
+		return nil
+	})
+	set("ALLOWED_ORIGINS", func(v string) error {
+		for _, o := range strings.Split(v, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				c.AllowedOrigins = append(c.AllowedOrigins, o)
+			}
+		}
 		return nil
 	})
 	if v, ok := lookup("ADMIN_ADDR"); ok {
@@ -203,3 +272,15 @@ func (c Config) Validate() error {
 
 // Addr is the listen address.
 func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+
+// defaultMaxConnections fits the open-file limit: each session holds two
+// sockets, and some descriptors are kept for listeners, warm upstream
+// sockets and files.
+func defaultMaxConnections() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Max == 0 {
+		return 10000
+	}
+	n := int(min(lim.Max, 1<<22))
+	return max((n-256)/2, 1)
+}

@@ -48,6 +48,13 @@ func startMock(t testing.TB, cfg mockai.Config) *mockai.Server {
 // test sets APIBase itself).
 func startGateway(t testing.TB, mock *mockai.Server, mutate func(*Config)) *gateway {
 	t.Helper()
+	return startGatewayLog(t, mock, mutate, nil)
+}
+
+// startGatewayLog is startGateway with the gateway's logger; nil discards
+// (or, with -v, logs to the test).
+func startGatewayLog(t testing.TB, mock *mockai.Server, mutate func(*Config), log *slog.Logger) *gateway {
+	t.Helper()
 	cfg := Defaults()
 	cfg.MasterKey = testMasterKey
 	cfg.UpstreamKey = testUpstreamKey
@@ -65,9 +72,11 @@ func startGateway(t testing.TB, mock *mockai.Server, mutate func(*Config)) *gate
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if testing.Verbose() {
+			log = slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
 	}
 	srv, err := New(cfg, log)
 	if err != nil {

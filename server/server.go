@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,8 +54,15 @@ type Server struct {
 
 	pool    *upstream.Pool // nil when the pool is off
 	metrics *metrics
+	limiter *keyLimiter
 
 	sessionsOpen atomic.Int64
+	draining     atomic.Bool
+
+	// sessions is the registry of live sessions, for the watchdog and for
+	// draining; the value is the client key's name.
+	sessMu   sync.Mutex
+	sessions map[*poller.Session]string
 }
 
 // New prepares a server; Serve starts it.
@@ -62,7 +70,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, masterKey: hashKey(cfg.MasterKey)}
+	s := &Server{cfg: cfg, log: log, masterKey: hashKey(cfg.MasterKey), sessions: map[*poller.Session]string{},
+		limiter: newKeyLimiter(cfg.MaxSessionsPerKey, cfg.ConnectRatePerKey)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -76,11 +85,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.dialer = &upstream.Dialer{TLSConfig: upTLS, Timeout: cfg.DialTimeout, WriteTimeout: cfg.WriteTimeout}
 
 	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		certs, err := newCertReloader(cfg.TLSCert, cfg.TLSKey, log)
 		if err != nil {
 			return nil, fmt.Errorf("loading TLS_CERT/TLS_KEY: %w", err)
 		}
-		s.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.tlsConfig = serverTLSConfig(certs)
 	}
 	if cfg.UpstreamRoots != nil {
 		upTLS.RootCAs = cfg.UpstreamRoots
@@ -129,6 +138,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.loop, s.ln = loop, ln
 	s.mu.Unlock()
+	go s.watchdog(s.ctx)
 	s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
 		"upstream", redactedURL(s.cfg.APIBase), "model", s.cfg.Model, "pool", poolDesc(s.cfg.Pool))
 	if s.pool != nil {
@@ -298,7 +308,12 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
 		c.phase = phaseDone
-		_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
+		if s.draining.Load() {
+			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
+				map[string]any{"status": "draining"}))
+		} else {
+			_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
+		}
 		c.ep.Close()
 		return
 	case "/v1/realtime", "/realtime":
@@ -312,12 +327,18 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
 		return
 	}
+	if !s.originAllowed(req.Header.Get("Origin")) {
+		c.refuse(&httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
+			message: "this Origin may not connect"})
+		return
+	}
 	creds := credentials(req.Header)
 	if s.cfg.MasterKey == "" || creds.key == "" || !s.masterKey.matches(creds.key) {
 		c.refuse(&httpError{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key",
 			message: "Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol."})
 		return
 	}
+	keyName := "master"
 	accept, herr := checkUpgrade(req)
 	if herr != nil {
 		c.refuse(herr)
@@ -325,6 +346,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	target, herr := s.route(req)
 	if herr != nil {
+		c.refuse(herr)
+		return
+	}
+	if herr := s.admit(keyName); herr != nil {
 		c.refuse(herr)
 		return
 	}
@@ -336,12 +361,14 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	c.timer.Stop()
 	sess := poller.NewSession(&s.sessCfg, c.ep)
 	c.sess, c.phase = sess, phaseRelay
+	s.sessMu.Lock()
+	s.sessions[sess] = keyName
+	s.sessMu.Unlock()
+	s.metrics.sessionsOpen.Inc()
 	if err := c.ep.Send(upgradeResponse(accept, protocol)); err != nil {
 		c.ep.Close()
 		return
 	}
-	s.sessionsOpen.Add(1)
-	s.metrics.sessionsOpen.Inc()
 	if len(rest) > 0 {
 		sess.ClientBytes(rest)
 	}
@@ -358,6 +385,37 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		}
 	}
 	go s.connectUpstream(sess, target)
+}
+
+// admit applies the instance-wide and per-key limits, reserving a session
+// slot; sessionEnded gives it back.
+func (s *Server) admit(keyName string) *httpError {
+	if s.draining.Load() {
+		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
+			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
+	}
+	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
+		s.sessionsOpen.Add(-1)
+		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
+			message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
+	}
+	if herr := s.limiter.admit(keyName, time.Now()); herr != nil {
+		s.sessionsOpen.Add(-1)
+		return herr
+	}
+	return nil
+}
+
+func (s *Server) originAllowed(origin string) bool {
+	if origin == "" || len(s.cfg.AllowedOrigins) == 0 {
+		return true
+	}
+	for _, o := range s.cfg.AllowedOrigins {
+		if strings.EqualFold(o, origin) {
+			return true
+		}
+	}
+	return false
 }
 
 // route maps the request to its upstream: the model (checked against the
@@ -416,6 +474,11 @@ func (s *Server) connectUpstream(sess *poller.Session, t upstream.Target) {
 }
 
 func (s *Server) sessionEnded(sess *poller.Session) {
+	s.sessMu.Lock()
+	keyName := s.sessions[sess]
+	delete(s.sessions, sess)
+	s.sessMu.Unlock()
+	s.limiter.release(keyName)
 	s.sessionsOpen.Add(-1)
 	m := s.metrics
 	m.sessionsOpen.Dec()

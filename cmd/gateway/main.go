@@ -6,15 +6,14 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"rtgate/poller"
 	"rtgate/server"
@@ -70,19 +69,32 @@ func run(args []string) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
+	if cfg.AdminAddr != "" {
+		ln, err := net.Listen("tcp", cfg.AdminAddr)
+		if err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		defer ln.Close()
+		log.Info("admin listening", "addr", ln.Addr().String())
+		go func() { _ = srv.ServeAdmin(ln) }()
+	}
 	select {
 	case err := <-errc:
 		return err
-	case <-ctx.Done():
+	case sig := <-sigs:
+		log.Info("draining on signal; a second signal exits at once", "signal", sig.String())
 	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	go func() {
+		<-sigs
+		log.Warn("second signal: exiting without draining")
+		os.Exit(1)
+	}()
+	srv.Drain(cfg.DrainTimeout)
+	return nil
 }
 
 func envOr(name, def string) string {

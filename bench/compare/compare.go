@@ -1,0 +1,412 @@
+// Package compare runs the one-command comparison benchmark: the same
+// wsbench load directly against a fake upstream (mockai) and through the
+// gateway with its upstream pool off and on, and writes the published table,
+// raw JSON and an HTML report.
+//
+// It builds nothing: it runs the mockai and gateway binaries it is given,
+// each as a separate process on kernel-chosen loopback ports, and stops
+// them (by PID) when it returns, also when the run fails or ctx is
+// cancelled (Ctrl-C). The load itself runs in this process, so the CPU that
+// wsbench reports is the load generator's alone.
+//
+// Each leg (setup) runs Config.Runs times back to back against one fresh
+// gateway; the table shows the runs' samples combined, and the JSON keeps
+// every run's samples and the per-run p50 spread.
+package compare
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"rtgate/bench/load"
+	"rtgate/bench/report"
+)
+
+// Leg identifiers, as accepted by -legs.
+const (
+	LegDirect  = "direct"
+	LegPoolOff = "pool-off"
+	LegPoolOn  = "pool-on"
+)
+
+// AllLegs is the default -legs, in table order.
+var AllLegs = []string{LegDirect, LegPoolOff, LegPoolOn}
+
+var legNames = map[string]string{
+	LegDirect:  "Direct",
+	LegPoolOff: "Gateway pool off",
+	LegPoolOn:  "Gateway pool on",
+}
+
+// Profile is the latency mockai adds, standing in for the real upstream.
+//
+// The defaults are stand-ins, not measurements of OpenAI: 150 ms before
+// the 101 (the part of the published 276 ms direct dial that is the
+// upstream accepting the upgrade, as opposed to our loopback TCP), 7 ms to
+// session.created (the published session p50), 400 ms to the first audio
+// delta, then 25 deltas of 4800 bytes (100 ms of 24 kHz PCM16 each, 2.5 s
+// of audio) 40 ms apart, faster than real time as the API delivers. A
+// direct call therefore cannot finish faster than about
+// 150+7+400+24*40 = 1517 ms; the Floor method computes that.
+type Profile struct {
+	UpgradeDelay, SessionDelay, FirstAudioDelay time.Duration
+	Deltas, DeltaBytes                          int
+	DeltaInterval                               time.Duration
+}
+
+// DefaultProfile returns the stand-in upstream latency described on Profile.
+func DefaultProfile() Profile {
+	return Profile{
+		UpgradeDelay:    150 * time.Millisecond,
+		SessionDelay:    7 * time.Millisecond,
+		FirstAudioDelay: 400 * time.Millisecond,
+		Deltas:          25,
+		DeltaBytes:      4800,
+		DeltaInterval:   40 * time.Millisecond,
+	}
+}
+
+// Floor is the least time a call can take against this profile.
+func (p Profile) Floor() time.Duration {
+	f := p.UpgradeDelay + p.SessionDelay + p.FirstAudioDelay
+	if p.Deltas > 1 {
+		f += time.Duration(p.Deltas-1) * p.DeltaInterval
+	}
+	return f
+}
+
+func (p Profile) args() []string {
+	deltas := p.Deltas
+	if deltas == 0 {
+		deltas = -1 // mockai reads 0 as "default"; we mean none
+	}
+	return []string{
+		"-upgrade-delay", p.UpgradeDelay.String(),
+		"-session-delay", p.SessionDelay.String(),
+		"-first-audio-delay", p.FirstAudioDelay.String(),
+		"-deltas", strconv.Itoa(deltas),
+		"-delta-bytes", strconv.Itoa(p.DeltaBytes),
+		"-delta-interval", p.DeltaInterval.String(),
+	}
+}
+
+// Config is one comparison.
+type Config struct {
+	MockaiBin, GatewayBin string
+	Legs                  []string // subset of AllLegs
+	N, Concurrency, Runs  int
+	Timeout               time.Duration // per call
+	// Pool is REALTIME_POOL_SIZE for the pool-on leg ("auto" or a number).
+	Pool            string
+	GatewayLogLevel string
+	Profile         Profile
+	Audio           bool
+	SourceIPs       []net.IP
+	// Warmup is the pause after the gateway is healthy, before the first
+	// run, so a pool can fill; Pause separates runs.
+	Warmup, Pause time.Duration
+	// OutDir receives a compare-<timestamp> directory.
+	OutDir string
+	// Progress, if not nil, receives one line per step.
+	Progress io.Writer
+	// Now is the clock for the timestamp (nil: time.Now).
+	Now func() time.Time
+}
+
+// DefaultConfig is what `wsbench compare` runs without flags.
+func DefaultConfig() Config {
+	return Config{
+		MockaiBin: "bin/mockai", GatewayBin: "bin/gateway",
+		Legs: slices.Clone(AllLegs),
+		N:    2000, Concurrency: 200, Runs: 2, Timeout: 30 * time.Second,
+		Pool: "auto", GatewayLogLevel: "warn",
+		Profile: DefaultProfile(),
+		Warmup:  time.Second, Pause: time.Second,
+		OutDir: filepath.Join("bench", "results"),
+	}
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.N <= 0 || c.Concurrency <= 0 || c.Runs <= 0 {
+		errs = append(errs, fmt.Errorf("-n, -c and -runs must be positive (got %d, %d, %d)", c.N, c.Concurrency, c.Runs))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("-t must be positive"))
+	}
+	if len(c.Legs) == 0 {
+		errs = append(errs, errors.New("no legs to run"))
+	}
+	for _, l := range c.Legs {
+		if _, ok := legNames[l]; !ok {
+			errs = append(errs, fmt.Errorf("unknown leg %q (want %s)", l, strings.Join(AllLegs, ", ")))
+		}
+	}
+	if c.Pool != "auto" {
+		if n, err := strconv.Atoi(c.Pool); err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("-pool %q: want auto or a positive number", c.Pool))
+		}
+	}
+	p := c.Profile
+	if p.UpgradeDelay < 0 || p.SessionDelay < 0 || p.FirstAudioDelay < 0 || p.DeltaInterval < 0 || p.Deltas < 0 || p.DeltaBytes < 0 {
+		errs = append(errs, errors.New("mockai profile values must not be negative"))
+	}
+	if c.MockaiBin == "" {
+		errs = append(errs, errors.New("no mockai binary"))
+	}
+	if c.needsGateway() && c.GatewayBin == "" {
+		errs = append(errs, errors.New("no gateway binary"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) needsGateway() bool {
+	return slices.Contains(c.Legs, LegPoolOff) || slices.Contains(c.Legs, LegPoolOn)
+}
+
+// LegResult is one leg's runs.
+type LegResult struct {
+	ID, Name string
+	Runs     []RunResult
+	// Combined summarizes every run's samples together.
+	Combined    load.Summary
+	PoolHitRate *float64
+}
+
+// RunResult is one run of one leg.
+type RunResult struct {
+	Result      *load.Result
+	Summary     load.Summary
+	PoolHitRate *float64
+}
+
+// Outcome is what a comparison produced.
+type Outcome struct {
+	Legs       []*LegResult
+	Comparison report.Comparison
+	Dir        string // where the files went
+	JSONPath   string
+	HTMLPath   string
+}
+
+// Run runs the comparison. Every process it starts is stopped before it
+// returns. A cancelled ctx stops the run early and returns ctx's error.
+func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	for _, bin := range []string{cfg.MockaiBin, cfg.GatewayBin} {
+		if bin == cfg.GatewayBin && !cfg.needsGateway() {
+			continue
+		}
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("compare: %w (build it first: go build -o %s ./cmd/%s)", err, bin, filepath.Base(bin))
+		}
+	}
+	started := cfg.Now()
+	dir := filepath.Join(cfg.OutDir, "compare-"+started.Format("20060102-150405"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("compare: results directory: %w", err)
+	}
+	say := func(format string, args ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, format+"\n", args...)
+		}
+	}
+
+	upstreamKey, masterKey := randomKey("sk-mock-"), randomKey("sk-gw-")
+	mock, base, err := startMockai(ctx, cfg.MockaiBin, append([]string{"-key", upstreamKey}, cfg.Profile.args()...),
+		filepath.Join(dir, "mockai.log"), 15*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
+	defer mock.stop(5 * time.Second)
+	say("mockai at %s (profile: upgrade %v, session %v, first audio %v, %d x %d-byte deltas every %v)",
+		base, cfg.Profile.UpgradeDelay, cfg.Profile.SessionDelay, cfg.Profile.FirstAudioDelay,
+		cfg.Profile.Deltas, cfg.Profile.DeltaBytes, cfg.Profile.DeltaInterval)
+
+	out := &Outcome{Dir: dir}
+	for _, id := range AllLegs { // table order, whatever the flag order
+		if !slices.Contains(cfg.Legs, id) {
+			continue
+		}
+		leg, err := runLeg(ctx, cfg, id, base, upstreamKey, masterKey, dir, say)
+		if err != nil {
+			return nil, fmt.Errorf("compare: %s: %w", legNames[id], err)
+		}
+		out.Legs = append(out.Legs, leg)
+		rl := &report.Leg{Name: leg.Name, Summary: leg.Combined, PoolHitRate: leg.PoolHitRate}
+		switch id {
+		case LegDirect:
+			out.Comparison.Direct = rl
+		case LegPoolOff:
+			out.Comparison.PoolOff = rl
+		case LegPoolOn:
+			out.Comparison.PoolOn = rl
+		}
+	}
+	if err := writeOutputs(out, cfg, started); err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
+	return out, nil
+}
+
+// runLeg starts the leg's gateway (if any), runs the load cfg.Runs times
+// and stops the gateway again.
+func runLeg(ctx context.Context, cfg Config, id, base, upstreamKey, masterKey, dir string,
+	say func(string, ...any)) (*LegResult, error) {
+	leg := &LegResult{ID: id, Name: legNames[id]}
+	target, key, metricsURL := base+"/realtime?model=gpt-realtime", upstreamKey, ""
+	if id != LegDirect {
+		pool := "0"
+		if id == LegPoolOn {
+			pool = cfg.Pool
+		}
+		gw, url, admin, err := startGateway(ctx, cfg, base, upstreamKey, masterKey, pool, filepath.Join(dir, "gateway-"+id+".log"))
+		if err != nil {
+			return nil, err
+		}
+		defer gw.stop(10 * time.Second)
+		target, key, metricsURL = url, masterKey, "http://"+admin+"/metrics"
+		say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.cmd.Process.Pid, url, pool)
+		if err := sleepCtx(ctx, cfg.Warmup); err != nil {
+			return nil, err
+		}
+	}
+	client, err := load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
+		Audio: cfg.Audio, SourceIPs: cfg.SourceIPs})
+	if err != nil {
+		return nil, err
+	}
+	var all []load.Sample
+	var cpu, wall time.Duration
+	var hitsBefore, hitsAfter poolCounters
+	for run := range cfg.Runs {
+		if run > 0 {
+			if err := sleepCtx(ctx, cfg.Pause); err != nil {
+				return nil, err
+			}
+		}
+		before := readPoolCounters(ctx, metricsURL)
+		if run == 0 {
+			hitsBefore = before
+		}
+		res, err := load.Run(ctx, client, load.Options{N: cfg.N, Concurrency: cfg.Concurrency})
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		after := readPoolCounters(ctx, metricsURL)
+		hitsAfter = after
+		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(before, after)}
+		leg.Runs = append(leg.Runs, rr)
+		all = append(all, res.Samples...)
+		cpu += res.CPU
+		wall += res.Wall
+		say("%s run %d/%d: %d/%d ok, total p50 %s p99 %s, %.1f s", leg.Name, run+1, cfg.Runs,
+			rr.Summary.OK, rr.Summary.Calls, report.FormatMS(rr.Summary.Total.P50), report.FormatMS(rr.Summary.Total.P99),
+			res.Wall.Seconds())
+	}
+	leg.Combined = load.Summarize(all, wall, cpu)
+	leg.PoolHitRate = hitRate(hitsBefore, hitsAfter)
+	return leg, nil
+}
+
+// startGateway runs the gateway binary with its configuration in the
+// environment, on free loopback ports, and waits for /health. A port taken
+// between choosing and binding it shows up as an early exit; it retries
+// once with new ports.
+func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, pool, logPath string) (*proc, string, string, error) {
+	var lastErr error
+	for range 2 {
+		port, err := freePort()
+		if err != nil {
+			return nil, "", "", err
+		}
+		adminPort, err := freePort()
+		if err != nil {
+			return nil, "", "", err
+		}
+		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
+		env := gatewayEnv(os.Environ(), map[string]string{
+			"LITELLM_MASTER_KEY":    masterKey,
+			"OPENAI_API_KEY":        upstreamKey,
+			"OPENAI_API_BASE":       base,
+			"OPENAI_REALTIME_MODEL": "gpt-realtime",
+			"HOST":                  "127.0.0.1",
+			"PORT":                  strconv.Itoa(port),
+			"REALTIME_POOL_SIZE":    pool,
+			"ADMIN_ADDR":            admin,
+			"LOG_LEVEL":             cfg.GatewayLogLevel,
+		})
+		gw, err := startProc("gateway", cfg.GatewayBin, nil, env, logPath, nil)
+		if err != nil {
+			return nil, "", "", err
+		}
+		hostPort := "127.0.0.1:" + strconv.Itoa(port)
+		err = waitHealthy(ctx, gw, "http://"+hostPort+"/health", 20*time.Second)
+		if err == nil {
+			return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
+		}
+		gw.stop(5 * time.Second)
+		if ctx.Err() != nil {
+			return nil, "", "", ctx.Err()
+		}
+		lastErr = err
+	}
+	return nil, "", "", lastErr
+}
+
+// gatewayEnv is the parent's environment with the gateway's settings
+// replaced, so a stray variable in the shell cannot change a leg.
+func gatewayEnv(parent []string, set map[string]string) []string {
+	env := make([]string, 0, len(parent)+len(set))
+	for _, kv := range parent {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[name]; ok {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		env = append(env, name+"="+set[name])
+	}
+	return env
+}
+
+func randomKey(prefix string) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,128 @@
+// Package report renders wsbench results: Markdown tables for the terminal
+// and a self-contained HTML page (inline SVG charts, no scripts) for the
+// comparison.
+package report
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"rtgate/bench/load"
+	"rtgate/bench/stats"
+)
+
+// FormatMS prints a duration in milliseconds: two decimals below 10 ms
+// (loopback phases are often fractions of a millisecond), one above.
+func FormatMS(d time.Duration) string {
+	v := stats.Millis(d)
+	if math.Abs(v) < 10 {
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}
+
+// formatPercent prints a 0..1 fraction as a percentage.
+func formatPercent(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// table renders a Markdown table; align holds "l" or "r" per column.
+func table(header []string, align string, rows [][]string) string {
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
+	for i := range header {
+		if i < len(align) && align[i] == 'r' {
+			b.WriteString("---:|")
+		} else {
+			b.WriteString("---|")
+		}
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	return b.String()
+}
+
+// phaseRows lists each phase's percentiles; a phase nobody reached shows "-".
+func phaseRows(s load.Summary) [][]string {
+	phases := []struct {
+		name string
+		sum  stats.Summary
+	}{{"dial", s.Dial}, {"session", s.Session}, {"first audio", s.FirstAudio}, {"total", s.Total}}
+	rows := make([][]string, 0, len(phases))
+	for _, p := range phases {
+		if p.sum.N == 0 {
+			rows = append(rows, []string{p.name, "0", "-", "-", "-", "-"})
+			continue
+		}
+		rows = append(rows, []string{p.name, fmt.Sprint(p.sum.N), FormatMS(p.sum.P50), FormatMS(p.sum.P95),
+			FormatMS(p.sum.P99), FormatMS(p.sum.Max)})
+	}
+	return rows
+}
+
+// failureTable lists failures by class, most frequent first ("" if none).
+func failureTable(failures map[string]int) string {
+	if len(failures) == 0 {
+		return ""
+	}
+	var rows [][]string
+	for _, class := range load.FailureClasses(failures) {
+		rows = append(rows, []string{class, fmt.Sprint(failures[class])})
+	}
+	return table([]string{"failure", "calls"}, "lr", rows)
+}
+
+// RunMarkdown renders one run: a headline, the phase table (percentiles by
+// nearest rank; total over successful calls only), failures by class and
+// the generator's own CPU use.
+func RunMarkdown(s load.Summary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "calls %d, ok %d (%s), wall %.1f s, %.1f calls/s\n\n",
+		s.Calls, s.OK, formatPercent(s.SuccessRate), s.Wall.Seconds(), s.Throughput)
+	b.WriteString(table([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(s)))
+	if f := failureTable(s.Failures); f != "" {
+		b.WriteString("\n" + f)
+	}
+	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys, %.1f ms per 1,000 calls\n",
+		stats.Millis(s.CPU), stats.Millis(s.CPUPer1000))
+	return b.String()
+}
+
+// HoldMarkdown renders a hold run.
+func HoldMarkdown(r *load.HoldResult) string {
+	var b strings.Builder
+	open := load.Summarize(r.Opening, r.OpenTime, 0)
+	rows := [][]string{
+		{"attempted", fmt.Sprint(len(r.Opening))},
+		{"established", fmt.Sprint(r.Established)},
+		{"held to the end", fmt.Sprint(r.Held)},
+		{"failed to open", fmt.Sprint(r.Failed)},
+		{"closed cleanly", fmt.Sprint(r.ClosedClean)},
+	}
+	b.WriteString(table([]string{"sessions", "count"}, "lr", rows))
+	fmt.Fprintf(&b, "\nopened in %.1f s, held for %.1f s\n\n", r.OpenTime.Seconds(), r.Holding.Seconds())
+	b.WriteString(table([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(open)[:2]))
+	// An established session is a success here, not a call that stopped
+	// short of response.done: only real failures are listed.
+	failures := map[string]int{}
+	for _, s := range r.Opening {
+		if s.Failure != "" {
+			failures[s.Failure]++
+		}
+	}
+	if f := failureTable(failures); f != "" {
+		b.WriteString("\n" + f)
+	}
+	if len(r.Lost) > 0 {
+		var lost [][]string
+		for _, class := range load.FailureClasses(r.Lost) {
+			lost = append(lost, []string{class, fmt.Sprint(r.Lost[class])})
+		}
+		b.WriteString("\n" + table([]string{"lost during hold", "sessions"}, "lr", lost))
+	}
+	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys; memory: %.1f KiB per established session (heap + stacks)\n",
+		stats.Millis(r.CPU), float64(r.MemPerSession)/1024)
+	return b.String()
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// build compiles a command of this module into dir.
+func build(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestInvalidSettingIsAStartupError(t *testing.T) {
+	bin := build(t, t.TempDir(), "rtgate/cmd/gateway")
+	for _, tc := range []struct{ env, want string }{
+		{"PORT=http", "PORT"},
+		{"OPENAI_API_BASE=ftp://x", "OPENAI_API_BASE"},
+		{"REALTIME_POOL_SIZE=lots", "REALTIME_POOL_SIZE"},
+		{"IDLE_TIMEOUT_SECS=-3", "IDLE_TIMEOUT_SECS"},
+	} {
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(), "LITELLM_MASTER_KEY=k", tc.env)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+			t.Fatalf("%s: exit %v, output %q; want exit 2 naming %s", tc.env, err, out, tc.want)
+		}
+	}
+}
+
+// TestSIGTERMDrainsLiveSessions runs the real binaries: a live session
+// survives SIGTERM, /health turns 503, and the gateway exits 0 once the
+// session ends.
+func TestSIGTERMDrainsLiveSessions(t *testing.T) {
+	dir := t.TempDir()
+	gw, mock := build(t, dir, "rtgate/cmd/gateway"), build(t, dir, "rtgate/cmd/mockai")
+
+	m := exec.Command(mock, "-addr", "127.0.0.1:0")
+	stdout, _ := m.StdoutPipe()
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Process.Kill(); _ = m.Wait() })
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	base := strings.TrimSpace(strings.TrimPrefix(line, "mockai listening on "))
+
+	port := freePort(t)
+	g := exec.Command(gw)
+	g.Env = append(os.Environ(), "LITELLM_MASTER_KEY=sk-test", "OPENAI_API_KEY=sk-up", "OPENAI_API_BASE="+base,
+		"PORT="+strconv.Itoa(port), "ADMIN_ADDR=", "DRAIN_TIMEOUT=30", "LOG_LEVEL=warn")
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- g.Wait() }()
+	t.Cleanup(func() { _ = g.Process.Kill() })
+
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	health := func() int {
+		resp, err := http.Get("http://" + addr + "/health")
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for health() != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("gateway did not become healthy")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/v1/realtime?model=gpt-realtime",
+		http.Header{"Authorization": {"Bearer sk-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	readType := func() string {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, p, err := c.ReadMessage()
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		var e struct{ Type string }
+		_ = json.Unmarshal(p, &e)
+		return e.Type
+	}
+	if typ := readType(); typ != "session.created" {
+		t.Fatalf("got %s", typ)
+	}
+
+	if err := g.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for health() != 503 {
+		if time.Now().After(deadline) {
+			t.Fatal("/health did not turn 503 after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.update","session":{"type":"realtime"}}`))
+	if typ := readType(); typ != "session.updated" {
+		t.Fatalf("live session got %s during the drain", typ)
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("the gateway exited (%v) while a session was live", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"))
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("gateway exited with %v after a clean drain, want status 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway did not exit after its last session ended")
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"rtgate/bench/compare"
+	"rtgate/bench/load"
+	"rtgate/bench/report"
+)
+
+// parseCompareFlags reads `wsbench compare` flags.
+func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, error) {
+	cfg := compare.DefaultConfig()
+	fs := flag.NewFlagSet("wsbench compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.MockaiBin, "mockai", cfg.MockaiBin, "mockai binary (go build -o bin/mockai ./cmd/mockai)")
+	fs.StringVar(&cfg.GatewayBin, "gateway", cfg.GatewayBin, "gateway binary (go build -o bin/gateway ./cmd/gateway)")
+	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on")
+	fs.IntVar(&cfg.N, "n", cfg.N, "calls per run")
+	fs.IntVar(&cfg.Concurrency, "c", cfg.Concurrency, "concurrent calls")
+	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "runs per leg (samples are combined)")
+	timeoutS := fs.Float64("t", cfg.Timeout.Seconds(), "per-call timeout, seconds")
+	fs.StringVar(&cfg.Pool, "pool", cfg.Pool, "REALTIME_POOL_SIZE for the pool-on leg: auto or a number")
+	fs.StringVar(&cfg.GatewayLogLevel, "gateway-log-level", cfg.GatewayLogLevel, "LOG_LEVEL for the gateway")
+	fs.BoolVar(&cfg.Audio, "audio", false, "stream 1 s of real-time input audio per call")
+	sourceIPs := fs.String("source-ips", "", "local source addresses for wsbench, e.g. 127.0.0.1-127.0.0.8")
+	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "pause after the gateway is healthy (lets the pool fill)")
+	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between runs")
+	fs.StringVar(&cfg.OutDir, "out", cfg.OutDir, "results directory (a compare-<timestamp> folder is made inside)")
+	p := &cfg.Profile
+	fs.DurationVar(&p.UpgradeDelay, "upgrade-delay", p.UpgradeDelay, "mockai: delay before the 101")
+	fs.DurationVar(&p.SessionDelay, "session-delay", p.SessionDelay, "mockai: delay before session.created")
+	fs.DurationVar(&p.FirstAudioDelay, "first-audio-delay", p.FirstAudioDelay, "mockai: delay before the first audio delta")
+	fs.IntVar(&p.Deltas, "deltas", p.Deltas, "mockai: audio deltas per response")
+	fs.IntVar(&p.DeltaBytes, "delta-bytes", p.DeltaBytes, "mockai: PCM bytes per delta")
+	fs.DurationVar(&p.DeltaInterval, "delta-interval", p.DeltaInterval, "mockai: gap between deltas")
+	quiet := fs.Bool("quiet", false, "no progress lines")
+	if err := fs.Parse(args); err != nil {
+		return cfg, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, false, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.Legs = nil
+	for l := range strings.SplitSeq(*legs, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			cfg.Legs = append(cfg.Legs, l)
+		}
+	}
+	cfg.Timeout = time.Duration(*timeoutS * float64(time.Second))
+	var err error
+	if cfg.SourceIPs, err = load.ParseSourceIPs(*sourceIPs); err != nil {
+		return cfg, false, fmt.Errorf("-source-ips: %w", err)
+	}
+	return cfg, *quiet, nil
+}
+
+func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, quiet, err := parseCompareFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "wsbench compare:", err)
+		return 2
+	}
+	if !quiet {
+		cfg.Progress = stderr
+	}
+	out, err := compare.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "wsbench", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d calls x %d runs per leg, %d concurrent\n\n", cfg.N, cfg.Runs, cfg.Concurrency)
+	fmt.Fprint(stdout, out.Comparison.Markdown())
+	if d := out.Comparison.Direct; d != nil && d.Summary.Total.N > 0 {
+		floor := cfg.Profile.Floor()
+		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
+			report.FormatMS(floor), report.FormatMS(d.Summary.Total.P50-floor))
+	}
+	fmt.Fprintf(stdout, "\nraw results: %s\nHTML report: %s\n", out.JSONPath, out.HTMLPath)
+	for _, leg := range out.Legs {
+		if leg.Combined.OK == 0 {
+			return 1
+		}
+	}
+	return 0
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"rtgate/bench/compare"
+	"rtgate/mockai"
+)
+
+func TestParseBenchFlags(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, o benchOptions)
+		wantErr string
+	}{
+		{"defaults", nil, nil, func(t *testing.T, o benchOptions) {
+			if o.url != "wss://localhost:4000/v1/realtime?model=gpt-realtime" || o.n != 100 || o.c != 10 || o.timeout != 30*time.Second {
+				t.Errorf("defaults: %+v", o)
+			}
+		}, ""},
+		{"host port insecure model", []string{"-host", "127.0.0.1:4001", "-insecure", "-m", "gpt-realtime-mini", "-n", "5000", "-c", "500", "-t", "2.5"}, nil,
+			func(t *testing.T, o benchOptions) {
+				if o.url != "ws://127.0.0.1:4001/v1/realtime?model=gpt-realtime-mini" || o.n != 5000 || o.c != 500 || o.timeout != 2500*time.Millisecond {
+					t.Errorf("got %+v", o)
+				}
+			}, ""},
+		{"full url", []string{"-host", "wss://127.0.0.1:8443/v1/realtime?model=x"}, nil, func(t *testing.T, o benchOptions) {
+			if o.url != "wss://127.0.0.1:8443/v1/realtime?model=x" {
+				t.Errorf("url %q", o.url)
+			}
+		}, ""},
+		{"key from env", nil, map[string]string{"WSBENCH_KEY": "sk-env"}, func(t *testing.T, o benchOptions) {
+			if o.key != "sk-env" {
+				t.Errorf("key %q", o.key)
+			}
+		}, ""},
+		{"flag key beats env", []string{"-key", "sk-flag"}, map[string]string{"WSBENCH_KEY": "sk-env"}, func(t *testing.T, o benchOptions) {
+			if o.key != "sk-flag" {
+				t.Errorf("key %q", o.key)
+			}
+		}, ""},
+		{"hold", []string{"-hold", "9000", "-hold-for", "1m", "-c", "200"}, nil, func(t *testing.T, o benchOptions) {
+			if o.hold != 9000 || o.holdFor != time.Minute || o.c != 200 {
+				t.Errorf("got %+v", o)
+			}
+		}, ""},
+		{"rate and source ips", []string{"-rate", "250", "-source-ips", "127.0.0.1-127.0.0.8", "-audio"}, nil, func(t *testing.T, o benchOptions) {
+			if o.rate != 250 || len(o.sourceIPs) != 8 || !o.audio {
+				t.Errorf("got %+v", o)
+			}
+		}, ""},
+		{"zero calls", []string{"-n", "0"}, nil, nil, "-n must be positive"},
+		{"zero concurrency", []string{"-c", "0"}, nil, nil, "-c must be positive"},
+		{"zero timeout", []string{"-t", "0"}, nil, nil, "-t must be positive"},
+		{"negative rate", []string{"-rate", "-1"}, nil, nil, "-rate"},
+		{"hold with rate", []string{"-hold", "5", "-rate", "5"}, nil, nil, "cannot be combined"},
+		{"bad host", []string{"-host", "http://x"}, nil, nil, "-host"},
+		{"bad source ips", []string{"-source-ips", "nope"}, nil, nil, "-source-ips"},
+		{"stray argument", []string{"extra"}, nil, nil, "unexpected arguments"},
+		{"unknown flag", []string{"-bogus"}, nil, nil, "flag provided but not defined"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			o, err := parseBenchFlags(tc.args, &stderr, env(tc.env))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, o)
+		})
+	}
+}
+
+func TestParseCompareFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg, quiet, err := parseCompareFlags(nil, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := compare.DefaultConfig()
+	if quiet || cfg.N != 2000 || cfg.Concurrency != 200 || cfg.Runs != 2 || cfg.MockaiBin != "bin/mockai" ||
+		cfg.GatewayBin != "bin/gateway" || cfg.Pool != "auto" || cfg.Profile != def.Profile || len(cfg.Legs) != 3 {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, quiet, err = parseCompareFlags([]string{"-n", "5000", "-c", "500", "-pool", "64", "-legs", "direct, pool-on",
+		"-mockai", "/x/mockai", "-gateway", "/x/gw", "-first-audio-delay", "1ms", "-deltas", "3", "-quiet", "-t", "5"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !quiet || cfg.N != 5000 || cfg.Concurrency != 500 || cfg.Pool != "64" || strings.Join(cfg.Legs, ",") != "direct,pool-on" ||
+		cfg.MockaiBin != "/x/mockai" || cfg.GatewayBin != "/x/gw" || cfg.Profile.FirstAudioDelay != time.Millisecond ||
+		cfg.Profile.Deltas != 3 || cfg.Timeout != 5*time.Second {
+		t.Errorf("overrides: %+v", cfg)
+	}
+	if _, _, err := parseCompareFlags([]string{"-source-ips", "x"}, &stderr); err == nil {
+		t.Error("bad -source-ips accepted")
+	}
+}
+
+func TestRunCompareBadInput(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"unknown leg", []string{"-legs", "direct,sideways"}, 1, "unknown leg"},
+		{"bad pool", []string{"-pool", "many"}, 1, "-pool"},
+		{"missing mockai", []string{"-mockai", "/nonexistent/mockai", "-legs", "direct"}, 1, "go build -o /nonexistent/mockai ./cmd/mockai"},
+		{"bad flag", []string{"-n", "lots"}, 2, "invalid value"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"compare", "-out", t.TempDir()}, tc.args...)
+			if code := run(context.Background(), args, &stdout, &stderr); code != tc.wantCode {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.wantCode, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantErr) {
+				t.Errorf("stderr %q lacks %q", stderr.String(), tc.wantErr)
+			}
+		})
+	}
+}
+
+func startMock(t *testing.T, cfg mockai.Config) string {
+	t.Helper()
+	srv, err := mockai.Start(cfg, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv.Addr()
+}
+
+// TestRunBench drives the command end to end against in-process mockai.
+func TestRunBench(t *testing.T) {
+	const key = "sk-secret-test-key-42"
+	tests := []struct {
+		name     string
+		mock     mockai.Config
+		args     []string
+		wantCode int
+		wantOut  []string
+	}{
+		{"closed loop", mockai.Config{Key: key}, []string{"-n", "20", "-c", "4", "-v"}, 0,
+			[]string{"calls 20, ok 20 (100.0%)", "| total | 20 |", "wsbench CPU:"}},
+		{"open loop", mockai.Config{Key: key}, []string{"-n", "10", "-c", "2", "-rate", "100"}, 0,
+			[]string{"calls 10, ok 10 (100.0%)"}},
+		{"with input audio", mockai.Config{Key: key}, []string{"-n", "2", "-c", "2", "-audio"}, 0,
+			[]string{"calls 2, ok 2"}},
+		{"wrong key", mockai.Config{Key: "sk-other"}, []string{"-n", "3", "-c", "3"}, 1,
+			[]string{"ok 0 (0.0%)", "| error_event_invalid_api_key | 3 |"}},
+		{"rate limited", mockai.Config{StatusCode: 429}, []string{"-n", "3", "-c", "3"}, 1,
+			[]string{"| handshake_429 | 3 |"}},
+		{"hold", mockai.Config{Key: key}, []string{"-hold", "6", "-hold-for", "200ms", "-c", "3"}, 0,
+			[]string{"| established | 6 |", "| held to the end | 6 |", "| closed cleanly | 6 |"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := startMock(t, tc.mock)
+			jsonPath := filepath.Join(t.TempDir(), "out.json")
+			args := append([]string{"-host", addr, "-insecure", "-key", key, "-json", jsonPath, "-t", "5"}, tc.args...)
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), args, &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout.String(), stderr.String())
+			}
+			for _, want := range tc.wantOut {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			raw, err := os.ReadFile(jsonPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, text := range map[string]string{"stdout": stdout.String(), "stderr": stderr.String(), "json": string(raw)} {
+				if strings.Contains(text, key) {
+					t.Errorf("%s contains the key", name)
+				}
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(raw, &doc); err != nil {
+				t.Fatalf("-json output: %v", err)
+			}
+			samples, _ := doc["samples"].([]any)
+			if samples == nil {
+				samples, _ = doc["opening"].([]any)
+			}
+			if len(samples) == 0 {
+				t.Errorf("-json output has no samples: %s", raw[:min(len(raw), 300)])
+			}
+			if strings.Contains(stderr.String(), "\r") {
+				t.Errorf("progress line written to a non-terminal stderr")
+			}
+		})
+	}
+}
+
+func TestRunBenchVerboseLines(t *testing.T) {
+	addr := startMock(t, mockai.Config{})
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"-host", addr, "-insecure", "-n", "3", "-c", "1", "-v", "-quiet"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), ": ok dial "); n != 3 {
+		t.Errorf("want 3 per-call lines, got %d:\n%s", n, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "wsbench: 3 calls") {
+		t.Errorf("-quiet should drop the banner:\n%s", stderr.String())
+	}
+}
+
+func TestRunBenchTLSWithCA(t *testing.T) {
+	srv, err := mockai.Start(mockai.Config{TLS: true}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, srv.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"-host", srv.Addr(), "-ca", ca, "-n", "2", "-c", "2"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("wss with -ca: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	if code := run(context.Background(), []string{"-host", srv.Addr(), "-n", "1", "-c", "1"}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stdout.String(), "| dial | 1 |") {
+		t.Fatalf("wss without -ca should fail to dial: exit %d\n%s", code, stdout.String())
+	}
+	if code := run(context.Background(), []string{"-host", srv.Addr(), "-ca", "/nonexistent.pem"}, &stdout, &stderr); code != 2 {
+		t.Fatalf("missing -ca file: exit %d, want 2", code)
+	}
+}

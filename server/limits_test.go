@@ -1,0 +1,351 @@
+package server
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"rtgate/mockai"
+)
+
+// dialStatus tries an upgrade and returns the HTTP status and JSON error
+// code of a refusal (0 and "" on success, with the connection closed).
+func dialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http.Header) {
+	t.Helper()
+	c, resp, err := dialer().Dial(g.url("model=gpt-realtime"), h)
+	if err == nil {
+		_ = c.Close()
+		return 0, "", nil
+	}
+	if resp == nil {
+		t.Fatalf("dial failed without a response: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var e event
+	_ = jsonUnmarshal(body, &e)
+	return resp.StatusCode, e.str("error", "code"), resp.Header
+}
+
+func TestMaxConnectionsGets503(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.MaxConnections = 2 })
+	a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, a)
+	read(t, b)
+	status, code, h := dialStatus(t, g, bearer(testMasterKey))
+	if status != 503 || code != "too_many_connections" || h.Get("Retry-After") == "" {
+		t.Fatalf("third connect: %d %q Retry-After %q, want 503 too_many_connections with Retry-After", status, code, h.Get("Retry-After"))
+	}
+	// The existing sessions are untouched.
+	send(t, a, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
+	if e := read(t, a); e.typ() != "session.updated" {
+		t.Fatalf("existing session got %v", e.typ())
+	}
+	_ = b.Close()
+	waitFor(t, "a slot to free", func() bool { return g.srv.SessionsOpen() == 1 })
+	if status, _, _ := dialStatus(t, g, bearer(testMasterKey)); status != 0 {
+		t.Fatalf("after a session ended a connect still got %d", status)
+	}
+}
+
+func TestMessageOverLimitCloses1009(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.MaxMessage = 64 << 10 })
+	big := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	other := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, big)
+	read(t, other)
+	send(t, big, map[string]any{"type": "input_audio_buffer.append", "audio": base64.StdEncoding.EncodeToString(make([]byte, 96<<10))})
+	if ce := closeOf(t, big); ce.Code != 1009 {
+		t.Fatalf("close %d %q, want 1009", ce.Code, ce.Text)
+	}
+	send(t, other, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
+	if e := read(t, other); e.typ() != "session.updated" {
+		t.Fatalf("the other session got %v", e.typ())
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.IdleTimeout = 500 * time.Millisecond })
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	start := time.Now()
+	e := read(t, c)
+	if e.typ() != "error" || e.str("error", "code") != "session_idle_timeout" {
+		t.Fatalf("got %v, want a session_idle_timeout error event", e)
+	}
+	if ce := closeOf(t, c); ce.Code != 1000 || ce.Text != "idle timeout" {
+		t.Fatalf("close %d %q, want 1000 idle timeout", ce.Code, ce.Text)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("closed after %v of idleness, before the timeout", waited)
+	}
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+func TestMaxSessionDuration(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.MaxSessionDuration = 700 * time.Millisecond })
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	// Stay busy: the idle timer must not be what ends it.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"input_audio_buffer.append","audio":"AAAA"}`))
+			}
+		}
+	}()
+	e := read(t, c)
+	if e.typ() != "error" || e.str("error", "code") != "session_max_duration" {
+		t.Fatalf("got %v, want session_max_duration", e)
+	}
+	if ce := closeOf(t, c); ce.Code != 1001 {
+		t.Fatalf("close %d %q, want 1001", ce.Code, ce.Text)
+	}
+}
+
+func rssKiB(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc on this system")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// A client that stops reading while the upstream streams audio must not
+// make the gateway buffer without bound; the other sessions carry on.
+func TestStalledClientIsDroppedAndMemoryStaysBounded(t *testing.T) {
+	// 2,000 deltas of 48 kB (64 kB of base64 each) every 2 ms: 128 MB of
+	// output over 4 s, far faster than real time, which the client will
+	// never read. mockai runs as its own process so that its memory is not
+	// counted here.
+	mock := startMockaiProcess(t, "-deltas", "2000", "-delta-bytes", "48000", "-delta-interval", "2ms")
+	g := startGateway(t, nil, func(c *Config) {
+		c.APIBase, _ = ParseAPIBase(mock.baseURL)
+		c.MaxStalledBytes = 2 << 20
+		c.WriteTimeout = 60 * time.Second // the backlog cap, not the write timeout, must act
+	})
+	before := rssKiB(t)
+
+	d := dialer()
+	d.ReadBufferSize = 1024
+	stalled, _, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	read(t, stalled)
+	send(t, stalled, map[string]any{"type": "response.create"})
+	// From here the client reads nothing.
+
+	healthy := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, healthy)
+	send(t, healthy, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
+	if e := read(t, healthy); e.typ() != "session.updated" {
+		t.Fatalf("healthy session got %v", e.typ())
+	}
+
+	waitFor(t, "the stalled session to be dropped", func() bool { return g.srv.SessionsOpen() == 1 })
+	if grew := rssKiB(t) - before; grew > 48<<10 {
+		t.Fatalf("gateway RSS grew by %d KiB for one stalled client", grew)
+	} else {
+		t.Logf("RSS grew by %d KiB while a client stalled in front of 128 MB of output", grew)
+	}
+	send(t, healthy, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
+	if e := read(t, healthy); e.typ() != "session.updated" {
+		t.Fatalf("healthy session got %v after the other was dropped", e.typ())
+	}
+}
+
+func TestPerKeyLimits(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	t.Run("concurrent sessions", func(t *testing.T) {
+		g := startGateway(t, mock, func(c *Config) { c.MaxSessionsPerKey = 1 })
+		a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, a)
+		status, code, _ := dialStatus(t, g, bearer(testMasterKey))
+		if status != 429 || code != "concurrent_sessions_exceeded" {
+			t.Fatalf("second session: %d %q, want 429 concurrent_sessions_exceeded", status, code)
+		}
+		_ = a.Close()
+		waitFor(t, "the first session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+		if status, _, _ := dialStatus(t, g, bearer(testMasterKey)); status != 0 {
+			t.Fatalf("after the first session ended a connect got %d", status)
+		}
+	})
+	t.Run("connect rate", func(t *testing.T) {
+		g := startGateway(t, mock, func(c *Config) { c.ConnectRatePerKey = 2 })
+		var statuses []int
+		var retry string
+		for range 3 {
+			status, code, h := dialStatus(t, g, bearer(testMasterKey))
+			statuses = append(statuses, status)
+			if status == 429 {
+				if code != "rate_limit_exceeded" {
+					t.Fatalf("429 with code %q", code)
+				}
+				retry = h.Get("Retry-After")
+			}
+		}
+		if statuses[0] != 0 || statuses[1] != 0 || statuses[2] != 429 || retry == "" {
+			t.Fatalf("three quick connects at 2/s got %v (Retry-After %q), want the third refused", statuses, retry)
+		}
+	})
+}
+
+func TestOriginAllowlist(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.AllowedOrigins = []string{"https://app.example"} })
+	with := func(origin string) http.Header {
+		h := bearer(testMasterKey)
+		if origin != "" {
+			h.Set("Origin", origin)
+		}
+		return h
+	}
+	if status, code, _ := dialStatus(t, g, with("https://evil.example")); status != 403 || code != "origin_not_allowed" {
+		t.Fatalf("foreign origin: %d %q, want 403", status, code)
+	}
+	if status, _, _ := dialStatus(t, g, with("https://app.example")); status != 0 {
+		t.Fatalf("allowed origin got %d", status)
+	}
+	if status, _, _ := dialStatus(t, g, with("")); status != 0 {
+		t.Fatalf("a client without Origin got %d", status)
+	}
+}
+
+// Keys never appear in logs, events or close reasons, even at debug level.
+func TestSecretsStayOutOfLogs(t *testing.T) {
+	const clientKey = "sk-client-SECRET-7f3a9c"
+	const upstreamKey = "sk-upstream-SECRET-b41e2d"
+	const wrongKey = "sk-wrong-SECRET-0c77aa"
+	mock := startMock(t, mockai.Config{Key: upstreamKey})
+	logs := &lockedWriter{w: &bytes.Buffer{}}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := startGatewayLog(t, mock, func(c *Config) {
+		c.MasterKey, c.UpstreamKey = clientKey, upstreamKey
+	}, log)
+
+	var seen []string
+	c := g.dial(t, "model=gpt-realtime", bearer(clientKey))
+	e := read(t, c)
+	seen = append(seen, e.str("type"))
+	send(t, c, map[string]any{"type": "response.create"})
+	readUntil(t, c, "response.done")
+	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+	ce := closeOf(t, c)
+	seen = append(seen, ce.Text)
+	_, _, _ = dialStatus(t, g, bearer(wrongKey))
+	_, _, _ = dialStatus(t, g, http.Header{"Sec-WebSocket-Protocol": {"realtime, openai-insecure-api-key." + wrongKey}})
+	// An upstream that refuses the gateway's key.
+	bad := startMock(t, mockai.Config{Key: "sk-other", RejectStatus: 401})
+	g2 := startGatewayLog(t, bad, func(c *Config) { c.MasterKey, c.UpstreamKey = clientKey, upstreamKey }, log)
+	c2 := g2.dial(t, "model=gpt-realtime", bearer(clientKey))
+	e2 := read(t, c2)
+	seen = append(seen, e2.str("error", "message"))
+	waitFor(t, "sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
+
+	all := logs.String() + strings.Join(seen, "\n")
+	if !strings.Contains(all, "session ended") || !strings.Contains(all, "upstream dial failed") {
+		t.Fatal("the debug log is empty: the test would prove nothing")
+	}
+	for _, k := range []string{clientKey, upstreamKey, wrongKey, "SECRET"} {
+		if strings.Contains(all, k) {
+			t.Fatalf("a key fragment %q appeared in logs or events", k)
+		}
+	}
+}
+
+func TestTLSListenerRefusesOldVersions(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	cert := newListenerCert(t)
+	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	for _, v := range []uint16{tls.VersionTLS10, tls.VersionTLS11} {
+		conn, err := tls.Dial("tcp", g.addr, &tls.Config{RootCAs: cert.roots, MaxVersion: v, MinVersion: v})
+		if err == nil {
+			_ = conn.Close()
+			t.Fatalf("a TLS %x handshake succeeded", v)
+		}
+	}
+	conn, err := tls.Dial("tcp", g.addr, &tls.Config{RootCAs: cert.roots})
+	if err != nil {
+		t.Fatalf("a modern handshake failed: %v", err)
+	}
+	_ = conn.Close()
+}
+
+func TestTLSCertificateReloads(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	first := newListenerCert(t)
+	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = first.certFile, first.keyFile })
+	serial := func(roots any) string {
+		conn, err := tls.Dial("tcp", g.addr, &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	s1 := serial(nil)
+	second := newListenerCert(t)
+	time.Sleep(1100 * time.Millisecond) // the files' mtime must move, and checks run once a second
+	for _, f := range [][2]string{{second.certFile, first.certFile}, {second.keyFile, first.keyFile}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the new certificate", func() bool { return serial(nil) != s1 })
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// lockedWriter lets several goroutines log into one buffer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.(*bytes.Buffer).String()
+}
