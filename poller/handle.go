@@ -50,7 +50,13 @@ func (h *Handle) Start(o Owner) {
 		return nil
 	})
 	if !conn.IsActive() {
-		h.Owner().UpstreamGone() // owners treat a second call as a no-op
+		// The peer hung up before the callbacks were in place. netpoll
+		// runs close callbacks for such a connection only once the user
+		// closes it, and then only after OnRequest has consumed what the
+		// peer sent before hanging up, so closing here keeps that order
+		// (a session.created sent just before a close still arrives
+		// first). Owners treat a repeated UpstreamGone as a no-op.
+		_ = conn.Close()
 	}
 }
 

@@ -32,6 +32,9 @@ type Config struct {
 	UpstreamKey string
 	// UpstreamCAFile adds a CA to the system roots for wss:// upstreams.
 	UpstreamCAFile string
+	// UpstreamSourceIPs spreads upstream sockets over these local
+	// addresses, to exceed one address's ephemeral ports.
+	UpstreamSourceIPs []net.IP
 	// UpstreamRoots, if set, replaces the roots for wss:// upstreams (tests
 	// use it to trust mockai's certificate without a file).
 	UpstreamRoots *x509.CertPool
@@ -99,7 +102,7 @@ func Defaults() Config {
 		MaxStalledBytes:    4 << 20,
 		DrainTimeout:       60 * time.Second,
 		Pool: upstream.PoolConfig{
-			Size: 4, Min: 2, Max: 256, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 64,
+			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 128,
 		},
 		AdminAddr: "127.0.0.1:4002",
 	}
@@ -147,6 +150,11 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		return nil
 	})
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
+	set("UPSTREAM_SOURCE_IPS", func(v string) error {
+		ips, err := upstream.ParseSourceIPs(v)
+		c.UpstreamSourceIPs = ips
+		return err
+	})
 	set("TLS_CERT", func(v string) error { c.TLSCert = v; return nil })
 	set("TLS_KEY", func(v string) error { c.TLSKey = v; return nil })
 	set("REALTIME_POOL_SIZE", func(v string) error {

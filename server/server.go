@@ -82,7 +82,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		upTLS.RootCAs = pool
 	}
-	s.dialer = &upstream.Dialer{TLSConfig: upTLS, Timeout: cfg.DialTimeout, WriteTimeout: cfg.WriteTimeout}
+	s.dialer = &upstream.Dialer{TLSConfig: upTLS, Timeout: cfg.DialTimeout, WriteTimeout: cfg.WriteTimeout,
+		SourceIPs: cfg.UpstreamSourceIPs}
 
 	if cfg.TLSCert != "" {
 		certs, err := newCertReloader(cfg.TLSCert, cfg.TLSKey, log)

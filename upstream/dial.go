@@ -20,6 +20,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/netpoll"
@@ -37,6 +39,13 @@ type Dialer struct {
 	// WriteTimeout bounds each write to the upstream once relaying: a write
 	// that cannot finish in this time closes the session.
 	WriteTimeout time.Duration
+	// SourceIPs, if set, are the local addresses upstream sockets are bound
+	// to, in turn. One source address reaches one upstream address over at
+	// most the ephemeral port range (about 28k ports by default); k source
+	// addresses reach k times that.
+	SourceIPs []net.IP
+
+	next atomic.Uint64 // round-robin position in SourceIPs
 }
 
 // Target is one upstream connect: the full ws:// or wss:// URL with its query,
@@ -102,7 +111,7 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	conn, err := netpoll.DialConnection("tcp", addr, timeout)
+	conn, err := d.dialTCP(ctx, addr, timeout)
 	if err != nil {
 		return nil, &Error{Err: err}
 	}
@@ -167,6 +176,79 @@ func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Targe
 	}
 	nb.SetBlocking(false)
 	return poller.NewPlainEndpoint(conn), preface, nil
+}
+
+// dialTCP connects a netpoll socket to addr, from the next source address
+// when SourceIPs is set.
+func (d *Dialer) dialTCP(ctx context.Context, addr string, timeout time.Duration) (netpoll.Connection, error) {
+	if len(d.SourceIPs) == 0 {
+		return netpoll.DialConnection("tcp", addr, timeout)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	pn, err := net.DefaultResolver.LookupPort(ctx, "tcp", port)
+	if err != nil {
+		return nil, err
+	}
+	src := d.SourceIPs[d.next.Add(1)%uint64(len(d.SourceIPs))]
+	var firstErr error
+	for _, ip := range ips {
+		if (ip.IP.To4() == nil) != (src.To4() == nil) {
+			continue // a source address of the other family cannot reach it
+		}
+		c, err := netpoll.DialTCP(ctx, "tcp",
+			&netpoll.TCPAddr{TCPAddr: net.TCPAddr{IP: src}},
+			&netpoll.TCPAddr{TCPAddr: net.TCPAddr{IP: ip.IP, Port: pn, Zone: ip.Zone}})
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr == nil {
+		firstErr = fmt.Errorf("no address of %s matches source address %s", host, src)
+	}
+	return nil, firstErr
+}
+
+// ParseSourceIPs reads a list of addresses and ranges, such as
+// "127.0.0.2,127.0.0.5-127.0.0.8" (a range varies the last part only).
+func ParseSourceIPs(v string) ([]net.IP, error) {
+	var out []net.IP
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		from, to, isRange := strings.Cut(part, "-")
+		a := net.ParseIP(strings.TrimSpace(from)).To4()
+		if !isRange {
+			ip := net.ParseIP(part)
+			if ip == nil {
+				return nil, fmt.Errorf("%q is not an IP address", part)
+			}
+			out = append(out, ip)
+			continue
+		}
+		b := net.ParseIP(strings.TrimSpace(to)).To4()
+		if a == nil || b == nil || !a[:3:3].Equal(b[:3:3]) || a[3] > b[3] {
+			return nil, fmt.Errorf("%q is not a range of IPv4 addresses differing in the last part", part)
+		}
+		for i := int(a[3]); i <= int(b[3]); i++ {
+			out = append(out, net.IPv4(a[0], a[1], a[2], byte(i)))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%q names no address", v)
+	}
+	return out, nil
 }
 
 // drain copies out what the handshake's reader holds beyond the 101 response.

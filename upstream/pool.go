@@ -57,13 +57,12 @@ const (
 	backoffMax = 30 * time.Second
 )
 
-// Adaptive sizing: demand is measured in windows of rateWindow; each window
-// moves the rate estimate rateAlpha of the way to the window's rate.
+// Adaptive sizing measures demand in windows of rateWindow; the largest
+// recent window (the burst) decays by half every burstHalfLife.
 const (
-	rateWindow = 250 * time.Millisecond
-	rateAlpha  = 0.5
-	headroom   = 2.0
-	minRate    = 0.1 // connects per second below which a key counts as idle
+	rateWindow    = 250 * time.Millisecond
+	burstHalfLife = time.Second
+	minBurst      = 0.5 // below this a key counts as idle
 )
 
 // Pool is the warm pool for every key. It is safe for concurrent use.
@@ -117,7 +116,7 @@ type keyPool struct {
 	// adaptive sizing
 	takes       int       // in the current window
 	windowStart time.Time // of the current window
-	rate        float64   // connects per second, smoothed
+	burst       float64   // the most connects in one recent window, decaying
 	handshake   float64   // seconds from dial to session.created, smoothed
 	size        int       // the current target
 }
@@ -273,20 +272,20 @@ func (kp *keyPool) noteTake(now time.Time) {
 	kp.takes++
 }
 
-// roll closes the demand windows that ended before now. Windows with no
-// connects count as zero, which is how an idle key's rate decays.
+// roll closes the demand windows that ended before now: the burst is the
+// larger of the closed window's connects and the old burst decayed by the
+// time since. Quiet windows only decay it, which is how an idle key's target
+// falls back to Min.
 func (kp *keyPool) roll(now time.Time) {
 	elapsed := now.Sub(kp.windowStart)
 	if elapsed < rateWindow {
 		return
 	}
 	windows := int(elapsed / rateWindow)
-	kp.rate += rateAlpha * (float64(kp.takes)/rateWindow.Seconds() - kp.rate)
-	if windows > 1 {
-		kp.rate *= math.Pow(1-rateAlpha, float64(windows-1))
-	}
-	if kp.rate < minRate {
-		kp.rate = 0 // an idle key: let the target settle at Min
+	decay := math.Pow(0.5, float64(windows)*rateWindow.Seconds()/burstHalfLife.Seconds())
+	kp.burst = max(float64(kp.takes), kp.burst*decay)
+	if kp.burst < minBurst {
+		kp.burst = 0
 	}
 	kp.takes = 0
 	kp.windowStart = kp.windowStart.Add(time.Duration(windows) * rateWindow)
@@ -294,23 +293,29 @@ func (kp *keyPool) roll(now time.Time) {
 
 // updateSizeLocked recomputes an auto-sized key's target:
 //
-//	target = Min + ceil(rate × handshake × headroom), clamped to [Min, Max]
+//	target = Min + ceil(B × max(1, 2 × handshake / 250 ms)), clamped to [Min, Max]
 //
-// rate × handshake is how many connects arrive while one socket warms
-// (Little's law): the sockets needed in flight to keep up. Doubling it
-// absorbs bursts. The rate moves half way to each 250 ms window's rate, so
-// the target follows a step in load within a second or so and decays to Min
-// about as fast once connects stop.
+// where B is the most connects seen in one 250 ms window lately (halving
+// every second without a larger one) and handshake the smoothed time from
+// dial to session.created. Sockets taken in a burst are replaced within one
+// handshake, so the pool must hold a whole burst when handshakes are short,
+// and the connects of two handshakes' time when they are long (Little's law
+// at the burst's rate, with 2x headroom). Sizing by recent peaks rather
+// than the mean is what serves closed-loop clients, whose calls start and
+// end in waves. The target reaches a new peak within one window and decays
+// to Min within about ten seconds of the last connect (B from 500 to under
+// 0.5 takes ten halvings).
 func (p *Pool) updateSizeLocked(kp *keyPool, now time.Time) {
 	if !p.cfg.Auto {
 		return
 	}
 	kp.roll(now)
+	burst := max(kp.burst, float64(kp.takes)) // the open window counts at once
 	hs := kp.handshake
 	if hs == 0 {
 		hs = 0.2 // no measurement yet: assume a typical remote handshake
 	}
-	n := p.cfg.Min + int(math.Ceil(kp.rate*hs*headroom))
+	n := p.cfg.Min + int(math.Ceil(burst*max(1, 2*hs/rateWindow.Seconds())))
 	kp.size = max(p.cfg.Min, min(n, p.cfg.Max))
 	if m := p.metrics; m != nil {
 		m.Target.WithLabelValues(kp.model, kp.id).Set(float64(kp.size))

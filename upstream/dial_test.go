@@ -1,0 +1,85 @@
+package upstream
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+func TestParseSourceIPs(t *testing.T) {
+	cases := []struct {
+		in   string
+		want string
+		bad  bool
+	}{
+		{in: "127.0.0.2", want: "127.0.0.2"},
+		{in: "127.0.0.1-127.0.0.3", want: "127.0.0.1 127.0.0.2 127.0.0.3"},
+		{in: "10.0.0.5, 127.0.0.7-127.0.0.8", want: "10.0.0.5 127.0.0.7 127.0.0.8"},
+		{in: "::1", want: "::1"},
+		{in: "127.0.0.9-127.0.0.3", bad: true},
+		{in: "127.0.0.1-127.0.1.3", bad: true},
+		{in: "nope", bad: true},
+		{in: " , ", bad: true},
+	}
+	for _, tc := range cases {
+		ips, err := ParseSourceIPs(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Fatalf("%q: want an error, got %v", tc.in, ips)
+			}
+			continue
+		}
+		var got []string
+		for _, ip := range ips {
+			got = append(got, ip.String())
+		}
+		if err != nil || strings.Join(got, " ") != tc.want {
+			t.Fatalf("%q: got %v %v, want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestDialSpreadsOverSourceIPs dials a loopback upstream from several
+// loopback source addresses and checks which ones the upstream saw.
+func TestDialSpreadsOverSourceIPs(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		mu.Lock()
+		seen[host]++
+		mu.Unlock()
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created"}`))
+		_ = c.Close()
+	}))
+	defer srv.Close()
+	ips, _ := ParseSourceIPs("127.0.0.2-127.0.0.4")
+	d := &Dialer{Timeout: 5 * time.Second, SourceIPs: ips}
+	u, _ := url.Parse("ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/realtime?model=m")
+	for range 6 {
+		c, err := d.Dial(t.Context(), Target{URL: u, Header: http.Header{}})
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		c.Endpoint.Close()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		if seen[ip] != 2 {
+			t.Fatalf("upstream saw %v, want two dials from each of 127.0.0.2-4", seen)
+		}
+	}
+}
