@@ -34,7 +34,7 @@ func FuzzScanner(f *testing.F) {
 		}
 		for _, dir := range []Direction{FromClient, FromServer} {
 			want := refScan(data, dir, maxMsg)
-			got := fuzzFeed(t, dir, maxMsg, data, chunks)
+			got := fuzzFeed(t, dir, maxMsg, data, chunks, want.ends)
 			if !bytes.Equal(got.out, data[:len(got.out)]) {
 				t.Fatalf("%s: forwarded bytes that are not a prefix of the input", dir)
 			}
@@ -51,7 +51,7 @@ func FuzzScanner(f *testing.F) {
 
 		dir := Direction(flags & 1)
 		stream, closes := validStream(data, dir)
-		got := fuzzFeed(t, dir, 0, stream, chunks)
+		got := fuzzFeed(t, dir, 0, stream, chunks, refScan(stream, dir, 0).ends)
 		if got.err != nil {
 			t.Fatalf("%s: valid stream refused: %v", dir, got.err)
 		}
@@ -112,8 +112,9 @@ type fed struct {
 
 // fuzzFeed runs stream through a fresh scanner in the chunk sizes given
 // (cycled; each byte is a size of 1 to 256), as the reactor would see it
-// arrive, checking the invariants every call must keep.
-func fuzzFeed(t *testing.T, dir Direction, maxMsg int64, stream, chunks []byte) fed {
+// arrive, checking the invariants every call must keep. ends holds the
+// offsets in stream where frames end.
+func fuzzFeed(t *testing.T, dir Direction, maxMsg int64, stream, chunks []byte, ends map[int]bool) fed {
 	t.Helper()
 	s := NewScanner(dir, maxMsg)
 	sink := &sliceSink{}
@@ -156,6 +157,12 @@ func fuzzFeed(t *testing.T, dir Direction, maxMsg int64, stream, chunks []byte) 
 			if r.err != nil && len(sink.b) != wrote && err == nil {
 				t.Fatalf("%s: forwarded %d bytes after refusing a frame", dir, len(sink.b)-wrote)
 			}
+			// A relay injects frames of its own (a close, an error event)
+			// only when MidFrame is false, so it must be exact: true
+			// while part of a frame went out and the rest did not.
+			if mid, want := s.MidFrame(), !ends[len(sink.b)]; mid != want {
+				t.Fatalf("%s: MidFrame %v after forwarding %d bytes, want %v", dir, mid, len(sink.b), want)
+			}
 		}
 	}
 	r.out = sink.b
@@ -192,6 +199,7 @@ type refResult struct {
 	forwarded int           // bytes forwarded: whole accepted frames, then the available part of a data frame
 	code      ws.StatusCode // close code of the refusal; 0 if none
 	closes    []Close
+	ends      map[int]bool // offsets where forwarded frames end, and 0
 }
 
 // refScan walks the input frame by frame with gobwas's header reader and
@@ -201,7 +209,7 @@ type refResult struct {
 // payload streams as it arrives; nothing of a refused frame is forwarded, and
 // nothing after it.
 func refScan(in []byte, dir Direction, maxMsg int64) refResult {
-	var r refResult
+	r := refResult{ends: map[int]bool{0: true}}
 	state := ws.StateServerSide
 	if dir == FromServer {
 		state = ws.StateClientSide
@@ -271,6 +279,7 @@ func refScan(in []byte, dir Direction, maxMsg int64) refResult {
 		}
 		off += hlen + int(h.Length)
 		r.forwarded = off
+		r.ends[off] = true
 	}
 	return r
 }
@@ -319,7 +328,7 @@ func validStream(data []byte, dir Direction) ([]byte, []Close) {
 			if sel&7 == 2 && !big && len(payload) > 0 {
 				// Once per stream, a frame with a 64-bit length.
 				big = true
-				payload = bytes.Repeat(payload, 70000/len(payload)+1)
+				payload = bytes.Repeat(payload, 0xffff/len(payload)+1)
 			}
 			fin := sel&7 != 1
 			put(ws.Header{Fin: fin, OpCode: op}, payload)

@@ -77,6 +77,33 @@ type Close struct {
 	Reason string
 }
 
+// Inspector looks inside selected text frames as they pass, without holding
+// them up: usage accounting reads response.done this way. Only unfragmented,
+// unmasked text frames of at most MaxInspect bytes are offered.
+type Inspector interface {
+	// Wants sees the first InspectPrefix bytes of a frame's payload (all
+	// of a shorter one) and says whether to see the whole payload.
+	Wants(prefix []byte) bool
+	// Inspect gets the whole payload of a frame Wants chose, once the
+	// frame has been forwarded. It must not keep p.
+	Inspect(p []byte)
+}
+
+const (
+	// InspectPrefix is how much of a frame Inspector.Wants sees.
+	InspectPrefix = 256
+	// MaxInspect bounds the frames an Inspector is offered: only they are
+	// ever copied aside.
+	MaxInspect = 1 << 20
+)
+
+// capture states
+const (
+	captureNone   = iota
+	capturePrefix // collecting the prefix for Wants
+	captureWhole  // Wants said yes: collecting the payload for Inspect
+)
+
 // maxFrameStart is the most bytes the scanner ever needs before it can act on
 // a frame: the longest header plus the longest control payload.
 const maxFrameStart = ws.MaxHeaderSize + ws.MaxControlFramePayloadSize
@@ -101,7 +128,15 @@ type Scanner struct {
 	// Frames and Bytes count what passed through, for usage records.
 	Frames uint64
 	Bytes  uint64
+
+	insp         Inspector
+	captureState uint8
+	captureLen   uint64 // payload length of the frame being captured
+	capture      *bytebufferpool.ByteBuffer
 }
+
+// SetInspector makes the scanner offer text frames to insp.
+func (s *Scanner) SetInspector(insp Inspector) { s.insp = insp }
 
 // NewScanner returns a scanner for frames travelling in direction dir.
 // maxMessage bounds the payload of one (possibly fragmented) message; 0 means
@@ -122,9 +157,10 @@ func (s *Scanner) Init(dir Direction, maxMessage int64) {
 }
 
 // MidFrame reports whether part of a frame has been forwarded and the rest has
-// not. A relay must not inject a frame of its own into the stream then.
+// not. A relay must not inject a frame of its own into the stream then. A
+// frame start held in the stash has not been forwarded, so it does not count.
 func (s *Scanner) MidFrame() bool {
-	return s.remaining > 0 || s.stash != nil
+	return s.remaining > 0
 }
 
 // Failed reports whether the scanner refused a frame; it discards all input
@@ -136,6 +172,64 @@ func (s *Scanner) Reset() {
 	if s.stash != nil {
 		bytebufferpool.Put(s.stash)
 		s.stash = nil
+	}
+	s.endCapture()
+}
+
+func (s *Scanner) endCapture() {
+	if s.capture != nil {
+		bytebufferpool.Put(s.capture)
+		s.capture = nil
+	}
+	s.captureState = captureNone
+}
+
+// startInspect offers a text frame whose first payload bytes are p (perhaps
+// not all of them yet) to the inspector, copying aside only what it must.
+func (s *Scanner) startInspect(h ws.Header, p []byte) {
+	if s.insp == nil || h.OpCode != ws.OpText || !h.Fin || h.Masked || h.Length > MaxInspect {
+		return
+	}
+	s.captureLen = uint64(h.Length)
+	prefix := min(int(h.Length), InspectPrefix)
+	if len(p) >= prefix {
+		// The common case: the prefix is at hand, no copy needed.
+		if !s.insp.Wants(p[:prefix]) {
+			return
+		}
+		if uint64(len(p)) == s.captureLen {
+			s.insp.Inspect(p)
+			return
+		}
+		s.captureState = captureWhole
+	} else {
+		s.captureState = capturePrefix
+	}
+	s.capture = bytebufferpool.Get()
+	s.capture.B = append(s.capture.B[:0], p...)
+}
+
+// continueInspect adds payload bytes of the frame being captured; last says
+// they end the frame.
+func (s *Scanner) continueInspect(p []byte, last bool) {
+	s.capture.B = append(s.capture.B, p...)
+	if s.captureState == capturePrefix {
+		prefix := min(int(s.captureLen), InspectPrefix)
+		if len(s.capture.B) < prefix {
+			if last {
+				s.endCapture()
+			}
+			return
+		}
+		if !s.insp.Wants(s.capture.B[:prefix]) {
+			s.endCapture()
+			return
+		}
+		s.captureState = captureWhole
+	}
+	if last {
+		s.insp.Inspect(s.capture.B)
+		s.endCapture()
 	}
 }
 
@@ -175,6 +269,9 @@ func (s *Scanner) Forward(src Source, dst Sink) (cl *Close, err error) {
 				return nil, err
 			}
 			s.remaining -= uint64(n)
+			if s.captureState != captureNone {
+				s.continueInspect(p, s.remaining == 0)
+			}
 			s.Bytes += uint64(n)
 			continue
 		}
@@ -310,7 +407,13 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 		}
 		s.Bytes += uint64(len(start))
 		s.remaining = total - uint64(len(start))
-		s.Reset()
+		if s.stash != nil {
+			bytebufferpool.Put(s.stash)
+			s.stash = nil
+		}
+		if s.remaining > 0 {
+			s.startInspect(h, start[hlen:])
+		}
 		return cl, nil
 	}
 	n := uint64(src.Len())
@@ -326,6 +429,7 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 	}
 	s.Bytes += n
 	s.remaining = total - n
+	s.startInspect(h, p[hlen:])
 	return cl, nil
 }
 
@@ -394,14 +498,27 @@ func readClose(h ws.Header, payload []byte) (Close, error) {
 	}
 	code := ws.StatusCode(binary.BigEndian.Uint16(p))
 	reason := p[2:]
+	if !validCloseCode(code) {
+		return Close{}, &ProtocolError{Code: ws.StatusProtocolError, Reason: "invalid close code"}
+	}
 	if !utf8.Valid(reason) {
 		return Close{}, &ProtocolError{Code: ws.StatusInvalidFramePayloadData, Reason: "close reason is not valid UTF-8"}
 	}
-	c := Close{Code: code, Reason: string(reason)}
-	if err := ws.CheckCloseFrameData(code, ""); err != nil {
-		return Close{}, &ProtocolError{Code: ws.StatusProtocolError, Reason: "invalid close code"}
+	return Close{Code: code, Reason: string(reason)}, nil
+}
+
+// validCloseCode says whether code may appear in a close frame (RFC 6455
+// section 7.4): the defined codes that are not reserved for local use
+// (1005, 1006 and 1015 never go on the wire), and 3000-4999 for libraries
+// and applications.
+func validCloseCode(code ws.StatusCode) bool {
+	switch {
+	case code >= 1000 && code <= 1003, code >= 1007 && code <= 1014:
+		return true
+	case code >= 3000 && code <= 4999:
+		return true
 	}
-	return c, nil
+	return false
 }
 
 func write(dst Sink, p []byte) error {

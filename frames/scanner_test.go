@@ -184,3 +184,51 @@ func TestAppendCloseCutsLongReasonAtRuneBoundary(t *testing.T) {
 		t.Fatalf("close reason %q not cut to a valid length", closes[0].Reason)
 	}
 }
+
+// pick is an Inspector that wants frames whose prefix contains its word.
+type pick struct {
+	word string
+	got  []string
+}
+
+func (p *pick) Wants(prefix []byte) bool { return bytes.Contains(prefix, []byte(p.word)) }
+func (p *pick) Inspect(b []byte)         { p.got = append(p.got, string(b)) }
+
+func TestInspectorSeesChosenFramesWhole(t *testing.T) {
+	long := `{"type":"response.done","pad":"` + string(bytes.Repeat([]byte("x"), 3000)) + `"}`
+	frames := [][]byte{
+		text(`{"type":"response.output_audio.delta","delta":"AAAA"}`, false),
+		text(`{"type":"response.done","usage":{}}`, false),
+		AppendFrame(nil, ws.OpBinary, []byte(`{"type":"response.done"}`), false), // not text
+		text(long, false),
+		AppendFrame(nil, ws.OpPing, nil, false),
+		text(`{"type":"response.done","short":1}`, false),
+	}
+	stream := bytes.Join(frames, nil)
+	want := []string{`{"type":"response.done","usage":{}}`, long, `{"type":"response.done","short":1}`}
+	for _, chunk := range []int{1, 2, 7, 100, 300, 4096, 1 << 20} {
+		s := NewScanner(FromServer, 0)
+		p := &pick{word: "response.done"}
+		s.SetInspector(p)
+		sink := &sliceSink{}
+		for off := 0; off < len(stream); off += chunk {
+			src := NewByteSource(stream[off:min(off+chunk, len(stream))])
+			for src.Len() > 0 {
+				if _, err := s.Forward(src, sink); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if !bytes.Equal(sink.b, stream) {
+			t.Fatalf("chunk %d: inspecting changed what was forwarded", chunk)
+		}
+		if len(p.got) != len(want) {
+			t.Fatalf("chunk %d: inspected %d frames, want %d", chunk, len(p.got), len(want))
+		}
+		for i := range want {
+			if p.got[i] != want[i] {
+				t.Fatalf("chunk %d: frame %d inspected as %.60q, want %.60q", chunk, i, p.got[i], want[i])
+			}
+		}
+	}
+}

@@ -36,6 +36,10 @@
 //
 // A client's close frame is answered with the same code and reason.
 //
+// With Config.Echo (cmd/mockai -echo) the conversation is replaced by an echo: after
+// session.created, every data message is sent back verbatim with its type (text or
+// binary), whatever it contains. Benchmarks use it to time round trips through a relay.
+//
 // # Usage numbers
 //
 // Every response.done carries a usage object that tests can predict exactly. All
@@ -57,5 +61,18 @@
 //
 // The fault knobs count the data frames (messages) the server has sent on a
 // connection, session.created included; control frames are not counted. Once a fault
-// fires, the server sends nothing more on that connection.
+// fires, the server sends nothing more on that connection. Config.StallFor bounds a
+// stall (StopReading): the connection is then dropped without a close frame.
+//
+// With Config.FaultsFromQuery (cmd/mockai -faults-from-query) each connection may ask
+// for its own fault in its query, which a relay passes through, so a soak test knows
+// exactly which sessions it made faulty:
+//
+//	?model=gpt-realtime&fault=drop&fault_after=3   drop the TCP connection after 3 frames
+//	&fault=close&fault_after=N                     close 1011 after N frames (default 1)
+//	&fault=malformed&fault_after=N                 a frame with a reserved opcode after N
+//	&fault=stall                                   stop reading and sending after session.created
+//	&fault=401                                     answer the upgrade with HTTP 401 (any 400-599)
+//
+// A bad fault or fault_after value is refused with HTTP 400 and a message naming it.
 package mockai

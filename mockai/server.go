@@ -61,6 +61,23 @@ type Config struct {
 	// status and a JSON error body.
 	StatusCode int
 
+	// StallFor bounds a stalled connection (StopReading, or fault=stall from the
+	// query): this long after session.created the server drops it without a close
+	// frame. 0 stalls until the server closes. A stalled connection never reads, so it
+	// cannot notice its peer leaving; soak runs set this so stalls do not pile up.
+	StallFor time.Duration
+	// FaultsFromQuery lets each connection choose a fault with the query parameters
+	// fault (drop, close, malformed, stall, or an HTTP error status) and fault_after
+	// (frames, default 1), on top of the knobs above; see queryfaults.go. A bad value
+	// is refused with HTTP 400. Off, those parameters are ignored.
+	FaultsFromQuery bool
+
+	// Echo sends every data message (text or binary) back verbatim, with the same
+	// message type, instead of answering it as a client event. session.created is
+	// still sent first, so relays and warm pools work unchanged. For benchmarks that
+	// time round trips and relay throughput without the conversation's JSON work.
+	Echo bool
+
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger
 }
@@ -86,7 +103,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("reject status %d: must be 0, 401 or 403", c.RejectStatus)
 	case c.StatusCode != 0 && (c.StatusCode < 200 || c.StatusCode > 599 || c.StatusCode == http.StatusSwitchingProtocols):
 		return fmt.Errorf("status code %d: must be 0 or an HTTP status from 200 to 599", c.StatusCode)
-	case c.UpgradeDelay < 0 || c.SessionDelay < 0 || c.FirstAudioDelay < 0 || c.AudioDeltaInterval < 0:
+	case c.UpgradeDelay < 0 || c.SessionDelay < 0 || c.FirstAudioDelay < 0 || c.AudioDeltaInterval < 0 || c.StallFor < 0:
 		return errors.New("delays and intervals must not be negative")
 	case c.AudioDeltaBytes < 0 || c.AudioDeltaBytes > readLimit:
 		return fmt.Errorf("audio delta bytes %d: must be between 0 and %d", c.AudioDeltaBytes, readLimit)
@@ -381,6 +398,22 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	if model == "" {
 		model = "gpt-realtime"
 	}
+	cfg := &s.cfg
+	if s.cfg.FaultsFromQuery {
+		qcfg, status, err := s.cfg.queryFault(q)
+		switch {
+		case err != nil:
+			s.rejected.Add(1)
+			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "mock: "+err.Error())
+			return
+		case status != 0:
+			s.rejected.Add(1)
+			typ, code := errorKind(status)
+			writeHTTPError(w, status, typ, code, fmt.Sprintf("mock: fault=%d asked for in the query", status))
+			return
+		}
+		cfg = qcfg
+	}
 	badKey := s.cfg.Key != "" && rec.Key != s.cfg.Key
 	if badKey && s.cfg.RejectStatus != 0 {
 		s.rejected.Add(1)
@@ -418,11 +451,12 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	// memory each one holds. This handler still holds its own wg count, so the Add
 	// cannot race with Close's Wait.
 	s.wg.Add(1)
-	go s.serveSession(ws, rec, model, badKey, beta)
+	go s.serveSession(ws, rec, cfg, model, badKey, beta)
 }
 
-// serveSession runs an upgraded connection to its end.
-func (s *Server) serveSession(ws *websocket.Conn, rec *Record, model string, badKey, beta bool) {
+// serveSession runs an upgraded connection to its end, with cfg (the server's
+// configuration, or a copy with a fault the connection asked for).
+func (s *Server) serveSession(ws *websocket.Conn, rec *Record, cfg *Config, model string, badKey, beta bool) {
 	defer s.wg.Done()
 	defer func() {
 		ws.Close()
@@ -430,6 +464,7 @@ func (s *Server) serveSession(ws *websocket.Conn, rec *Record, model string, bad
 		s.active.Add(-1)
 	}()
 	sess := newSession(s, ws, model)
+	sess.cfg = cfg
 	defer sess.end()
 	switch {
 	case badKey:

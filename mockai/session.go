@@ -150,9 +150,16 @@ func (s *session) run() {
 	}
 	if s.cfg.StopReading {
 		// Client frames pile up in the socket buffers until the client's writes block.
+		var stallEnd <-chan time.Time
+		if s.cfg.StallFor > 0 {
+			t := time.NewTimer(s.cfg.StallFor)
+			defer t.Stop()
+			stallEnd = t.C
+		}
 		select {
 		case <-s.ctx.Done():
 		case <-s.faulted:
+		case <-stallEnd: // the caller closes the socket: a drop, no close frame
 		}
 		return
 	}
@@ -163,6 +170,12 @@ func (s *session) run() {
 			return
 		}
 		s.srv.framesIn.Add(1)
+		if s.cfg.Echo {
+			if s.write(mt, data) != nil {
+				return
+			}
+			continue
+		}
 		s.handle(mt, data)
 	}
 }
@@ -459,10 +472,45 @@ func errorEvent(typ, code, msg, param, clientEventID string) map[string]any {
 
 // send writes ev as one text frame, then fires any fault knob that is due.
 func (s *session) send(ev any) error {
-	data, err := json.Marshal(ev)
+	data, err := encodeEvent(ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
 	}
+	return s.write(websocket.TextMessage, data)
+}
+
+// encodeEvent marshals an event with its "type" first, as OpenAI sends them
+// (encoding/json would sort the map's keys). Relays that read only the start
+// of a frame to learn its type depend on that order.
+func encodeEvent(ev any) ([]byte, error) {
+	m, ok := ev.(map[string]any)
+	typ, hasType := m["type"]
+	if !ok || !hasType {
+		return json.Marshal(ev)
+	}
+	rest := make(map[string]any, len(m)-1)
+	for k, v := range m {
+		if k != "type" {
+			rest[k] = v
+		}
+	}
+	head, err := json.Marshal(map[string]any{"type": typ})
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) == 2 { // {}
+		return head, nil
+	}
+	out := append(head[:len(head)-1], ',')
+	return append(out, body[1:]...), nil
+}
+
+// write sends data as one message of type mt, then fires any fault knob that is due.
+func (s *session) write(mt int, data []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.stopped {
@@ -470,7 +518,7 @@ func (s *session) send(ev any) error {
 	}
 	// Counted before writing, so a client that has read a frame always finds it in Stats.
 	s.srv.framesOut.Add(1)
-	if err := s.ws.WriteMessage(websocket.TextMessage, data); err != nil {
+	if err := s.ws.WriteMessage(mt, data); err != nil {
 		s.srv.framesOut.Add(-1)
 		s.stopped = true
 		return fmt.Errorf("write event: %w", err)

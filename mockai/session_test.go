@@ -2,6 +2,7 @@ package mockai_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -464,5 +465,27 @@ func TestPingPong(t *testing.T) {
 		}
 	default:
 		t.Error("no pong before the next event")
+	}
+}
+
+// Events carry their type first, as OpenAI's do: relays read only the
+// start of a frame to learn its type.
+func TestEventsStartWithTheirType(t *testing.T) {
+	srv := start(t, mockai.Config{AudioDeltas: 1})
+	c, _ := connect(t, srv, nil)
+	send(t, c, map[string]any{"type": "response.create"})
+	for range 5 {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, p, err := c.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(p), `{"type":"`) {
+			t.Fatalf("event does not start with its type: %.80s", p)
+		}
+		var ev map[string]any
+		if err := json.Unmarshal(p, &ev); err != nil {
+			t.Fatalf("event is not valid JSON: %v", err)
+		}
 	}
 }

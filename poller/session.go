@@ -126,6 +126,10 @@ func NewSession(cfg *SessionConfig, client *Endpoint) *Session {
 	return s
 }
 
+// InspectUpstream offers the upstream's text frames to insp (usage
+// accounting); call it before an upstream is attached.
+func (s *Session) InspectUpstream(insp frames.Inspector) { s.u2c.SetInspector(insp) }
+
 // Counters returns frames and bytes relayed each way so far.
 func (s *Session) Counters() (framesIn, bytesIn, framesOut, bytesOut uint64) {
 	return s.c2u.Frames, s.c2u.Bytes, s.u2c.Frames, s.u2c.Bytes
@@ -368,6 +372,16 @@ func (s *Session) DialFailed(status int) {
 		msg = fmt.Sprintf("the upstream refused the connection with HTTP %d", status)
 	}
 	s.sendClientError("upstream_unavailable", msg, status, ws.StatusInternalServerError, "upstream unavailable")
+	s.maybeEnd()
+}
+
+// Cancel ends a session that will never get an upstream (its client left
+// before the upgrade completed); it ends once the client socket is gone.
+func (s *Session) Cancel() {
+	s.up.mu.Lock()
+	s.upState = upFailed
+	s.up.closed, s.up.gone = true, true
+	s.up.mu.Unlock()
 	s.maybeEnd()
 }
 

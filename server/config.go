@@ -78,6 +78,14 @@ type Config struct {
 
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
 	AdminAddr string
+
+	// ConfigFile, if set, is a LiteLLM-style YAML file of model groups,
+	// deployments and client keys; it replaces the single model and keys
+	// of the environment (see LoadRoutes).
+	ConfigFile string
+	// UsageLog, if set, is a file each ended session is appended to as one
+	// JSON line.
+	UsageLog string
 }
 
 // Defaults returns the configuration with every default filled in.
@@ -149,6 +157,8 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.Port = p
 		return nil
 	})
+	set("CONFIG_FILE", func(v string) error { c.ConfigFile = v; return nil })
+	set("USAGE_LOG", func(v string) error { c.UsageLog = v; return nil })
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
 	set("UPSTREAM_SOURCE_IPS", func(v string) error {
 		ips, err := upstream.ParseSourceIPs(v)

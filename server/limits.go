@@ -13,11 +13,9 @@ import (
 )
 
 // keyLimiter enforces the per-key limits: concurrent sessions and a connect
-// rate (a token bucket holding up to one second's worth of connects).
+// rate (a token bucket holding up to one second's worth of connects, at
+// least one). Limits come with each call, since keys carry their own.
 type keyLimiter struct {
-	maxSessions int
-	rate        float64
-
 	mu   sync.Mutex
 	keys map[string]*keyUse
 }
@@ -28,33 +26,31 @@ type keyUse struct {
 	at       time.Time
 }
 
-func newKeyLimiter(maxSessions int, rate float64) *keyLimiter {
-	return &keyLimiter{maxSessions: maxSessions, rate: rate, keys: map[string]*keyUse{}}
+func newKeyLimiter() *keyLimiter {
+	return &keyLimiter{keys: map[string]*keyUse{}}
 }
 
-// admit reserves a session for the key named name, or returns the refusal.
-// A reservation is returned with release.
-func (l *keyLimiter) admit(name string, now time.Time) *httpError {
-	if l.maxSessions <= 0 && l.rate <= 0 {
-		return nil
-	}
+// admit reserves a session for the key named name, or returns the refusal;
+// maxSessions or rate 0 means no such limit. A reservation is given back
+// with release.
+func (l *keyLimiter) admit(name string, maxSessions int, rate float64, now time.Time) *httpError {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	u := l.keys[name]
 	if u == nil {
-		u = &keyUse{tokens: max(l.rate, 1), at: now}
+		u = &keyUse{tokens: max(rate, 1), at: now}
 		l.keys[name] = u
 	}
-	if l.maxSessions > 0 && u.sessions >= l.maxSessions {
+	if maxSessions > 0 && u.sessions >= maxSessions {
 		return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "concurrent_sessions_exceeded",
-			message: "too many concurrent sessions for this key (limit " + strconv.Itoa(l.maxSessions) + ")",
+			message: "too many concurrent sessions for this key (limit " + strconv.Itoa(maxSessions) + ")",
 			header:  http.Header{"Retry-After": {"1"}}}
 	}
-	if l.rate > 0 {
-		u.tokens = min(u.tokens+now.Sub(u.at).Seconds()*l.rate, max(l.rate, 1))
+	if rate > 0 {
+		u.tokens = min(u.tokens+now.Sub(u.at).Seconds()*rate, max(rate, 1))
 		u.at = now
 		if u.tokens < 1 {
-			wait := int((1-u.tokens)/l.rate) + 1
+			wait := int((1-u.tokens)/rate) + 1
 			return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
 				message: "connect rate limit exceeded for this key",
 				header:  http.Header{"Retry-After": {strconv.Itoa(wait)}}}
@@ -65,17 +61,13 @@ func (l *keyLimiter) admit(name string, now time.Time) *httpError {
 	return nil
 }
 
+// release gives back a session reservation. Entries stay: there is one per
+// configured key name, and dropping one would refill its bucket early.
 func (l *keyLimiter) release(name string) {
-	if l.maxSessions <= 0 && l.rate <= 0 {
-		return
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if u := l.keys[name]; u != nil {
 		u.sessions--
-		if u.sessions <= 0 && l.rate <= 0 {
-			delete(l.keys, name)
-		}
 	}
 }
 

@@ -14,12 +14,15 @@ import (
 // when a session ends, not per frame, so the forwarding path stays free of
 // shared writes.
 type metrics struct {
-	reg           *prometheus.Registry
-	sessionsOpen  prometheus.Gauge
-	sessionsTotal *prometheus.CounterVec
-	sessionSetup  *prometheus.HistogramVec
-	bytes         *prometheus.CounterVec
-	frames        *prometheus.CounterVec
+	reg            *prometheus.Registry
+	sessionsOpen   prometheus.Gauge
+	sessionsTotal  *prometheus.CounterVec
+	sessionSetup   *prometheus.HistogramVec
+	bytes          *prometheus.CounterVec
+	frames         *prometheus.CounterVec
+	tokens         *prometheus.CounterVec
+	dialFailures   *prometheus.CounterVec
+	usageLogErrors prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -29,7 +32,14 @@ func newMetrics() *metrics {
 		sessionsOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_sessions_open",
 			Help: "Sessions relaying now."}),
 		sessionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_sessions_total",
-			Help: "Ended sessions by outcome."}, []string{"outcome"}),
+			Help: "Ended sessions by outcome and client key name."}, []string{"outcome", "key"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_tokens_total",
+			Help: "Tokens from response.done usage, by model group, client key name and kind, counted when sessions end."},
+			[]string{"model_group", "key", "kind"}),
+		dialFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_upstream_dial_failures_total",
+			Help: "Upstream dials for client connects that failed (each failover attempt counts)."}, []string{"model_group"}),
+		usageLogErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_usage_log_errors_total",
+			Help: "USAGE_LOG records lost to a write or sync error, or to a full queue."}),
 		sessionSetup: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_session_setup_seconds",
 			Help:    "From the client's upgrade to the first upstream frame (session.created) sent to it.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}},
@@ -40,6 +50,7 @@ func newMetrics() *metrics {
 			Help: "Frames relayed, counted when sessions end."}, []string{"direction"}),
 	}
 	reg.MustRegister(m.sessionsOpen, m.sessionsTotal, m.sessionSetup, m.bytes, m.frames,
+		m.tokens, m.dialFailures, m.usageLogErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

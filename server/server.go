@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,6 @@ import (
 type Server struct {
 	cfg       Config
 	log       *slog.Logger
-	masterKey keyHash
 	dialer    *upstream.Dialer
 	tlsConfig *tls.Config // client listener; nil for plain
 	sessCfg   poller.SessionConfig
@@ -59,10 +59,14 @@ type Server struct {
 	sessionsOpen atomic.Int64
 	draining     atomic.Bool
 
-	// sessions is the registry of live sessions, for the watchdog and for
-	// draining; the value is the client key's name.
+	// sessions is the registry of live sessions, for the watchdog, for
+	// draining and for the record written when each ends.
 	sessMu   sync.Mutex
-	sessions map[*poller.Session]string
+	sessions map[*poller.Session]*sessionInfo
+
+	routes   atomic.Pointer[Routes] // replaced whole on SIGHUP
+	live     liveCounts
+	usageLog *usageLog // nil without USAGE_LOG
 }
 
 // New prepares a server; Serve starts it.
@@ -70,8 +74,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, masterKey: hashKey(cfg.MasterKey), sessions: map[*poller.Session]string{},
-		limiter: newKeyLimiter(cfg.MaxSessionsPerKey, cfg.ConnectRatePerKey)}
+	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
+		limiter: newKeyLimiter()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -95,7 +99,23 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.UpstreamRoots != nil {
 		upTLS.RootCAs = cfg.UpstreamRoots
 	}
+	routes := RoutesFromConfig(cfg)
+	if cfg.ConfigFile != "" {
+		r, err := LoadRoutes(cfg.ConfigFile, os.LookupEnv)
+		if err != nil {
+			return nil, err
+		}
+		routes = r
+	}
+	s.routes.Store(routes)
 	s.metrics = newMetrics()
+	if cfg.UsageLog != "" {
+		ul, err := openUsageLog(cfg.UsageLog, log, s.metrics.usageLogErrors)
+		if err != nil {
+			return nil, fmt.Errorf("USAGE_LOG: %w", err)
+		}
+		s.usageLog = ul
+	}
 	if cfg.Pool.Enabled() {
 		s.pool = upstream.NewPool(s.dialer, cfg.Pool, log, upstream.NewPoolMetrics(s.metrics.reg))
 	}
@@ -145,7 +165,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.pool != nil {
 		// The configured model's key is known now: warm it before the
 		// first client arrives.
-		s.pool.Prime(s.defaultTarget(), s.cfg.Model)
+		s.primePool(s.routes.Load())
 	}
 	return loop.Serve(ln)
 }
@@ -173,10 +193,36 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	loop := s.loop
 	s.mu.Unlock()
-	if loop == nil {
-		return nil
+	var err error
+	if loop != nil {
+		err = loop.Shutdown(ctx)
 	}
-	return loop.Shutdown(ctx)
+	if s.usageLog != nil {
+		s.usageLog.close()
+	}
+	return err
+}
+
+// Reload rereads CONFIG_FILE (on SIGHUP): new sessions use the new routes
+// and keys, live sessions keep the deployment they have, and a file that
+// does not load is reported and the old configuration kept.
+func (s *Server) Reload() error {
+	if s.cfg.ConfigFile == "" {
+		return errors.New("no CONFIG_FILE to reload")
+	}
+	r, err := LoadRoutes(s.cfg.ConfigFile, os.LookupEnv)
+	if err != nil {
+		s.log.Error("config reload failed; keeping the previous configuration", "err", err)
+		return err
+	}
+	s.routes.Store(r)
+	s.primePool(r)
+	groups := make([]string, 0, len(r.Groups))
+	for g := range r.Groups {
+		groups = append(groups, g)
+	}
+	s.log.Info("config reloaded", "model_groups", groups, "keys", len(r.Keys))
+	return nil
 }
 
 // SessionsOpen is the number of sessions relaying now.
@@ -199,8 +245,11 @@ type clientConn struct {
 	ep    *poller.Endpoint
 	phase int
 	head  *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
-	timer *time.Timer                // handshake deadline
 	sess  *poller.Session
+
+	mu    sync.Mutex
+	timer *time.Timer // handshake deadline; nil once upgraded
+
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
@@ -290,8 +339,19 @@ func (c *clientConn) refuse(e *httpError) {
 	c.ep.Close()
 }
 
+// stopTimer ends the handshake deadline and lets the timer go: a long-lived
+// session should not carry it.
+func (c *clientConn) stopTimer() {
+	c.mu.Lock()
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	c.mu.Unlock()
+}
+
 func (c *clientConn) onClose(netpoll.Connection) error {
-	c.timer.Stop()
+	c.stopTimer()
 	if c.sess != nil {
 		c.sess.ClientGone()
 	}
@@ -333,24 +393,31 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 			message: "this Origin may not connect"})
 		return
 	}
+	routes := s.routes.Load()
 	creds := credentials(req.Header)
-	if s.cfg.MasterKey == "" || creds.key == "" || !s.masterKey.matches(creds.key) {
+	key, ok := routes.Authenticate(creds.key)
+	if !ok {
 		c.refuse(&httpError{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key",
 			message: "Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol."})
 		return
 	}
-	keyName := "master"
 	accept, herr := checkUpgrade(req)
 	if herr != nil {
 		c.refuse(herr)
 		return
 	}
-	target, herr := s.route(req)
+	q := req.URL.Query()
+	group, herr := s.group(routes, q)
 	if herr != nil {
 		c.refuse(herr)
 		return
 	}
-	if herr := s.admit(keyName); herr != nil {
+	if !key.Allows(group) {
+		c.refuse(&httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
+			message: fmt.Sprintf("This key may not use the model '%s'.", group)})
+		return
+	}
+	if herr := s.admit(key); herr != nil {
 		c.refuse(herr)
 		return
 	}
@@ -359,14 +426,17 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	if creds.offeredRealtime {
 		protocol = subprotocolRealtime
 	}
-	c.timer.Stop()
+	c.stopTimer()
+	info := &sessionInfo{key: key, group: group}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
+	sess.InspectUpstream(info)
 	c.sess, c.phase = sess, phaseRelay
 	s.sessMu.Lock()
-	s.sessions[sess] = keyName
+	s.sessions[sess] = info
 	s.sessMu.Unlock()
 	s.metrics.sessionsOpen.Inc()
 	if err := c.ep.Send(upgradeResponse(accept, protocol)); err != nil {
+		sess.Cancel() // the client is gone before its 101: no upstream
 		c.ep.Close()
 		return
 	}
@@ -375,22 +445,17 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
-	if s.pool != nil {
-		hit := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
-			h, held := s.pool.Take(target, s.cfg.Model, o)
-			sess.PoolHit = h != nil // before the held frame is forwarded
-			return h, held
-		})
-		if hit {
-			return
-		}
+	cands := s.live.order(routes.Groups[group])
+	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
+		return
 	}
-	go s.connectUpstream(sess, target)
+	go s.connectUpstream(sess, info, cands, q, req.Header)
 }
 
 // admit applies the instance-wide and per-key limits, reserving a session
-// slot; sessionEnded gives it back.
-func (s *Server) admit(keyName string) *httpError {
+// slot; sessionEnded gives it back. A key's own limits win over the
+// gateway-wide defaults.
+func (s *Server) admit(key *ClientKey) *httpError {
 	if s.draining.Load() {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
@@ -400,7 +465,14 @@ func (s *Server) admit(keyName string) *httpError {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
 			message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
 	}
-	if herr := s.limiter.admit(keyName, time.Now()); herr != nil {
+	maxSessions, rate := s.cfg.MaxSessionsPerKey, s.cfg.ConnectRatePerKey
+	if key.MaxSessions > 0 {
+		maxSessions = key.MaxSessions
+	}
+	if key.ConnectRate > 0 {
+		rate = key.ConnectRate
+	}
+	if herr := s.limiter.admit(key.Name, maxSessions, rate, time.Now()); herr != nil {
 		s.sessionsOpen.Add(-1)
 		return herr
 	}
@@ -419,67 +491,20 @@ func (s *Server) originAllowed(origin string) bool {
 	return false
 }
 
-// route maps the request to its upstream: the model (checked against the
-// configured one), other query parameters passed through, and the upstream
-// headers. Client credentials and account headers never go upstream.
-func (s *Server) route(req *http.Request) (upstream.Target, *httpError) {
-	q := req.URL.Query()
-	model := q.Get("model")
-	if model == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
-		model = s.cfg.Model
-		q.Set("model", model)
-	}
-	if model != "" && model != s.cfg.Model {
-		return upstream.Target{}, &httpError{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
-			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", model)}
-	}
-	u := *s.cfg.APIBase
-	u.Path = u.Path + "/realtime"
-	u.RawQuery = q.Encode()
-
-	h := http.Header{}
-	if s.cfg.UpstreamKey != "" {
-		h.Set("Authorization", "Bearer "+s.cfg.UpstreamKey)
-	}
-	for _, name := range []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"} {
-		if v := req.Header.Values(name); len(v) > 0 {
-			h[name] = append([]string(nil), v...)
-		}
-	}
-	h.Set("User-Agent", "rtgate")
-	return upstream.Target{URL: &u, Header: h}, nil
-}
-
-// defaultTarget is the upstream a plain client connect (?model=<the
-// configured model>, no extra headers) maps to.
-func (s *Server) defaultTarget() upstream.Target {
-	t, _ := s.route(&http.Request{URL: &url.URL{}, Header: http.Header{}})
-	return t
-}
-
-// connectUpstream dials the session's upstream; this goroutine ends as soon
-// as the socket is handed to the reactor.
-func (s *Server) connectUpstream(sess *poller.Session, t upstream.Target) {
-	conn, err := s.dialer.Dial(s.ctx, t)
-	if err != nil {
-		var ue *upstream.Error
-		status := 0
-		if errors.As(err, &ue) {
-			status = ue.Status
-		}
-		s.log.Warn("upstream dial failed", "upstream", redactedURL(t.URL), "status", status, "err", err)
-		sess.DialFailed(status)
-		return
-	}
-	sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
-}
-
 func (s *Server) sessionEnded(sess *poller.Session) {
 	s.sessMu.Lock()
-	keyName := s.sessions[sess]
+	info := s.sessions[sess]
 	delete(s.sessions, sess)
 	s.sessMu.Unlock()
-	s.limiter.release(keyName)
+	if info == nil {
+		return
+	}
+	s.limiter.release(info.key.Name)
+	deployment := ""
+	if info.deployment != nil {
+		s.live.counter(info.deployment).Add(-1)
+		deployment = info.deployment.Name
+	}
 	s.sessionsOpen.Add(-1)
 	m := s.metrics
 	m.sessionsOpen.Dec()
@@ -491,16 +516,31 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 
 	cl, from, ok := sess.FirstClose()
 	outcome := sessionOutcome(sess, cl, from, ok)
-	m.sessionsTotal.WithLabelValues(outcome).Inc()
-	attrs := []any{
-		"outcome", outcome, "pool_hit", sess.PoolHit,
-		"duration_ms", time.Since(sess.Start).Milliseconds(),
-		"frames_in", fin, "bytes_in", bin, "frames_out", fout, "bytes_out", bout,
+	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
+	u := info.usage
+	for kind, n := range map[string]int64{
+		"input_text": u.InputText, "input_audio": u.InputAudio, "input_image": u.InputImage,
+		"input_cached": u.InputCached, "output_text": u.OutputText, "output_audio": u.OutputAudio,
+	} {
+		if n > 0 {
+			m.tokens.WithLabelValues(info.group, info.key.Name, kind).Add(float64(n))
+		}
+	}
+
+	rec := usageRecord{
+		Key: info.key.Name, ModelGroup: info.group, Deployment: deployment,
+		Start: sess.Start.UTC(), DurationMS: time.Since(sess.Start).Milliseconds(),
+		PoolHit: sess.PoolHit, Outcome: outcome,
+		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
+		Usage: u,
 	}
 	if ok {
-		attrs = append(attrs, "close_code", int(cl.Code), "close_reason", cl.Reason, "close_side", from.String())
+		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
-	s.log.Info("session ended", attrs...)
+	s.log.Info("session ended", rec.logAttrs()...)
+	if s.usageLog != nil {
+		s.usageLog.write(rec)
+	}
 }
 
 // sessionOutcome classifies how a session ended, for metrics.

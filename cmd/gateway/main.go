@@ -39,9 +39,11 @@ func run(args []string) error {
 	fs.StringVar(&cfg.UpstreamCAFile, "upstream-ca", cfg.UpstreamCAFile, "extra CA file for wss:// upstreams (UPSTREAM_CA_FILE)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "certificate for a TLS client listener (TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "key for a TLS client listener (TLS_KEY)")
+	fs.StringVar(&cfg.ConfigFile, "config", cfg.ConfigFile, "LiteLLM-style YAML of model groups, deployments and keys (CONFIG_FILE)")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listener for /metrics and /debug/pprof/, empty for none (ADMIN_ADDR)")
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
-	bufSize := fs.Int("buffer-size", 4096, "netpoll's initial input buffer per connection, bytes")
+	bufSize := fs.Int("buffer-size", 512, "netpoll's initial input buffer per connection, bytes")
+	nodeSize := fs.Int("node-size", 512, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,7 +63,7 @@ func run(args []string) error {
 		log.Warn("LITELLM_MASTER_KEY is not set: every request will be refused")
 	}
 
-	if err := poller.Tune(poller.Tuning{BufferSize: *bufSize}); err != nil {
+	if err := poller.Tune(poller.Tuning{BufferSize: *bufSize, NodeSize: *nodeSize}); err != nil {
 		return err
 	}
 	srv, err := server.New(cfg, log)
@@ -82,11 +84,19 @@ func run(args []string) error {
 		log.Info("admin listening", "addr", ln.Addr().String())
 		go func() { _ = srv.ServeAdmin(ln) }()
 	}
-	select {
-	case err := <-errc:
-		return err
-	case sig := <-sigs:
-		log.Info("draining on signal; a second signal exits at once", "signal", sig.String())
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+wait:
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-hup:
+			_ = srv.Reload() // logs its own outcome
+		case sig := <-sigs:
+			log.Info("draining on signal; a second signal exits at once", "signal", sig.String())
+			break wait
+		}
 	}
 	go func() {
 		<-sigs

@@ -52,6 +52,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.MalformedAfterFrames, "malformed-after", 0, "fault: write a malformed frame after N sent frames (0 = off)")
 	fs.BoolVar(&o.cfg.StopReading, "stop-reading", false, "fault: never read from a connection after session.created")
 	fs.IntVar(&o.cfg.StatusCode, "status", 0, "fault: answer every upgrade with this HTTP status (e.g. 429, 500)")
+	fs.DurationVar(&o.cfg.StallFor, "stall-for", 0, "fault: drop a stalled connection this long after session.created (0 = never)")
+	fs.BoolVar(&o.cfg.FaultsFromQuery, "faults-from-query", false, "let each connection pick a fault with ?fault=drop|close|malformed|stall|<status>&fault_after=N")
+	fs.BoolVar(&o.cfg.Echo, "echo", false, "after session.created, send every data message back verbatim instead of answering it")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return o, err

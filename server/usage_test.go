@@ -1,0 +1,236 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// responseDoneEvent is shaped like a GA response.done from the upstream.
+const responseDoneEvent = `{"type":"response.done","event_id":"event_C2x","response":{"object":"realtime.response",` +
+	`"id":"resp_C2x","status":"completed","status_details":null,"output":[{"id":"item_C2x","type":"message",` +
+	`"status":"completed","role":"assistant","content":[{"type":"output_audio","transcript":"Hello! \"Quoted\" text."}]}],` +
+	`"conversation_id":"conv_C2x","output_modalities":["audio"],"max_output_tokens":"inf","audio":{"output":{"format":` +
+	`{"type":"audio/pcm","rate":24000},"voice":"alloy"}},"usage":{"total_tokens":253,"input_tokens":132,"output_tokens":121,` +
+	`"input_token_details":{"text_tokens":119,"audio_tokens":13,"image_tokens":0,"cached_tokens":64,` +
+	`"cached_tokens_details":{"text_tokens":64,"audio_tokens":0,"image_tokens":0}},` +
+	`"output_token_details":{"text_tokens":30,"audio_tokens":91}},"metadata":null}}`
+
+func TestUsageAddResponseDone(t *testing.T) {
+	var u Usage
+	if err := u.AddResponseDone([]byte(responseDoneEvent)); err != nil {
+		t.Fatal(err)
+	}
+	want := Usage{Responses: 1, TotalTokens: 253, InputTokens: 132, OutputTokens: 121,
+		InputText: 119, InputAudio: 13, InputCached: 64, OutputText: 30, OutputAudio: 91}
+	if u != want {
+		t.Fatalf("after one response.done: %+v, want %+v", u, want)
+	}
+
+	// Sums across events; missing fields count as zero.
+	for _, ev := range []string{
+		responseDoneEvent,
+		`{"type":"response.done","response":{"status":"cancelled","usage":{"total_tokens":5,"input_tokens":5,` +
+			`"input_token_details":{"image_tokens":5}}}}`,
+		`{"type":"response.done","response":{"status":"failed","usage":null}}`, // still a response
+		`{"type":"response.done","response":{"status":"failed"}}`,
+		`{"type":"response.done"}`,
+	} {
+		if err := u.AddResponseDone([]byte(ev)); err != nil {
+			t.Fatalf("AddResponseDone(%s): %v", ev, err)
+		}
+	}
+	want = Usage{Responses: 6, TotalTokens: 511, InputTokens: 269, OutputTokens: 242,
+		InputText: 238, InputAudio: 26, InputImage: 5, InputCached: 128, OutputText: 60, OutputAudio: 182}
+	if u != want {
+		t.Errorf("after six events: %+v, want %+v", u, want)
+	}
+}
+
+func TestUsageRejectsBadEvents(t *testing.T) {
+	for _, tc := range []struct{ name, payload, want string }{
+		{"not JSON", `{"type":"response.done",`, "reading response.done usage"},
+		{"another event", `{"type":"response.created","response":{"usage":{"total_tokens":9}}}`, `type is "response.created"`},
+		{"no type", `{"response":{"usage":{"total_tokens":9}}}`, `type is ""`},
+		{"wrong field type", `{"type":"response.done","response":{"usage":{"total_tokens":"9"}}}`, "reading response.done usage"},
+		{"fraction", `{"type":"response.done","response":{"usage":{"total_tokens":1.5}}}`, "reading response.done usage"},
+		{"negative", `{"type":"response.done","response":{"usage":{"total_tokens":9,"output_token_details":{"audio_tokens":-4}}}}`, "negative"},
+		{"long type", `{"type":"` + strings.Repeat("x", 500) + `"}`, "type is"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := Usage{Responses: 2, TotalTokens: 7}
+			err := u.AddResponseDone([]byte(tc.payload))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+			if len(err.Error()) > 200 {
+				t.Errorf("error is %d bytes long: the event's content is not bounded in it", len(err.Error()))
+			}
+			if u != (Usage{Responses: 2, TotalTokens: 7}) {
+				t.Errorf("a refused event changed the usage: %+v", u)
+			}
+		})
+	}
+}
+
+func TestEventType(t *testing.T) {
+	long := strings.Repeat("a", 300)
+	for _, tc := range []struct {
+		name, in, want string
+		ok             bool
+	}{
+		{"plain", `{"type":"response.done","event_id":"e1"}`, "response.done", true},
+		{"not first", `{"event_id":"e1","type":"session.created"}`, "session.created", true},
+		{"whitespace", " \r\n\t{ \n\"type\" \t:\r\n \"error\" }", "error", true},
+		{"empty type", `{"type":""}`, "", true},
+		{"non-ASCII", `{"type":"é✓"}`, "é✓", true},
+		{"escaped quote in a value before", `{"event_id":"a\"b\\","type":"response.created"}`, "response.created", true},
+		{"braces inside strings before", `{"x":"}{][","y":["}",{"z":"]"}],"type":"t"}`, "t", true},
+		{"scalars before", `{"a":1,"b":-2.5e+3,"c":true,"d":false,"e":null,"f":[],"g":{},"type":"t"}`, "t", true},
+		// A nested "type" is never the event's.
+		{"nested type before", `{"session":{"type":"realtime","audio":{"type":"audio/pcm"}},"type":"session.created"}`, "session.created", true},
+		{"nested type in array before", `{"items":[{"type":"message"}],"type":"t"}`, "t", true},
+		{"nested type only", `{"session":{"type":"realtime"}}`, "", false},
+		{"nested type, top level beyond the scan", `{"session":{"type":"realtime","instructions":"` + long + `"},"type":"session.created"}`, "", false},
+		{"type beyond the scan", `{"event_id":"` + long + `","type":"t"}`, "", false},
+		{"type value cut by the scan", `{"event_id":"` + strings.Repeat("a", 230) + `","type":"response.output_audio.delta"}`, "", false},
+		{"type first in a long event", `{"type":"response.output_audio.delta","delta":"` + long + `"}`, "response.output_audio.delta", true},
+		{"empty", ``, "", false},
+		{"empty object", `{}`, "", false},
+		{"array", `[{"type":"t"}]`, "", false},
+		{"string", `"type"`, "", false},
+		{"type not a string", `{"type":5}`, "", false},
+		{"type null", `{"type":null}`, "", false},
+		{"type object", `{"type":{"type":"t"}}`, "", false},
+		{"escaped type value", `{"type":"a\u0062c"}`, "", false},
+		{"escaped key before", `{"\u0074ype":"x","type":"y"}`, "", false},
+		{"key with escaped quote before", `{"a\"b":1,"type":"y"}`, "", false},
+		{"invalid UTF-8 value", "{\"type\":\"a\xffb\"}", "", false},
+		{"control character in value", "{\"type\":\"a\nb\"}", "", false},
+		{"unterminated", `{"type":"response.done`, "", false},
+		{"missing colon", `{"type" "t"}`, "", false},
+		{"missing comma", `{"a":1 "type":"t"}`, "", false},
+		{"missing value", `{"a":,"type":"t"}`, "", false},
+		{"BOM", "\xef\xbb\xbf{\"type\":\"t\"}", "", false},
+		{"similar keys", `{"types":"a","Type":"b","typ":"c","type":"d"}`, "d", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := EventType([]byte(tc.in))
+			if ok != tc.ok || string(got) != tc.want {
+				t.Fatalf("EventType(%.80q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
+			}
+			if ok {
+				checkAgainstJSON(t, []byte(tc.in), got)
+			}
+		})
+	}
+}
+
+func TestEventTypeDoesNotAllocate(t *testing.T) {
+	events := [][]byte{
+		[]byte(responseDoneEvent),
+		[]byte(`{"event_id":"e","session":{"type":"realtime"},"type":"session.created"}`),
+		[]byte(`{"type":"response.output_audio.delta","delta":"` + strings.Repeat("A", 4096) + `"}`),
+		[]byte(`{"x":"` + strings.Repeat("a", 1000) + `"}`),
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		for _, ev := range events {
+			EventType(ev)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("EventType allocates %.1f times per call set, want 0", allocs)
+	}
+}
+
+// firstTopLevelType is the reference: the first top-level "type" that
+// encoding/json's tokenizer finds (the realtime protocol never repeats a key;
+// for duplicates EventType documents first-wins). found is false when there
+// is none; isString is false when it is not a string.
+func firstTopLevelType(p []byte) (typ string, found, isString bool) {
+	dec := json.NewDecoder(bytes.NewReader(p))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false, false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false, false
+		}
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return "", false, false
+		}
+		if tok == "type" {
+			var s string
+			if err := json.Unmarshal(val, &s); err != nil {
+				return "", true, false
+			}
+			return s, true, true
+		}
+	}
+	return "", false, false
+}
+
+// checkAgainstJSON asserts that a type EventType found in valid JSON is the
+// one encoding/json finds.
+func checkAgainstJSON(t *testing.T, p, got []byte) {
+	t.Helper()
+	if !json.Valid(p) {
+		return
+	}
+	want, found, isString := firstTopLevelType(p)
+	if !found || !isString || want != string(got) {
+		t.Fatalf("EventType(%q) = %q, but encoding/json finds %q (found %v, string %v)", p, got, want, found, isString)
+	}
+}
+
+func FuzzEventType(f *testing.F) {
+	for _, s := range []string{
+		responseDoneEvent,
+		`{"type":"session.created","event_id":"e","session":{"type":"realtime"}}`,
+		`{"session":{"type":"realtime"},"type":"session.created"}`,
+		`{"event_id":"a\"b","type":"t"}`,
+		`{"\u0074ype":"x","type":"y"}`,
+		`{"type":"a\u0062c"}`,
+		`{"a":[1,{"b":"]"}],"type":"t"}`,
+		`{"type":"t","type":"u"}`,
+		"{\"type\":\"\xff\"}",
+		` {"a":-0.5e-3 , "type" : "t" } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		got, ok := EventType(p)
+		if !ok {
+			if got != nil {
+				t.Fatalf("EventType(%q) = %q with ok false", p, got)
+			}
+			// Completeness where the scan has no excuse: a short, valid,
+			// escape-free event whose top-level type is a string.
+			if len(p) <= eventTypeScan && json.Valid(p) && utf8.Valid(p) && !bytes.ContainsRune(p, '\\') {
+				if typ, found, isString := firstTopLevelType(p); found && isString {
+					t.Fatalf("EventType(%q) found nothing; encoding/json finds %q", p, typ)
+				}
+			}
+			return
+		}
+		if !utf8.Valid(got) || !bytes.Contains(p[:min(len(p), eventTypeScan)], got) {
+			t.Fatalf("EventType(%q) = %q: not valid UTF-8 or not from the first %d bytes", p, got, eventTypeScan)
+		}
+		checkAgainstJSON(t, p, got)
+	})
+}
+
+func BenchmarkEventType(b *testing.B) {
+	ev := []byte(`{"type":"response.output_audio.delta","event_id":"event_C2x","response_id":"resp_C2x","item_id":"item_C2x",` +
+		`"output_index":0,"content_index":0,"delta":"` + strings.Repeat("A", 8192) + `"}`)
+	b.SetBytes(int64(len(ev)))
+	for b.Loop() {
+		if _, ok := EventType(ev); !ok {
+			b.Fatal("no type")
+		}
+	}
+}
