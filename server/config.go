@@ -110,7 +110,7 @@ func Defaults() Config {
 		MaxStalledBytes:    4 << 20,
 		DrainTimeout:       60 * time.Second,
 		Pool: upstream.PoolConfig{
-			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 128,
+			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 256,
 		},
 		AdminAddr: "127.0.0.1:4002",
 	}

@@ -57,12 +57,12 @@ const (
 	backoffMax = 30 * time.Second
 )
 
-// Adaptive sizing measures demand in windows of rateWindow; the largest
-// recent window (the burst) decays by half every burstHalfLife.
+// Adaptive sizing measures demand in windows of rateWindow and sizes by the
+// busiest window of the last burstMemory.
 const (
-	rateWindow    = 250 * time.Millisecond
-	burstHalfLife = time.Second
-	minBurst      = 0.5 // below this a key counts as idle
+	rateWindow  = 250 * time.Millisecond
+	burstMemory = 10 * time.Second
+	numWindows  = int(burstMemory / rateWindow)
 )
 
 // Pool is the warm pool for every key. It is safe for concurrent use.
@@ -114,9 +114,9 @@ type keyPool struct {
 	retryTimer *time.Timer
 
 	// adaptive sizing
-	takes       int       // in the current window
-	windowStart time.Time // of the current window
-	burst       float64   // the most connects in one recent window, decaying
+	windows     [numWindows]int // connects per window, a ring; windows[cur] is open
+	cur         int
+	windowStart time.Time // of the open window
 	handshake   float64   // seconds from dial to session.created, smoothed
 	size        int       // the current target
 }
@@ -232,9 +232,17 @@ func (p *Pool) Prime(t Target, model string) {
 		p.keys[k] = kp
 	}
 	p.mu.Unlock()
-	if kp != nil {
-		p.refill(kp)
+	if kp == nil {
+		return
 	}
+	if m := p.metrics; m != nil {
+		// Create the key's series at zero, so that rates over them work
+		// from the first scrape.
+		m.Hits.WithLabelValues(kp.model, kp.id)
+		m.Misses.WithLabelValues(kp.model, kp.id)
+		m.DeadOnTake.WithLabelValues(kp.model, kp.id)
+	}
+	p.refill(kp)
 }
 
 // Close closes every warm socket with close 1000 and stops refilling. It
@@ -269,53 +277,51 @@ func (p *Pool) initialSize() int {
 // noteTake counts a connect toward the demand estimate.
 func (kp *keyPool) noteTake(now time.Time) {
 	kp.roll(now)
-	kp.takes++
+	kp.windows[kp.cur]++
 }
 
-// roll closes the demand windows that ended before now: the burst is the
-// larger of the closed window's connects and the old burst decayed by the
-// time since. Quiet windows only decay it, which is how an idle key's target
-// falls back to Min.
+// roll moves the open window up to now, emptying the windows it passes over.
 func (kp *keyPool) roll(now time.Time) {
-	elapsed := now.Sub(kp.windowStart)
-	if elapsed < rateWindow {
+	n := int(now.Sub(kp.windowStart) / rateWindow)
+	if n <= 0 {
 		return
 	}
-	windows := int(elapsed / rateWindow)
-	decay := math.Pow(0.5, float64(windows)*rateWindow.Seconds()/burstHalfLife.Seconds())
-	kp.burst = max(float64(kp.takes), kp.burst*decay)
-	if kp.burst < minBurst {
-		kp.burst = 0
+	for i := range min(n, numWindows) {
+		kp.windows[(kp.cur+1+i)%numWindows] = 0
 	}
-	kp.takes = 0
-	kp.windowStart = kp.windowStart.Add(time.Duration(windows) * rateWindow)
+	kp.cur = (kp.cur + n) % numWindows
+	kp.windowStart = kp.windowStart.Add(time.Duration(n) * rateWindow)
+}
+
+// burst is the most connects seen in one window within burstMemory.
+func (kp *keyPool) burst() int {
+	return slices.Max(kp.windows[:])
 }
 
 // updateSizeLocked recomputes an auto-sized key's target:
 //
-//	target = Min + ceil(B × max(1, 2 × handshake / 250 ms)), clamped to [Min, Max]
+//	target = Min + ceil(2 × B × max(1, handshake / 250 ms)), clamped to [Min, Max]
 //
-// where B is the most connects seen in one 250 ms window lately (halving
-// every second without a larger one) and handshake the smoothed time from
-// dial to session.created. Sockets taken in a burst are replaced within one
-// handshake, so the pool must hold a whole burst when handshakes are short,
-// and the connects of two handshakes' time when they are long (Little's law
-// at the burst's rate, with 2x headroom). Sizing by recent peaks rather
-// than the mean is what serves closed-loop clients, whose calls start and
-// end in waves. The target reaches a new peak within one window and decays
-// to Min within about ten seconds of the last connect (B from 500 to under
-// 0.5 takes ten halvings).
+// where B is the most connects seen in one 250 ms window in the last 10 s
+// and handshake the smoothed time from dial to session.created. Sockets
+// taken in a burst are replaced within one handshake, so the pool must hold
+// a whole burst when handshakes are short, and a handshake's worth of
+// connects at the burst's rate when they are long (Little's law); the 2x
+// covers a burst that straddles two windows, and refills that lag. Sizing by the recent peak rather than the mean is what
+// serves real traffic, whose calls start and end in waves: a wave's sockets
+// must be back before the next wave, not on average. The target rises
+// within one window of a new peak and falls back to Min 10 s after the last
+// busy window.
 func (p *Pool) updateSizeLocked(kp *keyPool, now time.Time) {
 	if !p.cfg.Auto {
 		return
 	}
 	kp.roll(now)
-	burst := max(kp.burst, float64(kp.takes)) // the open window counts at once
 	hs := kp.handshake
 	if hs == 0 {
 		hs = 0.2 // no measurement yet: assume a typical remote handshake
 	}
-	n := p.cfg.Min + int(math.Ceil(burst*max(1, 2*hs/rateWindow.Seconds())))
+	n := p.cfg.Min + int(math.Ceil(2*float64(kp.burst())*max(1, hs/rateWindow.Seconds())))
 	kp.size = max(p.cfg.Min, min(n, p.cfg.Max))
 	if m := p.metrics; m != nil {
 		m.Target.WithLabelValues(kp.model, kp.id).Set(float64(kp.size))
