@@ -239,19 +239,25 @@ func (s *Scanner) continueInspect(p []byte, last bool) {
 // of src unread, right after a close frame, so the caller can act on it; it
 // returns a *ProtocolError for a frame that must not be forwarded, before any
 // byte of that frame reached dst.
-func (s *Scanner) Forward(src Source, dst Sink) (cl *Close, err error) {
+func (s *Scanner) Forward(src Source, dst Sink) (*Close, error) {
 	if s.failed {
 		// After a refused frame there is no telling where the next frame
 		// starts: drop everything until the connection closes.
 		return nil, src.Skip(src.Len())
 	}
-	defer func() {
-		var pe *ProtocolError
-		if errors.As(err, &pe) {
+	cl, err := s.forward(src, dst)
+	if err != nil {
+		// A type assertion, not errors.As: taking the address of a local
+		// to hand to errors.As would move it to the heap on every call.
+		if _, refused := err.(*ProtocolError); refused {
 			s.failed = true
 			s.Reset()
 		}
-	}()
+	}
+	return cl, err
+}
+
+func (s *Scanner) forward(src Source, dst Sink) (*Close, error) {
 	for {
 		if s.remaining > 0 {
 			n := src.Len()

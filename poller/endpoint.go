@@ -29,6 +29,8 @@ type Endpoint struct {
 	closed    bool        // Close was called, or the socket is gone
 	gone      bool        // the close callback ran: nothing more will arrive
 	timer     *time.Timer // closes the socket if its close handshake stalls
+
+	plain frames.ByteSource // decrypted bytes of the current TLS read
 }
 
 // NewPlainEndpoint wraps a plain TCP netpoll connection.
@@ -138,12 +140,12 @@ func (e *Endpoint) read(fn func(src frames.Source) error) error {
 		buf.B = make([]byte, tlsReadChunk)
 	}
 	b := buf.B[:tlsReadChunk]
-	var src frames.ByteSource
+	src := &e.plain // reads of one socket never overlap, and a field does not escape per call
 	for {
 		n, err := e.tls.Read(b)
 		if n > 0 {
 			src.Reset(b[:n])
-			if ferr := fn(&src); ferr != nil {
+			if ferr := fn(src); ferr != nil {
 				return ferr
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -192,8 +191,7 @@ func (s *Session) fromClient(src frames.Source) error {
 			err = &frames.ProtocolError{Code: ws.StatusMessageTooBig, Reason: "too much data before the upstream connected"}
 			s.c2u.Reset()
 		}
-		var pe *frames.ProtocolError
-		if errors.As(err, &pe) {
+		if pe, ok := err.(*frames.ProtocolError); ok { // not errors.As: no allocation per read
 			s.clientProtocolError(pe)
 			continue // the scanner now discards the rest
 		}
@@ -238,8 +236,7 @@ func (s *Session) fromUpstream(src frames.Source) error {
 		if werr != nil {
 			s.client.closeNow()
 		}
-		var pe *frames.ProtocolError
-		if errors.As(err, &pe) {
+		if pe, ok := err.(*frames.ProtocolError); ok {
 			s.upstreamProtocolError(pe)
 			continue
 		}
