@@ -27,6 +27,8 @@ type Handle struct {
 
 	mu    sync.Mutex
 	owner Owner
+
+	watchOnce sync.Once
 }
 
 // NewHandle wraps an upgraded upstream endpoint. Nothing is installed until
@@ -36,15 +38,25 @@ func NewHandle(ep *Endpoint) *Handle { return &Handle{ep: ep} }
 // Endpoint returns the socket.
 func (h *Handle) Endpoint() *Endpoint { return h.ep }
 
+// WatchClose installs the close callback that tells the owner the socket is
+// gone. It must be in place before anything that could close the socket:
+// netpoll runs a connection's close callbacks once, so one added after the
+// close never runs.
+func (h *Handle) WatchClose() {
+	h.watchOnce.Do(func() {
+		_ = h.ep.conn.AddCloseCallback(func(netpoll.Connection) error {
+			h.Owner().UpstreamGone()
+			return nil
+		})
+	})
+}
+
 // Start makes o the owner and hands the socket to the reactor. If the socket
 // closed before, o hears of it at once.
 func (h *Handle) Start(o Owner) {
 	h.SetOwner(o)
+	h.WatchClose()
 	conn := h.ep.conn
-	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
-		h.Owner().UpstreamGone()
-		return nil
-	})
 	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
 		h.Owner().UpstreamReadable()
 		return nil

@@ -256,6 +256,10 @@ func (s *Session) fromUpstream(src frames.Source) error {
 // response (preface; that is usually where session.created is), then the
 // socket is handed to the reactor with the session as its owner.
 func (s *Session) AttachUpstream(h *Handle, preface []byte) {
+	// Attaching may close the socket (a client that left meanwhile gets its
+	// close answered at once): be told of it.
+	h.SetOwner(s)
+	h.WatchClose()
 	s.upReadMu.Lock()
 	s.attachLocked(h.ep, preface)
 	s.upReadMu.Unlock()
@@ -290,6 +294,9 @@ func (s *Session) attachLocked(up *Endpoint, preface []byte) {
 	var werr error
 	if s.pending != nil {
 		werr = s.flushPending()
+	}
+	if s.up.closeSent {
+		s.markCloseSent(s.up) // a close queued while dialing: start its clock now
 	}
 	s.up.mu.Unlock()
 

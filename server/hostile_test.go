@@ -515,6 +515,14 @@ func TestHostileClientFrames(t *testing.T) {
 		c.APIBase, _ = ParseAPIBase(up.base())
 		c.MaxMessage = 64 << 10
 	})
+	// A normal session here also shows the upstream a clean close.
+	normalSession := func(t *testing.T) {
+		t.Helper()
+		normalSessionWorks(t, g)
+		if code := up.nextClose(t); code != 1000 {
+			t.Fatalf("normal session: upstream got close %d, want 1000", code)
+		}
+	}
 	leaks := startLeakCheck(t, g)
 	if code := up.nextClose(t); code != 1000 {
 		t.Fatalf("warm-up session: upstream got close %d, want 1000", code)
@@ -545,6 +553,8 @@ func TestHostileClientFrames(t *testing.T) {
 		{"close with reserved code 1005", clientFrame(fin|0x8, closePayload(1005, ""), true), 1002},
 		{"close with reserved code 1006", clientFrame(fin|0x8, closePayload(1006, "lost"), true), 1002},
 		{"close with code 999", clientFrame(fin|0x8, closePayload(999, ""), true), 1002},
+		{"close with reserved code 1004", clientFrame(fin|0x8, closePayload(1004, ""), true), 1002},
+		{"close with reserved code 1015", clientFrame(fin|0x8, closePayload(1015, ""), true), 1002},
 		{"close with code 5000", clientFrame(fin|0x8, closePayload(5000, ""), true), 1002},
 		{"close reason not UTF-8", clientFrame(fin|0x8, append(closePayload(1000, ""), 0xff, 0xfe), true), 1007},
 		{"message over the size limit", clientFrame(fin|text, make([]byte, 64<<10+1), true), 1009},
@@ -567,6 +577,7 @@ func TestHostileClientFrames(t *testing.T) {
 			}
 			_ = c.Close()
 			waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			normalSession(t)
 		})
 	}
 
@@ -603,12 +614,8 @@ func TestHostileClientFrames(t *testing.T) {
 				t.Fatalf("upstream got close %d, want %d", code, tc.upstream)
 			}
 			waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			normalSession(t)
 		})
-	}
-
-	normalSessionWorks(t, g)
-	if code := up.nextClose(t); code != 1000 {
-		t.Fatalf("normal session: upstream got close %d, want 1000", code)
 	}
 	leaks.done(t)
 }

@@ -497,6 +497,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	delete(s.sessions, sess)
 	s.sessMu.Unlock()
 	if info == nil {
+		s.sessionsOpen.Add(-1)
 		return
 	}
 	s.limiter.release(info.key.Name)
@@ -505,7 +506,6 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		s.live.counter(info.deployment).Add(-1)
 		deployment = info.deployment.Name
 	}
-	s.sessionsOpen.Add(-1)
 	m := s.metrics
 	m.sessionsOpen.Dec()
 	fin, bin, fout, bout := sess.Counters()
@@ -541,6 +541,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if s.usageLog != nil {
 		s.usageLog.write(rec)
 	}
+	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
 
 // sessionOutcome classifies how a session ended, for metrics.
