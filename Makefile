@@ -1,16 +1,22 @@
 # rtgate: a netpoll WebSocket gateway for OpenAI's Realtime API.
 #
 #   make bench   the main job: direct vs gateway (pool off, pool on) against mockai
+#   make soak    ~3 minutes under random faults; fails on any unexplained failure or leak (not in CI)
+#   make bench-peers  nginx, HAProxy and Caddy vs the gateway in front of mockai
 #   make test    vet and the race-enabled test suite (what CI runs)
 #   make run     the gateway in front of a local mockai until Ctrl-C
+#   make fuzz    each fuzz target for FUZZTIME (default 60s)
 #   make build   binaries into bin/
 
 GO       ?= go
 BIN      := bin
 MOCK_ADDR ?= 127.0.0.1:8089
 BENCH_ARGS ?=
+SOAK_DURATION ?= 3m
+SOAK_ARGS ?=
+PEERS_ARGS ?=
 
-.PHONY: all build test vet run bench clean
+.PHONY: all build test vet run bench bench-peers soak clean
 
 all: build
 
@@ -36,6 +42,30 @@ run: build
 
 bench: build
 	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(BENCH_ARGS)
+
+# The peer comparison (bench/peers): nginx, HAProxy and Caddy as plain ws:// proxies,
+# direct, and the gateway with the pool off and on, same load; about 10 minutes.
+# Needs the nginx, haproxy and caddy packages. PEERS_ARGS=-quick is a small check.
+bench-peers:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/gateway ./cmd/mockai
+	$(GO) run ./bench/peers/cmd/benchpeers -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(PEERS_ARGS)
+
+# Sessions with injected faults (upstream drops, stalls, 401s, slow and garbage
+# clients) alongside normal ones; every failure must be one it injected, and the
+# gateway's memory, goroutines and fds must come back. Summary on stdout, files in
+# bench/results/soak-<timestamp>/. Longer: make soak SOAK_DURATION=30m.
+soak: build
+	$(BIN)/wsbench soak -mockai $(BIN)/mockai -gateway $(BIN)/gateway -duration $(SOAK_DURATION) $(SOAK_ARGS)
+
+# Each fuzz target for FUZZTIME (not part of make test); failing inputs land in
+# <pkg>/testdata/fuzz/<Target>/ and then run as regression tests in make test.
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzScanner$$' -fuzztime $(FUZZTIME) ./frames/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./frames/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZTIME) ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzEventType$$' -fuzztime $(FUZZTIME) ./server/
 
 clean:
 	rm -rf $(BIN)

@@ -9,6 +9,7 @@
 //	wsbench -host ws://127.0.0.1:4000/v1/realtime -rate 200 -n 6000
 //	wsbench -host 127.0.0.1:4000 -insecure -hold 9000 -hold-for 60s -c 200
 //	wsbench compare [-n 5000 -c 500] [-mockai bin/mockai -gateway bin/gateway]
+//	wsbench soak [-duration 3m -c 100 -fault-rate 0.3] [-mockai bin/mockai -gateway bin/gateway]
 //
 // The summary (Markdown) goes to stdout; the live progress line goes to
 // stderr only when stderr is a terminal. The key comes from -key or the
@@ -16,7 +17,8 @@
 //
 // Exit status: 0 when the run finished and at least one call (or held
 // session) succeeded, 1 when none did or the run could not start, 2 for bad
-// flags.
+// flags. `wsbench soak` exits 1 when any of its checks failed (see
+// bench/soak).
 package main
 
 import (
@@ -49,6 +51,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "compare" {
 		return runCompare(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "soak" {
+		return runSoak(ctx, args[1:], stdout, stderr)
 	}
 	return runBench(ctx, args, stdout, stderr)
 }
