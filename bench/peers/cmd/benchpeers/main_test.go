@@ -1,0 +1,76 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"rtgate/bench/peers"
+)
+
+func TestParseFlags(t *testing.T) {
+	full, quick := peers.DefaultOptions(), peers.QuickOptions()
+	tests := []struct {
+		name    string
+		args    []string
+		check   func(peers.Options) bool
+		wantErr string
+	}{
+		{name: "defaults are the full size", args: nil, check: func(o peers.Options) bool {
+			return o.Sessions == full.Sessions && o.Rounds == 2 && !o.Quick &&
+				slices.Equal(o.Systems, peers.AllSystems) && len(o.SourceIPs) == 8
+		}},
+		{name: "quick", args: []string{"-quick"}, check: func(o peers.Options) bool {
+			return o.Quick && o.Sessions == quick.Sessions && o.Duration == quick.Duration && o.Rounds == 2
+		}},
+		{name: "explicit flags win over quick", args: []string{"-n", "2000", "-quick", "-duration", "3s"}, check: func(o peers.Options) bool {
+			return o.Quick && o.Sessions == 2000 && o.Duration == 3*time.Second && o.Warmup == quick.Warmup
+		}},
+		{name: "lists", args: []string{"-systems", " nginx, rtgate-pool-on ,", "-phases", "memory", "-gateway-args", "-buffer-size 512"},
+			check: func(o peers.Options) bool {
+				return slices.Equal(o.Systems, []string{"nginx", "rtgate-pool-on"}) && slices.Equal(o.Phases, []string{"memory"}) &&
+					slices.Equal(o.GatewayArgs, []string{"-buffer-size", "512"})
+			}},
+		{name: "source addresses", args: []string{"-source-ips", "2"}, check: func(o peers.Options) bool {
+			return len(o.SourceIPs) == 2 && o.SourceIPs[1].String() == "127.0.0.2"
+		}},
+		{name: "too many source addresses", args: []string{"-source-ips", "300"}, wantErr: "-source-ips 300"},
+		{name: "stray argument", args: []string{"nginx"}, wantErr: "unexpected arguments"},
+		{name: "unknown flag", args: []string{"-nope"}, wantErr: "not defined"},
+	}
+	for _, tt := range tests {
+		o, err := parseFlags(tt.args, io.Discard)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: error %v, want %q", tt.name, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !tt.check(o) {
+			t.Errorf("%s: got %+v, %v", tt.name, o, err)
+		}
+	}
+}
+
+// Invalid options stop the run before anything starts, with exit status 2 for bad
+// flags and 1 for a configuration that cannot run.
+func TestRunRejectsBadOptions(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-rounds", "x"}, 2, "invalid value"},
+		{[]string{"-out", dir, "-systems", "envoy"}, 1, `unknown system "envoy"`},
+		{[]string{"-out", dir, "-n", "0"}, 1, "sessions 0"},
+		{[]string{"-out", dir, "-systems", "direct", "-mockai", dir + "/no-such-mockai"}, 1, "mockai:"},
+	} {
+		var stderr strings.Builder
+		if code := run(tt.args, io.Discard, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
+		}
+	}
+}

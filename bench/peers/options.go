@@ -1,0 +1,180 @@
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Options configure a comparison. DefaultOptions is the full size; QuickOptions a
+// check that finishes in a few minutes.
+type Options struct {
+	Mockai, Gateway       string // rtgate binaries (bin/mockai, bin/gateway)
+	Nginx, HAProxy, Caddy string // peer binaries; looked up in PATH when only a name
+	Systems               []string
+	Rounds                int      // each system is measured this many times
+	Pool                  string   // REALTIME_POOL_SIZE for rtgate-pool-on ("auto" or a count)
+	GatewayArgs           []string // extra flags for bin/gateway, such as -buffer-size 512
+	Sessions              int      // N sessions held idle for the memory figure
+	HoldParallel          int      // handshakes in flight while opening them
+	HoldLimit             time.Duration
+	SourceIPs             []net.IP // the client's source addresses, used in turn
+	LatencyConns          int
+	LatencyRounds         int           // round trips per connection
+	LatencyInterval       time.Duration // between one connection's round trips
+	ThroughputConns       int
+	Window                int // echoes in flight per connection
+	Warmup, Duration      time.Duration
+	Settle                time.Duration // quiet time before an RSS sample
+	// Before each system, wait (up to QuietLimit) until the rest of the machine uses
+	// less than QuietCores of CPU: other jobs on a shared machine skew every figure.
+	QuietCores float64
+	QuietLimit time.Duration
+	// A latency or throughput phase during which other jobs used more than
+	// DisturbedCores on average is repeated, up to Retries times; the least disturbed
+	// attempt is kept.
+	DisturbedCores float64
+	Retries        int
+	OutDir         string // results go to OutDir/peers-<time>/
+	Log            *slog.Logger
+	Quick          bool // recorded in the results; set by QuickOptions
+	// Phases are the measurements to make (default all): PhaseMemory, PhaseLatency,
+	// PhaseThroughput.
+	Phases                 []string
+	SmallBytes, AudioBytes int // payload sizes of the two throughput loads
+}
+
+// The phases of one system's measurement, in the order they run.
+const (
+	PhaseMemory     = "memory"
+	PhaseLatency    = "latency"
+	PhaseThroughput = "throughput"
+)
+
+// AllPhases is every phase.
+var AllPhases = []string{PhaseMemory, PhaseLatency, PhaseThroughput}
+
+func (o *Options) phase(p string) bool { return slices.Contains(o.Phases, p) }
+
+// DefaultOptions is the full-size comparison: 9,000 held sessions (18,000 sockets in
+// one proxy process, under the 20,000 open-file limit), two rounds.
+func DefaultOptions() Options {
+	return Options{
+		Mockai: "bin/mockai", Gateway: "bin/gateway",
+		Nginx: "nginx", HAProxy: "haproxy", Caddy: "caddy",
+		Systems: AllSystems, Phases: AllPhases, Rounds: 2, Pool: "auto",
+		Sessions: 9000, HoldParallel: 64, HoldLimit: 3 * time.Minute,
+		SourceIPs:    LoopbackRange(8),
+		LatencyConns: 50, LatencyRounds: 200, LatencyInterval: 20 * time.Millisecond,
+		ThroughputConns: 50, Window: 8, Warmup: time.Second, Duration: 5 * time.Second,
+		Settle: 3 * time.Second, QuietCores: 0.2, QuietLimit: 2 * time.Minute,
+		DisturbedCores: 0.3, Retries: 2, OutDir: "bench/results",
+		SmallBytes: 1024, AudioBytes: audioDeltaSize,
+	}
+}
+
+// QuickOptions shrinks every phase for a check of the harness itself.
+func QuickOptions() Options {
+	o := DefaultOptions()
+	o.Quick = true
+	o.Sessions = 500
+	o.LatencyRounds = 50
+	o.Warmup, o.Duration = 300*time.Millisecond, time.Second
+	o.Settle = time.Second
+	return o
+}
+
+// LoopbackRange is 127.0.0.1 .. 127.0.0.n: source addresses for the load client.
+func LoopbackRange(n int) []net.IP {
+	ips := make([]net.IP, n)
+	for i := range ips {
+		ips[i] = net.IPv4(127, 0, 0, byte(i+1))
+	}
+	return ips
+}
+
+// check validates o and resolves the binaries it needs.
+func (o *Options) check(limit int) error {
+	var errs []error
+	if len(o.Systems) == 0 {
+		errs = append(errs, errors.New("no systems to run"))
+	}
+	for _, s := range o.Systems {
+		if !slices.Contains(AllSystems, s) {
+			errs = append(errs, fmt.Errorf("unknown system %q (known: %s)", s, strings.Join(AllSystems, ", ")))
+		}
+	}
+	for _, p := range o.Phases {
+		if !slices.Contains(AllPhases, p) {
+			errs = append(errs, fmt.Errorf("unknown phase %q (known: %s)", p, strings.Join(AllPhases, ", ")))
+		}
+	}
+	if len(o.Phases) == 0 {
+		errs = append(errs, errors.New("no phases to run"))
+	}
+	if o.Retries < 0 || o.Retries > 10 {
+		errs = append(errs, fmt.Errorf("retries %d: want 0 to 10", o.Retries))
+	}
+	if o.Rounds < 1 || o.Rounds > 10 {
+		errs = append(errs, fmt.Errorf("rounds %d: want 1 to 10", o.Rounds))
+	}
+	// One proxy process holds two sockets per session, plus a margin.
+	if maxN := (limit - fileMargin) / 2; o.Sessions < 1 || o.Sessions > maxN {
+		errs = append(errs, fmt.Errorf("sessions %d: want 1 to %d (two sockets each in one proxy process under the %d open-file limit)",
+			o.Sessions, maxN, limit))
+	}
+	for name, v := range map[string]int{"hold parallelism": o.HoldParallel, "latency connections": o.LatencyConns,
+		"latency rounds": o.LatencyRounds, "throughput connections": o.ThroughputConns, "window": o.Window} {
+		if v < 1 || v > 100000 {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to 100000", name, v))
+		}
+	}
+	if o.Duration <= 0 || o.LatencyInterval <= 0 || o.HoldLimit <= 0 {
+		errs = append(errs, errors.New("durations must be positive"))
+	}
+	if o.SmallBytes < minPayload || o.AudioBytes < minPayload {
+		errs = append(errs, fmt.Errorf("payload sizes must be at least %d bytes", minPayload))
+	}
+	need := map[string]*string{"mockai": &o.Mockai}
+	if !slices.Contains(o.Systems, SysPoolOff) && !slices.Contains(o.Systems, SysPoolOn) {
+		o.Gateway = "" // not needed, so not checked or copied
+	}
+	for _, s := range o.Systems {
+		switch s {
+		case SysNginx:
+			need["nginx"] = &o.Nginx
+		case SysHAProxy:
+			need["haproxy"] = &o.HAProxy
+		case SysCaddy:
+			need["caddy"] = &o.Caddy
+		case SysPoolOff, SysPoolOn:
+			need["gateway"] = &o.Gateway
+		}
+	}
+	for name, bin := range need {
+		path, err := exec.LookPath(*bin)
+		if err != nil {
+			hint := ""
+			if name == "mockai" || name == "gateway" {
+				hint = " (go build -o bin/ ./cmd/gateway ./cmd/mockai)"
+			} else {
+				hint = fmt.Sprintf(" (apt-get install -y %s, or leave it out with -systems)", name)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w%s", name, err, hint))
+			continue
+		}
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		*bin = path
+	}
+	return errors.Join(errs...)
+}
+
+// Results are everything one comparison measured; results.json holds them as they are.

@@ -1,0 +1,321 @@
+package peers
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// metric is one column of the table: how to read it from a run, whether lower is
+// better, and how to print it.
+type metric struct {
+	head        string
+	lowerBetter bool
+	proxyOnly   bool // meaningless for direct (no proxy process)
+	noRatio     bool
+	relative    bool // a difference from direct, so direct itself is the baseline
+	// value reads the metric from run; direct is the same round's direct run, if any.
+	value  func(run, direct *Run) (float64, bool)
+	format func(float64) string
+}
+
+func throughputOf(r *Run, load string) *Throughput {
+	for i := range r.Throughput {
+		if r.Throughput[i].Load == load {
+			return &r.Throughput[i]
+		}
+	}
+	return nil
+}
+
+func kib(v float64) string   { return fmt.Sprintf("%.1f KiB", v/1024) }
+func mib(v float64) string   { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
+func micro(v float64) string { return fmt.Sprintf("%.0f µs", v) }
+func rate(v float64) string  { return fmt.Sprintf("%.0f", v) }
+func secs(v float64) string  { return fmt.Sprintf("%.2f s", v) }
+
+// addedLatency reads a latency percentile minus the same round's direct one.
+func addedLatency(pick func(*Latency) float64) func(run, direct *Run) (float64, bool) {
+	return func(run, direct *Run) (float64, bool) {
+		if run.Latency == nil || direct == nil || direct.Latency == nil {
+			return 0, false
+		}
+		return pick(run.Latency) - pick(direct.Latency), true
+	}
+}
+
+func throughputMetric(load string, cpu bool) func(run, _ *Run) (float64, bool) {
+	return func(run, _ *Run) (float64, bool) {
+		t := throughputOf(run, load)
+		if t == nil {
+			return 0, false
+		}
+		if cpu {
+			return t.CPUPer100k, true
+		}
+		return t.PerSecond, true
+	}
+}
+
+var metrics = []metric{
+	{head: "memory / held session", lowerBetter: true, proxyOnly: true, format: kib,
+		value: func(r, _ *Run) (float64, bool) {
+			return orZero(r.Memory, func(m *Memory) float64 { return m.PerSession })
+		}},
+	{head: "idle RSS", lowerBetter: true, proxyOnly: true, noRatio: true, format: mib,
+		value: func(r, _ *Run) (float64, bool) {
+			return orZero(r.Memory, func(m *Memory) float64 { return float64(m.ProxyIdleRSS) })
+		}},
+	{head: "added p50", lowerBetter: true, relative: true, format: micro, value: addedLatency(func(l *Latency) float64 { return l.P50us })},
+	{head: "added p99", lowerBetter: true, relative: true, format: micro, value: addedLatency(func(l *Latency) float64 { return l.P99us })},
+	{head: "1 KiB msg/s", format: rate, value: throughputMetric("1KiB", false)},
+	{head: "CPU / 100k (1 KiB)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("1KiB", true)},
+	{head: "audio msg/s", format: rate, value: throughputMetric("audio", false)},
+	{head: "CPU / 100k (audio)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("audio", true)},
+}
+
+func orZero[T any](p *T, f func(*T) float64) (float64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	return f(p), true
+}
+
+// SystemSummary is one system's figures over its successful rounds.
+type SystemSummary struct {
+	System string
+	// Values[i] holds metric i's value per round (NaN where a round lacked it).
+	Values [][]float64
+	Errors []string
+}
+
+// mean of the non-NaN values, NaN if none.
+func mean(vs []float64) float64 {
+	total, n := 0.0, 0
+	for _, v := range vs {
+		if !math.IsNaN(v) {
+			total += v
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return total / float64(n)
+}
+
+// Summarize groups res's runs by system, in the order of res.Options.Systems.
+func Summarize(res *Results) []SystemSummary {
+	direct := map[int]*Run{}
+	for i := range res.Runs {
+		if r := &res.Runs[i]; r.System == SysDirect && r.Error == "" {
+			direct[r.Round] = r
+		}
+	}
+	var out []SystemSummary
+	for _, sys := range res.Options.Systems {
+		s := SystemSummary{System: sys, Values: make([][]float64, len(metrics))}
+		for i := range res.Runs {
+			r := &res.Runs[i]
+			if r.System != sys {
+				continue
+			}
+			if r.Error != "" {
+				s.Errors = append(s.Errors, fmt.Sprintf("round %d: %s", r.Round, r.Error))
+				continue
+			}
+			for k, m := range metrics {
+				v, ok := m.value(r, direct[r.Round])
+				if !ok || (m.proxyOnly && sys == SysDirect) {
+					v = math.NaN()
+				}
+				s.Values[k] = append(s.Values[k], v)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// bestPeer is the best mean among the peers for metric k, NaN if no peer has one.
+func bestPeer(sums []SystemSummary, k int) float64 {
+	best := math.NaN()
+	for _, s := range sums {
+		if !isPeer(s.System) {
+			continue
+		}
+		v := mean(s.Values[k])
+		if math.IsNaN(v) {
+			continue
+		}
+		if math.IsNaN(best) || (metrics[k].lowerBetter && v < best) || (!metrics[k].lowerBetter && v > best) {
+			best = v
+		}
+	}
+	return best
+}
+
+// cell prints a system's mean for metric k with its ratio to the best peer. A ratio
+// of a difference (added latency) is only shown when both are clearly positive.
+func cell(s SystemSummary, k int, best float64) string {
+	m := metrics[k]
+	if m.relative && s.System == SysDirect {
+		return "baseline"
+	}
+	v := mean(s.Values[k])
+	if math.IsNaN(v) {
+		return "—"
+	}
+	out := m.format(v)
+	if m.noRatio || s.System == SysDirect || math.IsNaN(best) || best <= 0 || v <= 0 {
+		return out
+	}
+	return fmt.Sprintf("%s (%.2f×)", out, v/best)
+}
+
+// Markdown renders the comparison: a caption, the summary table (mean of the rounds,
+// ratio to the best of nginx, HAProxy and Caddy), every round's values, and notes.
+func Markdown(res *Results) string {
+	sums := Summarize(res)
+	var b strings.Builder
+	m := res.Machine
+	fmt.Fprintf(&b, "Peer comparison, %s. Machine: %s, %d cores, %.0f GB, Linux %s, %s.",
+		res.Started.Format("2006-01-02"), orUnknown(m.CPU), m.Cores, m.MemoryGB, orUnknown(m.Kernel), m.Go)
+	var vers []string
+	for _, sys := range append(slices.Clone(Peers), "rtgate") {
+		if v := m.Versions[sys]; v != "" {
+			vers = append(vers, v)
+		}
+	}
+	if sum := m.Binaries["gateway"]; sum != "" {
+		vers = append(vers, "bin/gateway sha256 "+sum)
+	}
+	if len(vers) > 0 {
+		fmt.Fprintf(&b, " Versions: %s.", strings.Join(vers, "; "))
+	}
+	o := res.Options
+	quick := ""
+	if o.Quick {
+		quick = " Quick check (smaller sizes): not for publication."
+	}
+	gw := "default flags"
+	if len(o.GatewayArgs) > 0 {
+		gw = "flags " + strings.Join(o.GatewayArgs, " ")
+	}
+	fmt.Fprintf(&b, " %d held sessions; latency %d connections x %d round trips every %s; "+
+		"throughput %d connections x %d in flight for %s; gateway with %s, pool on = REALTIME_POOL_SIZE=%s; "+
+		"each system measured %d times, mean shown.%s\n\n",
+		o.Sessions, o.LatencyConns, o.LatencyRounds, o.LatencyInterval, o.ThroughputConns, o.Window, o.Duration,
+		gw, o.Pool, o.Rounds, quick)
+
+	header := func() {
+		b.WriteString("| system |")
+		for _, m := range metrics {
+			fmt.Fprintf(&b, " %s |", m.head)
+		}
+		b.WriteString("\n|---|")
+		for range metrics {
+			b.WriteString("---:|")
+		}
+		b.WriteString("\n")
+	}
+	header()
+	bests := make([]float64, len(metrics))
+	for k := range metrics {
+		bests[k] = bestPeer(sums, k)
+	}
+	for _, s := range sums {
+		fmt.Fprintf(&b, "| %s |", s.System)
+		for k := range metrics {
+			fmt.Fprintf(&b, " %s |", cell(s, k, bests[k]))
+		}
+		b.WriteString("\n")
+	}
+
+	if o.Rounds > 1 {
+		b.WriteString("\nEvery round (round 1 / round 2 / ...):\n\n")
+		header()
+		for _, s := range sums {
+			fmt.Fprintf(&b, "| %s |", s.System)
+			for k, m := range metrics {
+				var parts []string
+				for _, v := range s.Values[k] {
+					if m.relative && s.System == SysDirect {
+						parts = append(parts, "baseline")
+					} else if math.IsNaN(v) {
+						parts = append(parts, "—")
+					} else {
+						parts = append(parts, m.format(v))
+					}
+				}
+				if len(parts) == 0 {
+					parts = []string{"—"}
+				}
+				fmt.Fprintf(&b, " %s |", strings.Join(parts, " / "))
+			}
+			b.WriteString("\n")
+		}
+	}
+
+	b.WriteString("\n")
+	if d := directLatency(res); d != "" {
+		b.WriteString(d)
+	}
+	b.WriteString("Ratios are to the best of nginx, HAProxy and Caddy for that column (1.00× is the best peer; " +
+		"below 1 is better for memory, latency and CPU, above 1 for msg/s). Memory: RSS summed over all the " +
+		"proxy's processes with the sessions held idle, minus its idle RSS, per session (kernel socket memory " +
+		"is not in RSS). Added latency: small-message round trip through the proxy minus direct to mockai, same " +
+		"round. msg/s: frames relayed per second, both directions (each echo is two). CPU: user+system seconds " +
+		"of the proxy's processes per 100,000 relayed frames.\n")
+	if noise := maxOtherCores(res); noise > 0 {
+		fmt.Fprintf(&b, "\nOther load on the machine during the timed phases: at most %.2f cores "+
+			"(busy CPU not used by the proxy, mockai or the client; see other_cpu_seconds in results.json).\n", noise)
+	}
+	for _, s := range sums {
+		for _, e := range s.Errors {
+			fmt.Fprintf(&b, "\n**%s failed** (%s)", s.System, e)
+		}
+	}
+	return b.String()
+}
+
+// directLatency is a sentence giving direct's own round-trip times, the baseline of
+// the added latency.
+func directLatency(res *Results) string {
+	var p50, p99 []float64
+	for _, r := range res.Runs {
+		if r.System == SysDirect && r.Error == "" && r.Latency != nil {
+			p50 = append(p50, r.Latency.P50us)
+			p99 = append(p99, r.Latency.P99us)
+		}
+	}
+	if len(p50) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Direct to mockai the round trip was p50 %s, p99 %s. ", micro(mean(p50)), micro(mean(p99)))
+}
+
+// maxOtherCores is the highest rate of CPU use by anything but the run's own
+// processes over the latency and throughput phases, in cores.
+func maxOtherCores(res *Results) float64 {
+	worst := 0.0
+	for _, r := range res.Runs {
+		if r.Latency != nil && r.Latency.Seconds > 0 {
+			worst = max(worst, r.Latency.OtherCPU/r.Latency.Seconds)
+		}
+		for _, t := range r.Throughput {
+			if t.Seconds > 0 {
+				worst = max(worst, t.OtherCPU/t.Seconds)
+			}
+		}
+	}
+	return worst
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

@@ -1,0 +1,104 @@
+package peers
+
+import "time"
+
+type Results struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	Machine  Machine   `json:"machine"`
+	Options  struct {
+		Systems         []string `json:"systems"`
+		Phases          []string `json:"phases"`
+		Rounds          int      `json:"rounds"`
+		Quick           bool     `json:"quick"`
+		Sessions        int      `json:"sessions"`
+		SourceIPs       int      `json:"source_ips"`
+		Pool            string   `json:"pool"`
+		GatewayArgs     []string `json:"gateway_args"`
+		LatencyConns    int      `json:"latency_conns"`
+		LatencyRounds   int      `json:"latency_rounds"`
+		LatencyInterval string   `json:"latency_interval"`
+		ThroughputConns int      `json:"throughput_conns"`
+		Window          int      `json:"window"`
+		Warmup          string   `json:"warmup"`
+		Duration        string   `json:"duration"`
+		FileLimit       int      `json:"file_limit"`
+	} `json:"options"`
+	Runs []Run `json:"runs"`
+}
+
+// Run is one system measured once.
+type Run struct {
+	Round      int          `json:"round"`
+	System     string       `json:"system"`
+	Error      string       `json:"error,omitempty"`
+	Memory     *Memory      `json:"memory,omitempty"`
+	Latency    *Latency     `json:"latency,omitempty"`
+	Throughput []Throughput `json:"throughput,omitempty"`
+	// BusyBefore is the machine's CPU use (in cores) just before the run, when none
+	// of the run's processes existed; QuietWait how long the run waited for it to
+	// fall under Options.QuietCores.
+	BusyBefore float64 `json:"busy_before_cores"`
+	QuietWait  float64 `json:"quiet_wait_seconds"`
+	// Mockai is the upstream's counters at the end: frames in and out confirm that
+	// the load went through it.
+	Mockai mockStats `json:"mockai"`
+}
+
+// Memory is the held-idle-sessions figure. Proxy fields are zero for direct.
+type Memory struct {
+	Target   int            `json:"target"` // sessions asked for
+	Held     int            `json:"held"`   // sessions that got session.created
+	Failures map[string]int `json:"failures,omitempty"`
+	RampSecs float64        `json:"ramp_seconds"`
+	// ProxyIdleRSS and ProxyHeldRSS are summed over the proxy's processes.
+	ProxyIdleRSS int64 `json:"proxy_idle_rss"`
+	ProxyHeldRSS int64 `json:"proxy_held_rss"`
+	ProxyProcs   int   `json:"proxy_processes"`
+	// PerSession is (held - idle) / Held, bytes.
+	PerSession float64 `json:"proxy_bytes_per_session"`
+	// MockaiActive is mockai's open sessions while held (Held, plus any warm pool).
+	MockaiActive     int64   `json:"mockai_active"`
+	MockaiPerSession float64 `json:"mockai_bytes_per_session"`
+}
+
+// Latency is the round-trip figure at LatencyConns connections.
+type Latency struct {
+	Conns   int     `json:"conns"`
+	Samples int     `json:"samples"`
+	Errors  int     `json:"errors"`
+	P50us   float64 `json:"p50_us"`
+	P90us   float64 `json:"p90_us"`
+	P99us   float64 `json:"p99_us"`
+	MaxUs   float64 `json:"max_us"`
+	MeanUs  float64 `json:"mean_us"`
+	Seconds float64 `json:"seconds"`
+	// OtherCPU: as in Throughput, over the whole phase.
+	OtherCPU float64 `json:"other_cpu_seconds"`
+	Attempts int     `json:"attempts"` // see Options.DisturbedCores
+}
+
+// Throughput is one payload size's relay rate and CPU cost.
+type Throughput struct {
+	Load         string  `json:"load"` // "1KiB" or "audio"
+	PayloadBytes int     `json:"payload_bytes"`
+	Conns        int     `json:"conns"`
+	Window       int     `json:"window"`
+	Seconds      float64 `json:"seconds"`
+	// Relayed counts frames crossing the proxy in the measured window: each echo is
+	// two (client to upstream, upstream to client).
+	Relayed   int64   `json:"relayed"`
+	PerSecond float64 `json:"relayed_per_second"`
+	// ProxyCPU is user+system seconds of the proxy's processes in the window;
+	// CPUPer100k scales it to 100,000 relayed messages. Zero for direct.
+	ProxyCPU   float64 `json:"proxy_cpu_seconds"`
+	CPUPer100k float64 `json:"proxy_cpu_seconds_per_100k"`
+	MockaiCPU  float64 `json:"mockai_cpu_seconds"`
+	ClientCPU  float64 `json:"client_cpu_seconds"`
+	// OtherCPU is the machine's busy CPU in the window not used by the proxy,
+	// mockai or the load client: other jobs, plus task time not charged to one of them.
+	OtherCPU  float64 `json:"other_cpu_seconds"`
+	Attempts  int     `json:"attempts"`   // see Options.DisturbedCores
+	Lost      int64   `json:"lost"`       // echoes that never came back
+	BadLength int64   `json:"bad_length"` // echoes of the wrong size
+}

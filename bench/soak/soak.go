@@ -1,0 +1,456 @@
+package soak
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Profile is mockai's behaviour for normal sessions.
+type Profile struct {
+	UpgradeDelay, SessionDelay, FirstAudioDelay time.Duration
+	// Deltas audio deltas of DeltaBytes raw PCM, DeltaInterval apart.
+	Deltas, DeltaBytes int
+	DeltaInterval      time.Duration
+}
+
+func (p Profile) args() []string {
+	return []string{
+		"-upgrade-delay", p.UpgradeDelay.String(),
+		"-session-delay", p.SessionDelay.String(),
+		"-first-audio-delay", p.FirstAudioDelay.String(),
+		"-deltas", strconv.Itoa(p.Deltas),
+		"-delta-bytes", strconv.Itoa(p.DeltaBytes),
+		"-delta-interval", p.DeltaInterval.String(),
+	}
+}
+
+// Margins are how far the gateway's end values may be above its start
+// values. RSS may grow by the larger of RSSBytes and RSSFraction of the
+// start: the Go runtime keeps some of a peak's heap mapped for reuse, and
+// returns the rest over time. The live heap after a collection
+// (go_memstats_heap_alloc_bytes) is the sharper leak test: it counts only
+// objects still referenced, caches sized by the peak among them. (The heap
+// in use is reported too; it also counts the free room in partly used
+// spans, which a peak leaves behind.)
+type Margins struct {
+	RSSBytes    int64   `json:"rss_bytes"`
+	RSSFraction float64 `json:"rss_fraction"`
+	HeapBytes   int64   `json:"heap_bytes"`
+	Goroutines  int64   `json:"goroutines"`
+	FDs         int64   `json:"fds"`
+}
+
+// rssAllowed is the most RSS may grow over start.
+func (m Margins) rssAllowed(start int64) int64 {
+	return max(m.RSSBytes, int64(m.RSSFraction*float64(start)))
+}
+
+// Config is one soak run.
+type Config struct {
+	MockaiBin, GatewayBin string
+	// Duration is how long new sessions start; sessions in flight then
+	// finish (each bounded by CallTimeout).
+	Duration    time.Duration
+	Concurrency int
+	// FaultRate is the fraction of sessions with an injected fault.
+	FaultRate float64
+	// Faults limits the faults injected to these kinds (empty: all).
+	Faults []Kind
+	// Seed makes the plan of sessions reproducible; 0 picks one (it is
+	// reported).
+	Seed        uint64
+	CallTimeout time.Duration
+	Profile     Profile
+
+	// Gateway settings the faults lean on: the stalled-side watchdog's
+	// limit, the message size limit and the handshake timeout are small so
+	// that those faults end quickly; the pool's idle lifetime is short so
+	// that the pool empties soon after the load (see the package doc).
+	MaxStalledBytes  int
+	MaxMessageBytes  int
+	HandshakeTimeout time.Duration
+	PoolMaxIdle      time.Duration
+
+	Margins Margins
+	// Settle bounds the wait, after the load, for sessions to end, the
+	// pool to empty and the numbers to come back within Margins.
+	Settle time.Duration
+	// SampleEvery is the /metrics scrape interval.
+	SampleEvery     time.Duration
+	GatewayLogLevel string
+
+	// OutDir receives a soak-<timestamp> directory.
+	OutDir string
+	// Progress, if not nil, receives progress lines and, at once, every
+	// unexplained session.
+	Progress io.Writer
+	// Now is the clock for the directory name (nil: time.Now).
+	Now func() time.Time
+}
+
+// DefaultConfig is what `wsbench soak` runs without flags.
+func DefaultConfig() Config {
+	return Config{
+		MockaiBin: "bin/mockai", GatewayBin: "bin/gateway",
+		Duration: 3 * time.Minute, Concurrency: 100, FaultRate: 0.3,
+		CallTimeout: 30 * time.Second,
+		// About 0.3 s a call: 10 deltas of 200 ms of audio (12.8 KB of
+		// base64 each); a response stays well under MaxStalledBytes, so a
+		// normal client can never be taken for a slow one.
+		Profile: Profile{UpgradeDelay: 5 * time.Millisecond, SessionDelay: 5 * time.Millisecond,
+			FirstAudioDelay: 20 * time.Millisecond, Deltas: 10, DeltaBytes: 9600, DeltaInterval: 10 * time.Millisecond},
+		MaxStalledBytes:  256 << 10,
+		MaxMessageBytes:  1 << 20,
+		HandshakeTimeout: 3 * time.Second,
+		PoolMaxIdle:      5 * time.Second,
+		Margins:          Margins{RSSBytes: 16 << 20, RSSFraction: 0.5, HeapBytes: 8 << 20, Goroutines: 5, FDs: 5},
+		Settle:           90 * time.Second,
+		SampleEvery:      time.Second,
+		GatewayLogLevel:  "warn",
+		OutDir:           filepath.Join("bench", "results"),
+	}
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.MockaiBin == "" || c.GatewayBin == "" {
+		errs = append(errs, errors.New("the mockai and gateway binaries are both needed"))
+	}
+	if c.Duration <= 0 || c.Concurrency <= 0 || c.CallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("duration, concurrency and call timeout must be positive (got %v, %d, %v)",
+			c.Duration, c.Concurrency, c.CallTimeout))
+	}
+	if c.Concurrency > 2000 {
+		errs = append(errs, fmt.Errorf("concurrency %d: at most 2000 (each session holds sockets in three processes)", c.Concurrency))
+	}
+	if c.FaultRate < 0 || c.FaultRate > 1 {
+		errs = append(errs, fmt.Errorf("fault rate %v: want 0 to 1", c.FaultRate))
+	}
+	if _, err := faultMix(c.Faults); err != nil {
+		errs = append(errs, err)
+	}
+	p := c.Profile
+	if p.Deltas < 1 || p.DeltaBytes < 2 || p.DeltaBytes%2 != 0 {
+		errs = append(errs, fmt.Errorf("profile: at least one delta of an even number of bytes (got %d x %d)", p.Deltas, p.DeltaBytes))
+	}
+	if p.UpgradeDelay < 0 || p.SessionDelay < 0 || p.FirstAudioDelay < 0 || p.DeltaInterval < 0 {
+		errs = append(errs, errors.New("profile delays must not be negative"))
+	}
+	if c.MaxStalledBytes < 64<<10 || c.MaxMessageBytes < 1024 || c.HandshakeTimeout < time.Second || c.PoolMaxIdle < time.Second {
+		errs = append(errs, errors.New("gateway limits: stalled bytes >= 64 KiB, message >= 1 KiB, handshake timeout and pool idle >= 1 s"))
+	}
+	if c.Settle <= 0 || c.SampleEvery <= 0 {
+		errs = append(errs, errors.New("settle and sample interval must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the soak. It returns an error only when the soak could not run
+// (bad config, missing binaries, a process that would not start); a soak
+// that ran returns its report, whose Pass says whether every check held.
+// Every process it starts is stopped before it returns, also when ctx is
+// cancelled (the report then says it was interrupted).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	for _, bin := range []string{cfg.MockaiBin, cfg.GatewayBin} {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("soak: %w (build it first: go build -o %s ./cmd/%s)", err, bin, filepath.Base(bin))
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.Seed = binary.LittleEndian.Uint64(b[:]) | 1
+	}
+	started := cfg.Now()
+	dir := filepath.Join(cfg.OutDir, "soak-"+started.Format("20060102-150405"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("soak: results directory: %w", err)
+	}
+	say := func(format string, args ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, format+"\n", args...)
+		}
+	}
+
+	upstreamKey, masterKey := randomKey("sk-mock-"), randomKey("sk-gw-")
+	// A stall outlasts any session, so only the gateway can end one.
+	stallFor := cfg.CallTimeout + 15*time.Second
+	mockArgs := append([]string{"-key", upstreamKey, "-faults-from-query", "-stall-for", stallFor.String()}, cfg.Profile.args()...)
+	mock, base, err := startMockai(ctx, cfg.MockaiBin, mockArgs, filepath.Join(dir, "mockai.log"), 15*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	defer mock.stop(5 * time.Second)
+	gw, url, adminAddr, err := startGateway(ctx, cfg, base, upstreamKey, masterKey, filepath.Join(dir, "gateway.log"))
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	defer gw.stop(10 * time.Second)
+	say("soak: mockai pid %d at %s; gateway pid %d at %s (admin %s); seed %d",
+		mock.cmd.Process.Pid, base, gw.cmd.Process.Pid, url, adminAddr, cfg.Seed)
+
+	rep := &Report{Config: reportConfig(cfg), Started: started, Dir: dir}
+	adm := newAdmin(adminAddr)
+	r, err := newRunner(url, masterKey, cfg.CallTimeout, cfg.HandshakeTimeout, cfg.MaxMessageBytes, cfg.MaxStalledBytes, cfg.Profile.Deltas)
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+
+	// The baseline: an idle gateway, after a collection.
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return interrupted(rep, gw, mock)
+	}
+	start, err := settledReading(ctx, adm)
+	if err != nil {
+		return nil, fmt.Errorf("soak: baseline: %w", err)
+	}
+	rep.Start = start
+
+	loadStart := time.Now()
+	smp := startSampler(ctx, adm, cfg.SampleEvery, loadStart)
+	tally := NewTally()
+	runLoad(ctx, cfg, r, tally, loadStart, smp, say)
+	rep.Wall = time.Since(loadStart)
+	rep.Interrupted = ctx.Err() != nil
+	say("soak: load stopped after %v; waiting up to %v for the gateway to settle", rep.Wall.Round(time.Second), cfg.Settle)
+
+	if !rep.Interrupted {
+		rep.End, rep.Settled = settle(ctx, adm, cfg, start, smp)
+		rep.SettleTook = time.Since(loadStart) - rep.Wall
+	}
+	rep.Readings, rep.Peak, rep.ScrapeFailures = smp.stop()
+	if gw.running() && (rep.End.SessionsOpen > 0 || rep.End.FDs-rep.Start.FDs > cfg.Margins.FDs) {
+		rep.OpenSockets, _ = openSockets(gw.cmd.Process.Pid)
+	}
+	if gw.running() {
+		// For whoever investigates a leak: what the idle gateway still holds.
+		_ = adm.save(ctx, "/debug/pprof/heap", filepath.Join(dir, "heap-end.pprof"))
+		_ = adm.save(ctx, "/debug/pprof/goroutine?debug=1", filepath.Join(dir, "goroutines-end.txt"))
+	}
+	rep.Counts = tally.Counts()
+	rep.GatewayOutcomes = diffOutcomes(rep.Start.Outcomes, rep.End.Outcomes)
+	rep.PoolHits, rep.PoolMisses = rep.End.PoolHits-rep.Start.PoolHits, rep.End.PoolMisses-rep.Start.PoolMisses
+
+	if gw.running() {
+		rep.GatewayAlive = true
+		// SIGTERM drains: up to DRAIN_TIMEOUT (5 s), then CLOSE_TIMEOUT+1 s
+		// for sessions it ends, then 2 s to shut down.
+		if err := gw.stop(20 * time.Second); err != nil {
+			rep.GatewayExit = err.Error()
+		}
+	} else {
+		rep.GatewayExit = fmt.Sprint(gw.err)
+	}
+	mock.stop(5 * time.Second)
+	rep.LogProblems, _ = logProblems(gw.log.Name(), 20)
+	rep.check(cfg.Margins)
+	if err := rep.write(); err != nil {
+		return rep, fmt.Errorf("soak: %w", err)
+	}
+	return rep, nil
+}
+
+// interrupted finishes a run cut short before the load started.
+func interrupted(rep *Report, procs ...*proc) (*Report, error) {
+	for _, p := range procs {
+		p.stop(5 * time.Second)
+	}
+	rep.Interrupted = true
+	rep.check(Margins{})
+	return rep, rep.write()
+}
+
+// runLoad runs the workers until the duration is over (or ctx ends) and
+// every session they started has finished.
+func runLoad(ctx context.Context, cfg Config, r *runner, tally *Tally, loadStart time.Time, smp *sampler, say func(string, ...any)) {
+	deadline := loadStart.Add(cfg.Duration)
+	mix, _ := faultMix(cfg.Faults) // checked by validate
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				p := planSession(cfg.Seed, i, cfg.FaultRate, cfg.Profile.Deltas, mix)
+				t0 := time.Now()
+				o := r.run(ctx, p)
+				rec := tally.Add(Record{Index: i, Plan: p, Cause: o.cause, Detail: o.detail, Took: time.Since(t0), Upgraded: o.upgraded})
+				if !rec.Explained {
+					say("soak: UNEXPLAINED: session %d (%s, k=%d) ended %s: %s", rec.Index, p.Kind, p.After, rec.Cause, rec.Detail)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			c := tally.Counts()
+			last := smp.last()
+			say("soak: %3.0fs  sessions %d (completed %d, failed %d, unexplained %d)  gateway: rss %s, fds %d, goroutines %d, open %d",
+				time.Since(loadStart).Seconds(), c.Attempted, c.Completed, c.Failed, c.Unexplained,
+				formatBytes(last.RSS), last.FDs, last.Goroutines, last.SessionsOpen)
+		}
+	}
+}
+
+// settledReading asks for two collections (the second frees what
+// sync.Pools kept through the first), gives the runtime a moment to return
+// freed memory, and reads the metrics.
+func settledReading(ctx context.Context, adm *admin) (Reading, error) {
+	for range 2 {
+		if err := adm.collectGarbage(ctx); err != nil {
+			return Reading{}, err
+		}
+	}
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return Reading{}, err
+	}
+	return adm.read(ctx)
+}
+
+// settle waits, up to cfg.Settle, until every session has ended, the pool
+// is empty and the numbers are back within the margins; it returns the
+// last reading and whether all of that happened.
+func settle(ctx context.Context, adm *admin, cfg Config, start Reading, smp *sampler) (Reading, bool) {
+	deadline := time.Now().Add(cfg.Settle)
+	var last Reading
+	for {
+		rd, err := adm.read(ctx)
+		if err == nil && rd.SessionsOpen == 0 && rd.WarmSockets == 0 {
+			if rd, err = settledReading(ctx, adm); err == nil {
+				last = rd
+				smp.add(rd)
+				if len(resourceProblems(start, rd, cfg.Margins)) == 0 {
+					return rd, true
+				}
+			}
+		} else if err == nil {
+			last = rd
+		}
+		if time.Now().After(deadline) || sleepCtx(ctx, time.Second) != nil {
+			return last, false
+		}
+	}
+}
+
+// startGateway runs the gateway with its configuration in the environment,
+// on free loopback ports, and waits for /health. A port taken between
+// choosing and binding it shows up as an early exit; it retries once.
+func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, logPath string) (*proc, string, string, error) {
+	var lastErr error
+	for range 2 {
+		port, err := freePort()
+		if err != nil {
+			return nil, "", "", err
+		}
+		adminPort, err := freePort()
+		if err != nil {
+			return nil, "", "", err
+		}
+		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
+		env := gatewayEnv(os.Environ(), map[string]string{
+			"LITELLM_MASTER_KEY":          masterKey,
+			"OPENAI_API_KEY":              upstreamKey,
+			"OPENAI_API_BASE":             base,
+			"OPENAI_REALTIME_MODEL":       "gpt-realtime",
+			"HOST":                        "127.0.0.1",
+			"PORT":                        strconv.Itoa(port),
+			"ADMIN_ADDR":                  admin,
+			"LOG_LEVEL":                   cfg.GatewayLogLevel,
+			"REALTIME_POOL_SIZE":          "auto",
+			"REALTIME_POOL_MIN":           "0",
+			"REALTIME_POOL_MAX_IDLE_SECS": secs(cfg.PoolMaxIdle),
+			"MAX_STALLED_BYTES":           strconv.Itoa(cfg.MaxStalledBytes),
+			"MAX_MESSAGE_BYTES":           strconv.Itoa(cfg.MaxMessageBytes),
+			"HANDSHAKE_TIMEOUT_SECS":      secs(cfg.HandshakeTimeout),
+			"DRAIN_TIMEOUT":               "5",
+		})
+		gw, err := startProc("gateway", cfg.GatewayBin, nil, env, logPath, nil)
+		if err != nil {
+			return nil, "", "", err
+		}
+		hostPort := "127.0.0.1:" + strconv.Itoa(port)
+		err = waitHealthy(ctx, gw, "http://"+hostPort+"/health", 20*time.Second)
+		if err == nil {
+			return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
+		}
+		gw.stop(5 * time.Second)
+		if ctx.Err() != nil {
+			return nil, "", "", ctx.Err()
+		}
+		lastErr = err
+	}
+	return nil, "", "", lastErr
+}
+
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
+
+// gatewayEnv is the parent's environment with the gateway's settings
+// replaced, so a stray variable in the shell cannot change the run.
+func gatewayEnv(parent []string, set map[string]string) []string {
+	env := make([]string, 0, len(parent)+len(set))
+	for _, kv := range parent {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[name]; ok {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		env = append(env, name+"="+set[name])
+	}
+	return env
+}
+
+func diffOutcomes(before, after map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+func randomKey(prefix string) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
