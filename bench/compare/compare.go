@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +30,7 @@ import (
 	"time"
 
 	"rtgate/bench/load"
+	"rtgate/bench/proc"
 	"rtgate/bench/report"
 )
 
@@ -230,12 +230,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 
 	upstreamKey, masterKey := randomKey("sk-mock-"), randomKey("sk-gw-")
-	mock, base, err := startMockai(ctx, cfg.MockaiBin, append([]string{"-key", upstreamKey}, cfg.Profile.args()...),
+	mock, base, err := proc.StartMockai(ctx, cfg.MockaiBin, append([]string{"-key", upstreamKey}, cfg.Profile.args()...),
 		filepath.Join(dir, "mockai.log"), 15*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
-	defer mock.stop(5 * time.Second)
+	defer mock.Stop(5 * time.Second)
 	say("mockai at %s (profile: upgrade %v, session %v, first audio %v, %d x %d-byte deltas every %v)",
 		base, cfg.Profile.UpgradeDelay, cfg.Profile.SessionDelay, cfg.Profile.FirstAudioDelay,
 		cfg.Profile.Deltas, cfg.Profile.DeltaBytes, cfg.Profile.DeltaInterval)
@@ -281,9 +281,9 @@ func runLeg(ctx context.Context, cfg Config, id, base, upstreamKey, masterKey, d
 		if err != nil {
 			return nil, err
 		}
-		defer gw.stop(10 * time.Second)
+		defer gw.Stop(10 * time.Second)
 		target, key, metricsURL = url, masterKey, "http://"+admin+"/metrics"
-		say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.cmd.Process.Pid, url, pool)
+		say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), url, pool)
 		if err := sleepCtx(ctx, cfg.Warmup); err != nil {
 			return nil, err
 		}
@@ -329,66 +329,21 @@ func runLeg(ctx context.Context, cfg Config, id, base, upstreamKey, masterKey, d
 	return leg, nil
 }
 
-// startGateway runs the gateway binary with its configuration in the
-// environment, on free loopback ports, and waits for /health. A port taken
-// between choosing and binding it shows up as an early exit; it retries
-// once with new ports.
-func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, pool, logPath string) (*proc, string, string, error) {
-	var lastErr error
-	for range 2 {
-		port, err := freePort()
-		if err != nil {
-			return nil, "", "", err
-		}
-		adminPort, err := freePort()
-		if err != nil {
-			return nil, "", "", err
-		}
-		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
-		env := gatewayEnv(os.Environ(), map[string]string{
-			"LITELLM_MASTER_KEY":    masterKey,
-			"OPENAI_API_KEY":        upstreamKey,
-			"OPENAI_API_BASE":       base,
-			"OPENAI_REALTIME_MODEL": "gpt-realtime",
-			"HOST":                  "127.0.0.1",
-			"PORT":                  strconv.Itoa(port),
-			"REALTIME_POOL_SIZE":    pool,
-			"ADMIN_ADDR":            admin,
-			"LOG_LEVEL":             cfg.GatewayLogLevel,
-		})
-		gw, err := startProc("gateway", cfg.GatewayBin, nil, env, logPath, nil)
-		if err != nil {
-			return nil, "", "", err
-		}
-		hostPort := "127.0.0.1:" + strconv.Itoa(port)
-		err = waitHealthy(ctx, gw, "http://"+hostPort+"/health", 20*time.Second)
-		if err == nil {
-			return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
-		}
-		gw.stop(5 * time.Second)
-		if ctx.Err() != nil {
-			return nil, "", "", ctx.Err()
-		}
-		lastErr = err
+// startGateway runs the gateway binary with this leg's configuration and
+// returns it with its client URL and admin address.
+func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, pool, logPath string) (*proc.Proc, string, string, error) {
+	gw, hostPort, admin, err := proc.StartGateway(ctx, cfg.GatewayBin, map[string]string{
+		"LITELLM_MASTER_KEY":    masterKey,
+		"OPENAI_API_KEY":        upstreamKey,
+		"OPENAI_API_BASE":       base,
+		"OPENAI_REALTIME_MODEL": "gpt-realtime",
+		"REALTIME_POOL_SIZE":    pool,
+		"LOG_LEVEL":             cfg.GatewayLogLevel,
+	}, logPath)
+	if err != nil {
+		return nil, "", "", err
 	}
-	return nil, "", "", lastErr
-}
-
-// gatewayEnv is the parent's environment with the gateway's settings
-// replaced, so a stray variable in the shell cannot change a leg.
-func gatewayEnv(parent []string, set map[string]string) []string {
-	env := make([]string, 0, len(parent)+len(set))
-	for _, kv := range parent {
-		name, _, _ := strings.Cut(kv, "=")
-		if _, ok := set[name]; ok {
-			continue
-		}
-		env = append(env, kv)
-	}
-	for _, name := range slices.Sorted(maps.Keys(set)) {
-		env = append(env, name+"="+set[name])
-	}
-	return env
+	return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
 }
 
 func randomKey(prefix string) string {

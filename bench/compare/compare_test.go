@@ -58,15 +58,6 @@ func TestHitRate(t *testing.T) {
 	}
 }
 
-func TestGatewayEnvOverrides(t *testing.T) {
-	env := gatewayEnv([]string{"PATH=/bin", "REALTIME_POOL_SIZE=999", "OPENAI_API_KEY=sk-real", "HOME=/root"},
-		map[string]string{"REALTIME_POOL_SIZE": "0", "OPENAI_API_KEY": "sk-mock"})
-	got := strings.Join(env, " ")
-	if got != "PATH=/bin HOME=/root OPENAI_API_KEY=sk-mock REALTIME_POOL_SIZE=0" {
-		t.Errorf("env = %q", got)
-	}
-}
-
 func TestProfileArgsAndFloor(t *testing.T) {
 	p := DefaultProfile()
 	if got := p.Floor(); got != 1517*time.Millisecond {

@@ -8,12 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
+	"rtgate/bench/proc"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,11 +115,14 @@ func DefaultConfig() Config {
 		MaxMessageBytes:  1 << 20,
 		HandshakeTimeout: 3 * time.Second,
 		PoolMaxIdle:      5 * time.Second,
-		Margins:          Margins{RSSBytes: 16 << 20, RSSFraction: 0.5, HeapBytes: 8 << 20, Goroutines: 5, FDs: 5},
-		Settle:           90 * time.Second,
-		SampleEvery:      time.Second,
-		GatewayLogLevel:  "warn",
-		OutDir:           filepath.Join("bench", "results"),
+		// The gateway has come back to start+15.5 MiB of RSS within 30 s
+		// of a 3-minute soak with an 85 MiB peak here; the live heap to
+		// +3 MiB (caches sized by the peak), goroutines and fds exactly.
+		Margins:         Margins{RSSBytes: 24 << 20, RSSFraction: 0.5, HeapBytes: 8 << 20, Goroutines: 5, FDs: 5},
+		Settle:          90 * time.Second,
+		SampleEvery:     time.Second,
+		GatewayLogLevel: "warn",
+		OutDir:          filepath.Join("bench", "results"),
 	}
 }
 
@@ -196,18 +197,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// A stall outlasts any session, so only the gateway can end one.
 	stallFor := cfg.CallTimeout + 15*time.Second
 	mockArgs := append([]string{"-key", upstreamKey, "-faults-from-query", "-stall-for", stallFor.String()}, cfg.Profile.args()...)
-	mock, base, err := startMockai(ctx, cfg.MockaiBin, mockArgs, filepath.Join(dir, "mockai.log"), 15*time.Second)
+	mock, base, err := proc.StartMockai(ctx, cfg.MockaiBin, mockArgs, filepath.Join(dir, "mockai.log"), 15*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
-	defer mock.stop(5 * time.Second)
+	defer mock.Stop(5 * time.Second)
 	gw, url, adminAddr, err := startGateway(ctx, cfg, base, upstreamKey, masterKey, filepath.Join(dir, "gateway.log"))
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
-	defer gw.stop(10 * time.Second)
+	defer gw.Stop(10 * time.Second)
 	say("soak: mockai pid %d at %s; gateway pid %d at %s (admin %s); seed %d",
-		mock.cmd.Process.Pid, base, gw.cmd.Process.Pid, url, adminAddr, cfg.Seed)
+		mock.PID(), base, gw.PID(), url, adminAddr, cfg.Seed)
 
 	rep := &Report{Config: reportConfig(cfg), Started: started, Dir: dir}
 	adm := newAdmin(adminAddr)
@@ -239,10 +240,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.SettleTook = time.Since(loadStart) - rep.Wall
 	}
 	rep.Readings, rep.Peak, rep.ScrapeFailures = smp.stop()
-	if gw.running() && (rep.End.SessionsOpen > 0 || rep.End.FDs-rep.Start.FDs > cfg.Margins.FDs) {
-		rep.OpenSockets, _ = openSockets(gw.cmd.Process.Pid)
+	if gw.Running() && (rep.End.SessionsOpen > 0 || rep.End.FDs-rep.Start.FDs > cfg.Margins.FDs) {
+		rep.OpenSockets, _ = openSockets(gw.PID())
 	}
-	if gw.running() {
+	if gw.Running() {
 		// For whoever investigates a leak: what the idle gateway still holds.
 		_ = adm.save(ctx, "/debug/pprof/heap", filepath.Join(dir, "heap-end.pprof"))
 		_ = adm.save(ctx, "/debug/pprof/goroutine?debug=1", filepath.Join(dir, "goroutines-end.txt"))
@@ -251,18 +252,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.GatewayOutcomes = diffOutcomes(rep.Start.Outcomes, rep.End.Outcomes)
 	rep.PoolHits, rep.PoolMisses = rep.End.PoolHits-rep.Start.PoolHits, rep.End.PoolMisses-rep.Start.PoolMisses
 
-	if gw.running() {
+	if gw.Running() {
 		rep.GatewayAlive = true
 		// SIGTERM drains: up to DRAIN_TIMEOUT (5 s), then CLOSE_TIMEOUT+1 s
 		// for sessions it ends, then 2 s to shut down.
-		if err := gw.stop(20 * time.Second); err != nil {
+		if err := gw.Stop(20 * time.Second); err != nil {
 			rep.GatewayExit = err.Error()
 		}
 	} else {
-		rep.GatewayExit = fmt.Sprint(gw.err)
+		rep.GatewayExit = fmt.Sprint(gw.Stop(0)) // already exited: Stop returns its status
 	}
-	mock.stop(5 * time.Second)
-	rep.LogProblems, _ = logProblems(gw.log.Name(), 20)
+	mock.Stop(5 * time.Second)
+	rep.LogProblems, _ = proc.LogProblems(gw.LogPath(), 20)
 	rep.check(cfg.Margins)
 	if err := rep.write(); err != nil {
 		return rep, fmt.Errorf("soak: %w", err)
@@ -271,9 +272,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // interrupted finishes a run cut short before the load started.
-func interrupted(rep *Report, procs ...*proc) (*Report, error) {
+func interrupted(rep *Report, procs ...*proc.Proc) (*Report, error) {
 	for _, p := range procs {
-		p.stop(5 * time.Second)
+		p.Stop(5 * time.Second)
 	}
 	rep.Interrupted = true
 	rep.check(Margins{})
@@ -359,74 +360,30 @@ func settle(ctx context.Context, adm *admin, cfg Config, start Reading, smp *sam
 	}
 }
 
-// startGateway runs the gateway with its configuration in the environment,
-// on free loopback ports, and waits for /health. A port taken between
-// choosing and binding it shows up as an early exit; it retries once.
-func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, logPath string) (*proc, string, string, error) {
-	var lastErr error
-	for range 2 {
-		port, err := freePort()
-		if err != nil {
-			return nil, "", "", err
-		}
-		adminPort, err := freePort()
-		if err != nil {
-			return nil, "", "", err
-		}
-		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
-		env := gatewayEnv(os.Environ(), map[string]string{
-			"LITELLM_MASTER_KEY":          masterKey,
-			"OPENAI_API_KEY":              upstreamKey,
-			"OPENAI_API_BASE":             base,
-			"OPENAI_REALTIME_MODEL":       "gpt-realtime",
-			"HOST":                        "127.0.0.1",
-			"PORT":                        strconv.Itoa(port),
-			"ADMIN_ADDR":                  admin,
-			"LOG_LEVEL":                   cfg.GatewayLogLevel,
-			"REALTIME_POOL_SIZE":          "auto",
-			"REALTIME_POOL_MIN":           "0",
-			"REALTIME_POOL_MAX_IDLE_SECS": secs(cfg.PoolMaxIdle),
-			"MAX_STALLED_BYTES":           strconv.Itoa(cfg.MaxStalledBytes),
-			"MAX_MESSAGE_BYTES":           strconv.Itoa(cfg.MaxMessageBytes),
-			"HANDSHAKE_TIMEOUT_SECS":      secs(cfg.HandshakeTimeout),
-			"DRAIN_TIMEOUT":               "5",
-		})
-		gw, err := startProc("gateway", cfg.GatewayBin, nil, env, logPath, nil)
-		if err != nil {
-			return nil, "", "", err
-		}
-		hostPort := "127.0.0.1:" + strconv.Itoa(port)
-		err = waitHealthy(ctx, gw, "http://"+hostPort+"/health", 20*time.Second)
-		if err == nil {
-			return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
-		}
-		gw.stop(5 * time.Second)
-		if ctx.Err() != nil {
-			return nil, "", "", ctx.Err()
-		}
-		lastErr = err
+// startGateway runs the gateway with the soak's configuration and returns
+// it with its client URL and admin address.
+func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, logPath string) (*proc.Proc, string, string, error) {
+	gw, hostPort, admin, err := proc.StartGateway(ctx, cfg.GatewayBin, map[string]string{
+		"LITELLM_MASTER_KEY":          masterKey,
+		"OPENAI_API_KEY":              upstreamKey,
+		"OPENAI_API_BASE":             base,
+		"OPENAI_REALTIME_MODEL":       "gpt-realtime",
+		"LOG_LEVEL":                   cfg.GatewayLogLevel,
+		"REALTIME_POOL_SIZE":          "auto",
+		"REALTIME_POOL_MIN":           "0",
+		"REALTIME_POOL_MAX_IDLE_SECS": secs(cfg.PoolMaxIdle),
+		"MAX_STALLED_BYTES":           strconv.Itoa(cfg.MaxStalledBytes),
+		"MAX_MESSAGE_BYTES":           strconv.Itoa(cfg.MaxMessageBytes),
+		"HANDSHAKE_TIMEOUT_SECS":      secs(cfg.HandshakeTimeout),
+		"DRAIN_TIMEOUT":               "5",
+	}, logPath)
+	if err != nil {
+		return nil, "", "", err
 	}
-	return nil, "", "", lastErr
+	return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
 }
 
 func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
-
-// gatewayEnv is the parent's environment with the gateway's settings
-// replaced, so a stray variable in the shell cannot change the run.
-func gatewayEnv(parent []string, set map[string]string) []string {
-	env := make([]string, 0, len(parent)+len(set))
-	for _, kv := range parent {
-		name, _, _ := strings.Cut(kv, "=")
-		if _, ok := set[name]; ok {
-			continue
-		}
-		env = append(env, kv)
-	}
-	for _, name := range slices.Sorted(maps.Keys(set)) {
-		env = append(env, name+"="+set[name])
-	}
-	return env
-}
 
 func diffOutcomes(before, after map[string]int64) map[string]int64 {
 	out := map[string]int64{}

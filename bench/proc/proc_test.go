@@ -1,4 +1,4 @@
-package soak
+package proc
 
 import (
 	"os"
@@ -22,21 +22,21 @@ func TestLogProblems(t *testing.T) {
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := logProblems(path, 10)
+	got, err := LogProblems(path, 10)
 	want := []string{"panic: runtime error: index out of range [3] with length 3", "WARNING: DATA RACE", "fatal error: concurrent map writes"}
 	if err != nil || !slices.Equal(got, want) {
-		t.Errorf("logProblems = %q, %v; want %q", got, err, want)
+		t.Errorf("LogProblems = %q, %v; want %q", got, err, want)
 	}
-	if got, _ := logProblems(path, 1); len(got) != 1 {
+	if got, _ := LogProblems(path, 1); len(got) != 1 {
 		t.Errorf("limit 1: %d lines", len(got))
 	}
-	if _, err := logProblems(filepath.Join(t.TempDir(), "none.log"), 10); err == nil {
+	if _, err := LogProblems(filepath.Join(t.TempDir(), "none.log"), 10); err == nil {
 		t.Error("missing log: no error")
 	}
 }
 
 func TestGatewayEnv(t *testing.T) {
-	env := gatewayEnv([]string{"PATH=/bin", "MAX_STALLED_BYTES=999", "OPENAI_API_KEY=sk-real"},
+	env := GatewayEnv([]string{"PATH=/bin", "MAX_STALLED_BYTES=999", "OPENAI_API_KEY=sk-real"},
 		map[string]string{"MAX_STALLED_BYTES": "262144", "OPENAI_API_KEY": "sk-mock"})
 	if got := strings.Join(env, " "); got != "PATH=/bin MAX_STALLED_BYTES=262144 OPENAI_API_KEY=sk-mock" {
 		t.Errorf("env = %q", got)

@@ -1,4 +1,8 @@
-package soak
+// Package proc starts and stops the child processes the benchmarks run
+// (mockai and the gateway): by PID, with their output in log files, waiting
+// for mockai's ready line or the gateway's /health, and killed with the
+// benchmark if it dies (Pdeathsig on Linux).
+package proc
 
 import (
 	"bufio"
@@ -14,8 +18,8 @@ import (
 	"time"
 )
 
-// proc is a child process the soak started: mockai or the gateway.
-type proc struct {
+// Proc is a child process a benchmark started: mockai or the gateway.
+type Proc struct {
 	name   string
 	cmd    *exec.Cmd
 	log    *os.File
@@ -23,9 +27,9 @@ type proc struct {
 	err    error         // its exit status, valid once exited is closed
 }
 
-// startProc starts bin with args and env (nil: inherit), its output going
+// Start starts bin with args and env (nil: inherit), its output going
 // to logPath; stdout, if not nil, receives stdout instead.
-func startProc(name, bin string, args, env []string, logPath string, stdout io.Writer) (*proc, error) {
+func Start(name, bin string, args, env []string, logPath string, stdout io.Writer) (*Proc, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s binary: %w", name, err)
 	}
@@ -44,7 +48,7 @@ func startProc(name, bin string, args, env []string, logPath string, stdout io.W
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: log, exited: make(chan struct{})}
+	p := &Proc{name: name, cmd: cmd, log: log, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)
@@ -52,8 +56,8 @@ func startProc(name, bin string, args, env []string, logPath string, stdout io.W
 	return p, nil
 }
 
-// running reports whether the process is still alive.
-func (p *proc) running() bool {
+// Running reports whether the process is still alive.
+func (p *Proc) Running() bool {
 	select {
 	case <-p.exited:
 		return false
@@ -62,10 +66,10 @@ func (p *proc) running() bool {
 	}
 }
 
-// stop ends the process by its PID: SIGTERM, then SIGKILL after grace.
+// Stop ends the process by its PID: SIGTERM, then SIGKILL after grace.
 // It returns the exit status; it is safe to call more than once.
-func (p *proc) stop(grace time.Duration) error {
-	if p.running() {
+func (p *Proc) Stop(grace time.Duration) error {
+	if p.Running() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		t := time.NewTimer(grace)
 		select {
@@ -80,12 +84,12 @@ func (p *proc) stop(grace time.Duration) error {
 	return p.err
 }
 
-func (p *proc) exitError() error {
-	return fmt.Errorf("%s exited early (%v); last log lines:\n%s", p.name, p.err, tail(p.log.Name(), 20))
+func (p *Proc) ExitError() error {
+	return fmt.Errorf("%s exited early (%v); last log lines:\n%s", p.name, p.err, Tail(p.log.Name(), 20))
 }
 
-// tail returns the last n lines of a file, for error messages.
-func tail(path string, n int) string {
+// Tail returns the last n lines of a file, for error messages.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "(no log)"
@@ -97,10 +101,10 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// logProblems returns the lines of a Go program's log that show it broke:
+// LogProblems returns the lines of a Go program's log that show it broke:
 // a panic, a fatal runtime error, a data race report (for a gateway built
 // with -race). At most max lines are returned.
-func logProblems(path string, max int) ([]string, error) {
+func LogProblems(path string, max int) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -121,11 +125,11 @@ func logProblems(path string, max int) ([]string, error) {
 
 const mockaiReadyPrefix = "mockai listening on "
 
-// startMockai runs mockai on a kernel-chosen loopback port and returns it
+// StartMockai runs mockai on a kernel-chosen loopback port and returns it
 // with its base URL once it prints its ready line.
-func startMockai(ctx context.Context, bin string, args []string, logPath string, wait time.Duration) (*proc, string, error) {
+func StartMockai(ctx context.Context, bin string, args []string, logPath string, wait time.Duration) (*Proc, string, error) {
 	pr, pw := io.Pipe()
-	p, err := startProc("mockai", bin, append([]string{"-addr", "127.0.0.1:0"}, args...), nil, logPath, pw)
+	p, err := Start("mockai", bin, append([]string{"-addr", "127.0.0.1:0"}, args...), nil, logPath, pw)
 	if err != nil {
 		return nil, "", err
 	}
@@ -156,19 +160,19 @@ func startMockai(ctx context.Context, bin string, args []string, logPath string,
 	case base := <-ready:
 		return p, base, nil
 	case <-p.exited:
-		return nil, "", p.exitError()
+		return nil, "", p.ExitError()
 	case <-ctx.Done():
-		p.stop(2 * time.Second)
+		p.Stop(2 * time.Second)
 		return nil, "", ctx.Err()
 	case <-t.C:
-		p.stop(2 * time.Second)
+		p.Stop(2 * time.Second)
 		return nil, "", fmt.Errorf("mockai printed no %q line within %v", mockaiReadyPrefix, wait)
 	}
 }
 
-// waitHealthy polls url until it answers 200, the process exits, ctx ends
+// WaitHealthy polls url until it answers 200, the process exits, ctx ends
 // or wait passes.
-func waitHealthy(ctx context.Context, p *proc, url string, wait time.Duration) error {
+func WaitHealthy(ctx context.Context, p *Proc, url string, wait time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(wait)
 	for {
@@ -185,20 +189,20 @@ func waitHealthy(ctx context.Context, p *proc, url string, wait time.Duration) e
 		}
 		select {
 		case <-p.exited:
-			return p.exitError()
+			return p.ExitError()
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s did not answer 200 within %v; last log lines:\n%s", p.name, url, wait, tail(p.log.Name(), 20))
+			return fmt.Errorf("%s: %s did not answer 200 within %v; last log lines:\n%s", p.name, url, wait, Tail(p.log.Name(), 20))
 		}
 	}
 }
 
-// freePort asks the kernel for an unused loopback port. Another process
+// FreePort asks the kernel for an unused loopback port. Another process
 // could take it before the gateway binds it; the caller retries then.
-func freePort() (int, error) {
+func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
@@ -206,3 +210,12 @@ func freePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Exited is closed once the process has exited.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// LogPath is the file the process's output goes to.
+func (p *Proc) LogPath() string { return p.log.Name() }
+
+// PID is the process's id.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
