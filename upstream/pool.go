@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -80,7 +81,12 @@ type Pool struct {
 	keys   map[string]*keyPool
 	total  int // warm plus warming sockets, all keys
 	closed bool
+
+	skew atomic.Int64 // added to the sizing clock; tests move time forward with it
 }
+
+// now is the sizing clock.
+func (p *Pool) now() time.Time { return time.Now().Add(time.Duration(p.skew.Load())) }
 
 // NewPool returns a pool that dials with d. metrics may be nil.
 func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) *Pool {
@@ -95,15 +101,24 @@ func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) 
 	}
 	p := &Pool{dialer: d, cfg: cfg, log: log, metrics: metrics, keys: map[string]*keyPool{}}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if cfg.Enabled() {
+		go p.janitor()
+	}
 	return p
 }
 
 // keyPool is the pool for one key: one upstream URL, model and credential
 // set. Its fields are guarded by Pool.mu.
 type keyPool struct {
+	key    string
 	id     string // short hash of the key, for metrics and logs
 	model  string
 	target Target
+	// primed keys (the configured upstreams' plain targets) keep their
+	// floor; keys made by a client's unusual query hold sockets only while
+	// they are used, and are forgotten when idle.
+	primed   bool
+	lastTake time.Time
 
 	warm    []*warmConn // ready, oldest first
 	warming int
@@ -152,7 +167,7 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 		return nil, nil
 	}
 	k := Key(t)
-	now := time.Now()
+	now := p.now()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -160,10 +175,11 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 	}
 	kp := p.keys[k]
 	if kp == nil {
-		kp = &keyPool{id: k[:8], model: model, target: t, windowStart: now, size: p.initialSize()}
+		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: now}
 		p.keys[k] = kp
 	}
 	kp.noteTake(now)
+	kp.lastTake = now
 	var got *warmConn
 	dead := 0
 	for len(kp.warm) > 0 && got == nil {
@@ -212,7 +228,7 @@ func (p *Pool) Target(t Target) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if kp := p.keys[Key(t)]; kp != nil {
-		p.updateSizeLocked(kp, time.Now())
+		p.updateSizeLocked(kp, p.now())
 		return kp.size
 	}
 	return 0
@@ -228,8 +244,11 @@ func (p *Pool) Prime(t Target, model string) {
 	p.mu.Lock()
 	kp := p.keys[k]
 	if kp == nil && !p.closed {
-		kp = &keyPool{id: k[:8], model: model, target: t, windowStart: time.Now(), size: p.initialSize()}
+		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: time.Now()}
 		p.keys[k] = kp
+	}
+	if kp != nil {
+		kp.primed = true
 	}
 	p.mu.Unlock()
 	if kp == nil {
@@ -265,13 +284,6 @@ func (p *Pool) Close() {
 		w.retire(ws.StatusNormalClosure, "gateway shutting down")
 	}
 	p.wg.Wait()
-}
-
-func (p *Pool) initialSize() int {
-	if p.cfg.Auto {
-		return p.cfg.Min
-	}
-	return p.cfg.Size
 }
 
 // noteTake counts a connect toward the demand estimate.
@@ -313,18 +325,73 @@ func (kp *keyPool) burst() int {
 // within one window of a new peak and falls back to Min 10 s after the last
 // busy window.
 func (p *Pool) updateSizeLocked(kp *keyPool, now time.Time) {
-	if !p.cfg.Auto {
-		return
-	}
 	kp.roll(now)
-	hs := kp.handshake
-	if hs == 0 {
-		hs = 0.2 // no measurement yet: assume a typical remote handshake
+	floor := p.cfg.Min
+	if !kp.primed {
+		floor = 0
 	}
-	n := p.cfg.Min + int(math.Ceil(2*float64(kp.burst())*max(1, hs/rateWindow.Seconds())))
-	kp.size = max(p.cfg.Min, min(n, p.cfg.Max))
+	switch {
+	case !kp.primed && now.Sub(kp.lastTake) > p.idleKeyAfter():
+		kp.size = 0 // an unusual query nobody has repeated lately
+	case !p.cfg.Auto:
+		kp.size = p.cfg.Size
+	default:
+		hs := kp.handshake
+		if hs == 0 {
+			hs = 0.2 // no measurement yet: assume a typical remote handshake
+		}
+		n := floor + int(math.Ceil(2*float64(kp.burst())*max(1, hs/rateWindow.Seconds())))
+		kp.size = max(floor, min(n, p.cfg.Max))
+	}
 	if m := p.metrics; m != nil {
 		m.Target.WithLabelValues(kp.model, kp.id).Set(float64(kp.size))
+	}
+}
+
+// idleKeyAfter is how long an unprimed key keeps sockets after its last
+// connect.
+func (p *Pool) idleKeyAfter() time.Duration {
+	return max(p.cfg.MaxIdle, burstMemory)
+}
+
+// forgetIdleKeys drops unprimed keys that hold nothing and were not used for
+// idleKeyAfter, with their metric series, so that one-off queries cannot
+// grow the pool's bookkeeping without bound.
+func (p *Pool) forgetIdleKeys(now time.Time) {
+	p.mu.Lock()
+	var gone []*keyPool
+	for k, kp := range p.keys {
+		if !kp.primed && len(kp.warm) == 0 && kp.warming == 0 && now.Sub(kp.lastTake) > p.idleKeyAfter() {
+			if kp.retryTimer != nil {
+				kp.retryTimer.Stop()
+			}
+			delete(p.keys, k)
+			gone = append(gone, kp)
+		}
+	}
+	p.mu.Unlock()
+	if m := p.metrics; m != nil {
+		for _, kp := range gone {
+			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Hits, m.Misses, m.DeadOnTake, m.Backoff} {
+				v.DeleteLabelValues(kp.model, kp.id)
+			}
+			m.Dials.DeleteLabelValues(kp.model, kp.id, "ok")
+			m.Dials.DeleteLabelValues(kp.model, kp.id, "failed")
+		}
+	}
+}
+
+// janitor forgets idle keys until the pool closes.
+func (p *Pool) janitor() {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+			p.forgetIdleKeys(p.now())
+		}
 	}
 }
 
@@ -336,7 +403,7 @@ func (p *Pool) refill(kp *keyPool) {
 	if p.closed {
 		return
 	}
-	now := time.Now()
+	now := p.now()
 	p.updateSizeLocked(kp, now)
 	if now.Before(kp.retryAt) {
 		if kp.retryTimer == nil {

@@ -199,3 +199,37 @@ func TestPoolBackoffSchedule(t *testing.T) {
 		t.Fatalf("%d dials in 2 s against an upstream answering 500", n)
 	}
 }
+
+// A client's unusual query makes a key of its own: it gets warm sockets
+// while it is used, and none (and no bookkeeping) once it is not, while the
+// configured upstream keeps its floor.
+func TestPoolForgetsOneOffKeys(t *testing.T) {
+	m := startMock(t, mockai.Config{})
+	p := newTestPool(t, PoolConfig{Size: 1, MaxIdle: 200 * time.Millisecond})
+	primed, oneOff := target(t, m, "k"), target(t, m, "k")
+	q := oneOff.URL.Query()
+	q.Set("junk", "1")
+	oneOff.URL.RawQuery = q.Encode()
+	p.Prime(primed, "m")
+	if h, _ := p.Take(oneOff, "m", &sink{}); h != nil {
+		t.Fatal("a never-seen key had a warm socket")
+	}
+	waitFor(t, "the one-off key to warm", func() bool { return p.Warm(oneOff) == 1 })
+
+	p.skew.Store(int64(time.Minute)) // a minute without a connect to it
+	if got := p.Target(oneOff); got != 0 {
+		t.Fatalf("an idle one-off key still targets %d sockets", got)
+	}
+	if got := p.Target(primed); got != 1 {
+		t.Fatalf("the configured key's target fell to %d", got)
+	}
+	waitFor(t, "the one-off key's socket to expire", func() bool { return p.Warm(oneOff) == 0 })
+	p.forgetIdleKeys(p.now())
+	p.mu.Lock()
+	n := len(p.keys)
+	p.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d keys kept, want only the configured one", n)
+	}
+	waitFor(t, "the configured key to stay warm", func() bool { return p.Warm(primed) == 1 })
+}
