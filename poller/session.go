@@ -81,7 +81,6 @@ type Session struct {
 	pendingLen int
 
 	clientGone atomic.Bool
-	ended      atomic.Bool
 	endOnce    sync.Once
 
 	// Bound once so that the read path does not allocate a method value per
@@ -570,7 +569,6 @@ func (s *Session) maybeEnd() {
 		return
 	}
 	s.endOnce.Do(func() {
-		s.ended.Store(true)
 		s.c2u.Reset()
 		s.u2c.Reset()
 		if s.cfg.OnEnd != nil {
@@ -640,9 +638,6 @@ func (s *Session) UpstreamUnavailable() bool {
 	defer s.up.mu.Unlock()
 	return s.upState == upFailed
 }
-
-// Ended reports whether both sockets are closed.
-func (s *Session) Ended() bool { return s.ended.Load() }
 
 // noteClose remembers the first close of the session, for its record.
 func (s *Session) noteClose(c frames.Close, from Side) {
