@@ -44,7 +44,8 @@ bench: build
 	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(BENCH_ARGS)
 
 # The peer comparison (bench/peers): nginx, HAProxy and Caddy as plain ws:// proxies,
-# direct, and the gateway with the pool off and on, same load; about 10 minutes.
+# direct, and the gateway with the pool off and on, same load; 10-20 minutes (it waits
+# for other jobs on the machine to finish before each system).
 # Needs the nginx, haproxy and caddy packages. PEERS_ARGS=-quick is a small check.
 bench-peers:
 	@mkdir -p $(BIN)

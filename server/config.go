@@ -291,14 +291,24 @@ func (c Config) Validate() error {
 // Addr is the listen address.
 func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
 
-// defaultMaxConnections fits the open-file limit: each session holds two
-// sockets, and some descriptors are kept for listeners, warm upstream
-// sockets and files.
-func defaultMaxConnections() int {
+// fdReserve is the descriptors kept for listeners, the admin server, logs
+// and the like.
+const fdReserve = 256
+
+// openFileLimit is the process's hard open-file limit (Go raises the soft
+// limit to it at start).
+func openFileLimit() int {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Max == 0 {
-		return 10000
+		return 20000
 	}
-	n := int(min(lim.Max, 1<<22))
-	return max((n-256)/2, 1)
+	return int(min(lim.Max, 1<<22))
+}
+
+// defaultMaxConnections fits the open-file limit: each session holds two
+// sockets. Warm pool sockets live in what sessions leave free (the pool
+// stops refilling when descriptors run short), so sessions are never
+// refused for the pool's sake.
+func defaultMaxConnections() int {
+	return max((openFileLimit()-fdReserve)/2, 1)
 }

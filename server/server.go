@@ -117,7 +117,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		s.usageLog = ul
 	}
 	if cfg.Pool.Enabled() {
-		s.pool = upstream.NewPool(s.dialer, cfg.Pool, log, upstream.NewPoolMetrics(s.metrics.reg))
+		pc := cfg.Pool
+		fdLimit := openFileLimit()
+		pc.Spare = func() int {
+			// Two sockets per session, and some for listeners and files.
+			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
+		}
+		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.metrics.reg))
 	}
 	s.sessCfg = poller.SessionConfig{
 		MaxMessage:   cfg.MaxMessage,

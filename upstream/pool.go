@@ -47,6 +47,11 @@ type PoolConfig struct {
 	MaxTotal int
 	// MaxInflight caps concurrent dials per key.
 	MaxInflight int
+	// Spare, if set, reports how many more sockets the process may open
+	// for the pool (the gateway subtracts its sessions' sockets from the
+	// open-file limit), so that warm sockets never take the descriptors
+	// client sessions need.
+	Spare func() int
 }
 
 // Enabled reports whether the pool dials anything ahead.
@@ -418,6 +423,9 @@ func (p *Pool) refill(kp *keyPool) {
 	}
 	want := kp.size - len(kp.warm) - kp.warming
 	want = min(want, p.cfg.MaxInflight-kp.warming, p.cfg.MaxTotal-p.total)
+	if p.cfg.Spare != nil {
+		want = min(want, p.cfg.Spare()-p.total)
+	}
 	if kp.backoff > 0 {
 		want = min(want, 1-kp.warming) // a failing key gets one probe at a time
 	}
