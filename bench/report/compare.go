@@ -120,7 +120,7 @@ func (c Comparison) Rows() [][]string {
 func (c Comparison) Markdown() string {
 	h := c.Header()
 	align := "l" + strings.Repeat("r", len(h)-1)
-	return table(h, align, c.Rows())
+	return MarkdownTable(h, align, c.Rows())
 }
 
 func signedMS(d time.Duration) string {

@@ -26,8 +26,8 @@ func FormatMS(d time.Duration) string {
 // formatPercent prints a 0..1 fraction as a percentage.
 func formatPercent(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
-// table renders a Markdown table; align holds "l" or "r" per column.
-func table(header []string, align string, rows [][]string) string {
+// MarkdownTable renders a Markdown table; align holds "l" or "r" per column.
+func MarkdownTable(header []string, align string, rows [][]string) string {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
 	for i := range header {
@@ -71,7 +71,7 @@ func failureTable(failures map[string]int) string {
 	for _, class := range load.FailureClasses(failures) {
 		rows = append(rows, []string{class, fmt.Sprint(failures[class])})
 	}
-	return table([]string{"failure", "calls"}, "lr", rows)
+	return MarkdownTable([]string{"failure", "calls"}, "lr", rows)
 }
 
 // RunMarkdown renders one run: a headline, the phase table (percentiles by
@@ -81,7 +81,7 @@ func RunMarkdown(s load.Summary) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "calls %d, ok %d (%s), wall %.1f s, %.1f calls/s\n\n",
 		s.Calls, s.OK, formatPercent(s.SuccessRate), s.Wall.Seconds(), s.Throughput)
-	b.WriteString(table([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(s)))
+	b.WriteString(MarkdownTable([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(s)))
 	if f := failureTable(s.Failures); f != "" {
 		b.WriteString("\n" + f)
 	}
@@ -101,9 +101,9 @@ func HoldMarkdown(r *load.HoldResult) string {
 		{"failed to open", fmt.Sprint(r.Failed)},
 		{"closed cleanly", fmt.Sprint(r.ClosedClean)},
 	}
-	b.WriteString(table([]string{"sessions", "count"}, "lr", rows))
+	b.WriteString(MarkdownTable([]string{"sessions", "count"}, "lr", rows))
 	fmt.Fprintf(&b, "\nopened in %.1f s, held for %.1f s\n\n", r.OpenTime.Seconds(), r.Holding.Seconds())
-	b.WriteString(table([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(open)[:2]))
+	b.WriteString(MarkdownTable([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(open)[:2]))
 	// An established session is a success here, not a call that stopped
 	// short of response.done: only real failures are listed.
 	failures := map[string]int{}
@@ -120,7 +120,7 @@ func HoldMarkdown(r *load.HoldResult) string {
 		for _, class := range load.FailureClasses(r.Lost) {
 			lost = append(lost, []string{class, fmt.Sprint(r.Lost[class])})
 		}
-		b.WriteString("\n" + table([]string{"lost during hold", "sessions"}, "lr", lost))
+		b.WriteString("\n" + MarkdownTable([]string{"lost during hold", "sessions"}, "lr", lost))
 	}
 	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys; memory: %.1f KiB per established session (heap + stacks)\n",
 		stats.Millis(r.CPU), float64(r.MemPerSession)/1024)

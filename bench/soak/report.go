@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"rtgate/bench/report"
 	"slices"
 	"strings"
 	"time"
@@ -183,7 +184,7 @@ func (r *Report) Markdown() string {
 
 	n := r.Counts
 	b.WriteString("## Sessions\n\n")
-	b.WriteString(table([]string{"attempted", "completed", "failed", "unexplained"}, "rrrr",
+	b.WriteString(report.MarkdownTable([]string{"attempted", "completed", "failed", "unexplained"}, "rrrr",
 		[][]string{{itoa(n.Attempted), itoa(n.Completed), itoa(n.Failed), itoa(n.Unexplained)}}))
 	b.WriteString("\nA session fails when it does not complete a call; every failure must be one the soak injected.\n\n")
 
@@ -203,7 +204,7 @@ func (r *Report) Markdown() string {
 	if len(rows) == 0 {
 		b.WriteString("None.\n\n")
 	} else {
-		b.WriteString(table([]string{"cause", "sessions", "unexplained", "from"}, "lrrl", rows) + "\n")
+		b.WriteString(report.MarkdownTable([]string{"cause", "sessions", "unexplained", "from"}, "lrrl", rows) + "\n")
 	}
 
 	b.WriteString("### By kind\n\n")
@@ -216,7 +217,7 @@ func (r *Report) Markdown() string {
 		rows = append(rows, []string{string(k.Kind), k.Fault, itoa(k.Attempted), itoa(k.Completed), itoa(k.Unexplained),
 			strings.Join(ended, ", "), formatDuration(k.Took.P50), formatDuration(k.Took.Max)})
 	}
-	b.WriteString(table([]string{"kind", "injected fault", "attempted", "completed", "unexplained", "how they ended", "p50", "max"},
+	b.WriteString(report.MarkdownTable([]string{"kind", "injected fault", "attempted", "completed", "unexplained", "how they ended", "p50", "max"},
 		"llrrrlrr", rows) + "\n")
 
 	if len(n.Examples) > 0 {
@@ -234,7 +235,7 @@ func (r *Report) Markdown() string {
 			rows = append(rows, []string{itoa(e.Index), string(e.Plan.Kind), k, e.Cause, strings.ReplaceAll(e.Detail, "|", "/"),
 				formatDuration(e.Took)})
 		}
-		b.WriteString(table([]string{"session", "kind", "k", "cause", "detail", "after"}, "rlrllr", rows) + "\n")
+		b.WriteString(report.MarkdownTable([]string{"session", "kind", "k", "cause", "detail", "after"}, "rlrllr", rows) + "\n")
 	}
 
 	b.WriteString("## Gateway resources\n\n")
@@ -246,7 +247,7 @@ func (r *Report) Markdown() string {
 		}
 		return []string{name, f(s), f(p), f(e), signed(e-s, f), a}
 	}
-	b.WriteString(table([]string{"", "start", "peak", "end", "end - start", "allowed"}, "lrrrrr", [][]string{
+	b.WriteString(report.MarkdownTable([]string{"", "start", "peak", "end", "end - start", "allowed"}, "lrrrrr", [][]string{
 		row("resident memory", r.Start.RSS, r.Peak.RSS, r.End.RSS, m.rssAllowed(r.Start.RSS), formatBytes),
 		row("live heap", r.Start.HeapAlloc, r.Peak.HeapAlloc, r.End.HeapAlloc, m.HeapBytes, formatBytes),
 		row("heap in use", r.Start.HeapInuse, r.Peak.HeapInuse, r.End.HeapInuse, -1, formatBytes),
@@ -296,24 +297,6 @@ func sortedByCount[V int | int64](m map[string]V) []string {
 		return strings.Compare(a, b)
 	})
 	return keys
-}
-
-// table renders a Markdown table; align holds "l" or "r" per column.
-func table(header []string, align string, rows [][]string) string {
-	var b strings.Builder
-	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")
-	for i := range header {
-		if i < len(align) && align[i] == 'r' {
-			b.WriteString("---:|")
-		} else {
-			b.WriteString("---|")
-		}
-	}
-	b.WriteString("\n")
-	for _, r := range rows {
-		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
-	}
-	return b.String()
 }
 
 func itoa(v int) string     { return fmt.Sprint(v) }
