@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/gobwas/ws"
 
-	"rtgate/frames"
 	"rtgate/poller"
 )
 
@@ -61,14 +58,6 @@ func (c PoolConfig) Enabled() bool { return c.Auto || c.Size > 0 }
 const (
 	backoffMin = 500 * time.Millisecond
 	backoffMax = 30 * time.Second
-)
-
-// Adaptive sizing measures demand in windows of rateWindow and sizes by the
-// busiest window of the last burstMemory.
-const (
-	rateWindow  = 250 * time.Millisecond
-	burstMemory = 10 * time.Second
-	numWindows  = int(burstMemory / rateWindow)
 )
 
 // Pool is the warm pool for every key. It is safe for concurrent use.
@@ -291,74 +280,6 @@ func (p *Pool) Close() {
 	p.wg.Wait()
 }
 
-// noteTake counts a connect toward the demand estimate.
-func (kp *keyPool) noteTake(now time.Time) {
-	kp.roll(now)
-	kp.windows[kp.cur]++
-}
-
-// roll moves the open window up to now, emptying the windows it passes over.
-func (kp *keyPool) roll(now time.Time) {
-	n := int(now.Sub(kp.windowStart) / rateWindow)
-	if n <= 0 {
-		return
-	}
-	for i := range min(n, numWindows) {
-		kp.windows[(kp.cur+1+i)%numWindows] = 0
-	}
-	kp.cur = (kp.cur + n) % numWindows
-	kp.windowStart = kp.windowStart.Add(time.Duration(n) * rateWindow)
-}
-
-// burst is the most connects seen in one window within burstMemory.
-func (kp *keyPool) burst() int {
-	return slices.Max(kp.windows[:])
-}
-
-// updateSizeLocked recomputes an auto-sized key's target:
-//
-//	target = Min + ceil(2 × B × max(1, handshake / 250 ms)), clamped to [Min, Max]
-//
-// where B is the most connects seen in one 250 ms window in the last 10 s
-// and handshake the smoothed time from dial to session.created. Sockets
-// taken in a burst are replaced within one handshake, so the pool must hold
-// a whole burst when handshakes are short, and a handshake's worth of
-// connects at the burst's rate when they are long (Little's law); the 2x
-// covers a burst that straddles two windows, and refills that lag. Sizing by the recent peak rather than the mean is what
-// serves real traffic, whose calls start and end in waves: a wave's sockets
-// must be back before the next wave, not on average. The target rises
-// within one window of a new peak and falls back to Min 10 s after the last
-// busy window.
-func (p *Pool) updateSizeLocked(kp *keyPool, now time.Time) {
-	kp.roll(now)
-	floor := p.cfg.Min
-	if !kp.primed {
-		floor = 0
-	}
-	switch {
-	case !kp.primed && now.Sub(kp.lastTake) > p.idleKeyAfter():
-		kp.size = 0 // an unusual query nobody has repeated lately
-	case !p.cfg.Auto:
-		kp.size = p.cfg.Size
-	default:
-		hs := kp.handshake
-		if hs == 0 {
-			hs = 0.2 // no measurement yet: assume a typical remote handshake
-		}
-		n := floor + int(math.Ceil(2*float64(kp.burst())*max(1, hs/rateWindow.Seconds())))
-		kp.size = max(floor, min(n, p.cfg.Max))
-	}
-	if m := p.metrics; m != nil {
-		m.Target.WithLabelValues(kp.model, kp.id).Set(float64(kp.size))
-	}
-}
-
-// idleKeyAfter is how long an unprimed key keeps sockets after its last
-// connect.
-func (p *Pool) idleKeyAfter() time.Duration {
-	return max(p.cfg.MaxIdle, burstMemory)
-}
-
 // forgetIdleKeys drops unprimed keys that hold nothing and were not used for
 // idleKeyAfter, with their metric series, so that one-off queries cannot
 // grow the pool's bookkeeping without bound.
@@ -566,191 +487,4 @@ func (p *Pool) lost(w *warmConn) {
 	if p.remove(w.kp, w) {
 		p.refill(w.kp)
 	}
-}
-
-// warm socket states
-const (
-	warmWaiting = iota // dialed, session.created not complete yet
-	warmReady          // holding session.created
-	warmTaken          // handed to a session
-	warmDead           // closed, failed, or sent something unexpected
-)
-
-type poolError string
-
-func (e poolError) Error() string { return string(e) }
-
-const (
-	errNoSessionCreated = poolError("no session.created from the upstream in time")
-	errUnexpectedFrame  = poolError("the upstream sent more than session.created before a client existed")
-)
-
-// warmConn is one socket in the pool. Its OnRequest and close callback reach
-// it through its Handle while it waits; at handoff the Handle's owner becomes
-// the session.
-type warmConn struct {
-	h      *poller.Handle
-	pool   *Pool
-	kp     *keyPool
-	born   time.Time
-	expiry *time.Timer // guarded by Pool.mu
-
-	mu    sync.Mutex
-	state int
-	err   error         // why it went dead before it was ready
-	held  []byte        // the session.created frame, verbatim
-	ready chan struct{} // closed when it leaves warmWaiting
-}
-
-// UpstreamReadable runs when the upstream sent bytes.
-func (w *warmConn) UpstreamReadable() {
-	w.mu.Lock()
-	state := w.state
-	w.mu.Unlock()
-	switch state {
-	case warmTaken:
-		// Handed over while this call was on its way: the new owner reads.
-		w.h.Owner().UpstreamReadable()
-		return
-	case warmWaiting:
-		var buf []byte
-		_ = w.h.Endpoint().Read(func(src frames.Source) error {
-			p, err := src.Next(src.Len())
-			buf = append(buf, p...)
-			return err
-		})
-		w.accept(buf)
-		return
-	}
-	// Ready or dead: nothing may arrive before a client exists. Drop the
-	// bytes (they must be consumed) and the socket.
-	_ = w.h.Endpoint().Read(func(src frames.Source) error {
-		_, err := src.Next(src.Len())
-		return err
-	})
-	w.fail(errUnexpectedFrame)
-}
-
-// accept adds bytes read while waiting for session.created.
-func (w *warmConn) accept(b []byte) {
-	if len(b) == 0 {
-		return
-	}
-	w.mu.Lock()
-	if w.state != warmWaiting {
-		w.mu.Unlock()
-		w.fail(errUnexpectedFrame)
-		return
-	}
-	w.held = append(w.held, b...)
-	h, hlen, ok, err := frames.ParseHeader(w.held)
-	if err == nil && (!ok || int64(len(w.held)) < int64(hlen)+h.Length) {
-		w.mu.Unlock()
-		return // the rest of the frame is still on its way
-	}
-	if err == nil {
-		err = checkSessionCreated(h, w.held[hlen:])
-	}
-	if err != nil {
-		w.mu.Unlock()
-		w.fail(err)
-		return
-	}
-	w.state = warmReady
-	close(w.ready)
-	w.mu.Unlock()
-}
-
-// checkSessionCreated accepts exactly one frame, an unfragmented text
-// session.created. An error event (a bad key, say) is reported as such.
-func checkSessionCreated(h ws.Header, rest []byte) error {
-	if !h.Fin || h.OpCode != ws.OpText || h.Masked || int64(len(rest)) != h.Length {
-		return errUnexpectedFrame
-	}
-	var ev struct {
-		Type  string `json:"type"`
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(rest, &ev); err != nil {
-		return errUnexpectedFrame
-	}
-	switch ev.Type {
-	case "session.created":
-		return nil
-	case "error":
-		return poolError("the upstream answered with an error event: " + ev.Error.Code)
-	}
-	return errUnexpectedFrame
-}
-
-// UpstreamGone runs when the socket closed.
-func (w *warmConn) UpstreamGone() {
-	w.mu.Lock()
-	state := w.state
-	if state == warmWaiting || state == warmReady {
-		w.state = warmDead
-		if w.err == nil {
-			w.err = poolError("the upstream closed the socket")
-		}
-		if state == warmWaiting {
-			close(w.ready)
-		}
-	}
-	w.mu.Unlock()
-	switch state {
-	case warmTaken:
-		w.h.Owner().UpstreamGone()
-	case warmReady:
-		w.pool.lost(w)
-	}
-}
-
-// fail marks the socket dead and closes it.
-func (w *warmConn) fail(err error) {
-	w.mu.Lock()
-	state := w.state
-	if state == warmTaken || state == warmDead {
-		w.mu.Unlock()
-		return
-	}
-	w.state, w.err = warmDead, err
-	if state == warmWaiting {
-		close(w.ready)
-	}
-	w.mu.Unlock()
-	w.h.Endpoint().Close()
-	if state == warmReady {
-		w.pool.lost(w)
-	}
-}
-
-// take hands the socket to owner if it is ready and alive.
-func (w *warmConn) take(owner poller.Owner) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.state != warmReady || !w.h.Endpoint().Conn().IsActive() {
-		return false
-	}
-	w.state = warmTaken
-	w.h.SetOwner(owner)
-	if w.expiry != nil {
-		w.expiry.Stop() // callers hold Pool.mu
-	}
-	return true
-}
-
-// retire closes a socket that never reached a client, cleanly.
-func (w *warmConn) retire(code ws.StatusCode, reason string) {
-	w.mu.Lock()
-	if w.state == warmTaken {
-		w.mu.Unlock()
-		return
-	}
-	w.state = warmDead
-	w.mu.Unlock()
-	ep := w.h.Endpoint()
-	_ = ep.Send(frames.AppendClose(nil, code, reason, true))
-	ep.Close()
 }
