@@ -36,13 +36,14 @@ type warmConn struct {
 	pool   *Pool
 	kp     *keyPool
 	born   time.Time
-	expiry *time.Timer // guarded by Pool.mu
+	expiry Timer // guarded by Pool.mu
 
 	mu    sync.Mutex
 	state int
 	err   error         // why it went dead before it was ready
 	held  []byte        // the session.created frame, verbatim
 	ready chan struct{} // closed when it leaves warmWaiting
+	live  liveState     // pings while ready (liveness.go)
 }
 
 // UpstreamReadable runs when the upstream sent bytes.
@@ -65,8 +66,12 @@ func (w *warmConn) UpstreamReadable() {
 		w.accept(buf)
 		return
 	}
-	// Ready or dead: nothing may arrive before a client exists. Drop the
-	// bytes (they must be consumed) and the socket.
+	// Ready: only the pong to a liveness ping may arrive (liveness.go).
+	if state == warmReady && w.readIdle() {
+		return
+	}
+	// Anything else before a client exists: drop the bytes (they must be
+	// consumed) and the socket.
 	_ = w.h.Endpoint().Read(func(src frames.Source) error {
 		_, err := src.Next(src.Len())
 		return err
