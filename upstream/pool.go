@@ -78,7 +78,7 @@ type Timer interface{ Stop() bool }
 // wallClock is the real clock.
 type wallClock struct{}
 
-func (wallClock) Now() time.Time                             { return time.Now() }
+func (wallClock) Now() time.Time                            { return time.Now() }
 func (wallClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Backoff bounds for a key whose dials fail.

@@ -213,7 +213,6 @@ func testPoolDialsNothingWhenOff(t *testing.T, tls bool) {
 	}
 }
 
-
 // TestPoolBackoffSchedule checks the exact instants at which a failing key
 // is dialed, on a manual clock: the first round, then one probe after
 // 0.5 s, 1 s, 2 s, ... doubling up to 30 s.
