@@ -192,6 +192,7 @@ func (w *warmConn) readIdle() bool {
 		return err
 	})
 	ok := err == nil
+	answered := false
 	for ok && len(buf) > 0 {
 		h, hlen, complete, perr := frames.ParseHeader(buf)
 		if perr != nil || (complete && (h.OpCode != ws.OpPong || !h.Fin || h.Masked || h.Length > ws.MaxControlFramePayloadSize)) {
@@ -205,7 +206,7 @@ func (w *warmConn) readIdle() bool {
 		var want [pingPayload]byte
 		binary.BigEndian.PutUint64(want[:], w.live.seq)
 		if w.live.pingOut && bytes.Equal(payload, want[:]) {
-			w.live.pingOut = false
+			w.live.pingOut, answered = false, true
 			w.live.nextPing = w.pool.now().Add(jittered(w.pool.cfg.PingInterval, 0.9))
 		}
 		// Any other pong is unsolicited (RFC 6455 allows them) and ignored.
@@ -217,6 +218,9 @@ func (w *warmConn) readIdle() bool {
 		w.live.partial = nil
 	}
 	w.mu.Unlock()
+	if m := w.pool.metrics; answered && m != nil {
+		m.Pongs.WithLabelValues(w.kp.model, w.kp.id).Inc()
+	}
 	return ok
 }
 

@@ -18,6 +18,7 @@ type PoolMetrics struct {
 	Refill     *prometheus.HistogramVec
 	// Pings and MissedPongs are the liveness checks of idle warm sockets.
 	Pings       *prometheus.CounterVec
+	Pongs       *prometheus.CounterVec
 	MissedPongs *prometheus.CounterVec
 }
 
@@ -49,10 +50,12 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"model"}),
 		Pings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_pings_total",
 			Help: "WebSocket pings sent to idle warm sockets to check they are alive."}, labels),
+		Pongs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_pongs_total",
+			Help: "Pongs that answered those pings in time (consumed by the pool, never relayed)."}, labels),
 		MissedPongs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_missed_pongs_total",
 			Help: "Idle warm sockets retired (and replaced) because they did not answer a ping in time."}, labels),
 	}
 	reg.MustRegister(m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Dials, m.Backoff, m.WarmAge, m.Refill,
-		m.Pings, m.MissedPongs)
+		m.Pings, m.Pongs, m.MissedPongs)
 	return m
 }

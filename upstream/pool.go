@@ -327,6 +327,7 @@ func (p *Pool) Prime(t Target, model string) {
 		m.Misses.WithLabelValues(kp.model, kp.id)
 		m.DeadOnTake.WithLabelValues(kp.model, kp.id)
 		m.Pings.WithLabelValues(kp.model, kp.id)
+		m.Pongs.WithLabelValues(kp.model, kp.id)
 		m.MissedPongs.WithLabelValues(kp.model, kp.id)
 	}
 	p.refill(kp)
@@ -375,7 +376,7 @@ func (p *Pool) forgetIdleKeys(now time.Time) {
 	p.mu.Unlock()
 	if m := p.metrics; m != nil {
 		for _, kp := range gone {
-			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Backoff, m.Pings, m.MissedPongs} {
+			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Backoff, m.Pings, m.Pongs, m.MissedPongs} {
 				v.DeleteLabelValues(kp.model, kp.id)
 			}
 			m.Dials.DeleteLabelValues(kp.model, kp.id, "ok")

@@ -408,16 +408,19 @@ func testAdaptiveTargetFollowsDemand(t *testing.T, tls bool) {
 	if hits < 1 {
 		t.Fatal("the warm socket was not handed out")
 	}
-	if got := p.Target(ta); got != 1+80 {
-		t.Fatalf("target after a burst of 40: %d, want 81", got)
+	// 1 + 2 × 40 × max(1, refill / 250 ms): at least 81, more if refills
+	// are slow on a loaded machine (the exact arithmetic is TestTargetSize's).
+	target := p.Target(ta)
+	if target < 81 {
+		t.Fatalf("target after a burst of 40: %d, want at least 81", target)
 	}
-	if got := p.sum(t, "rtgate_pool_inflight_limit"); got != minInflight {
-		t.Fatalf("in-flight limit %v, want %d (2 × 160/s × a loopback refill is below it)", got, minInflight)
+	if got := p.sum(t, "rtgate_pool_inflight_limit"); got < minInflight {
+		t.Fatalf("in-flight limit %v, below the minimum %d", got, minInflight)
 	}
-	waitFor(t, "the pool to grow", func() bool { return p.Warm(ta) == 81 })
+	waitFor(t, "the pool to grow", func() bool { return p.Warm(ta) >= 81 })
 	clk.Advance(9 * time.Second)
-	if got := p.Target(ta); got != 81 {
-		t.Fatalf("9 s after the burst the target is %d, want 81", got)
+	if got := p.Target(ta); got < 81 {
+		t.Fatalf("9 s after the burst the target is %d, want at least 81", got)
 	}
 	clk.Advance(time.Second + rateWindow)
 	if got := p.Target(ta); got != 1 {
