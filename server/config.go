@@ -110,7 +110,8 @@ func Defaults() Config {
 		MaxStalledBytes:    4 << 20,
 		DrainTimeout:       60 * time.Second,
 		Pool: upstream.PoolConfig{
-			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 256,
+			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 1024,
+			PingInterval: 5 * time.Second,
 		},
 		AdminAddr: "127.0.0.1:4002",
 	}
@@ -189,6 +190,15 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 	}
 	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
+	set("REALTIME_POOL_PING_SECS", func(v string) error {
+		if err := secs(&c.Pool.PingInterval, 0)(v); err != nil {
+			return err
+		}
+		if c.Pool.PingInterval == 0 {
+			c.Pool.PingInterval = -1 // 0 turns the checks off
+		}
+		return nil
+	})
 	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
 	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
 	set("WRITE_TIMEOUT_SECS", secs(&c.WriteTimeout, 1))
