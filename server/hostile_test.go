@@ -195,7 +195,8 @@ func TestHostileHTTPRequests(t *testing.T) {
 	}{
 		{"malformed request line", []byte("GARBAGE\r\n\r\n"), 400, "bad_request", nil},
 		{"request line without HTTP version", requestHead("GET /v1/realtime", upgradeHeaders...), 400, "bad_request", nil},
-		{"binary junk with a blank line", []byte("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\x00\xff\r\n\r\n"), 400, "bad_request", nil},
+		{"TLS ClientHello bytes with a blank line", []byte("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\x00\xff\r\n\r\n"), 400, "tls_not_served", nil},
+		{"binary junk with a blank line", []byte("\x00\xff\x13\x37\r\n\r\n"), 400, "bad_request", nil},
 		{"header line without a colon", requestHead(get, append([]string{"this is not a header"}, upgradeHeaders...)...), 400, "bad_request", nil},
 		{"missing Sec-WebSocket-Key", requestHead(get, replaceHeader(upgradeHeaders, "Sec-WebSocket-Key", "")...), 400, "bad_request", nil},
 		{"Sec-WebSocket-Key not 16 bytes", requestHead(get, replaceHeader(upgradeHeaders, "Sec-WebSocket-Key", "Sec-WebSocket-Key: c2hvcnQ=")...), 400, "bad_request", nil},
