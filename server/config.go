@@ -53,9 +53,9 @@ type Config struct {
 	// MaxConnections caps concurrent sessions, counting connections still in
 	// their handshake from accept; further upgrades get 503 (accept.go).
 	MaxConnections int
-	// MaxHandshakes caps connections between accept and the answer to their
-	// request (TLS handshake and request head); more are closed at once.
-	// 0 means no limit.
+	// MaxHandshakes caps client TLS handshakes running at once (from a whole
+	// ClientHello to the end of the handshake, a goroutine each); a
+	// ClientHello beyond it is closed at once. 0 means no limit.
 	MaxHandshakes int
 	// MaxBufferedBytes bounds, over all sessions, the bytes waiting behind
 	// writes to peers that stopped reading; above it the sessions holding
@@ -325,14 +325,14 @@ func openFileLimit() int {
 	return int(min(lim.Max, 1<<22))
 }
 
-// defaultMaxHandshakes bounds connections in their handshake (accept.go).
+// defaultMaxHandshakes bounds running client TLS handshakes (accept.go).
 const defaultMaxHandshakes = 1024
 
 // defaultMaxConnections fits the open-file limit: each session holds two
-// sockets, and up to defaultMaxHandshakes connections in their handshake
-// one each. Warm pool sockets live in what sessions leave free (the pool
+// sockets (a connection in its handshake, which also takes a slot, one).
+// Warm pool sockets live in what sessions leave free (the pool
 // stops refilling when descriptors run short), so sessions are never
 // refused for the pool's sake.
 func defaultMaxConnections() int {
-	return max((openFileLimit()-fdReserve-defaultMaxHandshakes)/2, 1)
+	return max((openFileLimit()-fdReserve)/2, 1)
 }

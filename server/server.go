@@ -8,6 +8,8 @@
 //	tls  (TLS listeners only) OnRequest collects the ClientHello; a goroutine
 //	     runs the handshake once it is whole (tlsaccept.go), at most
 //	     MAX_HANDSHAKES at once, each bounded by the handshake timeout;
+//	     every connection counts against MAX_CONNECTIONS from accept
+//	     (accept.go);
 //	http the request head is collected (bounded in size and time), checked,
 //	     and answered with a JSON refusal or a 101;
 //	relay the poller.Session forwards frames; the upstream is dialed in a
@@ -258,9 +260,6 @@ type clientConn struct {
 	head     *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
 	sess     *poller.Session            // set under mu: onClose reads it from another goroutine
 	accepted time.Time
-	// over: accepted when sessions and handshakes filled MaxConnections; its
-	// upgrade request gets 503 (see accept.go).
-	over bool
 
 	// TLS listeners only (tlsaccept.go): the handshake's connection, whether
 	// its goroutine started, and the lock that keeps OnRequest and the
@@ -275,12 +274,11 @@ type clientConn struct {
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
-	verdict := s.accept()
-	if verdict == refuseNow {
-		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered
+	if !s.accept() {
+		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
 		return context.Background()
 	}
-	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now(), over: verdict == overLimit}
+	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	if s.tlsConfig != nil {
 		c.phase = phaseTLS
 		nb := poller.NewNBConn(conn)
@@ -349,10 +347,6 @@ func (c *clientConn) readHead() error {
 		return nil
 	}
 	head, rest := c.head.B[:end], c.head.B[end:]
-	if c.over && isUpgradePath(head) {
-		c.refuse(tooManyConnections())
-		return nil
-	}
 	c.srv.handle(c, head, rest)
 	return nil
 }

@@ -32,9 +32,10 @@ import (
 //	any         handshake timeout, client closes   closed
 //
 // So a half-open client costs its buffered bytes and its timer, no
-// goroutine; a goroutine exists only from a complete ClientHello to the end
-// of the handshake, at most MaxHandshakes of them, each ended by the
-// handshake deadline. OnRequest never blocks: it only moves bytes. It and the
+// goroutine, and holds a MaxConnections slot until the handshake timeout; a
+// goroutine exists only from a complete ClientHello to the end of the
+// handshake, at most MaxHandshakes of them (more are closed at once), each
+// ended by the handshake deadline. OnRequest never blocks: it only moves bytes. It and the
 // handshake goroutine's hand-off run under clientConn.readMu, so reads of
 // the connection never overlap.
 
@@ -207,6 +208,9 @@ func (c *clientConn) collectTLS() error {
 		c.refuseNotTLS()
 		return nil
 	case complete:
+		if !c.srv.startTLSHandshake() {
+			return c.conn.Close() // MaxHandshakes running: refused at once
+		}
 		c.hsStarted = true
 		go c.tlsHandshake()
 	case n > maxClientHello:
@@ -218,6 +222,7 @@ func (c *clientConn) collectTLS() error {
 // tlsHandshake runs the server side of TLS in its own goroutine, bounded by
 // the handshake deadline, then hands the connection to the HTTP phase.
 func (c *clientConn) tlsHandshake() {
+	defer c.srv.endTLSHandshake()
 	ctx, cancel := context.WithDeadline(c.srv.ctx, c.accepted.Add(c.srv.cfg.HandshakeTimeout))
 	defer cancel()
 	tc := tls.Server(c.hs, c.srv.tlsConfig)
