@@ -41,6 +41,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.RejectStatus, "reject-status", 0, "bad key: 0 = upgrade, error event, close 4000; 401 or 403 = that HTTP status")
 	fs.BoolVar(&o.cfg.TLS, "tls", false, "serve wss with a fresh self-signed certificate")
 	fs.StringVar(&o.cfg.CertFile, "cert-out", "", "with -tls: write the certificate (PEM) to this file")
+	fs.BoolVar(&o.cfg.OneSegment, "one-segment", false, "send the 101 and session.created in one socket write (with -tls: two TLS records in one TCP segment)")
 	fs.DurationVar(&o.cfg.UpgradeDelay, "upgrade-delay", 0, "delay before the 101 response")
 	fs.DurationVar(&o.cfg.SessionDelay, "session-delay", 0, "delay after the 101, before session.created")
 	fs.DurationVar(&o.cfg.FirstAudioDelay, "first-audio-delay", 0, "delay after response.create, before the first audio delta")

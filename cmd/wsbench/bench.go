@@ -179,6 +179,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	sum := res.Summary()
 	fmt.Fprint(stdout, report.RunMarkdown(sum))
+	printFirstFailures(stderr, o.url, res.Samples)
 	if o.jsonPath != "" {
 		doc := struct {
 			Target  string        `json:"target"`
@@ -213,6 +214,7 @@ func runHold(ctx context.Context, client *load.Client, o benchOptions, stdout, s
 		return 1
 	}
 	fmt.Fprint(stdout, report.HoldMarkdown(res))
+	printFirstFailures(stderr, o.url, res.Opening)
 	if o.jsonPath != "" {
 		doc := struct {
 			Target      string         `json:"target"`
