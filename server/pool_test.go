@@ -60,7 +60,9 @@ func poolSchemes(t *testing.T, test func(t *testing.T, tls bool)) {
 // startPoolMock starts mockai for a pool test, serving wss:// when tls is set.
 func startPoolMock(t *testing.T, cfg mockai.Config, tls bool) *mockai.Server {
 	t.Helper()
-	cfg.TLS = tls
+	// Over TLS, the 101 and session.created come as two records in one
+	// TCP segment: the case where session.created waits inside crypto/tls.
+	cfg.TLS, cfg.OneSegment = tls, tls
 	return startMock(t, cfg)
 }
 

@@ -229,7 +229,12 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 			i++
 			continue
 		}
-		kp.warm = slices.Delete(kp.warm, i, i+1)
+		if i == 0 {
+			kp.warm[0] = nil
+			kp.warm = kp.warm[1:] // the usual case, without moving the rest
+		} else {
+			kp.warm = slices.Delete(kp.warm, i, i+1)
+		}
 		p.total--
 		if w.take(owner) {
 			got = w
