@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"rtgate/bench/proc"
 	"rtgate/bench/report"
 	"slices"
 	"strings"
@@ -67,6 +68,7 @@ type ReportConfig struct {
 	PoolMaxIdle      string  `json:"pool_max_idle"`
 	Margins          Margins `json:"margins"`
 	Settle           string  `json:"settle"`
+	Upstream         string  `json:"upstream"` // "plain" (ws://) or "tls" (wss://)
 }
 
 func reportConfig(c Config) ReportConfig {
@@ -75,7 +77,7 @@ func reportConfig(c Config) ReportConfig {
 		CallTimeout: c.CallTimeout.String(), Profile: c.Profile,
 		MaxStalledBytes: c.MaxStalledBytes, MaxMessageBytes: c.MaxMessageBytes,
 		HandshakeTimeout: c.HandshakeTimeout.String(), PoolMaxIdle: c.PoolMaxIdle.String(),
-		Margins: c.Margins, Settle: c.Settle.String(),
+		Margins: c.Margins, Settle: c.Settle.String(), Upstream: string(c.Upstream),
 	}
 }
 
@@ -171,9 +173,9 @@ func (r *Report) Markdown() string {
 	c := r.Config
 	fmt.Fprintf(&b, "# rtgate soak: %s\n\n", verdict)
 	fmt.Fprintf(&b, "%s of load (%s wall), %d concurrent sessions, %.0f%% with an injected fault (seed %d); "+
-		"gateway pool auto (min 0, idle %s), MAX_STALLED_BYTES %d, MAX_MESSAGE_BYTES %d, handshake timeout %s.\n\n",
+		"gateway pool auto (min 0, idle %s), MAX_STALLED_BYTES %d, MAX_MESSAGE_BYTES %d, handshake timeout %s; %s upstream.\n\n",
 		c.Duration, r.Wall.Round(time.Second), c.Concurrency, 100*c.FaultRate, c.Seed, c.PoolMaxIdle,
-		c.MaxStalledBytes, c.MaxMessageBytes, c.HandshakeTimeout)
+		c.MaxStalledBytes, c.MaxMessageBytes, c.HandshakeTimeout, proc.Upstream(c.Upstream).Describe())
 	if len(r.Problems) > 0 {
 		b.WriteString("**Problems:**\n\n")
 		for _, p := range r.Problems {
