@@ -1,7 +1,6 @@
 package compare
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -29,11 +28,12 @@ func TestParsePoolCounters(t *testing.T) {
 		{"only hits", "rtgate_pool_hits_total 3\n", 3, -1, false},
 		{"similar names ignored", "rtgate_pool_hits_total_created 1.7e9\nrtgate_pool_hits_total 2\nrtgate_pool_misses_total 0\n", 2, 0, false},
 		{"timestamp", "rtgate_pool_hits_total 4 1700000000000\nrtgate_pool_misses_total 1 1700000000000\n", 4, 1, false},
+		{"label values with commas and quotes", "rtgate_pool_hits_total{model=\"a,b\",note=\"say \\\"hi\\\", }\"} 6\nrtgate_pool_misses_total{model=\"a,b\"} 2\n", 6, 2, false},
 		{"bad value", "rtgate_pool_hits_total many\n", 0, 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, m, err := parsePoolCounters(bufio.NewScanner(strings.NewReader(tc.text)))
+			h, m, err := parsePoolCounters(strings.NewReader(tc.text))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want error %v", err, tc.wantErr)
 			}

@@ -26,6 +26,12 @@ type Series struct {
 }
 
 // Chart is one CDF chart (one phase, one line per setup).
+//
+// The charts are written by hand as inline SVG on purpose: the report must open
+// offline, from a results folder or a mail attachment, with no script and
+// nothing fetched; Go's charting libraries either render bitmaps or emit
+// JavaScript, and a step line per series with labelled axes is a few dozen
+// lines here.
 type Chart struct {
 	Title  string
 	Series []Series
