@@ -41,24 +41,17 @@ func openMany(ctx context.Context, c *load.Client, n, par int, limit time.Durati
 		mu       sync.Mutex
 		conns    = make([]*websocket.Conn, 0, n)
 		failures = map[string]int{}
-		next     atomic.Int64
-		wg       sync.WaitGroup
 	)
-	for range min(par, n) {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) && ctx.Err() == nil {
-				conn, s := c.Open(ctx)
-				mu.Lock()
-				if conn == nil {
-					failures[s.Failure]++
-				} else {
-					conns = append(conns, conn)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	load.ForEach(ctx, n, par, func(int) {
+		conn, s := c.Open(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if conn == nil {
+			failures[s.Failure]++
+		} else {
+			conns = append(conns, conn)
+		}
+	})
 	if missing := n - len(conns) - sum(failures); missing > 0 {
 		failures["not attempted (time limit or cancelled)"] += missing
 	}

@@ -37,18 +37,22 @@ func ParseUpstream(s string) (Upstream, error) {
 
 // Scheme is the WebSocket scheme clients of this upstream dial.
 func (u Upstream) Scheme() string {
-	if u == UpstreamTLS {
+	switch u {
+	case UpstreamTLS:
 		return "wss"
+	default:
+		return "ws"
 	}
-	return "ws"
 }
 
-// Describe names the upstream for a report heading: "wss:// (TLS)" or "plain ws://".
+// Describe names the upstream for a report heading.
 func (u Upstream) Describe() string {
-	if u == UpstreamTLS {
+	switch u {
+	case UpstreamTLS:
 		return "wss:// (TLS)"
+	default:
+		return "plain ws://"
 	}
-	return "plain ws://"
 }
 
 // Mockai is a running mockai.

@@ -1,15 +1,13 @@
 package soak
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
+	"rtgate/bench/load"
 	"rtgate/bench/proc"
 	"rtgate/bench/report"
-	"slices"
 	"strings"
 	"time"
 )
@@ -192,7 +190,7 @@ func (r *Report) Markdown() string {
 
 	b.WriteString("### Failed, by cause\n\n")
 	var rows [][]string
-	for _, cause := range sortedByCount(n.FailedByCause) {
+	for _, cause := range load.FailureClasses(n.FailedByCause) {
 		var from []string
 		unexplained := 0
 		for _, k := range n.Kinds {
@@ -213,7 +211,7 @@ func (r *Report) Markdown() string {
 	rows = nil
 	for _, k := range n.Kinds {
 		var ended []string
-		for _, cause := range sortedByCount(k.Causes) {
+		for _, cause := range load.FailureClasses(k.Causes) {
 			ended = append(ended, fmt.Sprintf("%s %d", cause, k.Causes[cause]))
 		}
 		rows = append(rows, []string{string(k.Kind), k.Fault, itoa(k.Attempted), itoa(k.Completed), itoa(k.Unexplained),
@@ -278,7 +276,7 @@ func (r *Report) Markdown() string {
 
 	b.WriteString("## The gateway's own count\n\n")
 	var outs []string
-	for _, o := range sortedByCount(r.GatewayOutcomes) {
+	for _, o := range load.FailureClasses(r.GatewayOutcomes) {
 		outs = append(outs, fmt.Sprintf("%s %d", o, r.GatewayOutcomes[o]))
 	}
 	fmt.Fprintf(&b, "rtgate_sessions_total during the soak: %d (%s); the soak's upgraded sessions: %d.\n",
@@ -287,18 +285,6 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "Warm pool: %d hits, %d misses (%.0f%% hits).\n", r.PoolHits, r.PoolMisses, 100*float64(r.PoolHits)/float64(t))
 	}
 	return b.String()
-}
-
-// sortedByCount lists keys by descending count, then name.
-func sortedByCount[V int | int64](m map[string]V) []string {
-	keys := slices.Collect(maps.Keys(m))
-	slices.SortFunc(keys, func(a, b string) int {
-		if c := cmp.Compare(m[b], m[a]); c != 0 {
-			return c
-		}
-		return strings.Compare(a, b)
-	})
-	return keys
 }
 
 func itoa(v int) string     { return fmt.Sprint(v) }
