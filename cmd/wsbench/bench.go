@@ -59,7 +59,7 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	fs.DurationVar(&o.holdFor, "hold-for", 10*time.Second, "with -hold: how long to hold the sessions")
 	fs.BoolVar(&o.audio, "audio", false, "stream 1 s of real-time input audio (20 ms chunks) and commit before response.create")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare [flags]   (see wsbench compare -h)\n\n")
+		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare|soak|peers [flags]   (see wsbench compare -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
