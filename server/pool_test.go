@@ -140,13 +140,16 @@ func testPoolMissFallsBackToFreshDial(t *testing.T, tls bool) {
 }
 
 func TestPoolDiscardsSocketsThatMisbehave(t *testing.T) {
+	// Each upstream dial takes this long, so that refills do not race the
+	// connect below.
+	const refillGap = 300 * time.Millisecond
 	cases := []struct {
 		name string
 		mock mockai.Config
 	}{
-		{"closed by the upstream", mockai.Config{CloseAfterFrames: 1}},
-		{"dropped by the upstream", mockai.Config{DropAfterFrames: 1}},
-		{"unexpected frame", mockai.Config{MalformedAfterFrames: 1}},
+		{"closed by the upstream", mockai.Config{CloseAfterFrames: 1, UpgradeDelay: refillGap}},
+		{"dropped by the upstream", mockai.Config{DropAfterFrames: 1, UpgradeDelay: refillGap}},
+		{"unexpected frame", mockai.Config{MalformedAfterFrames: 1, UpgradeDelay: refillGap}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,8 +157,14 @@ func TestPoolDiscardsSocketsThatMisbehave(t *testing.T) {
 				mock := startPoolMock(t, tc.mock, tls)
 				g := startPoolGateway(t, mock, 2, nil)
 				// Each warm socket gets session.created, then misbehaves and
-				// is dropped; wait for some of that to happen.
-				waitFor(t, "warm dials", func() bool { return metricSum(t, g, "rtgate_pool_dials_total") >= 2 })
+				// is dropped. Connect once the first two were seen and
+				// dropped: their replacements are refillGap away. (Sooner,
+				// a socket can be taken in the instant between its
+				// session.created and netpoll reporting the hang-up behind
+				// it; the session's redial of a dead hand-off covers that.)
+				waitFor(t, "warm dials to be discarded", func() bool {
+					return metricSum(t, g, "rtgate_pool_dials_total") >= 2 && metricSum(t, g, "rtgate_pool_warm_sockets") == 0
+				})
 				c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 				if e := read(t, c); e.typ() != "session.created" {
 					t.Fatalf("got %v", e.typ())
