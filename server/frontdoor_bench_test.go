@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,7 +25,8 @@ import (
 // its scenario once per b.N (run them with -benchtime 1x), logs what it saw
 // and reports it with ReportMetric. They are measurements, not assertions;
 // the behaviour is asserted by the tests in hostile_test.go and
-// limits_test.go. The gateway runs in this process, with cmd/gateway's
+// limits_test.go. Run them with -v: benchmark logs are cut to ten lines
+// otherwise. The gateway runs in this process, with cmd/gateway's
 // netpoll tuning (so goroutines and heap are exact; RSS also holds the
 // test's clients), mockai as its own process.
 //
@@ -35,6 +37,9 @@ import (
 
 // figureClients is how many clients flood or stall in the figures.
 const figureClients = 2000
+
+// quietLog keeps the gateway's logs out of the figures' -v output.
+var quietLog = slog.New(slog.DiscardHandler)
 
 var tuneOnce sync.Once
 
@@ -143,7 +148,7 @@ func tlsMockAndGateway(tb testing.TB, listenerTLS bool, mutate func(*Config), ar
 	if listenerTLS {
 		cert = newListenerCert(tb)
 	}
-	g := startGateway(tb, nil, func(c *Config) {
+	g := startGatewayLog(tb, nil, func(c *Config) {
 		c.APIBase, _ = ParseAPIBase(mock.baseURL)
 		c.UpstreamRoots = roots
 		if listenerTLS {
@@ -152,7 +157,7 @@ func tlsMockAndGateway(tb testing.TB, listenerTLS bool, mutate func(*Config), ar
 		if mutate != nil {
 			mutate(c)
 		}
-	})
+	}, quietLog)
 	d := dialer()
 	url := g.url("model=gpt-realtime")
 	if listenerTLS {
@@ -373,7 +378,7 @@ func residueFigure(b *testing.B, upTLS bool) {
 		g, _, url = tlsMockAndGateway(b, false, raise, args...)
 	} else {
 		mock := startMockaiProcess(b, args...)
-		g = startGateway(b, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(mock.baseURL); raise(c) })
+		g = startGatewayLog(b, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(mock.baseURL); raise(c) }, quietLog)
 		url = g.url("model=gpt-realtime")
 	}
 	clients := make([]*websocket.Conn, sessions)
