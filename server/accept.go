@@ -44,7 +44,13 @@ func (f *frontDoor) init(reg prometheus.Registerer) {
 	for _, r := range []string{refusedHandshakes, refusedConnections} {
 		f.refused.WithLabelValues(r)
 	}
-	reg.MustRegister(f.refused)
+	reg.MustRegister(f.refused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_handshakes",
+			Help: "Client connections between accept and the answer to their request (they hold MAX_CONNECTIONS slots)."},
+			func() float64 { return float64(f.handshaking.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_tls_handshakes_running",
+			Help: "Client TLS handshakes in progress, a goroutine each (at most MAX_HANDSHAKES)."},
+			func() float64 { return float64(f.tlsRunning.Load()) }))
 }
 
 const (

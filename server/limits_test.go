@@ -96,7 +96,7 @@ func TestMaxConnectionsCountsFromAccept(t *testing.T) {
 }
 
 // metricValue reads one sample from the gateway's /metrics.
-func metricValue(t *testing.T, g *gateway, series string) float64 {
+func metricValue(t testing.TB, g *gateway, series string) float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	g.srv.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -176,7 +176,7 @@ func TestMaxSessionDuration(t *testing.T) {
 	}
 }
 
-func rssKiB(t *testing.T) int {
+func rssKiB(t testing.TB) int {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {

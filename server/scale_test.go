@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 }
 
 // buildMockai builds cmd/mockai (once) and returns the binary's path.
-func buildMockai(t *testing.T) string {
+func buildMockai(t testing.TB) string {
 	t.Helper()
 	mockaiBinary.once.Do(func() {
 		goTool, err := exec.LookPath("go")
@@ -92,7 +92,7 @@ type mockaiProcess struct {
 // startMockaiProcess starts mockai with args on a free loopback port, waits
 // for its "mockai listening on" line, and stops it (by its PID) when the test
 // ends.
-func startMockaiProcess(t *testing.T, args ...string) *mockaiProcess {
+func startMockaiProcess(t testing.TB, args ...string) *mockaiProcess {
 	t.Helper()
 	bin := buildMockai(t)
 	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-key", testUpstreamKey}, args...)...)

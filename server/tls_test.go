@@ -71,7 +71,7 @@ type listenerCert struct {
 
 // newListenerCert makes an ECDSA P-256 certificate valid for 127.0.0.1 and
 // writes its PEM files to a temporary directory.
-func newListenerCert(t *testing.T) listenerCert {
+func newListenerCert(t testing.TB) listenerCert {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -274,7 +274,7 @@ func TestTLSBothSides(t *testing.T) {
 
 // pollFor waits up to ten seconds for cond, failing the test if it never
 // holds.
-func pollFor(t *testing.T, what string, cond func() bool) {
+func pollFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
