@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"net"
 	"testing"
 	"time"
 
@@ -64,4 +65,28 @@ func readEventOrClose(c *websocket.Conn) (event, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// TestHalfClosedClientGetsItsCloseAnswered: a client that sends its close
+// frame and shuts down its sending side (netpoll sees EPOLLRDHUP and reports
+// a hang-up, after which the socket closes) still gets the close answered,
+// with its own code, before the socket goes. The upstream gets the client's
+// close. Before this change the client got no close frame: the upstream's
+// answer came after netpoll had closed the socket. The upstream here takes
+// 300 ms to answer, so the answer the client gets is the gateway's.
+func TestHalfClosedClientGetsItsCloseAnswered(t *testing.T) {
+	up := startScriptedUpstreamDelay(t, false, 300*time.Millisecond)
+	g := startGateway(t, nil, up.config)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4200, "leaving")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnderlyingConn().(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if ce := closeOf(t, c); ce.Code != 4200 || ce.Text != "leaving" {
+		t.Fatalf("close %d %q, want the client's own 4200 leaving answered", ce.Code, ce.Text)
+	}
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 }

@@ -333,3 +333,77 @@ func TestTooMuchBeforeUpstreamReadyCloses1009(t *testing.T) {
 		t.Fatalf("close %d %q, want 1009", ce.Code, ce.Text)
 	}
 }
+
+// TestWarmPoolFillsWhenSessionCreatedTrailsThe101: the upstream sends the 101
+// and session.created in one TCP segment (over TLS as separate records, so
+// that session.created sits decrypted inside crypto/tls once the upgrade has
+// read the 101). Every warm socket must reach ready. Before this change the
+// pool's read handler was installed before the 101's trailing bytes were fed
+// and crypto/tls was never drained, so over TLS the sockets waited out the
+// dial timeout (3, 1 and 5 of 16 warm after 4 s were measured).
+func TestWarmPoolFillsWhenSessionCreatedTrailsThe101(t *testing.T) {
+	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
+		g := startGateway(t, nil, withPool(8, func(c *Config) { up.config(c); c.DialTimeout = 10 * time.Second }))
+		waitFor(t, "8 of 8 warm sockets", func() bool { return g.srv.Pool().Warm(g.srv.defaultTarget()) == 8 })
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("first event %v, want session.created", e.typ())
+		}
+		send(t, c, map[string]any{"type": "session.update"})
+		if e := read(t, c); e.typ() != "echo" {
+			t.Fatalf("got %v, want the upstream's echo", e.typ())
+		}
+	})
+}
+
+// TestDeadWarmSocketIsRedialed: a warm socket that dies after a client took
+// it, before the client sent anything on it, is replaced by a fresh dial. The
+// client keeps the session.created it already has (the fresh one's is
+// consumed) and the session carries on. Before this change the client got
+// session.created and then 1011.
+func TestDeadWarmSocketIsRedialed(t *testing.T) {
+	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
+		g := startGateway(t, nil, withPool(1, up.config))
+		waitWarm(t, g, 1)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		first := read(t, c)
+		if first.typ() != "session.created" || first.str("session", "id") != "sess_1" {
+			t.Fatalf("first event %v %s, want the warm socket's session.created", first.typ(), first.str("session", "id"))
+		}
+		before := up.connections()
+		up.cut(1) // the warm socket the client holds dies, no close frame
+		waitFor(t, "a fresh upstream dial", func() bool {
+			return metricSum(t, g, "rtgate_pool_warm_redials_total") == 1 && up.connections() > before
+		})
+		send(t, c, map[string]any{"type": "session.update"})
+		e := read(t, c)
+		if e.typ() != "echo" || e.str("conn") == "1" {
+			t.Fatalf("got %v from conn %s, want an echo from a fresh upstream (no second session.created)", e.typ(), e.str("conn"))
+		}
+		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"))
+		if ce := closeOf(t, c); ce.Code != 1000 {
+			t.Fatalf("close %d, want 1000 echoed by the fresh upstream", ce.Code)
+		}
+	})
+}
+
+// TestDeadWarmSocketAfterClientFramesIsNotRedialed: once a client frame went
+// to the warm socket, a redial would lose it: the client gets 1011 as before.
+func TestDeadWarmSocketAfterClientFramesIsNotRedialed(t *testing.T) {
+	up := startScriptedUpstream(t, false)
+	g := startGateway(t, nil, withPool(1, up.config))
+	waitWarm(t, g, 1)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	send(t, c, map[string]any{"type": "session.update"})
+	if e := read(t, c); e.typ() != "echo" {
+		t.Fatalf("got %v, want an echo", e.typ())
+	}
+	up.cut(1)
+	if ce := closeOf(t, c); ce.Code != 1011 {
+		t.Fatalf("close %d, want 1011", ce.Code)
+	}
+	if n := metricSum(t, g, "rtgate_pool_warm_redials_total"); n != 0 {
+		t.Fatalf("%v redials, want none", n)
+	}
+}
