@@ -218,5 +218,3 @@ func upstreamVariants(t *testing.T, f func(t *testing.T, up *scriptedUpstream)) 
 		t.Run(name, func(t *testing.T) { f(t, startScriptedUpstream(t, secure)) })
 	}
 }
-
-
