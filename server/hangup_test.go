@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"net"
 	"testing"
@@ -87,6 +88,30 @@ func TestHalfClosedClientGetsItsCloseAnswered(t *testing.T) {
 	}
 	if ce := closeOf(t, c); ce.Code != 4200 || ce.Text != "leaving" {
 		t.Fatalf("close %d %q, want the client's own 4200 leaving answered", ce.Code, ce.Text)
+	}
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+// TestHalfClosedTLSClientGetsItsCloseAnswered is the same over a TLS client
+// listener: the client sends its close frame, then close_notify, then shuts
+// down its sending side. The answer goes as one TLS record by a raw write.
+func TestHalfClosedTLSClientGetsItsCloseAnswered(t *testing.T) {
+	cert := newListenerCert(t)
+	up := startScriptedUpstreamDelay(t, false, 300*time.Millisecond)
+	g := startGateway(t, nil, func(c *Config) {
+		up.config(c)
+		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
+	})
+	c := g.dialTLS(t, cert.roots)
+	read(t, c)
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4201, "leaving")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnderlyingConn().(*tls.Conn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if ce := closeOf(t, c); ce.Code != 4201 || ce.Text != "leaving" {
+		t.Fatalf("close %d %q, want the client's own 4201 leaving answered", ce.Code, ce.Text)
 	}
 	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 }
