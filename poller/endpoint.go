@@ -30,14 +30,14 @@ type Endpoint struct {
 	nb   *NBConn   // under tls
 
 	mu         sync.Mutex
-	closed     bool                         // the socket is closed or closing: nothing more is written
-	closeAfter bool                         // close once the backlog is sent
-	back       []*bytebufferpool.ByteBuffer // bytes the kernel did not take yet, in order
-	sent       int                          // bytes of back[0] already sent
-	writing    bool                         // the writer goroutine owns the socket's writes
-	inLast     bool                         // a raw write from inside the socket's own close callback
-	byHand     bool                         // a read outside netpoll's OnRequest is running
-	pending    uint8                        // a Close (1) or Drop (2) asked for during that read
+	closed     bool     // the socket is closed or closing: nothing more is written
+	closeAfter bool     // close once the backlog is sent
+	back       []*chunk // bytes the kernel did not take yet, in order
+	sent       int      // bytes of back[0] already sent
+	writing    bool     // the writer goroutine owns the socket's writes
+	inLast     bool     // a raw write from inside the socket's own close callback
+	byHand     bool     // a read outside netpoll's OnRequest is running
+	pending    uint8    // a Close (1) or Drop (2) asked for during that read
 
 	// wmu is held by the writer goroutine across netpoll's blocking Write,
 	// so that the close guard can wait for that write to return before

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"errors"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -218,6 +219,16 @@ func writeFD(fd int, p []byte) (int, error) {
 // backlogChunk is the size of the backlog's pieces.
 const backlogChunk = 64 << 10
 
+// chunk is one piece of a backlog; B never grows past backlogChunk.
+type chunk struct{ B []byte }
+
+// chunks recycles backlog pieces across endpoints. A pool of one fixed size
+// (bytebufferpool's buffers come in every size its other users leave, and a
+// wrong-sized one would be reallocated) and of pointers (a Put allocates
+// nothing). Like bytebufferpool's own default pool it is package state, but
+// only a cache: nothing reads what was put in it.
+var chunks = sync.Pool{New: func() any { return &chunk{B: make([]byte, 0, backlogChunk)} }}
+
 // queueLocked copies p behind the backlog; commitLocked then makes sure the
 // writer goroutine runs. The backlog is a list of fixed-size pooled chunks:
 // it grows without copying what it holds, and a chunk is never grown in
@@ -226,14 +237,11 @@ const backlogChunk = 64 << 10
 func (e *Endpoint) queueLocked(p []byte) {
 	e.backlogLen.Add(int64(len(p)))
 	for len(p) > 0 {
-		var c *bytebufferpool.ByteBuffer
+		var c *chunk
 		if n := len(e.back); n > 0 && len(e.back[n-1].B) < cap(e.back[n-1].B) {
 			c = e.back[n-1]
 		} else {
-			c = bytebufferpool.Get()
-			if cap(c.B) != backlogChunk {
-				c.B = make([]byte, 0, backlogChunk)
-			}
+			c = chunks.Get().(*chunk)
 			c.B = c.B[:0]
 			e.back = append(e.back, c)
 		}
@@ -271,7 +279,7 @@ func (e *Endpoint) writeBacklog() {
 			}
 			e.writing = false
 			for i, c := range e.back {
-				bytebufferpool.Put(c)
+				chunks.Put(c)
 				e.back[i] = nil
 			}
 			e.back, e.sent = e.back[:0], 0
@@ -303,7 +311,7 @@ func (e *Endpoint) writeBacklog() {
 		e.backlogLen.Add(-int64(n))
 		if e.sent == len(front.B) && len(front.B) == cap(front.B) {
 			// A full chunk nobody appends to any more.
-			bytebufferpool.Put(front)
+			chunks.Put(front)
 			copy(e.back, e.back[1:])
 			e.back[len(e.back)-1] = nil
 			e.back, e.sent = e.back[:len(e.back)-1], 0
