@@ -66,59 +66,63 @@ func (u *recordingUpstream) nextClose(t *testing.T) int {
 }
 
 func TestCloseCodesPassBothWays(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	// mockai echoes the client's close; the echo crossing the gateway back
-	// proves the code and reason went up and came down unchanged.
-	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4321, "client says bye")); err != nil {
-		t.Fatal(err)
-	}
-	if ce := closeOf(t, c); ce.Code != 4321 || ce.Text != "client says bye" {
-		t.Fatalf("close %d %q, want 4321 %q", ce.Code, ce.Text, "client says bye")
-	}
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		// mockai echoes the client's close; the echo crossing the gateway back
+		// proves the code and reason went up and came down unchanged.
+		if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4321, "client says bye")); err != nil {
+			t.Fatal(err)
+		}
+		if ce := closeOf(t, c); ce.Code != 4321 || ce.Text != "client says bye" {
+			t.Fatalf("close %d %q, want 4321 %q", ce.Code, ce.Text, "client says bye")
+		}
+	})
 }
 
 func TestUpstreamCloseReachesClient(t *testing.T) {
-	mock := startMock(t, mockai.Config{CloseAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	if e := read(t, c); e.typ() != "session.created" {
-		t.Fatalf("got %v", e.typ())
-	}
-	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "mock: closing after 1 frames" {
-		t.Fatalf("close %d %q, want the upstream's own 1011 and reason", ce.Code, ce.Text)
-	}
+	overBoth(t, mockai.Config{CloseAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("got %v", e.typ())
+		}
+		if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "mock: closing after 1 frames" {
+			t.Fatalf("close %d %q, want the upstream's own 1011 and reason", ce.Code, ce.Text)
+		}
+	})
 }
 
 func TestUpstreamDropBecomes1011(t *testing.T) {
-	mock := startMock(t, mockai.Config{DropAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
-		t.Fatalf("close %d %q, want 1011 upstream connection lost", ce.Code, ce.Text)
-	}
-	// The gateway keeps serving.
-	c2 := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	if e := read(t, c2); e.typ() != "session.created" {
-		t.Fatalf("next session got %v", e.typ())
-	}
+	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+			t.Fatalf("close %d %q, want 1011 upstream connection lost", ce.Code, ce.Text)
+		}
+		// The gateway keeps serving.
+		c2 := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c2); e.typ() != "session.created" {
+			t.Fatalf("next session got %v", e.typ())
+		}
+	})
 }
 
 func TestMalformedUpstreamFrame(t *testing.T) {
-	mock := startMock(t, mockai.Config{MalformedAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	e := read(t, c)
-	if e.typ() != "error" || e.str("error", "code") != "upstream_protocol_error" {
-		t.Fatalf("got %v, want an upstream_protocol_error event", e)
-	}
-	if ce := closeOf(t, c); ce.Code != 1011 {
-		t.Fatalf("close %d, want 1011", ce.Code)
-	}
+	overBoth(t, mockai.Config{MalformedAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		e := read(t, c)
+		if e.typ() != "error" || e.str("error", "code") != "upstream_protocol_error" {
+			t.Fatalf("got %v, want an upstream_protocol_error event", e)
+		}
+		if ce := closeOf(t, c); ce.Code != 1011 {
+			t.Fatalf("close %d, want 1011", ce.Code)
+		}
+	})
 }
 
 func TestClientDropSends1001Upstream(t *testing.T) {

@@ -27,30 +27,31 @@ import (
 // socket that reuses its fd, and closes it. Letting each session end first
 // keeps that out of this test (see TestScaleManyConcurrentSessions).
 func TestFramesBeforeUpstreamHangupReachClient(t *testing.T) {
-	mock := startMock(t, mockai.Config{DropAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	const sessions = 100
-	lost := 0
-	for i := range sessions {
-		c, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-		if err != nil {
-			t.Fatalf("session %d: dial: %v", i, err)
-		}
-		e, err := readEventOrClose(c)
-		if err != nil || e.typ() != "session.created" {
-			lost++
-			if lost <= 3 {
-				t.Logf("session %d: first message %v (%v), want session.created", i, e.typ(), err)
+	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+		g := startGateway(t, mock, trust)
+		const sessions = 100
+		lost := 0
+		for i := range sessions {
+			c, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+			if err != nil {
+				t.Fatalf("session %d: dial: %v", i, err)
 			}
-		} else if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
-			t.Fatalf("session %d: close %d %q after session.created, want 1011 upstream connection lost", i, ce.Code, ce.Text)
+			e, err := readEventOrClose(c)
+			if err != nil || e.typ() != "session.created" {
+				lost++
+				if lost <= 3 {
+					t.Logf("session %d: first message %v (%v), want session.created", i, e.typ(), err)
+				}
+			} else if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+				t.Fatalf("session %d: close %d %q after session.created, want 1011 upstream connection lost", i, ce.Code, ce.Text)
+			}
+			_ = c.Close()
+			pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 		}
-		_ = c.Close()
-		pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
-	}
-	if lost > 0 {
-		t.Fatalf("%d of %d sessions lost the session.created the upstream sent before hanging up", lost, sessions)
-	}
+		if lost > 0 {
+			t.Fatalf("%d of %d sessions lost the session.created the upstream sent before hanging up", lost, sessions)
+		}
+	})
 }
 
 // readEventOrClose reads one text event like read, but returns the error
