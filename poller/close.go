@@ -217,6 +217,13 @@ func (s *Session) tellGone(o *side, lost Side) {
 		o.mu.Unlock()
 		return // an upstream still connecting: attaching sees clientGone
 	}
+	// Noted before o can answer, so that its answer is not taken for the
+	// session's first close.
+	if lost == UpstreamSide {
+		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "upstream connection lost"}, UpstreamSide)
+	} else {
+		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "client connection lost"}, ClientSide)
+	}
 	drop := false
 	act := actNone
 	if o.mayWrite() {
@@ -244,11 +251,6 @@ func (s *Session) tellGone(o *side, lost Side) {
 	}
 	ep := o.ep
 	o.mu.Unlock()
-	if lost == UpstreamSide {
-		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "upstream connection lost"}, UpstreamSide)
-	} else {
-		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "client connection lost"}, ClientSide)
-	}
 	if drop {
 		ep.Drop()
 		return

@@ -89,15 +89,21 @@ func (w *warmConn) UpstreamReadable() {
 	// Ready or dead: nothing may arrive before a client exists. Drop the
 	// bytes (they must be consumed) and the socket. (A read with nothing to
 	// read is the hand-over's drain or a read event for a hang-up.)
-	got := 0
+	var got []byte
 	_ = ep.Read(func(src frames.Source) error {
-		got += src.Len()
-		return src.Skip(src.Len())
+		p, err := src.Next(src.Len())
+		got = append(got, p...)
+		return err
 	})
-	if got > 0 && state != warmTaken {
+	if state == warmReady && w.unexpected(got) {
 		w.fail(errUnexpectedFrame)
 	}
 }
+
+// unexpected reports whether bytes a ready socket received mean it is no
+// good to hand out. Anything at all does today; a liveness check that pings
+// idle warm sockets answers its pongs here.
+func (w *warmConn) unexpected(b []byte) bool { return len(b) > 0 }
 
 // accept adds bytes read while waiting for session.created.
 func (w *warmConn) accept(b []byte) {
