@@ -435,3 +435,23 @@ func overBoth(t *testing.T, cfg mockai.Config, f func(t *testing.T, mock *mockai
 		})
 	}
 }
+
+// TestFreshDialSessionCreatedTrailsThe101 is the same without the pool: the
+// fresh dial's session.created, decrypted inside crypto/tls with the 101,
+// reaches the client at once.
+func TestFreshDialSessionCreatedTrailsThe101(t *testing.T) {
+	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
+		g := startGateway(t, nil, up.config)
+		for range 5 {
+			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			if e := read(t, c); e.typ() != "session.created" {
+				t.Fatalf("first event %v, want session.created", e.typ())
+			}
+			send(t, c, map[string]any{"type": "session.update"})
+			if e := read(t, c); e.typ() != "echo" {
+				t.Fatalf("got %v, want the upstream's echo", e.typ())
+			}
+			_ = c.Close()
+		}
+	})
+}
