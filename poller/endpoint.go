@@ -112,6 +112,14 @@ func (e *Endpoint) guard() {
 	}
 }
 
+// isClosed reports whether the socket was closed (by the gateway, or by
+// netpoll's close callbacks).
+func (e *Endpoint) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
 // Conn returns the underlying netpoll connection.
 func (e *Endpoint) Conn() netpoll.Connection { return e.conn }
 

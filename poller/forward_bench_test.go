@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -80,6 +81,20 @@ func benchForward(b *testing.B, fromClient bool, size int) {
 		b.Fatalf("writing frames: %v", err)
 	}
 	r.close(b)
+}
+
+// TestMain applies POLLER_INLINE_HANDLERS=1 (read handlers on the poller
+// goroutine), so that the benchmarks can compare netpoll's runners:
+//
+//	go test -run XXX -bench Forward ./poller
+//	POLLER_INLINE_HANDLERS=1 go test -run XXX -bench Forward ./poller
+func TestMain(m *testing.M) {
+	if os.Getenv("POLLER_INLINE_HANDLERS") == "1" {
+		if err := poller.Tune(poller.Tuning{InlineHandlers: true}); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
 }
 
 // relay is a poller.Session between two loopback TCP peers.
