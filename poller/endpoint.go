@@ -38,6 +38,7 @@ type Endpoint struct {
 	inLast     bool     // a raw write from inside the socket's own close callback
 	byHand     bool     // a read outside netpoll's OnRequest is running
 	pending    uint8    // a Close (1) or Drop (2) asked for during that read
+	closedByUs bool     // the gateway closed it (a hung-up peer leaves it readable)
 
 	// wmu is held by the writer goroutine across netpoll's blocking Write,
 	// so that the close guard can wait for that write to return before
@@ -112,12 +113,13 @@ func (e *Endpoint) guard() {
 	}
 }
 
-// isClosed reports whether the socket was closed (by the gateway, or by
-// netpoll's close callbacks).
-func (e *Endpoint) isClosed() bool {
+// closedByGateway reports whether the gateway closed the socket, which may
+// have freed its buffers. (A socket whose peer hung up stays readable until
+// the gateway closes it.)
+func (e *Endpoint) closedByGateway() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.closed
+	return e.closedByUs
 }
 
 // Conn returns the underlying netpoll connection.
@@ -255,7 +257,7 @@ func (e *Endpoint) Close() {
 		e.mu.Unlock()
 		return
 	}
-	e.closed = true
+	e.closed, e.closedByUs = true, true
 	e.mu.Unlock()
 	_ = e.conn.Close()
 }
@@ -269,8 +271,8 @@ func (e *Endpoint) Drop() {
 		e.mu.Unlock()
 		return
 	}
-	already := e.closed
-	e.closed = true
+	already := e.closedByUs
+	e.closed, e.closedByUs = true, true
 	e.mu.Unlock()
 	if !already {
 		_ = e.conn.Close()

@@ -83,14 +83,21 @@ func benchForward(b *testing.B, fromClient bool, size int) {
 	r.close(b)
 }
 
-// TestMain applies POLLER_INLINE_HANDLERS=1 (read handlers on the poller
-// goroutine), so that the benchmarks can compare netpoll's runners:
+// TestMain applies POLLER_INLINE_HANDLERS=1: read handlers run on the
+// poller goroutine instead of a goroutine pool, so that the benchmarks can
+// compare netpoll's runners:
 //
 //	go test -run XXX -bench Forward ./poller
 //	POLLER_INLINE_HANDLERS=1 go test -run XXX -bench Forward ./poller
+//
+// Measurement only, not a gateway setting: Handle.Start installs the read
+// handler under the read lock (so that no read can overtake the first
+// frames), and netpoll runs a handler installed over buffered bytes at once,
+// inline in the installing goroutine with this runner, where it would wait
+// for that same lock. The relay's own handlers never block.
 func TestMain(m *testing.M) {
 	if os.Getenv("POLLER_INLINE_HANDLERS") == "1" {
-		if err := poller.Tune(poller.Tuning{InlineHandlers: true}); err != nil {
+		if err := netpoll.Configure(netpoll.Config{Runner: func(_ context.Context, f func()) { f() }}); err != nil {
 			panic(err)
 		}
 	}

@@ -80,11 +80,10 @@ func (h *Handle) watchClose() {
 // if not nil, runs before any read handler can: it feeds o the bytes that
 // came with the 101 response. Then the socket is read once by hand (netpoll
 // announces only bytes in its own buffer, not records crypto/tls already
-// holds), all under the read lock, and only then is the read handler
-// installed: netpoll runs it at once if bytes are buffered (so nothing that
-// arrived meanwhile waits), possibly in this goroutine when handlers run on
-// the poller, which is why the lock is released first. If the socket closed
-// before, o hears of it.
+// holds), all under the read lock: the handler netpoll runs at once for bytes
+// already buffered waits for it. (So Start must not run where that handler
+// would run inline, on the poller, with netpoll's inline runner.) If the
+// socket closed before, o hears of it.
 func (h *Handle) Start(o Owner, first func()) {
 	h.readMu.Lock()
 	h.setOwner(o)
@@ -92,12 +91,6 @@ func (h *Handle) Start(o Owner, first func()) {
 	if first != nil {
 		first()
 	}
-	if !h.ep.isClosed() { // first may have closed it; its buffers may be gone
-		h.ep.byHandBegin()
-		o.UpstreamReadable()
-		h.ep.byHandEnd()
-	}
-	h.readMu.Unlock()
 	conn := h.ep.conn
 	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
 		h.readMu.Lock()
@@ -105,6 +98,12 @@ func (h *Handle) Start(o Owner, first func()) {
 		h.readMu.Unlock()
 		return nil
 	})
+	if !h.ep.closedByGateway() { // first may have closed it, and its buffers with it
+		h.ep.byHandBegin()
+		o.UpstreamReadable()
+		h.ep.byHandEnd()
+	}
+	h.readMu.Unlock()
 	if !conn.IsActive() {
 		// The peer hung up before the callbacks were in place. netpoll
 		// runs close callbacks for such a connection only once the user

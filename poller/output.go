@@ -299,7 +299,7 @@ func (e *Endpoint) writeBacklog() {
 		if e.closed || len(e.back) == 0 || (len(e.back) == 1 && e.sent == len(e.back[0].B)) {
 			closeNow := !e.closed && e.closeAfter
 			if closeNow {
-				e.closed = true
+				e.closed, e.closedByUs = true, true
 			}
 			e.writing = false
 			for i, c := range e.back {
