@@ -40,6 +40,15 @@
 // session.created, every data message is sent back verbatim with its type (text or
 // binary), whatever it contains. Benchmarks use it to time round trips through a relay.
 //
+// # One segment
+//
+// With Config.OneSegment (cmd/mockai -one-segment) the 101 response and
+// session.created leave in one socket write, so they reach the client in one TCP
+// segment; with TLS they are two TLS records in that segment. A relay that drains
+// only its socket and not what crypto/tls has already decrypted stalls on it.
+// session.created follows the 101 at once unless Config.SessionDelay is set (the
+// default is 0, cmd/mockai -session-delay 0).
+//
 // # Usage numbers
 //
 // Every response.done carries a usage object that tests can predict exactly. All

@@ -72,11 +72,21 @@ type Config struct {
 	// is refused with HTTP 400. Off, those parameters are ignored.
 	FaultsFromQuery bool
 
+	// OneSegment writes the 101 response and the first data frame (session.created)
+	// with one socket write, so they arrive in one TCP segment: over TLS, two records
+	// in one segment. The 101 waits for session.created (so also for SessionDelay).
+	// See onesegment.go.
+	OneSegment bool
+
 	// Echo sends every data message (text or binary) back verbatim, with the same
 	// message type, instead of answering it as a client event. session.created is
 	// still sent first, so relays and warm pools work unchanged. For benchmarks that
 	// time round trips and relay throughput without the conversation's JSON work.
 	Echo bool
+
+	// Stream is the sustained voice mode (stream.go): steady audio deltas both
+	// ways for as long as the session lasts. Off when Stream.Interval is 0.
+	Stream StreamConfig
 
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger
@@ -114,7 +124,7 @@ func (c Config) validate() error {
 	case c.CertFile != "" && !c.TLS:
 		return errors.New("a cert file needs TLS")
 	}
-	return nil
+	return c.Stream.validate(c.Echo)
 }
 
 // Record describes one upgrade attempt on a realtime path, as it arrived.
@@ -208,6 +218,9 @@ func Start(cfg Config, addr string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mockai: listen %s: %w", addr, err)
 	}
+	if cfg.OneSegment {
+		ln = heldListener{ln}
+	}
 	if cfg.TLS {
 		cert, certPEM, err := selfSignedCert()
 		if err != nil {
@@ -246,6 +259,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	s.http = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
+		ConnContext:       withConn,
 		// TLS handshake failures from untrusting clients are expected in tests: keep them quiet.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 	}
@@ -433,8 +447,15 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	// finds it in Stats; undone if the upgrade fails.
 	s.upgrades.Add(1)
 	s.active.Add(1)
+	held := heldConnOf(r.Context()) // nil unless OneSegment
+	if held != nil {
+		held.hold() // released by the session after its first frame
+	}
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
+		if held != nil {
+			_ = held.release()
+		}
 		s.upgrades.Add(-1)
 		s.active.Add(-1)
 		s.rejected.Add(1) // the upgrader has already answered with an HTTP error
@@ -442,6 +463,9 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.addConn(ws) {
+		if held != nil {
+			_ = held.release()
+		}
 		ws.Close()
 		s.active.Add(-1)
 		return
@@ -451,12 +475,13 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	// memory each one holds. This handler still holds its own wg count, so the Add
 	// cannot race with Close's Wait.
 	s.wg.Add(1)
-	go s.serveSession(ws, rec, cfg, model, badKey, beta)
+	go s.serveSession(ws, held, rec, cfg, model, badKey, beta)
 }
 
 // serveSession runs an upgraded connection to its end, with cfg (the server's
 // configuration, or a copy with a fault the connection asked for).
-func (s *Server) serveSession(ws *websocket.Conn, rec *Record, cfg *Config, model string, badKey, beta bool) {
+// held, if not nil, holds the 101 until the session's first frame (OneSegment).
+func (s *Server) serveSession(ws *websocket.Conn, held *heldConn, rec *Record, cfg *Config, model string, badKey, beta bool) {
 	defer s.wg.Done()
 	defer func() {
 		ws.Close()
@@ -465,6 +490,7 @@ func (s *Server) serveSession(ws *websocket.Conn, rec *Record, cfg *Config, mode
 	}()
 	sess := newSession(s, ws, model)
 	sess.cfg = cfg
+	sess.held = held
 	defer sess.end()
 	switch {
 	case badKey:

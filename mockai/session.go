@@ -44,6 +44,10 @@ type session struct {
 	faulted   chan struct{}
 	faultOnce sync.Once
 
+	// held, when not nil, holds the 101 response until the first data frame is
+	// written, so both go out in one socket write (Config.OneSegment).
+	held *heldConn
+
 	wmu     sync.Mutex
 	sent    int  // data frames sent
 	stopped bool // a close frame went out or a fault fired: send nothing more
@@ -163,6 +167,10 @@ func (s *session) run() {
 		}
 		return
 	}
+	if s.cfg.Stream.Interval > 0 {
+		s.streamVoice()
+		return
+	}
 	for {
 		mt, data, err := s.ws.ReadMessage()
 		if err != nil {
@@ -197,6 +205,8 @@ func (s *session) fail(typ, code, msg string) {
 // end stops the session's response goroutine and closes the socket.
 func (s *session) end() {
 	s.cancel()
+	// A session that ended before its first frame still sends its 101.
+	_ = s.releaseHeld()
 	s.ws.Close() // unblocks a response goroutine stuck writing to a client that does not read
 	s.rwg.Wait()
 }
@@ -524,8 +534,20 @@ func (s *session) write(mt int, data []byte) error {
 		return fmt.Errorf("write event: %w", err)
 	}
 	s.sent++
+	if err := s.releaseHeld(); err != nil {
+		s.stopped = true
+		return err
+	}
 	s.injectFault()
 	return nil
+}
+
+// releaseHeld sends the held 101 together with what followed it (see onesegment.go).
+func (s *session) releaseHeld() error {
+	if s.held == nil {
+		return nil
+	}
+	return s.held.release()
 }
 
 // injectFault fires the fault knob whose frame count was just reached. s.wmu is held.

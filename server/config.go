@@ -50,8 +50,17 @@ type Config struct {
 	MaxMessage       int64         // one client message's payload
 	MaxPending       int           // client bytes queued while the upstream connects
 
-	// MaxConnections caps concurrent sessions; further upgrades get 503.
+	// MaxConnections caps concurrent sessions, counting connections still in
+	// their handshake from accept; further upgrades get 503 (accept.go).
 	MaxConnections int
+	// MaxHandshakes caps client TLS handshakes running at once (from a whole
+	// ClientHello to the end of the handshake, a goroutine each); a
+	// ClientHello beyond it is closed at once. 0 means no limit.
+	MaxHandshakes int
+	// MaxBufferedBytes bounds, over all sessions, the bytes waiting behind
+	// writes to peers that stopped reading; above it the sessions holding
+	// the most are ended (watchdog.go). 0 turns the budget off.
+	MaxBufferedBytes int64
 	// IdleTimeout ends a session in which neither side sent anything for
 	// this long; 0 disables it.
 	IdleTimeout time.Duration
@@ -105,12 +114,15 @@ func Defaults() Config {
 		MaxPending:       1 << 20,
 
 		MaxConnections:     defaultMaxConnections(),
+		MaxHandshakes:      defaultMaxHandshakes,
+		MaxBufferedBytes:   defaultMaxBufferedBytes(),
 		IdleTimeout:        15 * time.Minute,
 		MaxSessionDuration: 61 * time.Minute,
 		MaxStalledBytes:    4 << 20,
 		DrainTimeout:       60 * time.Second,
 		Pool: upstream.PoolConfig{
-			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 256,
+			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 1024,
+			PingInterval: 5 * time.Second,
 		},
 		AdminAddr: "127.0.0.1:4002",
 	}
@@ -189,6 +201,15 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 	}
 	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
+	set("REALTIME_POOL_PING_SECS", func(v string) error {
+		if err := secs(&c.Pool.PingInterval, 0)(v); err != nil {
+			return err
+		}
+		if c.Pool.PingInterval == 0 {
+			c.Pool.PingInterval = -1 // 0 turns the checks off
+		}
+		return nil
+	})
 	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
 	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
 	set("WRITE_TIMEOUT_SECS", secs(&c.WriteTimeout, 1))
@@ -200,6 +221,15 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	set("MAX_PENDING_BYTES", count(&c.MaxPending, 0))
 	set("MAX_STALLED_BYTES", count(&c.MaxStalledBytes, 64<<10))
 	set("MAX_CONNECTIONS", count(&c.MaxConnections, 1))
+	set("MAX_HANDSHAKES", count(&c.MaxHandshakes, 0))
+	set("MAX_BUFFERED_BYTES", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a whole number of bytes (0 turns the budget off)", v)
+		}
+		c.MaxBufferedBytes = n
+		return nil
+	})
 	set("MAX_SESSIONS_PER_KEY", count(&c.MaxSessionsPerKey, 0))
 	set("MAX_MESSAGE_BYTES", func(v string) error {
 		var n int
@@ -305,8 +335,12 @@ func openFileLimit() int {
 	return int(min(lim.Max, 1<<22))
 }
 
+// defaultMaxHandshakes bounds running client TLS handshakes (accept.go).
+const defaultMaxHandshakes = 1024
+
 // defaultMaxConnections fits the open-file limit: each session holds two
-// sockets. Warm pool sockets live in what sessions leave free (the pool
+// sockets (a connection in its handshake, which also takes a slot, one).
+// Warm pool sockets live in what sessions leave free (the pool
 // stops refilling when descriptors run short), so sessions are never
 // refused for the pool's sake.
 func defaultMaxConnections() int {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,7 +196,8 @@ func TestHostileHTTPRequests(t *testing.T) {
 	}{
 		{"malformed request line", []byte("GARBAGE\r\n\r\n"), 400, "bad_request", nil},
 		{"request line without HTTP version", requestHead("GET /v1/realtime", upgradeHeaders...), 400, "bad_request", nil},
-		{"binary junk with a blank line", []byte("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\x00\xff\r\n\r\n"), 400, "bad_request", nil},
+		{"TLS ClientHello bytes with a blank line", []byte("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\x00\xff\r\n\r\n"), 400, "tls_not_served", nil},
+		{"binary junk with a blank line", []byte("\x00\xff\x13\x37\r\n\r\n"), 400, "bad_request", nil},
 		{"header line without a colon", requestHead(get, append([]string{"this is not a header"}, upgradeHeaders...)...), 400, "bad_request", nil},
 		{"missing Sec-WebSocket-Key", requestHead(get, replaceHeader(upgradeHeaders, "Sec-WebSocket-Key", "")...), 400, "bad_request", nil},
 		{"Sec-WebSocket-Key not 16 bytes", requestHead(get, replaceHeader(upgradeHeaders, "Sec-WebSocket-Key", "Sec-WebSocket-Key: c2hvcnQ=")...), 400, "bad_request", nil},
@@ -618,4 +620,171 @@ func TestHostileClientFrames(t *testing.T) {
 		})
 	}
 	leaks.done(t)
+}
+
+// readOutcome is what a client of the flood sees within the wait: data, the
+// connection closed with nothing sent, or nothing at all.
+type readOutcome int
+
+const (
+	readNothing readOutcome = iota // the deadline passed: still held
+	readData
+	readClosed
+)
+
+// outcomes reads every connection in parallel until the same deadline.
+func outcomes(conns []net.Conn, wait time.Duration) (held, data, closed int) {
+	res := make(chan readOutcome, len(conns))
+	deadline := time.Now().Add(wait)
+	for _, c := range conns {
+		go func() {
+			_ = c.SetReadDeadline(deadline)
+			n, err := c.Read(make([]byte, 1))
+			switch {
+			case n > 0:
+				res <- readData
+			case connEnded(err):
+				res <- readClosed
+			default:
+				res <- readNothing
+			}
+		}()
+	}
+	for range conns {
+		switch <-res {
+		case readNothing:
+			held++
+		case readData:
+			data++
+		case readClosed:
+			closed++
+		}
+	}
+	return held, data, closed
+}
+
+// A flood of clients that open TCP and send half a ClientHello costs no
+// goroutine each; they hold MaxConnections slots from accept. Clients that
+// send a whole ClientHello and stall start at most MaxHandshakes handshakes;
+// the rest are closed at once. Sessions already open keep relaying, new
+// clients are served while slots remain, and everything comes back once the
+// flood goes.
+func TestHostileHalfOpenTLSFlood(t *testing.T) {
+	const (
+		maxHandshakes = 8
+		flood         = 300
+		stallers      = 20
+	)
+	cert := newListenerCert(t)
+	mock := startMock(t, mockai.Config{AudioDeltaBytes: tlsAudioDeltaBytes})
+	g := startGateway(t, mock, func(c *Config) {
+		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
+		c.MaxHandshakes = maxHandshakes
+		c.HandshakeTimeout = 60 * time.Second // every refusal below must come at once, not at the timeout
+	})
+	runTLSSession(t, g.dialTLS(t, cert.roots)) // one-time set-up lands in the baseline
+	pollFor(t, "the first session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	fds, hasFDs := countFDs()
+	goroutines := runtime.NumGoroutine()
+
+	live := g.dialTLS(t, cert.roots)
+	if e := read(t, live); e.typ() != "session.created" {
+		t.Fatalf("live session: %v", e.typ())
+	}
+	hello := clientHelloBytes(t)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	dialRaw := func(payload []byte) net.Conn {
+		c, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Write(payload); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for range flood {
+		dialRaw(hello[:len(hello)/2])
+	}
+	pollFor(t, "the half-open flood to be accepted", func() bool { return g.srv.Handshaking() == flood })
+	if n := runtime.NumGoroutine(); n > goroutines+20 {
+		t.Errorf("%d goroutines with %d half-open handshakes, %d before: a goroutine per connection", n, flood, goroutines)
+	}
+	if n := g.srv.TLSHandshakesRunning(); n != 0 {
+		t.Errorf("%d TLS handshakes running for half ClientHellos", n)
+	}
+	send(t, live, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
+	if e := read(t, live); e.typ() != "session.updated" {
+		t.Fatalf("live session during the flood: %v", e.typ())
+	}
+	runTLSSession(t, g.dialTLS(t, cert.roots)) // a new client is served during the flood
+
+	// Whole ClientHellos that stall: MaxHandshakes run, the rest closed at once.
+	var stalled []net.Conn
+	for range stallers {
+		stalled = append(stalled, dialRaw(hello))
+	}
+	held, data, closed := outcomes(stalled, 3*time.Second)
+	if data != maxHandshakes || closed != stallers-maxHandshakes || held != 0 {
+		t.Fatalf("of %d stalled ClientHellos: %d answered, %d closed at once, %d neither; want %d answered and the rest closed",
+			stallers, data, closed, held, maxHandshakes)
+	}
+	if n := g.srv.TLSHandshakesRunning(); n != maxHandshakes {
+		t.Errorf("%d TLS handshakes running, want %d", n, maxHandshakes)
+	}
+	// The half-open ones are still held (not closed): they only wait.
+	if held, _, closed := outcomes(conns[:10], 200*time.Millisecond); held != 10 {
+		t.Errorf("of 10 half-open clients %d still held, %d closed", held, closed)
+	}
+
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	conns = nil
+	pollFor(t, "the flood to be forgotten", func() bool {
+		return g.srv.Handshaking() == 0 && g.srv.TLSHandshakesRunning() == 0
+	})
+	send(t, live, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
+	if e := read(t, live); e.typ() != "session.updated" {
+		t.Fatalf("live session after the flood: %v", e.typ())
+	}
+	_ = live.Close()
+	pollFor(t, "the live session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	pollFor(t, "goroutines to come back", func() bool { return runtime.NumGoroutine() <= goroutines+2 })
+	if hasFDs {
+		pollFor(t, "descriptors to come back", func() bool { n, _ := countFDs(); return n <= fds+leakSlack })
+	}
+}
+
+// A running handshake that stalls is ended by the handshake deadline, and
+// its goroutine with it.
+func TestHostileStalledTLSHandshakeTimesOut(t *testing.T) {
+	cert := newListenerCert(t)
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) {
+		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
+		c.HandshakeTimeout = 500 * time.Millisecond
+	})
+	c, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(clientHelloBytes(t)); err != nil {
+		t.Fatal(err)
+	}
+	pollFor(t, "the handshake to start", func() bool { return g.srv.TLSHandshakesRunning() == 1 })
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !connEnded(err) {
+		t.Fatalf("a stalled handshake was not closed: %v", err)
+	}
+	pollFor(t, "the handshake to end", func() bool {
+		return g.srv.TLSHandshakesRunning() == 0 && g.srv.Handshaking() == 0
+	})
 }

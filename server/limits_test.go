@@ -7,11 +7,15 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,17 +43,43 @@ func dialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http.Head
 	return resp.StatusCode, e.str("error", "code"), resp.Header
 }
 
-func TestMaxConnectionsGets503(t *testing.T) {
+// MaxConnections counts connections from accept: sessions and connections
+// still in their handshake share the slots, and a connection that finds
+// them full is closed at once, before the gateway reads a byte of it.
+func TestMaxConnectionsCountsFromAccept(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.MaxConnections = 2 })
-	a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, a)
-	read(t, b)
-	status, code, h := dialStatus(t, g, bearer(testMasterKey))
-	if status != 503 || code != "too_many_connections" || h.Get("Retry-After") == "" {
-		t.Fatalf("third connect: %d %q Retry-After %q, want 503 too_many_connections with Retry-After", status, code, h.Get("Retry-After"))
+	g := startGateway(t, mock, func(c *Config) {
+		c.MaxConnections = 2
+		c.HandshakeTimeout = 60 * time.Second // refusals must come at once, not at the timeout
+	})
+	refusedAtOnce := func(what string) {
+		t.Helper()
+		d := dialer()
+		d.HandshakeTimeout = 5 * time.Second
+		c, resp, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+		if err == nil {
+			_ = c.Close()
+			t.Fatalf("%s: a connect was admitted", what)
+		}
+		if resp != nil || isTimeout(err) {
+			t.Fatalf("%s: connect got %v (response %v), want the connection closed at once", what, err, resp)
+		}
 	}
+	a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, a)
+	idle, err := net.Dial("tcp", g.addr) // open, silent: holds a slot from accept
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the silent connection to be accepted", func() bool { return g.srv.Handshaking() == 1 })
+	refusedAtOnce("one session and one connection in its handshake")
+
+	_ = idle.Close()
+	waitFor(t, "the silent connection to be forgotten", func() bool { return g.srv.Handshaking() == 0 })
+	b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, b)
+	refusedAtOnce("two sessions")
+
 	// The existing sessions are untouched.
 	send(t, a, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
 	if e := read(t, a); e.typ() != "session.updated" {
@@ -60,6 +90,27 @@ func TestMaxConnectionsGets503(t *testing.T) {
 	if status, _, _ := dialStatus(t, g, bearer(testMasterKey)); status != 0 {
 		t.Fatalf("after a session ended a connect still got %d", status)
 	}
+	if got := metricValue(t, g, `rtgate_connections_refused_total{reason="connections"}`); got != 2 {
+		t.Errorf("rtgate_connections_refused_total{reason=\"connections\"} = %v, want 2", got)
+	}
+}
+
+// metricValue reads one sample from the gateway's /metrics.
+func metricValue(t *testing.T, g *gateway, series string) float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	g.srv.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in /metrics", series)
+	return 0
 }
 
 func TestMessageOverLimitCloses1009(t *testing.T) {
@@ -348,4 +399,178 @@ func (l *lockedWriter) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.(*bytes.Buffer).String()
+}
+
+// streamingUpstream sends session.created and then, on its i-th connection,
+// sizes(i) bytes of output as 64 KiB text frames as fast as the gateway takes
+// them (which is at once: netpoll reads eagerly); a connection given 0
+// echoes what it reads. It records how each connection ended.
+type streamingUpstream struct {
+	srv    *httptest.Server
+	closes chan [2]int // connection index, close code (1006: dropped without one)
+}
+
+func startStreamingUpstream(t *testing.T, sizes func(i int) int) *streamingUpstream {
+	t.Helper()
+	u := &streamingUpstream{closes: make(chan [2]int, 16)}
+	var next atomic.Int64
+	up := websocket.Upgrader{}
+	chunk := []byte(`{"type":"response.output_audio.delta","delta":"` + strings.Repeat("A", 64<<10) + `"}`)
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		i := int(next.Add(1) - 1)
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session":{"id":"sess_stream"}}`))
+		go func() {
+			for sent := 0; sent < sizes(i); sent += len(chunk) {
+				if c.WriteMessage(websocket.TextMessage, chunk) != nil {
+					return
+				}
+			}
+		}()
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			_, msg, err := c.ReadMessage()
+			if err != nil {
+				code := 1006
+				if ce, ok := err.(*websocket.CloseError); ok {
+					code = ce.Code
+				}
+				u.closes <- [2]int{i, code}
+				return
+			}
+			if sizes(i) == 0 { // a quiet connection echoes, so its client can tell it works
+				_ = c.WriteMessage(websocket.TextMessage, msg)
+			}
+		}
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+// stallingDialer is a client with a small receive buffer, so that what it
+// does not read piles up in the gateway rather than in the kernel.
+func stallingDialer() *websocket.Dialer {
+	d := dialer()
+	d.ReadBufferSize = 1024
+	d.NetDialContext = (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
+	}}).DialContext
+	return d
+}
+
+// Over MaxBufferedBytes the gateway ends the sessions holding the most
+// unsent bytes, and only as many as it takes: the stalled client's socket is
+// closed, its upstream gets 1001, and a metric counts it. Sessions with
+// small backlogs and healthy ones carry on.
+func TestMemoryBudgetEndsLargestBacklogs(t *testing.T) {
+	const big, small = 24 << 20, 2 << 20
+	up := startStreamingUpstream(t, func(i int) int {
+		switch i {
+		case 0:
+			return big
+		case 1, 2:
+			return small
+		}
+		return 0
+	})
+	g := startGateway(t, nil, func(c *Config) {
+		c.APIBase, _ = ParseAPIBase("ws" + strings.TrimPrefix(up.srv.URL, "http") + "/v1")
+		c.MaxStalledBytes = 64 << 20 // far above any backlog here: the budget, not the per-session cap, must act
+		c.MaxBufferedBytes = 8 << 20
+		c.WriteTimeout = 60 * time.Second
+	})
+	var stalled []*websocket.Conn
+	for i := range 3 {
+		c, _, err := stallingDialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("stalled client %d: %v", i, e.typ())
+		}
+		stalled = append(stalled, c) // from here it reads nothing
+		waitFor(t, "the session's upstream", func() bool { return g.srv.SessionsOpen() == int64(i+1) })
+	}
+	healthy := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, healthy)
+
+	series := `rtgate_sessions_ended_total{reason="memory_budget"}`
+	waitFor(t, "the budget to end a session", func() bool { return metricValue(t, g, series) >= 1 })
+	select {
+	case c := <-up.closes:
+		if c != [2]int{0, 1001} {
+			t.Fatalf("upstream connection %d ended with %d; want the one with the largest backlog (0) closed with 1001", c[0], c[1])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no upstream connection ended")
+	}
+	// The largest backlog's client socket is closed: what the kernel holds,
+	// then the end, without a close frame.
+	_ = stalled[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := stalled[0].ReadMessage()
+		if err == nil {
+			continue
+		}
+		if isTimeout(err) {
+			t.Fatal("the stalled client's socket was not closed")
+		}
+		break
+	}
+	time.Sleep(5 * watchdogTick) // a few more walks: the rest fit, nothing else ends
+	if n := metricValue(t, g, series); n != 1 {
+		t.Fatalf("%s = %v, want 1: only the largest backlog had to go", series, n)
+	}
+	if n := g.srv.SessionsOpen(); n != 3 {
+		t.Fatalf("%d sessions open, want the two small backlogs and the healthy one", n)
+	}
+	send(t, healthy, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
+	if e := read(t, healthy); e.typ() != "session.update" {
+		t.Fatalf("healthy session got %v, want its message echoed", e.typ())
+	}
+	for _, c := range append(stalled, healthy) {
+		_ = c.Close()
+	}
+	waitFor(t, "every session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+func TestFrontDoorSettingsFromEnv(t *testing.T) {
+	for _, tt := range []struct {
+		env           map[string]string
+		handshakes    int
+		buffered      int64
+		wantErrSubstr string
+	}{
+		{env: map[string]string{"MAX_HANDSHAKES": "64", "MAX_BUFFERED_BYTES": "1048576"}, handshakes: 64, buffered: 1 << 20},
+		{env: map[string]string{"MAX_HANDSHAKES": "0", "MAX_BUFFERED_BYTES": "0"}, handshakes: 0, buffered: 0},
+		{env: map[string]string{"MAX_HANDSHAKES": "-1"}, wantErrSubstr: "MAX_HANDSHAKES"},
+		{env: map[string]string{"MAX_BUFFERED_BYTES": "lots"}, wantErrSubstr: "MAX_BUFFERED_BYTES"},
+	} {
+		env := map[string]string{"OPENAI_API_BASE": "ws://127.0.0.1:1/v1"}
+		for k, v := range tt.env {
+			env[k] = v
+		}
+		c, err := FromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if tt.wantErrSubstr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErrSubstr) {
+				t.Errorf("%v: error %v, want one naming %s", tt.env, err, tt.wantErrSubstr)
+			}
+			continue
+		}
+		if err != nil || c.MaxHandshakes != tt.handshakes || c.MaxBufferedBytes != tt.buffered {
+			t.Errorf("%v: got %d handshakes, %d bytes, %v", tt.env, c.MaxHandshakes, c.MaxBufferedBytes, err)
+		}
+	}
+	d := Defaults()
+	if d.MaxHandshakes != 1024 {
+		t.Errorf("default MAX_HANDSHAKES %d, want 1024", d.MaxHandshakes)
+	}
+	if d.MaxBufferedBytes <= 0 {
+		t.Errorf("default MAX_BUFFERED_BYTES %d: want a share of GOMEMLIMIT or of memory", d.MaxBufferedBytes)
+	}
 }

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -44,14 +46,52 @@ func withPool(size int, mutate func(*Config)) func(*Config) {
 	}
 }
 
+// poolSchemes runs a pool test against a plain ws:// upstream and a wss://
+// one (mockai -tls), as production upstreams are.
+func poolSchemes(t *testing.T, test func(t *testing.T, tls bool)) {
+	for _, sc := range []struct {
+		name string
+		tls  bool
+	}{{"ws", false}, {"wss", true}} {
+		t.Run(sc.name, func(t *testing.T) { test(t, sc.tls) })
+	}
+}
+
+// startPoolMock starts mockai for a pool test, serving wss:// when tls is set.
+func startPoolMock(t *testing.T, cfg mockai.Config, tls bool) *mockai.Server {
+	t.Helper()
+	// Over TLS, the 101 and session.created come as two records in one
+	// TCP segment: the case where session.created waits inside crypto/tls.
+	cfg.TLS, cfg.OneSegment = tls, tls
+	return startMock(t, cfg)
+}
+
+// startPoolGateway starts a gateway with a pool of size in front of mock,
+// trusting mock's certificate when it serves TLS.
+func startPoolGateway(t *testing.T, mock *mockai.Server, size int, mutate func(*Config)) *gateway {
+	t.Helper()
+	return startGateway(t, mock, withPool(size, func(c *Config) {
+		if len(mock.CertPEM()) > 0 {
+			c.UpstreamRoots = trustMock(t, mock)
+		}
+		if mutate != nil {
+			mutate(c)
+		}
+	}))
+}
+
 func waitWarm(t *testing.T, g *gateway, n int) {
 	t.Helper()
 	waitFor(t, "the pool to warm", func() bool { return g.srv.Pool().Warm(g.srv.defaultTarget()) >= n })
 }
 
 func TestPoolHitDeliversUpstreamsOwnSessionCreated(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, withPool(2, nil))
+	poolSchemes(t, testPoolHitDeliversUpstreamsOwnSessionCreated)
+}
+
+func testPoolHitDeliversUpstreamsOwnSessionCreated(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	g := startPoolGateway(t, mock, 2, nil)
 	waitWarm(t, g, 2)
 	var warmIDs []string
 	for _, r := range mock.Records() {
@@ -80,9 +120,11 @@ func TestPoolHitDeliversUpstreamsOwnSessionCreated(t *testing.T) {
 	waitWarm(t, g, 2)
 }
 
-func TestPoolMissFallsBackToFreshDial(t *testing.T) {
-	mock := startMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond})
-	g := startGateway(t, mock, withPool(1, nil))
+func TestPoolMissFallsBackToFreshDial(t *testing.T) { poolSchemes(t, testPoolMissFallsBackToFreshDial) }
+
+func testPoolMissFallsBackToFreshDial(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, tls)
+	g := startPoolGateway(t, mock, 1, nil)
 	waitWarm(t, g, 1)
 	a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // the refill is still 300 ms away
@@ -98,36 +140,49 @@ func TestPoolMissFallsBackToFreshDial(t *testing.T) {
 }
 
 func TestPoolDiscardsSocketsThatMisbehave(t *testing.T) {
+	// Each upstream dial takes this long, so that refills do not race the
+	// connect below.
+	const refillGap = 300 * time.Millisecond
 	cases := []struct {
 		name string
 		mock mockai.Config
 	}{
-		{"closed by the upstream", mockai.Config{CloseAfterFrames: 1}},
-		{"dropped by the upstream", mockai.Config{DropAfterFrames: 1}},
-		{"unexpected frame", mockai.Config{MalformedAfterFrames: 1}},
+		{"closed by the upstream", mockai.Config{CloseAfterFrames: 1, UpgradeDelay: refillGap}},
+		{"dropped by the upstream", mockai.Config{DropAfterFrames: 1, UpgradeDelay: refillGap}},
+		{"unexpected frame", mockai.Config{MalformedAfterFrames: 1, UpgradeDelay: refillGap}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			mock := startMock(t, tc.mock)
-			g := startGateway(t, mock, withPool(2, nil))
-			// Each warm socket gets session.created, then misbehaves and
-			// is dropped; wait for some of that to happen.
-			waitFor(t, "warm dials", func() bool { return metricSum(t, g, "rtgate_pool_dials_total") >= 2 })
-			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-			if e := read(t, c); e.typ() != "session.created" {
-				t.Fatalf("got %v", e.typ())
-			}
-			_ = c.Close()
-			if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits != 0 {
-				t.Fatalf("a misbehaving socket was handed out (%v hits)", hits)
-			}
+			poolSchemes(t, func(t *testing.T, tls bool) {
+				mock := startPoolMock(t, tc.mock, tls)
+				g := startPoolGateway(t, mock, 2, nil)
+				// Each warm socket gets session.created, then misbehaves and
+				// is dropped. Connect once the first two were seen and
+				// dropped: their replacements are refillGap away. (Sooner,
+				// a socket can be taken in the instant between its
+				// session.created and netpoll reporting the hang-up behind
+				// it; the session's redial of a dead hand-off covers that.)
+				waitFor(t, "warm dials to be discarded", func() bool {
+					return metricSum(t, g, "rtgate_pool_dials_total") >= 2 && metricSum(t, g, "rtgate_pool_warm_sockets") == 0
+				})
+				c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+				if e := read(t, c); e.typ() != "session.created" {
+					t.Fatalf("got %v", e.typ())
+				}
+				_ = c.Close()
+				if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits != 0 {
+					t.Fatalf("a misbehaving socket was handed out (%v hits)", hits)
+				}
+			})
 		})
 	}
 }
 
-func TestPoolReplacesExpiredSockets(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, withPool(2, func(c *Config) { c.Pool.MaxIdle = 300 * time.Millisecond }))
+func TestPoolReplacesExpiredSockets(t *testing.T) { poolSchemes(t, testPoolReplacesExpiredSockets) }
+
+func testPoolReplacesExpiredSockets(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	g := startPoolGateway(t, mock, 2, func(c *Config) { c.Pool.MaxIdle = 300 * time.Millisecond })
 	waitWarm(t, g, 2)
 	waitFor(t, "replacement dials", func() bool { return len(mock.Records()) >= 6 })
 	waitWarm(t, g, 2)
@@ -136,9 +191,11 @@ func TestPoolReplacesExpiredSockets(t *testing.T) {
 	}
 }
 
-func TestPoolBacksOffAFailingKey(t *testing.T) {
-	mock := startMock(t, mockai.Config{Key: "sk-not-the-gateways", RejectStatus: 401})
-	g := startGateway(t, mock, withPool(4, nil))
+func TestPoolBacksOffAFailingKey(t *testing.T) { poolSchemes(t, testPoolBacksOffAFailingKey) }
+
+func testPoolBacksOffAFailingKey(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{Key: "sk-not-the-gateways", RejectStatus: 401}, tls)
+	g := startPoolGateway(t, mock, 4, nil)
 	time.Sleep(3 * time.Second)
 	// Without backoff this would be thousands. With it: the first round of
 	// 4, then one probe after 0.5 s, 1 s, 2 s (the last lands at 3.5 s).
@@ -159,9 +216,11 @@ func TestPoolBacksOffAFailingKey(t *testing.T) {
 	}
 }
 
-func TestPoolOffDialsNothingAhead(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, withPool(0, nil))
+func TestPoolOffDialsNothingAhead(t *testing.T) { poolSchemes(t, testPoolOffDialsNothingAhead) }
+
+func testPoolOffDialsNothingAhead(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	g := startPoolGateway(t, mock, 0, nil)
 	if g.srv.Pool() != nil {
 		t.Fatal("REALTIME_POOL_SIZE=0 created a pool")
 	}
@@ -178,16 +237,22 @@ func TestPoolOffDialsNothingAhead(t *testing.T) {
 }
 
 func TestPoolClosesWarmSocketsOnShutdown(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, withPool(3, nil))
+	poolSchemes(t, testPoolClosesWarmSocketsOnShutdown)
+}
+
+func testPoolClosesWarmSocketsOnShutdown(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	g := startPoolGateway(t, mock, 3, nil)
 	waitWarm(t, g, 3)
 	g.srv.Pool().Close()
 	waitFor(t, "warm sockets to close", func() bool { return mock.Stats().Active == 0 })
 }
 
-func TestAdminMetricsEndpoint(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, withPool(1, nil))
+func TestAdminMetricsEndpoint(t *testing.T) { poolSchemes(t, testAdminMetricsEndpoint) }
+
+func testAdminMetricsEndpoint(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	g := startPoolGateway(t, mock, 1, nil)
 	waitWarm(t, g, 1)
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
@@ -202,6 +267,86 @@ func TestAdminMetricsEndpoint(t *testing.T) {
 	}
 	if contains(body, testUpstreamKey) || contains(body, testMasterKey) {
 		t.Fatal("/metrics shows a key")
+	}
+}
+
+// A call_id connect (a sideband to a live WebRTC or SIP call) and a
+// transcription socket are never pooled: each client connect makes exactly
+// one upstream dial, and the pool dials nothing extra for them.
+func TestPoolNeverPoolsSidebandOrTranscription(t *testing.T) {
+	poolSchemes(t, testPoolNeverPoolsSidebandOrTranscription)
+}
+
+func testPoolNeverPoolsSidebandOrTranscription(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	g := startPoolGateway(t, mock, 2, func(c *Config) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 2, 64 })
+	waitWarm(t, g, 2)
+	queries := []string{"call_id=rtc_123", "intent=transcription", "model=gpt-realtime&call_id=rtc_456"}
+	for range 3 { // repeated connects would have made an auto pool grow
+		for _, q := range queries {
+			c := g.dial(t, q, bearer(testMasterKey))
+			if e := read(t, c); e.typ() != "session.created" {
+				t.Fatalf("%s: first event %v", q, e.typ())
+			}
+			_ = c.Close()
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // what the pool would dial behind them would be here by now
+	// Each record's query, keyed by what makes it unpoolable.
+	seen := map[string]int{}
+	for _, r := range mock.Records() {
+		q, err := url.ParseQuery(r.Query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case q.Has("call_id"):
+			seen["call_id="+q.Get("call_id")]++
+		case q.Has("intent"):
+			seen["intent="+q.Get("intent")]++
+		}
+	}
+	want := map[string]int{"call_id=rtc_123": 3, "call_id=rtc_456": 3, "intent=transcription": 3}
+	if !maps.Equal(seen, want) {
+		t.Fatalf("mockai saw %v connects, want exactly one per client connect %v", seen, want)
+	}
+	if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits != 0 {
+		t.Fatalf("%v pool hits for connects that must not be pooled", hits)
+	}
+}
+
+// Idle warm sockets are pinged; their pongs are consumed by the pool and
+// never reach a client, however close behind a ping the client comes.
+func TestPoolPongsNeverReachClients(t *testing.T) { poolSchemes(t, testPoolPongsNeverReachClients) }
+
+func testPoolPongsNeverReachClients(t *testing.T, tls bool) {
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	g := startPoolGateway(t, mock, 4, func(c *Config) {
+		c.Pool.PingInterval = 20 * time.Millisecond
+		c.Pool.PongTimeout = 2 * time.Second
+	})
+	waitWarm(t, g, 4)
+	waitFor(t, "pings to be answered", func() bool { return metricSum(t, g, "rtgate_pool_pongs_total") >= 20 })
+	for i := range 8 {
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		c.SetPongHandler(func(string) error {
+			t.Errorf("client %d received a pong it never asked for", i)
+			return nil
+		})
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("first event %v", e.typ())
+		}
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "x"}})
+		if e := read(t, c); e.typ() != "session.updated" {
+			t.Fatalf("got %v, want session.updated", e.typ())
+		}
+		_ = c.Close()
+	}
+	if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits == 0 {
+		t.Fatal("no connect was served from the pool")
+	}
+	if missed := metricSum(t, g, "rtgate_pool_missed_pongs_total"); missed != 0 {
+		t.Fatalf("%v healthy warm sockets retired for a missed pong", missed)
 	}
 }
 

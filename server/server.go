@@ -5,8 +5,11 @@
 // A client connection moves through three phases, all driven by netpoll's
 // OnRequest for that connection, so no goroutine waits on a client:
 //
-//	tls  (TLS listeners only) the TLS handshake, run blocking in the first
-//	     OnRequest, which holds that pool goroutine for the handshake only;
+//	tls  (TLS listeners only) OnRequest collects the ClientHello; a goroutine
+//	     runs the handshake once it is whole (tlsaccept.go), at most
+//	     MAX_HANDSHAKES at once, each bounded by the handshake timeout;
+//	     every connection counts against MAX_CONNECTIONS from accept
+//	     (accept.go);
 //	http the request head is collected (bounded in size and time), checked,
 //	     and answered with a JSON refusal or a 101;
 //	relay the poller.Session forwards frames; the upstream is dialed in a
@@ -56,6 +59,8 @@ type Server struct {
 
 	pool    *upstream.Pool // nil when the pool is off
 	metrics *metrics
+	front   frontDoor // admission at accept (accept.go)
+	budget  budget    // the global bound on bytes held for slow peers (watchdog.go)
 	limiter *keyLimiter
 
 	sessionsOpen atomic.Int64
@@ -111,6 +116,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.routes.Store(routes)
 	s.metrics = newMetrics()
+	s.front.init(s.metrics.reg)
+	s.budget.init(cfg, s.metrics.reg)
 	if cfg.UsageLog != "" {
 		ul, err := openUsageLog(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
@@ -244,22 +251,36 @@ const (
 
 // clientConn is the gateway's state for one accepted connection.
 type clientConn struct {
-	srv   *Server
-	conn  netpoll.Connection
-	ep    *poller.Endpoint
-	phase int
-	head  *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
-	sess  *poller.Session
+	srv      *Server
+	conn     netpoll.Connection
+	ep       *poller.Endpoint
+	phase    int
+	head     *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
+	sess     *poller.Session            // set under mu: onClose reads it from another goroutine
+	accepted time.Time
+
+	// TLS listeners only (tlsaccept.go): the handshake's connection, whether
+	// its goroutine started, and the lock that keeps OnRequest and the
+	// goroutine's hand-off from reading at the same time.
+	hs        *handshakeConn
+	hsStarted bool
+	readMu    sync.Mutex
 
 	mu    sync.Mutex
 	timer *time.Timer // handshake deadline; nil once upgraded
-
+	left  bool        // the handshake count was given back (Server.leave)
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
-	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP}
+	if !s.accept() {
+		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
+		return context.Background()
+	}
+	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	if s.tlsConfig != nil {
 		c.phase = phaseTLS
+		nb := poller.NewNBConn(conn)
+		c.hs = newHandshakeConn(nb)
 	} else {
 		c.ep = poller.NewPlainEndpoint(conn)
 	}
@@ -268,10 +289,16 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	return context.WithValue(context.Background(), ctxKey{}, c)
 }
 
+// onRequest never blocks: during the TLS handshake it only moves bytes to
+// the handshake goroutine (tlsaccept.go).
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
 	if c == nil {
 		return conn.Close()
+	}
+	if c.hs != nil {
+		c.readMu.Lock()
+		defer c.readMu.Unlock()
 	}
 	switch c.phase {
 	case phaseRelay:
@@ -282,27 +309,9 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 		_ = r.Skip(r.Len())
 		return r.Release()
 	case phaseTLS:
-		if err := c.tlsHandshake(); err != nil {
-			s.log.Debug("client TLS handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
-			return conn.Close()
-		}
-		c.phase = phaseHTTP
+		return c.collectTLS()
 	}
 	return c.readHead()
-}
-
-// tlsHandshake runs the server side of TLS, blocking this OnRequest
-// goroutine until it is done or the handshake deadline closes the socket.
-func (c *clientConn) tlsHandshake() error {
-	nb := poller.NewNBConn(c.conn)
-	_ = c.conn.SetReadTimeout(c.srv.cfg.HandshakeTimeout)
-	tc := tls.Server(nb, c.srv.tlsConfig)
-	if err := tc.HandshakeContext(c.srv.ctx); err != nil {
-		return err
-	}
-	_ = c.conn.SetReadTimeout(0)
-	c.ep = poller.NewTLSEndpoint(nb, tc)
-	return nil
 }
 
 // readHead collects the request head and acts on it once complete.
@@ -317,6 +326,10 @@ func (c *clientConn) readHead() error {
 	})
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return c.conn.Close()
+	}
+	if c.hs == nil && tlsRecordStart(c.head.B) {
+		c.refuseTLS() // a wss:// client on the plain listener: answer now, not at the timeout
+		return nil
 	}
 	end := headEnd(c.head.B)
 	if end < 0 {
@@ -344,20 +357,42 @@ func (c *clientConn) refuse(e *httpError) {
 }
 
 // stopTimer ends the handshake deadline and lets the timer go: a long-lived
-// session should not carry it.
+// session should not carry it. The connection's handshake is over, so it
+// also gives back its handshake count.
 func (c *clientConn) stopTimer() {
 	c.mu.Lock()
 	if c.timer != nil {
 		c.timer.Stop()
 		c.timer = nil
 	}
+	left := c.left
+	c.left = true
+	c.mu.Unlock()
+	if !left {
+		c.srv.leave()
+	}
+}
+
+// startRelay makes the connection a session's client side. Under mu, so
+// that onClose, which may run on another goroutine (the TLS handshake's
+// hand-off runs outside netpoll's handler), sees either no session or this
+// one; a client gone before this sees its 101 fail.
+func (c *clientConn) startRelay(sess *poller.Session) {
+	c.mu.Lock()
+	c.sess, c.phase = sess, phaseRelay
 	c.mu.Unlock()
 }
 
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()
-	if c.sess != nil {
-		c.sess.ClientGone()
+	if c.hs != nil {
+		c.hs.shut()
+	}
+	c.mu.Lock()
+	sess := c.sess
+	c.mu.Unlock()
+	if sess != nil {
+		sess.ClientGone()
 	}
 	return nil
 }
@@ -434,7 +469,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	info := &sessionInfo{key: key, group: group, start: time.Now()}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
 	sess.InspectUpstream(&setupWatch{sessionInfo: info, srv: s})
-	c.sess, c.phase = sess, phaseRelay
+	c.startRelay(sess)
 	s.sessMu.Lock()
 	s.sessions[sess] = info
 	s.sessMu.Unlock()

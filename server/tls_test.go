@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,8 +11,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -279,4 +283,158 @@ func pollFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// clientHelloBytes is a real ClientHello as crypto/tls sends it (one TLS
+// record), captured from a client whose connection fails after its first
+// write.
+func clientHelloBytes(t testing.TB) []byte {
+	t.Helper()
+	cc := &captureConn{}
+	_ = tls.Client(cc, &tls.Config{ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}).Handshake()
+	if len(cc.written) < 100 || cc.written[0] != 22 {
+		t.Fatalf("captured %d bytes, want a ClientHello record", len(cc.written))
+	}
+	return cc.written
+}
+
+// captureConn records what is written to it; reads fail.
+type captureConn struct {
+	net.Conn // nil: only the methods below are used
+	written  []byte
+}
+
+func (c *captureConn) Write(p []byte) (int, error) {
+	c.written = append(c.written, p...)
+	return len(p), nil
+}
+func (c *captureConn) Read([]byte) (int, error) { return 0, io.EOF }
+func (c *captureConn) Close() error             { return nil }
+
+// A client that dials wss:// at the plain listener is answered at once, not
+// after the handshake timeout, and in a way its TLS library reports clearly.
+func TestPlainListenerAnswersTLSClientAtOnce(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.HandshakeTimeout = 60 * time.Second })
+
+	raw, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(5 * time.Second)) // far below the handshake timeout
+	tc := tls.Client(raw, &tls.Config{ServerName: "127.0.0.1"})
+	err = tc.Handshake()
+	if err == nil || isTimeout(err) {
+		t.Fatalf("TLS handshake against the plain listener: %v, want an answer at once", err)
+	}
+	if !strings.Contains(err.Error(), "does not look like a TLS handshake") {
+		t.Errorf("Go's TLS client reports %q; want its plain-HTTP-answer message", err)
+	}
+
+	// What the gateway sent, as a person with a packet capture would see it.
+	raw2, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw2.Close()
+	_ = raw2.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := raw2.Write(clientHelloBytes(t)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(raw2)
+	if err != nil && !connEnded(err) {
+		t.Fatalf("reading the answer: %v (got %q)", err, got)
+	}
+	if !strings.HasPrefix(string(got), "HTTP/1.1 400 ") || !strings.Contains(string(got), "tls_not_served") ||
+		!strings.Contains(string(got), "ws://") {
+		t.Fatalf("answer %q, want a 400 saying the port serves plain ws://", got)
+	}
+	waitFor(t, "the refused connections to be forgotten", func() bool { return g.srv.Handshaking() == 0 })
+}
+
+// The reverse mistake: ws:// (plain HTTP) at the TLS listener gets a
+// readable 400 at once.
+func TestTLSListenerAnswersPlainHTTPAtOnce(t *testing.T) {
+	cert := newListenerCert(t)
+	mock := startMock(t, mockai.Config{AudioDeltaBytes: tlsAudioDeltaBytes})
+	g := startGateway(t, mock, func(c *Config) {
+		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
+		c.HandshakeTimeout = 60 * time.Second
+	})
+	_, resp, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+	if err == nil || resp == nil {
+		t.Fatalf("ws:// against the TLS listener: %v, want an HTTP answer", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "wss://") {
+		t.Fatalf("got %d %s, want 400 saying to use wss://", resp.StatusCode, body)
+	}
+	// And the listener still speaks TLS.
+	runTLSSession(t, g.dialTLS(t, cert.roots))
+}
+
+// holdingConn passes its first write through and holds later ones until
+// release, so that a TLS 1.3 client's Finished and the request behind it
+// leave in one TCP segment.
+type holdingConn struct {
+	net.Conn
+	writes int
+	held   []byte
+}
+
+func (c *holdingConn) Write(p []byte) (int, error) {
+	c.writes++
+	if c.writes == 1 {
+		return c.Conn.Write(p)
+	}
+	c.held = append(c.held, p...)
+	return len(p), nil
+}
+
+func (c *holdingConn) release() error {
+	_, err := c.Conn.Write(c.held)
+	c.held = nil
+	return err
+}
+
+// The client's Finished and its upgrade request in one segment: the
+// handshake goroutine reads the Finished, and the request is already in the
+// gateway by the time it hands over; no read event will come for it, so the
+// hand-off must read it.
+func TestTLSRequestBehindFinishedInOneSegment(t *testing.T) {
+	cert := newListenerCert(t)
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	raw, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
+	hc := &holdingConn{Conn: raw}
+	tc := tls.Client(hc, &tls.Config{RootCAs: cert.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
+	if err := tc.Handshake(); err != nil { // TLS 1.3: done once the Finished is written (held)
+		t.Fatal(err)
+	}
+	req := requestHead("GET /v1/realtime?model=gpt-realtime HTTP/1.1", append(upgradeHeaders, "Authorization: Bearer "+testMasterKey)...)
+	if _, err := tc.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.release(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatalf("no answer to a request that came with the Finished: %v", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("got HTTP %d, want 101", resp.StatusCode)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

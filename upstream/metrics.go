@@ -8,6 +8,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type PoolMetrics struct {
 	Warm       *prometheus.GaugeVec
 	Target     *prometheus.GaugeVec
+	Inflight   *prometheus.GaugeVec
 	Hits       *prometheus.CounterVec
 	Misses     *prometheus.CounterVec
 	DeadOnTake *prometheus.CounterVec
@@ -15,6 +16,10 @@ type PoolMetrics struct {
 	Backoff    *prometheus.GaugeVec
 	WarmAge    *prometheus.HistogramVec
 	Refill     *prometheus.HistogramVec
+	// Pings and MissedPongs are the liveness checks of idle warm sockets.
+	Pings       *prometheus.CounterVec
+	Pongs       *prometheus.CounterVec
+	MissedPongs *prometheus.CounterVec
 }
 
 // NewPoolMetrics creates the metrics and registers them with reg.
@@ -25,6 +30,8 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 			Help: "Upstream sockets held warm (past session.created)."}, labels),
 		Target: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_target_sockets",
 			Help: "Warm sockets the pool aims to hold (fixed, or adaptive with REALTIME_POOL_SIZE=auto)."}, labels),
+		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_inflight_limit",
+			Help: "Concurrent warm-up dials the key may run now: twice connect rate × refill time (Little's law), within [64, REALTIME_POOL_MAX_INFLIGHT]."}, labels),
 		Hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_hits_total",
 			Help: "Client connects served from a warm socket."}, labels),
 		Misses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_misses_total",
@@ -41,7 +48,14 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 		Refill: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_refill_seconds",
 			Help:    "Time from dial start to session.created for a warm socket.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"model"}),
+		Pings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_pings_total",
+			Help: "WebSocket pings sent to idle warm sockets to check they are alive."}, labels),
+		Pongs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_pongs_total",
+			Help: "Pongs that answered those pings in time (consumed by the pool, never relayed)."}, labels),
+		MissedPongs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_missed_pongs_total",
+			Help: "Idle warm sockets retired (and replaced) because they did not answer a ping in time."}, labels),
 	}
-	reg.MustRegister(m.Warm, m.Target, m.Hits, m.Misses, m.DeadOnTake, m.Dials, m.Backoff, m.WarmAge, m.Refill)
+	reg.MustRegister(m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Dials, m.Backoff, m.WarmAge, m.Refill,
+		m.Pings, m.Pongs, m.MissedPongs)
 	return m
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -42,8 +41,21 @@ type PoolConfig struct {
 	MaxIdle time.Duration
 	// MaxTotal caps warm and warming sockets across all keys.
 	MaxTotal int
-	// MaxInflight caps concurrent dials per key.
+	// MaxInflight is the ceiling on concurrent warm-up dials per key. The
+	// working number is sized from demand (see inflightLimit); this only
+	// bounds it. 0 means 1024.
 	MaxInflight int
+	// PingInterval is how long a ready socket may sit idle before the pool
+	// checks it with a WebSocket ping; 0 means 5 s, negative turns the
+	// checks off. See liveness.go.
+	PingInterval time.Duration
+	// PongTimeout is how long a pinged socket has to answer before it is
+	// retired and replaced; 0 means 2 s.
+	PongTimeout time.Duration
+	// Clock drives sizing, backoff, expiry and the liveness checks; nil is
+	// the wall clock. Tests inject a manual one. Dial and handshake timeouts
+	// always run on the wall clock: they wait on a real network.
+	Clock Clock
 	// Spare, if set, reports how many more sockets the process may open
 	// for the pool (the gateway subtracts its sessions' sockets from the
 	// open-file limit), so that warm sockets never take the descriptors
@@ -53,6 +65,21 @@ type PoolConfig struct {
 
 // Enabled reports whether the pool dials anything ahead.
 func (c PoolConfig) Enabled() bool { return c.Auto || c.Size > 0 }
+
+// Clock is the pool's source of time and timers.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface{ Stop() bool }
+
+// wallClock is the real clock.
+type wallClock struct{}
+
+func (wallClock) Now() time.Time                            { return time.Now() }
+func (wallClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Backoff bounds for a key whose dials fail.
 const (
@@ -71,21 +98,24 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex
-	keys   map[string]*keyPool
-	total  int // warm plus warming sockets, all keys
-	closed bool
+	clock Clock
 
-	skew atomic.Int64 // added to the sizing clock; tests move time forward with it
+	mu      sync.Mutex
+	keys    map[string]*keyPool
+	total   int // warm plus warming sockets, all keys
+	closed  bool
+	live    wheel // liveness checks of ready sockets
+	janitor Timer // the next janitor turn
+	swept   time.Time
 }
 
-// now is the sizing clock.
-func (p *Pool) now() time.Time { return time.Now().Add(time.Duration(p.skew.Load())) }
+// now is the pool's clock.
+func (p *Pool) now() time.Time { return p.clock.Now() }
 
 // NewPool returns a pool that dials with d. metrics may be nil.
 func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) *Pool {
 	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = 64
+		cfg.MaxInflight = defaultMaxInflight
 	}
 	if cfg.MaxTotal <= 0 {
 		cfg.MaxTotal = 2048
@@ -93,10 +123,23 @@ func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) 
 	if cfg.Max < cfg.Min {
 		cfg.Max = cfg.Min
 	}
-	p := &Pool{dialer: d, cfg: cfg, log: log, metrics: metrics, keys: map[string]*keyPool{}}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = defaultPingInterval
+	}
+	if cfg.PongTimeout <= 0 {
+		cfg.PongTimeout = defaultPongTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
+	p := &Pool{dialer: d, cfg: cfg, log: log, metrics: metrics, keys: map[string]*keyPool{}, clock: cfg.Clock}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.live.init(janitorTick(cfg), p.now())
 	if cfg.Enabled() {
-		go p.janitor()
+		p.mu.Lock()
+		p.swept = p.now()
+		p.janitor = p.clock.AfterFunc(p.live.tick, p.janitorTurn)
+		p.mu.Unlock()
 	}
 	return p
 }
@@ -120,14 +163,15 @@ type keyPool struct {
 	// backoff after failed dials
 	backoff    time.Duration
 	retryAt    time.Time
-	retryTimer *time.Timer
+	retryTimer Timer
 
-	// adaptive sizing
+	// demand and sizing (sizing.go)
 	windows     [numWindows]int // connects per window, a ring; windows[cur] is open
 	cur         int
-	windowStart time.Time // of the open window
-	handshake   float64   // seconds from dial to session.created, smoothed
-	size        int       // the current target
+	windowStart time.Time     // of the open window
+	refillTime  time.Duration // from dial start to session.created, smoothed; 0 until measured
+	size        int           // the current target
+	inflight    int           // the current limit on concurrent dials
 }
 
 // Key identifies interchangeable upstream sockets: everything that shapes
@@ -155,9 +199,10 @@ func Key(t Target) string {
 
 // Take hands out a warm socket for t, making owner its owner in the same
 // step, or returns nil on a miss. Either way the key's pool is refilled
-// behind it. model labels the key in metrics.
+// behind it. model labels the key in metrics. A target that is not Poolable
+// is always a miss and creates nothing.
 func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle, []byte) {
-	if !p.cfg.Enabled() {
+	if !p.cfg.Enabled() || !Poolable(t) {
 		return nil, nil
 	}
 	k := Key(t)
@@ -176,9 +221,20 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 	kp.lastTake = now
 	var got *warmConn
 	dead := 0
-	for len(kp.warm) > 0 && got == nil {
-		w := kp.warm[0]
-		kp.warm = kp.warm[1:]
+	for i := 0; i < len(kp.warm) && got == nil; {
+		w := kp.warm[i]
+		if w.awaitingPong() {
+			// Its pong is still on the way and must not reach a client:
+			// leave it for the read path, try the next one.
+			i++
+			continue
+		}
+		if i == 0 {
+			kp.warm[0] = nil
+			kp.warm = kp.warm[1:] // the usual case, without moving the rest
+		} else {
+			kp.warm = slices.Delete(kp.warm, i, i+1)
+		}
 		p.total--
 		if w.take(owner) {
 			got = w
@@ -195,7 +251,7 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(warm))
 		if got != nil {
 			m.Hits.WithLabelValues(kp.model, kp.id).Inc()
-			m.WarmAge.WithLabelValues(kp.model).Observe(time.Since(got.born).Seconds())
+			m.WarmAge.WithLabelValues(kp.model).Observe(now.Sub(got.born).Seconds())
 		} else {
 			m.Misses.WithLabelValues(kp.model, kp.id).Inc()
 		}
@@ -207,12 +263,33 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 	return got.h, got.held
 }
 
+// Poolable reports whether sockets for t may be dialed ahead and shared.
+// A call_id connect is a sideband to one live WebRTC or SIP call: a socket
+// dialed ahead would attach a stranger to that call, so it is never pooled.
+// Neither is intent=transcription, whose first event is not known to be
+// session.created (the pool holds exactly that frame and nothing else).
+func Poolable(t Target) bool {
+	q := t.URL.Query()
+	return !q.Has("call_id") && q.Get("intent") != "transcription"
+}
+
 // Warm returns the number of ready sockets for t, for tests and the admin page.
 func (p *Pool) Warm(t Target) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if kp := p.keys[Key(t)]; kp != nil {
 		return len(kp.warm)
+	}
+	return 0
+}
+
+// Dialing returns the number of warm-up dials in flight for t, for tests and
+// the admin page.
+func (p *Pool) Dialing(t Target) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if kp := p.keys[Key(t)]; kp != nil {
+		return kp.warming
 	}
 	return 0
 }
@@ -231,14 +308,14 @@ func (p *Pool) Target(t Target) int {
 // Prime creates t's pool and starts filling it without taking a socket, so
 // that the first client connects can already hit.
 func (p *Pool) Prime(t Target, model string) {
-	if !p.cfg.Enabled() {
+	if !p.cfg.Enabled() || !Poolable(t) {
 		return
 	}
 	k := Key(t)
 	p.mu.Lock()
 	kp := p.keys[k]
 	if kp == nil && !p.closed {
-		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: time.Now()}
+		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: p.now()}
 		p.keys[k] = kp
 	}
 	if kp != nil {
@@ -254,6 +331,9 @@ func (p *Pool) Prime(t Target, model string) {
 		m.Hits.WithLabelValues(kp.model, kp.id)
 		m.Misses.WithLabelValues(kp.model, kp.id)
 		m.DeadOnTake.WithLabelValues(kp.model, kp.id)
+		m.Pings.WithLabelValues(kp.model, kp.id)
+		m.Pongs.WithLabelValues(kp.model, kp.id)
+		m.MissedPongs.WithLabelValues(kp.model, kp.id)
 	}
 	p.refill(kp)
 }
@@ -263,6 +343,9 @@ func (p *Pool) Prime(t Target, model string) {
 func (p *Pool) Close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.janitor != nil {
+		p.janitor.Stop()
+	}
 	var all []*warmConn
 	for _, kp := range p.keys {
 		all = append(all, kp.warm...)
@@ -298,7 +381,7 @@ func (p *Pool) forgetIdleKeys(now time.Time) {
 	p.mu.Unlock()
 	if m := p.metrics; m != nil {
 		for _, kp := range gone {
-			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Hits, m.Misses, m.DeadOnTake, m.Backoff} {
+			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Backoff, m.Pings, m.Pongs, m.MissedPongs} {
 				v.DeleteLabelValues(kp.model, kp.id)
 			}
 			m.Dials.DeleteLabelValues(kp.model, kp.id, "ok")
@@ -307,22 +390,39 @@ func (p *Pool) forgetIdleKeys(now time.Time) {
 	}
 }
 
-// janitor forgets idle keys until the pool closes.
-func (p *Pool) janitor() {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-t.C:
-			p.forgetIdleKeys(p.now())
-		}
+// janitorTurn runs every janitor tick on the pool's clock until the pool
+// closes: it moves the liveness wheel, and every janitorSweep forgets idle
+// keys. One timer for the whole pool, never one per socket.
+func (p *Pool) janitorTurn() {
+	now := p.now()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
 	}
+	sweep := now.Sub(p.swept) >= janitorSweep
+	if sweep {
+		p.swept = now
+	}
+	p.mu.Unlock()
+
+	p.checkLiveness(now)
+	if sweep {
+		p.forgetIdleKeys(now)
+	}
+
+	p.mu.Lock()
+	if !p.closed {
+		p.janitor = p.clock.AfterFunc(p.live.tick, p.janitorTurn)
+	}
+	p.mu.Unlock()
 }
 
+// janitorSweep is how often idle keys are looked for.
+const janitorSweep = 5 * time.Second
+
 // refill starts the dials that bring kp up to its target, within the
-// per-key and global caps, unless the key is backing off.
+// in-flight limit and the global caps, unless the key is backing off.
 func (p *Pool) refill(kp *keyPool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -333,7 +433,7 @@ func (p *Pool) refill(kp *keyPool) {
 	p.updateSizeLocked(kp, now)
 	if now.Before(kp.retryAt) {
 		if kp.retryTimer == nil {
-			kp.retryTimer = time.AfterFunc(kp.retryAt.Sub(now), func() {
+			kp.retryTimer = p.clock.AfterFunc(kp.retryAt.Sub(now), func() {
 				p.mu.Lock()
 				kp.retryTimer = nil
 				p.mu.Unlock()
@@ -343,7 +443,7 @@ func (p *Pool) refill(kp *keyPool) {
 		return
 	}
 	want := kp.size - len(kp.warm) - kp.warming
-	want = min(want, p.cfg.MaxInflight-kp.warming, p.cfg.MaxTotal-p.total)
+	want = min(want, kp.inflight-kp.warming, p.cfg.MaxTotal-p.total)
 	if p.cfg.Spare != nil {
 		want = min(want, p.cfg.Spare()-p.total)
 	}
@@ -362,27 +462,26 @@ func (p *Pool) refill(kp *keyPool) {
 // lives for the dial and handshake only.
 func (p *Pool) warmOne(kp *keyPool) {
 	defer p.wg.Done()
-	start := time.Now()
+	start := time.Now() // the dial runs on the wall clock, whatever the pool's clock
 	w, err := p.dialWarm(kp)
 	took := time.Since(start)
 
 	p.mu.Lock()
+	now := p.now()
 	kp.warming--
 	ok := err == nil && !p.closed
 	if ok {
 		kp.warm = append(kp.warm, w)
 		kp.backoff, kp.retryAt = 0, time.Time{}
-		if kp.handshake == 0 {
-			kp.handshake = took.Seconds()
-		} else {
-			kp.handshake += 0.2 * (took.Seconds() - kp.handshake)
-		}
-		w.expiry = time.AfterFunc(p.idleFor(), func() { p.expire(kp, w) })
+		kp.noteRefill(took)
+		w.born = now
+		w.expiry = p.clock.AfterFunc(p.idleFor(), func() { p.expire(kp, w) })
+		p.watchLocked(w, now)
 	} else {
 		p.total--
-		if !p.closed && time.Now().After(kp.retryAt) {
-			kp.backoff = max(backoffMin, min(2*kp.backoff, backoffMax))
-			kp.retryAt = time.Now().Add(kp.backoff)
+		if !p.closed && !now.Before(kp.retryAt) {
+			kp.backoff = nextBackoff(kp.backoff)
+			kp.retryAt = now.Add(kp.backoff)
 		}
 	}
 	warm, backoff := len(kp.warm), kp.backoff
@@ -411,13 +510,23 @@ func (p *Pool) warmOne(kp *keyPool) {
 	p.refill(kp)
 }
 
+// nextBackoff doubles a failing key's backoff within [backoffMin, backoffMax].
+func nextBackoff(cur time.Duration) time.Duration {
+	return max(backoffMin, min(2*cur, backoffMax))
+}
+
 // dialWarm dials and waits until the socket holds session.created.
 func (p *Pool) dialWarm(kp *keyPool) (*warmConn, error) {
 	c, err := p.dialer.Dial(p.ctx, kp.target)
 	if err != nil {
 		return nil, err
 	}
-	w := &warmConn{h: poller.NewHandle(c.Endpoint), pool: p, kp: kp, ready: make(chan struct{}), born: time.Now()}
+	w := &warmConn{h: poller.NewHandle(c.Endpoint), pool: p, kp: kp, ready: make(chan struct{})}
+	// The preface goes in before any read can append to it, then one read
+	// by hand (crypto/tls may already hold session.created decrypted: 101
+	// and session.created as two records in one segment, and netpoll never
+	// announces bytes it does not hold itself), all before a read event
+	// can run (warmconn.go's start).
 	w.start(c.Preface)
 	wait := p.dialer.Timeout
 	if wait <= 0 {

@@ -1,15 +1,20 @@
 package upstream
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/frames"
 	"rtgate/mockai"
@@ -34,21 +39,90 @@ func target(t testing.TB, m *mockai.Server, key string) Target {
 	return Target{URL: u, Header: http.Header{"Authorization": {"Bearer " + key}}}
 }
 
-func newTestPool(t testing.TB, cfg PoolConfig) *Pool {
-	t.Helper()
-	p := NewPool(&Dialer{Timeout: 5 * time.Second, WriteTimeout: 5 * time.Second}, cfg,
-		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	t.Cleanup(p.Close)
-	return p
+// schemes are the upstreams every pool test runs against: plain ws:// and
+// wss:// (mockai -tls), as production upstreams are.
+var schemes = []struct {
+	name string
+	tls  bool
+}{{"ws", false}, {"wss", true}}
+
+// eachScheme runs test once per scheme.
+func eachScheme(t *testing.T, test func(t *testing.T, tls bool)) {
+	for _, sc := range schemes {
+		t.Run(sc.name, func(t *testing.T) { test(t, sc.tls) })
+	}
 }
 
-func startMock(t testing.TB, cfg mockai.Config) *mockai.Server {
+// testPool is a Pool with its metrics on a registry of its own.
+type testPool struct {
+	*Pool
+	reg *prometheus.Registry
+}
+
+// newTestPool returns a pool dialing m (trusting its certificate when it
+// serves TLS), closed when the test ends.
+func newTestPool(t testing.TB, m *mockai.Server, cfg PoolConfig) *testPool {
 	t.Helper()
+	d := &Dialer{Timeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
+	if pem := m.CertPEM(); len(pem) > 0 {
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			t.Fatal("mockai's certificate is not valid PEM")
+		}
+		d.TLSConfig = &tls.Config{RootCAs: roots}
+	}
+	reg := prometheus.NewRegistry()
+	p := NewPool(d, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NewPoolMetrics(reg))
+	t.Cleanup(p.Close)
+	return &testPool{Pool: p, reg: reg}
+}
+
+// metric sums every series of the named family (0 if there is none), and
+// counts the series.
+func (p *testPool) metric(t testing.TB, name string) (sum float64, series int) {
+	t.Helper()
+	fams, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			series++
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			}
+		}
+	}
+	return sum, series
+}
+
+func (p *testPool) sum(t testing.TB, name string) float64 {
+	t.Helper()
+	v, _ := p.metric(t, name)
+	return v
+}
+
+// startMock starts mockai, serving wss:// when tls is set.
+func startMock(t testing.TB, cfg mockai.Config, tls bool) *mockai.Server {
+	t.Helper()
+	// Over TLS, the 101 and session.created come as two records in one
+	// TCP segment, as from Go's own TLS server or any busy upstream: the
+	// case where session.created waits decrypted inside crypto/tls.
+	cfg.TLS, cfg.OneSegment = tls, tls
 	m, err := mockai.Start(cfg, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
+	if tls != strings.HasPrefix(m.BaseURL(), "wss://") {
+		t.Fatalf("mockai base %q with TLS %v", m.BaseURL(), tls)
+	}
 	return m
 }
 
@@ -82,9 +156,11 @@ func heldSessionID(t testing.TB, held []byte) string {
 	return ev.Session.ID
 }
 
-func TestPoolNeverReusesAcrossKeys(t *testing.T) {
-	m := startMock(t, mockai.Config{}) // accepts any key, records each
-	p := newTestPool(t, PoolConfig{Size: 2})
+func TestPoolNeverReusesAcrossKeys(t *testing.T) { eachScheme(t, testPoolNeverReusesAcrossKeys) }
+
+func testPoolNeverReusesAcrossKeys(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{}, tls) // accepts any key, records each
+	p := newTestPool(t, m, PoolConfig{Size: 2})
 	ta, tb := target(t, m, "sk-team-a"), target(t, m, "sk-team-b")
 	if Key(ta) == Key(tb) {
 		t.Fatal("targets differing only in key share a pool key")
@@ -124,9 +200,11 @@ func TestPoolNeverReusesAcrossKeys(t *testing.T) {
 	}
 }
 
-func TestPoolDialsNothingWhenOff(t *testing.T) {
-	m := startMock(t, mockai.Config{})
-	p := newTestPool(t, PoolConfig{Size: 0})
+func TestPoolDialsNothingWhenOff(t *testing.T) { eachScheme(t, testPoolDialsNothingWhenOff) }
+
+func testPoolDialsNothingWhenOff(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{}, tls)
+	p := newTestPool(t, m, PoolConfig{Size: 0})
 	ta := target(t, m, "k")
 	p.Prime(ta, "m")
 	if h, _ := p.Take(ta, "m", &sink{}); h != nil {
@@ -138,74 +216,84 @@ func TestPoolDialsNothingWhenOff(t *testing.T) {
 	}
 }
 
-// TestAdaptiveSizeFollowsLoad drives a steady connect rate at an upstream
-// with a 50 ms handshake and checks that the auto-sized pool serves nearly
-// every connect in the last part of the run, then shrinks to its minimum.
-func TestAdaptiveSizeFollowsLoad(t *testing.T) {
-	m := startMock(t, mockai.Config{UpgradeDelay: 40 * time.Millisecond, SessionDelay: 10 * time.Millisecond})
-	p := newTestPool(t, PoolConfig{Auto: true, Min: 1, Max: 64, MaxIdle: 30 * time.Second})
-	ta := target(t, m, "k")
-	p.Prime(ta, "m")
+// TestPoolBackoffSchedule checks the exact instants at which a failing key
+// is dialed, on a manual clock: the first round, then one probe after
+// 0.5 s, 1 s, 2 s, ... doubling up to 30 s.
+func TestPoolBackoffSchedule(t *testing.T) { eachScheme(t, testPoolBackoffSchedule) }
 
-	const rate = 100 // connects per second
-	const run = 4 * time.Second
-	tick := time.NewTicker(time.Second / rate)
-	defer tick.Stop()
-	start := time.Now()
-	var lateHits, lateTotal int
-	for now := range tick.C {
-		if now.Sub(start) > run {
-			break
-		}
-		s := &sink{}
-		h, _ := p.Take(ta, "m", s)
-		if h != nil {
-			s.h = h
-			h.Endpoint().Close()
-		}
-		if now.Sub(start) > run-time.Second {
-			lateTotal++
-			if h != nil {
-				lateHits++
+func testPoolBackoffSchedule(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{StatusCode: 500}, tls)
+	clk := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Size: 3, PingInterval: -1, Clock: clk})
+	ta := target(t, m, "k")
+	start := clk.Now()
+
+	var dialedAt []time.Duration // on the pool's clock
+	var backoffs []float64       // the gauge after each round failed
+	settle := func() {
+		// The clock stands still while the dials run on the network.
+		if n := p.Dialing(ta); n > 0 {
+			for range n {
+				dialedAt = append(dialedAt, clk.Now().Sub(start))
 			}
+			waitFor(t, "the dials to fail", func() bool { return p.Dialing(ta) == 0 })
+			backoffs = append(backoffs, p.sum(t, "rtgate_pool_backoff_seconds"))
 		}
 	}
-	hitRate := float64(lateHits) / float64(lateTotal)
-	t.Logf("last second: %d/%d hits (%.1f%%), target %d", lateHits, lateTotal, 100*hitRate, p.Target(ta))
-	if hitRate < 0.95 {
-		t.Fatalf("hit rate %.1f%% in the last second of a steady load, want at least 95%%", 100*hitRate)
+	p.Prime(ta, "m")
+	settle()
+	for clk.Now().Sub(start) < 95*time.Second {
+		clk.Advance(10 * time.Millisecond)
+		settle()
 	}
-	if got := p.Target(ta); got <= 1 {
-		t.Fatalf("under load the target stayed at %d", got)
-	}
-	// The busiest window is remembered for 10 s after the load stops.
-	deadline := time.Now().Add(15 * time.Second)
-	for p.Target(ta) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("15 s after the load stopped the target is %d, want the minimum 1", p.Target(ta))
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return out
+	}
+	wantAt := ms(0, 0, 0, 500, 1500, 3500, 7500, 15500, 31500, 61500, 91500)
+	if !slices.Equal(dialedAt, wantAt) {
+		t.Fatalf("dials at %v, want %v", dialedAt, wantAt)
+	}
+	wantBackoff := []float64{0.5, 1, 2, 4, 8, 16, 30, 30, 30}
+	if !slices.Equal(backoffs, wantBackoff) {
+		t.Fatalf("backoff gauge after each round %v, want %v", backoffs, wantBackoff)
+	}
+	if n := len(m.Records()); n != len(wantAt) {
+		t.Fatalf("mockai saw %d dials, want %d", n, len(wantAt))
 	}
 }
 
-func TestPoolBackoffSchedule(t *testing.T) {
-	m := startMock(t, mockai.Config{StatusCode: 500})
-	p := newTestPool(t, PoolConfig{Size: 3})
-	ta := target(t, m, "k")
-	p.Prime(ta, "m")
-	time.Sleep(2 * time.Second)
-	// First round: 3 dials; then one probe after 0.5 s and after 1 s more.
-	if n := len(m.Records()); n < 3 || n > 6 {
-		t.Fatalf("%d dials in 2 s against an upstream answering 500", n)
+// A key that recovers resets its backoff and fills at once.
+func TestPoolBackoffResetsOnSuccess(t *testing.T) { eachScheme(t, testPoolBackoffResetsOnSuccess) }
+
+func testPoolBackoffResetsOnSuccess(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{Key: "sk-right", RejectStatus: 401}, tls)
+	clk := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Size: 3, PingInterval: -1, Clock: clk})
+	bad, good := target(t, m, "sk-wrong"), target(t, m, "sk-right")
+	p.Prime(bad, "m")
+	waitFor(t, "the first round to fail", func() bool {
+		return p.Dialing(bad) == 0 && p.sum(t, "rtgate_pool_backoff_seconds") == 0.5
+	})
+	p.Prime(good, "m") // a key of its own: never held back by the other's backoff
+	waitFor(t, "the good key to fill", func() bool { return p.Warm(good) == 3 })
+	if got := p.sum(t, "rtgate_pool_backoff_seconds"); got != 0.5 {
+		t.Fatalf("backoff gauges sum to %v, want only the failing key's 0.5", got)
 	}
 }
 
 // A client's unusual query makes a key of its own: it gets warm sockets
 // while it is used, and none (and no bookkeeping) once it is not, while the
 // configured upstream keeps its floor.
-func TestPoolForgetsOneOffKeys(t *testing.T) {
-	m := startMock(t, mockai.Config{})
-	p := newTestPool(t, PoolConfig{Size: 1, MaxIdle: 200 * time.Millisecond})
+func TestPoolForgetsOneOffKeys(t *testing.T) { eachScheme(t, testPoolForgetsOneOffKeys) }
+
+func testPoolForgetsOneOffKeys(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{}, tls)
+	clk := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Size: 1, MaxIdle: 200 * time.Millisecond, PingInterval: -1, Clock: clk})
 	primed, oneOff := target(t, m, "k"), target(t, m, "k")
 	q := oneOff.URL.Query()
 	q.Set("junk", "1")
@@ -214,22 +302,131 @@ func TestPoolForgetsOneOffKeys(t *testing.T) {
 	if h, _ := p.Take(oneOff, "m", &sink{}); h != nil {
 		t.Fatal("a never-seen key had a warm socket")
 	}
-	waitFor(t, "the one-off key to warm", func() bool { return p.Warm(oneOff) == 1 })
+	waitFor(t, "both keys to warm", func() bool { return p.Warm(oneOff) == 1 && p.Warm(primed) == 1 })
+	if _, n := p.metric(t, "rtgate_pool_target_sockets"); n != 2 {
+		t.Fatalf("%d keys have a target series, want 2", n)
+	}
 
-	p.skew.Store(int64(time.Minute)) // a minute without a connect to it
+	clk.Advance(time.Minute) // a minute without a connect to it
 	if got := p.Target(oneOff); got != 0 {
 		t.Fatalf("an idle one-off key still targets %d sockets", got)
 	}
 	if got := p.Target(primed); got != 1 {
 		t.Fatalf("the configured key's target fell to %d", got)
 	}
-	waitFor(t, "the one-off key's socket to expire", func() bool { return p.Warm(oneOff) == 0 })
-	p.forgetIdleKeys(p.now())
-	p.mu.Lock()
-	n := len(p.keys)
-	p.mu.Unlock()
-	if n != 1 {
-		t.Fatalf("%d keys kept, want only the configured one", n)
-	}
+	// Its socket expires and the janitor forgets it, metric series and all;
+	// expiries redial on the network, so let the clock run in steps.
+	waitFor(t, "the one-off key to be forgotten", func() bool {
+		clk.Advance(time.Second)
+		_, n := p.metric(t, "rtgate_pool_target_sockets")
+		return p.Warm(oneOff) == 0 && n == 1
+	})
 	waitFor(t, "the configured key to stay warm", func() bool { return p.Warm(primed) == 1 })
+}
+
+// A call_id connect attaches to one live call, and a transcription socket's
+// first event is not known to be session.created: neither is pooled, and
+// neither makes the pool dial anything.
+func TestPoolNeverPoolsCallsOrTranscription(t *testing.T) {
+	eachScheme(t, testPoolNeverPoolsCallsOrTranscription)
+}
+
+func testPoolNeverPoolsCallsOrTranscription(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{}, tls)
+	p := newTestPool(t, m, PoolConfig{Auto: true, Min: 2, Max: 64})
+	for _, query := range []string{"call_id=rtc_123", "intent=transcription", "model=gpt-realtime&call_id=rtc_9"} {
+		tg := target(t, m, "k")
+		tg.URL.RawQuery = query
+		if Poolable(tg) {
+			t.Fatalf("%s is poolable", query)
+		}
+		p.Prime(tg, "m")
+		for range 20 {
+			if h, _ := p.Take(tg, "m", &sink{}); h != nil {
+				t.Fatalf("%s: a warm socket was handed out", query)
+			}
+		}
+		if n := p.Dialing(tg) + p.Warm(tg); n != 0 {
+			t.Fatalf("%s: the pool holds or dials %d sockets", query, n)
+		}
+	}
+	// What Take and Prime started would have reached mockai by now.
+	time.Sleep(300 * time.Millisecond)
+	if n := len(m.Records()); n != 0 {
+		t.Fatalf("mockai saw %d connects for targets that must not be pooled", n)
+	}
+	if _, n := p.metric(t, "rtgate_pool_target_sockets"); n != 0 {
+		t.Fatalf("%d keys were created for targets that must not be pooled", n)
+	}
+	// A plain target still is.
+	plain := target(t, m, "k")
+	if !Poolable(plain) {
+		t.Fatal("a plain model target is not poolable")
+	}
+	p.Prime(plain, "m")
+	waitFor(t, "the plain target to warm", func() bool { return p.Warm(plain) == 2 })
+}
+
+// MaxInflight is a ceiling on concurrent dials, whatever the sizing wants.
+func TestPoolInflightCeiling(t *testing.T) { eachScheme(t, testPoolInflightCeiling) }
+
+func testPoolInflightCeiling(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, tls)
+	p := newTestPool(t, m, PoolConfig{Size: 40, MaxInflight: 5, PingInterval: -1})
+	ta := target(t, m, "k")
+	p.Prime(ta, "m")
+	if n := p.Dialing(ta); n != 5 {
+		t.Fatalf("%d dials in flight, want the ceiling of 5", n)
+	}
+	if got := p.sum(t, "rtgate_pool_inflight_limit"); got != 5 {
+		t.Fatalf("in-flight limit gauge %v, want 5", got)
+	}
+	waitFor(t, "the first dials to land", func() bool { return p.Warm(ta) >= 5 })
+	if n := p.Dialing(ta); n > 5 {
+		t.Fatalf("%d dials in flight, above the ceiling of 5", n)
+	}
+}
+
+// TestAdaptiveTargetFollowsDemand: a burst of connects raises an auto key's
+// target and in-flight limit as sizing.go's table says, and 10 s later
+// (on the pool's clock) both fall back.
+func TestAdaptiveTargetFollowsDemand(t *testing.T) { eachScheme(t, testAdaptiveTargetFollowsDemand) }
+
+func testAdaptiveTargetFollowsDemand(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{}, tls)
+	clk := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Auto: true, Min: 1, Max: 256, MaxIdle: time.Hour, PingInterval: -1, Clock: clk})
+	ta := target(t, m, "k")
+	p.Prime(ta, "m")
+	waitFor(t, "the floor to warm", func() bool { return p.Warm(ta) == 1 })
+	hits := 0
+	for range 40 { // 40 connects in one window; loopback refills are far under 250 ms
+		s := &sink{}
+		if h, _ := p.Take(ta, "m", s); h != nil {
+			hits++
+			s.h = h
+			h.Endpoint().Close()
+		}
+	}
+	if hits < 1 {
+		t.Fatal("the warm socket was not handed out")
+	}
+	// 1 + 2 × 40 × max(1, refill / 250 ms): at least 81, more if refills
+	// are slow on a loaded machine (the exact arithmetic is TestTargetSize's).
+	target := p.Target(ta)
+	if target < 81 {
+		t.Fatalf("target after a burst of 40: %d, want at least 81", target)
+	}
+	if got := p.sum(t, "rtgate_pool_inflight_limit"); got < minInflight {
+		t.Fatalf("in-flight limit %v, below the minimum %d", got, minInflight)
+	}
+	waitFor(t, "the pool to grow", func() bool { return p.Warm(ta) >= 81 })
+	clk.Advance(9 * time.Second)
+	if got := p.Target(ta); got < 81 {
+		t.Fatalf("9 s after the burst the target is %d, want at least 81", got)
+	}
+	clk.Advance(time.Second + rateWindow)
+	if got := p.Target(ta); got != 1 {
+		t.Fatalf("10 s after the burst the target is %d, want the minimum 1", got)
+	}
 }

@@ -6,6 +6,13 @@ import (
 	"time"
 )
 
+// Sizing: how many warm sockets a key holds (its target) and how many dials
+// may run for it at once (its in-flight limit). Both come from two
+// measurements per key, kept here: the demand (connects per rateWindow, the
+// busiest window of the last burstMemory) and the refill time (dial start to
+// session.created, smoothed). The arithmetic itself is in the pure functions
+// targetSize and inflightLimit, so that it can be tested as a table.
+
 // Adaptive sizing measures demand in windows of rateWindow and sizes by the
 // busiest window of the last burstMemory.
 const (
@@ -14,10 +21,107 @@ const (
 	numWindows  = int(burstMemory / rateWindow)
 )
 
+const (
+	// assumedRefill stands in for the refill time until one is measured: a
+	// typical remote handshake.
+	assumedRefill = 200 * time.Millisecond
+	// minInflight is the in-flight limit with no demand seen: enough to
+	// fill a fresh pool in a few handshakes without a burst of hundreds
+	// of dials at start-up.
+	minInflight = 64
+	// defaultMaxInflight is the ceiling on a key's in-flight limit.
+	defaultMaxInflight = 1024
+	// headroom multiplies Little's law for both the target and the
+	// in-flight limit: a burst can straddle two windows, and refills lag
+	// when dials queue for CPU.
+	headroom = 2
+)
+
+// demand is what a key's sizing depends on.
+type demand struct {
+	// burst is the most connects seen in one rateWindow within burstMemory.
+	burst int
+	// refill is the smoothed time from dial start to session.created; 0
+	// when none was measured yet.
+	refill time.Duration
+	// primed keys (configured upstreams) keep their floor; idle is true
+	// for an unprimed key nobody connected to for idleKeyAfter.
+	primed, idle bool
+}
+
+// rate is the peak connect rate, per second.
+func (d demand) rate() float64 { return float64(d.burst) / rateWindow.Seconds() }
+
+// refillOrAssumed is the measured refill time, or assumedRefill.
+func (d demand) refillOrAssumed() time.Duration {
+	if d.refill <= 0 {
+		return assumedRefill
+	}
+	return d.refill
+}
+
+// targetSize is a key's target number of warm sockets:
+//
+//	fixed:  Size
+//	auto:   Min + ceil(2 × B × max(1, refill / 250 ms)), clamped to [Min, Max]
+//
+// where B is the most connects seen in one 250 ms window in the last 10 s
+// and refill the smoothed time from dial to session.created. Sockets taken
+// in a burst are replaced within one refill, so the pool must hold a whole
+// burst when refills are short, and a refill's worth of connects at the
+// burst's rate when they are long (Little's law); the 2x covers a burst
+// that straddles two windows, and refills that lag. Sizing by the recent
+// peak rather than the mean is what serves real traffic, whose calls start
+// and end in waves: a wave's sockets must be back before the next wave, not
+// on average. The target rises within one window of a new peak and falls
+// back to Min 10 s after the last busy window. An unprimed key (a client's
+// unusual query) has no floor, and targets nothing once idle.
+func targetSize(cfg PoolConfig, d demand) int {
+	if !d.primed && d.idle {
+		return 0
+	}
+	if !cfg.Auto {
+		return cfg.Size
+	}
+	floor := cfg.Min
+	if !d.primed {
+		floor = 0
+	}
+	perRefill := max(1, d.refillOrAssumed().Seconds()/rateWindow.Seconds())
+	n := floor + int(math.Ceil(headroom*float64(d.burst)*perRefill))
+	return max(floor, min(n, max(cfg.Max, floor)))
+}
+
+// inflightLimit is how many dials may run for a key at once. By Little's
+// law a pool that is to keep up with connects arriving at rate λ, each
+// replaced after the refill time W, has λ × W dials in flight on average;
+// the limit is twice that (the same headroom as the target), at least
+// minInflight so a fresh or quiet key still fills quickly, and at most the
+// configured ceiling. A fixed limit below λ × W is what made the pool fall
+// behind at high connect rates: it cannot refill as fast as it is taken
+// from, however large its target.
+func inflightLimit(cfg PoolConfig, d demand) int {
+	ceiling := cfg.MaxInflight
+	if ceiling <= 0 {
+		ceiling = defaultMaxInflight
+	}
+	little := int(math.Ceil(headroom * d.rate() * d.refillOrAssumed().Seconds()))
+	return min(max(little, minInflight), ceiling)
+}
+
 // noteTake counts a connect toward the demand estimate.
 func (kp *keyPool) noteTake(now time.Time) {
 	kp.roll(now)
 	kp.windows[kp.cur]++
+}
+
+// noteRefill folds one successful dial's time into the smoothed refill time.
+func (kp *keyPool) noteRefill(took time.Duration) {
+	if kp.refillTime == 0 {
+		kp.refillTime = took
+		return
+	}
+	kp.refillTime += (took - kp.refillTime) / 5
 }
 
 // roll moves the open window up to now, emptying the windows it passes over.
@@ -33,46 +137,26 @@ func (kp *keyPool) roll(now time.Time) {
 	kp.windowStart = kp.windowStart.Add(time.Duration(n) * rateWindow)
 }
 
-// burst is the most connects seen in one window within burstMemory.
-func (kp *keyPool) burst() int {
-	return slices.Max(kp.windows[:])
+// demandLocked is kp's demand as of now. Callers hold Pool.mu.
+func (p *Pool) demandLocked(kp *keyPool, now time.Time) demand {
+	kp.roll(now)
+	return demand{
+		burst:  slices.Max(kp.windows[:]),
+		refill: kp.refillTime,
+		primed: kp.primed,
+		idle:   now.Sub(kp.lastTake) > p.idleKeyAfter(),
+	}
 }
 
-// updateSizeLocked recomputes an auto-sized key's target:
-//
-//	target = Min + ceil(2 × B × max(1, handshake / 250 ms)), clamped to [Min, Max]
-//
-// where B is the most connects seen in one 250 ms window in the last 10 s
-// and handshake the smoothed time from dial to session.created. Sockets
-// taken in a burst are replaced within one handshake, so the pool must hold
-// a whole burst when handshakes are short, and a handshake's worth of
-// connects at the burst's rate when they are long (Little's law); the 2x
-// covers a burst that straddles two windows, and refills that lag. Sizing by the recent peak rather than the mean is what
-// serves real traffic, whose calls start and end in waves: a wave's sockets
-// must be back before the next wave, not on average. The target rises
-// within one window of a new peak and falls back to Min 10 s after the last
-// busy window.
+// updateSizeLocked recomputes kp's target and in-flight limit. Callers hold
+// Pool.mu.
 func (p *Pool) updateSizeLocked(kp *keyPool, now time.Time) {
-	kp.roll(now)
-	floor := p.cfg.Min
-	if !kp.primed {
-		floor = 0
-	}
-	switch {
-	case !kp.primed && now.Sub(kp.lastTake) > p.idleKeyAfter():
-		kp.size = 0 // an unusual query nobody has repeated lately
-	case !p.cfg.Auto:
-		kp.size = p.cfg.Size
-	default:
-		hs := kp.handshake
-		if hs == 0 {
-			hs = 0.2 // no measurement yet: assume a typical remote handshake
-		}
-		n := floor + int(math.Ceil(2*float64(kp.burst())*max(1, hs/rateWindow.Seconds())))
-		kp.size = max(floor, min(n, p.cfg.Max))
-	}
+	d := p.demandLocked(kp, now)
+	kp.size = targetSize(p.cfg, d)
+	kp.inflight = inflightLimit(p.cfg, d)
 	if m := p.metrics; m != nil {
 		m.Target.WithLabelValues(kp.model, kp.id).Set(float64(kp.size))
+		m.Inflight.WithLabelValues(kp.model, kp.id).Set(float64(kp.inflight))
 	}
 }
 

@@ -45,7 +45,7 @@ type warmConn struct {
 	pool   *Pool
 	kp     *keyPool
 	born   time.Time
-	expiry *time.Timer // guarded by Pool.mu
+	expiry Timer // guarded by Pool.mu
 
 	mu    sync.Mutex
 	state int
@@ -53,6 +53,7 @@ type warmConn struct {
 	held  []byte        // the session.created frame, verbatim
 	ready chan struct{} // closed when it leaves warmWaiting
 	stop  *time.Timer   // bounds warmRetiring
+	live  liveState     // pings while ready (liveness.go)
 }
 
 // start hands the socket to the reactor with the pool as its owner. The
@@ -86,24 +87,20 @@ func (w *warmConn) UpstreamReadable() {
 		_ = ep.Read(func(src frames.Source) error { return src.Skip(src.Len()) })
 		return
 	}
-	// Ready or dead: nothing may arrive before a client exists. Drop the
-	// bytes (they must be consumed) and the socket. (A read with nothing to
-	// read is the hand-over's drain or a read event for a hang-up.)
-	var got []byte
-	_ = ep.Read(func(src frames.Source) error {
-		p, err := src.Next(src.Len())
-		got = append(got, p...)
-		return err
-	})
-	if state == warmReady && w.unexpected(got) {
-		w.fail(errUnexpectedFrame)
+	// Ready: only the pong to a liveness ping may arrive (liveness.go);
+	// anything else and the socket is no good to hand out. (A read with
+	// nothing to read, such as a read event for a hang-up, is fine.)
+	if state == warmReady {
+		if !w.readIdle() {
+			w.fail(errUnexpectedFrame)
+		}
+		return
 	}
+	// Dead (or taken, which a read through the pool cannot be now that the
+	// Handle changes owners under its read lock): the bytes must still be
+	// consumed.
+	_ = ep.Read(func(src frames.Source) error { return src.Skip(src.Len()) })
 }
-
-// unexpected reports whether bytes a ready socket received mean it is no
-// good to hand out. Anything at all does today; a liveness check that pings
-// idle warm sockets answers its pongs here.
-func (w *warmConn) unexpected(b []byte) bool { return len(b) > 0 }
 
 // accept adds bytes read while waiting for session.created.
 func (w *warmConn) accept(b []byte) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,5 +144,37 @@ func TestSampleJSON(t *testing.T) {
 	want := `{"start_ms":1.5,"dial_ms":2,"session_ms":0.5,"first_audio_ms":null,"total_ms":null,"ok":false,"failure":"timeout_first_audio","detail":"i/o timeout"}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
+	}
+}
+
+func TestForEach(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	inFlight, most := 0, 0
+	ForEach(context.Background(), 50, 4, func(i int) {
+		mu.Lock()
+		seen[i]++
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	})
+	if len(seen) != 50 || most > 4 || most < 2 {
+		t.Errorf("ran %d indexes, at most %d at once; want 50, 2 to 4", len(seen), most)
+	}
+	for i, n := range seen {
+		if n != 1 || i < 0 || i >= 50 {
+			t.Errorf("index %d ran %d times", i, n)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	ForEach(ctx, 10, 2, func(int) { calls++ })
+	if calls != 0 {
+		t.Errorf("cancelled: %d calls", calls)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"rtgate/bench/proc"
 )
 
 // Options configure a comparison. DefaultOptions is the full size; QuickOptions a
@@ -18,11 +20,16 @@ type Options struct {
 	Mockai, Gateway       string // rtgate binaries (bin/mockai, bin/gateway)
 	Nginx, HAProxy, Caddy string // peer binaries; looked up in PATH when only a name
 	Systems               []string
-	Rounds                int      // each system is measured this many times
-	Pool                  string   // REALTIME_POOL_SIZE for rtgate-pool-on ("auto" or a count)
-	GatewayArgs           []string // extra flags for bin/gateway, such as -buffer-size 512
-	Sessions              int      // N sessions held idle for the memory figure
-	HoldParallel          int      // handshakes in flight while opening them
+	// Upstreams are the ways mockai serves, each measured in full, in this order:
+	// TLS (wss://, as OpenAI does) first, then plain ws://.
+	Upstreams   []proc.Upstream
+	Rounds      int      // each system is measured this many times per upstream
+	Pool        string   // REALTIME_POOL_SIZE for rtgate-pool-on ("auto" or a count)
+	GatewayArgs []string // extra flags for bin/gateway, such as -buffer-size 512
+	// Sessions (plain upstream) and TLSSessions (TLS upstream) are held idle for
+	// the memory figure.
+	Sessions, TLSSessions int
+	HoldParallel          int // handshakes in flight while opening them
 	HoldLimit             time.Duration
 	SourceIPs             []net.IP // the client's source addresses, used in turn
 	LatencyConns          int
@@ -62,14 +69,24 @@ var AllPhases = []string{PhaseMemory, PhaseLatency, PhaseThroughput}
 
 func (o *Options) phase(p string) bool { return slices.Contains(o.Phases, p) }
 
-// DefaultOptions is the full-size comparison: 9,000 held sessions (18,000 sockets in
-// one proxy process, under the 20,000 open-file limit), two rounds.
+// heldSessions is the memory phase's session count for upstream u.
+func (o *Options) heldSessions(u proc.Upstream) int {
+	if u == proc.UpstreamTLS {
+		return o.TLSSessions
+	}
+	return o.Sessions
+}
+
+// DefaultOptions is the full-size comparison: 9,000 held sessions over a plain
+// upstream (18,000 sockets in one proxy process, under the 20,000 open-file limit)
+// and 5,000 over TLS, two rounds, TLS and plain upstream.
 func DefaultOptions() Options {
 	return Options{
 		Mockai: "bin/mockai", Gateway: "bin/gateway",
 		Nginx: "nginx", HAProxy: "haproxy", Caddy: "caddy",
-		Systems: AllSystems, Phases: AllPhases, Rounds: 2, Pool: "auto",
-		Sessions: 9000, HoldParallel: 64, HoldLimit: 3 * time.Minute,
+		Systems: DefaultSystems, Phases: AllPhases, Rounds: 2, Pool: "auto",
+		Upstreams: []proc.Upstream{proc.UpstreamTLS, proc.UpstreamPlain},
+		Sessions:  9000, TLSSessions: 5000, HoldParallel: 64, HoldLimit: 3 * time.Minute,
 		SourceIPs:    LoopbackRange(8),
 		LatencyConns: 50, LatencyRounds: 200, LatencyInterval: 20 * time.Millisecond,
 		ThroughputConns: 50, Window: 8, Warmup: time.Second, Duration: 5 * time.Second,
@@ -83,7 +100,7 @@ func DefaultOptions() Options {
 func QuickOptions() Options {
 	o := DefaultOptions()
 	o.Quick = true
-	o.Sessions = 500
+	o.Sessions, o.TLSSessions = 500, 300
 	o.LatencyRounds = 50
 	o.Warmup, o.Duration = 300*time.Millisecond, time.Second
 	o.Settle = time.Second
@@ -118,6 +135,14 @@ func (o *Options) check(limit int) error {
 	if len(o.Phases) == 0 {
 		errs = append(errs, errors.New("no phases to run"))
 	}
+	if len(o.Upstreams) == 0 {
+		errs = append(errs, errors.New("no upstream to run (want tls, plain or both)"))
+	}
+	for _, u := range o.Upstreams {
+		if _, err := proc.ParseUpstream(string(u)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.Retries < 0 || o.Retries > 10 {
 		errs = append(errs, fmt.Errorf("retries %d: want 0 to 10", o.Retries))
 	}
@@ -125,9 +150,12 @@ func (o *Options) check(limit int) error {
 		errs = append(errs, fmt.Errorf("rounds %d: want 1 to 10", o.Rounds))
 	}
 	// One proxy process holds two sockets per session, plus a margin.
-	if maxN := (limit - fileMargin) / 2; o.Sessions < 1 || o.Sessions > maxN {
-		errs = append(errs, fmt.Errorf("sessions %d: want 1 to %d (two sockets each in one proxy process under the %d open-file limit)",
-			o.Sessions, maxN, limit))
+	maxN := (limit - fileMargin) / 2
+	for name, n := range map[string]int{"sessions": o.Sessions, "TLS sessions": o.TLSSessions} {
+		if n < 1 || n > maxN {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to %d (two sockets each in one proxy process under the %d open-file limit)",
+				name, n, maxN, limit))
+		}
 	}
 	for name, v := range map[string]int{"hold parallelism": o.HoldParallel, "latency connections": o.LatencyConns,
 		"latency rounds": o.LatencyRounds, "throughput connections": o.ThroughputConns, "window": o.Window} {
@@ -176,5 +204,3 @@ func (o *Options) check(limit int) error {
 	}
 	return errors.Join(errs...)
 }
-
-// Results are everything one comparison measured; results.json holds them as they are.

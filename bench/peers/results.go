@@ -1,34 +1,60 @@
 package peers
 
-import "time"
+import (
+	"time"
 
+	"rtgate/bench/proc"
+)
+
+// Results are everything one comparison measured; results.json holds them as they are.
 type Results struct {
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished,omitzero"`
-	Machine  Machine   `json:"machine"`
-	Options  struct {
-		Systems         []string `json:"systems"`
-		Phases          []string `json:"phases"`
-		Rounds          int      `json:"rounds"`
-		Quick           bool     `json:"quick"`
-		Sessions        int      `json:"sessions"`
-		SourceIPs       int      `json:"source_ips"`
-		Pool            string   `json:"pool"`
-		GatewayArgs     []string `json:"gateway_args"`
-		LatencyConns    int      `json:"latency_conns"`
-		LatencyRounds   int      `json:"latency_rounds"`
-		LatencyInterval string   `json:"latency_interval"`
-		ThroughputConns int      `json:"throughput_conns"`
-		Window          int      `json:"window"`
-		Warmup          string   `json:"warmup"`
-		Duration        string   `json:"duration"`
-		FileLimit       int      `json:"file_limit"`
-	} `json:"options"`
-	Runs []Run `json:"runs"`
+	Started  time.Time     `json:"started"`
+	Finished time.Time     `json:"finished,omitzero"`
+	Machine  Machine       `json:"machine"`
+	Options  ResultOptions `json:"options"`
+	Runs     []Run         `json:"runs"`
+}
+
+// ResultOptions are the Options a comparison ran with, as recorded.
+type ResultOptions struct {
+	Systems         []string `json:"systems"`
+	Upstreams       []string `json:"upstreams"`
+	Phases          []string `json:"phases"`
+	Rounds          int      `json:"rounds"`
+	Quick           bool     `json:"quick"`
+	Sessions        int      `json:"sessions"`
+	TLSSessions     int      `json:"tls_sessions"`
+	SourceIPs       int      `json:"source_ips"`
+	Pool            string   `json:"pool"`
+	GatewayArgs     []string `json:"gateway_args"`
+	LatencyConns    int      `json:"latency_conns"`
+	LatencyRounds   int      `json:"latency_rounds"`
+	LatencyInterval string   `json:"latency_interval"`
+	ThroughputConns int      `json:"throughput_conns"`
+	Window          int      `json:"window"`
+	Warmup          string   `json:"warmup"`
+	Duration        string   `json:"duration"`
+	FileLimit       int      `json:"file_limit"`
+}
+
+func resultOptions(o *Options, limit int) ResultOptions {
+	r := ResultOptions{
+		Systems: o.Systems, Phases: o.Phases, Rounds: o.Rounds, Quick: o.Quick,
+		Sessions: o.Sessions, TLSSessions: o.TLSSessions, SourceIPs: len(o.SourceIPs),
+		Pool: o.Pool, GatewayArgs: o.GatewayArgs,
+		LatencyConns: o.LatencyConns, LatencyRounds: o.LatencyRounds, LatencyInterval: o.LatencyInterval.String(),
+		ThroughputConns: o.ThroughputConns, Window: o.Window, Warmup: o.Warmup.String(), Duration: o.Duration.String(),
+		FileLimit: limit,
+	}
+	for _, u := range o.Upstreams {
+		r.Upstreams = append(r.Upstreams, string(u))
+	}
+	return r
 }
 
 // Run is one system measured once.
 type Run struct {
+	Upstream   string       `json:"upstream"` // "tls" (wss://) or "plain" (ws://)
 	Round      int          `json:"round"`
 	System     string       `json:"system"`
 	Error      string       `json:"error,omitempty"`
@@ -42,7 +68,7 @@ type Run struct {
 	QuietWait  float64 `json:"quiet_wait_seconds"`
 	// Mockai is the upstream's counters at the end: frames in and out confirm that
 	// the load went through it.
-	Mockai mockStats `json:"mockai"`
+	Mockai proc.MockStats `json:"mockai"`
 }
 
 // Memory is the held-idle-sessions figure. Proxy fields are zero for direct.
@@ -90,11 +116,12 @@ type Throughput struct {
 	Relayed   int64   `json:"relayed"`
 	PerSecond float64 `json:"relayed_per_second"`
 	// ProxyCPU is user+system seconds of the proxy's processes in the window;
-	// CPUPer100k scales it to 100,000 relayed messages. Zero for direct.
-	ProxyCPU   float64 `json:"proxy_cpu_seconds"`
-	CPUPer100k float64 `json:"proxy_cpu_seconds_per_100k"`
-	MockaiCPU  float64 `json:"mockai_cpu_seconds"`
-	ClientCPU  float64 `json:"client_cpu_seconds"`
+	// CPUPer100kRoundTrips scales it to 100,000 round trips (one frame each way,
+	// so 200,000 relayed frames). Zero for direct.
+	ProxyCPU             float64 `json:"proxy_cpu_seconds"`
+	CPUPer100kRoundTrips float64 `json:"proxy_cpu_seconds_per_100k_round_trips"`
+	MockaiCPU            float64 `json:"mockai_cpu_seconds"`
+	ClientCPU            float64 `json:"client_cpu_seconds"`
 	// OtherCPU is the machine's busy CPU in the window not used by the proxy,
 	// mockai or the load client: other jobs, plus task time not charged to one of them.
 	OtherCPU  float64 `json:"other_cpu_seconds"`

@@ -41,6 +41,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.RejectStatus, "reject-status", 0, "bad key: 0 = upgrade, error event, close 4000; 401 or 403 = that HTTP status")
 	fs.BoolVar(&o.cfg.TLS, "tls", false, "serve wss with a fresh self-signed certificate")
 	fs.StringVar(&o.cfg.CertFile, "cert-out", "", "with -tls: write the certificate (PEM) to this file")
+	fs.BoolVar(&o.cfg.OneSegment, "one-segment", false, "send the 101 and session.created in one socket write (with -tls: two TLS records in one TCP segment)")
 	fs.DurationVar(&o.cfg.UpgradeDelay, "upgrade-delay", 0, "delay before the 101 response")
 	fs.DurationVar(&o.cfg.SessionDelay, "session-delay", 0, "delay after the 101, before session.created")
 	fs.DurationVar(&o.cfg.FirstAudioDelay, "first-audio-delay", 0, "delay after response.create, before the first audio delta")
@@ -55,6 +56,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.StallFor, "stall-for", 0, "fault: drop a stalled connection this long after session.created (0 = never)")
 	fs.BoolVar(&o.cfg.FaultsFromQuery, "faults-from-query", false, "let each connection pick a fault with ?fault=drop|close|malformed|stall|<status>&fault_after=N")
 	fs.BoolVar(&o.cfg.Echo, "echo", false, "after session.created, send every data message back verbatim instead of answering it")
+	fs.DurationVar(&o.cfg.Stream.Interval, "stream", 0, "voice mode: after the client's first message, send an audio delta every interval (e.g. 20ms) and drop what the client sends")
+	fs.IntVar(&o.cfg.Stream.Bytes, "stream-bytes", 0, "with -stream: PCM bytes per delta (0 = 24 kHz for one interval, 960 for 20ms)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return o, err

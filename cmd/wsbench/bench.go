@@ -59,7 +59,7 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	fs.DurationVar(&o.holdFor, "hold-for", 10*time.Second, "with -hold: how long to hold the sessions")
 	fs.BoolVar(&o.audio, "audio", false, "stream 1 s of real-time input audio (20 ms chunks) and commit before response.create")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare [flags]   (see wsbench compare -h)\n\n")
+		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare|soak|peers [flags]   (see wsbench compare -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -179,6 +179,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	sum := res.Summary()
 	fmt.Fprint(stdout, report.RunMarkdown(sum))
+	printFirstFailures(stderr, o.url, res.Samples)
 	if o.jsonPath != "" {
 		doc := struct {
 			Target  string        `json:"target"`
@@ -213,6 +214,7 @@ func runHold(ctx context.Context, client *load.Client, o benchOptions, stdout, s
 		return 1
 	}
 	fmt.Fprint(stdout, report.HoldMarkdown(res))
+	printFirstFailures(stderr, o.url, res.Opening)
 	if o.jsonPath != "" {
 		doc := struct {
 			Target      string         `json:"target"`

@@ -1,71 +1,38 @@
-// Command benchpeers runs the peer comparison of package rtgate/bench/peers: nginx,
-// HAProxy and Caddy as plain ws:// reverse proxies, direct to mockai, and the rtgate
-// gateway with its pool off and on, under the same load. `make bench-peers` runs it;
-// -quick is a small check of the harness. It prints the Markdown table and writes
-// results.json and table.md under -out.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"rtgate/bench/peers"
+	"rtgate/bench/proc"
 )
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-func run(args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "benchpeers:", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	res, dir, err := peers.RunAll(ctx, o)
-	if res != nil && len(res.Runs) > 0 {
-		fmt.Fprintln(stdout, peers.Markdown(res))
-	}
-	if dir != "" {
-		fmt.Fprintln(stderr, "results in", dir)
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "benchpeers:", err)
-		return 1
-	}
-	return 0
-}
-
-func parseFlags(args []string, stderr io.Writer) (peers.Options, error) {
-	fs := flag.NewFlagSet("benchpeers", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "small sizes (500 sessions, short phases) to check the harness; other flags still apply")
+// parsePeersFlags reads `wsbench peers` flags (see package bench/peers).
+func parsePeersFlags(args []string, stderr io.Writer) (peers.Options, error) {
 	d := peers.DefaultOptions()
 	o := d
-	fs.StringVar(&o.Mockai, "mockai", d.Mockai, "mockai binary")
-	fs.StringVar(&o.Gateway, "gateway", d.Gateway, "rtgate gateway binary")
+	fs := harnessFlags("peers", stderr, &o.Mockai, &o.Gateway, &o.OutDir)
+	quick := fs.Bool("quick", false, "small sizes (500 sessions, short phases) to check the harness; other flags still apply")
 	fs.StringVar(&o.Nginx, "nginx", d.Nginx, "nginx binary")
 	fs.StringVar(&o.HAProxy, "haproxy", d.HAProxy, "haproxy binary")
-	fs.StringVar(&o.Caddy, "caddy", d.Caddy, "caddy binary")
-	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems to run, comma-separated")
+	fs.StringVar(&o.Caddy, "caddy", d.Caddy, "caddy binary (a reference row: add it with -systems)")
+	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems to run, comma-separated (known: "+strings.Join(peers.AllSystems, ", ")+")")
 	phases := fs.String("phases", strings.Join(d.Phases, ","), "phases to run, comma-separated")
-	fs.IntVar(&o.Rounds, "rounds", d.Rounds, "times each system is measured")
+	var ups []string
+	for _, u := range d.Upstreams {
+		ups = append(ups, string(u))
+	}
+	upstreams := fs.String("upstream", strings.Join(ups, ","), "how mockai serves, each measured in full: tls (wss://, as OpenAI does), plain (ws://), or both")
+	fs.IntVar(&o.Rounds, "rounds", d.Rounds, "times each system is measured per upstream")
 	fs.StringVar(&o.Pool, "pool", d.Pool, "REALTIME_POOL_SIZE for rtgate-pool-on")
 	gwArgs := fs.String("gateway-args", "", "extra gateway flags, space-separated (e.g. \"-buffer-size 512\")")
-	fs.IntVar(&o.Sessions, "n", d.Sessions, "sessions held idle for the memory figure")
+	fs.IntVar(&o.Sessions, "n", d.Sessions, "sessions held idle for the memory figure, plain upstream")
+	fs.IntVar(&o.TLSSessions, "tls-n", d.TLSSessions, "sessions held idle for the memory figure, TLS upstream")
 	fs.IntVar(&o.HoldParallel, "hold-parallel", d.HoldParallel, "handshakes in flight while opening them")
 	fs.DurationVar(&o.HoldLimit, "hold-limit", d.HoldLimit, "time allowed to open them")
 	sources := fs.Int("source-ips", len(d.SourceIPs), "client source addresses 127.0.0.1..127.0.0.N")
@@ -81,13 +48,9 @@ func parseFlags(args []string, stderr io.Writer) (peers.Options, error) {
 	fs.DurationVar(&o.QuietLimit, "quiet-limit", d.QuietLimit, "longest wait for a quiet machine before measuring anyway")
 	fs.Float64Var(&o.DisturbedCores, "disturbed-cores", d.DisturbedCores, "repeat a timed phase when other jobs used more CPU than this during it (cores)")
 	fs.IntVar(&o.Retries, "retries", d.Retries, "most repeats of a disturbed phase")
-	fs.StringVar(&o.OutDir, "out", d.OutDir, "results directory (a peers-<time> folder is made in it)")
 	verbose := fs.Bool("v", false, "debug logging")
-	if err := fs.Parse(args); err != nil {
+	if err := parseHarness(fs, args); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if *quick {
 		// Quick sizes for whatever was not given explicitly.
@@ -99,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (peers.Options, error) {
 			}
 		}
 		apply("n", func() { o.Sessions = q.Sessions })
+		apply("tls-n", func() { o.TLSSessions = q.TLSSessions })
 		apply("latency-rounds", func() { o.LatencyRounds = q.LatencyRounds })
 		apply("warmup", func() { o.Warmup = q.Warmup })
 		apply("duration", func() { o.Duration = q.Duration })
@@ -106,6 +70,14 @@ func parseFlags(args []string, stderr io.Writer) (peers.Options, error) {
 		o.Quick = true
 	}
 	o.Systems, o.Phases = splitList(*systems), splitList(*phases)
+	o.Upstreams = nil
+	for _, s := range splitList(*upstreams) {
+		u, err := proc.ParseUpstream(s)
+		if err != nil {
+			return o, fmt.Errorf("-upstream: %w", err)
+		}
+		o.Upstreams = append(o.Upstreams, u)
+	}
 	o.GatewayArgs = strings.Fields(*gwArgs)
 	if *sources < 1 || *sources > 254 {
 		return o, fmt.Errorf("-source-ips %d: want 1 to 254", *sources)
@@ -119,13 +91,29 @@ func parseFlags(args []string, stderr io.Writer) (peers.Options, error) {
 	return o, nil
 }
 
-// splitList splits a comma-separated flag value, dropping empty items.
-func splitList(v string) []string {
-	var out []string
-	for s := range strings.SplitSeq(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
+// runPeers runs `wsbench peers`: it prints the Markdown table and writes
+// results.json and table.md under -out. 0 when every run succeeded, 1 when one
+// failed or the comparison could not start, 2 for bad flags.
+func runPeers(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parsePeersFlags(args, stderr)
+	if code, ok := flagExit("peers", err, stderr); !ok {
+		return code
+	}
+	res, dir, err := peers.RunAll(ctx, o)
+	if res != nil && len(res.Runs) > 0 {
+		fmt.Fprintln(stdout, peers.Markdown(res))
+	}
+	if dir != "" {
+		fmt.Fprintln(stderr, "results in", dir)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "wsbench peers:", err)
+		return 1
+	}
+	for _, r := range res.Runs {
+		if r.Error != "" {
+			return 1
 		}
 	}
-	return out
+	return 0
 }

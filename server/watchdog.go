@@ -1,0 +1,162 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"rtgate/poller"
+)
+
+// The watchdog is one goroutine for the whole gateway, not a timer per
+// session: every tick it walks the live sessions and ends those that have
+// been idle too long, have lived too long, or have a side that stopped
+// reading while bytes pile up behind it (netpoll keeps reading the other
+// side, so that pile is the memory a stalled client costs). A stalled
+// session is caught within watchdogTick+stallGrace of passing the limit, so
+// its backlog stays under MaxStalledBytes plus 0.2 s of the other side's
+// sending rate. A walk costs about 50 ns a session: 10k sessions, 5 ms of
+// CPU a second.
+//
+// MaxStalledBytes bounds one session; MaxBufferedBytes bounds them all
+// together, since 10,000 slow mobile clients each under the per-session cap
+// could still hold 40 GB. When the backlogs the walk finds add up to more
+// than the budget, the sessions holding the most are ended first, until the
+// rest fit: the stalled socket is closed under its blocked write (an error
+// event cannot reach a peer that stopped reading) and the other side gets a
+// close frame, the upstream 1001. rtgate_sessions_ended_total{reason=
+// "memory_budget"} counts them.
+const (
+	watchdogTick = 100 * time.Millisecond
+	stallGrace   = 100 * time.Millisecond
+)
+
+// budget is the global bound on bytes held for slow peers.
+type budget struct {
+	max      int64
+	ended    *prometheus.CounterVec // sessions ended by the watchdog, by reason
+	buffered prometheus.Gauge       // backlog bytes found by the last walk
+}
+
+func (b *budget) init(cfg Config, reg prometheus.Registerer) {
+	b.max = cfg.MaxBufferedBytes
+	b.ended = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_sessions_ended_total",
+		Help: "Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget " +
+			"(the backlogs of all stalled sessions over MAX_BUFFERED_BYTES; the largest go first)."},
+		[]string{"reason"})
+	for _, r := range []string{endedStalled, endedBudget} {
+		b.ended.WithLabelValues(r)
+	}
+	b.buffered = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_stalled_buffered_bytes",
+		Help: "Bytes waiting behind writes to peers that stopped reading, summed over sessions at the last watchdog walk."})
+	reg.MustRegister(b.ended, b.buffered)
+}
+
+const (
+	endedStalled = "stalled"
+	endedBudget  = "memory_budget"
+)
+
+func (s *Server) watchdog(ctx context.Context) {
+	t := time.NewTicker(watchdogTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.sweep(now)
+		}
+	}
+}
+
+// backlog is a stalled session and what waits behind it.
+type backlog struct {
+	sess    *poller.Session
+	side    poller.Side
+	waiting int
+}
+
+func (s *Server) sweep(now time.Time) {
+	var stalled []backlog
+	var total int64
+	for _, sess := range s.liveSessions() {
+		if side, waiting, ok := sess.Stalled(now, stallGrace); ok {
+			if waiting > s.cfg.MaxStalledBytes {
+				s.log.Warn("dropping a session whose "+side.String()+" stopped reading",
+					"waiting_bytes", waiting, "limit", s.cfg.MaxStalledBytes)
+				s.budget.ended.WithLabelValues(endedStalled).Inc()
+				go sess.Abort(side, side.String()+" too slow: output backlog over limit")
+				continue
+			}
+			stalled = append(stalled, backlog{sess, side, waiting})
+			total += int64(waiting)
+			continue
+		}
+		if d := s.cfg.MaxSessionDuration; d > 0 && now.Sub(s.sessionStart(sess)) > d {
+			go s.terminate(sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
+				"The session reached the gateway's maximum duration of "+d.String()+".")
+			continue
+		}
+		if d := s.cfg.IdleTimeout; d > 0 && sess.Idle(now) > d {
+			go s.terminate(sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
+				"No frames in either direction for "+d.String()+"; the gateway closed the session.")
+		}
+	}
+	s.budget.buffered.Set(float64(total))
+	s.enforceBudget(stalled, total)
+}
+
+// enforceBudget ends the stalled sessions holding the most bytes until the
+// rest fit in MaxBufferedBytes.
+func (s *Server) enforceBudget(stalled []backlog, total int64) {
+	if s.budget.max <= 0 || total <= s.budget.max {
+		return
+	}
+	slices.SortFunc(stalled, func(a, b backlog) int { return cmp.Compare(b.waiting, a.waiting) })
+	ended := 0
+	for _, b := range stalled {
+		if total <= s.budget.max {
+			break
+		}
+		total -= int64(b.waiting)
+		ended++
+		s.budget.ended.WithLabelValues(endedBudget).Inc()
+		go b.sess.Abort(b.side, b.side.String()+" too slow: gateway memory budget for slow peers exceeded")
+	}
+	s.log.Warn("ended the sessions holding the most unsent bytes: over MAX_BUFFERED_BYTES",
+		"sessions", ended, "limit", s.budget.max, "left_bytes", total)
+}
+
+// liveSessions copies the registry so that the sweep runs without the lock.
+func (s *Server) liveSessions() []*poller.Session {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	out := make([]*poller.Session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		if !sess.Terminating() {
+			out = append(out, sess)
+		}
+	}
+	return out
+}
+
+// defaultMaxBufferedBytes is a quarter of GOMEMLIMIT when one is set, else
+// an eighth of the memory the process may use (the machine's RAM, or the
+// cgroup's limit when lower). What waits for slow peers sits in netpoll's
+// buffers on the Go heap, so GOMEMLIMIT is the figure to divide; the rest of
+// it is for the sessions themselves, TLS state and the collector's headroom.
+// Without GOMEMLIMIT the gateway may share the machine, hence the smaller
+// share. 0 (no limit found) turns the budget off.
+func defaultMaxBufferedBytes() int64 {
+	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 {
+		return lim / 4
+	}
+	return memoryAvailable() / 8
+}
