@@ -13,6 +13,7 @@ require (
 	github.com/prometheus/procfs v0.22.0
 	github.com/valyala/bytebufferpool v1.0.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/sys v0.48.0
 )
 
 require (
@@ -22,6 +23,5 @@ require (
 	github.com/cloudwego/gopkg v0.1.4 // indirect
 	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

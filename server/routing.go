@@ -32,6 +32,9 @@ type sessionInfo struct {
 	group      string
 	deployment *Deployment // nil until an upstream is attached
 	usage      Usage
+	start      time.Time // when the client's upgrade completed
+	poolHit    bool      // the upstream came from the warm pool
+	redial     func()    // dials a fresh upstream after a dead warm one
 }
 
 // Wants picks response.done events out of the upstream's text frames.
@@ -129,7 +132,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *Deployment,
 		h, held := s.pool.Take(t, info.group, o)
 		if h != nil {
 			// before the held frame is forwarded
-			sess.PoolHit = true
+			info.poolHit = true
 			s.attached(info, d)
 		}
 		return h, held
@@ -166,5 +169,5 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		s.log.Warn("upstream dial failed", "deployment", d.Name, "attempt", i+1, "status", status,
 			"after_ms", time.Since(start).Milliseconds(), "err", err)
 	}
-	sess.DialFailed(status)
+	s.dialFailed(sess, status)
 }

@@ -522,13 +522,12 @@ func (p *Pool) dialWarm(kp *keyPool) (*warmConn, error) {
 		return nil, err
 	}
 	w := &warmConn{h: poller.NewHandle(c.Endpoint), pool: p, kp: kp, ready: make(chan struct{})}
-	// The preface goes in before any read can append to it; then one read
-	// by hand, because crypto/tls may already hold session.created
-	// decrypted (101 and session.created as two records in one segment),
-	// and netpoll will never announce bytes it does not hold itself.
-	w.accept(c.Preface)
-	w.h.Start(w)
-	w.UpstreamReadable()
+	// The preface goes in before any read can append to it, then one read
+	// by hand (crypto/tls may already hold session.created decrypted: 101
+	// and session.created as two records in one segment, and netpoll never
+	// announces bytes it does not hold itself), all before a read event
+	// can run (warmconn.go's start).
+	w.start(c.Preface)
 	wait := p.dialer.Timeout
 	if wait <= 0 {
 		wait = 10 * time.Second
