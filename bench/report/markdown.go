@@ -126,3 +126,36 @@ func HoldMarkdown(r *load.HoldResult) string {
 		stats.Millis(r.CPU), float64(r.MemPerSession)/1024)
 	return b.String()
 }
+
+// VoiceMarkdown renders a sustained voice run: sessions, appends sent on time,
+// deltas received, against the schedule.
+func VoiceMarkdown(r *load.VoiceResult) string {
+	var b strings.Builder
+	ratio := func(n, of int64) string {
+		if of == 0 {
+			return "-"
+		}
+		return formatPercent(float64(n) / float64(of))
+	}
+	rows := [][]string{
+		{"sessions opened", fmt.Sprintf("%d of %d", r.Opened, r.Sessions), ""},
+		{"appends sent", fmt.Sprintf("%d of %d", r.Sent, r.SentExpected), ratio(r.Sent, r.SentExpected)},
+		{"late sends (> half an interval)", fmt.Sprint(r.LateSends), ratio(r.LateSends, r.Sent)},
+		{"deltas received", fmt.Sprintf("%d of %d", r.Received, r.RecvExpected), ratio(r.Received, r.RecvExpected)},
+	}
+	b.WriteString(MarkdownTable([]string{"voice", "count", "share"}, "lrr", rows))
+	fmt.Fprintf(&b, "\n%v of audio every %v both ways for %v (opened in %.1f s); worst late send %s\n",
+		r.Interval, r.Interval, r.Window, r.OpenTime.Seconds(), FormatMS(r.MaxLate))
+	if f := failureTable(r.Failures); f != "" {
+		b.WriteString("\n" + f)
+	}
+	if len(r.Lost) > 0 {
+		var lost [][]string
+		for _, class := range load.FailureClasses(r.Lost) {
+			lost = append(lost, []string{class, fmt.Sprint(r.Lost[class])})
+		}
+		b.WriteString("\n" + MarkdownTable([]string{"lost while streaming", "sessions"}, "lr", lost))
+	}
+	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys over the window\n", stats.Millis(r.CPU))
+	return b.String()
+}
