@@ -107,8 +107,10 @@ func DefaultOptions() Options {
 		Upstreams: []proc.Upstream{proc.UpstreamTLS, proc.UpstreamPlain},
 		Sessions:  9000, TLSSessions: 5000, HoldParallel: 64, HoldLimit: 3 * time.Minute,
 		VoiceSessions: 1000, TLSVoiceSessions: 500, VoiceDuration: 10 * time.Second, VoiceInterval: 20 * time.Millisecond,
-		SourceIPs:    LoopbackRange(8),
-		LatencyConns: 50, LatencyRounds: 200, LatencyInterval: 20 * time.Millisecond,
+		SourceIPs: LoopbackRange(8),
+		// One connection's round trips, spaced so none queues behind another: the
+		// relay's own added latency, not a queue's.
+		LatencyConns: 1, LatencyRounds: 2000, LatencyInterval: 2 * time.Millisecond,
 		ThroughputConns: 50, Window: 8, Warmup: time.Second, Duration: 5 * time.Second,
 		Settle: 3 * time.Second, QuietCores: 0.2, QuietLimit: 2 * time.Minute,
 		DisturbedCores: 0.3, Retries: 2, OutDir: "bench/results",
@@ -122,7 +124,7 @@ func QuickOptions() Options {
 	o.Quick = true
 	o.Sessions, o.TLSSessions = 500, 300
 	o.VoiceSessions, o.TLSVoiceSessions, o.VoiceDuration = 100, 50, 3*time.Second
-	o.LatencyRounds = 50
+	o.LatencyRounds = 300
 	o.Warmup, o.Duration = 300*time.Millisecond, time.Second
 	o.Settle = time.Second
 	return o

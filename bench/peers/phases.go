@@ -1,10 +1,12 @@
 package peers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -50,6 +52,12 @@ func measureMemory(ctx context.Context, o *Options, s *system, n int) (*Memory, 
 	if mockIdle, err = s.mock.Usage(); err != nil {
 		return nil, err
 	}
+	var heapIdle int64
+	if s.admin != "" {
+		if heapIdle, err = s.liveHeap(ctx); err != nil {
+			return nil, err
+		}
+	}
 	before, err := s.mock.Stats(ctx)
 	if err != nil {
 		return nil, err
@@ -80,6 +88,14 @@ func measureMemory(ctx context.Context, o *Options, s *system, n int) (*Memory, 
 		}
 		m.ProxyIdleRSS, m.ProxyHeldRSS, m.ProxyProcs = proxyIdle.RSS, proxyHeld.RSS, len(proxyHeld.Procs)
 		m.PerSession = float64(proxyHeld.RSS-proxyIdle.RSS) / float64(m.Held)
+	}
+	if s.admin != "" {
+		heapHeld, err := s.liveHeap(ctx)
+		if err != nil {
+			return nil, err
+		}
+		m.GatewayHeapPerSession = float64(heapHeld-heapIdle) / float64(m.Held)
+		m.GOGC, m.GOMEMLIMIT = cmp.Or(os.Getenv("GOGC"), "default (100)"), cmp.Or(os.Getenv("GOMEMLIMIT"), "default (none)")
 	}
 	if mockHeld, err = s.mock.Usage(); err != nil {
 		return nil, err

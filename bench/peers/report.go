@@ -70,6 +70,13 @@ var metrics = []metric{
 		value: func(r, _ *Run) (float64, bool) {
 			return orZero(r.Memory, func(m *Memory) float64 { return m.PerSession })
 		}},
+	{head: "live heap / idle session", lowerBetter: true, proxyOnly: true, noRatio: true, format: kib,
+		value: func(r, _ *Run) (float64, bool) {
+			if r.Memory == nil || r.Memory.GOGC == "" {
+				return 0, false
+			}
+			return r.Memory.GatewayHeapPerSession, true
+		}},
 	{head: "idle RSS", lowerBetter: true, proxyOnly: true, noRatio: true, format: mib,
 		value: func(r, _ *Run) (float64, bool) {
 			return orZero(r.Memory, func(m *Memory) float64 { return float64(m.ProxyIdleRSS) })
@@ -298,6 +305,13 @@ func Markdown(res *Results) string {
 		"CPU: user+system seconds of the proxy's processes per 100,000 round trips (one frame each way, 200,000 relayed frames). " +
 		"Voice: the proxy's CPU (cores) while the sessions stream audio both ways in real time, per 1,000 sessions; " +
 		"delivered: deltas that arrived in the window of those scheduled (below 100% the machine or the relay fell behind).\n")
+	for _, r := range res.Runs {
+		if r.Memory != nil && r.Memory.GOGC != "" {
+			fmt.Fprintf(&b, "\nLive heap (rtgate only): the gateway's go_memstats_heap_alloc_bytes after a forced collection, "+
+				"held minus idle, per session; GOGC %s, GOMEMLIMIT %s.\n", r.Memory.GOGC, r.Memory.GOMEMLIMIT)
+			break
+		}
+	}
 	if noise := maxOtherCores(res); noise > 0 {
 		fmt.Fprintf(&b, "\nOther load on the machine during the timed phases: at most %.2f cores "+
 			"(busy CPU not used by the proxy, mockai or the client; see other_cpu_seconds in results.json).\n", noise)

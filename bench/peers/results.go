@@ -90,6 +90,12 @@ type Memory struct {
 	ProxyProcs   int   `json:"proxy_processes"`
 	// PerSession is (held - idle) / Held, bytes.
 	PerSession float64 `json:"proxy_bytes_per_session"`
+	// GatewayHeapPerSession is, for rtgate, the growth of its live heap (after a
+	// forced collection) per held session, with the GOGC and GOMEMLIMIT it ran
+	// with (inherited from the harness's environment).
+	GatewayHeapPerSession float64 `json:"gateway_live_heap_bytes_per_session,omitempty"`
+	GOGC                  string  `json:"gogc,omitempty"`
+	GOMEMLIMIT            string  `json:"gomemlimit,omitempty"`
 	// MockaiActive is mockai's open sessions while held (Held, plus any warm pool).
 	MockaiActive     int64   `json:"mockai_active"`
 	MockaiPerSession float64 `json:"mockai_bytes_per_session"`

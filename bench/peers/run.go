@@ -3,9 +3,12 @@ package peers
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,12 +152,12 @@ func withSystem(ctx context.Context, o *Options, up proc.Upstream, sys, dir stri
 	s := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig()}
 	readyOf := mock.Proc
 	if sys != SysDirect {
-		p, url, err := launch(ctx, o, sys, dir, mock, limit)
+		p, url, admin, err := launch(ctx, o, sys, dir, mock, limit)
 		if err != nil {
 			return err
 		}
 		defer p.Stop(10 * time.Second)
-		s.proxy, s.url, s.tls, readyOf = p, url, nil, p
+		s.proxy, s.url, s.tls, s.admin, readyOf = p, url, nil, admin, p
 	}
 	probe, err := s.client(nil, 1024)
 	if err != nil {
@@ -227,6 +230,44 @@ type system struct {
 	proxy *proc.Proc
 	url   string
 	tls   *tls.Config // for direct to a TLS mockai
+	admin string      // the gateway's admin listener ("" for the others)
+}
+
+// liveHeap asks the gateway for a collection (its heap profile handler runs one
+// with gc=1) and reads its live heap from the admin /metrics.
+func (s *system) liveHeap(ctx context.Context) (int64, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			err = fmt.Errorf("gateway admin %s: %s", path, resp.Status)
+		}
+		return resp, err
+	}
+	resp, err := get("/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp, err = get("/metrics"); err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	m, err := harness.ParseMetrics(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := m.Sum("go_memstats_heap_alloc_bytes")
+	if !ok {
+		return 0, errors.New("gateway metrics: no go_memstats_heap_alloc_bytes")
+	}
+	return int64(v), nil
 }
 
 // client makes a load client for the system, on sources, with gorilla buffers of
