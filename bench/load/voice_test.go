@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
 
 // A voice run against mockai's stream mode: every session sends its appends
 // on schedule and receives deltas at the same pace; mockai reads them all.
 func TestVoice(t *testing.T) {
-	srv := startMock(t, mockai.Config{Stream: mockai.StreamConfig{Interval: 20 * time.Millisecond}})
+	srv := benchtest.Mockai(t, mockai.Config{Stream: mockai.StreamConfig{Interval: 20 * time.Millisecond}})
 	c, err := NewClient(Config{URL: srv.BaseURL() + "/realtime?model=gpt-realtime", Timeout: 10 * time.Second, BufferSize: 2048})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestVoiceFailures(t *testing.T) {
 		t.Error("zero duration accepted")
 	}
 	// An upstream that refuses every upgrade: nothing opens, nothing streams.
-	srv := startMock(t, mockai.Config{StatusCode: 429})
+	srv := benchtest.Mockai(t, mockai.Config{StatusCode: 429})
 	c, err := NewClient(Config{URL: srv.BaseURL() + "/realtime?model=gpt-realtime", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestVoiceFailures(t *testing.T) {
 		t.Errorf("result %+v, %v; want 3 x handshake_429 and nothing sent", res, err)
 	}
 	// A session the upstream drops mid-stream is lost, not counted as received.
-	drop := startMock(t, mockai.Config{Stream: mockai.StreamConfig{Interval: 20 * time.Millisecond}, DropAfterFrames: 5})
+	drop := benchtest.Mockai(t, mockai.Config{Stream: mockai.StreamConfig{Interval: 20 * time.Millisecond}, DropAfterFrames: 5})
 	c, err = NewClient(Config{URL: drop.BaseURL() + "/realtime?model=gpt-realtime", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/bench/compare"
 	"rtgate/mockai"
 )
@@ -146,16 +147,6 @@ func TestRunCompareBadInput(t *testing.T) {
 	}
 }
 
-func startMock(t *testing.T, cfg mockai.Config) string {
-	t.Helper()
-	srv, err := mockai.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	return srv.Addr()
-}
-
 // TestRunBench drives the command end to end against in-process mockai.
 func TestRunBench(t *testing.T) {
 	const key = "sk-secret-test-key-42"
@@ -186,7 +177,7 @@ func TestRunBench(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := startMock(t, tc.mock)
+			addr := benchtest.Mockai(t, tc.mock).Addr()
 			jsonPath := filepath.Join(t.TempDir(), "out.json")
 			args := append([]string{"-host", addr, "-insecure", "-key", key, "-json", jsonPath, "-t", "5"}, tc.args...)
 			var stdout, stderr bytes.Buffer
@@ -227,7 +218,7 @@ func TestRunBench(t *testing.T) {
 }
 
 func TestRunBenchVerboseLines(t *testing.T) {
-	addr := startMock(t, mockai.Config{})
+	addr := benchtest.Mockai(t, mockai.Config{}).Addr()
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"-host", addr, "-insecure", "-n", "3", "-c", "1", "-v", "-quiet"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
