@@ -51,7 +51,7 @@ func TestParsePeersFlags(t *testing.T) {
 		{name: "unknown flag", args: []string{"-nope"}, wantErr: "not defined"},
 	}
 	for _, tt := range tests {
-		o, err := parsePeersFlags(tt.args, io.Discard)
+		o, _, err := parsePeersFlags(tt.args, io.Discard)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%s: error %v, want %q", tt.name, err, tt.wantErr)
