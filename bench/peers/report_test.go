@@ -42,10 +42,13 @@ func fakeResults() *Results {
 		fakeRun(2, SysNginx, 10*1024, 300, 3000, 60000, 0.5, 30000, 2.0),
 		fakeRun(2, SysDirect, 0, 200, 1000, 90000, 0, 40000, 0),
 	}
-	voice := map[string]float64{SysNginx: 0.46, SysHAProxy: 0.57, SysPoolOff: 0.69}
+	voice := map[string]float64{SysNginx: 0.46, SysHAProxy: 0.57, SysPoolOff: 0.69, SysCaddy: 0.1}
 	for i := range res.Runs {
 		if r := &res.Runs[i]; r.Error == "" && voice[r.System] > 0 {
 			r.Voice = &Voice{CoresPer1000: voice[r.System], RecvExpected: 1000, Received: 990, Seconds: 10}
+			if r.System == SysCaddy { // fell behind: its CPU is no figure, and not the best peer's
+				r.Voice.Received = 500
+			}
 		}
 		if r := &res.Runs[i]; r.System == SysPoolOff {
 			r.Memory.GatewayHeapPerSession, r.Memory.GOGC = 3*1024, "default (100)"
@@ -110,7 +113,7 @@ func TestMarkdown(t *testing.T) {
 		{SysPoolOff, []string{"| 0.69 (1.50×) | 99.0% |", "| 7.0 KiB (1.75×) | 3.0 KiB |", "| 50000 (0.83×) |", "| 1.00 s (1.00×) |", "| 250 µs |", "| 1000 µs (1.00×) |"}},
 		{SysHAProxy, []string{"| 4.0 KiB (1.00×) |", "| 10.0 MiB |"}},
 		// Caddy's only successful round: its added p50 is 200-200 = 0, no ratio.
-		{SysCaddy, []string{"| 20.0 KiB (5.00×) |", "| 0 µs |"}},
+		{SysCaddy, []string{"| 20.0 KiB (5.00×) |", "| 0 µs |", "| — | 50.0% |"}},
 		{SysDirect, []string{"| direct | — | — | — | 150 µs | baseline | baseline | 90000 | — | 40000 | — |"}},
 	}
 	for _, tt := range tests {
