@@ -12,6 +12,7 @@ import (
 
 	"rtgate/bench/benchtest"
 	"rtgate/bench/compare"
+	"rtgate/bench/proc"
 	"rtgate/mockai"
 )
 
@@ -118,6 +119,16 @@ func TestParseCompareFlags(t *testing.T) {
 	}
 	if _, _, err := parseCompareFlags([]string{"-source-ips", "x"}, &stderr); err == nil {
 		t.Error("bad -source-ips accepted")
+	}
+	// The upstream is wss:// unless -upstream plain.
+	if def.Upstream != proc.UpstreamTLS {
+		t.Errorf("default upstream %q, want tls", def.Upstream)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-upstream", "plain"}, &stderr); err != nil || cfg.Upstream != proc.UpstreamPlain {
+		t.Errorf("-upstream plain: %q, %v", cfg.Upstream, err)
+	}
+	if _, _, err := parseCompareFlags([]string{"-upstream", "quic"}, &stderr); err == nil || !strings.Contains(err.Error(), `upstream "quic"`) {
+		t.Errorf("-upstream quic: %v", err)
 	}
 }
 
