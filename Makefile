@@ -49,10 +49,13 @@ bench: build
 # proxies, direct, and the gateway with the pool off and on, same load, first over a
 # wss:// upstream, then over plain ws:// (PEERS_ARGS="-upstream plain" for one);
 # 20-40 minutes (it waits for other jobs on the machine to finish before each system).
-# Needs the nginx and haproxy packages (caddy too with -systems ...,caddy).
-# PEERS_ARGS=-quick is a small check.
+# Installs nginx and haproxy when missing (caddy too is measured with -systems ...,caddy).
+# A full run writes its table into README.md between the wsbench peers markers.
+# PEERS_ARGS=-quick is a small check (never written into the README).
 bench-peers: build
-	$(BIN)/wsbench peers -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(PEERS_ARGS)
+	@command -v nginx >/dev/null && command -v haproxy >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q nginx haproxy; }
+	$(BIN)/wsbench peers -mockai $(BIN)/mockai -gateway $(BIN)/gateway -readme README.md $(PEERS_ARGS)
 
 # Sessions with injected faults (upstream drops, stalls, 401s, slow and garbage
 # clients) alongside normal ones; every failure must be one it injected, and the

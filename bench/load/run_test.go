@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
 
 func TestRunClosedLoop(t *testing.T) {
 	before := runtime.NumGoroutine()
-	srv := startMock(t, mockai.Config{AudioDeltas: 2})
+	srv := benchtest.Mockai(t, mockai.Config{AudioDeltas: 2})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	var p Progress
 	calls := 0
@@ -42,7 +43,7 @@ func TestRunClosedLoop(t *testing.T) {
 }
 
 func TestRunOpenLoopSchedule(t *testing.T) {
-	srv := startMock(t, mockai.Config{AudioDeltas: 1})
+	srv := benchtest.Mockai(t, mockai.Config{AudioDeltas: 1})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	const rate = 200.0 // one arrival every 5 ms
 	res, err := Run(context.Background(), c, Options{N: 20, Concurrency: 5, Rate: rate})
@@ -67,7 +68,7 @@ func TestRunOpenLoopSchedule(t *testing.T) {
 func TestRunOpenLoopOverload(t *testing.T) {
 	// Each call takes at least 1 s; with one outstanding call allowed, the
 	// four later arrivals (1 ms apart) must be skipped as overload.
-	srv := startMock(t, mockai.Config{SessionDelay: time.Second})
+	srv := benchtest.Mockai(t, mockai.Config{SessionDelay: time.Second})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	res, err := Run(context.Background(), c, Options{N: 5, Concurrency: 1, Rate: 1000, MaxOutstanding: 1})
 	if err != nil {
@@ -80,7 +81,7 @@ func TestRunOpenLoopOverload(t *testing.T) {
 }
 
 func TestRunCancelledStopsEarly(t *testing.T) {
-	srv := startMock(t, mockai.Config{FirstAudioDelay: 300 * time.Millisecond})
+	srv := benchtest.Mockai(t, mockai.Config{FirstAudioDelay: 300 * time.Millisecond})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)

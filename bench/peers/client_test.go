@@ -6,17 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
 
 // The load client against a real (in-process) echoing mockai: sessions open only
 // with session.created, round trips are timed, and a flood counts both directions.
 func TestClientAgainstEchoingMockai(t *testing.T) {
-	srv, err := mockai.Start(mockai.Config{Echo: true}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := benchtest.Mockai(t, mockai.Config{Echo: true})
 	ctx := context.Background()
 	c, err := newClient(srv.BaseURL()+"/realtime?model=gpt-realtime", clientKey, nil, LoopbackRange(3), 1024)
 	if err != nil {
@@ -70,11 +67,7 @@ func TestClientFailures(t *testing.T) {
 	}
 
 	// A server that is not a realtime endpoint: the handshake fails with its status.
-	srv, err := mockai.Start(mockai.Config{StatusCode: 429}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := benchtest.Mockai(t, mockai.Config{StatusCode: 429})
 	c, err = newClient(srv.BaseURL()+"/realtime?model=gpt-realtime", clientKey, nil, nil, 1024)
 	if err != nil {
 		t.Fatal(err)

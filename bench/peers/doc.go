@@ -32,14 +32,19 @@
 //     at least as many open). (held - idle) / sessions is the figure. Each proxied
 //     session holds two sockets in one proxy process, so the 20,000 open-file limit
 //     caps it near 9,750; the client spreads over 127.0.0.1-127.0.0.8.
-//   - Latency: LatencyConns sessions each send a small message every LatencyInterval
-//     and wait for its echo; the table shows the p50 and p99 through the proxy minus
-//     direct's in the same round.
+//   - Latency: LatencyConns sessions (default one) each send a small message every
+//     LatencyInterval and wait for its echo; the table shows the round trip's p50
+//     and, through a proxy, its p50 and p99 minus direct's in the same round.
 //   - Throughput and CPU: ThroughputConns sessions keep Window echoes in flight, first
 //     with 1 KiB messages, then with audio-delta-sized ones (a 100 ms
 //     response.output_audio.delta, about 6.6 KB). Relayed messages count both
 //     directions; the proxy's CPU (utime+stime from /proc/PID/stat over its process
 //     tree) over the window is scaled to 100,000 round trips (one frame each way).
+//   - Voice: a fresh mockai -stream 20ms and proxy; Options.VoiceSessions (TLS:
+//     TLSVoiceSessions) sessions each send a 20 ms PCM16 append every 20 ms and get a
+//     20 ms delta every 20 ms back (load.Voice) for VoiceDuration; the proxy's CPU
+//     over that window, as cores per 1,000 sessions, is the figure, next to the share
+//     of scheduled deltas delivered (and, in results.json, the late sends).
 //
 // On a shared machine other jobs skew all of this: before each system the harness waits
 // (bounded) for the machine to be quiet, records the CPU that other jobs used during

@@ -1,9 +1,12 @@
 package peers
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -49,6 +52,12 @@ func measureMemory(ctx context.Context, o *Options, s *system, n int) (*Memory, 
 	if mockIdle, err = s.mock.Usage(); err != nil {
 		return nil, err
 	}
+	var heapIdle int64
+	if s.admin != "" {
+		if heapIdle, err = s.liveHeap(ctx); err != nil {
+			return nil, err
+		}
+	}
 	before, err := s.mock.Stats(ctx)
 	if err != nil {
 		return nil, err
@@ -79,6 +88,14 @@ func measureMemory(ctx context.Context, o *Options, s *system, n int) (*Memory, 
 		}
 		m.ProxyIdleRSS, m.ProxyHeldRSS, m.ProxyProcs = proxyIdle.RSS, proxyHeld.RSS, len(proxyHeld.Procs)
 		m.PerSession = float64(proxyHeld.RSS-proxyIdle.RSS) / float64(m.Held)
+	}
+	if s.admin != "" {
+		heapHeld, err := s.liveHeap(ctx)
+		if err != nil {
+			return nil, err
+		}
+		m.GatewayHeapPerSession = float64(heapHeld-heapIdle) / float64(m.Held)
+		m.GOGC, m.GOMEMLIMIT = cmp.Or(os.Getenv("GOGC"), "default (100)"), cmp.Or(os.Getenv("GOMEMLIMIT"), "default (none)")
 	}
 	if mockHeld, err = s.mock.Usage(); err != nil {
 		return nil, err
@@ -186,6 +203,48 @@ func measureThroughput(ctx context.Context, o *Options, s *system, name string, 
 	t.CPUPer100kRoundTrips = t.ProxyCPU / (float64(t.Relayed) / 2) * 1e5
 	o.Log.Info("throughput", "load", name, "relayed_per_s", int(t.PerSecond), "proxy_cpu_s", t.ProxyCPU)
 	return t, nil
+}
+
+// measureVoice streams audio both ways on n sessions through s for
+// o.VoiceDuration (load.Voice) and reports the relay's CPU over the window as
+// cores per 1,000 sessions.
+func measureVoice(ctx context.Context, o *Options, s *system, n int) (*Voice, error) {
+	client, err := s.client(o.SourceIPs, 2048) // one delta (about 1.4 KB) per read
+	if err != nil {
+		return nil, err
+	}
+	var a, b cpuSnap
+	var errA, errB error
+	r, err := load.Voice(ctx, client, load.VoiceOptions{N: n, Concurrency: o.HoldParallel, Duration: o.VoiceDuration,
+		Interval: o.VoiceInterval,
+		AtStart:  func() { a, errA = takeCPU(s) }, AtEnd: func() { b, errB = takeCPU(s) }})
+	if err != nil {
+		return nil, err
+	}
+	if r.Opened < n {
+		return nil, fmt.Errorf("voice: opened %d of %d sessions: %s", r.Opened, n, describeFailures(r.Failures))
+	}
+	if err := errors.Join(errA, errB); err != nil {
+		return nil, fmt.Errorf("voice: %w", err)
+	}
+	v := &Voice{Sessions: n, Opened: r.Opened, Failures: r.Failures, Lost: r.Lost, Seconds: b.at.Sub(a.at).Seconds(),
+		SentExpected: r.SentExpected, Sent: r.Sent, LateSends: r.LateSends, MaxLateMs: stats.Millis(r.MaxLate),
+		RecvExpected: r.RecvExpected, Received: r.Received,
+		ProxyCPU:  b.proxy.CPUSeconds() - a.proxy.CPUSeconds(),
+		MockaiCPU: b.mock.CPUSeconds() - a.mock.CPUSeconds(),
+		ClientCPU: (b.self - a.self).Seconds(), OtherCPU: b.other(a)}
+	if v.Seconds <= 0 {
+		return nil, errors.New("voice: the window did not run")
+	}
+	v.CoresPer1000 = v.ProxyCPU / v.Seconds / float64(v.Opened) * 1000
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if st, err := s.mock.Stats(sctx); err == nil {
+		v.MockaiFramesIn = st.FramesIn
+	}
+	o.Log.Info("voice", "sessions", v.Opened, "proxy_cores_per_1000", fmt.Sprintf("%.2f", v.CoresPer1000),
+		"delivered", fmt.Sprintf("%.1f%%", 100*v.Delivered()), "late_sends", v.LateSends)
+	return v, nil
 }
 
 // cpuSnap is a moment's CPU counters of the machine and of each process in a run.

@@ -23,6 +23,10 @@ type metric struct {
 	format func(float64) string
 }
 
+// minVoiceDelivered is the share of scheduled deltas a voice run must deliver for
+// its CPU figure to count.
+const minVoiceDelivered = 0.95
+
 func throughputOf(r *Run, load string) *Throughput {
 	for i := range r.Throughput {
 		if r.Throughput[i].Load == load {
@@ -37,6 +41,10 @@ func mib(v float64) string   { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
 func micro(v float64) string { return fmt.Sprintf("%.0f µs", v) }
 func rate(v float64) string  { return fmt.Sprintf("%.0f", v) }
 func secs(v float64) string  { return fmt.Sprintf("%.2f s", v) }
+func cores(v float64) string { return fmt.Sprintf("%.2f", v) }
+func percent(v float64) string {
+	return fmt.Sprintf("%.1f%%", 100*v)
+}
 
 // addedLatency reads a latency percentile minus the same round's direct one.
 func addedLatency(pick func(*Latency) float64) func(run, direct *Run) (float64, bool) {
@@ -66,6 +74,13 @@ var metrics = []metric{
 		value: func(r, _ *Run) (float64, bool) {
 			return orZero(r.Memory, func(m *Memory) float64 { return m.PerSession })
 		}},
+	{head: "live heap / idle session", lowerBetter: true, proxyOnly: true, noRatio: true, format: kib,
+		value: func(r, _ *Run) (float64, bool) {
+			if r.Memory == nil || r.Memory.GOGC == "" {
+				return 0, false
+			}
+			return r.Memory.GatewayHeapPerSession, true
+		}},
 	{head: "idle RSS", lowerBetter: true, proxyOnly: true, noRatio: true, format: mib,
 		value: func(r, _ *Run) (float64, bool) {
 			return orZero(r.Memory, func(m *Memory) float64 { return float64(m.ProxyIdleRSS) })
@@ -80,6 +95,19 @@ var metrics = []metric{
 	{head: "CPU / 100k round trips (1 KiB)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("1KiB", true)},
 	{head: "audio msg/s", format: rate, value: throughputMetric("audio", false)},
 	{head: "CPU / 100k round trips (audio)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("audio", true)},
+	// A relay that fell behind did less work than the load asked, so its CPU is
+	// no figure for the load: shown only where it delivered minVoiceDelivered.
+	{head: "voice: CPU cores / 1,000 sessions", lowerBetter: true, proxyOnly: true, format: cores,
+		value: func(r, _ *Run) (float64, bool) {
+			if r.Voice == nil || r.Voice.Delivered() < minVoiceDelivered {
+				return 0, false
+			}
+			return r.Voice.CoresPer1000, true
+		}},
+	{head: "voice: deltas delivered", noRatio: true, format: percent,
+		value: func(r, _ *Run) (float64, bool) {
+			return orZero(r.Voice, func(v *Voice) float64 { return v.Delivered() })
+		}},
 }
 
 func orZero[T any](p *T, f func(*T) float64) (float64, bool) {
@@ -168,12 +196,12 @@ func bestPeer(sums []SystemSummary, k int) float64 {
 // of a difference (added latency) is only shown when both are clearly positive.
 func cell(s SystemSummary, k int, best float64) string {
 	m := metrics[k]
-	if m.relative && s.System == SysDirect {
-		return "baseline"
-	}
 	v := mean(s.Values[k])
-	if math.IsNaN(v) {
+	switch {
+	case math.IsNaN(v):
 		return "—"
+	case m.relative && s.System == SysDirect:
+		return "baseline"
 	}
 	out := m.format(v)
 	if m.noRatio || s.System == SysDirect || math.IsNaN(best) || best <= 0 || v <= 0 {
@@ -213,9 +241,11 @@ func Markdown(res *Results) string {
 	}
 	fmt.Fprintf(&b, " Clients connect over plain ws://; the upstream (mockai -echo) is wss:// or ws:// as each heading says. "+
 		"Held sessions: %d over a plain upstream, %d over TLS; latency %d connections x %d round trips every %s; "+
-		"throughput %d connections x %d in flight for %s; gateway with %s, pool on = REALTIME_POOL_SIZE=%s; "+
-		"each system measured %d times per upstream, mean shown.%s\n",
+		"throughput %d connections x %d in flight for %s; voice %d sessions over a plain upstream, %d over TLS, "+
+		"each sending a %s append and receiving a %s delta every %s for %s (mockai -stream); "+
+		"gateway with %s, pool on = REALTIME_POOL_SIZE=%s; each system measured %d times per upstream, mean shown.%s\n",
 		o.Sessions, o.TLSSessions, o.LatencyConns, o.LatencyRounds, o.LatencyInterval, o.ThroughputConns, o.Window, o.Duration,
+		o.VoiceSessions, o.TLSVoiceSessions, o.VoiceInterval, o.VoiceInterval, o.VoiceInterval, o.VoiceDuration,
 		gw, o.Pool, o.Rounds, quick)
 
 	heads := []string{"system"}
@@ -248,11 +278,12 @@ func Markdown(res *Results) string {
 				for k, m := range metrics {
 					var parts []string
 					for _, v := range s.Values[k] {
-						if m.relative && s.System == SysDirect {
-							parts = append(parts, "baseline")
-						} else if math.IsNaN(v) {
+						switch {
+						case math.IsNaN(v):
 							parts = append(parts, "—")
-						} else {
+						case m.relative && s.System == SysDirect:
+							parts = append(parts, "baseline")
+						default:
 							parts = append(parts, m.format(v))
 						}
 					}
@@ -280,7 +311,17 @@ func Markdown(res *Results) string {
 		"proxy's processes with the sessions held idle, minus its idle RSS, per session (kernel socket memory " +
 		"is not in RSS). rtt: small-message round trip client → proxy → mockai and back; added: minus direct to mockai, same " +
 		"round (over TLS, direct also pays the client's own TLS). msg/s: frames relayed per second, both directions (each echo is two). " +
-		"CPU: user+system seconds of the proxy's processes per 100,000 round trips (one frame each way, 200,000 relayed frames).\n")
+		"CPU: user+system seconds of the proxy's processes per 100,000 round trips (one frame each way, 200,000 relayed frames). " +
+		"Voice: the proxy's CPU (cores) while the sessions stream audio both ways in real time, per 1,000 sessions; " +
+		"delivered: deltas that arrived in the window of those scheduled (below 100% the machine or the relay fell behind; " +
+		"below 95% the CPU figure is left out, as the relay did less than the load asked).\n")
+	for _, r := range res.Runs {
+		if r.Memory != nil && r.Memory.GOGC != "" {
+			fmt.Fprintf(&b, "\nLive heap (rtgate only): the gateway's go_memstats_heap_alloc_bytes after a forced collection, "+
+				"held minus idle, per session; GOGC %s, GOMEMLIMIT %s.\n", r.Memory.GOGC, r.Memory.GOMEMLIMIT)
+			break
+		}
+	}
 	if noise := maxOtherCores(res); noise > 0 {
 		fmt.Fprintf(&b, "\nOther load on the machine during the timed phases: at most %.2f cores "+
 			"(busy CPU not used by the proxy, mockai or the client; see other_cpu_seconds in results.json).\n", noise)
@@ -305,7 +346,7 @@ func directLatency(res *Results, upstream string) string {
 }
 
 // maxOtherCores is the highest rate of CPU use by anything but the run's own
-// processes over the latency and throughput phases, in cores.
+// processes over the latency, throughput and voice phases, in cores.
 func maxOtherCores(res *Results) float64 {
 	worst := 0.0
 	for _, r := range res.Runs {
@@ -316,6 +357,9 @@ func maxOtherCores(res *Results) float64 {
 			if t.Seconds > 0 {
 				worst = max(worst, t.OtherCPU/t.Seconds)
 			}
+		}
+		if v := r.Voice; v != nil && v.Seconds > 0 {
+			worst = max(worst, v.OtherCPU/v.Seconds)
 		}
 	}
 	return worst

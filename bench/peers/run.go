@@ -3,9 +3,12 @@ package peers
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,74 +93,111 @@ func RunAll(ctx context.Context, o Options) (*Results, string, error) {
 	return res, dir, nil
 }
 
-// measure runs one system once over upstream up: a fresh mockai, the system in
-// front of it, then the memory, latency and throughput phases. Both processes are
-// stopped before it returns.
+// measure runs one system once over upstream up: a fresh mockai -echo with the
+// system in front of it for the memory, latency and throughput phases, then a
+// fresh mockai -stream and system for the voice phase. Every process is stopped
+// before it returns.
 func measure(ctx context.Context, o *Options, limit int, resultsDir string, up proc.Upstream, round int, sys string) (run Run) {
 	run = Run{Upstream: string(up), Round: round, System: sys}
 	fail := func(err error) Run { run.Error = err.Error(); return run }
 	dir := filepath.Join(resultsDir, fmt.Sprintf("%s-%d-%s", up, round, sys))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	mock, err := proc.StartMockai(ctx, o.Mockai, up, []string{"-echo"}, dir, 10*time.Second)
-	if err != nil {
-		return fail(err)
-	}
-	defer mock.Stop(5 * time.Second)
-	target := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig()}
-	if sys != SysDirect {
-		p, url, err := launch(ctx, o, sys, dir, mock, limit)
+	if slices.ContainsFunc(echoPhases, o.phase) {
+		err := withSystem(ctx, o, up, sys, dir, []string{"-echo"}, limit, func(s *system) error {
+			// run is the named result, so the counters land in what is returned, failed or not.
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				run.Mockai, _ = s.mock.Stats(sctx)
+			}()
+			return echoPhasesOn(ctx, o, s, up, &run)
+		})
 		if err != nil {
 			return fail(err)
 		}
-		defer p.Stop(10 * time.Second)
-		target.proxy, target.url, target.tls = p, url, nil
 	}
-	probe, err := target.client(nil, 1024)
+	if o.phase(PhaseVoice) {
+		stream := []string{"-stream", o.VoiceInterval.String()}
+		err := withSystem(ctx, o, up, sys, filepath.Join(dir, "voice"), stream, limit, func(s *system) error {
+			v, attempts, err := retryDisturbed(ctx, o, "voice", func() (*Voice, float64, error) {
+				v, err := measureVoice(ctx, o, s, o.voiceSessions(up))
+				if err != nil {
+					return nil, 0, err
+				}
+				return v, v.OtherCPU / v.Seconds, nil
+			})
+			if err != nil {
+				return err
+			}
+			v.Attempts, run.Voice = attempts, v
+			return nil
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	return run
+}
+
+// withSystem starts mockai (with mockArgs) and sys in front of it, waits until a
+// session opens through it, runs fn, and stops both.
+func withSystem(ctx context.Context, o *Options, up proc.Upstream, sys, dir string, mockArgs []string, limit int, fn func(*system) error) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	mock, err := proc.StartMockai(ctx, o.Mockai, up, mockArgs, dir, 10*time.Second)
 	if err != nil {
-		return fail(err)
+		return err
 	}
+	defer mock.Stop(5 * time.Second)
+	s := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig()}
 	readyOf := mock.Proc
-	if target.proxy != nil {
-		readyOf = target.proxy
+	if sys != SysDirect {
+		p, url, admin, err := launch(ctx, o, sys, dir, mock, limit)
+		if err != nil {
+			return err
+		}
+		defer p.Stop(10 * time.Second)
+		s.proxy, s.url, s.tls, s.admin, readyOf = p, url, nil, admin, p
+	}
+	probe, err := s.client(nil, 1024)
+	if err != nil {
+		return err
 	}
 	if err := proc.WaitReady(ctx, readyOf, 15*time.Second, func(ctx context.Context) error {
-		c, s := probe.Open(ctx)
+		c, smp := probe.Open(ctx)
 		if c == nil {
-			return fmt.Errorf("%s: %s", s.Failure, s.Detail)
+			return fmt.Errorf("%s: %s", smp.Failure, smp.Detail)
 		}
 		return c.Close()
 	}); err != nil {
-		return fail(err)
+		return err
 	}
+	return fn(s)
+}
 
-	// run is the named result, so the counters land in what is returned, failed or not.
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		run.Mockai, _ = mock.Stats(sctx)
-	}()
+// echoPhasesOn runs the memory, latency and throughput phases asked for on s.
+func echoPhasesOn(ctx context.Context, o *Options, s *system, up proc.Upstream, run *Run) error {
+	var err error
 	if o.phase(PhaseMemory) {
-		if run.Memory, err = measureMemory(ctx, o, target, o.heldSessions(up)); err != nil {
-			return fail(err)
+		if run.Memory, err = measureMemory(ctx, o, s, o.heldSessions(up)); err != nil {
+			return err
 		}
 		// Let the proxy and mockai finish tearing the held sessions down.
 		if !harness.SleepUntil(ctx, time.Now().Add(o.Settle)) {
-			return fail(ctx.Err())
+			return ctx.Err()
 		}
 	}
 	if o.phase(PhaseLatency) {
 		var attempts int
 		run.Latency, attempts, err = retryDisturbed(ctx, o, "latency", func() (*Latency, float64, error) {
-			l, err := measureLatency(ctx, o, target)
+			l, err := measureLatency(ctx, o, s)
 			if err != nil {
 				return nil, 0, err
 			}
 			return l, l.OtherCPU / l.Seconds, nil
 		})
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		run.Latency.Attempts = attempts
 	}
@@ -167,20 +207,20 @@ func measure(ctx context.Context, o *Options, limit int, resultsDir string, up p
 			msg  []byte
 		}{{"1KiB", appendEvent(o.SmallBytes)}, {"audio", audioDeltaEvent(o.AudioBytes)}} {
 			t, attempts, err := retryDisturbed(ctx, o, "throughput "+load.name, func() (*Throughput, float64, error) {
-				t, err := measureThroughput(ctx, o, target, load.name, load.msg)
+				t, err := measureThroughput(ctx, o, s, load.name, load.msg)
 				if err != nil {
 					return nil, 0, err
 				}
 				return t, t.OtherCPU / t.Seconds, nil
 			})
 			if err != nil {
-				return fail(err)
+				return err
 			}
 			t.Attempts = attempts
 			run.Throughput = append(run.Throughput, *t)
 		}
 	}
-	return run
+	return nil
 }
 
 // system is what one measurement runs against: mockai, the proxy in front of it
@@ -190,6 +230,44 @@ type system struct {
 	proxy *proc.Proc
 	url   string
 	tls   *tls.Config // for direct to a TLS mockai
+	admin string      // the gateway's admin listener ("" for the others)
+}
+
+// liveHeap asks the gateway for a collection (its heap profile handler runs one
+// with gc=1) and reads its live heap from the admin /metrics.
+func (s *system) liveHeap(ctx context.Context) (int64, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			err = fmt.Errorf("gateway admin %s: %s", path, resp.Status)
+		}
+		return resp, err
+	}
+	resp, err := get("/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp, err = get("/metrics"); err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	m, err := harness.ParseMetrics(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := m.Sum("go_memstats_heap_alloc_bytes")
+	if !ok {
+		return 0, errors.New("gateway metrics: no go_memstats_heap_alloc_bytes")
+	}
+	return int64(v), nil
 }
 
 // client makes a load client for the system, on sources, with gorilla buffers of

@@ -42,8 +42,9 @@ const clientKey = "sk-bench-peers"
 
 // launch starts sys in front of mock, writing its configuration and log into dir,
 // and returns it with the URL clients connect to (always plain ws://: only the
-// upstream side changes between upstreams). It waits for nothing; see measure.
-func launch(ctx context.Context, o *Options, sys, dir string, mock *proc.Mockai, limit int) (*proc.Proc, string, error) {
+// upstream side changes between upstreams) and, for the gateway, its admin
+// address. Only the gateway is waited for (its /health); see withSystem.
+func launch(ctx context.Context, o *Options, sys, dir string, mock *proc.Mockai, limit int) (*proc.Proc, string, string, error) {
 	logPath := filepath.Join(dir, sys+".log")
 	switch sys {
 	case SysPoolOff, SysPoolOn:
@@ -54,25 +55,25 @@ func launch(ctx context.Context, o *Options, sys, dir string, mock *proc.Mockai,
 		}
 		gw, err := proc.StartGateway(ctx, o.Gateway, o.GatewayArgs, set, logPath)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
-		return gw.Proc, gw.URL(), nil
+		return gw.Proc, gw.URL(), gw.Admin, nil
 	case SysNginx, SysHAProxy, SysCaddy:
 	default:
-		return nil, "", fmt.Errorf("unknown system %q", sys)
+		return nil, "", "", fmt.Errorf("unknown system %q", sys)
 	}
 	port, err := proc.FreePort()
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	conf, err := RenderConfig(sys, ConfigParams{Listen: listen, Upstream: mock.Addr, CAFile: mock.CAFile, RunDir: dir, FileLimit: limit})
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	confPath := filepath.Join(dir, configFile[sys])
 	if err := os.WriteFile(confPath, conf, 0o644); err != nil {
-		return nil, "", fmt.Errorf("%s: write config: %w", sys, err)
+		return nil, "", "", fmt.Errorf("%s: write config: %w", sys, err)
 	}
 	spec := proc.Spec{Name: sys, LogPath: logPath}
 	switch sys {
@@ -89,9 +90,9 @@ func launch(ctx context.Context, o *Options, sys, dir string, mock *proc.Mockai,
 	}
 	p, err := proc.Start(spec)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return p, "ws://" + listen + "/v1/realtime?model=gpt-realtime", nil
+	return p, "ws://" + listen + "/v1/realtime?model=gpt-realtime", "", nil
 }
 
 // waitDrained waits until mockai holds no more sessions than floor, or its count has

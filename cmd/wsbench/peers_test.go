@@ -22,11 +22,14 @@ func TestParsePeersFlags(t *testing.T) {
 	}{
 		{name: "defaults are the full size", args: nil, check: func(o peers.Options) bool {
 			return o.Sessions == full.Sessions && o.TLSSessions == full.TLSSessions && o.Rounds == 2 && !o.Quick &&
+				o.VoiceSessions == 1000 && o.TLSVoiceSessions == 500 && o.VoiceDuration == 10*time.Second &&
+				slices.Equal(o.Phases, peers.AllPhases) &&
 				slices.Equal(o.Systems, peers.DefaultSystems) && len(o.SourceIPs) == 8 &&
 				slices.Equal(o.Upstreams, []proc.Upstream{proc.UpstreamTLS, proc.UpstreamPlain})
 		}},
 		{name: "quick", args: []string{"-quick"}, check: func(o peers.Options) bool {
-			return o.Quick && o.Sessions == quick.Sessions && o.TLSSessions == quick.TLSSessions && o.Duration == quick.Duration && o.Rounds == 2
+			return o.Quick && o.Sessions == quick.Sessions && o.TLSSessions == quick.TLSSessions && o.Duration == quick.Duration && o.Rounds == 2 &&
+				o.VoiceSessions == quick.VoiceSessions && o.TLSVoiceSessions == quick.TLSVoiceSessions && o.VoiceDuration == quick.VoiceDuration
 		}},
 		{name: "explicit flags win over quick", args: []string{"-n", "2000", "-quick", "-duration", "3s"}, check: func(o peers.Options) bool {
 			return o.Quick && o.Sessions == 2000 && o.Duration == 3*time.Second && o.Warmup == quick.Warmup
@@ -48,7 +51,7 @@ func TestParsePeersFlags(t *testing.T) {
 		{name: "unknown flag", args: []string{"-nope"}, wantErr: "not defined"},
 	}
 	for _, tt := range tests {
-		o, err := parsePeersFlags(tt.args, io.Discard)
+		o, _, err := parsePeersFlags(tt.args, io.Discard)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%s: error %v, want %q", tt.name, err, tt.wantErr)
