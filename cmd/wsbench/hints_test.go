@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
 
@@ -21,7 +22,7 @@ func TestRunBenchHintsAtTheScheme(t *testing.T) {
 		{"ws:// against TLS", mockai.Config{TLS: true}, []string{"-insecure"}, "drop -insecure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := startMock(t, tc.mock)
+			addr := benchtest.Mockai(t, tc.mock).Addr()
 			var stdout, stderr bytes.Buffer
 			args := append([]string{"-host", addr, "-n", "2", "-c", "1", "-t", "5", "-quiet"}, tc.args...)
 			if code := run(context.Background(), args, &stdout, &stderr); code != 1 {
