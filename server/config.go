@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"rtgate/server/routes"
 	"rtgate/upstream"
 )
 
@@ -81,7 +82,7 @@ type Config struct {
 
 	// ConfigFile, if set, is a LiteLLM-style YAML file of model groups,
 	// deployments and client keys; it replaces the single model and keys
-	// of the environment (see LoadRoutes).
+	// of the environment (see routes.Load).
 	ConfigFile string
 	// UsageLog, if set, is a file each ended session is appended to as one
 	// JSON line.
@@ -231,30 +232,14 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	return c, errors.Join(append(errs, c.Validate())...)
 }
 
-// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs (the
-// http forms are what LiteLLM configs usually hold) and returns the WebSocket
-// form.
-func ParseAPIBase(v string) (*url.URL, error) {
-	u, err := url.Parse(strings.TrimRight(v, "/"))
-	if err != nil {
-		return nil, fmt.Errorf("%q is not a URL: %w", v, err)
-	}
-	switch u.Scheme {
-	case "ws", "wss":
-	case "http":
-		u.Scheme = "ws"
-	case "https":
-		u.Scheme = "wss"
-	default:
-		return nil, fmt.Errorf("%q: scheme must be ws, wss, http or https", v)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%q has no host", v)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%q: a base URL takes no query or fragment", v)
-	}
-	return u, nil
+// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs and
+// returns the WebSocket form; see routes.ParseAPIBase.
+func ParseAPIBase(v string) (*url.URL, error) { return routes.ParseAPIBase(v) }
+
+// routesFromSettings is the zero-config routing table: the single model,
+// upstream and master key of the environment.
+func routesFromSettings(c Config) *routes.Table {
+	return routes.Single(c.Model, c.APIBase, c.UpstreamKey, c.MasterKey)
 }
 
 // Validate checks the combination of settings.

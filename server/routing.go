@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"rtgate/poller"
+	"rtgate/server/routes"
 	"rtgate/upstream"
 )
 
@@ -28,9 +29,9 @@ var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 // The usage is written only from the upstream's read path (as the session's
 // frames.Inspector) and read once the session has ended.
 type sessionInfo struct {
-	key        *ClientKey
+	key        *routes.ClientKey
 	group      string
-	deployment *Deployment // nil until an upstream is attached
+	deployment *routes.Deployment // nil until an upstream is attached
 	usage      Usage
 }
 
@@ -49,7 +50,7 @@ type liveCounts struct {
 	n  map[string]*atomic.Int64
 }
 
-func (l *liveCounts) counter(d *Deployment) *atomic.Int64 {
+func (l *liveCounts) counter(d *routes.Deployment) *atomic.Int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n == nil {
@@ -65,19 +66,19 @@ func (l *liveCounts) counter(d *Deployment) *atomic.Int64 {
 
 // order returns a group's deployments, fewest live sessions first, ties in
 // random order.
-func (l *liveCounts) order(ds []*Deployment) []*Deployment {
+func (l *liveCounts) order(ds []*routes.Deployment) []*routes.Deployment {
 	out := slices.Clone(ds)
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	counts := make(map[*Deployment]int64, len(out))
+	counts := make(map[*routes.Deployment]int64, len(out))
 	for _, d := range out {
 		counts[d] = l.counter(d).Load()
 	}
-	slices.SortStableFunc(out, func(a, b *Deployment) int { return int(counts[a] - counts[b]) })
+	slices.SortStableFunc(out, func(a, b *routes.Deployment) int { return int(counts[a] - counts[b]) })
 	return out
 }
 
 // group picks the model group a request asks for.
-func (s *Server) group(r *Routes, q url.Values) (string, *httpError) {
+func (s *Server) group(r *routes.Table, q url.Values) (string, *httpError) {
 	g := q.Get("model")
 	if g == "" {
 		g = r.Default
@@ -91,7 +92,7 @@ func (s *Server) group(r *Routes, q url.Values) (string, *httpError) {
 
 // target is the upstream request for deployment d: the client's query, the
 // deployment's credentials, and the client headers that pass through.
-func target(d *Deployment, q url.Values, h http.Header) upstream.Target {
+func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
 	t := d.Target(q)
 	for _, name := range passThroughHeaders {
 		if v := h.Values(name); len(v) > 0 {
@@ -109,7 +110,7 @@ func (s *Server) defaultTarget() upstream.Target {
 }
 
 // primePool warms every deployment's plain target.
-func (s *Server) primePool(r *Routes) {
+func (s *Server) primePool(r *routes.Table) {
 	if s.pool == nil {
 		return
 	}
@@ -121,7 +122,7 @@ func (s *Server) primePool(r *Routes) {
 }
 
 // tryWarm hands the session a warm socket of its first-choice deployment.
-func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *Deployment, t upstream.Target) bool {
+func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) bool {
 	if s.pool == nil {
 		return false
 	}
@@ -138,7 +139,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *Deployment,
 }
 
 // attached records that deployment d serves the session.
-func (s *Server) attached(info *sessionInfo, d *Deployment) {
+func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
 	info.deployment = d
 	s.live.counter(d).Add(1)
 }
@@ -147,7 +148,7 @@ func (s *Server) attached(info *sessionInfo, d *Deployment) {
 // deployment of the group when a dial fails (nothing has reached the client
 // from the upstream then). This goroutine ends as soon as the socket is
 // handed to the reactor.
-func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*Deployment, q url.Values, h http.Header) {
+func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
 	status := 0
 	for i, d := range cands[:min(len(cands), maxDialAttempts)] {
 		t := target(d, q, h)

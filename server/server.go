@@ -33,6 +33,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/routes"
 	"rtgate/upstream"
 )
 
@@ -64,7 +65,7 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[*poller.Session]*sessionInfo
 
-	routes   atomic.Pointer[Routes] // replaced whole on SIGHUP
+	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
 	live     liveCounts
 	usageLog *usageLog // nil without USAGE_LOG
 }
@@ -99,15 +100,15 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.UpstreamRoots != nil {
 		upTLS.RootCAs = cfg.UpstreamRoots
 	}
-	routes := RoutesFromConfig(cfg)
+	table := routesFromSettings(cfg)
 	if cfg.ConfigFile != "" {
-		r, err := LoadRoutes(cfg.ConfigFile, os.LookupEnv)
+		t, err := routes.Load(cfg.ConfigFile, os.LookupEnv)
 		if err != nil {
 			return nil, err
 		}
-		routes = r
+		table = t
 	}
-	s.routes.Store(routes)
+	s.routes.Store(table)
 	s.metrics = newMetrics()
 	if cfg.UsageLog != "" {
 		ul, err := openUsageLog(cfg.UsageLog, log, s.metrics.usageLogErrors)
@@ -216,7 +217,7 @@ func (s *Server) Reload() error {
 	if s.cfg.ConfigFile == "" {
 		return errors.New("no CONFIG_FILE to reload")
 	}
-	r, err := LoadRoutes(s.cfg.ConfigFile, os.LookupEnv)
+	r, err := routes.Load(s.cfg.ConfigFile, os.LookupEnv)
 	if err != nil {
 		s.log.Error("config reload failed; keeping the previous configuration", "err", err)
 		return err
@@ -461,7 +462,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 // admit applies the instance-wide and per-key limits, reserving a session
 // slot; sessionEnded gives it back. A key's own limits win over the
 // gateway-wide defaults.
-func (s *Server) admit(key *ClientKey) *httpError {
+func (s *Server) admit(key *routes.ClientKey) *httpError {
 	if s.draining.Load() {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
