@@ -44,12 +44,17 @@ type Config struct {
 	TLSCert, TLSKey string
 
 	HandshakeTimeout time.Duration // client TCP accept to complete upgrade request
-	DialTimeout      time.Duration // upstream connect + TLS + upgrade
+	DialTimeout      time.Duration // a client's whole upstream attempt: every dial, hedge and failover
 	WriteTimeout     time.Duration // one blocked write to either socket
 	CloseTimeout     time.Duration // wait for a close frame's answer
 	MaxHeaderBytes   int           // the client's HTTP request head
 	MaxMessage       int64         // one client message's payload
 	MaxPending       int           // client bytes queued while the upstream connects
+	// HedgeDelay is how long an upstream dial may go without completing its
+	// upgrade before a second dial, to the next deployment of the group,
+	// starts beside it; the first upgrade to complete wins. 0 turns hedging
+	// off.
+	HedgeDelay time.Duration
 
 	// MaxConnections caps concurrent sessions; further upgrades get 503.
 	MaxConnections int
@@ -99,6 +104,7 @@ func Defaults() Config {
 		APIBase:          base,
 		HandshakeTimeout: 10 * time.Second,
 		DialTimeout:      10 * time.Second,
+		HedgeDelay:       500 * time.Millisecond,
 		WriteTimeout:     10 * time.Second,
 		CloseTimeout:     5 * time.Second,
 		MaxHeaderBytes:   8 << 10,
@@ -192,6 +198,14 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
 	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
 	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
+	set("UPSTREAM_HEDGE_MS", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a whole number of milliseconds of at least 0 (0 turns hedging off)", v)
+		}
+		c.HedgeDelay = time.Duration(n) * time.Millisecond
+		return nil
+	})
 	set("WRITE_TIMEOUT_SECS", secs(&c.WriteTimeout, 1))
 	set("CLOSE_TIMEOUT_SECS", secs(&c.CloseTimeout, 1))
 	set("IDLE_TIMEOUT_SECS", secs(&c.IdleTimeout, 0))

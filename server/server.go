@@ -66,7 +66,7 @@ type Server struct {
 	sessions map[*poller.Session]*sessionInfo
 
 	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
-	live     liveCounts
+	live     *router
 	usageLog *usageLog // nil without USAGE_LOG
 }
 
@@ -110,6 +110,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.routes.Store(table)
 	s.metrics = newMetrics()
+	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
 	if cfg.UsageLog != "" {
 		ul, err := openUsageLog(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
@@ -360,6 +361,7 @@ func (c *clientConn) stopTimer() {
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()
 	if c.sess != nil {
+		c.srv.clientGone(c.sess) // first: an upstream still dialing is not wanted
 		c.sess.ClientGone()
 	}
 	return nil
