@@ -14,25 +14,7 @@ import (
 // metricSum adds up every sample of the named metric family.
 func metricSum(t *testing.T, g *gateway, name string) float64 {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			}
-		}
-	}
-	return sum
+	return gathered(t, g.srv.metrics.reg, name)
 }
 
 func withPool(size int, mutate func(*Config)) func(*Config) {

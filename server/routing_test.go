@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -280,4 +285,260 @@ func BenchmarkForwardWithUsageReader(b *testing.B) {
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// blackhole is a TCP listener that accepts connections and never answers:
+// a deployment gone dark behind a load balancer that still accepts. It
+// counts the connections it accepted and those the gateway closed.
+type blackhole struct {
+	ln         net.Listener
+	accepted   atomic.Int64
+	peerClosed atomic.Int64
+}
+
+func startBlackhole(t *testing.T) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, c) // until the gateway closes it
+				b.peerClosed.Add(1)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return b
+}
+
+func (b *blackhole) baseURL() string { return "ws://" + b.ln.Addr().String() + "/v1" }
+
+// entryAt is a model_list entry for the upstream at base.
+func entryAt(group, base string) string {
+	return `
+  - model_name: ` + group + `
+    litellm_params:
+      model: openai/gpt-realtime
+      api_base: ` + base + `
+      api_key: os.environ/RTGATE_TEST_UPSTREAM`
+}
+
+// TestClientLeavingStopsTheDial: a client that leaves while its upstream is
+// still being dialed (here: a deployment that never answers) has the dial
+// abandoned and closed at once, and no other deployment is tried for it.
+func TestClientLeavingStopsTheDial(t *testing.T) {
+	a, b := startBlackhole(t), startBlackhole(t)
+	path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", a.baseURL())+entryAt("gpt-realtime", b.baseURL())+configTail)
+	g := startGateway(t, nil, func(c *Config) {
+		c.ConfigFile = path
+		c.DialTimeout = time.Minute // far beyond waitFor's 10 s
+		c.HedgeDelay = 0            // one dial at a time
+	})
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	waitFor(t, "the gateway to dial a deployment", func() bool { return a.accepted.Load()+b.accepted.Load() == 1 })
+	_ = c.NetConn().Close() // the client goes away without a close frame
+	waitFor(t, "the abandoned dial to be closed", func() bool { return a.peerClosed.Load()+b.peerClosed.Load() == 1 })
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	// The attempt is over once the session ended: nothing dials any more.
+	if n := a.accepted.Load() + b.accepted.Load(); n != 1 {
+		t.Fatalf("the deployments saw %d connects, want 1: the gateway failed over for a client that had left", n)
+	}
+	if n := metricSum(t, g, "rtgate_upstream_ejections_total"); n != 0 {
+		t.Fatalf("%v ejections: a dial abandoned by its client says nothing about the deployment", n)
+	}
+	if n := metricSum(t, g, "rtgate_upstream_dial_failures_total"); n != 0 {
+		t.Fatalf("%v dial failures counted for an abandoned dial", n)
+	}
+}
+
+// TestRoutingAroundABlackhole: two deployments, one that accepts TCP and never
+// answers. Every session succeeds well inside the dial timeout (which now
+// bounds the whole attempt, so a connect that waited on the blackhole would
+// fail), the blackhole is ejected after the first connect it costs, and from
+// then on only probes reach it. Plain and TLS upstreams.
+func TestRoutingAroundABlackhole(t *testing.T) {
+	for _, tlsUp := range []bool{false, true} {
+		name := "ws"
+		if tlsUp {
+			name = "wss"
+		}
+		t.Run(name, func(t *testing.T) {
+			hole := startBlackhole(t)
+			var good *mockai.Server
+			if tlsUp {
+				good = startTLSMock(t)
+			} else {
+				good = startMock(t, mockai.Config{})
+			}
+			path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", hole.baseURL())+openaiEntry("gpt-realtime", good)+configTail)
+			g := startGateway(t, nil, func(c *Config) {
+				c.ConfigFile = path
+				c.DialTimeout = 5 * time.Second
+				c.HedgeDelay = 100 * time.Millisecond
+				if tlsUp {
+					c.UpstreamRoots = trustMock(t, good)
+				}
+			})
+			connect := func() error {
+				c, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				var e event
+				if err := c.ReadJSON(&e); err != nil {
+					return err
+				}
+				if e.typ() != "session.created" {
+					return fmt.Errorf("first event %v, want session.created", e)
+				}
+				return nil
+			}
+
+			// One session held open on the good deployment makes the
+			// blackhole the one with fewest sessions: the next connect
+			// goes there first, and is saved by its hedge.
+			keep := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			if e := read(t, keep); e.typ() != "session.created" {
+				t.Fatalf("first session: %v", e)
+			}
+			if err := connect(); err != nil {
+				t.Fatalf("the connect that meets the blackhole: %v", err)
+			}
+			if hole.accepted.Load() == 0 || metricSum(t, g, "rtgate_upstream_ejections_total") != 1 ||
+				metricSum(t, g, "rtgate_upstream_hedges_won_total") < 1 {
+				t.Fatalf("after the first connect to the blackhole: %d accepts, %v ejections, %v hedges won",
+					hole.accepted.Load(), metricSum(t, g, "rtgate_upstream_ejections_total"), metricSum(t, g, "rtgate_upstream_hedges_won_total"))
+			}
+			holeBefore := hole.accepted.Load()
+			probesBefore := metricSum(t, g, "rtgate_upstream_probes_total")
+
+			const sessions, concurrency = 60, 10
+			var failed atomic.Int64
+			var firstErr atomic.Value
+			var wg sync.WaitGroup
+			next := make(chan struct{}, sessions)
+			for range sessions {
+				next <- struct{}{}
+			}
+			close(next)
+			for range concurrency {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range next {
+						if err := connect(); err != nil {
+							failed.Add(1)
+							firstErr.CompareAndSwap(nil, err.Error())
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if n := failed.Load(); n > 0 {
+				t.Fatalf("%d of %d sessions failed; first: %v", n, sessions, firstErr.Load())
+			}
+			// Once ejected, the blackhole is dialed only by probes.
+			probes := metricSum(t, g, "rtgate_upstream_probes_total") - probesBefore
+			waitFor(t, "the probes' connects to arrive", func() bool { return float64(hole.accepted.Load()-holeBefore) >= probes })
+			if n := float64(hole.accepted.Load() - holeBefore); n != probes || probes > sessions/4 {
+				t.Fatalf("%v connects reached the ejected blackhole in %d sessions, %v of them probes", n, sessions, probes)
+			}
+			if got := len(good.Records()); got != sessions+2 {
+				t.Fatalf("the good deployment served %d sessions, want %d", got, sessions+2)
+			}
+			if n := metricSum(t, g, "rtgate_upstream_ejected"); n != 1 {
+				t.Fatalf("rtgate_upstream_ejected sums to %v, want 1 (the blackhole)", n)
+			}
+		})
+	}
+}
+
+// TestProbeBringsADeploymentBack: a deployment that refused connects is
+// ejected; once it is up again and its backoff is over, one connect probes
+// it and it serves sessions again.
+func TestProbeBringsADeploymentBack(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there yet: connects are refused
+	good := startMock(t, mockai.Config{})
+	path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", "ws://"+addr+"/v1")+openaiEntry("gpt-realtime", good)+configTail)
+	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	session := func() *websocket.Conn {
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("got %v, want session.created", e)
+		}
+		return c
+	}
+	// Hold sessions open so that fewest-live routing prefers the other
+	// deployment as soon as it is healthy.
+	for metricSum(t, g, "rtgate_upstream_ejections_total") == 0 {
+		if len(good.Records()) > 20 {
+			t.Fatal("the refusing deployment was never tried")
+		}
+		session()
+	}
+	if metricSum(t, g, "rtgate_upstream_ejected") != 1 {
+		t.Fatal("the refusing deployment is not marked ejected")
+	}
+	back := startMockAt(t, addr)
+	waitFor(t, "a probe to reach the deployment that is back", func() bool {
+		session()
+		return len(back.Records()) > 0
+	})
+	if n := metricSum(t, g, "rtgate_upstream_probes_total"); n < 1 {
+		t.Fatalf("%v probes, want the deployment brought back by one", n)
+	}
+	if metricSum(t, g, "rtgate_upstream_ejected") != 0 {
+		t.Fatal("the deployment that answered its probe is still ejected")
+	}
+	// Healthy again, with fewer live sessions: it gets the next connect.
+	before := len(back.Records())
+	session()
+	if len(back.Records()) != before+1 {
+		t.Fatal("the deployment brought back does not get sessions")
+	}
+}
+
+// startMockAt starts an in-process mockai on addr.
+func startMockAt(t *testing.T, addr string) *mockai.Server {
+	t.Helper()
+	m, err := mockai.Start(mockai.Config{Key: testUpstreamKey}, addr)
+	if err != nil {
+		t.Fatalf("starting mockai on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
 }
