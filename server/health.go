@@ -61,7 +61,8 @@ const (
 
 // deploymentState is what the router knows of one deployment.
 type deploymentState struct {
-	live atomic.Int64 // sessions it serves now
+	live    atomic.Int64 // sessions it serves now
+	dialing atomic.Int64 // dials to it in flight
 
 	// Guarded by router.mu.
 	state     healthState
@@ -70,7 +71,7 @@ type deploymentState struct {
 }
 
 // router orders a group's deployments for a connect: by health, then by
-// fewest live sessions.
+// fewest live sessions and dials in flight.
 type router struct {
 	now          func() time.Time
 	probeTimeout time.Duration // how long a probe may stay unanswered
@@ -140,8 +141,10 @@ func (r *router) counter(d *routes.Deployment) *atomic.Int64 { return &r.stateOf
 // order returns the deployments of a group in the order a connect should try
 // them: first an ejected deployment whose backoff is over (the probe: at
 // most one connect at a time gets it), then the healthy ones, then the other
-// ejected ones as a last resort; within each, fewest live sessions first,
-// ties in random order.
+// ejected ones as a last resort; within each, fewest live sessions and dials
+// in flight first (counting dials spreads a burst of connects that arrive
+// together, and keeps a deployment that is slow to answer from collecting
+// them), ties in random order.
 func (r *router) order(ds []*routes.Deployment) []*routes.Deployment {
 	out := slices.Clone(ds)
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
@@ -167,7 +170,8 @@ func (r *router) order(ds []*routes.Deployment) []*routes.Deployment {
 	}
 	live := make(map[*routes.Deployment]int64, len(out))
 	for _, d := range out {
-		live[d] = r.ds[d.Name].live.Load()
+		st := r.ds[d.Name]
+		live[d] = st.live.Load() + st.dialing.Load()
 	}
 	r.mu.Unlock()
 	slices.SortStableFunc(out, func(a, b *routes.Deployment) int {

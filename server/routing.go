@@ -223,8 +223,11 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 		dials = append(dials, dial{d: cands[i], cancel: cancel, started: time.Now(), hedge: hedge})
 		inflight++
 		t := target(cands[i], q, h)
+		dialing := &s.live.stateOf(cands[i]).dialing
+		dialing.Add(1)
 		go func() {
 			conn, err := s.dialer.Dial(dctx, t)
+			dialing.Add(-1)
 			results <- dialResult{i: i, conn: conn, err: err}
 		}()
 	}
