@@ -110,7 +110,6 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.routes.Store(table)
 	s.metrics = newMetrics()
-	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
 	if cfg.UsageLog != "" {
 		ul, err := openUsageLog(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
@@ -118,6 +117,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.usageLog = ul
 	}
+	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
