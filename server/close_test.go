@@ -122,7 +122,7 @@ func TestMalformedUpstreamFrame(t *testing.T) {
 
 func TestClientDropSends1001Upstream(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	_ = c.UnderlyingConn().Close() // no close frame
@@ -134,7 +134,7 @@ func TestClientDropSends1001Upstream(t *testing.T) {
 
 func TestClientCloseCodeReachesUpstream(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4005, "custom"))
@@ -149,7 +149,7 @@ func TestClientCloseCodeReachesUpstream(t *testing.T) {
 
 func TestUnmaskedClientFrameCloses1002(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	// gorilla always masks; write an unmasked frame on its socket directly.
@@ -171,7 +171,7 @@ func TestUnmaskedClientFrameCloses1002(t *testing.T) {
 
 func TestHandshakeTimeoutDropsSilentClients(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.HandshakeTimeout = 200 * time.Millisecond })
+	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 200 * time.Millisecond })
 	conn, err := net.Dial("tcp", g.addr)
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,12 @@ import (
 	"rtgate/upstream"
 )
 
-// Config is everything the gateway needs to start. FromEnv fills it from the
-// environment variables our users already set for LiteLLM's proxy.
-type Config struct {
+// Settings is everything the gateway needs to start, from its environment
+// variables (the ones our users already set for LiteLLM's proxy) and flags;
+// FromEnv fills it. Where sessions go and who may open them is the routes
+// config, a separate YAML file (RoutesFile, read by package routes), or, on
+// the zero-config path, the single model and keys of these settings.
+type Settings struct {
 	Host string
 	Port int
 
@@ -85,19 +88,20 @@ type Config struct {
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
 	AdminAddr string
 
-	// ConfigFile, if set, is a LiteLLM-style YAML file of model groups,
-	// deployments and client keys; it replaces the single model and keys
-	// of the environment (see routes.Load).
-	ConfigFile string
+	// RoutesFile (CONFIG_FILE), if set, is the routes config: a
+	// LiteLLM-style YAML file of model groups, deployments and client keys.
+	// It replaces the single model and keys of the environment (see
+	// routes.Load).
+	RoutesFile string
 	// UsageLog, if set, is a file each ended session is appended to as one
 	// JSON line.
 	UsageLog string
 }
 
 // Defaults returns the configuration with every default filled in.
-func Defaults() Config {
+func Defaults() Settings {
 	base, _ := url.Parse("wss://api.openai.com/v1")
-	return Config{
+	return Settings{
 		Host:             "127.0.0.1",
 		Port:             4001,
 		Model:            "gpt-realtime",
@@ -126,7 +130,7 @@ func Defaults() Config {
 // FromEnv reads the configuration through lookup (os.LookupEnv in the
 // binary), starting from Defaults. An invalid value is an error naming the
 // variable.
-func FromEnv(lookup func(string) (string, bool)) (Config, error) {
+func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	c := Defaults()
 	var errs []error
 	getenv := func(name string) string { v, _ := lookup(name); return v }
@@ -164,7 +168,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.Port = p
 		return nil
 	})
-	set("CONFIG_FILE", func(v string) error { c.ConfigFile = v; return nil })
+	set("CONFIG_FILE", func(v string) error { c.RoutesFile = v; return nil })
 	set("USAGE_LOG", func(v string) error { c.UsageLog = v; return nil })
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
 	set("UPSTREAM_SOURCE_IPS", func(v string) error {
@@ -252,12 +256,12 @@ func ParseAPIBase(v string) (*url.URL, error) { return routes.ParseAPIBase(v) }
 
 // routesFromSettings is the zero-config routing table: the single model,
 // upstream and master key of the environment.
-func routesFromSettings(c Config) *routes.Table {
+func routesFromSettings(c Settings) *routes.Table {
 	return routes.Single(c.Model, c.APIBase, c.UpstreamKey, c.MasterKey)
 }
 
 // Validate checks the combination of settings.
-func (c Config) Validate() error {
+func (c Settings) Validate() error {
 	var errs []error
 	if c.Host == "" {
 		errs = append(errs, errors.New("HOST is empty"))
@@ -288,7 +292,7 @@ func (c Config) Validate() error {
 }
 
 // Addr is the listen address.
-func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+func (c Settings) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
 
 // fdReserve is the descriptors kept for listeners, the admin server, logs
 // and the like.

@@ -426,7 +426,7 @@ func TestHostileHandshakeTiming(t *testing.T) {
 		leaks.done(t)
 	})
 
-	g := startGateway(t, mock, func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
+	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 300 * time.Millisecond })
 	leaks := startLeakCheck(t, g)
 	stalls := []struct {
 		name string
@@ -511,7 +511,7 @@ func TestHostileClientHangsUpDuringUpgrade(t *testing.T) {
 // and the upstream a close 1001 of the gateway's own.
 func TestHostileClientFrames(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) {
+	g := startGateway(t, nil, func(c *Settings) {
 		c.APIBase, _ = ParseAPIBase(up.base())
 		c.MaxMessage = 64 << 10
 	})

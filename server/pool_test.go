@@ -17,8 +17,8 @@ func metricSum(t *testing.T, g *gateway, name string) float64 {
 	return gathered(t, g.srv.metrics.reg, name)
 }
 
-func withPool(size int, mutate func(*Config)) func(*Config) {
-	return func(c *Config) {
+func withPool(size int, mutate func(*Settings)) func(*Settings) {
+	return func(c *Settings) {
 		c.Pool.Size = size
 		if mutate != nil {
 			mutate(c)
@@ -109,7 +109,7 @@ func TestPoolDiscardsSocketsThatMisbehave(t *testing.T) {
 
 func TestPoolReplacesExpiredSockets(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, withPool(2, func(c *Config) { c.Pool.MaxIdle = 300 * time.Millisecond }))
+	g := startGateway(t, mock, withPool(2, func(c *Settings) { c.Pool.MaxIdle = 300 * time.Millisecond }))
 	waitWarm(t, g, 2)
 	waitFor(t, "replacement dials", func() bool { return len(mock.Records()) >= 6 })
 	waitWarm(t, g, 2)

@@ -203,7 +203,7 @@ func TestRefusedRequests(t *testing.T) {
 
 func TestNoMasterKeyRefusesEveryone(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.MasterKey = "" })
+	g := startGateway(t, mock, func(c *Settings) { c.MasterKey = "" })
 	for _, h := range []http.Header{{}, bearer(""), bearer("anything")} {
 		_, resp, err := dialer().Dial(g.url("model=gpt-realtime"), h)
 		if err == nil || resp == nil || resp.StatusCode != 401 {
@@ -237,7 +237,7 @@ func TestUpstreamFailuresBecomeErrorEvents(t *testing.T) {
 			if tc.mock != nil {
 				mock = startMock(t, *tc.mock)
 			}
-			g := startGateway(t, mock, func(c *Config) {
+			g := startGateway(t, mock, func(c *Settings) {
 				if tc.base != "" {
 					c.APIBase, _ = ParseAPIBase(tc.base)
 				}
@@ -325,7 +325,7 @@ func TestFramesBeforeUpstreamReadyArriveInOrder(t *testing.T) {
 
 func TestTooMuchBeforeUpstreamReadyCloses1009(t *testing.T) {
 	mock := startMock(t, mockai.Config{UpgradeDelay: time.Second})
-	g := startGateway(t, mock, func(c *Config) { c.MaxPending = 64 << 10 })
+	g := startGateway(t, mock, func(c *Settings) { c.MaxPending = 64 << 10 })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	big := base64.StdEncoding.EncodeToString(make([]byte, 96<<10))
 	send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": big})

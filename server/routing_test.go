@@ -55,7 +55,7 @@ func TestFailoverToTheNextDeployment(t *testing.T) {
 	bad := startMock(t, mockai.Config{StatusCode: 503})
 	good := startMock(t, mockai.Config{})
 	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", bad)+openaiEntry("gpt-realtime", good)+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	for range 6 {
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		if e := read(t, c); e.typ() != "session.created" {
@@ -74,7 +74,7 @@ func TestFailoverToTheNextDeployment(t *testing.T) {
 func TestRoutesToTheDeploymentWithFewestSessions(t *testing.T) {
 	a, b := startMock(t, mockai.Config{}), startMock(t, mockai.Config{})
 	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", a)+openaiEntry("gpt-realtime", b)+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	for range 6 {
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c) // held open
@@ -99,7 +99,7 @@ func TestAzureUpstreamShape(t *testing.T) {
       model: azure/my-ga-deployment
       api_base: `+base(ga)+`
       api_key: os.environ/RTGATE_TEST_UPSTREAM`+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	for _, tc := range []struct {
 		group, path, query string
 		m                  *mockai.Server
@@ -130,7 +130,7 @@ keys:
     models: [fast]
     max_sessions: 1
 `+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	teamA := bearer("sk-team-a-test")
 	dialModel := func(model string, h http.Header) (int, string) {
 		c, resp, err := dialer().Dial(g.url("model="+model), h)
@@ -166,7 +166,7 @@ keys:
 func TestReloadKeepsLiveSessions(t *testing.T) {
 	first, second := startMock(t, mockai.Config{}), startMock(t, mockai.Config{})
 	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", first)+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	live := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, live)
 
@@ -206,7 +206,7 @@ func TestReloadKeepsLiveSessions(t *testing.T) {
 func TestUsageAccounting(t *testing.T) {
 	m := startMock(t, mockai.Config{AudioDeltas: 4, AudioDeltaBytes: 9600})
 	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-	g := startGateway(t, m, func(c *Config) { c.UsageLog = logPath })
+	g := startGateway(t, m, func(c *Settings) { c.UsageLog = logPath })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	for _, ms := range []int{100, 250, 500} { // audio appended before each response
@@ -356,8 +356,8 @@ func entryAt(group, base string) string {
 func TestClientLeavingStopsTheDial(t *testing.T) {
 	a, b := startBlackhole(t), startBlackhole(t)
 	path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", a.baseURL())+entryAt("gpt-realtime", b.baseURL())+configTail)
-	g := startGateway(t, nil, func(c *Config) {
-		c.ConfigFile = path
+	g := startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile = path
 		c.DialTimeout = time.Minute // far beyond waitFor's 10 s
 		c.HedgeDelay = 0            // one dial at a time
 	})
@@ -405,8 +405,8 @@ func TestRoutingAroundABlackhole(t *testing.T) {
 				good = startMock(t, mockai.Config{})
 			}
 			path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", hole.baseURL())+openaiEntry("gpt-realtime", good)+configTail)
-			g := startGateway(t, nil, func(c *Config) {
-				c.ConfigFile = path
+			g := startGateway(t, nil, func(c *Settings) {
+				c.RoutesFile = path
 				c.DialTimeout = 5 * time.Second
 				c.HedgeDelay = 100 * time.Millisecond
 				c.Pool.Size = tc.pool
@@ -509,7 +509,7 @@ func TestProbeBringsADeploymentBack(t *testing.T) {
 	_ = ln.Close() // nothing listens there yet: connects are refused
 	good := startMock(t, mockai.Config{})
 	path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", "ws://"+addr+"/v1")+openaiEntry("gpt-realtime", good)+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	session := func() *websocket.Conn {
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		if e := read(t, c); e.typ() != "session.created" {

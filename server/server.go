@@ -39,7 +39,7 @@ import (
 
 // Server is one gateway instance.
 type Server struct {
-	cfg       Config
+	cfg       Settings
 	log       *slog.Logger
 	dialer    *upstream.Dialer
 	tlsConfig *tls.Config // client listener; nil for plain
@@ -71,7 +71,7 @@ type Server struct {
 }
 
 // New prepares a server; Serve starts it.
-func New(cfg Config, log *slog.Logger) (*Server, error) {
+func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -101,8 +101,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		upTLS.RootCAs = cfg.UpstreamRoots
 	}
 	table := routesFromSettings(cfg)
-	if cfg.ConfigFile != "" {
-		t, err := routes.Load(cfg.ConfigFile, os.LookupEnv)
+	if cfg.RoutesFile != "" {
+		t, err := routes.Load(cfg.RoutesFile, os.LookupEnv)
 		if err != nil {
 			return nil, err
 		}
@@ -215,10 +215,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // and keys, live sessions keep the deployment they have, and a file that
 // does not load is reported and the old configuration kept.
 func (s *Server) Reload() error {
-	if s.cfg.ConfigFile == "" {
+	if s.cfg.RoutesFile == "" {
 		return errors.New("no CONFIG_FILE to reload")
 	}
-	r, err := routes.Load(s.cfg.ConfigFile, os.LookupEnv)
+	r, err := routes.Load(s.cfg.RoutesFile, os.LookupEnv)
 	if err != nil {
 		s.log.Error("config reload failed; keeping the previous configuration", "err", err)
 		return err

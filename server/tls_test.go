@@ -47,7 +47,7 @@ func startTLSMock(t *testing.T) *mockai.Server {
 }
 
 // trustMock returns a root pool holding mock's certificate, for
-// Config.UpstreamRoots.
+// Settings.UpstreamRoots.
 func trustMock(t *testing.T, mock *mockai.Server) *x509.CertPool {
 	t.Helper()
 	pool := x509.NewCertPool()
@@ -205,7 +205,7 @@ func runTLSSession(t *testing.T, c *websocket.Conn) {
 func TestTLSUpstream(t *testing.T) {
 	mock := startTLSMock(t)
 	roots := trustMock(t, mock)
-	g := startGateway(t, mock, func(c *Config) { c.UpstreamRoots = roots })
+	g := startGateway(t, mock, func(c *Settings) { c.UpstreamRoots = roots })
 
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	runTLSSession(t, c)
@@ -236,7 +236,7 @@ func TestTLSUpstreamUntrustedCertificateFails(t *testing.T) {
 func TestTLSClientListener(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{AudioDeltaBytes: tlsAudioDeltaBytes})
-	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
 
 	c := g.dialTLS(t, cert.roots)
 	runTLSSession(t, c)
@@ -253,7 +253,7 @@ func TestTLSBothSides(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startTLSMock(t)
 	roots := trustMock(t, mock)
-	g := startGateway(t, mock, func(c *Config) {
+	g := startGateway(t, mock, func(c *Settings) {
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 		c.UpstreamRoots = roots
 	})
