@@ -35,6 +35,9 @@ type sessionInfo struct {
 	group      string
 	deployment *routes.Deployment // nil until an upstream is attached
 	usage      Usage
+	start      time.Time // when the client's upgrade completed
+	poolHit    bool      // the upstream came from the warm pool
+	redial     func()    // dials a fresh upstream after a dead warm one
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -142,7 +145,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 		h, held := s.pool.Take(t, info.group, o)
 		if h != nil {
 			// before the held frame is forwarded
-			sess.PoolHit = true
+			info.poolHit = true
 			s.attached(info, d)
 		}
 		return h, held
@@ -188,14 +191,14 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		// Nobody to tell: end the session without an upstream.
 		sess.Cancel()
 	default:
-		sess.DialFailed(status)
+		s.dialFailed(sess, status)
 	}
 }
 
 // dialResult is one dial's outcome.
 type dialResult struct {
-	i    int // index of the deployment in the candidates
-	conn *upstream.Conn
+	i    int // index of the dial in the attempt
+	conn *upstream.Upgraded
 	err  error
 }
 
@@ -213,23 +216,47 @@ type dial struct {
 // winner, or the HTTP status of the last refusal (0 if none). Dials still in
 // flight when it returns are cancelled; one that completes anyway is closed
 // with 1001.
-func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Deployment, q url.Values, h http.Header) (*upstream.Conn, *routes.Deployment, int) {
+//
+// Candidates come in routing order (the probe, healthy, then ejected ones).
+// A failover takes the next candidate whatever its health (the ones before
+// it just failed). A hedge takes the next healthy one; it takes an ejected
+// one only when no deployment of the attempt is healthy, so that ejected
+// deployments stay skipped while a healthy one exists.
+func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Deployment, q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment, int) {
 	results := make(chan dialResult, len(cands)) // buffered: no dial waits for a reader that left
 	dials := make([]dial, 0, len(cands))
+	pending := slices.Clone(cands) // not dialed yet, in order
 	inflight, status := 0, 0
-	start := func(hedge bool) {
+	start := func(k int, hedge bool) {
+		d := pending[k]
+		pending = slices.Delete(pending, k, k+1)
 		i := len(dials)
 		dctx, cancel := context.WithCancel(ctx)
-		dials = append(dials, dial{d: cands[i], cancel: cancel, started: time.Now(), hedge: hedge})
+		dials = append(dials, dial{d: d, cancel: cancel, started: time.Now(), hedge: hedge})
 		inflight++
-		t := target(cands[i], q, h)
-		dialing := &s.live.stateOf(cands[i]).dialing
+		t := target(d, q, h)
+		dialing := &s.live.stateOf(d).dialing
 		dialing.Add(1)
 		go func() {
 			conn, err := s.dialer.Dial(dctx, t)
 			dialing.Add(-1)
 			results <- dialResult{i: i, conn: conn, err: err}
 		}()
+	}
+	// hedgeTo is the pending candidate a hedge dials now, -1 for none.
+	hedgeTo := func() int {
+		if k := slices.IndexFunc(pending, s.live.healthy); k >= 0 {
+			return k
+		}
+		for i := range dials {
+			if !dials[i].done && s.live.healthy(dials[i].d) {
+				return -1 // slow but healthy: no reason to try an ejected one
+			}
+		}
+		if len(pending) > 0 {
+			return 0
+		}
+		return -1
 	}
 	var hedgeTimer *time.Timer
 	var hedgeC <-chan time.Time
@@ -238,7 +265,7 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 			hedgeTimer.Stop()
 		}
 		hedgeTimer, hedgeC = nil, nil
-		if s.cfg.HedgeDelay > 0 && len(dials) < len(cands) {
+		if s.cfg.HedgeDelay > 0 && len(pending) > 0 {
 			hedgeTimer = time.NewTimer(s.cfg.HedgeDelay)
 			hedgeC = hedgeTimer.C
 		}
@@ -259,15 +286,20 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 		}
 	}
 
-	start(false)
+	start(0, false)
 	armHedge()
 	for inflight > 0 {
 		select {
 		case <-hedgeC:
+			k := hedgeTo()
+			if k < 0 {
+				armHedge() // look again after another hedge delay
+				continue
+			}
 			s.live.m.hedgesStarted.WithLabelValues(group).Inc()
 			s.log.Debug("upstream dial slow; hedging", "deployment", dials[len(dials)-1].d.Name,
-				"next", cands[len(dials)].Name, "after_ms", s.cfg.HedgeDelay.Milliseconds())
-			start(true)
+				"next", pending[k].Name, "after_ms", s.cfg.HedgeDelay.Milliseconds())
+			start(k, true)
 			armHedge()
 
 		case r := <-results:
@@ -302,8 +334,8 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 			s.log.Warn("upstream dial failed", "deployment", dl.d.Name, "attempt", r.i+1, "status", status,
 				"after_ms", time.Since(dl.started).Milliseconds(), "err", r.err)
 			s.live.failed(dl.d, "dial failed")
-			if inflight == 0 && len(dials) < len(cands) && ctx.Err() == nil {
-				start(false) // fail over at once
+			if inflight == 0 && len(pending) > 0 && ctx.Err() == nil {
+				start(0, false) // fail over at once
 				armHedge()
 			}
 
