@@ -377,6 +377,33 @@ func TestClientLeavingStopsTheDial(t *testing.T) {
 	if n := metricSum(t, g, "rtgate_upstream_dial_failures_total"); n != 0 {
 		t.Fatalf("%v dial failures counted for an abandoned dial", n)
 	}
+	if n := metricWith(t, g, "rtgate_sessions_total", "outcome", "client_lost"); n != 1 {
+		t.Fatalf("%v sessions ended client_lost, want the one whose client left while dialing", n)
+	}
+}
+
+// metricWith adds up the samples of the named metric family whose label
+// has value.
+func metricWith(t *testing.T, g *gateway, name, label, value string) float64 {
+	t.Helper()
+	fams, err := g.srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // TestRoutingAroundABlackhole: two deployments, one that accepts TCP and never
