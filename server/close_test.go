@@ -66,7 +66,7 @@ func (u *recordingUpstream) nextClose(t *testing.T) int {
 }
 
 func TestCloseCodesPassBothWays(t *testing.T) {
-	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c)
@@ -82,7 +82,7 @@ func TestCloseCodesPassBothWays(t *testing.T) {
 }
 
 func TestUpstreamCloseReachesClient(t *testing.T) {
-	overBoth(t, mockai.Config{CloseAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{CloseAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		if e := read(t, c); e.typ() != "session.created" {
@@ -95,7 +95,7 @@ func TestUpstreamCloseReachesClient(t *testing.T) {
 }
 
 func TestUpstreamDropBecomes1011(t *testing.T) {
-	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c)
@@ -111,7 +111,7 @@ func TestUpstreamDropBecomes1011(t *testing.T) {
 }
 
 func TestMalformedUpstreamFrame(t *testing.T) {
-	overBoth(t, mockai.Config{MalformedAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{MalformedAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c)
@@ -127,7 +127,7 @@ func TestMalformedUpstreamFrame(t *testing.T) {
 
 func TestClientDropSends1001Upstream(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	_ = c.UnderlyingConn().Close() // no close frame
@@ -139,7 +139,7 @@ func TestClientDropSends1001Upstream(t *testing.T) {
 
 func TestClientCloseCodeReachesUpstream(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4005, "custom"))
@@ -154,7 +154,7 @@ func TestClientCloseCodeReachesUpstream(t *testing.T) {
 
 func TestUnmaskedClientFrameCloses1002(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(up.base()) })
+	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	// gorilla always masks; write an unmasked frame on its socket directly.
@@ -176,7 +176,7 @@ func TestUnmaskedClientFrameCloses1002(t *testing.T) {
 
 func TestHandshakeTimeoutDropsSilentClients(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.HandshakeTimeout = 200 * time.Millisecond })
+	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 200 * time.Millisecond })
 	conn, err := net.Dial("tcp", g.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -249,11 +249,11 @@ func TestNoTimeWaitOnGatewayPorts(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			var mock *mockai.Server
-			var roots func(*Config)
+			var roots func(*Settings)
 			if secure {
 				mock = startTLSMock(t)
 				pool := trustMock(t, mock)
-				roots = func(c *Config) { c.UpstreamRoots = pool }
+				roots = func(c *Settings) { c.UpstreamRoots = pool }
 			} else {
 				mock = startMock(t, mockai.Config{})
 			}

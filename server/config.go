@@ -11,12 +11,16 @@ import (
 	"syscall"
 	"time"
 
+	"rtgate/server/routes"
 	"rtgate/upstream"
 )
 
-// Config is everything the gateway needs to start. FromEnv fills it from the
-// environment variables our users already set for LiteLLM's proxy.
-type Config struct {
+// Settings is everything the gateway needs to start, from its environment
+// variables (the ones our users already set for LiteLLM's proxy) and flags;
+// FromEnv fills it. Where sessions go and who may open them is the routes
+// config, a separate YAML file (RoutesFile, read by package routes), or, on
+// the zero-config path, the single model and keys of these settings.
+type Settings struct {
 	Host string
 	Port int
 
@@ -43,12 +47,17 @@ type Config struct {
 	TLSCert, TLSKey string
 
 	HandshakeTimeout time.Duration // client TCP accept to complete upgrade request
-	DialTimeout      time.Duration // upstream connect + TLS + upgrade
+	DialTimeout      time.Duration // a client's whole upstream attempt: every dial, hedge and failover
 	WriteTimeout     time.Duration // one blocked write to either socket
 	CloseTimeout     time.Duration // wait for a close frame's answer
 	MaxHeaderBytes   int           // the client's HTTP request head
 	MaxMessage       int64         // one client message's payload
 	MaxPending       int           // client bytes queued while the upstream connects
+	// HedgeDelay is how long an upstream dial may go without completing its
+	// upgrade before a second dial, to the next deployment of the group,
+	// starts beside it; the first upgrade to complete wins. 0 turns hedging
+	// off.
+	HedgeDelay time.Duration
 
 	// MaxConnections caps concurrent sessions, counting connections still in
 	// their handshake from accept; further upgrades get 503 (accept.go).
@@ -88,25 +97,27 @@ type Config struct {
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
 	AdminAddr string
 
-	// ConfigFile, if set, is a LiteLLM-style YAML file of model groups,
-	// deployments and client keys; it replaces the single model and keys
-	// of the environment (see LoadRoutes).
-	ConfigFile string
+	// RoutesFile (CONFIG_FILE), if set, is the routes config: a
+	// LiteLLM-style YAML file of model groups, deployments and client keys.
+	// It replaces the single model and keys of the environment (see
+	// routes.Load).
+	RoutesFile string
 	// UsageLog, if set, is a file each ended session is appended to as one
 	// JSON line.
 	UsageLog string
 }
 
 // Defaults returns the configuration with every default filled in.
-func Defaults() Config {
+func Defaults() Settings {
 	base, _ := url.Parse("wss://api.openai.com/v1")
-	return Config{
+	return Settings{
 		Host:             "127.0.0.1",
 		Port:             4001,
 		Model:            "gpt-realtime",
 		APIBase:          base,
 		HandshakeTimeout: 10 * time.Second,
 		DialTimeout:      10 * time.Second,
+		HedgeDelay:       500 * time.Millisecond,
 		WriteTimeout:     10 * time.Second,
 		CloseTimeout:     5 * time.Second,
 		MaxHeaderBytes:   8 << 10,
@@ -131,7 +142,7 @@ func Defaults() Config {
 // FromEnv reads the configuration through lookup (os.LookupEnv in the
 // binary), starting from Defaults. An invalid value is an error naming the
 // variable.
-func FromEnv(lookup func(string) (string, bool)) (Config, error) {
+func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	c := Defaults()
 	var errs []error
 	getenv := func(name string) string { v, _ := lookup(name); return v }
@@ -169,7 +180,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.Port = p
 		return nil
 	})
-	set("CONFIG_FILE", func(v string) error { c.ConfigFile = v; return nil })
+	set("CONFIG_FILE", func(v string) error { c.RoutesFile = v; return nil })
 	set("USAGE_LOG", func(v string) error { c.UsageLog = v; return nil })
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
 	set("UPSTREAM_SOURCE_IPS", func(v string) error {
@@ -212,6 +223,14 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	})
 	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
 	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
+	set("UPSTREAM_HEDGE_MS", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a whole number of milliseconds of at least 0 (0 turns hedging off)", v)
+		}
+		c.HedgeDelay = time.Duration(n) * time.Millisecond
+		return nil
+	})
 	set("WRITE_TIMEOUT_SECS", secs(&c.WriteTimeout, 1))
 	set("CLOSE_TIMEOUT_SECS", secs(&c.CloseTimeout, 1))
 	set("IDLE_TIMEOUT_SECS", secs(&c.IdleTimeout, 0))
@@ -261,34 +280,18 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	return c, errors.Join(append(errs, c.Validate())...)
 }
 
-// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs (the
-// http forms are what LiteLLM configs usually hold) and returns the WebSocket
-// form.
-func ParseAPIBase(v string) (*url.URL, error) {
-	u, err := url.Parse(strings.TrimRight(v, "/"))
-	if err != nil {
-		return nil, fmt.Errorf("%q is not a URL: %w", v, err)
-	}
-	switch u.Scheme {
-	case "ws", "wss":
-	case "http":
-		u.Scheme = "ws"
-	case "https":
-		u.Scheme = "wss"
-	default:
-		return nil, fmt.Errorf("%q: scheme must be ws, wss, http or https", v)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%q has no host", v)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%q: a base URL takes no query or fragment", v)
-	}
-	return u, nil
+// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs and
+// returns the WebSocket form; see routes.ParseAPIBase.
+func ParseAPIBase(v string) (*url.URL, error) { return routes.ParseAPIBase(v) }
+
+// routesFromSettings is the zero-config routing table: the single model,
+// upstream and master key of the environment.
+func routesFromSettings(c Settings) *routes.Table {
+	return routes.Single(c.Model, c.APIBase, c.UpstreamKey, c.MasterKey)
 }
 
 // Validate checks the combination of settings.
-func (c Config) Validate() error {
+func (c Settings) Validate() error {
 	var errs []error
 	if c.Host == "" {
 		errs = append(errs, errors.New("HOST is empty"))
@@ -319,7 +322,7 @@ func (c Config) Validate() error {
 }
 
 // Addr is the listen address.
-func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+func (c Settings) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
 
 // fdReserve is the descriptors kept for listeners, the admin server, logs
 // and the like.

@@ -135,7 +135,7 @@ func rssMiB(tb testing.TB) float64 { return float64(rssKiB(tb)) / 1024 }
 
 // tlsMockAndGateway starts mockai over TLS (with args) and a gateway in
 // front of it; listenerTLS serves the client side over TLS too.
-func tlsMockAndGateway(tb testing.TB, listenerTLS bool, mutate func(*Config), args ...string) (*gateway, *websocket.Dialer, string) {
+func tlsMockAndGateway(tb testing.TB, listenerTLS bool, mutate func(*Settings), args ...string) (*gateway, *websocket.Dialer, string) {
 	tb.Helper()
 	certFile := filepath.Join(tb.TempDir(), "mockai.pem")
 	mock := startMockaiProcess(tb, append([]string{"-tls", "-cert-out", certFile}, args...)...)
@@ -148,7 +148,7 @@ func tlsMockAndGateway(tb testing.TB, listenerTLS bool, mutate func(*Config), ar
 	if listenerTLS {
 		cert = newListenerCert(tb)
 	}
-	g := startGatewayLog(tb, nil, func(c *Config) {
+	g := startGatewayLog(tb, nil, func(c *Settings) {
 		c.APIBase, _ = ParseAPIBase(mock.baseURL)
 		c.UpstreamRoots = roots
 		if listenerTLS {
@@ -264,7 +264,7 @@ func BenchmarkStalledClientsMemoryBudget(b *testing.B) {
 }
 
 func stalledFigure(b *testing.B, budget int64) {
-	g, _, url := tlsMockAndGateway(b, false, func(c *Config) {
+	g, _, url := tlsMockAndGateway(b, false, func(c *Settings) {
 		c.MaxBufferedBytes = budget
 		c.IdleTimeout = 0
 		c.WriteTimeout = 60 * time.Second
@@ -371,14 +371,14 @@ func BenchmarkBacklogResidue(b *testing.B) {
 func residueFigure(b *testing.B, upTLS bool) {
 	const sessions = 50
 	args := []string{"-deltas", "120", "-delta-bytes", "48000"} // 120 x 64 KB of base64, as fast as it goes
-	raise := func(c *Config) { c.MaxStalledBytes = 64 << 20 }
+	raise := func(c *Settings) { c.MaxStalledBytes = 64 << 20 }
 	var g *gateway
 	var url string
 	if upTLS {
 		g, _, url = tlsMockAndGateway(b, false, raise, args...)
 	} else {
 		mock := startMockaiProcess(b, args...)
-		g = startGatewayLog(b, nil, func(c *Config) { c.APIBase, _ = ParseAPIBase(mock.baseURL); raise(c) }, quietLog)
+		g = startGatewayLog(b, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(mock.baseURL); raise(c) }, quietLog)
 		url = g.url("model=gpt-realtime")
 	}
 	clients := make([]*websocket.Conn, sessions)

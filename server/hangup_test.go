@@ -27,7 +27,7 @@ import (
 // socket that reuses its fd, and closes it. Letting each session end first
 // keeps that out of this test (see TestScaleManyConcurrentSessions).
 func TestFramesBeforeUpstreamHangupReachClient(t *testing.T) {
-	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		const sessions = 100
 		lost := 0
@@ -99,7 +99,7 @@ func TestHalfClosedClientGetsItsCloseAnswered(t *testing.T) {
 func TestHalfClosedTLSClientGetsItsCloseAnswered(t *testing.T) {
 	cert := newListenerCert(t)
 	up := startScriptedUpstreamDelay(t, false, 300*time.Millisecond)
-	g := startGateway(t, nil, func(c *Config) {
+	g := startGateway(t, nil, func(c *Settings) {
 		up.config(c)
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 	})

@@ -46,14 +46,14 @@ func startMock(t testing.TB, cfg mockai.Config) *mockai.Server {
 
 // startGateway starts a gateway in front of mock (which may be nil when the
 // test sets APIBase itself).
-func startGateway(t testing.TB, mock *mockai.Server, mutate func(*Config)) *gateway {
+func startGateway(t testing.TB, mock *mockai.Server, mutate func(*Settings)) *gateway {
 	t.Helper()
 	return startGatewayLog(t, mock, mutate, nil)
 }
 
 // startGatewayLog is startGateway with the gateway's logger; nil discards
 // (or, with -v, logs to the test).
-func startGatewayLog(t testing.TB, mock *mockai.Server, mutate func(*Config), log *slog.Logger) *gateway {
+func startGatewayLog(t testing.TB, mock *mockai.Server, mutate func(*Settings), log *slog.Logger) *gateway {
 	t.Helper()
 	cfg := Defaults()
 	cfg.MasterKey = testMasterKey

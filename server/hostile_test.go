@@ -428,7 +428,7 @@ func TestHostileHandshakeTiming(t *testing.T) {
 		leaks.done(t)
 	})
 
-	g := startGateway(t, mock, func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
+	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 300 * time.Millisecond })
 	leaks := startLeakCheck(t, g)
 	stalls := []struct {
 		name string
@@ -513,7 +513,7 @@ func TestHostileClientHangsUpDuringUpgrade(t *testing.T) {
 // and the upstream a close 1001 of the gateway's own.
 func TestHostileClientFrames(t *testing.T) {
 	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Config) {
+	g := startGateway(t, nil, func(c *Settings) {
 		c.APIBase, _ = ParseAPIBase(up.base())
 		c.MaxMessage = 64 << 10
 	})
@@ -677,7 +677,7 @@ func TestHostileHalfOpenTLSFlood(t *testing.T) {
 	)
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{AudioDeltaBytes: tlsAudioDeltaBytes})
-	g := startGateway(t, mock, func(c *Config) {
+	g := startGateway(t, mock, func(c *Settings) {
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 		c.MaxHandshakes = maxHandshakes
 		c.HandshakeTimeout = 60 * time.Second // every refusal below must come at once, not at the timeout
@@ -767,7 +767,7 @@ func TestHostileHalfOpenTLSFlood(t *testing.T) {
 func TestHostileStalledTLSHandshakeTimesOut(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) {
+	g := startGateway(t, mock, func(c *Settings) {
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 		c.HandshakeTimeout = 500 * time.Millisecond
 	})

@@ -48,7 +48,7 @@ func dialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http.Head
 // them full is closed at once, before the gateway reads a byte of it.
 func TestMaxConnectionsCountsFromAccept(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) {
+	g := startGateway(t, mock, func(c *Settings) {
 		c.MaxConnections = 2
 		c.HandshakeTimeout = 60 * time.Second // refusals must come at once, not at the timeout
 	})
@@ -115,7 +115,7 @@ func metricValue(t testing.TB, g *gateway, series string) float64 {
 
 func TestMessageOverLimitCloses1009(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.MaxMessage = 64 << 10 })
+	g := startGateway(t, mock, func(c *Settings) { c.MaxMessage = 64 << 10 })
 	big := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	other := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, big)
@@ -132,7 +132,7 @@ func TestMessageOverLimitCloses1009(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.IdleTimeout = 500 * time.Millisecond })
+	g := startGateway(t, mock, func(c *Settings) { c.IdleTimeout = 500 * time.Millisecond })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	start := time.Now()
@@ -151,7 +151,7 @@ func TestIdleTimeout(t *testing.T) {
 
 func TestMaxSessionDuration(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.MaxSessionDuration = 700 * time.Millisecond })
+	g := startGateway(t, mock, func(c *Settings) { c.MaxSessionDuration = 700 * time.Millisecond })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	// Stay busy: the idle timer must not be what ends it.
@@ -200,7 +200,7 @@ func TestStalledClientIsDroppedAndMemoryStaysBounded(t *testing.T) {
 	// never read. mockai runs as its own process so that its memory is not
 	// counted here.
 	mock := startMockaiProcess(t, "-deltas", "2000", "-delta-bytes", "48000", "-delta-interval", "2ms")
-	g := startGateway(t, nil, func(c *Config) {
+	g := startGateway(t, nil, func(c *Settings) {
 		c.APIBase, _ = ParseAPIBase(mock.baseURL)
 		c.MaxStalledBytes = 2 << 20
 		c.WriteTimeout = 60 * time.Second // the backlog cap, not the write timeout, must act
@@ -240,7 +240,7 @@ func TestStalledClientIsDroppedAndMemoryStaysBounded(t *testing.T) {
 func TestPerKeyLimits(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	t.Run("concurrent sessions", func(t *testing.T) {
-		g := startGateway(t, mock, func(c *Config) { c.MaxSessionsPerKey = 1 })
+		g := startGateway(t, mock, func(c *Settings) { c.MaxSessionsPerKey = 1 })
 		a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, a)
 		status, code, _ := dialStatus(t, g, bearer(testMasterKey))
@@ -254,7 +254,7 @@ func TestPerKeyLimits(t *testing.T) {
 		}
 	})
 	t.Run("connect rate", func(t *testing.T) {
-		g := startGateway(t, mock, func(c *Config) { c.ConnectRatePerKey = 2 })
+		g := startGateway(t, mock, func(c *Settings) { c.ConnectRatePerKey = 2 })
 		var statuses []int
 		var retry string
 		for range 3 {
@@ -275,7 +275,7 @@ func TestPerKeyLimits(t *testing.T) {
 
 func TestOriginAllowlist(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.AllowedOrigins = []string{"https://app.example"} })
+	g := startGateway(t, mock, func(c *Settings) { c.AllowedOrigins = []string{"https://app.example"} })
 	with := func(origin string) http.Header {
 		h := bearer(testMasterKey)
 		if origin != "" {
@@ -302,7 +302,7 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	mock := startMock(t, mockai.Config{Key: upstreamKey})
 	logs := &lockedWriter{w: &bytes.Buffer{}}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	g := startGatewayLog(t, mock, func(c *Config) {
+	g := startGatewayLog(t, mock, func(c *Settings) {
 		c.MasterKey, c.UpstreamKey = clientKey, upstreamKey
 	}, log)
 
@@ -319,7 +319,7 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	_, _, _ = dialStatus(t, g, http.Header{"Sec-WebSocket-Protocol": {"realtime, openai-insecure-api-key." + wrongKey}})
 	// An upstream that refuses the gateway's key.
 	bad := startMock(t, mockai.Config{Key: "sk-other", RejectStatus: 401})
-	g2 := startGatewayLog(t, bad, func(c *Config) { c.MasterKey, c.UpstreamKey = clientKey, upstreamKey }, log)
+	g2 := startGatewayLog(t, bad, func(c *Settings) { c.MasterKey, c.UpstreamKey = clientKey, upstreamKey }, log)
 	c2 := g2.dial(t, "model=gpt-realtime", bearer(clientKey))
 	e2 := read(t, c2)
 	seen = append(seen, e2.str("error", "message"))
@@ -339,7 +339,7 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 func TestTLSListenerRefusesOldVersions(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	cert := newListenerCert(t)
-	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
 	for _, v := range []uint16{tls.VersionTLS10, tls.VersionTLS11} {
 		conn, err := tls.Dial("tcp", g.addr, &tls.Config{RootCAs: cert.roots, MaxVersion: v, MinVersion: v})
 		if err == nil {
@@ -357,7 +357,7 @@ func TestTLSListenerRefusesOldVersions(t *testing.T) {
 func TestTLSCertificateReloads(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	first := newListenerCert(t)
-	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = first.certFile, first.keyFile })
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = first.certFile, first.keyFile })
 	serial := func(roots any) string {
 		conn, err := tls.Dial("tcp", g.addr, &tls.Config{InsecureSkipVerify: true})
 		if err != nil {
@@ -477,7 +477,7 @@ func TestMemoryBudgetEndsLargestBacklogs(t *testing.T) {
 		}
 		return 0
 	})
-	g := startGateway(t, nil, func(c *Config) {
+	g := startGateway(t, nil, func(c *Settings) {
 		c.APIBase, _ = ParseAPIBase("ws" + strings.TrimPrefix(up.srv.URL, "http") + "/v1")
 		c.MaxStalledBytes = 64 << 20 // far above any backlog here: the budget, not the per-session cap, must act
 		c.MaxBufferedBytes = 8 << 20

@@ -16,29 +16,11 @@ import (
 // metricSum adds up every sample of the named metric family.
 func metricSum(t *testing.T, g *gateway, name string) float64 {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			}
-		}
-	}
-	return sum
+	return gathered(t, g.srv.metrics.reg, name)
 }
 
-func withPool(size int, mutate func(*Config)) func(*Config) {
-	return func(c *Config) {
+func withPool(size int, mutate func(*Settings)) func(*Settings) {
+	return func(c *Settings) {
 		c.Pool.Size = size
 		if mutate != nil {
 			mutate(c)
@@ -68,9 +50,9 @@ func startPoolMock(t *testing.T, cfg mockai.Config, tls bool) *mockai.Server {
 
 // startPoolGateway starts a gateway with a pool of size in front of mock,
 // trusting mock's certificate when it serves TLS.
-func startPoolGateway(t *testing.T, mock *mockai.Server, size int, mutate func(*Config)) *gateway {
+func startPoolGateway(t *testing.T, mock *mockai.Server, size int, mutate func(*Settings)) *gateway {
 	t.Helper()
-	return startGateway(t, mock, withPool(size, func(c *Config) {
+	return startGateway(t, mock, withPool(size, func(c *Settings) {
 		if len(mock.CertPEM()) > 0 {
 			c.UpstreamRoots = trustMock(t, mock)
 		}
@@ -182,7 +164,7 @@ func TestPoolReplacesExpiredSockets(t *testing.T) { poolSchemes(t, testPoolRepla
 
 func testPoolReplacesExpiredSockets(t *testing.T, tls bool) {
 	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 2, func(c *Config) { c.Pool.MaxIdle = 300 * time.Millisecond })
+	g := startPoolGateway(t, mock, 2, func(c *Settings) { c.Pool.MaxIdle = 300 * time.Millisecond })
 	waitWarm(t, g, 2)
 	waitFor(t, "replacement dials", func() bool { return len(mock.Records()) >= 6 })
 	waitWarm(t, g, 2)
@@ -279,7 +261,7 @@ func TestPoolNeverPoolsSidebandOrTranscription(t *testing.T) {
 
 func testPoolNeverPoolsSidebandOrTranscription(t *testing.T, tls bool) {
 	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 2, func(c *Config) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 2, 64 })
+	g := startPoolGateway(t, mock, 2, func(c *Settings) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 2, 64 })
 	waitWarm(t, g, 2)
 	queries := []string{"call_id=rtc_123", "intent=transcription", "model=gpt-realtime&call_id=rtc_456"}
 	for range 3 { // repeated connects would have made an auto pool grow
@@ -321,7 +303,7 @@ func TestPoolPongsNeverReachClients(t *testing.T) { poolSchemes(t, testPoolPongs
 
 func testPoolPongsNeverReachClients(t *testing.T, tls bool) {
 	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 4, func(c *Config) {
+	g := startPoolGateway(t, mock, 4, func(c *Settings) {
 		c.Pool.PingInterval = 20 * time.Millisecond
 		c.Pool.PongTimeout = 2 * time.Second
 	})

@@ -14,7 +14,7 @@ import (
 )
 
 func TestFullSessionThroughGateway(t *testing.T) {
-	overBoth(t, mockai.Config{AudioDeltas: 3, AudioDeltaBytes: 4800}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{AudioDeltas: 3, AudioDeltaBytes: 4800}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 
@@ -204,7 +204,7 @@ func TestRefusedRequests(t *testing.T) {
 
 func TestNoMasterKeyRefusesEveryone(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.MasterKey = "" })
+	g := startGateway(t, mock, func(c *Settings) { c.MasterKey = "" })
 	for _, h := range []http.Header{{}, bearer(""), bearer("anything")} {
 		_, resp, err := dialer().Dial(g.url("model=gpt-realtime"), h)
 		if err == nil || resp == nil || resp.StatusCode != 401 {
@@ -238,7 +238,7 @@ func TestUpstreamFailuresBecomeErrorEvents(t *testing.T) {
 			if tc.mock != nil {
 				mock = startMock(t, *tc.mock)
 			}
-			g := startGateway(t, mock, func(c *Config) {
+			g := startGateway(t, mock, func(c *Settings) {
 				if tc.base != "" {
 					c.APIBase, _ = ParseAPIBase(tc.base)
 				}
@@ -271,7 +271,7 @@ func TestUpstreamInvalidKeyEventPassesThrough(t *testing.T) {
 }
 
 func TestLargeAndFragmentedMessages(t *testing.T) {
-	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		c.SetReadLimit(32 << 20)
@@ -307,7 +307,7 @@ func TestLargeAndFragmentedMessages(t *testing.T) {
 }
 
 func TestFramesBeforeUpstreamReadyArriveInOrder(t *testing.T) {
-	overBoth(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
+	overBoth(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 		g := startGateway(t, mock, trust)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		// Sent while the gateway is still waiting for the upstream's 101.
@@ -327,8 +327,8 @@ func TestFramesBeforeUpstreamReadyArriveInOrder(t *testing.T) {
 }
 
 func TestTooMuchBeforeUpstreamReadyCloses1009(t *testing.T) {
-	overBoth(t, mockai.Config{UpgradeDelay: time.Second}, func(t *testing.T, mock *mockai.Server, trust func(*Config)) {
-		g := startGateway(t, mock, func(c *Config) { trust(c); c.MaxPending = 64 << 10 })
+	overBoth(t, mockai.Config{UpgradeDelay: time.Second}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, func(c *Settings) { trust(c); c.MaxPending = 64 << 10 })
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		big := base64.StdEncoding.EncodeToString(make([]byte, 96<<10))
 		send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": big})
@@ -347,7 +347,7 @@ func TestTooMuchBeforeUpstreamReadyCloses1009(t *testing.T) {
 // dial timeout (3, 1 and 5 of 16 warm after 4 s were measured).
 func TestWarmPoolFillsWhenSessionCreatedTrailsThe101(t *testing.T) {
 	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
-		g := startGateway(t, nil, withPool(8, func(c *Config) { up.config(c); c.DialTimeout = 10 * time.Second }))
+		g := startGateway(t, nil, withPool(8, func(c *Settings) { up.config(c); c.DialTimeout = 10 * time.Second }))
 		waitFor(t, "8 of 8 warm sockets", func() bool { return g.srv.Pool().Warm(g.srv.defaultTarget()) == 8 })
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		if e := read(t, c); e.typ() != "session.created" {
@@ -416,7 +416,7 @@ func TestDeadWarmSocketAfterClientFramesIsNotRedialed(t *testing.T) {
 // from cfg; trust is the gateway option that trusts the TLS one (a no-op for
 // plain). The production upstream is wss://, so every relay behaviour is
 // checked over TLS too.
-func overBoth(t *testing.T, cfg mockai.Config, f func(t *testing.T, mock *mockai.Server, trust func(*Config))) {
+func overBoth(t *testing.T, cfg mockai.Config, f func(t *testing.T, mock *mockai.Server, trust func(*Settings))) {
 	for _, secure := range []bool{false, true} {
 		name := "ws"
 		if secure {
@@ -426,10 +426,10 @@ func overBoth(t *testing.T, cfg mockai.Config, f func(t *testing.T, mock *mockai
 			c := cfg
 			c.TLS = secure
 			mock := startMock(t, c)
-			trust := func(*Config) {}
+			trust := func(*Settings) {}
 			if secure {
 				roots := trustMock(t, mock)
-				trust = func(c *Config) { c.UpstreamRoots = roots }
+				trust = func(c *Settings) { c.UpstreamRoots = roots }
 			}
 			f(t, mock, trust)
 		})

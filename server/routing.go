@@ -1,17 +1,16 @@
 package server
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"rtgate/poller"
+	"rtgate/server/routes"
 	"rtgate/upstream"
 )
 
@@ -28,13 +27,56 @@ var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 // The usage is written only from the upstream's read path (as the session's
 // frames.Inspector) and read once the session has ended.
 type sessionInfo struct {
-	key        *ClientKey
+	key        *routes.ClientKey
 	group      string
-	deployment *Deployment // nil until an upstream is attached
+	deployment *routes.Deployment // nil until an upstream is attached
 	usage      Usage
 	start      time.Time // when the client's upgrade completed
 	poolHit    bool      // the upstream came from the warm pool
 	redial     func()    // dials a fresh upstream after a dead warm one
+
+	// The client leaving cancels the upstream attempt made for it.
+	dialMu     sync.Mutex
+	clientLeft bool
+	cancelDial context.CancelFunc
+}
+
+// dialContext is parent, cancelled as soon as the client leaves (at once if
+// it already has).
+func (i *sessionInfo) dialContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	i.dialMu.Lock()
+	i.cancelDial = cancel
+	if i.clientLeft {
+		cancel()
+	}
+	i.dialMu.Unlock()
+	return ctx, cancel
+}
+
+// left reports whether the client left (it is only asked once
+// the upstream attempt is over).
+func (i *sessionInfo) left() bool {
+	i.dialMu.Lock()
+	defer i.dialMu.Unlock()
+	return i.clientLeft
+}
+
+// clientGone is called from the client socket's close callback: an upstream
+// still being dialed for it is no longer wanted.
+func (s *Server) clientGone(sess *poller.Session) {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	s.sessMu.Unlock()
+	if info == nil {
+		return
+	}
+	info.dialMu.Lock()
+	info.clientLeft = true
+	if info.cancelDial != nil {
+		info.cancelDial()
+	}
+	info.dialMu.Unlock()
 }
 
 // Wants picks response.done events out of the upstream's text frames.
@@ -46,41 +88,8 @@ func (i *sessionInfo) Wants(prefix []byte) bool {
 // Inspect adds a response.done's usage.
 func (i *sessionInfo) Inspect(p []byte) { _ = i.usage.AddResponseDone(p) }
 
-// liveCounts counts live sessions per deployment, for routing by fewest.
-type liveCounts struct {
-	mu sync.Mutex
-	n  map[string]*atomic.Int64
-}
-
-func (l *liveCounts) counter(d *Deployment) *atomic.Int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n == nil {
-		l.n = map[string]*atomic.Int64{}
-	}
-	c := l.n[d.Name]
-	if c == nil {
-		c = new(atomic.Int64)
-		l.n[d.Name] = c
-	}
-	return c
-}
-
-// order returns a group's deployments, fewest live sessions first, ties in
-// random order.
-func (l *liveCounts) order(ds []*Deployment) []*Deployment {
-	out := slices.Clone(ds)
-	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	counts := make(map[*Deployment]int64, len(out))
-	for _, d := range out {
-		counts[d] = l.counter(d).Load()
-	}
-	slices.SortStableFunc(out, func(a, b *Deployment) int { return int(counts[a] - counts[b]) })
-	return out
-}
-
 // group picks the model group a request asks for.
-func (s *Server) group(r *Routes, q url.Values) (string, *httpError) {
+func (s *Server) group(r *routes.Table, q url.Values) (string, *httpError) {
 	g := q.Get("model")
 	if g == "" {
 		g = r.Default
@@ -94,7 +103,7 @@ func (s *Server) group(r *Routes, q url.Values) (string, *httpError) {
 
 // target is the upstream request for deployment d: the client's query, the
 // deployment's credentials, and the client headers that pass through.
-func target(d *Deployment, q url.Values, h http.Header) upstream.Target {
+func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
 	t := d.Target(q)
 	for _, name := range passThroughHeaders {
 		if v := h.Values(name); len(v) > 0 {
@@ -112,7 +121,7 @@ func (s *Server) defaultTarget() upstream.Target {
 }
 
 // primePool warms every deployment's plain target.
-func (s *Server) primePool(r *Routes) {
+func (s *Server) primePool(r *routes.Table) {
 	if s.pool == nil {
 		return
 	}
@@ -124,7 +133,7 @@ func (s *Server) primePool(r *Routes) {
 }
 
 // tryWarm hands the session a warm socket of its first-choice deployment.
-func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *Deployment, t upstream.Target) bool {
+func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) bool {
 	if s.pool == nil {
 		return false
 	}
@@ -137,37 +146,47 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *Deployment,
 		}
 		return h, held
 	})
+	if hit {
+		// A socket past session.created is as good a sign of health as
+		// a dial (and answers a probe routed here).
+		s.live.succeeded(d)
+	}
 	return hit
 }
 
 // attached records that deployment d serves the session.
-func (s *Server) attached(info *sessionInfo, d *Deployment) {
+func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
 	info.deployment = d
 	s.live.counter(d).Add(1)
 }
 
-// connectUpstream dials the session's upstream, failing over to the next
-// deployment of the group when a dial fails (nothing has reached the client
-// from the upstream then). This goroutine ends as soon as the socket is
-// handed to the reactor.
-func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*Deployment, q url.Values, h http.Header) {
-	status := 0
-	for i, d := range cands[:min(len(cands), maxDialAttempts)] {
-		t := target(d, q, h)
-		start := time.Now()
-		conn, err := s.dialer.Dial(s.ctx, t)
-		if err == nil {
-			s.attached(info, d)
-			sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
-			return
-		}
-		var ue *upstream.Error
-		if errors.As(err, &ue) {
-			status = ue.Status
-		}
-		s.metrics.dialFailures.WithLabelValues(info.group).Inc()
-		s.log.Warn("upstream dial failed", "deployment", d.Name, "attempt", i+1, "status", status,
-			"after_ms", time.Since(start).Milliseconds(), "err", err)
+// connectUpstream dials the session's upstream and hands it to the session.
+// It runs in its own goroutine, which ends as soon as the socket is handed
+// to the reactor, the attempt fails, or the client leaves.
+//
+// The whole attempt, every dial of it, is bounded by the dial timeout. When
+// a dial has not completed its upgrade within the hedge delay, a second
+// dial to the next deployment starts beside it, and the first upgrade to
+// complete wins; a dial that fails is followed at once by the next
+// deployment's (nothing has reached the client from the upstream yet).
+// At most maxDialAttempts deployments are tried.
+func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
+	clientCtx, cancelClient := info.dialContext(s.ctx)
+	defer cancelClient()
+	ctx, cancel := clientCtx, context.CancelFunc(func() {})
+	if s.cfg.DialTimeout > 0 {
+		ctx, cancel = context.WithTimeout(clientCtx, s.cfg.DialTimeout)
 	}
-	s.dialFailed(sess, status)
+	defer cancel()
+	conn, d, status := s.dialRace(ctx, info.group, cands[:min(len(cands), maxDialAttempts)], q, h)
+	switch {
+	case conn != nil:
+		s.attached(info, d)
+		sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+	case info.left():
+		// Nobody to tell: end the session without an upstream.
+		sess.Cancel()
+	default:
+		s.dialFailed(sess, status)
+	}
 }

@@ -5,10 +5,16 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,7 +56,7 @@ func TestFailoverToTheNextDeployment(t *testing.T) {
 	bad := startMock(t, mockai.Config{StatusCode: 503})
 	good := startMock(t, mockai.Config{})
 	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", bad)+openaiEntry("gpt-realtime", good)+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	for range 6 {
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		if e := read(t, c); e.typ() != "session.created" {
@@ -69,7 +75,7 @@ func TestFailoverToTheNextDeployment(t *testing.T) {
 func TestRoutesToTheDeploymentWithFewestSessions(t *testing.T) {
 	a, b := startMock(t, mockai.Config{}), startMock(t, mockai.Config{})
 	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", a)+openaiEntry("gpt-realtime", b)+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	for range 6 {
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c) // held open
@@ -94,7 +100,7 @@ func TestAzureUpstreamShape(t *testing.T) {
       model: azure/my-ga-deployment
       api_base: `+base(ga)+`
       api_key: os.environ/RTGATE_TEST_UPSTREAM`+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	for _, tc := range []struct {
 		group, path, query string
 		m                  *mockai.Server
@@ -125,7 +131,7 @@ keys:
     models: [fast]
     max_sessions: 1
 `+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	teamA := bearer("sk-team-a-test")
 	dialModel := func(model string, h http.Header) (int, string) {
 		c, resp, err := dialer().Dial(g.url("model="+model), h)
@@ -161,7 +167,7 @@ keys:
 func TestReloadKeepsLiveSessions(t *testing.T) {
 	first, second := startMock(t, mockai.Config{}), startMock(t, mockai.Config{})
 	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", first)+configTail)
-	g := startGateway(t, nil, func(c *Config) { c.ConfigFile = path })
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
 	live := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, live)
 
@@ -201,7 +207,7 @@ func TestReloadKeepsLiveSessions(t *testing.T) {
 func TestUsageAccounting(t *testing.T) {
 	m := startMock(t, mockai.Config{AudioDeltas: 4, AudioDeltaBytes: 9600})
 	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-	g := startGateway(t, m, func(c *Config) { c.UsageLog = logPath })
+	g := startGateway(t, m, func(c *Settings) { c.UsageLog = logPath })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
 	for _, ms := range []int{100, 250, 500} { // audio appended before each response
@@ -280,4 +286,331 @@ func BenchmarkForwardWithUsageReader(b *testing.B) {
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// blackhole is a TCP listener that accepts connections and never answers:
+// a deployment gone dark behind a load balancer that still accepts. It
+// counts the connections it accepted and those the gateway closed.
+type blackhole struct {
+	ln         net.Listener
+	accepted   atomic.Int64
+	peerClosed atomic.Int64
+}
+
+func startBlackhole(t *testing.T) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{ln: ln}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, c) // until the gateway closes it
+				b.peerClosed.Add(1)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return b
+}
+
+func (b *blackhole) baseURL() string { return "ws://" + b.ln.Addr().String() + "/v1" }
+
+// entryAt is a model_list entry for the upstream at base.
+func entryAt(group, base string) string {
+	return `
+  - model_name: ` + group + `
+    litellm_params:
+      model: openai/gpt-realtime
+      api_base: ` + base + `
+      api_key: os.environ/RTGATE_TEST_UPSTREAM`
+}
+
+// TestClientLeavingStopsTheDial: a client that leaves while its upstream is
+// still being dialed (here: a deployment that never answers) has the dial
+// abandoned and closed at once, and no other deployment is tried for it.
+func TestClientLeavingStopsTheDial(t *testing.T) {
+	a, b := startBlackhole(t), startBlackhole(t)
+	path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", a.baseURL())+entryAt("gpt-realtime", b.baseURL())+configTail)
+	g := startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile = path
+		c.DialTimeout = time.Minute // far beyond waitFor's 10 s
+		c.HedgeDelay = 0            // one dial at a time
+	})
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	waitFor(t, "the gateway to dial a deployment", func() bool { return a.accepted.Load()+b.accepted.Load() == 1 })
+	_ = c.NetConn().Close() // the client goes away without a close frame
+	waitFor(t, "the abandoned dial to be closed", func() bool { return a.peerClosed.Load()+b.peerClosed.Load() == 1 })
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	// The attempt is over once the session ended: nothing dials any more.
+	if n := a.accepted.Load() + b.accepted.Load(); n != 1 {
+		t.Fatalf("the deployments saw %d connects, want 1: the gateway failed over for a client that had left", n)
+	}
+	if n := metricSum(t, g, "rtgate_upstream_ejections_total"); n != 0 {
+		t.Fatalf("%v ejections: a dial abandoned by its client says nothing about the deployment", n)
+	}
+	if n := metricSum(t, g, "rtgate_upstream_dial_failures_total"); n != 0 {
+		t.Fatalf("%v dial failures counted for an abandoned dial", n)
+	}
+	if n := metricWith(t, g, "rtgate_sessions_total", "outcome", "client_lost"); n != 1 {
+		t.Fatalf("%v sessions ended client_lost, want the one whose client left while dialing", n)
+	}
+}
+
+// metricWith adds up the samples of the named metric family whose label
+// has value.
+func metricWith(t *testing.T, g *gateway, name, label, value string) float64 {
+	t.Helper()
+	fams, err := g.srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// TestRoutingAroundABlackhole: two deployments, one that accepts TCP and never
+// answers. Every session succeeds well inside the dial timeout (which now
+// bounds the whole attempt, so a connect that waited on the blackhole would
+// fail), the blackhole is ejected after the first connect it costs, and from
+// then on only probes reach it. Plain and TLS upstreams, pool off and on
+// (with the pool on, its own refills dial the blackhole too, so the count of
+// connects reaching it is checked with the pool off only).
+func TestRoutingAroundABlackhole(t *testing.T) {
+	for _, tc := range []struct {
+		tlsUp bool
+		pool  int
+	}{{false, 0}, {true, 0}, {false, 2}, {true, 2}} {
+		tlsUp := tc.tlsUp
+		name := "ws"
+		if tlsUp {
+			name = "wss"
+		}
+		name += fmt.Sprintf("/pool=%d", tc.pool)
+		t.Run(name, func(t *testing.T) {
+			hole := startBlackhole(t)
+			var good *mockai.Server
+			if tlsUp {
+				good = startTLSMock(t)
+			} else {
+				good = startMock(t, mockai.Config{})
+			}
+			path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", hole.baseURL())+openaiEntry("gpt-realtime", good)+configTail)
+			logs := &lockedBuffer{}
+			g := startGatewayLog(t, nil, func(c *Settings) {
+				c.RoutesFile = path
+				c.DialTimeout = 5 * time.Second
+				c.HedgeDelay = 100 * time.Millisecond
+				c.Pool.Size = tc.pool
+				if tlsUp {
+					c.UpstreamRoots = trustMock(t, good)
+				}
+			}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			connect := func() error {
+				c, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				var e event
+				if err := c.ReadJSON(&e); err != nil {
+					return err
+				}
+				if e.typ() != "session.created" {
+					return fmt.Errorf("first event %v, want session.created", e)
+				}
+				return nil
+			}
+
+			// One session held open on the good deployment makes the
+			// blackhole the one with fewest sessions: the next connect
+			// goes there first, and is saved by its hedge.
+			keep := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			if e := read(t, keep); e.typ() != "session.created" {
+				t.Fatalf("first session: %v", e)
+			}
+			if err := connect(); err != nil {
+				t.Fatalf("the connect that meets the blackhole: %v", err)
+			}
+			if tc.pool > 0 {
+				// With the pool on, the hedge may not be needed: the
+				// pool's own dial to the blackhole may be what ejects it.
+				waitFor(t, "the blackhole to be ejected", func() bool { return metricSum(t, g, "rtgate_upstream_ejections_total") >= 1 })
+			} else if hole.accepted.Load() == 0 || metricSum(t, g, "rtgate_upstream_ejections_total") != 1 ||
+				metricSum(t, g, "rtgate_upstream_hedges_won_total") < 1 {
+				t.Fatalf("after the first connect to the blackhole: %d accepts, %v ejections, %v hedges won",
+					hole.accepted.Load(), metricSum(t, g, "rtgate_upstream_ejections_total"), metricSum(t, g, "rtgate_upstream_hedges_won_total"))
+			}
+			holeBefore := hole.accepted.Load()
+			probesBefore := metricSum(t, g, "rtgate_upstream_probes_total")
+
+			const sessions, concurrency = 60, 10
+			var failed atomic.Int64
+			var firstErr atomic.Value
+			var wg sync.WaitGroup
+			next := make(chan struct{}, sessions)
+			for range sessions {
+				next <- struct{}{}
+			}
+			close(next)
+			for range concurrency {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range next {
+						if err := connect(); err != nil {
+							failed.Add(1)
+							firstErr.CompareAndSwap(nil, err.Error())
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if n := failed.Load(); n > 0 {
+				t.Fatalf("%d of %d sessions failed; first: %v\nrouting log:\n%s", n, sessions, firstErr.Load(), logs.grep("deployment", "dial"))
+			}
+			if got := len(good.Records()); tc.pool == 0 && got != sessions+2 {
+				t.Fatalf("the good deployment served %d sessions, want %d", got, sessions+2)
+			}
+			if n := metricSum(t, g, "rtgate_upstream_ejected"); n != 1 {
+				t.Fatalf("rtgate_upstream_ejected sums to %v, want 1 (the blackhole)", n)
+			}
+			if tc.pool > 0 {
+				return
+			}
+			// Once ejected, the blackhole is dialed only by probes.
+			probes := metricSum(t, g, "rtgate_upstream_probes_total") - probesBefore
+			waitFor(t, "the probes' connects to arrive", func() bool { return float64(hole.accepted.Load()-holeBefore) >= probes })
+			if n := float64(hole.accepted.Load() - holeBefore); n != probes || probes > sessions/4 {
+				t.Fatalf("%v connects reached the ejected blackhole in %d sessions, %v of them probes", n, sessions, probes)
+			}
+		})
+	}
+}
+
+// TestProbeBringsADeploymentBack: a deployment that refused connects is
+// ejected; once it is up again and its backoff is over, one connect probes
+// it and it serves sessions again.
+func TestProbeBringsADeploymentBack(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there yet: connects are refused
+	good := startMock(t, mockai.Config{})
+	path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", "ws://"+addr+"/v1")+openaiEntry("gpt-realtime", good)+configTail)
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
+	session := func() *websocket.Conn {
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("got %v, want session.created", e)
+		}
+		return c
+	}
+	// Hold sessions open so that fewest-live routing prefers the other
+	// deployment as soon as it is healthy.
+	for metricSum(t, g, "rtgate_upstream_ejections_total") == 0 {
+		if len(good.Records()) > 20 {
+			t.Fatal("the refusing deployment was never tried")
+		}
+		session()
+	}
+	if metricSum(t, g, "rtgate_upstream_ejected") != 1 {
+		t.Fatal("the refusing deployment is not marked ejected")
+	}
+	back := startMockAt(t, addr)
+	waitFor(t, "a probe to reach the deployment that is back", func() bool {
+		session()
+		return len(back.Records()) > 0
+	})
+	if n := metricSum(t, g, "rtgate_upstream_probes_total"); n < 1 {
+		t.Fatalf("%v probes, want the deployment brought back by one", n)
+	}
+	if metricSum(t, g, "rtgate_upstream_ejected") != 0 {
+		t.Fatal("the deployment that answered its probe is still ejected")
+	}
+	// Healthy again, with fewer live sessions: it gets the next connect.
+	before := len(back.Records())
+	session()
+	if len(back.Records()) != before+1 {
+		t.Fatal("the deployment brought back does not get sessions")
+	}
+}
+
+// startMockAt starts an in-process mockai on addr.
+func startMockAt(t *testing.T, addr string) *mockai.Server {
+	t.Helper()
+	m, err := mockai.Start(mockai.Config{Key: testUpstreamKey}, addr)
+	if err != nil {
+		t.Fatalf("starting mockai on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// lockedBuffer collects a gateway's log for a test to show when it fails.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// grep returns the lines holding any of words.
+func (l *lockedBuffer) grep(words ...string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		for _, w := range words {
+			if strings.Contains(line, w) && !strings.Contains(line, "session ended") {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

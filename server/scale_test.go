@@ -191,7 +191,7 @@ func startScaleGateway(t *testing.T) (*gateway, *mockaiProcess) {
 		t.Skip("opens a thousand sessions; skipped with -short")
 	}
 	mock := startMockaiProcess(t, "-deltas", "2", "-delta-bytes", "4800")
-	g := startGateway(t, nil, func(c *Config) {
+	g := startGateway(t, nil, func(c *Settings) {
 		u, err := ParseAPIBase(mock.baseURL)
 		if err != nil {
 			t.Fatalf("mockai's base URL %q: %v", mock.baseURL, err)

@@ -38,12 +38,13 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/routes"
 	"rtgate/upstream"
 )
 
 // Server is one gateway instance.
 type Server struct {
-	cfg       Config
+	cfg       Settings
 	log       *slog.Logger
 	dialer    *upstream.Dialer
 	tlsConfig *tls.Config // client listener; nil for plain
@@ -71,13 +72,13 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[*poller.Session]*sessionInfo
 
-	routes   atomic.Pointer[Routes] // replaced whole on SIGHUP
-	live     liveCounts
+	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	live     *router
 	usageLog *usageLog // nil without USAGE_LOG
 }
 
 // New prepares a server; Serve starts it.
-func New(cfg Config, log *slog.Logger) (*Server, error) {
+func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -106,15 +107,15 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.UpstreamRoots != nil {
 		upTLS.RootCAs = cfg.UpstreamRoots
 	}
-	routes := RoutesFromConfig(cfg)
-	if cfg.ConfigFile != "" {
-		r, err := LoadRoutes(cfg.ConfigFile, os.LookupEnv)
+	table := routesFromSettings(cfg)
+	if cfg.RoutesFile != "" {
+		t, err := routes.Load(cfg.RoutesFile, os.LookupEnv)
 		if err != nil {
 			return nil, err
 		}
-		routes = r
+		table = t
 	}
-	s.routes.Store(routes)
+	s.routes.Store(table)
 	s.metrics = newMetrics()
 	s.front.init(s.metrics.reg)
 	s.budget.init(cfg, s.metrics.reg)
@@ -125,6 +126,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.usageLog = ul
 	}
+	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -218,10 +220,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // and keys, live sessions keep the deployment they have, and a file that
 // does not load is reported and the old configuration kept.
 func (s *Server) Reload() error {
-	if s.cfg.ConfigFile == "" {
+	if s.cfg.RoutesFile == "" {
 		return errors.New("no CONFIG_FILE to reload")
 	}
-	r, err := LoadRoutes(s.cfg.ConfigFile, os.LookupEnv)
+	r, err := routes.Load(s.cfg.RoutesFile, os.LookupEnv)
 	if err != nil {
 		s.log.Error("config reload failed; keeping the previous configuration", "err", err)
 		return err
@@ -392,6 +394,7 @@ func (c *clientConn) onClose(netpoll.Connection) error {
 	sess := c.sess
 	c.mu.Unlock()
 	if sess != nil {
+		c.srv.clientGone(sess) // first: an upstream still dialing is not wanted
 		sess.ClientGone()
 	}
 	return nil
@@ -495,7 +498,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 // admit applies the instance-wide and per-key limits, reserving a session
 // slot; sessionEnded gives it back. A key's own limits win over the
 // gateway-wide defaults.
-func (s *Server) admit(key *ClientKey) *httpError {
+func (s *Server) admit(key *routes.ClientKey) *httpError {
 	if s.draining.Load() {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
@@ -556,6 +559,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 
 	cl, from, ok := sess.FirstClose()
 	outcome := sessionOutcome(sess, cl, from, ok)
+	if info.deployment == nil && info.left() {
+		outcome = "client_lost" // it left while its upstream was being dialed
+	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.usage
 	for kind, n := range map[string]int64{

@@ -51,7 +51,7 @@ func startTLSMock(t *testing.T) *mockai.Server {
 }
 
 // trustMock returns a root pool holding mock's certificate, for
-// Config.UpstreamRoots.
+// Settings.UpstreamRoots.
 func trustMock(t *testing.T, mock *mockai.Server) *x509.CertPool {
 	t.Helper()
 	pool := x509.NewCertPool()
@@ -209,7 +209,7 @@ func runTLSSession(t *testing.T, c *websocket.Conn) {
 func TestTLSUpstream(t *testing.T) {
 	mock := startTLSMock(t)
 	roots := trustMock(t, mock)
-	g := startGateway(t, mock, func(c *Config) { c.UpstreamRoots = roots })
+	g := startGateway(t, mock, func(c *Settings) { c.UpstreamRoots = roots })
 
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	runTLSSession(t, c)
@@ -240,7 +240,7 @@ func TestTLSUpstreamUntrustedCertificateFails(t *testing.T) {
 func TestTLSClientListener(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{AudioDeltaBytes: tlsAudioDeltaBytes})
-	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
 
 	c := g.dialTLS(t, cert.roots)
 	runTLSSession(t, c)
@@ -257,7 +257,7 @@ func TestTLSBothSides(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startTLSMock(t)
 	roots := trustMock(t, mock)
-	g := startGateway(t, mock, func(c *Config) {
+	g := startGateway(t, mock, func(c *Settings) {
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 		c.UpstreamRoots = roots
 	})
@@ -315,7 +315,7 @@ func (c *captureConn) Close() error             { return nil }
 // after the handshake timeout, and in a way its TLS library reports clearly.
 func TestPlainListenerAnswersTLSClientAtOnce(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.HandshakeTimeout = 60 * time.Second })
+	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 60 * time.Second })
 
 	raw, err := net.Dial("tcp", g.addr)
 	if err != nil {
@@ -358,7 +358,7 @@ func TestPlainListenerAnswersTLSClientAtOnce(t *testing.T) {
 func TestTLSListenerAnswersPlainHTTPAtOnce(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{AudioDeltaBytes: tlsAudioDeltaBytes})
-	g := startGateway(t, mock, func(c *Config) {
+	g := startGateway(t, mock, func(c *Settings) {
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 		c.HandshakeTimeout = 60 * time.Second
 	})
@@ -406,7 +406,7 @@ func (c *holdingConn) release() error {
 func TestTLSRequestBehindFinishedInOneSegment(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, func(c *Config) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
 	raw, err := net.Dial("tcp", g.addr)
 	if err != nil {
 		t.Fatal(err)

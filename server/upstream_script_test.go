@@ -80,7 +80,7 @@ func (u *scriptedUpstream) base() string {
 }
 
 // config points a gateway at the upstream.
-func (u *scriptedUpstream) config(c *Config) {
+func (u *scriptedUpstream) config(c *Settings) {
 	c.APIBase, _ = ParseAPIBase(u.base())
 	if u.roots != nil {
 		c.UpstreamRoots = u.roots

@@ -56,7 +56,7 @@ type budget struct {
 	buffered prometheus.Gauge       // backlog bytes found by the last walk
 }
 
-func (b *budget) init(cfg Config, reg prometheus.Registerer) {
+func (b *budget) init(cfg Settings, reg prometheus.Registerer) {
 	b.max = cfg.MaxBufferedBytes
 	b.ended = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_sessions_ended_total",
 		Help: "Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget " +

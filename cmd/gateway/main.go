@@ -39,7 +39,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.UpstreamCAFile, "upstream-ca", cfg.UpstreamCAFile, "extra CA file for wss:// upstreams (UPSTREAM_CA_FILE)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "certificate for a TLS client listener (TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "key for a TLS client listener (TLS_KEY)")
-	fs.StringVar(&cfg.ConfigFile, "config", cfg.ConfigFile, "LiteLLM-style YAML of model groups, deployments and keys (CONFIG_FILE)")
+	fs.StringVar(&cfg.RoutesFile, "config", cfg.RoutesFile, "LiteLLM-style YAML of model groups, deployments and keys (CONFIG_FILE)")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listener for /metrics and /debug/pprof/, empty for none (ADMIN_ADDR)")
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	bufSize := fs.Int("buffer-size", 512, "netpoll's initial input buffer per connection, bytes")
