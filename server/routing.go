@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"rtgate/poller"
+	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -25,23 +26,13 @@ var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 
 // sessionInfo is what the server knows of a session beyond the relay: who,
 // which model group, which deployment served it, and the tokens it used.
-// The usage is written only from the upstream's read path (as the session's
-// frames.Inspector) and read once the session has ended.
+// The meter is the session's inspector on the upstream's frames.
 type sessionInfo struct {
 	key        *ClientKey
 	group      string
 	deployment *Deployment // nil until an upstream is attached
-	usage      Usage
+	meter      usage.Meter
 }
-
-// Wants picks response.done events out of the upstream's text frames.
-func (i *sessionInfo) Wants(prefix []byte) bool {
-	t, ok := EventType(prefix)
-	return ok && string(t) == "response.done"
-}
-
-// Inspect adds a response.done's usage.
-func (i *sessionInfo) Inspect(p []byte) { _ = i.usage.AddResponseDone(p) }
 
 // liveCounts counts live sessions per deployment, for routing by fewest.
 type liveCounts struct {

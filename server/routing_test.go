@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobwas/ws"
 	"github.com/gorilla/websocket"
 
-	"rtgate/frames"
 	"rtgate/mockai"
+	"rtgate/server/usage"
 )
 
 // writeConfig writes a config file and the environment it names.
@@ -221,7 +220,7 @@ func TestUsageAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var rec usageRecord
+	var rec usage.Record
 	sc := bufio.NewScanner(f)
 	if !sc.Scan() {
 		t.Fatal("the usage log is empty")
@@ -230,7 +229,7 @@ func TestUsageAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := rec.Usage
-	want := Usage{
+	want := usage.Usage{
 		Responses:   3,
 		InputAudio:  (4800 + 12000 + 24000) / 480,
 		InputText:   30,
@@ -248,33 +247,6 @@ func TestUsageAccounting(t *testing.T) {
 	}
 	if got := metricSum(t, g, "rtgate_tokens_total"); got != float64(want.TotalTokens) {
 		t.Fatalf("rtgate_tokens_total %v, want %d", got, want.TotalTokens)
-	}
-}
-
-// BenchmarkForwardWithUsageReader forwards realistic upstream traffic (audio
-// deltas, with a response.done now and then) through a scanner that reads
-// usage, to show the reader costs no allocation per frame.
-func BenchmarkForwardWithUsageReader(b *testing.B) {
-	delta := frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"response.output_audio.delta","response_id":"resp_1","item_id":"item_1","output_index":0,"content_index":0,"delta":"`+strings.Repeat("A", 6400)+`"}`), false)
-	done := frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"response.done","response":{"usage":{"total_tokens":70,"input_tokens":60,"output_tokens":10,"input_token_details":{"text_tokens":10,"audio_tokens":50},"output_token_details":{"text_tokens":5,"audio_tokens":5}}}}`), false)
-	info := &sessionInfo{}
-	s := frames.NewScanner(frames.FromServer, 0)
-	s.SetInspector(info)
-	src := frames.NewByteSource(nil)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(delta)))
-	for i := 0; b.Loop(); i++ {
-		f := delta
-		if i%100 == 99 {
-			f = done
-		}
-		src.Reset(f)
-		if _, err := s.Forward(src, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if info.usage.Responses == 0 {
-		b.Fatal("the usage reader saw no response.done")
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -66,7 +67,7 @@ type Server struct {
 
 	routes   atomic.Pointer[Routes] // replaced whole on SIGHUP
 	live     liveCounts
-	usageLog *usageLog // nil without USAGE_LOG
+	usageLog *usage.Log // nil without USAGE_LOG
 }
 
 // New prepares a server; Serve starts it.
@@ -110,7 +111,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.routes.Store(routes)
 	s.metrics = newMetrics()
 	if cfg.UsageLog != "" {
-		ul, err := openUsageLog(cfg.UsageLog, log, s.metrics.usageLogErrors)
+		ul, err := usage.Open(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
 			return nil, fmt.Errorf("USAGE_LOG: %w", err)
 		}
@@ -204,7 +205,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = loop.Shutdown(ctx)
 	}
 	if s.usageLog != nil {
-		s.usageLog.close()
+		s.usageLog.Close()
 	}
 	return err
 }
@@ -435,7 +436,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	c.stopTimer()
 	info := &sessionInfo{key: key, group: group}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
-	sess.InspectUpstream(info)
+	sess.InspectUpstream(&info.meter)
 	c.sess, c.phase = sess, phaseRelay
 	s.sessMu.Lock()
 	s.sessions[sess] = info
@@ -523,7 +524,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	cl, from, ok := sess.FirstClose()
 	outcome := sessionOutcome(sess, cl, from, ok)
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
-	u := info.usage
+	u := info.meter.Usage
 	for kind, n := range map[string]int64{
 		"input_text": u.InputText, "input_audio": u.InputAudio, "input_image": u.InputImage,
 		"input_cached": u.InputCached, "output_text": u.OutputText, "output_audio": u.OutputAudio,
@@ -533,7 +534,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		}
 	}
 
-	rec := usageRecord{
+	rec := usage.Record{
 		Key: info.key.Name, ModelGroup: info.group, Deployment: deployment,
 		Start: sess.Start.UTC(), DurationMS: time.Since(sess.Start).Milliseconds(),
 		PoolHit: sess.PoolHit, Outcome: outcome,
@@ -543,9 +544,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
-	s.log.Info("session ended", rec.logAttrs()...)
+	s.log.Info("session ended", rec.LogAttrs()...)
 	if s.usageLog != nil {
-		s.usageLog.write(rec)
+		s.usageLog.Write(rec)
 	}
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }

@@ -1,4 +1,4 @@
-package server
+package usage
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// usageRecord is the account of one ended session: one structured log line,
+// Record is the account of one ended session: one structured log line,
 // and one JSON line in USAGE_LOG.
-type usageRecord struct {
+type Record struct {
 	Key         string    `json:"key"`
 	ModelGroup  string    `json:"model_group"`
 	Deployment  string    `json:"deployment,omitempty"`
@@ -31,7 +31,8 @@ type usageRecord struct {
 	Usage       Usage     `json:"usage"`
 }
 
-func (r usageRecord) logAttrs() []any {
+// LogAttrs are the record as slog attributes, for the session's log line.
+func (r Record) LogAttrs() []any {
 	u := r.Usage
 	attrs := []any{
 		"key", r.Key, "model_group", r.ModelGroup, "deployment", r.Deployment,
@@ -47,12 +48,12 @@ func (r usageRecord) logAttrs() []any {
 	return attrs
 }
 
-// usageLog appends records to a file as JSON lines. Sessions never wait on
+// Log appends records to a file as JSON lines. Sessions never wait on
 // the disk: records go through a queue to one writer goroutine, which writes
 // and fsyncs them in batches (every usageSyncEvery or usageBatch records).
 // A failing disk is logged and counted; the records are lost, the sessions
 // are not.
-type usageLog struct {
+type Log struct {
 	f      *os.File
 	log    *slog.Logger
 	errors prometheus.Counter
@@ -69,17 +70,20 @@ const (
 	usageSyncEvery = time.Second
 )
 
-func openUsageLog(path string, log *slog.Logger, errors prometheus.Counter) (*usageLog, error) {
+// Open opens (or creates) the file at path for appending; errors counts
+// the records lost.
+func Open(path string, log *slog.Logger, errors prometheus.Counter) (*Log, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	u := &usageLog{f: f, log: log, errors: errors, queue: make(chan []byte, usageQueue), done: make(chan struct{})}
+	u := &Log{f: f, log: log, errors: errors, queue: make(chan []byte, usageQueue), done: make(chan struct{})}
 	go u.run()
 	return u, nil
 }
 
-func (u *usageLog) write(rec usageRecord) {
+// Write queues rec; it never waits on the disk.
+func (u *Log) Write(rec Record) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return
@@ -97,7 +101,7 @@ func (u *usageLog) write(rec usageRecord) {
 	}
 }
 
-func (u *usageLog) run() {
+func (u *Log) run() {
 	defer close(u.done)
 	tick := time.NewTicker(usageSyncEvery)
 	defer tick.Stop()
@@ -142,8 +146,8 @@ func (u *usageLog) run() {
 	}
 }
 
-// close writes what is queued and closes the file.
-func (u *usageLog) close() {
+// Close writes what is queued and closes the file.
+func (u *Log) Close() {
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
