@@ -28,6 +28,7 @@ var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 // which model group, which deployment served it, and the tokens it used.
 // The meter is the session's inspector on the upstream's frames.
 type sessionInfo struct {
+	id         string // the gateway's session id (usage.NewSessionID)
 	key        *ClientKey
 	group      string
 	deployment *Deployment // nil until an upstream is attached

@@ -228,21 +228,31 @@ func TestUsageAccounting(t *testing.T) {
 	if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 		t.Fatal(err)
 	}
-	u := rec.Usage
-	want := usage.Usage{
-		Responses:   3,
-		InputAudio:  (4800 + 12000 + 24000) / 480,
-		InputText:   30,
-		OutputAudio: 3 * 4 * 9600 / 480,
-		OutputText:  15,
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
+		t.Fatal(err)
 	}
-	want.InputTokens = want.InputAudio + want.InputText
-	want.OutputTokens = want.OutputAudio + want.OutputText
+	for _, name := range []string{"session_id", "key_name", "model_group", "started_at", "ended_at", "outcome", "usage", "cost_usd"} {
+		if _, ok := raw[name]; !ok {
+			t.Errorf("the usage record has no %q: %s", name, sc.Bytes())
+		}
+	}
+	if !strings.Contains(string(raw["usage"]), `"input_token_details":{"text_tokens":30,`) {
+		t.Errorf("usage not in OpenAI's shape: %s", raw["usage"])
+	}
+	u := rec.Usage
+	want := usage.Usage{Responses: 3}
+	want.InputTokenDetails.AudioTokens = (4800 + 12000 + 24000) / 480
+	want.InputTokenDetails.TextTokens = 30
+	want.OutputTokenDetails.AudioTokens = 3 * 4 * 9600 / 480
+	want.OutputTokenDetails.TextTokens = 15
+	want.InputTokens = want.InputTokenDetails.AudioTokens + want.InputTokenDetails.TextTokens
+	want.OutputTokens = want.OutputTokenDetails.AudioTokens + want.OutputTokenDetails.TextTokens
 	want.TotalTokens = want.InputTokens + want.OutputTokens
 	if u != want {
 		t.Fatalf("usage %+v, want %+v", u, want)
 	}
-	if rec.Key != "master" || rec.ModelGroup != "gpt-realtime" || rec.Outcome != "client_closed" || rec.FramesOut == 0 {
+	if rec.KeyName != "master" || !strings.HasPrefix(rec.SessionID, "gws_") || rec.EndedAt.Before(rec.StartedAt) || rec.ModelGroup != "gpt-realtime" || rec.Outcome != "client_closed" || rec.FramesOut == 0 {
 		t.Fatalf("record %+v", rec)
 	}
 	if got := metricSum(t, g, "rtgate_tokens_total"); got != float64(want.TotalTokens) {

@@ -434,7 +434,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		protocol = subprotocolRealtime
 	}
 	c.stopTimer()
-	info := &sessionInfo{key: key, group: group}
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
 	sess.InspectUpstream(&info.meter)
 	c.sess, c.phase = sess, phaseRelay
@@ -526,8 +526,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.meter.Usage
 	for kind, n := range map[string]int64{
-		"input_text": u.InputText, "input_audio": u.InputAudio, "input_image": u.InputImage,
-		"input_cached": u.InputCached, "output_text": u.OutputText, "output_audio": u.OutputAudio,
+		"input_text": u.InputTokenDetails.TextTokens, "input_audio": u.InputTokenDetails.AudioTokens,
+		"input_image": u.InputTokenDetails.ImageTokens, "input_cached": u.InputTokenDetails.CachedTokens,
+		"output_text": u.OutputTokenDetails.TextTokens, "output_audio": u.OutputTokenDetails.AudioTokens,
 	} {
 		if n > 0 {
 			m.tokens.WithLabelValues(info.group, info.key.Name, kind).Add(float64(n))
@@ -535,8 +536,8 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 
 	rec := usage.Record{
-		Key: info.key.Name, ModelGroup: info.group, Deployment: deployment,
-		Start: sess.Start.UTC(), DurationMS: time.Since(sess.Start).Milliseconds(),
+		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
+		StartedAt: sess.Start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(sess.Start).Milliseconds(),
 		PoolHit: sess.PoolHit, Outcome: outcome,
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
 		Usage: u,

@@ -11,43 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Record is the account of one ended session: one structured log line,
-// and one JSON line in USAGE_LOG.
-type Record struct {
-	Key         string    `json:"key"`
-	ModelGroup  string    `json:"model_group"`
-	Deployment  string    `json:"deployment,omitempty"`
-	Start       time.Time `json:"start"`
-	DurationMS  int64     `json:"duration_ms"`
-	PoolHit     bool      `json:"pool_hit"`
-	Outcome     string    `json:"outcome"`
-	CloseCode   int       `json:"close_code,omitempty"`
-	CloseReason string    `json:"close_reason,omitempty"`
-	CloseSide   string    `json:"close_side,omitempty"`
-	FramesIn    uint64    `json:"frames_in"`
-	BytesIn     uint64    `json:"bytes_in"`
-	FramesOut   uint64    `json:"frames_out"`
-	BytesOut    uint64    `json:"bytes_out"`
-	Usage       Usage     `json:"usage"`
-}
-
-// LogAttrs are the record as slog attributes, for the session's log line.
-func (r Record) LogAttrs() []any {
-	u := r.Usage
-	attrs := []any{
-		"key", r.Key, "model_group", r.ModelGroup, "deployment", r.Deployment,
-		"start", r.Start.Format(time.RFC3339Nano), "duration_ms", r.DurationMS,
-		"pool_hit", r.PoolHit, "outcome", r.Outcome,
-		"frames_in", r.FramesIn, "bytes_in", r.BytesIn, "frames_out", r.FramesOut, "bytes_out", r.BytesOut,
-		"responses", u.Responses, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens,
-		"input_audio_tokens", u.InputAudio, "output_audio_tokens", u.OutputAudio,
-	}
-	if r.CloseSide != "" {
-		attrs = append(attrs, "close_code", r.CloseCode, "close_reason", r.CloseReason, "close_side", r.CloseSide)
-	}
-	return attrs
-}
-
 // Log appends records to a file as JSON lines. Sessions never wait on
 // the disk: records go through a queue to one writer goroutine, which writes
 // and fsyncs them in batches (every usageSyncEvery or usageBatch records).

@@ -1,20 +1,34 @@
 package usage
 
 // Meter is a session's frames.Inspector on the upstream's frames: it picks
-// response.done events out with EventType (no allocation for the frames it
-// passes over, which are nearly all of them) and sums their usage. It is
-// written only from the upstream's read path and read once the session has
-// ended, so it needs no lock.
+// the usage-bearing events (response.done, transcription completed) out with
+// EventType, allocating nothing for the frames it passes over, which are
+// nearly all of them, and sums their usage. It is written only from the
+// upstream's read path and read once the session has ended, so it needs no
+// lock.
 type Meter struct {
 	Usage Usage
+	// OnEvent, if set, is called from the read path with each event's
+	// usage once it is added (where spend is booked as it happens). The
+	// event has already been forwarded to the client. It must not block.
+	OnEvent func(add Usage)
 }
 
-// Wants picks response.done events out of the upstream's text frames.
+// Wants picks the usage-bearing events out of the upstream's text frames.
 func (m *Meter) Wants(prefix []byte) bool {
 	t, ok := EventType(prefix)
-	return ok && string(t) == "response.done"
+	return ok && (string(t) == TypeResponseDone || string(t) == TypeTranscriptionComplete)
 }
 
-// Inspect adds a response.done's usage. An event that does not parse adds
-// nothing (the client got it verbatim all the same).
-func (m *Meter) Inspect(p []byte) { _ = m.Usage.AddResponseDone(p) }
+// Inspect adds an event's usage. An event that does not parse adds nothing
+// (the client got it verbatim all the same).
+func (m *Meter) Inspect(p []byte) {
+	add, err := Parse(p)
+	if err != nil || add == (Usage{}) {
+		return
+	}
+	m.Usage.Add(add)
+	if m.OnEvent != nil {
+		m.OnEvent(add)
+	}
+}

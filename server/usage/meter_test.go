@@ -35,3 +35,33 @@ func BenchmarkForwardWithUsageReader(b *testing.B) {
 		b.Fatal("the usage reader saw no response.done")
 	}
 }
+
+func TestMeter(t *testing.T) {
+	var booked []Usage
+	m := &Meter{OnEvent: func(add Usage) { booked = append(booked, add) }}
+	events := []struct {
+		payload string
+		wanted  bool
+	}{
+		{responseDoneEvent, true},
+		{`{"type":"response.output_audio.delta","delta":"AAAA"}`, false},
+		{`{"type":"conversation.item.input_audio_transcription.completed","usage":{"type":"tokens","input_tokens":3,"total_tokens":3}}`, true},
+		{`{"type":"response.done","response":{"usage":{"total_tokens":"bad"}}}`, true}, // wanted, then refused
+		{`{"type":"session.created","session":{"type":"realtime"}}`, false},
+	}
+	for _, ev := range events {
+		p := []byte(ev.payload)
+		if got := m.Wants(p[:min(len(p), frames.InspectPrefix)]); got != ev.wanted {
+			t.Fatalf("Wants(%.60s) = %v, want %v", ev.payload, got, ev.wanted)
+		}
+		if ev.wanted {
+			m.Inspect(p)
+		}
+	}
+	if len(booked) != 2 || booked[0].TotalTokens != 253 || booked[1].InputTokens != 3 {
+		t.Fatalf("OnEvent saw %+v, want the response.done and the transcription", booked)
+	}
+	if m.Usage.Responses != 1 || m.Usage.Transcriptions != 1 || m.Usage.TotalTokens != 256 {
+		t.Fatalf("meter usage %+v", m.Usage)
+	}
+}
