@@ -545,10 +545,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
-	s.log.Info("session ended", rec.LogAttrs()...)
-	if s.usageLog != nil {
-		s.usageLog.Write(rec)
-	}
+	s.recordSession(info, &rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
 
