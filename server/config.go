@@ -86,6 +86,12 @@ type Config struct {
 	// UsageLog, if set, is a file each ended session is appended to as one
 	// JSON line.
 	UsageLog string
+	// DatabaseURL, if set, is the Postgres of the durable spend log (one
+	// row per ended session in session_usage; see server/spenddb).
+	DatabaseURL string
+	// SpendSpool is where session records wait while that Postgres is
+	// unreachable (default: USAGE_LOG with ".pg-spool" appended).
+	SpendSpool string
 }
 
 // Defaults returns the configuration with every default filled in.
@@ -159,6 +165,8 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	})
 	set("CONFIG_FILE", func(v string) error { c.ConfigFile = v; return nil })
 	set("USAGE_LOG", func(v string) error { c.UsageLog = v; return nil })
+	set("DATABASE_URL", func(v string) error { c.DatabaseURL = v; return nil })
+	set("SPEND_SPOOL", func(v string) error { c.SpendSpool = v; return nil })
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
 	set("UPSTREAM_SOURCE_IPS", func(v string) error {
 		ips, err := upstream.ParseSourceIPs(v)
@@ -281,6 +289,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 			errs = append(errs, fmt.Errorf("ADMIN_ADDR: %w", err))
 		}
+	}
+	if c.DatabaseURL != "" && c.SpendSpool == "" && c.UsageLog == "" {
+		errs = append(errs, errors.New("DATABASE_URL needs SPEND_SPOOL or USAGE_LOG: records wait in a file while Postgres is down"))
 	}
 	if c.MaxHeaderBytes < 1024 {
 		errs = append(errs, errors.New("the header size limit must be at least 1024 bytes"))

@@ -33,6 +33,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/spenddb"
 	"rtgate/server/usage"
 	"rtgate/upstream"
 )
@@ -67,7 +68,8 @@ type Server struct {
 
 	routes   atomic.Pointer[Routes] // replaced whole on SIGHUP
 	live     liveCounts
-	usageLog *usage.Log // nil without USAGE_LOG
+	usageLog *usage.Log      // nil without USAGE_LOG
+	spendDB  *spenddb.Writer // nil without DATABASE_URL
 }
 
 // New prepares a server; Serve starts it.
@@ -116,6 +118,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("USAGE_LOG: %w", err)
 		}
 		s.usageLog = ul
+	}
+	if err := s.openSpendDB(); err != nil {
+		return nil, err
 	}
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
@@ -204,9 +209,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if loop != nil {
 		err = loop.Shutdown(ctx)
 	}
-	if s.usageLog != nil {
-		s.usageLog.Close()
-	}
+	s.closeSpend(ctx)
 	return err
 }
 

@@ -6,7 +6,11 @@ package server
 // and server/usage; this file only connects them to the session lifecycle.
 
 import (
+	"context"
+	"time"
+
 	"rtgate/server/spend"
+	"rtgate/server/spenddb"
 	"rtgate/server/usage"
 )
 
@@ -23,10 +27,45 @@ func prices(d *Deployment) spend.Prices {
 // recordSession prices an ended session, counts its spend and writes its
 // record wherever records go.
 func (s *Server) recordSession(info *sessionInfo, rec *usage.Record) {
+	// Postgres keeps microseconds: so do the log line and the JSON line,
+	// so that the three read alike.
+	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
 	rec.CostUSD = prices(info.deployment).Cost(rec.Usage)
 	s.metrics.spend.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.CostUSD)
 	s.log.Info("session ended", rec.LogAttrs()...)
 	if s.usageLog != nil {
 		s.usageLog.Write(*rec)
+	}
+	if s.spendDB != nil {
+		s.spendDB.Enqueue(*rec)
+	}
+}
+
+// openSpendDB starts the durable spend log when DATABASE_URL is set.
+func (s *Server) openSpendDB() error {
+	if s.cfg.DatabaseURL == "" {
+		return nil
+	}
+	spool := s.cfg.SpendSpool
+	if spool == "" {
+		spool = s.cfg.UsageLog + ".pg-spool"
+	}
+	w, err := spenddb.Open(spenddb.Config{URL: s.cfg.DatabaseURL, Spool: spool, Log: s.log, Registry: s.metrics.reg})
+	if err != nil {
+		return err
+	}
+	s.spendDB = w
+	return nil
+}
+
+// closeSpend flushes the usage log and the spend log at shutdown.
+func (s *Server) closeSpend(ctx context.Context) {
+	if s.spendDB != nil {
+		if err := s.spendDB.Close(ctx); err != nil {
+			s.log.Warn("the spend log did not drain before shutdown; the rest is in the spool", "err", err)
+		}
+	}
+	if s.usageLog != nil {
+		s.usageLog.Close()
 	}
 }
