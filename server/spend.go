@@ -69,3 +69,18 @@ func (s *Server) closeSpend(ctx context.Context) {
 		s.usageLog.Close()
 	}
 }
+
+// ReopenLogs reopens the files the gateway writes (USAGE_LOG), on SIGHUP,
+// so that logrotate's postrotate `kill -HUP` starts new ones. (The spend
+// spool is not rotated: it empties itself once Postgres takes its records.)
+func (s *Server) ReopenLogs() error {
+	if s.usageLog == nil {
+		return nil
+	}
+	if err := s.usageLog.Reopen(); err != nil {
+		s.log.Error("reopening USAGE_LOG failed; still writing the old file", "err", err)
+		return err
+	}
+	s.log.Info("USAGE_LOG reopened")
+	return nil
+}

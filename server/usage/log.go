@@ -15,11 +15,14 @@ import (
 // the disk: records go through a queue to one writer goroutine, which writes
 // and fsyncs them in batches (every usageSyncEvery or usageBatch records).
 // A failing disk is logged and counted; the records are lost, the sessions
-// are not.
+// are not. Reopen (on SIGHUP) starts a new file at the same path, for
+// logrotate.
 type Log struct {
-	f      *os.File
+	path   string
+	f      *os.File // the writer goroutine's
 	log    *slog.Logger
 	errors prometheus.Counter
+	reopen chan chan error
 
 	mu     sync.RWMutex // write holds it shared, close exclusively
 	closed bool
@@ -40,7 +43,8 @@ func Open(path string, log *slog.Logger, errors prometheus.Counter) (*Log, error
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	u := &Log{f: f, log: log, errors: errors, queue: make(chan []byte, usageQueue), done: make(chan struct{})}
+	u := &Log{path: path, f: f, log: log, errors: errors, reopen: make(chan chan error),
+		queue: make(chan []byte, usageQueue), done: make(chan struct{})}
 	go u.run()
 	return u, nil
 }
@@ -105,6 +109,22 @@ func (u *Log) run() {
 			}
 		case <-tick.C:
 			flush()
+		case reply := <-u.reopen:
+			// Records queued before the rotation end the old file.
+			for drained := false; !drained; {
+				select {
+				case b, ok := <-u.queue:
+					if !ok {
+						drained = true
+						break
+					}
+					batch = append(batch, b)
+				default:
+					drained = true
+				}
+			}
+			flush()
+			reply <- u.swap()
 		}
 	}
 }
@@ -121,4 +141,36 @@ func (u *Log) Close() {
 	u.mu.Unlock()
 	<-u.done
 	_ = u.f.Close()
+}
+
+// swap opens the path afresh and closes the old file; if the path cannot
+// be opened, writing goes on to the old file.
+func (u *Log) swap() error {
+	f, err := os.OpenFile(u.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("reopening %s: %w", u.path, err)
+	}
+	_ = u.f.Close()
+	u.f = f
+	return nil
+}
+
+// Reopen closes the file and opens its path again, so that after logrotate
+// renames it (postrotate: kill -HUP) new records go to a new file. Records
+// written before Reopen are in the old file. It waits for the writer.
+func (u *Log) Reopen() error {
+	u.mu.RLock()
+	if u.closed {
+		u.mu.RUnlock()
+		return nil
+	}
+	reply := make(chan error, 1)
+	select {
+	case u.reopen <- reply:
+	case <-u.done:
+		u.mu.RUnlock()
+		return nil
+	}
+	u.mu.RUnlock()
+	return <-reply
 }
