@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"rtgate/server/routes"
 	"rtgate/upstream"
 )
 
@@ -43,12 +44,17 @@ type Config struct {
 	TLSCert, TLSKey string
 
 	HandshakeTimeout time.Duration // client TCP accept to complete upgrade request
-	DialTimeout      time.Duration // upstream connect + TLS + upgrade
+	DialTimeout      time.Duration // a client's whole upstream attempt: every dial, hedge and failover
 	WriteTimeout     time.Duration // one blocked write to either socket
 	CloseTimeout     time.Duration // wait for a close frame's answer
 	MaxHeaderBytes   int           // the client's HTTP request head
 	MaxMessage       int64         // one client message's payload
 	MaxPending       int           // client bytes queued while the upstream connects
+	// HedgeDelay is how long an upstream dial may go without completing its
+	// upgrade before a second dial, to the next deployment of the group,
+	// starts beside it; the first upgrade to complete wins. 0 turns hedging
+	// off.
+	HedgeDelay time.Duration
 
 	// MaxConnections caps concurrent sessions; further upgrades get 503.
 	MaxConnections int
@@ -81,7 +87,7 @@ type Config struct {
 
 	// ConfigFile, if set, is a LiteLLM-style YAML file of model groups,
 	// deployments and client keys; it replaces the single model and keys
-	// of the environment (see LoadRoutes).
+	// of the environment (see routes.Load).
 	ConfigFile string
 	// UsageLog, if set, is a file each ended session is appended to as one
 	// JSON line.
@@ -104,6 +110,7 @@ func Defaults() Config {
 		APIBase:          base,
 		HandshakeTimeout: 10 * time.Second,
 		DialTimeout:      10 * time.Second,
+		HedgeDelay:       500 * time.Millisecond,
 		WriteTimeout:     10 * time.Second,
 		CloseTimeout:     5 * time.Second,
 		MaxHeaderBytes:   8 << 10,
@@ -199,6 +206,14 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
 	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
 	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
+	set("UPSTREAM_HEDGE_MS", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a whole number of milliseconds of at least 0 (0 turns hedging off)", v)
+		}
+		c.HedgeDelay = time.Duration(n) * time.Millisecond
+		return nil
+	})
 	set("WRITE_TIMEOUT_SECS", secs(&c.WriteTimeout, 1))
 	set("CLOSE_TIMEOUT_SECS", secs(&c.CloseTimeout, 1))
 	set("IDLE_TIMEOUT_SECS", secs(&c.IdleTimeout, 0))
@@ -239,30 +254,14 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	return c, errors.Join(append(errs, c.Validate())...)
 }
 
-// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs (the
-// http forms are what LiteLLM configs usually hold) and returns the WebSocket
-// form.
-func ParseAPIBase(v string) (*url.URL, error) {
-	u, err := url.Parse(strings.TrimRight(v, "/"))
-	if err != nil {
-		return nil, fmt.Errorf("%q is not a URL: %w", v, err)
-	}
-	switch u.Scheme {
-	case "ws", "wss":
-	case "http":
-		u.Scheme = "ws"
-	case "https":
-		u.Scheme = "wss"
-	default:
-		return nil, fmt.Errorf("%q: scheme must be ws, wss, http or https", v)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%q has no host", v)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%q: a base URL takes no query or fragment", v)
-	}
-	return u, nil
+// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs and
+// returns the WebSocket form; see routes.ParseAPIBase.
+func ParseAPIBase(v string) (*url.URL, error) { return routes.ParseAPIBase(v) }
+
+// routesFromSettings is the zero-config routing table: the single model,
+// upstream and master key of the environment.
+func routesFromSettings(c Config) *routes.Table {
+	return routes.Single(c.Model, c.APIBase, c.UpstreamKey, c.MasterKey)
 }
 
 // Validate checks the combination of settings.

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha1"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -165,18 +163,6 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 		return s[len(prefix):], true
 	}
 	return s, false
-}
-
-// keyHash is a key reduced to a fixed-size digest, so that comparisons take
-// the same time whatever the key's length or content.
-type keyHash [sha256.Size]byte
-
-func hashKey(k string) keyHash { return sha256.Sum256([]byte(k)) }
-
-// matches compares in constant time.
-func (h keyHash) matches(key string) bool {
-	other := hashKey(key)
-	return subtle.ConstantTimeCompare(h[:], other[:]) == 1
 }
 
 // upgradeResponse is the 101 answer.

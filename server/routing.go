@@ -1,17 +1,20 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/routes"
 	"rtgate/server/usage"
 	"rtgate/upstream"
 )
@@ -29,47 +32,57 @@ var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 // The meter is the session's inspector on the upstream's frames.
 type sessionInfo struct {
 	id         string // the gateway's session id (usage.NewSessionID)
-	key        *ClientKey
+	key        *routes.ClientKey
 	group      string
-	deployment *Deployment // nil until an upstream is attached
+	deployment *routes.Deployment // nil until an upstream is attached
 	meter      usage.Meter
+
+	// The client leaving cancels the upstream attempt made for it.
+	dialMu     sync.Mutex
+	clientLeft bool
+	cancelDial context.CancelFunc
 }
 
-// liveCounts counts live sessions per deployment, for routing by fewest.
-type liveCounts struct {
-	mu sync.Mutex
-	n  map[string]*atomic.Int64
+// dialContext is parent, cancelled as soon as the client leaves (at once if
+// it already has).
+func (i *sessionInfo) dialContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	i.dialMu.Lock()
+	i.cancelDial = cancel
+	if i.clientLeft {
+		cancel()
+	}
+	i.dialMu.Unlock()
+	return ctx, cancel
 }
 
-func (l *liveCounts) counter(d *Deployment) *atomic.Int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n == nil {
-		l.n = map[string]*atomic.Int64{}
-	}
-	c := l.n[d.Name]
-	if c == nil {
-		c = new(atomic.Int64)
-		l.n[d.Name] = c
-	}
-	return c
+// left reports whether the client left (it is only asked once
+// the upstream attempt is over).
+func (i *sessionInfo) left() bool {
+	i.dialMu.Lock()
+	defer i.dialMu.Unlock()
+	return i.clientLeft
 }
 
-// order returns a group's deployments, fewest live sessions first, ties in
-// random order.
-func (l *liveCounts) order(ds []*Deployment) []*Deployment {
-	out := slices.Clone(ds)
-	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	counts := make(map[*Deployment]int64, len(out))
-	for _, d := range out {
-		counts[d] = l.counter(d).Load()
+// clientGone is called from the client socket's close callback: an upstream
+// still being dialed for it is no longer wanted.
+func (s *Server) clientGone(sess *poller.Session) {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	s.sessMu.Unlock()
+	if info == nil {
+		return
 	}
-	slices.SortStableFunc(out, func(a, b *Deployment) int { return int(counts[a] - counts[b]) })
-	return out
+	info.dialMu.Lock()
+	info.clientLeft = true
+	if info.cancelDial != nil {
+		info.cancelDial()
+	}
+	info.dialMu.Unlock()
 }
 
 // group picks the model group a request asks for.
-func (s *Server) group(r *Routes, q url.Values) (string, *httpError) {
+func (s *Server) group(r *routes.Table, q url.Values) (string, *httpError) {
 	g := q.Get("model")
 	if g == "" {
 		g = r.Default
@@ -83,7 +96,7 @@ func (s *Server) group(r *Routes, q url.Values) (string, *httpError) {
 
 // target is the upstream request for deployment d: the client's query, the
 // deployment's credentials, and the client headers that pass through.
-func target(d *Deployment, q url.Values, h http.Header) upstream.Target {
+func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
 	t := d.Target(q)
 	for _, name := range passThroughHeaders {
 		if v := h.Values(name); len(v) > 0 {
@@ -101,7 +114,7 @@ func (s *Server) defaultTarget() upstream.Target {
 }
 
 // primePool warms every deployment's plain target.
-func (s *Server) primePool(r *Routes) {
+func (s *Server) primePool(r *routes.Table) {
 	if s.pool == nil {
 		return
 	}
@@ -113,7 +126,7 @@ func (s *Server) primePool(r *Routes) {
 }
 
 // tryWarm hands the session a warm socket of its first-choice deployment.
-func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *Deployment, t upstream.Target) bool {
+func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) bool {
 	if s.pool == nil {
 		return false
 	}
@@ -126,37 +139,194 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *Deployment,
 		}
 		return h, held
 	})
+	if hit {
+		// A socket past session.created is as good a sign of health as
+		// a dial (and answers a probe routed here).
+		s.live.succeeded(d)
+	}
 	return hit
 }
 
 // attached records that deployment d serves the session.
-func (s *Server) attached(info *sessionInfo, d *Deployment) {
+func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
 	info.deployment = d
 	s.live.counter(d).Add(1)
 }
 
-// connectUpstream dials the session's upstream, failing over to the next
-// deployment of the group when a dial fails (nothing has reached the client
-// from the upstream then). This goroutine ends as soon as the socket is
-// handed to the reactor.
-func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*Deployment, q url.Values, h http.Header) {
-	status := 0
-	for i, d := range cands[:min(len(cands), maxDialAttempts)] {
-		t := target(d, q, h)
-		start := time.Now()
-		conn, err := s.dialer.Dial(s.ctx, t)
-		if err == nil {
-			s.attached(info, d)
-			sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
-			return
-		}
-		var ue *upstream.Error
-		if errors.As(err, &ue) {
-			status = ue.Status
-		}
-		s.metrics.dialFailures.WithLabelValues(info.group).Inc()
-		s.log.Warn("upstream dial failed", "deployment", d.Name, "attempt", i+1, "status", status,
-			"after_ms", time.Since(start).Milliseconds(), "err", err)
+// connectUpstream dials the session's upstream and hands it to the session.
+// It runs in its own goroutine, which ends as soon as the socket is handed
+// to the reactor, the attempt fails, or the client leaves.
+//
+// The whole attempt, every dial of it, is bounded by the dial timeout. When
+// a dial has not completed its upgrade within the hedge delay, a second
+// dial to the next deployment starts beside it, and the first upgrade to
+// complete wins; a dial that fails is followed at once by the next
+// deployment's (nothing has reached the client from the upstream yet).
+// At most maxDialAttempts deployments are tried.
+func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
+	clientCtx, cancelClient := info.dialContext(s.ctx)
+	defer cancelClient()
+	ctx, cancel := clientCtx, context.CancelFunc(func() {})
+	if s.cfg.DialTimeout > 0 {
+		ctx, cancel = context.WithTimeout(clientCtx, s.cfg.DialTimeout)
 	}
-	sess.DialFailed(status)
+	defer cancel()
+	conn, d, status := s.dialRace(ctx, info.group, cands[:min(len(cands), maxDialAttempts)], q, h)
+	switch {
+	case conn != nil:
+		s.attached(info, d)
+		sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+	case info.left():
+		// Nobody to tell: end the session without an upstream.
+		sess.Cancel()
+	default:
+		sess.DialFailed(status)
+	}
+}
+
+// dialResult is one dial's outcome.
+type dialResult struct {
+	i    int // index of the deployment in the candidates
+	conn *upstream.Conn
+	err  error
+}
+
+// dial is one dial of an attempt.
+type dial struct {
+	d       *routes.Deployment
+	cancel  context.CancelFunc
+	started time.Time
+	hedge   bool // started by the hedge delay rather than as the first or a failover
+	done    bool
+}
+
+// dialRace runs the dials of one connect (see connectUpstream) until one
+// completes its upgrade, all have failed, or ctx ends. It returns the
+// winner, or the HTTP status of the last refusal (0 if none). Dials still in
+// flight when it returns are cancelled; one that completes anyway is closed
+// with 1001.
+func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Deployment, q url.Values, h http.Header) (*upstream.Conn, *routes.Deployment, int) {
+	results := make(chan dialResult, len(cands)) // buffered: no dial waits for a reader that left
+	dials := make([]dial, 0, len(cands))
+	inflight, status := 0, 0
+	start := func(hedge bool) {
+		i := len(dials)
+		dctx, cancel := context.WithCancel(ctx)
+		dials = append(dials, dial{d: cands[i], cancel: cancel, started: time.Now(), hedge: hedge})
+		inflight++
+		t := target(cands[i], q, h)
+		go func() {
+			conn, err := s.dialer.Dial(dctx, t)
+			results <- dialResult{i: i, conn: conn, err: err}
+		}()
+	}
+	var hedgeTimer *time.Timer
+	var hedgeC <-chan time.Time
+	armHedge := func() {
+		if hedgeTimer != nil {
+			hedgeTimer.Stop()
+		}
+		hedgeTimer, hedgeC = nil, nil
+		if s.cfg.HedgeDelay > 0 && len(dials) < len(cands) {
+			hedgeTimer = time.NewTimer(s.cfg.HedgeDelay)
+			hedgeC = hedgeTimer.C
+		}
+	}
+	// stop cancels what is still in flight and closes whatever completes
+	// late.
+	stop := func() {
+		if hedgeTimer != nil {
+			hedgeTimer.Stop()
+		}
+		for i := range dials {
+			if !dials[i].done {
+				dials[i].cancel()
+			}
+		}
+		if inflight > 0 {
+			go closeLate(results, inflight)
+		}
+	}
+
+	start(false)
+	armHedge()
+	for inflight > 0 {
+		select {
+		case <-hedgeC:
+			s.live.m.hedgesStarted.WithLabelValues(group).Inc()
+			s.log.Debug("upstream dial slow; hedging", "deployment", dials[len(dials)-1].d.Name,
+				"next", cands[len(dials)].Name, "after_ms", s.cfg.HedgeDelay.Milliseconds())
+			start(true)
+			armHedge()
+
+		case r := <-results:
+			inflight--
+			dl := &dials[r.i]
+			dl.done = true
+			dl.cancel()
+			if r.err == nil {
+				// The first upgrade to complete wins. Dials started
+				// before it and still going were overtaken: that is
+				// what a deployment that went dark looks like.
+				for j := range dials {
+					if o := &dials[j]; !o.done && o.started.Before(dl.started) {
+						s.live.failed(o.d, "overtaken by a hedged dial")
+					}
+				}
+				if dl.hedge {
+					s.live.m.hedgesWon.WithLabelValues(group).Inc()
+				}
+				s.live.succeeded(dl.d)
+				stop()
+				return r.conn, dl.d, 0
+			}
+			if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+				continue // the client left or the gateway is stopping: no verdict on the deployment
+			}
+			var ue *upstream.Error
+			if errors.As(r.err, &ue) && ue.Status != 0 {
+				status = ue.Status
+			}
+			s.metrics.dialFailures.WithLabelValues(group).Inc()
+			s.log.Warn("upstream dial failed", "deployment", dl.d.Name, "attempt", r.i+1, "status", status,
+				"after_ms", time.Since(dl.started).Milliseconds(), "err", r.err)
+			s.live.failed(dl.d, "dial failed")
+			if inflight == 0 && len(dials) < len(cands) && ctx.Err() == nil {
+				start(false) // fail over at once
+				armHedge()
+			}
+
+		case <-ctx.Done():
+			// The attempt's time is up (or the client left): what is
+			// still dialing timed out, unless the client left.
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				for i := range dials {
+					if !dials[i].done {
+						s.metrics.dialFailures.WithLabelValues(group).Inc()
+						s.log.Warn("upstream dial timed out", "deployment", dials[i].d.Name, "attempt", i+1,
+							"after_ms", time.Since(dials[i].started).Milliseconds())
+						s.live.failed(dials[i].d, "dial timed out")
+					}
+				}
+			}
+			stop()
+			return nil, nil, status
+		}
+	}
+	stop()
+	return nil, nil, status
+}
+
+// closeLate collects the results of n cancelled dials and closes any that
+// completed its upgrade anyway, with 1001 and a close frame, as a client
+// that changed its mind would.
+func closeLate(results <-chan dialResult, n int) {
+	for range n {
+		r := <-results
+		if r.conn != nil {
+			ep := r.conn.Endpoint
+			_ = ep.Send(frames.AppendClose(nil, ws.StatusGoingAway, "hedged dial not needed", true))
+			ep.Close()
+		}
+	}
 }

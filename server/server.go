@@ -33,6 +33,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/routes"
 	"rtgate/server/spenddb"
 	"rtgate/server/usage"
 	"rtgate/upstream"
@@ -66,8 +67,8 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[*poller.Session]*sessionInfo
 
-	routes   atomic.Pointer[Routes] // replaced whole on SIGHUP
-	live     liveCounts
+	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	live     *router
 	usageLog *usage.Log      // nil without USAGE_LOG
 	spendDB  *spenddb.Writer // nil without DATABASE_URL
 }
@@ -102,16 +103,17 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if cfg.UpstreamRoots != nil {
 		upTLS.RootCAs = cfg.UpstreamRoots
 	}
-	routes := RoutesFromConfig(cfg)
+	table := routesFromSettings(cfg)
 	if cfg.ConfigFile != "" {
-		r, err := LoadRoutes(cfg.ConfigFile, os.LookupEnv)
+		t, err := routes.Load(cfg.ConfigFile, os.LookupEnv)
 		if err != nil {
 			return nil, err
 		}
-		routes = r
+		table = t
 	}
-	s.routes.Store(routes)
+	s.routes.Store(table)
 	s.metrics = newMetrics()
+	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
 	if cfg.UsageLog != "" {
 		ul, err := usage.Open(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
@@ -220,7 +222,7 @@ func (s *Server) Reload() error {
 	if s.cfg.ConfigFile == "" {
 		return errors.New("no CONFIG_FILE to reload")
 	}
-	r, err := LoadRoutes(s.cfg.ConfigFile, os.LookupEnv)
+	r, err := routes.Load(s.cfg.ConfigFile, os.LookupEnv)
 	if err != nil {
 		s.log.Error("config reload failed; keeping the previous configuration", "err", err)
 		return err
@@ -363,6 +365,7 @@ func (c *clientConn) stopTimer() {
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()
 	if c.sess != nil {
+		c.srv.clientGone(c.sess) // first: an upstream still dialing is not wanted
 		c.sess.ClientGone()
 	}
 	return nil
@@ -465,7 +468,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 // admit applies the instance-wide and per-key limits, reserving a session
 // slot; sessionEnded gives it back. A key's own limits win over the
 // gateway-wide defaults.
-func (s *Server) admit(key *ClientKey) *httpError {
+func (s *Server) admit(key *routes.ClientKey) *httpError {
 	if s.draining.Load() {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}

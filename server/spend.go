@@ -9,6 +9,7 @@ import (
 	"context"
 	"time"
 
+	"rtgate/server/routes"
 	"rtgate/server/spend"
 	"rtgate/server/spenddb"
 	"rtgate/server/usage"
@@ -16,7 +17,7 @@ import (
 
 // prices are the per-token prices of deployment d (nil: a session that
 // never reached an upstream, which costs nothing).
-func prices(d *Deployment) spend.Prices {
+func prices(d *routes.Deployment) spend.Prices {
 	if d == nil {
 		return spend.Prices{}
 	}

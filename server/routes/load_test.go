@@ -1,4 +1,4 @@
-package server
+package routes
 
 import (
 	"bytes"
@@ -36,26 +36,26 @@ func lookupIn(env map[string]string) func(string) (string, bool) {
 }
 
 // loadConfig writes body to config.yaml in a temporary directory and loads it.
-func loadConfig(t *testing.T, body string, env map[string]string) (*Routes, error) {
+func loadConfig(t *testing.T, body string, env map[string]string) (*Table, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return LoadRoutes(path, lookupIn(env))
+	return Load(path, lookupIn(env))
 }
 
-func mustLoad(t *testing.T, body string) *Routes {
+func mustLoad(t *testing.T, body string) *Table {
 	t.Helper()
 	r, err := loadConfig(t, body, configEnv)
 	if err != nil {
-		t.Fatalf("LoadRoutes: %v", err)
+		t.Fatalf("Load: %v", err)
 	}
 	return r
 }
 
 // only returns the single deployment of group.
-func only(t *testing.T, r *Routes, group string) *Deployment {
+func only(t *testing.T, r *Table, group string) *Deployment {
 	t.Helper()
 	ds := r.Groups[group]
 	if len(ds) != 1 {
@@ -248,7 +248,7 @@ func TestConfigExampleFile(t *testing.T) {
 		"OPENAI_API_KEY": "sk-o", "AZURE_API_KEY": "a1", "AZURE_OTHER_API_KEY": "a2",
 		"WEB_APP_KEY": "sk-web", "LITELLM_MASTER_KEY": "sk-master",
 	}
-	r, err := LoadRoutes("testdata/config/example.yaml", lookupIn(env))
+	r, err := Load("testdata/example.yaml", lookupIn(env))
 	if err != nil {
 		t.Fatalf("the example config does not load: %v", err)
 	}
@@ -262,7 +262,7 @@ func TestConfigExampleFile(t *testing.T) {
 	}
 	// Every variable it names is needed.
 	delete(env, "AZURE_OTHER_API_KEY")
-	if _, err := LoadRoutes("testdata/config/example.yaml", lookupIn(env)); err == nil ||
+	if _, err := Load("testdata/example.yaml", lookupIn(env)); err == nil ||
 		!strings.Contains(err.Error(), "environment variable AZURE_OTHER_API_KEY is not set") {
 		t.Errorf("example without AZURE_OTHER_API_KEY: err = %v", err)
 	}
@@ -363,13 +363,12 @@ func TestRoutesAuthenticate(t *testing.T) {
 	}
 }
 
-func TestRoutesFromConfig(t *testing.T) {
+func TestSingle(t *testing.T) {
 	base, err := ParseAPIBase("ws://127.0.0.1:8089/v1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Config{Model: "gpt-realtime", APIBase: base, UpstreamKey: "sk-up", MasterKey: "sk-m"}
-	r := RoutesFromConfig(c)
+	r := Single("gpt-realtime", base, "sk-up", "sk-m")
 	if r.Default != "gpt-realtime" || len(r.Keys) != 0 {
 		t.Errorf("Default = %q, %d keys", r.Default, len(r.Keys))
 	}
@@ -386,7 +385,7 @@ func TestRoutesFromConfig(t *testing.T) {
 	}
 
 	// No keys at all: no credentials upstream, nobody admitted.
-	r = RoutesFromConfig(Config{Model: "m", APIBase: base})
+	r = Single("m", base, "", "")
 	checkTarget(t, only(t, r, "m"), nil, "ws://127.0.0.1:8089/v1/realtime?model=m", "", "")
 	for _, k := range []string{"", "sk-m", "anything"} {
 		if _, ok := r.Authenticate(k); ok {
@@ -712,6 +711,20 @@ keys:
   - model_name: m
     litellm_params: {model: m}
 `, want: []string{"config.yaml:1: top level: no client can connect"}},
+		{name: "litellm_params not a mapping", body: `model_list:
+  - model_name: m
+    litellm_params: [openai/m]
+` + master, want: []string{"config.yaml:3: model_list[0].litellm_params: must be a mapping (name: value lines), not a list"}},
+		{name: "model_name a list", body: `model_list:
+  - model_name: [a, b]
+    litellm_params: {model: m}
+` + master, want: []string{"config.yaml:2: model_list[0].model_name: must be a single value, not a list"}},
+		{name: "unknown field behind an alias", body: `params: &p
+  model: m
+model_list:
+  - model_name: m
+    litellm_params: *p
+` + master, want: []string{`config.yaml:1: top level: unknown field "params"`}},
 		{name: "not a mapping", body: "- a\n- b\n", want: []string{"config.yaml:1: top level: must be a mapping"}},
 		{name: "YAML syntax", body: "model_list:\n  - model_name: m\n   bad: [\n", want: []string{"config.yaml: yaml: line"}},
 		{name: "two documents", body: "model_list: []\n---\nkeys: []\n", want: []string{"config.yaml:2: the file holds more than one YAML document"}},
@@ -761,8 +774,41 @@ keys:
 	}
 }
 
+// TestConfigAliases: YAML anchors and aliases are followed, and the lines
+// reported are those of the anchored values.
+func TestConfigAliases(t *testing.T) {
+	r := mustLoad(t, `
+model_list:
+  - model_name: a
+    litellm_params: &params
+      model: openai/gpt-realtime
+      api_base: ws://127.0.0.1:9/v1
+  - model_name: b
+    litellm_params: *params
+general_settings:
+  master_key: os.environ/MASTER
+`)
+	for _, g := range []string{"a", "b"} {
+		checkTarget(t, only(t, r, g), nil, "ws://127.0.0.1:9/v1/realtime?model=gpt-realtime", "", "")
+	}
+	_, err := loadConfig(t, `
+model_list:
+  - model_name: a
+    litellm_params: &params
+      model: openai/gpt-realtime
+      api_key: os.environ/NOT_SET_ANYWHERE
+  - model_name: b
+    litellm_params: *params
+general_settings:
+  master_key: os.environ/MASTER
+`, configEnv)
+	if err == nil || !strings.Contains(err.Error(), "config.yaml:6: model_list[1].litellm_params.api_key: environment variable NOT_SET_ANYWHERE is not set") {
+		t.Errorf("err = %v, want the alias's error at the anchored line", err)
+	}
+}
+
 func TestConfigMissingFile(t *testing.T) {
-	_, err := LoadRoutes(filepath.Join(t.TempDir(), "nope.yaml"), lookupIn(nil))
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), lookupIn(nil))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("err = %v, want a wrapped not-exist error", err)
 	}

@@ -1,0 +1,233 @@
+// Package routes is the gateway's routing table: the model groups clients
+// ask for, the upstream deployments each group goes to, and the client keys
+// that may open sessions. It is built either from the routes config file
+// (CONFIG_FILE, see Load) or, on the zero-config path, from the environment
+// settings' single model and keys (see Single).
+//
+// The file's shape is the config.yaml users already write for LiteLLM's
+// proxy: a model_list of deployments grouped by model_name, plus
+// general_settings.master_key; rtgate adds a keys section for client keys.
+//
+// A Table is read-only once built, so sessions share it without locks; the
+// server replaces it whole on SIGHUP. Nothing here knows about sockets or
+// sessions.
+package routes
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"rtgate/upstream"
+)
+
+// Upstream kinds.
+const (
+	KindOpenAI = "openai" // Authorization: Bearer, /realtime?model=
+	KindAzure  = "azure"  // api-key header, Azure's /openai/... paths
+)
+
+// MasterKeyName is the ClientKey name of the master key, for limits and
+// logs.
+const MasterKeyName = "master"
+
+// Deployment is one upstream for a model group.
+type Deployment struct {
+	// Name is a stable id for logs, metrics and health: "<group>/<index in
+	// the group>@<host>". It holds nothing secret.
+	Name  string
+	Group string // the model name clients ask for
+	Kind  string // KindOpenAI or KindAzure
+	// Base is the ws:// or wss:// base: for OpenAI the API root (/realtime
+	// is appended), for Azure the resource root (Azure's paths are
+	// appended).
+	Base *url.URL
+	// Model is the upstream model (OpenAI) or deployment name (Azure).
+	Model string
+	// APIVersion, for Azure only, selects the preview form
+	// /openai/realtime?api-version=V&deployment=D; empty means the GA form
+	// /openai/v1/realtime?model=D.
+	APIVersion string
+
+	header http.Header // upstream credentials; never logged
+	path   string      // Base.Path plus the kind's realtime path
+}
+
+func newDeployment(group string, index int, kind string, base *url.URL, model, apiVersion string, header http.Header) *Deployment {
+	d := &Deployment{
+		Name: fmt.Sprintf("%s/%d@%s", group, index, base.Host), Group: group, Kind: kind,
+		Base: base, Model: model, APIVersion: apiVersion, header: header,
+	}
+	switch {
+	case kind == KindAzure && apiVersion != "":
+		d.path = base.Path + "/openai/realtime"
+	case kind == KindAzure:
+		d.path = base.Path + "/openai/v1/realtime"
+	default:
+		d.path = base.Path + "/realtime"
+	}
+	return d
+}
+
+// String, GoString and LogValue show only the name, so that printing or
+// logging a Deployment cannot leak its credentials.
+func (d Deployment) String() string       { return d.Name }
+func (d Deployment) GoString() string     { return "routes.Deployment{" + d.Name + "}" }
+func (d Deployment) LogValue() slog.Value { return slog.StringValue(d.Name) }
+
+// Target builds the upstream connect for a client's query. The client's
+// other parameters (intent, call_id, anything else) pass through; model,
+// deployment and api-version, which say where the session goes, are the
+// gateway's to set. As the gateway does for a single upstream, the
+// deployment's model is named when the client named one or connected with
+// neither call_id nor intent (a call_id or transcription socket may carry no
+// model). The returned Target is fresh: callers may add headers to it.
+func (d *Deployment) Target(clientQuery url.Values) upstream.Target {
+	q := make(url.Values, len(clientQuery)+2)
+	for k, v := range clientQuery {
+		switch k {
+		case "model", "deployment", "api-version":
+			continue
+		}
+		q[k] = append([]string(nil), v...)
+	}
+	named := clientQuery.Get("model") != "" || (clientQuery.Get("call_id") == "" && clientQuery.Get("intent") == "")
+	if d.Kind == KindAzure && d.APIVersion != "" {
+		q.Set("api-version", d.APIVersion)
+		if named {
+			q.Set("deployment", d.Model)
+		}
+	} else if named {
+		q.Set("model", d.Model)
+	}
+	u := *d.Base
+	u.Path, u.RawPath = d.path, ""
+	u.RawQuery = q.Encode()
+
+	h := d.header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("User-Agent", "rtgate")
+	return upstream.Target{URL: &u, Header: h}
+}
+
+// ClientKey is a key clients present to the gateway.
+type ClientKey struct {
+	Name string
+	hash keyHash
+	// Models are the model groups the key may use; empty (or "*") means
+	// all of them.
+	Models []string
+	// MaxSessions and ConnectRate (connects per second) limit this key;
+	// 0 means the key sets no limit of its own.
+	MaxSessions int
+	ConnectRate float64
+}
+
+// Allows reports whether the key may open sessions on the model group.
+func (k *ClientKey) Allows(group string) bool {
+	return len(k.Models) == 0 || slices.Contains(k.Models, "*") || slices.Contains(k.Models, group)
+}
+
+// keyHash is a key reduced to a fixed-size digest, so that comparisons take
+// the same time whatever the key's length or content, and so that the table
+// holds no key in the clear.
+type keyHash [sha256.Size]byte
+
+func hashKey(k string) keyHash { return sha256.Sum256([]byte(k)) }
+
+// Table is the gateway's routing table: model groups and client keys.
+type Table struct {
+	// Groups maps the model name a client asks for to its deployments.
+	Groups map[string][]*Deployment
+	// Default is the group for a client that names no model: the first
+	// model_list entry's (the configured model on the environment path).
+	Default string
+	// Keys are the client keys, in file order; the master key is not
+	// among them.
+	Keys []*ClientKey
+
+	master *ClientKey // nil when no master key is set
+}
+
+// Authenticate finds the client key key belongs to. It compares SHA-256
+// digests with subtle.ConstantTimeCompare and always visits every key, so
+// its timing says nothing about how much of a key was right, or which key
+// matched. The master key yields a ClientKey named "master" that may use
+// every model.
+func (t *Table) Authenticate(key string) (*ClientKey, bool) {
+	if key == "" {
+		return nil, false
+	}
+	h := hashKey(key)
+	var found *ClientKey
+	check := func(k *ClientKey) {
+		if subtle.ConstantTimeCompare(k.hash[:], h[:]) == 1 && found == nil {
+			found = k
+		}
+	}
+	if t.master != nil {
+		check(t.master)
+	}
+	for _, k := range t.Keys {
+		check(k)
+	}
+	return found, found != nil
+}
+
+// Single is the zero-config table: one group, model, going to the
+// OpenAI-style upstream at base (wss://api.openai.com/v1 when nil) with
+// upstreamKey as Bearer (nothing when it is empty), and masterKey as the only
+// client key (none when it is empty, which refuses everyone). The server
+// builds it from OPENAI_REALTIME_MODEL, OPENAI_API_BASE, OPENAI_API_KEY and
+// LITELLM_MASTER_KEY.
+func Single(model string, base *url.URL, upstreamKey, masterKey string) *Table {
+	if base == nil {
+		base, _ = ParseAPIBase(defaultAPIBase)
+	}
+	h := http.Header{}
+	if upstreamKey != "" {
+		h.Set("Authorization", "Bearer "+upstreamKey)
+	}
+	d := newDeployment(model, 0, KindOpenAI, base, model, "", h)
+	t := &Table{Groups: map[string][]*Deployment{model: {d}}, Default: model}
+	if masterKey != "" {
+		t.master = &ClientKey{Name: MasterKeyName, hash: hashKey(masterKey)}
+	}
+	return t
+}
+
+// defaultAPIBase is OpenAI's, for deployments that name no api_base.
+const defaultAPIBase = "wss://api.openai.com/v1"
+
+// ParseAPIBase accepts ws://, wss://, http:// and https:// base URLs (the
+// http forms are what LiteLLM configs usually hold) and returns the WebSocket
+// form.
+func ParseAPIBase(v string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimRight(v, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a URL: %w", v, err)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return nil, fmt.Errorf("%q: scheme must be ws, wss, http or https", v)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q has no host", v)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("%q: a base URL takes no query or fragment", v)
+	}
+	return u, nil
+}
