@@ -98,6 +98,9 @@ type Config struct {
 	// SpendSpool is where session records wait while that Postgres is
 	// unreachable (default: USAGE_LOG with ".pg-spool" appended).
 	SpendSpool string
+	// SpendState is the file budget spend is saved to without REDIS_URL
+	// (default: USAGE_LOG with ".budgets.json" appended).
+	SpendState string
 
 	// Scale-out (cluster.go, reuseport.go, drain.go).
 	// RedisURL, if set, makes per-key limits hold across every instance
@@ -198,6 +201,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	set("USAGE_LOG", func(v string) error { c.UsageLog = v; return nil })
 	set("DATABASE_URL", func(v string) error { c.DatabaseURL = v; return nil })
 	set("SPEND_SPOOL", func(v string) error { c.SpendSpool = v; return nil })
+	set("SPEND_STATE", func(v string) error { c.SpendState = v; return nil })
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
 	set("UPSTREAM_SOURCE_IPS", func(v string) error {
 		ips, err := upstream.ParseSourceIPs(v)

@@ -73,6 +73,7 @@ type Server struct {
 	live     *router
 	usageLog *usage.Log      // nil without USAGE_LOG
 	spendDB  *spenddb.Writer // nil without DATABASE_URL
+	budgets  *budgets        // budget.go
 }
 
 // New prepares a server; Serve starts it.
@@ -129,6 +130,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := s.setupCluster(); err != nil {
 		return nil, err
 	}
+	if err := s.setupBudgets(); err != nil {
+		return nil, err
+	}
+	go s.runBudgets(s.ctx)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -217,6 +222,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = loop.Shutdown(ctx)
 	}
 	s.closeSpend(ctx)
+	s.closeBudgets(ctx)
 	s.closeCluster()
 	return err
 }
@@ -444,6 +450,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 			message: fmt.Sprintf("This key may not use the model '%s'.", group)})
 		return
 	}
+	if herr := s.checkBudget(key); herr != nil {
+		c.refuse(herr)
+		return
+	}
 	if herr := s.admit(c, key); herr != nil {
 		if herr != errAdmitPending {
 			c.refuse(herr)
@@ -458,6 +468,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	c.stopTimer()
 	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
+	s.meterBudget(sess, info)
 	sess.InspectUpstream(&info.meter)
 	c.sess, c.phase = sess, phaseRelay
 	s.sessMu.Lock()

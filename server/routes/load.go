@@ -234,6 +234,9 @@ func (l *loader) modelList(n *yaml.Node, path string, t *Table) {
 		if d == nil {
 			continue
 		}
+		if given(&e.ModelInfo) && !l.modelInfo(&e.ModelInfo, join(itemPath, "model_info"), d) {
+			continue
+		}
 		if t.Default == "" {
 			t.Default = group
 		}
@@ -440,6 +443,7 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 				k.ConnectRate = v
 			}
 		}
+		l.budget(&e, itemPath, k)
 		if len(l.errs) > before {
 			continue
 		}

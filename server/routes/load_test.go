@@ -472,8 +472,8 @@ environment_variables:
 keys:
   - name: k
     key: os.environ/WEB_KEY
-    max_budget: 10
-`, want: []string{`config.yaml:7: keys[0]: unknown field "max_budget"`}},
+    max_budgte: 10
+`, want: []string{`config.yaml:7: keys[0]: unknown field "max_budgte"`}},
 		{name: "unknown general_settings field", body: `model_list:
   - model_name: m
     litellm_params: {model: m}

@@ -35,7 +35,8 @@ type modelEntry struct {
 	ModelName     yaml.Node `yaml:"model_name"`
 	LiteLLMParams yaml.Node `yaml:"litellm_params"`
 	// ModelInfo is LiteLLM's free-form metadata (ids, descriptions,
-	// pricing). Accepted and ignored: it does not affect routing.
+	// pricing). Its price fields (spend.PriceFields) are read and checked;
+	// the rest is accepted and ignored: it does not affect routing.
 	ModelInfo yaml.Node `yaml:"model_info"`
 }
 
@@ -55,6 +56,9 @@ type keyEntry struct {
 	Models      yaml.Node `yaml:"models"`
 	MaxSessions yaml.Node `yaml:"max_sessions"`
 	ConnectRate yaml.Node `yaml:"connect_rate"`
+	// LiteLLM's names: USD per budget_duration (empty: lifetime).
+	MaxBudget      yaml.Node `yaml:"max_budget"`
+	BudgetDuration yaml.Node `yaml:"budget_duration"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means
