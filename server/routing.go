@@ -36,6 +36,7 @@ type sessionInfo struct {
 	group      string
 	deployment *routes.Deployment // nil until an upstream is attached
 	meter      usage.Meter
+	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (deplimits.go)
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex

@@ -69,11 +69,12 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[*poller.Session]*sessionInfo
 
-	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
-	live     *router
-	usageLog *usage.Log      // nil without USAGE_LOG
-	spendDB  *spenddb.Writer // nil without DATABASE_URL
-	budgets  *budgets        // budget.go
+	routes    atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	live      *router
+	usageLog  *usage.Log        // nil without USAGE_LOG
+	spendDB   *spenddb.Writer   // nil without DATABASE_URL
+	budgets   *budgets          // budget.go
+	depLimits deploymentLimiter // deplimits.go
 }
 
 // New prepares a server; Serve starts it.
@@ -115,6 +116,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		table = t
 	}
 	s.routes.Store(table)
+	s.logTableNotices(table)
 	s.metrics = newMetrics()
 	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
 	if cfg.UsageLog != "" {
@@ -240,6 +242,7 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.routes.Store(r)
+	s.logTableNotices(r)
 	s.primePool(r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
@@ -460,13 +463,19 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		}
 		return
 	}
+	cands, reserved, herr := s.reserveDeployment(routes.Groups[group])
+	if herr != nil {
+		s.unadmit(key)
+		c.refuse(herr)
+		return
+	}
 
 	protocol := ""
 	if creds.offeredRealtime {
 		protocol = subprotocolRealtime
 	}
 	c.stopTimer()
-	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group}
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group, reserved: reserved}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
 	s.meterBudget(sess, info)
 	sess.InspectUpstream(&info.meter)
@@ -485,7 +494,6 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
-	cands := s.live.order(routes.Groups[group])
 	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
 		return
 	}
@@ -555,6 +563,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	} else {
 		s.limiter.release(info.key.Name)
 	}
+	s.releaseDeployment(info)
 	deployment := ""
 	if info.deployment != nil {
 		s.live.counter(info.deployment).Add(-1)

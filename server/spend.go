@@ -7,6 +7,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"rtgate/server/routes"
@@ -21,8 +22,28 @@ func prices(d *routes.Deployment) spend.Prices {
 	if d == nil {
 		return spend.Prices{}
 	}
-	p, _ := spend.ModelInfo{}.Resolve(d.Model)
-	return p
+	return d.Prices
+}
+
+// logTableNotices says once per load what the routes file's LiteLLM fields
+// did not do, and which deployments have no prices (their sessions cost 0).
+func (s *Server) logTableNotices(t *routes.Table) {
+	for _, n := range t.Notices {
+		s.log.Info(n)
+	}
+	var unpriced []string
+	for _, ds := range t.Groups {
+		for _, d := range ds {
+			if !d.Priced {
+				unpriced = append(unpriced, d.Name+" ("+d.Model+")")
+			}
+		}
+	}
+	if len(unpriced) > 0 {
+		slices.Sort(unpriced)
+		s.log.Warn("no prices for these deployments: their sessions cost 0 USD and count nothing against budgets; "+
+			"set model_info prices (input_cost_per_token, ...) or model_info.base_model", "deployments", unpriced)
+	}
 }
 
 // recordSession prices an ended session, counts its spend and writes its

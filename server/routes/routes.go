@@ -60,6 +60,11 @@ type Deployment struct {
 	// when nothing prices the deployment (its sessions cost 0).
 	Prices spend.Prices
 	Priced bool
+	// RPM (litellm_params.rpm) bounds connects a minute to this deployment
+	// and MaxSessions (max_parallel_requests) its live sessions; 0 is no
+	// limit.
+	RPM         float64
+	MaxSessions int
 
 	header http.Header // upstream credentials; never logged
 	path   string      // Base.Path plus the kind's realtime path
@@ -163,6 +168,9 @@ type Table struct {
 	// Keys are the client keys, in file order; the master key is not
 	// among them.
 	Keys []*ClientKey
+	// Notices are what the gateway says once at start-up (and reload)
+	// about the file: LiteLLM fields it ignores, entries it does not serve.
+	Notices []string
 
 	master *ClientKey // nil when no master key is set
 }
