@@ -195,3 +195,39 @@ func TestBadURL(t *testing.T) {
 		t.Fatalf("the error shows the password: %s", got)
 	}
 }
+
+// TestSlowPostgres pauses Postgres (connections open, calls hanging):
+// Enqueue still returns at once, the writer gives up on each call after its
+// timeout and spools, and once Postgres goes on every record is in once.
+func TestSlowPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	reg := prometheus.NewRegistry()
+	w, err := Open(Config{URL: pg.URL, Spool: filepath.Join(t.TempDir(), "spool.jsonl"), FlushEvery: 20 * time.Millisecond,
+		Retry: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	for i := range 100 {
+		w.Enqueue(record(i))
+	}
+	waitRows(t, pg, 100)
+	pg.Pause()
+	for i := 100; i < 600; i++ { // would hang here if Enqueue waited on the database
+		w.Enqueue(record(i))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for testutil.ToFloat64(w.m.spooled) < 500 {
+		if time.Now().After(deadline) {
+			pg.Resume()
+			t.Fatalf("%v records spooled while Postgres hangs, want 500 (rows %v, failures %v, dropped %v, up %v, queue %d)", testutil.ToFloat64(w.m.spooled),
+				testutil.ToFloat64(w.m.rows), testutil.ToFloat64(w.m.failures), testutil.ToFloat64(w.m.dropped), testutil.ToFloat64(w.m.up), len(w.queue))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pg.Resume()
+	waitRows(t, pg, 600)
+	if rows, distinct := count(t, pg); rows != 600 || distinct != 600 {
+		t.Fatalf("%d rows, %d distinct; want 600", rows, distinct)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,9 +103,7 @@ func (s *Server) data() string { return filepath.Join(s.dir, "data") }
 func (s *Server) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = s.dir
-	if s.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	return cmd
 }
 
@@ -156,6 +155,7 @@ func (s *Server) stop() {
 	if s.cmd == nil {
 		return
 	}
+	s.Resume() // a paused server cannot shut down
 	_ = s.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-s.exit:
@@ -164,6 +164,42 @@ func (s *Server) stop() {
 		<-s.exit
 	}
 	s.cmd = nil
+}
+
+// Pause stops the server and its backends in their tracks (SIGSTOP):
+// connections stay open and calls hang, as with a database that is up but
+// far too slow. Resume lets it go on. Backends call setsid, so they are
+// found by parent PID rather than by process group.
+func (s *Server) Pause() { s.signalAll(syscall.SIGSTOP) }
+
+// Resume undoes Pause.
+func (s *Server) Resume() { s.signalAll(syscall.SIGCONT) }
+
+func (s *Server) signalAll(sig syscall.Signal) {
+	if s.cmd == nil {
+		return
+	}
+	pid := s.cmd.Process.Pid
+	_ = syscall.Kill(pid, sig)
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces, so cut at the last ')'.
+		rest := string(b)
+		if k := strings.LastIndexByte(rest, ')'); k >= 0 {
+			rest = rest[k+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if child, err := strconv.Atoi(filepath.Base(filepath.Dir(st))); err == nil {
+			_ = syscall.Kill(child, sig)
+		}
+	}
 }
 
 // Restart starts a stopped server again on the same port and data.
