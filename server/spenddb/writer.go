@@ -62,6 +62,12 @@ type Writer struct {
 	done   chan struct{}
 	stop   context.CancelFunc
 
+	// The prober is a goroutine of its own, so that waiting on a down or
+	// hanging Postgres never holds up the records: the writer asks it to
+	// probe (down) and it answers once Postgres took the migrations (up).
+	probe, upCh chan struct{}
+	probeDone   chan struct{}
+
 	// the writer goroutine's own state
 	spool    *os.File
 	spooled  int // records in the spool
@@ -138,12 +144,15 @@ func Open(cfg Config) (*Writer, error) {
 		return nil, fmt.Errorf("opening the spend spool: %w", err)
 	}
 	w := &Writer{cfg: cfg, pool: pool, log: cfg.Log, queue: make(chan usage.Record, cfg.Queue),
-		done: make(chan struct{}), spool: spool}
+		done: make(chan struct{}), spool: spool,
+		probe: make(chan struct{}, 1), upCh: make(chan struct{}, 1), probeDone: make(chan struct{})}
 	w.m = newMetrics(cfg.Registry, w.queue)
 	w.spooled = countLines(spool)
 	w.m.pending.Set(float64(w.spooled))
 	ctx, cancel := context.WithCancel(context.Background())
 	w.stop = cancel
+	w.probe <- struct{}{}
+	go w.prober(ctx)
 	go w.run(ctx)
 	return w, nil
 }
@@ -195,6 +204,7 @@ func (w *Writer) Close(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	w.stop()
+	<-w.probeDone
 	w.pool.Close()
 	_ = w.spool.Close()
 	return err
@@ -206,16 +216,13 @@ func (w *Writer) run(ctx context.Context) {
 	defer flush.Stop()
 	retry := time.NewTicker(w.cfg.Retry)
 	defer retry.Stop()
-	w.connect(ctx)
 	batch := make([]usage.Record, 0, w.cfg.Batch)
 	for {
 		select {
 		case rec, ok := <-w.queue:
 			if !ok { // closing: one last try to leave nothing in the spool
 				w.write(ctx, batch)
-				if !w.up || w.spooled > 0 {
-					w.connect(ctx)
-				}
+				w.lastTry(ctx)
 				return
 			}
 			if batch = append(batch, rec); len(batch) >= w.cfg.Batch {
@@ -225,26 +232,67 @@ func (w *Writer) run(ctx context.Context) {
 		case <-flush.C:
 			w.write(ctx, batch)
 			batch = batch[:0]
+		case <-w.upCh:
+			w.setUp(true)
+			w.log.Info("spend log connected to Postgres; schema current", "schema_version", len(migrations))
+			if w.spooled > 0 {
+				w.replay(ctx)
+			}
 		case <-retry.C:
-			if !w.up || w.spooled > 0 {
-				w.connect(ctx)
+			if w.up && w.spooled > 0 { // a replay that failed half-way
+				w.replay(ctx)
 			}
 		}
 	}
 }
 
-// connect migrates the schema if Postgres answers, and replays the spool.
-func (w *Writer) connect(ctx context.Context) {
+// prober waits for a request, then tries Postgres every Retry until the
+// schema is migrated, and tells the writer.
+func (w *Writer) prober(ctx context.Context) {
+	defer close(w.probeDone)
+	var lastWarn time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.probe:
+		}
+		for {
+			cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+			err := migrate(cctx, w.pool)
+			cancel()
+			if err == nil {
+				break
+			}
+			w.m.failures.Inc()
+			if time.Since(lastWarn) > 10*time.Second {
+				w.log.Warn("the spend log's Postgres is unreachable; records go to the spool until it is back", "err", err)
+				lastWarn = time.Now()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w.cfg.Retry):
+			}
+		}
+		select {
+		case w.upCh <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// lastTry, at Close, migrates and replays if Postgres answers now.
+func (w *Writer) lastTry(ctx context.Context) {
 	if !w.up {
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
 		err := migrate(cctx, w.pool)
 		cancel()
 		if err != nil {
-			w.failed("the spend log's Postgres is unreachable; records go to the spool", err)
 			return
 		}
 		w.setUp(true)
-		w.log.Info("spend log connected to Postgres; schema current", "schema_version", len(migrations))
 	}
 	if w.spooled > 0 {
 		w.replay(ctx)
@@ -264,7 +312,13 @@ func (w *Writer) setUp(up bool) {
 // and then (an outage fails every call).
 func (w *Writer) failed(msg string, err error) {
 	w.m.failures.Inc()
-	w.setUp(false)
+	if w.up {
+		w.setUp(false)
+		select {
+		case w.probe <- struct{}{}:
+		default: // a probe is asked for already
+		}
+	}
 	if time.Since(w.lastWarn) > 10*time.Second {
 		w.log.Warn(msg, "err", err, "spooled", w.spooled)
 		w.lastWarn = time.Now()
