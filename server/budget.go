@@ -172,6 +172,7 @@ func (s *Server) meterBudget(sess *poller.Session, info *sessionInfo) {
 			return
 		}
 		ended = true
+		info.overBudget.Store(true)
 		s.budgets.ended.WithLabelValues(info.key.Name).Inc()
 		go sess.Terminate(ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded",
 			fmt.Sprintf("This key has reached its budget of $%s; the session ends after the response it was given.",

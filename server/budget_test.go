@@ -123,6 +123,9 @@ func TestBudget(t *testing.T) {
 			costs = append(costs, r.CostUSD)
 		}
 	}
+	if recs[len(recs)-2].Outcome != "budget_exceeded" {
+		t.Errorf("the session ended by the budget has outcome %q", recs[len(recs)-2].Outcome)
+	}
 	if len(costs) != 2 || math.Abs(costs[0]-responseCost) > 1e-12 || math.Abs(costs[1]-2*responseCost) > 1e-12 {
 		t.Fatalf("team-a session costs %v, want [%v %v]", costs, responseCost, 2*responseCost)
 	}

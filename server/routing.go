@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -37,6 +38,7 @@ type sessionInfo struct {
 	deployment *routes.Deployment // nil until an upstream is attached
 	meter      usage.Meter
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (deplimits.go)
+	overBudget atomic.Bool        // ended by its key's budget (budget.go)
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex

@@ -53,6 +53,9 @@ func (s *Server) recordSession(info *sessionInfo, rec *usage.Record) {
 	// so that the three read alike.
 	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
 	rec.CostUSD = prices(info.deployment).Cost(rec.Usage)
+	if info.overBudget.Load() {
+		rec.Outcome = "budget_exceeded"
+	}
 	s.metrics.spend.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.CostUSD)
 	s.log.Info("session ended", rec.LogAttrs()...)
 	if s.usageLog != nil {

@@ -1,7 +1,8 @@
 // Package spend turns token usage into dollars and keeps account of them:
 // the price of each token kind per model (LiteLLM's model_info names, with
 // built-in defaults for OpenAI's realtime models), the cost of a session,
-// budgets per key, and the durable spend log in Postgres.
+// and budgets per key (a Ledger, saved to a file or shared through Redis).
+// The durable spend log in Postgres is server/spenddb.
 package spend
 
 import (
