@@ -365,11 +365,22 @@ func (w *Writer) toSpool(batch []usage.Record) {
 }
 
 // replay inserts the spool's records and empties it. New records keep
-// arriving meanwhile: between batches they are appended to the spool, and
-// the read runs on to its end, so they are replayed too and none waits in
-// a full queue. A failure leaves the spool whole for the next try (rows
-// already in are skipped then).
+// arriving meanwhile: between batches they are taken off the queue (so none
+// waits in a full queue) and kept aside, and written after the spool is
+// emptied, to Postgres or, if it failed again, back to the spool. They are
+// not appended to the spool under the read: a read that has met the end of
+// the file would miss them, and emptying the file would lose them. A
+// failure leaves the spool whole for the next try (rows already in are
+// skipped then).
 func (w *Writer) replay(ctx context.Context) {
+	var aside []usage.Record
+	defer func() {
+		for len(aside) > 0 {
+			n := min(len(aside), w.cfg.Batch)
+			w.write(ctx, aside[:n])
+			aside = aside[n:]
+		}
+	}()
 	sc := bufio.NewScanner(io.NewSectionReader(w.spool, 0, 1<<62))
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	batch := make([]usage.Record, 0, w.cfg.Batch)
@@ -401,7 +412,13 @@ func (w *Writer) replay(ctx context.Context) {
 		if !put() {
 			return
 		}
-		w.drainToSpool()
+		for len(aside) < w.cfg.Queue {
+			r, ok := tryRecv(w.queue)
+			if !ok {
+				break
+			}
+			aside = append(aside, r)
+		}
 	}
 	if sc.Err() != nil {
 		w.log.Error("reading the spend spool failed", "err", sc.Err())
@@ -418,22 +435,6 @@ func (w *Writer) replay(ctx context.Context) {
 	w.log.Info("spend spool replayed into Postgres", "records", lines)
 	w.spooled = 0
 	w.m.pending.Set(0)
-}
-
-// drainToSpool moves up to a batch of what is queued now to the spool
-// (during a replay). A closed queue is left for run's loop to see.
-func (w *Writer) drainToSpool() {
-	var more []usage.Record
-	for len(more) < w.cfg.Batch {
-		r, ok := tryRecv(w.queue)
-		if !ok {
-			break
-		}
-		more = append(more, r)
-	}
-	if len(more) > 0 {
-		w.toSpool(more)
-	}
 }
 
 // tryRecv takes a record if one is waiting and the channel is open.

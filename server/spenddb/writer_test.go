@@ -30,7 +30,7 @@ func record(i int) usage.Record {
 func open(t *testing.T, url, spool string, reg prometheus.Registerer) *Writer {
 	t.Helper()
 	w, err := Open(Config{URL: url, Spool: spool, FlushEvery: 20 * time.Millisecond, Retry: 50 * time.Millisecond,
-		Timeout: 2 * time.Second, Registry: reg})
+		Timeout: 5 * time.Second, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +78,7 @@ func TestRowsMatchRecords(t *testing.T) {
 	for i := range 1200 { // more than two batches
 		w.Enqueue(record(i))
 	}
+	waitRows(t, pg, 1200)
 	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
