@@ -105,6 +105,34 @@ type Settings struct {
 	// UsageLog, if set, is a file each ended session is appended to as one
 	// JSON line.
 	UsageLog string
+	// DatabaseURL, if set, is the Postgres of the durable spend log (one
+	// row per ended session in session_usage; see server/spenddb).
+	DatabaseURL string
+	// SpendSpool is where session records wait while that Postgres is
+	// unreachable (default: USAGE_LOG with ".pg-spool" appended).
+	SpendSpool string
+	// SpendState is the file budget spend is saved to without REDIS_URL
+	// (default: USAGE_LOG with ".budgets.json" appended).
+	SpendState string
+
+	// Scale-out (cluster.go, reuseport.go, drain.go).
+	// RedisURL, if set, makes per-key limits hold across every instance
+	// sharing that Redis.
+	RedisURL string
+	// RedisTimeout is the budget of one Redis call on the connect path;
+	// past it the connect is decided with the per-instance fallback.
+	RedisTimeout time.Duration
+	// ClusterLease is how long an instance that stopped refreshing (killed,
+	// partitioned) keeps its sessions counted.
+	ClusterLease time.Duration
+	// ClusterInstances divides per-key limits while Redis is unreachable
+	// (each instance then admits its share); 1 keeps the full limit.
+	ClusterInstances int
+	// ReusePort listens with SO_REUSEPORT so several processes share the port.
+	ReusePort bool
+	// DrainGrace is how long after SIGTERM /health says 503 while connects
+	// are still served, before the listener closes.
+	DrainGrace time.Duration
 }
 
 // Defaults returns the configuration with every default filled in.
@@ -136,6 +164,11 @@ func Defaults() Settings {
 			PingInterval: 5 * time.Second,
 		},
 		AdminAddr: "127.0.0.1:4002",
+
+		RedisTimeout:     5 * time.Millisecond,
+		ClusterLease:     10 * time.Second,
+		ClusterInstances: 1,
+		DrainGrace:       5 * time.Second,
 	}
 }
 
@@ -182,6 +215,9 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	})
 	set("CONFIG_FILE", func(v string) error { c.RoutesFile = v; return nil })
 	set("USAGE_LOG", func(v string) error { c.UsageLog = v; return nil })
+	set("DATABASE_URL", func(v string) error { c.DatabaseURL = v; return nil })
+	set("SPEND_SPOOL", func(v string) error { c.SpendSpool = v; return nil })
+	set("SPEND_STATE", func(v string) error { c.SpendState = v; return nil })
 	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
 	set("UPSTREAM_SOURCE_IPS", func(v string) error {
 		ips, err := upstream.ParseSourceIPs(v)
@@ -274,6 +310,26 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		}
 		return nil
 	})
+	set("REDIS_URL", func(v string) error { c.RedisURL = v; return nil })
+	set("REDIS_TIMEOUT_MS", func(v string) error {
+		var ms int
+		if err := count(&ms, 1)(v); err != nil {
+			return err
+		}
+		c.RedisTimeout = time.Duration(ms) * time.Millisecond
+		return nil
+	})
+	set("REDIS_LEASE_SECS", secs(&c.ClusterLease, 1))
+	set("CLUSTER_INSTANCES", count(&c.ClusterInstances, 1))
+	set("REUSEPORT", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not 1, 0, true or false", v)
+		}
+		c.ReusePort = b
+		return nil
+	})
+	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
 	if v, ok := lookup("ADMIN_ADDR"); ok {
 		c.AdminAddr = v // empty turns the admin listener off
 	}
@@ -314,6 +370,9 @@ func (c Settings) Validate() error {
 		if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
 			errs = append(errs, fmt.Errorf("ADMIN_ADDR: %w", err))
 		}
+	}
+	if c.DatabaseURL != "" && c.SpendSpool == "" && c.UsageLog == "" {
+		errs = append(errs, errors.New("DATABASE_URL needs SPEND_SPOOL or USAGE_LOG: records wait in a file while Postgres is down"))
 	}
 	if c.MaxHeaderBytes < 1024 {
 		errs = append(errs, errors.New("the header size limit must be at least 1024 bytes"))

@@ -24,6 +24,7 @@ type metrics struct {
 	dialFailures   *prometheus.CounterVec
 	usageLogErrors prometheus.Counter
 	warmRedials    prometheus.Counter // registered in New (notices.go's redial)
+	spend          *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -41,6 +42,9 @@ func newMetrics() *metrics {
 			Help: "Upstream dials for client connects that failed (each failover attempt counts)."}, []string{"model_group"}),
 		usageLogErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_usage_log_errors_total",
 			Help: "USAGE_LOG records lost to a write or sync error, or to a full queue."}),
+		spend: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_spend_usd_total",
+			Help: "Cost in USD of ended sessions at the deployment's prices, by model group and client key name."},
+			[]string{"model_group", "key"}),
 		sessionSetup: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_session_setup_seconds",
 			Help:    "From the client's upgrade to the first upstream frame (session.created) sent to it.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}},
@@ -51,7 +55,7 @@ func newMetrics() *metrics {
 			Help: "Frames relayed, counted when sessions end."}, []string{"direction"}),
 	}
 	reg.MustRegister(m.sessionsOpen, m.sessionsTotal, m.sessionSetup, m.bytes, m.frames,
-		m.tokens, m.dialFailures, m.usageLogErrors,
+		m.tokens, m.dialFailures, m.usageLogErrors, m.spend,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -11,6 +11,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/usage"
 )
 
 // What the gateway tells a client in the Realtime API's own words. The
@@ -125,13 +126,16 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		}
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
-	return w.sessionInfo.Wants(prefix)
+	return w.meter.Wants(prefix)
 }
+
+// Inspect implements frames.Inspector: the usage meter reads the event.
+func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
 
 // isSessionCreated is SessionConfig's test for the first frame of a
 // redialed upstream: its session.created is consumed, since the client has
 // the warm socket's.
 func isSessionCreated(payload []byte) bool {
-	t, ok := EventType(payload)
+	t, ok := usage.EventType(payload)
 	return ok && string(t) == "session.created"
 }

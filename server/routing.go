@@ -7,10 +7,12 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"rtgate/poller"
 	"rtgate/server/routes"
+	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -24,16 +26,18 @@ var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 
 // sessionInfo is what the server knows of a session beyond the relay: who,
 // which model group, which deployment served it, and the tokens it used.
-// The usage is written only from the upstream's read path (as the session's
-// frames.Inspector) and read once the session has ended.
+// The meter is the session's inspector on the upstream's frames.
 type sessionInfo struct {
+	id         string // the gateway's session id (usage.NewSessionID)
 	key        *routes.ClientKey
 	group      string
 	deployment *routes.Deployment // nil until an upstream is attached
-	usage      Usage
-	start      time.Time // when the client's upgrade completed
-	poolHit    bool      // the upstream came from the warm pool
-	redial     func()    // dials a fresh upstream after a dead warm one
+	meter      usage.Meter
+	start      time.Time          // when the client's upgrade completed
+	poolHit    bool               // the upstream came from the warm pool
+	redial     func()             // dials a fresh upstream after a dead warm one
+	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (deplimits.go)
+	overBudget atomic.Bool        // ended by its key's budget (budget.go)
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -78,15 +82,6 @@ func (s *Server) clientGone(sess *poller.Session) {
 	}
 	info.dialMu.Unlock()
 }
-
-// Wants picks response.done events out of the upstream's text frames.
-func (i *sessionInfo) Wants(prefix []byte) bool {
-	t, ok := EventType(prefix)
-	return ok && string(t) == "response.done"
-}
-
-// Inspect adds a response.done's usage.
-func (i *sessionInfo) Inspect(p []byte) { _ = i.usage.AddResponseDone(p) }
 
 // group picks the model group a request asks for.
 func (s *Server) group(r *routes.Table, q url.Values) (string, *httpError) {

@@ -18,11 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobwas/ws"
 	"github.com/gorilla/websocket"
 
-	"rtgate/frames"
 	"rtgate/mockai"
+	"rtgate/server/usage"
 )
 
 // writeConfig writes a config file and the environment it names.
@@ -227,7 +226,7 @@ func TestUsageAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var rec usageRecord
+	var rec usage.Record
 	sc := bufio.NewScanner(f)
 	if !sc.Scan() {
 		t.Fatal("the usage log is empty")
@@ -235,52 +234,35 @@ func TestUsageAccounting(t *testing.T) {
 	if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 		t.Fatal(err)
 	}
-	u := rec.Usage
-	want := Usage{
-		Responses:   3,
-		InputAudio:  (4800 + 12000 + 24000) / 480,
-		InputText:   30,
-		OutputAudio: 3 * 4 * 9600 / 480,
-		OutputText:  15,
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
+		t.Fatal(err)
 	}
-	want.InputTokens = want.InputAudio + want.InputText
-	want.OutputTokens = want.OutputAudio + want.OutputText
+	for _, name := range []string{"session_id", "key_name", "model_group", "started_at", "ended_at", "outcome", "usage", "cost_usd"} {
+		if _, ok := raw[name]; !ok {
+			t.Errorf("the usage record has no %q: %s", name, sc.Bytes())
+		}
+	}
+	if !strings.Contains(string(raw["usage"]), `"input_token_details":{"text_tokens":30,`) {
+		t.Errorf("usage not in OpenAI's shape: %s", raw["usage"])
+	}
+	u := rec.Usage
+	want := usage.Usage{Responses: 3}
+	want.InputTokenDetails.AudioTokens = (4800 + 12000 + 24000) / 480
+	want.InputTokenDetails.TextTokens = 30
+	want.OutputTokenDetails.AudioTokens = 3 * 4 * 9600 / 480
+	want.OutputTokenDetails.TextTokens = 15
+	want.InputTokens = want.InputTokenDetails.AudioTokens + want.InputTokenDetails.TextTokens
+	want.OutputTokens = want.OutputTokenDetails.AudioTokens + want.OutputTokenDetails.TextTokens
 	want.TotalTokens = want.InputTokens + want.OutputTokens
 	if u != want {
 		t.Fatalf("usage %+v, want %+v", u, want)
 	}
-	if rec.Key != "master" || rec.ModelGroup != "gpt-realtime" || rec.Outcome != "client_closed" || rec.FramesOut == 0 {
+	if rec.KeyName != "master" || !strings.HasPrefix(rec.SessionID, "gws_") || rec.EndedAt.Before(rec.StartedAt) || rec.ModelGroup != "gpt-realtime" || rec.Outcome != "client_closed" || rec.FramesOut == 0 {
 		t.Fatalf("record %+v", rec)
 	}
 	if got := metricSum(t, g, "rtgate_tokens_total"); got != float64(want.TotalTokens) {
 		t.Fatalf("rtgate_tokens_total %v, want %d", got, want.TotalTokens)
-	}
-}
-
-// BenchmarkForwardWithUsageReader forwards realistic upstream traffic (audio
-// deltas, with a response.done now and then) through a scanner that reads
-// usage, to show the reader costs no allocation per frame.
-func BenchmarkForwardWithUsageReader(b *testing.B) {
-	delta := frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"response.output_audio.delta","response_id":"resp_1","item_id":"item_1","output_index":0,"content_index":0,"delta":"`+strings.Repeat("A", 6400)+`"}`), false)
-	done := frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"response.done","response":{"usage":{"total_tokens":70,"input_tokens":60,"output_tokens":10,"input_token_details":{"text_tokens":10,"audio_tokens":50},"output_token_details":{"text_tokens":5,"audio_tokens":5}}}}`), false)
-	info := &sessionInfo{}
-	s := frames.NewScanner(frames.FromServer, 0)
-	s.SetInspector(info)
-	src := frames.NewByteSource(nil)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(delta)))
-	for i := 0; b.Loop(); i++ {
-		f := delta
-		if i%100 == 99 {
-			f = done
-		}
-		src.Reset(f)
-		if _, err := s.Forward(src, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if info.usage.Responses == 0 {
-		b.Fatal("the usage reader saw no response.done")
 	}
 }
 

@@ -39,6 +39,8 @@ import (
 	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/routes"
+	"rtgate/server/spenddb"
+	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -63,6 +65,8 @@ type Server struct {
 	front   frontDoor // admission at accept (accept.go)
 	budget  budget    // the global bound on bytes held for slow peers (watchdog.go)
 	limiter *keyLimiter
+	store   *ClusterStore   // nil without REDIS_URL
+	cluster *clusterLimiter // nil without REDIS_URL; replaces limiter then
 
 	sessionsOpen atomic.Int64
 	draining     atomic.Bool
@@ -72,9 +76,12 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[*poller.Session]*sessionInfo
 
-	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
-	live     *router
-	usageLog *usageLog // nil without USAGE_LOG
+	routes    atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	live      *router
+	usageLog  *usage.Log        // nil without USAGE_LOG
+	spendDB   *spenddb.Writer   // nil without DATABASE_URL
+	budgets   *budgets          // budget.go
+	depLimits deploymentLimiter // deplimits.go
 }
 
 // New prepares a server; Serve starts it.
@@ -116,17 +123,28 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		table = t
 	}
 	s.routes.Store(table)
+	s.logTableNotices(table)
 	s.metrics = newMetrics()
 	s.front.init(s.metrics.reg)
 	s.budget.init(cfg, s.metrics.reg)
 	if cfg.UsageLog != "" {
-		ul, err := openUsageLog(cfg.UsageLog, log, s.metrics.usageLogErrors)
+		ul, err := usage.Open(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
 			return nil, fmt.Errorf("USAGE_LOG: %w", err)
 		}
 		s.usageLog = ul
 	}
 	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
+	if err := s.openSpendDB(); err != nil {
+		return nil, err
+	}
+	if err := s.setupCluster(); err != nil {
+		return nil, err
+	}
+	if err := s.setupBudgets(); err != nil {
+		return nil, err
+	}
+	go s.runBudgets(s.ctx)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -210,9 +228,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if loop != nil {
 		err = loop.Shutdown(ctx)
 	}
-	if s.usageLog != nil {
-		s.usageLog.close()
-	}
+	s.closeSpend(ctx)
+	s.closeBudgets(ctx)
+	s.closeCluster()
 	return err
 }
 
@@ -229,6 +247,7 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.routes.Store(r)
+	s.logTableNotices(r)
 	s.primePool(r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
@@ -271,6 +290,9 @@ type clientConn struct {
 	mu    sync.Mutex
 	timer *time.Timer // handshake deadline; nil once upgraded
 	left  bool        // the handshake count was given back (Server.leave)
+
+	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
+
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
@@ -301,6 +323,9 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	if c.hs != nil {
 		c.readMu.Lock()
 		defer c.readMu.Unlock()
+	}
+	if c.wait.pending.Load() && c.bufferWhilePending() {
+		return nil
 	}
 	switch c.phase {
 	case phaseRelay:
@@ -390,6 +415,9 @@ func (c *clientConn) onClose(netpoll.Connection) error {
 	if c.hs != nil {
 		c.hs.shut()
 	}
+	if c.wait.clientGone() {
+		return nil // a cluster admission is out; its goroutine tells the session
+	}
 	c.mu.Lock()
 	sess := c.sess
 	c.mu.Unlock()
@@ -459,7 +487,19 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 			message: fmt.Sprintf("This key may not use the model '%s'.", group)})
 		return
 	}
-	if herr := s.admit(key); herr != nil {
+	if herr := s.checkBudget(key); herr != nil {
+		c.refuse(herr)
+		return
+	}
+	if herr := s.admit(c, key); herr != nil {
+		if herr != errAdmitPending {
+			c.refuse(herr)
+		}
+		return
+	}
+	cands, reserved, herr := s.reserveDeployment(routes.Groups[group])
+	if herr != nil {
+		s.unadmit(key)
 		c.refuse(herr)
 		return
 	}
@@ -469,8 +509,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		protocol = subprotocolRealtime
 	}
 	c.stopTimer()
-	info := &sessionInfo{key: key, group: group, start: time.Now()}
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group, reserved: reserved, start: time.Now()}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
+	s.meterBudget(sess, info)
 	sess.InspectUpstream(&setupWatch{sessionInfo: info, srv: s})
 	c.startRelay(sess)
 	s.sessMu.Lock()
@@ -487,7 +528,6 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
-	cands := s.live.order(routes.Groups[group])
 	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, req.Header) }
 	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
 		return
@@ -498,7 +538,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 // admit applies the instance-wide and per-key limits, reserving a session
 // slot; sessionEnded gives it back. A key's own limits win over the
 // gateway-wide defaults.
-func (s *Server) admit(key *routes.ClientKey) *httpError {
+func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
+	if herr, ok := c.takeVerdict(); ok {
+		return herr // the cluster check's answer, reserved already
+	}
 	if s.draining.Load() {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
@@ -514,6 +557,13 @@ func (s *Server) admit(key *routes.ClientKey) *httpError {
 	}
 	if key.ConnectRate > 0 {
 		rate = key.ConnectRate
+	}
+	if s.cluster != nil {
+		herr := s.admitCluster(c, key.Name, maxSessions, rate)
+		if herr != nil && herr != errAdmitPending {
+			s.sessionsOpen.Add(-1)
+		}
+		return herr
 	}
 	if herr := s.limiter.admit(key.Name, maxSessions, rate, time.Now()); herr != nil {
 		s.sessionsOpen.Add(-1)
@@ -543,7 +593,12 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		s.sessionsOpen.Add(-1)
 		return
 	}
-	s.limiter.release(info.key.Name)
+	if s.cluster != nil {
+		s.cluster.release(info.key.Name)
+	} else {
+		s.limiter.release(info.key.Name)
+	}
+	s.releaseDeployment(info)
 	deployment := ""
 	if info.deployment != nil {
 		s.live.counter(info.deployment).Add(-1)
@@ -563,19 +618,20 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		outcome = "client_lost" // it left while its upstream was being dialed
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
-	u := info.usage
+	u := info.meter.Usage
 	for kind, n := range map[string]int64{
-		"input_text": u.InputText, "input_audio": u.InputAudio, "input_image": u.InputImage,
-		"input_cached": u.InputCached, "output_text": u.OutputText, "output_audio": u.OutputAudio,
+		"input_text": u.InputTokenDetails.TextTokens, "input_audio": u.InputTokenDetails.AudioTokens,
+		"input_image": u.InputTokenDetails.ImageTokens, "input_cached": u.InputTokenDetails.CachedTokens,
+		"output_text": u.OutputTokenDetails.TextTokens, "output_audio": u.OutputTokenDetails.AudioTokens,
 	} {
 		if n > 0 {
 			m.tokens.WithLabelValues(info.group, info.key.Name, kind).Add(float64(n))
 		}
 	}
 
-	rec := usageRecord{
-		Key: info.key.Name, ModelGroup: info.group, Deployment: deployment,
-		Start: info.start.UTC(), DurationMS: time.Since(info.start).Milliseconds(),
+	rec := usage.Record{
+		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
+		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
 		PoolHit: info.poolHit, Outcome: outcome,
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
 		Usage: u,
@@ -583,10 +639,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
-	s.log.Info("session ended", rec.logAttrs()...)
-	if s.usageLog != nil {
-		s.usageLog.write(rec)
-	}
+	s.recordSession(info, &rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
 

@@ -92,7 +92,8 @@ wait:
 		case err := <-errc:
 			return err
 		case <-hup:
-			_ = srv.Reload() // logs its own outcome
+			_ = srv.ReopenLogs() // logrotate's postrotate; logs its own outcome
+			_ = srv.Reload()     // logs its own outcome
 		case sig := <-sigs:
 			log.Info("draining on signal; a second signal exits at once", "signal", sig.String())
 			break wait

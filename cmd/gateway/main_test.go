@@ -149,3 +149,95 @@ func TestSIGTERMDrainsLiveSessions(t *testing.T) {
 		t.Fatal("the gateway did not exit after its last session ended")
 	}
 }
+
+// TestSIGHUPReopensUsageLog rotates USAGE_LOG as logrotate does: rename the
+// file, send SIGHUP (postrotate), and the next session's record lands in a
+// new file at the old path while the renamed one keeps the first.
+func TestSIGHUPReopensUsageLog(t *testing.T) {
+	dir := t.TempDir()
+	gw, mock := build(t, dir, "rtgate/cmd/gateway"), build(t, dir, "rtgate/cmd/mockai")
+	m := exec.Command(mock, "-addr", "127.0.0.1:0")
+	stdout, _ := m.StdoutPipe()
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Process.Kill(); _ = m.Wait() })
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	base := strings.TrimSpace(strings.TrimPrefix(line, "mockai listening on "))
+
+	logPath := filepath.Join(dir, "usage.jsonl")
+	port := freePort(t)
+	g := exec.Command(gw)
+	g.Env = append(os.Environ(), "LITELLM_MASTER_KEY=sk-test", "OPENAI_API_KEY=sk-up", "OPENAI_API_BASE="+base,
+		"PORT="+strconv.Itoa(port), "ADMIN_ADDR=", "LOG_LEVEL=warn", "USAGE_LOG="+logPath)
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Process.Kill(); _ = g.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+
+	// session runs one session to a clean close.
+	session := func() {
+		t.Helper()
+		var c *websocket.Conn
+		var err error
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c, _, err = websocket.DefaultDialer.Dial("ws://"+addr+"/v1/realtime?model=gpt-realtime",
+				http.Header{"Authorization": {"Bearer sk-test"}})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("dial: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := c.ReadMessage(); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}
+	// lines waits for the file at path to hold n lines.
+	lines := func(path string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, _ := os.ReadFile(path)
+			if got := strings.Count(string(b), "\n"); got == n {
+				return
+			} else if got > n || time.Now().After(deadline) {
+				t.Fatalf("%s holds %d lines, want %d", filepath.Base(path), got, n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	session()
+	lines(logPath, 1) // the log syncs within a second
+	if err := os.Rename(logPath, logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the new file appears once the gateway has reopened
+		if _, err := os.Stat(logPath); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new USAGE_LOG after SIGHUP")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	session()
+	lines(logPath, 1)
+	lines(logPath+".1", 1)
+}

@@ -70,6 +70,10 @@ type loader struct {
 	// entries with errors, so that keys referring to them are not
 	// reported twice.
 	groups map[string]bool
+	// ignored are LiteLLM fields accepted and ignored, with their lines;
+	// skipped the model_list entries not served (litellm.go).
+	ignored map[string][]int
+	skipped []string
 }
 
 func (l *loader) fail(n *yaml.Node, field, format string, args ...any) {
@@ -99,13 +103,19 @@ func (l *loader) table(root *yaml.Node) *Table {
 		l.fail(root, "", "model_list is missing: the file must list at least one model")
 	} else {
 		l.modelList(&doc.ModelList, "model_list", t)
+		if len(t.Groups) == 0 && len(l.skipped) > 0 && len(l.errs) == 0 {
+			l.fail(&doc.ModelList, "model_list", "no entry is a realtime model rtgate serves: %s", strings.Join(l.skipped, "; "))
+		}
 	}
 
 	hashes := map[keyHash]string{} // to refuse one key given twice
 	masterSet := false
 	if given(&doc.GeneralSettings) {
 		var gs generalSettings
-		if l.decodeMapping(&doc.GeneralSettings, "general_settings", &gs) && given(&gs.MasterKey) {
+		if l.decodeMapping(&doc.GeneralSettings, "general_settings", &gs) {
+			l.noteIgnored(&gs)
+		}
+		if given(&gs.MasterKey) {
 			masterSet = true
 			if v, ok := l.env(&gs.MasterKey, "general_settings.master_key"); ok {
 				t.master = &ClientKey{Name: MasterKeyName, hash: hashKey(v)}
@@ -127,6 +137,7 @@ func (l *loader) table(root *yaml.Node) *Table {
 	if t.master == nil && len(t.Keys) == 0 && len(l.errs) == 0 {
 		l.fail(root, "", "no client can connect: add a keys section or general_settings.master_key (or set LITELLM_MASTER_KEY)")
 	}
+	t.Notices = l.notices()
 	return t
 }
 
@@ -230,8 +241,14 @@ func (l *loader) modelList(n *yaml.Node, path string, t *Table) {
 			l.fail(deref(item), itemPath, "litellm_params is missing")
 			continue
 		}
+		if l.notServed(&e, itemPath, group) {
+			continue
+		}
 		d := l.deployment(&e.LiteLLMParams, join(itemPath, "litellm_params"), group, len(t.Groups[group]))
 		if d == nil {
+			continue
+		}
+		if given(&e.ModelInfo) && !l.modelInfo(&e.ModelInfo, join(itemPath, "model_info"), d) {
 			continue
 		}
 		if t.Default == "" {
@@ -325,7 +342,9 @@ func (l *loader) deployment(n *yaml.Node, path, group string, index int) *Deploy
 	default:
 		h.Set("Authorization", "Bearer "+key)
 	}
-	return newDeployment(group, index, kind, base, model, apiVersion, h)
+	d := newDeployment(group, index, kind, base, model, apiVersion, h)
+	l.litellmExtras(&p, path, d)
+	return d
 }
 
 // parseBase checks an api_base. URLs carrying credentials are refused
@@ -440,6 +459,7 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 				k.ConnectRate = v
 			}
 		}
+		l.budget(&e, itemPath, k)
 		if len(l.errs) > before {
 			continue
 		}

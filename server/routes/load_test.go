@@ -457,8 +457,8 @@ func TestConfigErrors(t *testing.T) {
   - model_name: gpt-realtime
     litellm_params:
       model: gpt-realtime
-      rpm: 100
-` + master, want: []string{`config.yaml:5: model_list[0].litellm_params: unknown field "rpm" (known fields: model, api_key, api_base, api_version)`}},
+      rpmm: 100
+` + master, want: []string{`config.yaml:5: model_list[0].litellm_params: unknown field "rpmm" (known fields: model, api_key, api_base, api_version, rpm,`}},
 		{name: "unknown top-level field", body: `model_list:
   - model_name: gpt-realtime
     litellm_params:
@@ -472,8 +472,8 @@ environment_variables:
 keys:
   - name: k
     key: os.environ/WEB_KEY
-    max_budget: 10
-`, want: []string{`config.yaml:7: keys[0]: unknown field "max_budget"`}},
+    max_budgte: 10
+`, want: []string{`config.yaml:7: keys[0]: unknown field "max_budgte"`}},
 		{name: "unknown general_settings field", body: `model_list:
   - model_name: m
     litellm_params: {model: m}
@@ -555,8 +555,8 @@ general_settings:
 		{name: "unknown provider prefix", body: `model_list:
   - model_name: claude
     litellm_params:
-      model: anthropic/claude-3-5-sonnet
-` + master, want: []string{`config.yaml:4: model_list[0].litellm_params.model: "anthropic/claude-3-5-sonnet": unknown provider prefix "anthropic"`}},
+      model: antropic/claude-3-5-sonnet
+` + master, want: []string{`config.yaml:4: model_list[0].litellm_params.model: "antropic/claude-3-5-sonnet": unknown provider prefix "antropic"`}},
 		{name: "provider prefix without model", body: `model_list:
   - model_name: m
     litellm_params:
@@ -732,7 +732,7 @@ model_list:
 		{name: "every problem at once", body: `model_list:
   - model_name: m
     litellm_params:
-      model: bedrock/m
+      model: bedrok/m
       api_key: os.environ/NOT_SET_ANYWHERE
 keys:
   - name: k

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 
+	"rtgate/server/spend"
 	"rtgate/upstream"
 )
 
@@ -53,6 +54,17 @@ type Deployment struct {
 	// /openai/realtime?api-version=V&deployment=D; empty means the GA form
 	// /openai/v1/realtime?model=D.
 	APIVersion string
+	// Prices are what sessions on this deployment are charged per token:
+	// the built-in prices of Model (or of model_info's base_model),
+	// overridden field by field by model_info's prices. Priced is false
+	// when nothing prices the deployment (its sessions cost 0).
+	Prices spend.Prices
+	Priced bool
+	// RPM (litellm_params.rpm) bounds connects a minute to this deployment
+	// and MaxSessions (max_parallel_requests) its live sessions; 0 is no
+	// limit.
+	RPM         float64
+	MaxSessions int
 
 	header http.Header // upstream credentials; never logged
 	path   string      // Base.Path plus the kind's realtime path
@@ -63,6 +75,7 @@ func newDeployment(group string, index int, kind string, base *url.URL, model, a
 		Name: fmt.Sprintf("%s/%d@%s", group, index, base.Host), Group: group, Kind: kind,
 		Base: base, Model: model, APIVersion: apiVersion, header: header,
 	}
+	d.Prices, d.Priced = spend.ModelInfo{}.Resolve(model)
 	switch {
 	case kind == KindAzure && apiVersion != "":
 		d.path = base.Path + "/openai/realtime"
@@ -128,6 +141,9 @@ type ClientKey struct {
 	// 0 means the key sets no limit of its own.
 	MaxSessions int
 	ConnectRate float64
+	// Budget is the key's spending limit (max_budget, budget_duration);
+	// Budget.Max 0 means none.
+	Budget spend.Budget
 }
 
 // Allows reports whether the key may open sessions on the model group.
@@ -152,6 +168,9 @@ type Table struct {
 	// Keys are the client keys, in file order; the master key is not
 	// among them.
 	Keys []*ClientKey
+	// Notices are what the gateway says once at start-up (and reload)
+	// about the file: LiteLLM fields it ignores, entries it does not serve.
+	Notices []string
 
 	master *ClientKey // nil when no master key is set
 }

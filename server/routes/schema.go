@@ -35,7 +35,8 @@ type modelEntry struct {
 	ModelName     yaml.Node `yaml:"model_name"`
 	LiteLLMParams yaml.Node `yaml:"litellm_params"`
 	// ModelInfo is LiteLLM's free-form metadata (ids, descriptions,
-	// pricing). Accepted and ignored: it does not affect routing.
+	// pricing). Its price fields (spend.PriceFields) are read and checked;
+	// the rest is accepted and ignored: it does not affect routing.
 	ModelInfo yaml.Node `yaml:"model_info"`
 }
 
@@ -45,6 +46,34 @@ type litellmParams struct {
 	APIKey     yaml.Node `yaml:"api_key"`
 	APIBase    yaml.Node `yaml:"api_base"`
 	APIVersion yaml.Node `yaml:"api_version"`
+
+	// LiteLLM's fields that mean something here (litellm.go).
+	RPM                 yaml.Node `yaml:"rpm"`
+	MaxParallelRequests yaml.Node `yaml:"max_parallel_requests"`
+	Organization        yaml.Node `yaml:"organization"`
+
+	// LiteLLM's fields that mean nothing to a realtime relay: accepted, so
+	// that a LiteLLM config loads as it is, and named in one start-up
+	// notice. (timeout bounds a whole LiteLLM request, often 600 s: it is
+	// no connect budget.)
+	Timeout             yaml.Node `yaml:"timeout" rtgate:"ignored"`
+	StreamTimeout       yaml.Node `yaml:"stream_timeout" rtgate:"ignored"`
+	TPM                 yaml.Node `yaml:"tpm" rtgate:"ignored"`
+	MaxRetries          yaml.Node `yaml:"max_retries" rtgate:"ignored"`
+	RegionName          yaml.Node `yaml:"region_name" rtgate:"ignored"`
+	Weight              yaml.Node `yaml:"weight" rtgate:"ignored"`
+	Order               yaml.Node `yaml:"order" rtgate:"ignored"`
+	DropParams          yaml.Node `yaml:"drop_params" rtgate:"ignored"`
+	CustomLLMProvider   yaml.Node `yaml:"custom_llm_provider" rtgate:"ignored"`
+	Tags                yaml.Node `yaml:"tags" rtgate:"ignored"`
+	ExtraHeaders        yaml.Node `yaml:"extra_headers" rtgate:"ignored"`
+	InputCostPerToken   yaml.Node `yaml:"input_cost_per_token" rtgate:"ignored"`
+	OutputCostPerToken  yaml.Node `yaml:"output_cost_per_token" rtgate:"ignored"`
+	UseInPassThrough    yaml.Node `yaml:"use_in_pass_through" rtgate:"ignored"`
+	MergeReasoning      yaml.Node `yaml:"merge_reasoning_content_in_choices" rtgate:"ignored"`
+	LiteLLMCredential   yaml.Node `yaml:"litellm_credential_name" rtgate:"ignored"`
+	MockResponse        yaml.Node `yaml:"mock_response" rtgate:"ignored"`
+	CacheControlInjects yaml.Node `yaml:"cache_control_injection_points" rtgate:"ignored"`
 }
 
 // keyEntry is one client key (rtgate's own section).
@@ -55,12 +84,30 @@ type keyEntry struct {
 	Models      yaml.Node `yaml:"models"`
 	MaxSessions yaml.Node `yaml:"max_sessions"`
 	ConnectRate yaml.Node `yaml:"connect_rate"`
+	// LiteLLM's names: USD per budget_duration (empty: lifetime).
+	MaxBudget      yaml.Node `yaml:"max_budget"`
+	BudgetDuration yaml.Node `yaml:"budget_duration"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means
 // something here.
 type generalSettings struct {
 	MasterKey yaml.Node `yaml:"master_key"`
+
+	// LiteLLM proxy settings a LiteLLM config commonly carries; accepted
+	// and named in the start-up notice (rtgate's own spend log takes
+	// DATABASE_URL from the environment).
+	DatabaseURL                 yaml.Node `yaml:"database_url" rtgate:"ignored"`
+	DatabaseConnectionPoolLimit yaml.Node `yaml:"database_connection_pool_limit" rtgate:"ignored"`
+	Alerting                    yaml.Node `yaml:"alerting" rtgate:"ignored"`
+	AlertingThreshold           yaml.Node `yaml:"alerting_threshold" rtgate:"ignored"`
+	StoreModelInDB              yaml.Node `yaml:"store_model_in_db" rtgate:"ignored"`
+	ProxyBatchWriteAt           yaml.Node `yaml:"proxy_batch_write_at" rtgate:"ignored"`
+	DisableSpendLogs            yaml.Node `yaml:"disable_spend_logs" rtgate:"ignored"`
+	BackgroundHealthChecks      yaml.Node `yaml:"background_health_checks" rtgate:"ignored"`
+	HealthCheckInterval         yaml.Node `yaml:"health_check_interval" rtgate:"ignored"`
+	MaxParallelRequests         yaml.Node `yaml:"max_parallel_requests" rtgate:"ignored"`
+	GlobalMaxParallelRequests   yaml.Node `yaml:"global_max_parallel_requests" rtgate:"ignored"`
 }
 
 // given reports whether the field was in the file.

@@ -1,0 +1,202 @@
+package server
+
+// Budgets per key (max_budget, budget_duration): spend is booked as each
+// response ends, from the relay's read path, into a spend.Ledger; a connect
+// from a key at its budget is refused with 429, and a live session whose
+// response takes the key over it is ended once that response has reached
+// the client (error event, close 1008). With REDIS_URL the ledger is synced
+// with Redis every budgetSync, so every instance sees the cluster's spend
+// within that; without it the ledger is this instance's and is saved to
+// SPEND_STATE, so a restart does not reset a budget.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"rtgate/poller"
+	"rtgate/server/routes"
+	"rtgate/server/spend"
+	"rtgate/server/usage"
+)
+
+const (
+	budgetSync = 250 * time.Millisecond // with Redis
+	budgetSave = time.Second            // without: the state file
+)
+
+type budgets struct {
+	ledger  *spend.Ledger
+	state   string        // the state file; "" with Redis
+	shared  *spend.Shared // nil without Redis
+	refused *prometheus.CounterVec
+	ended   *prometheus.CounterVec
+	failed  prometheus.Counter
+}
+
+// setupBudgets makes the ledger: shared through Redis when the cluster
+// store is there, else loaded from (and saved to) the state file.
+func (s *Server) setupBudgets() error {
+	b := &budgets{
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_refused_total",
+			Help: "Connects refused with 429 budget_exceeded, by client key name."}, []string{"key"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_ended_sessions_total",
+			Help: "Live sessions ended (close 1008) after a response took their key over its budget."}, []string{"key"}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_budget_sync_failures_total",
+			Help: "Failed budget syncs with Redis or saves of the budget state file."}),
+	}
+	s.metrics.reg.MustRegister(b.refused, b.ended, b.failed)
+	if s.store != nil {
+		b.ledger = spend.NewLedger()
+		b.shared = &spend.Shared{Client: s.store.Client, Prefix: s.store.Prefix}
+		s.budgets = b
+		return nil
+	}
+	b.state = s.cfg.SpendState
+	if b.state == "" && s.cfg.UsageLog != "" {
+		b.state = s.cfg.UsageLog + ".budgets.json"
+	}
+	if b.state == "" {
+		for _, k := range s.routes.Load().Keys {
+			if k.Budget.Max > 0 {
+				return fmt.Errorf("key %q has max_budget: set SPEND_STATE (or USAGE_LOG, or REDIS_URL) so that a restart does not reset its spend", k.Name)
+			}
+		}
+		b.ledger = spend.NewLedger()
+		s.budgets = b
+		return nil
+	}
+	l, err := spend.LoadLedger(b.state)
+	if err != nil {
+		return fmt.Errorf("SPEND_STATE: %w", err)
+	}
+	b.ledger = l
+	s.budgets = b
+	return nil
+}
+
+// budgeted are the keys with a budget, now.
+func (s *Server) budgeted() map[string]spend.Budget {
+	out := map[string]spend.Budget{}
+	for _, k := range s.routes.Load().Keys {
+		if k.Budget.Max > 0 {
+			out[k.Name] = k.Budget
+		}
+	}
+	return out
+}
+
+// runBudgets syncs or saves the ledger until ctx ends, and once more then.
+func (s *Server) runBudgets(ctx context.Context) {
+	b := s.budgets
+	every := budgetSave
+	if b.shared != nil {
+		every = budgetSync
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var lastWarn time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.persistBudgets(ctx); err != nil {
+			b.failed.Inc()
+			if time.Since(lastWarn) > 10*time.Second {
+				s.log.Warn("budget spend is not being shared or saved; enforcing with what this instance knows", "err", err)
+				lastWarn = time.Now()
+			}
+		}
+	}
+}
+
+func (s *Server) persistBudgets(ctx context.Context) error {
+	b := s.budgets
+	if b.shared != nil {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return b.ledger.Sync(cctx, *b.shared, s.budgeted(), time.Now())
+	}
+	if b.state != "" {
+		return b.ledger.Save(b.state)
+	}
+	return nil
+}
+
+// checkBudget refuses a connect from a key at or over its budget.
+func (s *Server) checkBudget(key *routes.ClientKey) *httpError {
+	bud := key.Budget
+	if bud.Max <= 0 {
+		return nil
+	}
+	now := time.Now()
+	spent := s.budgets.ledger.Spent(key.Name, bud, now)
+	if spent < bud.Max {
+		return nil
+	}
+	s.budgets.refused.WithLabelValues(key.Name).Inc()
+	msg := fmt.Sprintf("This key has reached its budget: $%.4f spent of $%s", spent, strconv.FormatFloat(bud.Max, 'f', -1, 64))
+	h := http.Header{}
+	if anchor, ok := s.budgets.ledger.Anchor(key.Name); ok && bud.Every > 0 {
+		wait := bud.ResetsIn(anchor, now)
+		msg += fmt.Sprintf(" in the current %s window, which resets at %s.", windowName(bud.Every), now.Add(wait).UTC().Format(time.RFC3339))
+		h.Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+	} else {
+		msg += " (a lifetime budget)."
+	}
+	return &httpError{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
+		message: msg, header: h}
+}
+
+// meterBudget books each response's cost against the session's key as it
+// ends, and ends the session once its key is over budget. It runs on the
+// relay's read path, after the response.done went to the client: the
+// response the client paid for is never cut short.
+func (s *Server) meterBudget(sess *poller.Session, info *sessionInfo) {
+	bud := info.key.Budget
+	if bud.Max <= 0 {
+		return
+	}
+	ended := false // only the read path touches it
+	info.meter.OnEvent = func(add usage.Usage) {
+		total := s.budgets.ledger.Book(info.key.Name, bud, prices(info.deployment).Cost(add), time.Now())
+		if total < bud.Max || ended {
+			return
+		}
+		ended = true
+		info.overBudget.Store(true)
+		s.budgets.ended.WithLabelValues(info.key.Name).Inc()
+		go s.terminate(sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded",
+			fmt.Sprintf("This key has reached its budget of $%s; the session ends after the response it was given.",
+				strconv.FormatFloat(bud.Max, 'f', -1, 64)))
+	}
+}
+
+// closeBudgets saves or syncs the ledger a last time at shutdown.
+func (s *Server) closeBudgets(ctx context.Context) {
+	if s.budgets == nil {
+		return
+	}
+	if err := s.persistBudgets(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Warn("saving budget spend at shutdown failed", "err", err)
+	}
+}
+
+// windowName writes a budget window as budget_duration would: 30d, 12h.
+func windowName(d time.Duration) string {
+	switch day := 24 * time.Hour; {
+	case d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return d.String()
+}

@@ -1,0 +1,139 @@
+package routes
+
+// LiteLLM compatibility: a LiteLLM proxy config.yaml loads as it is. Of
+// litellm_params, rpm, max_parallel_requests and organization are honoured;
+// the fields that mean nothing to a realtime relay (schema.go, tagged
+// rtgate:"ignored") are accepted and named in one notice; anything else is
+// still a typo and stops the load. Entries for providers rtgate does not
+// relay (anthropic/, bedrock/, ...) and entries whose model_info.mode says
+// they are not realtime models are loaded as not served, with a notice; an
+// openai/ entry for a model that has no realtime API (gpt-4o) is served and
+// fails upstream like any bad deployment.
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// otherProviders are LiteLLM provider prefixes that are not OpenAI's
+// realtime API. An unknown prefix is still an error (a typo of openai/).
+var otherProviders = []string{"anthropic", "bedrock", "bedrock_converse", "vertex_ai", "vertex_ai_beta", "gemini",
+	"cohere", "cohere_chat", "mistral", "groq", "ollama", "ollama_chat", "together_ai", "huggingface", "replicate",
+	"deepseek", "xai", "perplexity", "fireworks_ai", "openrouter", "sagemaker", "databricks", "watsonx", "cerebras",
+	"text-completion-openai", "azure_ai", "voyage", "jina_ai", "hosted_vllm", "vllm", "lm_studio", "nvidia_nim",
+	"cloudflare", "deepinfra", "anyscale", "ai21", "nlp_cloud", "aleph_alpha", "petals", "baseten", "dashscope",
+	"friendliai", "github", "sambanova", "litellm_proxy", "custom_openai", "openai_like"}
+
+// notServed reports whether a model_list entry is one rtgate loads but does
+// not serve, noting why.
+func (l *loader) notServed(e *modelEntry, itemPath, group string) bool {
+	if mode := scalarField(&e.ModelInfo, "mode"); mode != "" && mode != "realtime" {
+		l.skipped = append(l.skipped, fmt.Sprintf("%s (%s: model_info.mode is %s)", group, itemPath, mode))
+		return true
+	}
+	spec := scalarField(&e.LiteLLMParams, "model")
+	if prefix, _, found := strings.Cut(spec, "/"); found && slices.Contains(otherProviders, prefix) {
+		l.skipped = append(l.skipped, fmt.Sprintf("%s (%s: %s/ is not OpenAI's or Azure's realtime API)", group, itemPath, prefix))
+		return true
+	}
+	return false
+}
+
+// scalarField is the text of mapping n's scalar field name, or "".
+func scalarField(n *yaml.Node, name string) string {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == name {
+			if v := deref(n.Content[i+1]); v.Kind == yaml.ScalarNode {
+				return v.Value
+			}
+		}
+	}
+	return ""
+}
+
+// litellmExtras reads the honoured LiteLLM fields into d and notes the
+// ignored ones.
+func (l *loader) litellmExtras(p *litellmParams, path string, d *Deployment) {
+	if given(&p.RPM) {
+		fp := join(path, "rpm")
+		if s, ok := l.str(&p.RPM, fp); ok {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+				l.fail(deref(&p.RPM), fp, "%q is not a number of connects per minute (at least 0)", s)
+			}
+			d.RPM = v
+		}
+	}
+	if given(&p.MaxParallelRequests) {
+		fp := join(path, "max_parallel_requests")
+		if s, ok := l.str(&p.MaxParallelRequests, fp); ok {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				l.fail(deref(&p.MaxParallelRequests), fp, "%q is not a whole number of sessions (at least 0)", s)
+			}
+			d.MaxSessions = n
+		}
+	}
+	if given(&p.Organization) {
+		if org, ok := l.env(&p.Organization, join(path, "organization")); ok && org != "" {
+			d.header.Set("OpenAI-Organization", org)
+		}
+	}
+	l.noteIgnored(p)
+}
+
+// noteIgnored notes the fields of dst (a decoded schema struct) tagged
+// rtgate:"ignored" that the file gives.
+func (l *loader) noteIgnored(dst any) {
+	v := reflect.ValueOf(dst).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Tag.Get("rtgate") != "ignored" {
+			continue
+		}
+		if n := v.Field(i).Addr().Interface().(*yaml.Node); given(n) {
+			if l.ignored == nil {
+				l.ignored = map[string][]int{}
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			l.ignored[name] = append(l.ignored[name], deref(n).Line)
+		}
+	}
+}
+
+// notices are the load's notes, each one line.
+func (l *loader) notices() []string {
+	var out []string
+	if len(l.ignored) > 0 {
+		names := make([]string, 0, len(l.ignored))
+		for name := range l.ignored {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		parts := make([]string, len(names))
+		for i, name := range names {
+			lines := make([]string, len(l.ignored[name]))
+			for j, line := range l.ignored[name] {
+				lines[j] = strconv.Itoa(line)
+			}
+			parts[i] = fmt.Sprintf("%s (line %s)", name, strings.Join(lines, ", "))
+		}
+		out = append(out, fmt.Sprintf("%s: LiteLLM fields accepted and ignored (they mean nothing to a realtime relay): %s",
+			l.file, strings.Join(parts, "; ")))
+	}
+	if len(l.skipped) > 0 {
+		out = append(out, fmt.Sprintf("%s: model_list entries loaded but not served: %s", l.file, strings.Join(l.skipped, "; ")))
+	}
+	return out
+}

@@ -1,0 +1,168 @@
+// Package spend turns token usage into dollars and keeps account of them:
+// the price of each token kind per model (LiteLLM's model_info names, with
+// built-in defaults for OpenAI's realtime models), the cost of a session,
+// and budgets per key (a Ledger, saved to a file or shared through Redis).
+// The durable spend log in Postgres is server/spenddb.
+package spend
+
+import (
+	"regexp"
+	"strings"
+
+	"rtgate/server/usage"
+)
+
+// Prices are USD per token for each kind the realtime API reports, named as
+// LiteLLM names them in model_info (so a LiteLLM config's prices carry over).
+type Prices struct {
+	InputCostPerToken            float64 `json:"input_cost_per_token" yaml:"input_cost_per_token"`
+	OutputCostPerToken           float64 `json:"output_cost_per_token" yaml:"output_cost_per_token"`
+	InputCostPerAudioToken       float64 `json:"input_cost_per_audio_token" yaml:"input_cost_per_audio_token"`
+	OutputCostPerAudioToken      float64 `json:"output_cost_per_audio_token" yaml:"output_cost_per_audio_token"`
+	CacheReadInputTokenCost      float64 `json:"cache_read_input_token_cost" yaml:"cache_read_input_token_cost"`
+	CacheReadInputAudioTokenCost float64 `json:"cache_read_input_audio_token_cost" yaml:"cache_read_input_audio_token_cost"`
+	InputCostPerImageToken       float64 `json:"input_cost_per_image_token" yaml:"input_cost_per_image_token"`
+}
+
+// ModelInfo is the price part of a model_list entry's model_info: each
+// field overrides the built-in price of that kind when set. BaseModel, as in
+// LiteLLM, names the model whose built-in prices apply when the deployment's
+// own name is not a model (an Azure deployment name, say).
+type ModelInfo struct {
+	BaseModel                    string   `yaml:"base_model"`
+	InputCostPerToken            *float64 `yaml:"input_cost_per_token"`
+	OutputCostPerToken           *float64 `yaml:"output_cost_per_token"`
+	InputCostPerAudioToken       *float64 `yaml:"input_cost_per_audio_token"`
+	OutputCostPerAudioToken      *float64 `yaml:"output_cost_per_audio_token"`
+	CacheReadInputTokenCost      *float64 `yaml:"cache_read_input_token_cost"`
+	CacheReadInputAudioTokenCost *float64 `yaml:"cache_read_input_audio_token_cost"`
+	InputCostPerImageToken       *float64 `yaml:"input_cost_per_image_token"`
+}
+
+// PriceFields are the model_info fields ModelInfo reads.
+var PriceFields = []string{"base_model", "input_cost_per_token", "output_cost_per_token", "input_cost_per_audio_token",
+	"output_cost_per_audio_token", "cache_read_input_token_cost", "cache_read_input_audio_token_cost",
+	"input_cost_per_image_token"}
+
+// perM is a price per million tokens, as OpenAI's pricing page states them.
+func perM(usd float64) float64 { return usd / 1e6 }
+
+// DefaultPrices are OpenAI's list prices for the realtime models, in USD per
+// token, from OpenAI's API pricing page (developers.openai.com/api/docs/pricing,
+// "Realtime API" table) as published in October 2026 and read for this
+// table on 2026-12-01. Prices change: a model_info block on a model_list
+// entry overrides any of them, and a model not listed here costs 0 unless
+// its entry states prices (the gateway says so at start-up).
+var DefaultPrices = map[string]Prices{
+	// gpt-realtime, and gpt-realtime-1.5 at the same prices: text $4 in,
+	// $0.40 cached, $16 out; audio $32 in, $0.40 cached, $64 out; image $5.
+	"gpt-realtime":     {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	"gpt-realtime-1.5": {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	// gpt-realtime-2: as gpt-realtime but text out $24.
+	"gpt-realtime-2": {perM(4), perM(24), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	// gpt-realtime-mini: text $0.60 in, $0.06 cached, $2.40 out; audio $10
+	// in, $0.30 cached, $20 out; image $0.80.
+	"gpt-realtime-mini": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.06), perM(0.30), perM(0.80)},
+	// The previews, still served: text $5/$2.50/$20, audio $40/$2.50/$80;
+	// mini text $0.60/$0.30/$2.40, audio $10/$0.30/$20. No image input.
+	"gpt-4o-realtime-preview":      {perM(5), perM(20), perM(40), perM(80), perM(2.50), perM(2.50), 0},
+	"gpt-4o-mini-realtime-preview": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.30), perM(0.30), 0},
+}
+
+// snapshot matches a dated snapshot suffix (gpt-realtime-2025-08-28): a
+// snapshot costs what its model costs unless it is listed itself.
+var snapshot = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}$`)
+
+// Lookup returns the built-in prices of an upstream model name ("openai/"
+// and similar provider prefixes and dated snapshot suffixes are looked
+// through), and whether there are any.
+func Lookup(model string) (Prices, bool) {
+	if i := strings.LastIndexByte(model, '/'); i >= 0 {
+		model = model[i+1:]
+	}
+	if p, ok := DefaultPrices[model]; ok {
+		return p, true
+	}
+	p, ok := DefaultPrices[snapshot.ReplaceAllString(model, "")]
+	return p, ok
+}
+
+// Resolve is the price list of a deployment of model: the built-in prices
+// of info.BaseModel (or of model), each overridden by info where it sets a
+// price. known is false when neither the built-in table nor info prices
+// anything, so that the caller can warn.
+func (info ModelInfo) Resolve(model string) (p Prices, known bool) {
+	name := model
+	if info.BaseModel != "" {
+		name = info.BaseModel
+	}
+	p, known = Lookup(name)
+	for _, f := range []struct {
+		dst *float64
+		src *float64
+	}{
+		{&p.InputCostPerToken, info.InputCostPerToken},
+		{&p.OutputCostPerToken, info.OutputCostPerToken},
+		{&p.InputCostPerAudioToken, info.InputCostPerAudioToken},
+		{&p.OutputCostPerAudioToken, info.OutputCostPerAudioToken},
+		{&p.CacheReadInputTokenCost, info.CacheReadInputTokenCost},
+		{&p.CacheReadInputAudioTokenCost, info.CacheReadInputAudioTokenCost},
+		{&p.InputCostPerImageToken, info.InputCostPerImageToken},
+	} {
+		if f.src != nil {
+			*f.dst = *f.src
+			known = true
+		}
+	}
+	if !known {
+		return p, false
+	}
+	// A kind left without a price is charged at the nearest stated one,
+	// never less: audio at text's rate, cached input at the uncached rate
+	// of its kind, images at text's input rate. (LiteLLM does the same for
+	// a missing cache price.)
+	if info.InputCostPerAudioToken == nil && p.InputCostPerAudioToken == 0 {
+		p.InputCostPerAudioToken = p.InputCostPerToken
+	}
+	if info.OutputCostPerAudioToken == nil && p.OutputCostPerAudioToken == 0 {
+		p.OutputCostPerAudioToken = p.OutputCostPerToken
+	}
+	if info.CacheReadInputTokenCost == nil && p.CacheReadInputTokenCost == 0 {
+		p.CacheReadInputTokenCost = p.InputCostPerToken
+	}
+	if info.CacheReadInputAudioTokenCost == nil && p.CacheReadInputAudioTokenCost == 0 {
+		p.CacheReadInputAudioTokenCost = p.InputCostPerAudioToken
+	}
+	if info.InputCostPerImageToken == nil && p.InputCostPerImageToken == 0 {
+		p.InputCostPerImageToken = p.InputCostPerToken
+	}
+	return p, true
+}
+
+// Cost is the price in USD of usage u. Cached input tokens are counted
+// inside each kind's input tokens, so the uncached part is the kind's count
+// less its cached part:
+//
+//	text   (in − cached) × input_cost_per_token + cached × cache_read_input_token_cost
+//	audio  (in − cached) × input_cost_per_audio_token + cached × cache_read_input_audio_token_cost
+//	image  (in − cached) × input_cost_per_image_token + cached × the image rate discounted as text's cache discounts text
+//	output text × output_cost_per_token + audio × output_cost_per_audio_token
+//
+// LiteLLM has no field for cached image tokens; OpenAI prices them at the
+// image rate times text's cache ratio (gpt-realtime: $5 and $0.50 a million).
+// Duration-billed transcription (TranscriptionSeconds) is not priced.
+func (p Prices) Cost(u usage.Usage) float64 {
+	in, c, out := u.InputTokenDetails, u.InputTokenDetails.CachedTokensDetails, u.OutputTokenDetails
+	imageCached := 0.0
+	if p.InputCostPerToken > 0 {
+		imageCached = p.InputCostPerImageToken * p.CacheReadInputTokenCost / p.InputCostPerToken
+	}
+	return float64(max(in.TextTokens-c.TextTokens, 0))*p.InputCostPerToken +
+		float64(c.TextTokens)*p.CacheReadInputTokenCost +
+		float64(max(in.AudioTokens-c.AudioTokens, 0))*p.InputCostPerAudioToken +
+		float64(c.AudioTokens)*p.CacheReadInputAudioTokenCost +
+		float64(max(in.ImageTokens-c.ImageTokens, 0))*p.InputCostPerImageToken +
+		float64(c.ImageTokens)*imageCached +
+		float64(out.TextTokens)*p.OutputCostPerToken +
+		float64(out.AudioTokens)*p.OutputCostPerAudioToken
+}

@@ -1,0 +1,234 @@
+package spenddb
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"rtgate/server/spenddb/pgtest"
+	"rtgate/server/usage"
+)
+
+func record(i int) usage.Record {
+	start := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Second)
+	r := usage.Record{SessionID: fmt.Sprintf("gws_test%06d", i), KeyName: "team-a", ModelGroup: "gpt-realtime",
+		Deployment: "gpt-realtime/0@127.0.0.1", StartedAt: start, EndedAt: start.Add(1500 * time.Millisecond),
+		Outcome: "client_closed", CostUSD: float64(i) * 0.001}
+	r.Usage.Responses = 1
+	r.Usage.InputTokens, r.Usage.OutputTokens, r.Usage.TotalTokens = int64(i), 2*int64(i), 3*int64(i)
+	r.Usage.InputTokenDetails.AudioTokens = int64(i)
+	r.Usage.OutputTokenDetails.AudioTokens = 2 * int64(i)
+	return r
+}
+
+func open(t *testing.T, url, spool string, reg prometheus.Registerer) *Writer {
+	t.Helper()
+	w, err := Open(Config{URL: url, Spool: spool, FlushEvery: 20 * time.Millisecond, Retry: 50 * time.Millisecond,
+		Timeout: 5 * time.Second, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	return w
+}
+
+func count(t *testing.T, pg *pgtest.Server) (rows, distinct int) {
+	t.Helper()
+	c := pg.Conn(t)
+	defer c.Close(context.Background())
+	var exists bool
+	if err := c.QueryRow(context.Background(), `SELECT to_regclass('session_usage') IS NOT NULL`).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if !exists { // the writer has not migrated yet
+		return 0, 0
+	}
+	err := c.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT session_id) FROM session_usage`).Scan(&rows, &distinct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, distinct
+}
+
+func waitRows(t *testing.T, pg *pgtest.Server, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, _ := count(t, pg)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session_usage has %d rows after 20 s, want %d", n, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRowsMatchRecords writes records and reads them back column by column.
+func TestRowsMatchRecords(t *testing.T) {
+	pg := pgtest.Start(t)
+	w := open(t, pg.URL, filepath.Join(t.TempDir(), "spool.jsonl"), nil)
+	for i := range 1200 { // more than two batches
+		w.Enqueue(record(i))
+	}
+	waitRows(t, pg, 1200)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rows, distinct := count(t, pg); rows != 1200 || distinct != 1200 {
+		t.Fatalf("%d rows (%d distinct), want 1200", rows, distinct)
+	}
+	c := pg.Conn(t)
+	want := record(7)
+	var got usage.Record
+	var inAudio, outAudio int64
+	err := c.QueryRow(context.Background(), `SELECT session_id, key_name, model_group, deployment, started_at, ended_at,
+		input_tokens, output_tokens, cost_usd, outcome, (usage->'input_token_details'->>'audio_tokens')::bigint,
+		(usage->'output_token_details'->>'audio_tokens')::bigint FROM session_usage WHERE session_id = $1`, want.SessionID).Scan(
+		&got.SessionID, &got.KeyName, &got.ModelGroup, &got.Deployment, &got.StartedAt, &got.EndedAt,
+		&got.Usage.InputTokens, &got.Usage.OutputTokens, &got.CostUSD, &got.Outcome, &inAudio, &outAudio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SessionID != want.SessionID || got.KeyName != want.KeyName || got.ModelGroup != want.ModelGroup ||
+		got.Deployment != want.Deployment || !got.StartedAt.Equal(want.StartedAt) || !got.EndedAt.Equal(want.EndedAt) ||
+		got.Usage.InputTokens != 7 || got.Usage.OutputTokens != 14 || got.CostUSD != want.CostUSD ||
+		got.Outcome != want.Outcome || inAudio != 7 || outAudio != 14 {
+		t.Fatalf("row %+v (audio %d/%d), want %+v", got, inAudio, outAudio, want)
+	}
+}
+
+// TestOutageSpoolsAndReplays stops Postgres with records flowing, writes
+// more while it is down, restarts it, and finds every record exactly once.
+func TestOutageSpoolsAndReplays(t *testing.T) {
+	pg := pgtest.Start(t)
+	reg := prometheus.NewRegistry()
+	spool := filepath.Join(t.TempDir(), "spool.jsonl")
+	w := open(t, pg.URL, spool, reg)
+	n := 0
+	enqueue := func(k int) {
+		for range k {
+			w.Enqueue(record(n))
+			n++
+		}
+	}
+	enqueue(300)
+	waitRows(t, pg, 300)
+
+	pg.Stop()
+	enqueue(400) // into a dead database: spooled
+	deadline := time.Now().Add(20 * time.Second)
+	for testutil.ToFloat64(w.m.pending) < 400 {
+		if time.Now().After(deadline) {
+			t.Fatalf("spool holds %v records, want 400", testutil.ToFloat64(w.m.pending))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if up := testutil.ToFloat64(w.m.up); up != 0 {
+		t.Fatalf("rtgate_spend_db_up %v while Postgres is down", up)
+	}
+
+	pg.Restart()
+	enqueue(300)
+	// A duplicate (as a replay after a crash would send) adds nothing.
+	w.Enqueue(record(5))
+	waitRows(t, pg, 1000)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rows, distinct := count(t, pg); rows != 1000 || distinct != 1000 {
+		t.Fatalf("after recovery: %d rows, %d distinct, want 1000 of each", rows, distinct)
+	}
+	if p := testutil.ToFloat64(w.m.pending); p != 0 {
+		t.Errorf("spool still holds %v records", p)
+	}
+	if s := testutil.ToFloat64(w.m.spooled); s < 400 {
+		t.Errorf("rtgate_spend_db_spooled_total %v, want at least 400", s)
+	}
+	if d := testutil.ToFloat64(w.m.dropped); d != 0 {
+		t.Errorf("rtgate_spend_db_dropped_total %v", d)
+	}
+}
+
+// TestStartsWithPostgresDown opens the writer before Postgres exists; the
+// schema is made and the records arrive once it does.
+func TestStartsWithPostgresDown(t *testing.T) {
+	pg := pgtest.Start(t)
+	pg.Stop()
+	spool := filepath.Join(t.TempDir(), "spool.jsonl")
+	w := open(t, pg.URL, spool, nil)
+	for i := range 50 {
+		w.Enqueue(record(i))
+	}
+	time.Sleep(200 * time.Millisecond) // batches fail to the spool
+	pg.Restart()
+	waitRows(t, pg, 50)
+	_ = w.Close(context.Background())
+
+	// A second gateway on the same database: migrations are not rerun,
+	// and a leftover spool replays without duplicates.
+	w2 := open(t, pg.URL, spool, nil)
+	w2.Enqueue(record(3))
+	w2.Enqueue(record(50))
+	waitRows(t, pg, 51)
+	var versions int
+	if err := pg.Conn(t).QueryRow(context.Background(), `SELECT count(*) FROM rtgate_schema_migrations`).Scan(&versions); err != nil {
+		t.Fatal(err)
+	}
+	if versions != len(migrations) {
+		t.Fatalf("%d migrations recorded, want %d", versions, len(migrations))
+	}
+}
+
+func TestBadURL(t *testing.T) {
+	_, err := Open(Config{URL: "postgres://u:s3cret@[bad", Spool: filepath.Join(t.TempDir(), "s")})
+	if err == nil {
+		t.Fatal("a bad URL opened")
+	}
+	if got := err.Error(); strings.Contains(got, "s3cret") {
+		t.Fatalf("the error shows the password: %s", got)
+	}
+}
+
+// TestSlowPostgres pauses Postgres (connections open, calls hanging):
+// Enqueue still returns at once, the writer gives up on each call after its
+// timeout and spools, and once Postgres goes on every record is in once.
+func TestSlowPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	reg := prometheus.NewRegistry()
+	w, err := Open(Config{URL: pg.URL, Spool: filepath.Join(t.TempDir(), "spool.jsonl"), FlushEvery: 20 * time.Millisecond,
+		Retry: 50 * time.Millisecond, Timeout: 300 * time.Millisecond, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	for i := range 100 {
+		w.Enqueue(record(i))
+	}
+	waitRows(t, pg, 100)
+	pg.Pause()
+	for i := 100; i < 600; i++ { // would hang here if Enqueue waited on the database
+		w.Enqueue(record(i))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for testutil.ToFloat64(w.m.spooled) < 500 {
+		if time.Now().After(deadline) {
+			pg.Resume()
+			t.Fatalf("%v records spooled while Postgres hangs, want 500 (rows %v, failures %v, dropped %v, up %v, queue %d)", testutil.ToFloat64(w.m.spooled),
+				testutil.ToFloat64(w.m.rows), testutil.ToFloat64(w.m.failures), testutil.ToFloat64(w.m.dropped), testutil.ToFloat64(w.m.up), len(w.queue))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pg.Resume()
+	waitRows(t, pg, 600)
+	if rows, distinct := count(t, pg); rows != 600 || distinct != 600 {
+		t.Fatalf("%d rows, %d distinct; want 600", rows, distinct)
+	}
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"rtgate/mockai"
+	"rtgate/server/spenddb/pgtest"
+)
+
+// TestSpendLogPostgresOutage runs sessions through the gateway (wss://
+// upstream) with DATABASE_URL set, stops Postgres a third of the way in and
+// starts it again at two thirds, and then finds every session in
+// session_usage exactly once, each row as its usage log line says, and the
+// spend totals of the log, rtgate_spend_usd_total and Postgres agreeing.
+func TestSpendLogPostgresOutage(t *testing.T) {
+	const sessions, workers = 60, 4
+	pg := pgtest.Start(t)
+	m := startMock(t, mockai.Config{AudioDeltas: 2, AudioDeltaBytes: 4800, TLS: true})
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "usage.jsonl")
+	g := startGateway(t, m, func(c *Settings) {
+		c.UsageLog = logPath
+		c.DatabaseURL = pg.URL
+		c.UpstreamRoots = trustMock(t, m)
+	})
+
+	var ended atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan int, sessions)
+	for i := range sessions {
+		work <- i
+	}
+	close(work)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				talk(t, g.dial(t, "model=gpt-realtime", bearer(testMasterKey)), 20+i%5*20)
+				ended.Add(1)
+			}
+		}()
+	}
+	waitFor(t, "a third of the sessions", func() bool { return ended.Load() >= sessions/3 })
+	pg.Stop()
+	t.Logf("postgres stopped after %d sessions", ended.Load())
+	waitFor(t, "two thirds of the sessions", func() bool { return ended.Load() >= 2*sessions/3 })
+	pg.Restart()
+	t.Logf("postgres restarted after %d sessions", ended.Load())
+	wg.Wait()
+	waitFor(t, "the sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	waitFor(t, "the spool to be replayed", func() bool {
+		return metricSum(t, g, "rtgate_spend_db_up") == 1 && metricSum(t, g, "rtgate_spend_db_spool_records") == 0 &&
+			metricSum(t, g, "rtgate_spend_db_queue") == 0
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	recs := readRecords(t, logPath)
+	if len(recs) != sessions {
+		t.Fatalf("%d usage log records, want %d", len(recs), sessions)
+	}
+	c := pg.Conn(t)
+	var rows, distinct int
+	var pgSum float64
+	if err := c.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT session_id), coalesce(sum(cost_usd), 0) FROM session_usage`).
+		Scan(&rows, &distinct, &pgSum); err != nil {
+		t.Fatal(err)
+	}
+	if rows != sessions || distinct != sessions {
+		t.Fatalf("after the outage: %d rows, %d distinct sessions; want %d", rows, distinct, sessions)
+	}
+	logSum := 0.0
+	for _, r := range recs {
+		logSum += r.CostUSD
+		var key, group, outcome string
+		var in, out int64
+		var cost float64
+		var started, endedAt time.Time
+		err := c.QueryRow(context.Background(), `SELECT key_name, model_group, outcome, input_tokens, output_tokens, cost_usd,
+			started_at, ended_at FROM session_usage WHERE session_id = $1`, r.SessionID).Scan(&key, &group, &outcome, &in, &out, &cost, &started, &endedAt)
+		if err != nil {
+			t.Fatalf("session %s of the usage log: %v", r.SessionID, err)
+		}
+		if key != r.KeyName || group != r.ModelGroup || outcome != r.Outcome || in != r.Usage.InputTokens ||
+			out != r.Usage.OutputTokens || cost != r.CostUSD || !started.Equal(r.StartedAt) || !endedAt.Equal(r.EndedAt) {
+			t.Fatalf("row for %s differs from its log line %+v", r.SessionID, r)
+		}
+	}
+	metric := metricSum(t, g, "rtgate_spend_usd_total")
+	if math.Abs(logSum-pgSum) > 1e-9 || math.Abs(logSum-metric) > 1e-9 {
+		t.Fatalf("spend totals: log %.9f, Postgres %.9f, metric %.9f", logSum, pgSum, metric)
+	}
+	if spooled := metricSum(t, g, "rtgate_spend_db_spooled_total"); spooled == 0 {
+		t.Errorf("no record was spooled: the outage did not happen during the load")
+	}
+	t.Logf("sessions: %d, rows after recovery: %d (distinct %d), spooled during the outage: %v; spend USD: log %.6f, metric %.6f, Postgres %.6f",
+		sessions, rows, distinct, metricSum(t, g, "rtgate_spend_db_spooled_total"), logSum, metric, pgSum)
+}

@@ -1,0 +1,65 @@
+package usage
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
+// Record is the account of one ended session: one structured log line, one
+// JSON line in USAGE_LOG and one row in Postgres's session_usage, all with
+// the same snake_case names so that a log line and a row read alike.
+type Record struct {
+	// SessionID is the gateway's own id for the session (NewSessionID),
+	// the idempotency key of the durable spend log.
+	SessionID   string    `json:"session_id"`
+	KeyName     string    `json:"key_name"`
+	ModelGroup  string    `json:"model_group"`
+	Deployment  string    `json:"deployment,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	EndedAt     time.Time `json:"ended_at"`
+	DurationMS  int64     `json:"duration_ms"`
+	PoolHit     bool      `json:"pool_hit"`
+	Outcome     string    `json:"outcome"`
+	CloseCode   int       `json:"close_code,omitempty"`
+	CloseReason string    `json:"close_reason,omitempty"`
+	CloseSide   string    `json:"close_side,omitempty"`
+	FramesIn    uint64    `json:"frames_in"`
+	BytesIn     uint64    `json:"bytes_in"`
+	FramesOut   uint64    `json:"frames_out"`
+	BytesOut    uint64    `json:"bytes_out"`
+	Usage       Usage     `json:"usage"`
+	CostUSD     float64   `json:"cost_usd"`
+}
+
+// LogAttrs are the record as slog attributes, for the session's log line:
+// the same names as the JSON line, with the token counts flattened.
+func (r Record) LogAttrs() []any {
+	u := r.Usage
+	in, out := u.InputTokenDetails, u.OutputTokenDetails
+	attrs := []any{
+		"session_id", r.SessionID, "key_name", r.KeyName, "model_group", r.ModelGroup, "deployment", r.Deployment,
+		"started_at", r.StartedAt.Format(time.RFC3339Nano), "duration_ms", r.DurationMS,
+		"pool_hit", r.PoolHit, "outcome", r.Outcome,
+		"frames_in", r.FramesIn, "bytes_in", r.BytesIn, "frames_out", r.FramesOut, "bytes_out", r.BytesOut,
+		"responses", u.Responses, "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens,
+		"input_text_tokens", in.TextTokens, "input_audio_tokens", in.AudioTokens, "input_image_tokens", in.ImageTokens,
+		"cached_tokens", in.CachedTokens, "output_text_tokens", out.TextTokens, "output_audio_tokens", out.AudioTokens,
+		"cost_usd", r.CostUSD,
+	}
+	if u.Transcriptions > 0 {
+		attrs = append(attrs, "transcriptions", u.Transcriptions, "transcription_seconds", u.TranscriptionSeconds)
+	}
+	if r.CloseSide != "" {
+		attrs = append(attrs, "close_code", r.CloseCode, "close_reason", r.CloseReason, "close_side", r.CloseSide)
+	}
+	return attrs
+}
+
+// NewSessionID returns a new gateway session id: "gws_" and 24 hex digits
+// (96 random bits, so ids from many instances do not collide).
+func NewSessionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return "gws_" + hex.EncodeToString(b[:])
+}
