@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -96,11 +98,7 @@ func startGatewayProc(t *testing.T, up upstreamProc, port int, env ...string) *g
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(filepath.Join(binDir(t), "gateway"))
-	p.cmd.Env = append(os.Environ(), "LITELLM_MASTER_KEY=sk-test", "OPENAI_API_KEY=sk-up",
-		"OPENAI_API_BASE="+up.base, "UPSTREAM_CA_FILE="+up.caFile, "PORT="+strconv.Itoa(port),
-		"ADMIN_ADDR="+p.admin, "REALTIME_POOL_SIZE=0", "LOG_LEVEL=info")
-	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd = gatewayCmd(t, up, port, append([]string{"ADMIN_ADDR=" + p.admin}, env...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,13 +115,26 @@ func startGatewayProc(t *testing.T, up upstreamProc, port int, env ...string) *g
 		}
 	})
 	deadline := time.Now().Add(10 * time.Second)
-	for p.health() != 200 || p.metrics(t) == nil {
+	// On a shared port /health may be answered by another process: the log
+	// line says this one listens.
+	for p.health() != 200 || p.metrics(t) == nil || p.logCount("gateway listening") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("gateway on port %d did not become healthy", port)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return p
+}
+
+// gatewayCmd is the command for a gateway in front of up on port, with env
+// on top of the test defaults.
+func gatewayCmd(t *testing.T, up upstreamProc, port int, env ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(binDir(t), "gateway"))
+	cmd.Env = append(os.Environ(), "LITELLM_MASTER_KEY=sk-test", "OPENAI_API_KEY=sk-up",
+		"OPENAI_API_BASE="+up.base, "UPSTREAM_CA_FILE="+up.caFile, "PORT="+strconv.Itoa(port),
+		"REALTIME_POOL_SIZE=0", "LOG_LEVEL=info")
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
 }
 
 func (p *gatewayProc) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
@@ -219,3 +230,90 @@ func closeNormally(c *websocket.Conn) {
 	}
 	_ = c.Close()
 }
+
+// callLoad runs calls (connect, session.update, session.updated, close 1000)
+// through addr from workers goroutines until stop is closed or each worker
+// has made max calls, and counts what failed and why.
+type callLoad struct {
+	mu       sync.Mutex
+	ok       int
+	failures []string
+	wg       sync.WaitGroup
+	stop     chan struct{}
+}
+
+func startLoad(addr func() string, workers, max int) *callLoad {
+	l := &callLoad{stop: make(chan struct{})}
+	for range workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for n := 0; n < max; n++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				err := oneCall(addr())
+				l.mu.Lock()
+				if err == nil {
+					l.ok++
+				} else {
+					l.failures = append(l.failures, err.Error())
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// counts returns the calls so far that succeeded and failed.
+func (l *callLoad) counts() (ok, failed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok, len(l.failures)
+}
+
+// finish stops the load and returns the successes and the failures.
+func (l *callLoad) finish() (int, []string) {
+	close(l.stop)
+	l.wg.Wait()
+	return l.ok, l.failures
+}
+
+func oneCall(addr string) error {
+	r := connect(context.Background(), addr)
+	if r.conn == nil {
+		return &net.OpError{Op: "connect", Err: errorf("%d %s %v", r.status, r.code, r.err)}
+	}
+	c := r.conn
+	defer c.Close()
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.update","session":{"type":"realtime"}}`)); err != nil {
+		return err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			return &net.OpError{Op: "read session.updated", Err: err}
+		}
+		if strings.Contains(string(msg), `"session.updated"`) {
+			break
+		}
+	}
+	if err := c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"), time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	for {
+		if _, _, err := c.ReadMessage(); err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) && ce.Code == 1000 {
+				return nil
+			}
+			return &net.OpError{Op: "close", Err: err}
+		}
+	}
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
