@@ -20,8 +20,11 @@ import (
 //	         upgrades on connections accepted earlier get 503, and Drain waits
 //	         for the close handshakes before it shuts the reactor down.
 //
-// It returns true if every session ended by itself. The whole drain takes
-// at most DrainGrace + timeout + CloseTimeout + about 3 s.
+// It returns true if every session ended by itself. Connections accepted
+// before the listener stopped and still in their handshake are answered
+// before the reactor shuts down (each has HandshakeTimeout). The whole drain
+// takes at most DrainGrace + timeout + CloseTimeout + about 3 s (with
+// timeout at least HandshakeTimeout).
 func (s *Server) Drain(timeout time.Duration) bool {
 	s.draining.Store(true)
 	s.log.Info("draining: /health reports 503, connects are still served", "grace", s.cfg.DrainGrace,
@@ -29,6 +32,7 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	time.Sleep(s.cfg.DrainGrace)
 
 	s.StopAccepting()
+	stopped := time.Now()
 	if s.pool != nil {
 		s.pool.Close()
 	}
@@ -42,6 +46,10 @@ func (s *Server) Drain(timeout time.Duration) bool {
 		}
 		s.waitSessions(s.cfg.CloseTimeout + time.Second)
 	}
+	// Connections accepted before the listener stopped may still be in
+	// their handshake; netpoll's Shutdown would close them unanswered. Each
+	// is answered or closed by its handshake deadline.
+	s.waitConns(time.Until(stopped.Add(s.cfg.HandshakeTimeout)))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = s.Shutdown(ctx)
@@ -67,6 +75,15 @@ func (s *Server) StopAccepting() {
 
 // Draining reports whether Drain has started.
 func (s *Server) Draining() bool { return s.draining.Load() }
+
+// waitConns waits until every accepted client socket is closed, or timeout
+// passes.
+func (s *Server) waitConns(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for s.clientConns.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 // waitSessions waits until no session is open, or timeout passes.
 func (s *Server) waitSessions(timeout time.Duration) bool {

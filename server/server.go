@@ -60,8 +60,9 @@ type Server struct {
 	cluster *clusterLimiter // nil without REDIS_URL; replaces limiter then
 
 	sessionsOpen atomic.Int64
-	draining     atomic.Bool // /health answers 503
-	stopping     atomic.Bool // past the drain timeout: new upgrades get 503
+	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
+	draining     atomic.Bool  // /health answers 503
+	stopping     atomic.Bool  // past the drain timeout: new upgrades get 503
 
 	// sessions is the registry of live sessions, for the watchdog, for
 	// draining and for the record written when each ends.
@@ -278,6 +279,7 @@ type clientConn struct {
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP}
+	s.clientConns.Add(1)
 	if s.tlsConfig != nil {
 		c.phase = phaseTLS
 	} else {
@@ -379,6 +381,7 @@ func (c *clientConn) stopTimer() {
 
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()
+	c.srv.clientConns.Add(-1)
 	if c.wait.clientGone() {
 		return nil // a cluster admission is out; its goroutine tells the session
 	}
