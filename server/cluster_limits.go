@@ -309,7 +309,7 @@ func (l *clusterLimiter) run() {
 				l.sync(true)
 			}
 		case <-probe.C:
-			if l.down.Load() && l.st.Ping(flushTimeout) == nil && l.sync(true) == nil {
+			if l.down.Load() && l.st.Ping(max(flushTimeout, l.st.Timeout)) == nil && l.sync(true) == nil {
 				l.down.Store(false)
 				l.mUp.Set(1)
 				l.log.Info("redis reachable again: per-key limits are cluster-wide again")
@@ -342,7 +342,7 @@ func (l *clusterLimiter) sync(all bool) error {
 			keys = append(keys, l.sessionsKey(k.name))
 			args = append(args, written[i])
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), max(flushTimeout, l.st.Timeout))
 		err := syncScript.Run(ctx, l.st.Client, keys, args...).Err()
 		cancel()
 		for i, k := range part {
