@@ -24,11 +24,13 @@ import (
 )
 
 // Measured 2026-12-01 on the 2-core shared dev box: two REUSEPORT processes
-// holding 14,000 idle sessions (ws:// upstream, pool off) at 114 and 113 MiB
-// RSS (bench/scaleout/procs.sh): 16.6 KiB a session, about 12 MiB idle.
+// holding 14,000 idle sessions (pool off, bench/scaleout/procs.sh) at 114 +
+// 113 MiB RSS with a ws:// upstream (16.6 KiB a session) and 254 + 257 MiB
+// with a wss:// one (37.4 KiB: the upstream's TLS state); about 12 MiB idle.
 const (
-	rssPerSession = 16.6 * 1024
-	idleRSS       = 12 << 20
+	rssPerSession    = 16.6 * 1024
+	rssPerTLSSession = 37.4 * 1024
+	idleRSS          = 12 << 20
 	// Drain's own shutdown after the close handshakes (drain.go).
 	shutdownSlack = 3 * time.Second
 )
@@ -196,10 +198,14 @@ func TestKubernetesManifests(t *testing.T) {
 
 	memReq := c.Resources.Requests[corev1.ResourceMemory]
 	memLim := c.Resources.Limits[corev1.ResourceMemory]
-	wantMem := int64(float64(cfg.MaxConnections)*rssPerSession) + idleRSS
+	perSession := rssPerSession
+	if cfg.APIBase.Scheme == "wss" {
+		perSession = rssPerTLSSession
+	}
+	wantMem := int64(float64(cfg.MaxConnections)*perSession) + idleRSS
 	if memReq.Value() < wantMem {
-		t.Fatalf("memory request %s is under MAX_CONNECTIONS %d x %.1f KiB + idle = %d MiB",
-			memReq.String(), cfg.MaxConnections, rssPerSession/1024, wantMem>>20)
+		t.Fatalf("memory request %s is under MAX_CONNECTIONS %d x %.1f KiB (%s upstream) + idle = %d MiB",
+			memReq.String(), cfg.MaxConnections, perSession/1024, cfg.APIBase.Scheme, wantMem>>20)
 	}
 	goMem, err := resource.ParseQuantity(strings.TrimSuffix(env["GOMEMLIMIT"], "B"))
 	if err != nil || memLim.IsZero() || goMem.Cmp(memLim) >= 0 || goMem.Value() < memReq.Value() {

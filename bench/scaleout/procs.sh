@@ -5,6 +5,7 @@
 #
 #   P=2 MODE=hold N=14000 bash bench/scaleout/procs.sh   # sessions held
 #   P=4 MODE=calls N=2000 bash bench/scaleout/procs.sh   # CPU per relayed message
+#   UPSTREAM=tls P=2 MODE=hold N=14000 bash bench/scaleout/procs.sh   # wss:// upstream
 #
 # hold: wsbench -hold N; prints each process's sessions, RSS and fds while held.
 # calls: wsbench -n N -c C -audio (1 s of 20 ms audio chunks per call); prints
@@ -14,11 +15,18 @@ set -u
 B=${B:-bin}
 P=${P:-2}; MODE=${MODE:-hold}; N=${N:-14000}; C=${C:-200}; PORT=${PORT:-4301}
 OUT=${OUT:-$(mktemp -d)}
-$B/mockai -addr 127.0.0.1:8391 > "$OUT/mock.log" 2>&1 & MOCK=$!
+# UPSTREAM=tls: mockai serves wss:// and the gateways trust its certificate.
+if [ "${UPSTREAM:-ws}" = tls ]; then
+  $B/mockai -addr 127.0.0.1:8391 -tls -cert-out "$OUT/mockai.pem" > "$OUT/mock.log" 2>&1 & MOCK=$!
+  BASE=wss://127.0.0.1:8391/v1
+else
+  $B/mockai -addr 127.0.0.1:8391 > "$OUT/mock.log" 2>&1 & MOCK=$!
+  BASE=ws://127.0.0.1:8391/v1
+fi
 sleep 0.5
 pids=()
 for i in $(seq 1 "$P"); do
-  REUSEPORT=1 LITELLM_MASTER_KEY=sk-local OPENAI_API_KEY=sk-mock OPENAI_API_BASE=ws://127.0.0.1:8391/v1 \
+  REUSEPORT=1 LITELLM_MASTER_KEY=sk-local OPENAI_API_KEY=sk-mock OPENAI_API_BASE=$BASE UPSTREAM_CA_FILE=${UPSTREAM_CA_FILE:-$([ "${UPSTREAM:-ws}" = tls ] && echo "$OUT/mockai.pem")} \
   PORT=$PORT ADMIN_ADDR=127.0.0.1:$((4400+i)) REALTIME_POOL_SIZE=0 LOG_LEVEL=warn $B/gateway > "$OUT/gw$i.log" 2>&1 &
   pids+=($!)
 done
