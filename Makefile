@@ -1,8 +1,8 @@
 # rtgate: a netpoll WebSocket gateway for OpenAI's Realtime API.
 #
-#   make bench   the main job: direct vs gateway (pool off, pool on) against mockai
+#   make bench   the main job: direct vs gateway (pool off, pool on) against mockai over wss://
 #   make soak    ~3 minutes under random faults; fails on any unexplained failure or leak (not in CI)
-#   make bench-peers  nginx, HAProxy and Caddy vs the gateway in front of mockai
+#   make bench-peers  nginx and HAProxy vs the gateway in front of mockai, wss:// and ws:// upstream
 #   make test    vet and the race-enabled test suite (what CI runs)
 #   make run     the gateway in front of a local mockai until Ctrl-C
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
@@ -40,17 +40,22 @@ run: build
 	LITELLM_MASTER_KEY=sk-local OPENAI_API_KEY=sk-mock OPENAI_API_BASE=ws://$(MOCK_ADDR)/v1 \
 		$(BIN)/gateway
 
+# mockai serves wss:// (the gateway trusts its certificate through UPSTREAM_CA_FILE),
+# as OpenAI does; BENCH_ARGS="-upstream plain" for a plain ws:// upstream.
 bench: build
 	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(BENCH_ARGS)
 
-# The peer comparison (bench/peers): nginx, HAProxy and Caddy as plain ws:// proxies,
-# direct, and the gateway with the pool off and on, same load; 10-20 minutes (it waits
-# for other jobs on the machine to finish before each system).
-# Needs the nginx, haproxy and caddy packages. PEERS_ARGS=-quick is a small check.
-bench-peers:
-	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/gateway ./cmd/mockai
-	$(GO) run ./bench/peers/cmd/benchpeers -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(PEERS_ARGS)
+# The peer comparison (bench/peers, `wsbench peers`): nginx and HAProxy as WebSocket
+# proxies, direct, and the gateway with the pool off and on, same load, first over a
+# wss:// upstream, then over plain ws:// (PEERS_ARGS="-upstream plain" for one);
+# 20-40 minutes (it waits for other jobs on the machine to finish before each system).
+# Installs nginx and haproxy when missing (caddy too is measured with -systems ...,caddy).
+# A full run writes its table into README.md between the wsbench peers markers.
+# PEERS_ARGS=-quick is a small check (never written into the README).
+bench-peers: build
+	@command -v nginx >/dev/null && command -v haproxy >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q nginx haproxy; }
+	$(BIN)/wsbench peers -mockai $(BIN)/mockai -gateway $(BIN)/gateway -readme README.md $(PEERS_ARGS)
 
 # Sessions with injected faults (upstream drops, stalls, 401s, slow and garbage
 # clients) alongside normal ones; every failure must be one it injected, and the

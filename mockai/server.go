@@ -78,6 +78,10 @@ type Config struct {
 	// time round trips and relay throughput without the conversation's JSON work.
 	Echo bool
 
+	// Stream is the sustained voice mode (stream.go): steady audio deltas both
+	// ways for as long as the session lasts. Off when Stream.Interval is 0.
+	Stream StreamConfig
+
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger
 }
@@ -114,7 +118,7 @@ func (c Config) validate() error {
 	case c.CertFile != "" && !c.TLS:
 		return errors.New("a cert file needs TLS")
 	}
-	return nil
+	return c.Stream.validate(c.Echo)
 }
 
 // Record describes one upgrade attempt on a realtime path, as it arrived.

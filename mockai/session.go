@@ -163,6 +163,10 @@ func (s *session) run() {
 		}
 		return
 	}
+	if s.cfg.Stream.Interval > 0 {
+		s.streamVoice()
+		return
+	}
 	for {
 		mt, data, err := s.ws.ReadMessage()
 		if err != nil {

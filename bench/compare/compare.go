@@ -16,19 +16,16 @@ package compare
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"rtgate/bench/harness"
 	"rtgate/bench/load"
 	"rtgate/bench/proc"
 	"rtgate/bench/report"
@@ -104,10 +101,10 @@ func (p Profile) args() []string {
 
 // Config is one comparison.
 type Config struct {
-	MockaiBin, GatewayBin string
-	Legs                  []string // subset of AllLegs
-	N, Concurrency, Runs  int
-	Timeout               time.Duration // per call
+	harness.Settings
+	Legs                 []string // subset of AllLegs
+	N, Concurrency, Runs int
+	Timeout              time.Duration // per call
 	// Pool is REALTIME_POOL_SIZE for the pool-on leg ("auto" or a number).
 	Pool            string
 	GatewayLogLevel string
@@ -117,24 +114,19 @@ type Config struct {
 	// Warmup is the pause after the gateway is healthy, before the first
 	// run, so a pool can fill; Pause separates runs.
 	Warmup, Pause time.Duration
-	// OutDir receives a compare-<timestamp> directory.
-	OutDir string
-	// Progress, if not nil, receives one line per step.
-	Progress io.Writer
-	// Now is the clock for the timestamp (nil: time.Now).
-	Now func() time.Time
 }
 
 // DefaultConfig is what `wsbench compare` runs without flags.
 func DefaultConfig() Config {
 	return Config{
-		MockaiBin: "bin/mockai", GatewayBin: "bin/gateway",
+		// mockai serves wss://, as OpenAI does; the gateway trusts its certificate.
+		Settings: harness.Settings{MockaiBin: "bin/mockai", GatewayBin: "bin/gateway", Upstream: proc.UpstreamTLS,
+			OutDir: filepath.Join("bench", "results")},
 		Legs: slices.Clone(AllLegs),
 		N:    2000, Concurrency: 200, Runs: 2, Timeout: 30 * time.Second,
 		Pool: "auto", GatewayLogLevel: "warn",
 		Profile: DefaultProfile(),
 		Warmup:  time.Second, Pause: time.Second,
-		OutDir: filepath.Join("bench", "results"),
 	}
 }
 
@@ -163,12 +155,7 @@ func (c Config) validate() error {
 	if p.UpgradeDelay < 0 || p.SessionDelay < 0 || p.FirstAudioDelay < 0 || p.DeltaInterval < 0 || p.Deltas < 0 || p.DeltaBytes < 0 {
 		errs = append(errs, errors.New("mockai profile values must not be negative"))
 	}
-	if c.MockaiBin == "" {
-		errs = append(errs, errors.New("no mockai binary"))
-	}
-	if c.needsGateway() && c.GatewayBin == "" {
-		errs = append(errs, errors.New("no gateway binary"))
-	}
+	errs = append(errs, c.Settings.Check(c.needsGateway())...)
 	return errors.Join(errs...)
 }
 
@@ -207,37 +194,20 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	for _, bin := range []string{cfg.MockaiBin, cfg.GatewayBin} {
-		if bin == cfg.GatewayBin && !cfg.needsGateway() {
-			continue
-		}
-		if _, err := os.Stat(bin); err != nil {
-			return nil, fmt.Errorf("compare: %w (build it first: go build -o %s ./cmd/%s)", err, bin, filepath.Base(bin))
-		}
-	}
-	started := cfg.Now()
-	dir := filepath.Join(cfg.OutDir, "compare-"+started.Format("20060102-150405"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("compare: results directory: %w", err)
-	}
-	say := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, format+"\n", args...)
-		}
+	dir, started, say, err := cfg.Begin("compare", cfg.needsGateway())
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
 	}
 
-	upstreamKey, masterKey := randomKey("sk-mock-"), randomKey("sk-gw-")
-	mock, base, err := proc.StartMockai(ctx, cfg.MockaiBin, append([]string{"-key", upstreamKey}, cfg.Profile.args()...),
-		filepath.Join(dir, "mockai.log"), 15*time.Second)
+	upstreamKey, masterKey := harness.RandomKey("sk-mock-"), harness.RandomKey("sk-gw-")
+	mock, err := proc.StartMockai(ctx, cfg.MockaiBin, cfg.Upstream, append([]string{"-key", upstreamKey}, cfg.Profile.args()...),
+		dir, 15*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
 	defer mock.Stop(5 * time.Second)
-	say("mockai at %s (profile: upgrade %v, session %v, first audio %v, %d x %d-byte deltas every %v)",
-		base, cfg.Profile.UpgradeDelay, cfg.Profile.SessionDelay, cfg.Profile.FirstAudioDelay,
+	say("mockai at %s (%s upstream; profile: upgrade %v, session %v, first audio %v, %d x %d-byte deltas every %v)",
+		mock.Base, cfg.Upstream, cfg.Profile.UpgradeDelay, cfg.Profile.SessionDelay, cfg.Profile.FirstAudioDelay,
 		cfg.Profile.Deltas, cfg.Profile.DeltaBytes, cfg.Profile.DeltaInterval)
 
 	out := &Outcome{Dir: dir}
@@ -245,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		if !slices.Contains(cfg.Legs, id) {
 			continue
 		}
-		leg, err := runLeg(ctx, cfg, id, base, upstreamKey, masterKey, dir, say)
+		leg, err := runLeg(ctx, cfg, id, mock, upstreamKey, masterKey, dir, say)
 		if err != nil {
 			return nil, fmt.Errorf("compare: %s: %w", legNames[id], err)
 		}
@@ -268,28 +238,30 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 
 // runLeg starts the leg's gateway (if any), runs the load cfg.Runs times
 // and stops the gateway again.
-func runLeg(ctx context.Context, cfg Config, id, base, upstreamKey, masterKey, dir string,
-	say func(string, ...any)) (*LegResult, error) {
+func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstreamKey, masterKey, dir string,
+	say harness.Say) (*LegResult, error) {
 	leg := &LegResult{ID: id, Name: legNames[id]}
-	target, key, metricsURL := base+"/realtime?model=gpt-realtime", upstreamKey, ""
+	target, key, metricsURL, tlsConf := mock.RealtimeURL(), upstreamKey, "", mock.TLSConfig()
 	if id != LegDirect {
 		pool := "0"
 		if id == LegPoolOn {
 			pool = cfg.Pool
 		}
-		gw, url, admin, err := startGateway(ctx, cfg, base, upstreamKey, masterKey, pool, filepath.Join(dir, "gateway-"+id+".log"))
+		set := proc.GatewaySettings(mock, upstreamKey, masterKey, cfg.GatewayLogLevel)
+		set["REALTIME_POOL_SIZE"] = pool
+		gw, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, set, filepath.Join(dir, "gateway-"+id+".log"))
 		if err != nil {
 			return nil, err
 		}
 		defer gw.Stop(10 * time.Second)
-		target, key, metricsURL = url, masterKey, "http://"+admin+"/metrics"
-		say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), url, pool)
-		if err := sleepCtx(ctx, cfg.Warmup); err != nil {
+		target, key, metricsURL, tlsConf = gw.URL(), masterKey, gw.MetricsURL(), nil
+		say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), gw.URL(), pool)
+		if err := harness.Sleep(ctx, cfg.Warmup); err != nil {
 			return nil, err
 		}
 	}
 	client, err := load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
-		Audio: cfg.Audio, SourceIPs: cfg.SourceIPs})
+		Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf})
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +270,7 @@ func runLeg(ctx context.Context, cfg Config, id, base, upstreamKey, masterKey, d
 	var hitsBefore, hitsAfter poolCounters
 	for run := range cfg.Runs {
 		if run > 0 {
-			if err := sleepCtx(ctx, cfg.Pause); err != nil {
+			if err := harness.Sleep(ctx, cfg.Pause); err != nil {
 				return nil, err
 			}
 		}
@@ -327,41 +299,4 @@ func runLeg(ctx context.Context, cfg Config, id, base, upstreamKey, masterKey, d
 	leg.Combined = load.Summarize(all, wall, cpu)
 	leg.PoolHitRate = hitRate(hitsBefore, hitsAfter)
 	return leg, nil
-}
-
-// startGateway runs the gateway binary with this leg's configuration and
-// returns it with its client URL and admin address.
-func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, pool, logPath string) (*proc.Proc, string, string, error) {
-	gw, hostPort, admin, err := proc.StartGateway(ctx, cfg.GatewayBin, map[string]string{
-		"LITELLM_MASTER_KEY":    masterKey,
-		"OPENAI_API_KEY":        upstreamKey,
-		"OPENAI_API_BASE":       base,
-		"OPENAI_REALTIME_MODEL": "gpt-realtime",
-		"REALTIME_POOL_SIZE":    pool,
-		"LOG_LEVEL":             cfg.GatewayLogLevel,
-	}, logPath)
-	if err != nil {
-		return nil, "", "", err
-	}
-	return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
-}
-
-func randomKey(prefix string) string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

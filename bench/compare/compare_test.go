@@ -1,7 +1,6 @@
 package compare
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"rtgate/bench/proc"
 )
 
 func TestParsePoolCounters(t *testing.T) {
@@ -27,11 +28,12 @@ func TestParsePoolCounters(t *testing.T) {
 		{"only hits", "rtgate_pool_hits_total 3\n", 3, -1, false},
 		{"similar names ignored", "rtgate_pool_hits_total_created 1.7e9\nrtgate_pool_hits_total 2\nrtgate_pool_misses_total 0\n", 2, 0, false},
 		{"timestamp", "rtgate_pool_hits_total 4 1700000000000\nrtgate_pool_misses_total 1 1700000000000\n", 4, 1, false},
+		{"label values with commas and quotes", "rtgate_pool_hits_total{model=\"a,b\",note=\"say \\\"hi\\\", }\"} 6\nrtgate_pool_misses_total{model=\"a,b\"} 2\n", 6, 2, false},
 		{"bad value", "rtgate_pool_hits_total many\n", 0, 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, m, err := parsePoolCounters(bufio.NewScanner(strings.NewReader(tc.text)))
+			h, m, err := parsePoolCounters(strings.NewReader(tc.text))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("error %v, want error %v", err, tc.wantErr)
 			}
@@ -201,6 +203,9 @@ func checkResults(t *testing.T, out *Outcome, cfg Config) {
 		t.Fatal(err)
 	}
 	var doc struct {
+		Config struct {
+			Upstream string `json:"upstream"`
+		} `json:"config"`
 		Table string `json:"table_markdown"`
 		Legs  []struct {
 			ID       string `json:"id"`
@@ -217,6 +222,9 @@ func checkResults(t *testing.T, out *Outcome, cfg Config) {
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("results.json: %v", err)
+	}
+	if doc.Config.Upstream != string(cfg.Upstream) {
+		t.Errorf("results.json upstream %q, want %q", doc.Config.Upstream, cfg.Upstream)
 	}
 	if len(doc.Legs) != len(cfg.Legs) {
 		t.Fatalf("%d legs in JSON, want %d", len(doc.Legs), len(cfg.Legs))
@@ -251,6 +259,9 @@ func checkResults(t *testing.T, out *Outcome, cfg Config) {
 	}
 	if n := strings.Count(string(html), "<svg"); n != 4 {
 		t.Errorf("HTML has %d charts, want 4 (dial, session, first audio, total)", n)
+	}
+	if want := cfg.Upstream.Describe() + " upstream"; !strings.Contains(string(html), want) {
+		t.Errorf("HTML report does not say %q", want)
 	}
 	if strings.Contains(string(html), "<script") {
 		t.Errorf("HTML report must not need scripts")
@@ -314,10 +325,19 @@ func TestCompareGatewayExitsEarly(t *testing.T) {
 // TestCompareAllLegs is the whole comparison at a tiny size. It needs
 // ./cmd/gateway to build and to serve /health, the pool settings and the
 // upstream relay.
+// It runs over both upstreams: mockai over TLS (the default: the direct leg
+// trusts its certificate, the gateway through UPSTREAM_CA_FILE) and plain.
 func TestCompareAllLegs(t *testing.T) {
+	for _, up := range []proc.Upstream{proc.UpstreamTLS, proc.UpstreamPlain} {
+		t.Run(string(up), func(t *testing.T) { compareAllLegs(t, up) })
+	}
+}
+
+func compareAllLegs(t *testing.T, up proc.Upstream) {
 	cfg := tinyConfig(t, AllLegs...)
 	cfg.GatewayBin = requireBinary(t, "gateway")
 	cfg.Pool = "4"
+	cfg.Upstream = up
 	out, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,13 +1,12 @@
 package compare
 
 import (
-	"bufio"
 	"context"
-	"fmt"
+	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"rtgate/bench/harness"
 )
 
 // Gateway pool counters, when its admin /metrics exposes them.
@@ -42,58 +41,28 @@ func readPoolCounters(ctx context.Context, url string) poolCounters {
 	if resp.StatusCode != http.StatusOK {
 		return poolCounters{}
 	}
-	var c poolCounters
-	hits, misses, err := parsePoolCounters(bufio.NewScanner(resp.Body))
+	hits, misses, err := parsePoolCounters(resp.Body)
 	if err != nil || hits < 0 || misses < 0 {
-		return c
+		return poolCounters{}
 	}
 	return poolCounters{Hits: hits, Misses: misses, OK: true}
 }
 
 // parsePoolCounters sums every series of the hit and miss counters
 // (labels, if any, are added up). It returns -1 for a metric that is absent.
-func parsePoolCounters(sc *bufio.Scanner) (hits, misses float64, err error) {
+func parsePoolCounters(r io.Reader) (hits, misses float64, err error) {
+	m, err := harness.ParseMetrics(r)
+	if err != nil {
+		return 0, 0, err
+	}
 	hits, misses = -1, -1
-	add := func(cur *float64, v float64) {
-		if *cur < 0 {
-			*cur = 0
-		}
-		*cur += v
+	if v, ok := m.Sum(metricPoolHits); ok {
+		hits = v
 	}
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, rest := line, ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if name != metricPoolHits && name != metricPoolMisses {
-			continue
-		}
-		if strings.HasPrefix(rest, "{") {
-			end := strings.LastIndexByte(rest, '}')
-			if end < 0 {
-				return 0, 0, fmt.Errorf("metrics: bad line %q", line)
-			}
-			rest = rest[end+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return 0, 0, fmt.Errorf("metrics: no value in %q", line)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("metrics: bad value in %q: %w", line, err)
-		}
-		if name == metricPoolHits {
-			add(&hits, v)
-		} else {
-			add(&misses, v)
-		}
+	if v, ok := m.Sum(metricPoolMisses); ok {
+		misses = v
 	}
-	return hits, misses, sc.Err()
+	return hits, misses, nil
 }
 
 // hitRate is the hit fraction between two readings, nil when unknown or

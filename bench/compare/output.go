@@ -24,6 +24,7 @@ type jsonResults struct {
 		Legs        []string `json:"legs"`
 		Pool        string   `json:"pool_on_size"`
 		Audio       bool     `json:"audio"`
+		Upstream    string   `json:"upstream"` // "tls" (wss://) or "plain" (ws://)
 		Profile     struct {
 			UpgradeDelayMS    float64 `json:"upgrade_delay_ms"`
 			SessionDelayMS    float64 `json:"session_delay_ms"`
@@ -70,6 +71,7 @@ func writeOutputs(out *Outcome, cfg Config, started time.Time) error {
 	r.Generated = started
 	r.Config.N, r.Config.Concurrency, r.Config.Runs = cfg.N, cfg.Concurrency, cfg.Runs
 	r.Config.TimeoutS, r.Config.Legs, r.Config.Pool, r.Config.Audio = cfg.Timeout.Seconds(), cfg.Legs, cfg.Pool, cfg.Audio
+	r.Config.Upstream = string(cfg.Upstream)
 	p := cfg.Profile
 	r.Config.Profile.UpgradeDelayMS = stats.Millis(p.UpgradeDelay)
 	r.Config.Profile.SessionDelayMS = stats.Millis(p.SessionDelay)
@@ -125,7 +127,7 @@ func writeFile(path string, fill func(*os.File) error) error {
 func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 	p := cfg.Profile
 	page := report.Page{
-		Title:     "rtgate comparison: direct vs gateway",
+		Title:     "rtgate comparison: direct vs gateway, " + cfg.Upstream.Describe() + " upstream",
 		Generated: r.Generated,
 		Notes: []string{
 			fmt.Sprintf("%d calls per run, %d concurrent, %d runs per leg, per-call timeout %v, pool-on REALTIME_POOL_SIZE=%s, input audio %v.",

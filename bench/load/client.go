@@ -133,6 +133,18 @@ func (c *Client) openIdle(ctx context.Context, start time.Time) (*session, Sampl
 	return sess, s
 }
 
+// Open dials one session and waits for session.created, as hold mode does,
+// for callers that drive the session themselves (the peer comparison's echo
+// loads): the caller owns the connection, which has no deadline set. A
+// failed open returns nil and the sample naming its failure class.
+func (c *Client) Open(ctx context.Context) (*websocket.Conn, Sample) {
+	sess, s := c.openIdle(ctx, time.Now())
+	if sess == nil {
+		return nil, s
+	}
+	return sess.conn, s
+}
+
 // Initial capacity of a call's message buffer: an audio delta of 100 ms is
 // about 6.5 KB of JSON, so calls start at 8 KiB; hold mode only reads
 // session.created (about 1.5 KB) and keeps memory per session small.
@@ -175,7 +187,7 @@ func (c *Client) open(ctx context.Context, start time.Time, audio bool, bufSize 
 			sess.close()
 			return nil, s
 		}
-		typ, err := eventType(msg)
+		typ, err := EventType(msg)
 		if err != nil {
 			s.Failure, s.Detail = "protocol", err.Error()
 			sess.close()
@@ -212,7 +224,7 @@ func (c *Client) respond(ctx context.Context, sess *session, s *Sample) {
 			fail(classifyRead(ctx, err, s.Reached))
 			return
 		}
-		typ, err := eventType(msg)
+		typ, err := EventType(msg)
 		if err != nil {
 			fail("protocol", err.Error())
 			return

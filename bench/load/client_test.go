@@ -15,19 +15,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
-
-// startMock runs an in-process mockai for one test.
-func startMock(t *testing.T, cfg mockai.Config) *mockai.Server {
-	t.Helper()
-	srv, err := mockai.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("mockai.Start: %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	return srv
-}
 
 func newTestClient(t *testing.T, cfg Config) *Client {
 	t.Helper()
@@ -89,7 +79,7 @@ func TestCallClassification(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := runtime.NumGoroutine()
-			srv := startMock(t, tc.mock)
+			srv := benchtest.Mockai(t, tc.mock)
 			c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL()), Key: tc.key, Timeout: tc.timeout,
 				Audio: tc.audio, AudioLength: 100 * time.Millisecond})
 			s := c.Call(context.Background(), time.Now())
@@ -130,7 +120,7 @@ func TestCallDialRefused(t *testing.T) {
 }
 
 func TestCallCancelled(t *testing.T) {
-	srv := startMock(t, mockai.Config{FirstAudioDelay: 5 * time.Second})
+	srv := benchtest.Mockai(t, mockai.Config{FirstAudioDelay: 5 * time.Second})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL()), Timeout: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(200*time.Millisecond, cancel)
@@ -145,7 +135,7 @@ func TestCallCancelled(t *testing.T) {
 }
 
 func TestCallTLS(t *testing.T) {
-	srv := startMock(t, mockai.Config{TLS: true})
+	srv := benchtest.Mockai(t, mockai.Config{TLS: true})
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(srv.CertPEM()) {
 		t.Fatal("bad mock certificate")

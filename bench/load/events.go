@@ -29,11 +29,11 @@ var (
 
 const typePrefix = `{"type":"`
 
-// eventType returns an event's type. Audio deltas (most of the traffic)
+// EventType returns an event's type. Audio deltas (most of the traffic)
 // put "type" first, so the common case is a prefix match that does not look
 // at the rest of the message; anything else is scanned for its top-level
 // "type" (see jsonscan.go).
-func eventType(msg []byte) (string, error) {
+func EventType(msg []byte) (string, error) {
 	trimmed := bytes.TrimLeft(msg, " \t\r\n")
 	if rest, ok := bytes.CutPrefix(trimmed, []byte(typePrefix)); ok {
 		if end := bytes.IndexByte(rest, '"'); end >= 0 && bytes.IndexByte(rest[:end], '\\') < 0 {

@@ -21,9 +21,9 @@ func TestEventType(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := eventType([]byte(tc.msg))
+			got, err := EventType([]byte(tc.msg))
 			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("eventType(%q) = %q, %v; want %q, error %v", tc.msg, got, err, tc.want, tc.wantErr)
+				t.Errorf("EventType(%q) = %q, %v; want %q, error %v", tc.msg, got, err, tc.want, tc.wantErr)
 			}
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,33 +81,22 @@ func Hold(ctx context.Context, client *Client, opts HoldOptions) (*HoldResult, e
 
 	// Open with bounded concurrency; each established session gets a
 	// watcher that notices a close or error while idle.
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(opts.Concurrency, opts.N) {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= opts.N {
-					return
-				}
-				sess, s := client.openIdle(ctx, time.Now())
-				s.Offset = s.Start.Sub(begin)
-				res.Opening[i] = s
-				if sess != nil {
-					h := &held{sess: sess, done: make(chan struct{})}
-					sessions[i] = h
-					go h.watch()
-				}
-				if opts.Progress != nil {
-					if sess == nil {
-						opts.Progress.Failed.Add(1)
-					}
-					opts.Progress.Done.Add(1)
-				}
+	ForEach(ctx, opts.N, opts.Concurrency, func(i int) {
+		sess, s := client.openIdle(ctx, time.Now())
+		s.Offset = s.Start.Sub(begin)
+		res.Opening[i] = s
+		if sess != nil {
+			h := &held{sess: sess, done: make(chan struct{})}
+			sessions[i] = h
+			go h.watch()
+		}
+		if opts.Progress != nil {
+			if sess == nil {
+				opts.Progress.Failed.Add(1)
 			}
-		})
-	}
-	wg.Wait()
+			opts.Progress.Done.Add(1)
+		}
+	})
 	res.OpenTime = time.Since(begin)
 	var established int64
 	for _, h := range sessions {

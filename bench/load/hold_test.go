@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
 
@@ -25,7 +26,7 @@ func TestHold(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := runtime.NumGoroutine()
-			srv := startMock(t, tc.mock)
+			srv := benchtest.Mockai(t, tc.mock)
 			c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL()), BufferSize: 1024})
 			var p Progress
 			res, err := Hold(context.Background(), c, HoldOptions{N: 12, Concurrency: 4, HoldFor: 300 * time.Millisecond,
@@ -69,7 +70,7 @@ func TestHold(t *testing.T) {
 }
 
 func TestHoldInterrupted(t *testing.T) {
-	srv := startMock(t, mockai.Config{})
+	srv := benchtest.Mockai(t, mockai.Config{})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)

@@ -99,16 +99,24 @@ func Run(ctx context.Context, client *Client, opts Options) (*Result, error) {
 
 // runClosed keeps Concurrency calls in flight until N have been made.
 func runClosed(ctx context.Context, client *Client, opts Options, finish func(int, Sample)) {
+	ForEach(ctx, opts.N, opts.Concurrency, func(i int) { finish(i, client.Call(ctx, time.Now())) })
+}
+
+// ForEach calls fn(i) for every i in [0, n), on at most workers goroutines at
+// once, each taking the next index as it finishes one, until all are done or
+// ctx ends (indexes not started by then are skipped). It returns when every
+// call has returned.
+func ForEach(ctx context.Context, n, workers int, fn func(i int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(opts.Concurrency, opts.N) {
+	for range min(workers, n) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
-				if i >= opts.N {
+				if i >= n {
 					return
 				}
-				finish(i, client.Call(ctx, time.Now()))
+				fn(i)
 			}
 		})
 	}
@@ -210,7 +218,7 @@ func (r *Result) Summary() Summary { return Summarize(r.Samples, r.Wall, r.CPU) 
 
 // FailureClasses returns the classes counted in failures, most frequent
 // first (ties by name), so reports list them in a stable order.
-func FailureClasses(failures map[string]int) []string {
+func FailureClasses[V int | int64](failures map[string]V) []string {
 	keys := slices.Collect(maps.Keys(failures))
 	slices.SortFunc(keys, func(a, b string) int {
 		if c := cmp.Compare(failures[b], failures[a]); c != 0 {

@@ -5,15 +5,17 @@ import (
 	"encoding/json"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
 
 func TestRunClosedLoop(t *testing.T) {
 	before := runtime.NumGoroutine()
-	srv := startMock(t, mockai.Config{AudioDeltas: 2})
+	srv := benchtest.Mockai(t, mockai.Config{AudioDeltas: 2})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	var p Progress
 	calls := 0
@@ -41,7 +43,7 @@ func TestRunClosedLoop(t *testing.T) {
 }
 
 func TestRunOpenLoopSchedule(t *testing.T) {
-	srv := startMock(t, mockai.Config{AudioDeltas: 1})
+	srv := benchtest.Mockai(t, mockai.Config{AudioDeltas: 1})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	const rate = 200.0 // one arrival every 5 ms
 	res, err := Run(context.Background(), c, Options{N: 20, Concurrency: 5, Rate: rate})
@@ -66,7 +68,7 @@ func TestRunOpenLoopSchedule(t *testing.T) {
 func TestRunOpenLoopOverload(t *testing.T) {
 	// Each call takes at least 1 s; with one outstanding call allowed, the
 	// four later arrivals (1 ms apart) must be skipped as overload.
-	srv := startMock(t, mockai.Config{SessionDelay: time.Second})
+	srv := benchtest.Mockai(t, mockai.Config{SessionDelay: time.Second})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	res, err := Run(context.Background(), c, Options{N: 5, Concurrency: 1, Rate: 1000, MaxOutstanding: 1})
 	if err != nil {
@@ -79,7 +81,7 @@ func TestRunOpenLoopOverload(t *testing.T) {
 }
 
 func TestRunCancelledStopsEarly(t *testing.T) {
-	srv := startMock(t, mockai.Config{FirstAudioDelay: 300 * time.Millisecond})
+	srv := benchtest.Mockai(t, mockai.Config{FirstAudioDelay: 300 * time.Millisecond})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL())})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
@@ -143,5 +145,37 @@ func TestSampleJSON(t *testing.T) {
 	want := `{"start_ms":1.5,"dial_ms":2,"session_ms":0.5,"first_audio_ms":null,"total_ms":null,"ok":false,"failure":"timeout_first_audio","detail":"i/o timeout"}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
+	}
+}
+
+func TestForEach(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	inFlight, most := 0, 0
+	ForEach(context.Background(), 50, 4, func(i int) {
+		mu.Lock()
+		seen[i]++
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	})
+	if len(seen) != 50 || most > 4 || most < 2 {
+		t.Errorf("ran %d indexes, at most %d at once; want 50, 2 to 4", len(seen), most)
+	}
+	for i, n := range seen {
+		if n != 1 || i < 0 || i >= 50 {
+			t.Errorf("index %d ran %d times", i, n)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	ForEach(ctx, 10, 2, func(int) { calls++ })
+	if calls != 0 {
+		t.Errorf("cancelled: %d calls", calls)
 	}
 }

@@ -3,135 +3,59 @@ package peers
 import (
 	"bytes"
 	"context"
-	"errors"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"rtgate/bench/harness"
+	"rtgate/bench/load"
 )
 
-// ioTimeout bounds every single handshake, read or write the load client does.
+// ioTimeout bounds every single handshake, read or write the load does.
 const ioTimeout = 10 * time.Second
 
-// wsClient opens realtime sessions on one target (mockai, a peer or the gateway) and
-// waits for session.created on each, so a session counts only once it is relayed end
-// to end. Source addresses rotate over SourceIPs so that many sessions do not exhaust
-// one address's ephemeral ports.
-type wsClient struct {
-	url     string
-	header  http.Header
-	dialers []*websocket.Dialer
-	next    atomic.Uint64
-}
-
-// newClient makes a client for ws://target/v1/realtime. bufSize sizes gorilla's read
-// and write buffers: small for held sessions, a whole audio delta for throughput.
-func newClient(target, key string, sources []net.IP, bufSize int) *wsClient {
-	c := &wsClient{
-		url:    "ws://" + target + "/v1/realtime?model=gpt-realtime",
-		header: http.Header{"Authorization": {"Bearer " + key}},
-	}
-	if len(sources) == 0 {
-		sources = []net.IP{nil}
-	}
-	pool := &sync.Pool{} // write buffers only while writing: held sessions keep none
-	for _, ip := range sources {
-		nd := &net.Dialer{Timeout: ioTimeout}
-		if ip != nil {
-			nd.LocalAddr = &net.TCPAddr{IP: ip}
-			nd.Control = bindNoPort
-		}
-		c.dialers = append(c.dialers, &websocket.Dialer{
-			NetDialContext:   nd.DialContext,
-			HandshakeTimeout: ioTimeout,
-			ReadBufferSize:   bufSize,
-			WriteBufferSize:  bufSize,
-			WriteBufferPool:  pool,
-		})
-	}
-	return c
-}
-
-// open dials one session and reads its first event, which must be session.created.
-func (c *wsClient) open(ctx context.Context) (*websocket.Conn, error) {
-	d := c.dialers[c.next.Add(1)%uint64(len(c.dialers))]
-	conn, resp, err := d.DialContext(ctx, c.url, c.header)
-	if err != nil {
-		if resp != nil {
-			return nil, fmt.Errorf("handshake: HTTP %d", resp.StatusCode)
-		}
-		return nil, fmt.Errorf("dial: %w", err)
-	}
-	conn.SetReadDeadline(time.Now().Add(ioTimeout))
-	_, first, err := conn.ReadMessage()
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("waiting for session.created: %w", err)
-	}
-	if !bytes.Contains(first, []byte(`"session.created"`)) {
-		conn.Close()
-		return nil, fmt.Errorf("first event is not session.created: %.80s", first)
-	}
-	conn.SetReadDeadline(time.Time{})
-	return conn, nil
+// newClient is wsbench's own client (bench/load) for one target URL: it opens
+// sessions only once session.created has come through the relay, rotates the
+// source address over sources, and names failures in wsbench's classes.
+// bufSize sizes gorilla's read and write buffers: small for held sessions, a
+// whole audio delta for throughput. tlsConf trusts mockai's certificate when
+// the client dials a TLS mockai directly.
+func newClient(url, key string, tlsConf *tls.Config, sources []net.IP, bufSize int) (*load.Client, error) {
+	return load.NewClient(load.Config{URL: url, Key: key, Timeout: ioTimeout, TLS: tlsConf,
+		SourceIPs: sources, BufferSize: bufSize})
 }
 
 // openMany opens n sessions with at most par handshakes in flight, within limit.
 // It returns the sessions it got and the failures by class; sessions are closed by
 // the caller.
-func (c *wsClient) openMany(ctx context.Context, n, par int, limit time.Duration) ([]*websocket.Conn, map[string]int) {
+func openMany(ctx context.Context, c *load.Client, n, par int, limit time.Duration) ([]*websocket.Conn, map[string]int) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var (
 		mu       sync.Mutex
 		conns    = make([]*websocket.Conn, 0, n)
 		failures = map[string]int{}
-		next     atomic.Int64
-		wg       sync.WaitGroup
 	)
-	for range min(par, n) {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) && ctx.Err() == nil {
-				conn, err := c.open(ctx)
-				mu.Lock()
-				if err != nil {
-					failures[failureClass(err)]++
-				} else {
-					conns = append(conns, conn)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	load.ForEach(ctx, n, par, func(int) {
+		conn, s := c.Open(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if conn == nil {
+			failures[s.Failure]++
+		} else {
+			conns = append(conns, conn)
+		}
+	})
 	if missing := n - len(conns) - sum(failures); missing > 0 {
 		failures["not attempted (time limit or cancelled)"] += missing
 	}
 	return conns, failures
-}
-
-// failureClass turns an error into a short class for counting: the error text
-// without the addresses and numbers that make every instance unique.
-func failureClass(err error) string {
-	var ne *net.OpError
-	switch {
-	case errors.As(err, &ne) && ne.Err != nil:
-		return ne.Op + ": " + ne.Err.Error()
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return "cancelled"
-	}
-	s := err.Error()
-	if i := strings.Index(s, ": "); i > 0 && strings.HasPrefix(s, "waiting") {
-		return s[:i]
-	}
-	return s
 }
 
 func sum(m map[string]int) int {
@@ -169,7 +93,7 @@ func pingPong(ctx context.Context, conns []*websocket.Conn, msg []byte, rounds i
 				mu.Unlock()
 			}()
 			for k := range rounds {
-				if !sleepUntil(ctx, start.Add(offset+time.Duration(k)*interval)) {
+				if !harness.SleepUntil(ctx, start.Add(offset+time.Duration(k)*interval)) {
 					return
 				}
 				t0 := time.Now()
@@ -197,26 +121,10 @@ func pingPong(ctx context.Context, conns []*websocket.Conn, msg []byte, rounds i
 	return samples, int(errs.Load())
 }
 
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // flood keeps up to window echoes of payload in flight on every session, counting
 // messages sent and echoes received, until stop is closed. The caller reads the
-// counters to measure a window of time, then calls the returned finish, which waits
-// (bounded) for the echoes still in flight and reports how many echoes had the wrong
-// length.
+// counters to measure a window of time, then calls finish, which waits (bounded)
+// for the echoes still in flight; bad counts echoes of the wrong length.
 type flood struct {
 	sent, recv, bad atomic.Int64
 	stop            chan struct{}
@@ -280,17 +188,17 @@ func (f *flood) finish(conns []*websocket.Conn, drain time.Duration) int64 {
 	return lost
 }
 
-// percentile is the nearest-rank percentile of sorted samples (the sample at rank
-// ceil(p/100 x n)), as bench/stats defines it; 0 for no samples.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
+// describeFailures prints failure counts for an error message.
+func describeFailures(failures map[string]int) string {
+	if len(failures) == 0 {
+		return "no failures"
 	}
-	rank := int(float64(len(sorted))*p/100 + 0.999999999)
-	rank = max(1, min(rank, len(sorted)))
-	return sorted[rank-1]
-}
-
-func sortDurations(d []time.Duration) {
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	var b bytes.Buffer
+	for _, class := range load.FailureClasses(failures) {
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %s", failures[class], class)
+	}
+	return b.String()
 }

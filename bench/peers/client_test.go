@@ -6,21 +6,20 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/mockai"
 )
 
 // The load client against a real (in-process) echoing mockai: sessions open only
 // with session.created, round trips are timed, and a flood counts both directions.
 func TestClientAgainstEchoingMockai(t *testing.T) {
-	srv, err := mockai.Start(mockai.Config{Echo: true}, "127.0.0.1:0")
+	srv := benchtest.Mockai(t, mockai.Config{Echo: true})
+	ctx := context.Background()
+	c, err := newClient(srv.BaseURL()+"/realtime?model=gpt-realtime", clientKey, nil, LoopbackRange(3), 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
-	ctx := context.Background()
-	c := newClient(srv.Addr(), clientKey, LoopbackRange(3), 1024)
-
-	conns, failures := c.openMany(ctx, 6, 3, 10*time.Second)
+	conns, failures := openMany(ctx, c, 6, 3, 10*time.Second)
 	if len(conns) != 6 || len(failures) != 0 {
 		t.Fatalf("opened %d sessions, failures %v; want 6 and none", len(conns), failures)
 	}
@@ -58,43 +57,26 @@ func TestClientFailures(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c := newClient(addr, clientKey, nil, 1024)
-	conns, failures := c.openMany(context.Background(), 5, 2, 10*time.Second)
-	if len(conns) != 0 || sum(failures) != 5 {
-		t.Fatalf("got %d sessions, failures %v; want 0 and 5", len(conns), failures)
-	}
-	for class := range failures {
-		if class != "dial: connect: connection refused" {
-			t.Errorf("failure class %q, want the refused connect", class)
-		}
-	}
-
-	// A server that is not a realtime endpoint: the handshake fails with its status.
-	srv, err := mockai.Start(mockai.Config{StatusCode: 429}, "127.0.0.1:0")
+	c, err := newClient("ws://"+addr+"/v1/realtime", clientKey, nil, nil, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
-	_, failures = newClient(srv.Addr(), clientKey, nil, 1024).openMany(context.Background(), 2, 2, 10*time.Second)
-	if failures["handshake: HTTP 429"] != 2 {
-		t.Errorf("failures %v, want 2 x handshake: HTTP 429", failures)
+	conns, failures := openMany(context.Background(), c, 5, 2, 10*time.Second)
+	if len(conns) != 0 || failures["dial"] != 5 || len(failures) != 1 {
+		t.Fatalf("got %d sessions, failures %v; want 0 and 5 x dial", len(conns), failures)
 	}
-}
 
-func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 200; i++ {
-		d = append(d, time.Duration(i))
+	// A server that is not a realtime endpoint: the handshake fails with its status.
+	srv := benchtest.Mockai(t, mockai.Config{StatusCode: 429})
+	c, err = newClient(srv.BaseURL()+"/realtime?model=gpt-realtime", clientKey, nil, nil, 1024)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range []struct {
-		p    float64
-		want time.Duration
-	}{{50, 100}, {99, 198}, {100, 200}, {0.1, 1}} {
-		if got := percentile(d, tt.p); got != tt.want {
-			t.Errorf("p%v = %d, want %d", tt.p, got, tt.want)
-		}
+	_, failures = openMany(context.Background(), c, 2, 2, 10*time.Second)
+	if failures["handshake_429"] != 2 {
+		t.Errorf("failures %v, want 2 x handshake_429", failures)
 	}
-	if percentile(nil, 50) != 0 {
-		t.Error("percentile of nothing is not 0")
+	if got := describeFailures(failures); got != "2 handshake_429" {
+		t.Errorf("describeFailures = %q", got)
 	}
 }

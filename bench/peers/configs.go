@@ -18,10 +18,16 @@ var configFiles embed.FS
 type ConfigParams struct {
 	Listen   string // host:port the peer listens on
 	Upstream string // host:port of mockai
-	RunDir   string // where the peer may write its pid file, logs and temp files
+	// CAFile is mockai's certificate when it serves TLS ("" for plain ws://): the
+	// peer then dials wss:// and verifies mockai against it (name "localhost").
+	CAFile string
+	RunDir string // where the peer may write its pid file, logs and temp files
 	// FileLimit is the open-file limit each proxy process should run with (the hard limit).
 	FileLimit int
 }
+
+// TLS says whether the upstream is wss://.
+func (p ConfigParams) TLS() bool { return p.CAFile != "" }
 
 // Host is the host part of Listen (for Caddy's bind directive).
 func (p ConfigParams) Host() string {

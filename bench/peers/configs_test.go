@@ -102,3 +102,41 @@ func TestRenderConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// With a TLS upstream each peer dials wss:// and verifies mockai's certificate;
+// without one, no TLS setting appears at all.
+func TestRenderConfigTLSUpstream(t *testing.T) {
+	tlsP := ConfigParams{Listen: "127.0.0.1:1", Upstream: "127.0.0.1:2", CAFile: "/r/mockai-ca.pem", RunDir: "/r", FileLimit: 20000}
+	want := map[string][]string{
+		SysNginx: {"proxy_pass https://mockai;", "proxy_ssl_trusted_certificate /r/mockai-ca.pem;", "proxy_ssl_verify on;",
+			"proxy_ssl_name localhost;"},
+		SysHAProxy: {"server mockai 127.0.0.1:2 ssl verify required ca-file /r/mockai-ca.pem verifyhost localhost"},
+		SysCaddy:   {"reverse_proxy https://127.0.0.1:2 {", "tls_trusted_ca_certs /r/mockai-ca.pem", "tls_server_name localhost"},
+	}
+	for peer, lines := range want {
+		out, err := RenderConfig(peer, tlsP)
+		if err != nil {
+			t.Fatalf("%s: %v", peer, err)
+		}
+		got := map[string]bool{}
+		for l := range strings.SplitSeq(string(out), "\n") {
+			got[strings.TrimSpace(l)] = true
+		}
+		for _, w := range lines {
+			if !got[w] {
+				t.Errorf("%s with TLS: no line %q in:\n%s", peer, w, out)
+			}
+		}
+		plainP := tlsP
+		plainP.CAFile = ""
+		plain, err := RenderConfig(peer, plainP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(plain), "\n") {
+			if l = strings.TrimSpace(l); !strings.HasPrefix(l, "#") && l != "auto_https off" && (strings.Contains(l, "ssl") || strings.Contains(l, "https") || strings.Contains(l, "tls_")) {
+				t.Errorf("%s plain: TLS setting %q", peer, l)
+			}
+		}
+	}
+}

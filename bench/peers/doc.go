@@ -1,18 +1,24 @@
-// Package peers compares the rtgate gateway with general-purpose reverse proxies
-// (issue 7): nginx, HAProxy and Caddy, each a plain ws:// reverse proxy in front of
-// mockai on its own loopback port, against the client talking to mockai directly and
-// the gateway with its upstream pool off and on. Every system gets the same load in the
-// same run, and is measured Options.Rounds times (the second round in reverse order).
+// Package peers compares the rtgate gateway with general-purpose reverse proxies:
+// nginx and HAProxy (and Caddy as a reference row, with -systems), each a WebSocket
+// reverse proxy in front of mockai on its own loopback port, against the client
+// talking to mockai directly and the gateway with its upstream pool off and on. Every
+// system gets the same load in the same run, over each upstream in turn: mockai over
+// TLS (wss://, as OpenAI serves; the peers and the gateway verify its certificate)
+// and over plain ws://. Each is measured Options.Rounds times per upstream (the
+// second round in reverse order). It is `wsbench peers`:
 //
-//	make bench-peers                        # full size, about 10 minutes
-//	make bench-peers PEERS_ARGS=-quick      # 500 sessions, short phases
-//	go run ./bench/peers/cmd/benchpeers -h  # every knob
+//	make bench-peers                         # full size, TLS and plain upstream
+//	make bench-peers PEERS_ARGS=-quick       # 500 (plain) / 300 (TLS) sessions, short phases
+//	make bench-peers PEERS_ARGS="-upstream plain"
+//	bin/wsbench peers -h                     # every knob
 //
-// The peers come from the distribution's packages (apt-get install -y nginx haproxy
-// caddy); their configurations are the templates nginx.conf, haproxy.cfg and Caddyfile
-// in this directory, with the ports filled in: nginx with 2 workers, HAProxy with
-// nbthread 2, Caddy with its defaults, and the open-file settings each needs to hold
-// every session in one process.
+// The peers come from the distribution's packages (apt-get install -y nginx haproxy);
+// their configurations are the templates nginx.conf, haproxy.cfg and Caddyfile in
+// this directory, with the ports (and with TLS, mockai's certificate) filled in:
+// nginx with 2 workers, HAProxy with nbthread 2, Caddy with its defaults, and the
+// open-file settings each needs to hold every session in one process. Processes are
+// started, measured (/proc, through procfs) and stopped by bench/proc; the load
+// client is wsbench's own (bench/load); percentiles are bench/stats'.
 //
 // # What one system's measurement does
 //
@@ -20,19 +26,25 @@
 // and the system in front of it, on free loopback ports; then:
 //
 //   - Memory: the RSS of all the proxy's processes (VmRSS from /proc/PID/status,
-//     summed over its process tree) idle, then with Options.Sessions sessions held idle
+//     summed over its process tree) idle, then with Options.Sessions (TLS upstream:
+//     Options.TLSSessions) sessions held idle
 //     (each open until session.created arrived through the proxy; mockai must report
 //     at least as many open). (held - idle) / sessions is the figure. Each proxied
 //     session holds two sockets in one proxy process, so the 20,000 open-file limit
 //     caps it near 9,750; the client spreads over 127.0.0.1-127.0.0.8.
-//   - Latency: LatencyConns sessions each send a small message every LatencyInterval
-//     and wait for its echo; the table shows the p50 and p99 through the proxy minus
-//     direct's in the same round.
+//   - Latency: LatencyConns sessions (default one) each send a small message every
+//     LatencyInterval and wait for its echo; the table shows the round trip's p50
+//     and, through a proxy, its p50 and p99 minus direct's in the same round.
 //   - Throughput and CPU: ThroughputConns sessions keep Window echoes in flight, first
 //     with 1 KiB messages, then with audio-delta-sized ones (a 100 ms
 //     response.output_audio.delta, about 6.6 KB). Relayed messages count both
 //     directions; the proxy's CPU (utime+stime from /proc/PID/stat over its process
-//     tree) over the window is scaled to 100,000 relayed messages.
+//     tree) over the window is scaled to 100,000 round trips (one frame each way).
+//   - Voice: a fresh mockai -stream 20ms and proxy; Options.VoiceSessions (TLS:
+//     TLSVoiceSessions) sessions each send a 20 ms PCM16 append every 20 ms and get a
+//     20 ms delta every 20 ms back (load.Voice) for VoiceDuration; the proxy's CPU
+//     over that window, as cores per 1,000 sessions, is the figure, next to the share
+//     of scheduled deltas delivered (and, in results.json, the late sends).
 //
 // On a shared machine other jobs skew all of this: before each system the harness waits
 // (bounded) for the machine to be quiet, records the CPU that other jobs used during
@@ -41,11 +53,13 @@
 //
 // # Output
 //
-// results.json (every run's figures, machine and versions) and table.md under
-// bench/results/peers-<time>/, with each process's log and rendered configuration in a
-// folder per run. Processes are stopped by PID when a system is done, on Ctrl-C and on
+// results.json (every run's figures, machine and versions) and table.md (a table per
+// upstream, each headed with the upstream it used) under bench/results/peers-<time>/,
+// with each process's log and rendered configuration in a folder per run
+// (<upstream>-<round>-<system>). Processes are stopped by PID when a system is done, on Ctrl-C and on
 // failure; if the harness itself is killed, the kernel signals them (Pdeathsig).
 //
 // Only the parts that need no peer installed are unit-tested (configuration rendering,
-// /proc parsing, the table); the harness itself is a benchmark.
+// the client's loads against an in-process mockai, the table); the harness itself is
+// a benchmark.
 package peers

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"rtgate/bench/proc"
 )
 
 // Options configure a comparison. DefaultOptions is the full size; QuickOptions a
@@ -18,20 +20,30 @@ type Options struct {
 	Mockai, Gateway       string // rtgate binaries (bin/mockai, bin/gateway)
 	Nginx, HAProxy, Caddy string // peer binaries; looked up in PATH when only a name
 	Systems               []string
-	Rounds                int      // each system is measured this many times
-	Pool                  string   // REALTIME_POOL_SIZE for rtgate-pool-on ("auto" or a count)
-	GatewayArgs           []string // extra flags for bin/gateway, such as -buffer-size 512
-	Sessions              int      // N sessions held idle for the memory figure
-	HoldParallel          int      // handshakes in flight while opening them
-	HoldLimit             time.Duration
-	SourceIPs             []net.IP // the client's source addresses, used in turn
-	LatencyConns          int
-	LatencyRounds         int           // round trips per connection
-	LatencyInterval       time.Duration // between one connection's round trips
-	ThroughputConns       int
-	Window                int // echoes in flight per connection
-	Warmup, Duration      time.Duration
-	Settle                time.Duration // quiet time before an RSS sample
+	// Upstreams are the ways mockai serves, each measured in full, in this order:
+	// TLS (wss://, as OpenAI does) first, then plain ws://.
+	Upstreams   []proc.Upstream
+	Rounds      int      // each system is measured this many times per upstream
+	Pool        string   // REALTIME_POOL_SIZE for rtgate-pool-on ("auto" or a count)
+	GatewayArgs []string // extra flags for bin/gateway, such as -buffer-size 512
+	// Sessions (plain upstream) and TLSSessions (TLS upstream) are held idle for
+	// the memory figure.
+	Sessions, TLSSessions int
+	// VoiceSessions (plain) and TLSVoiceSessions (TLS) stream audio both ways
+	// for VoiceDuration in the voice phase: an append every VoiceInterval up,
+	// a delta every VoiceInterval down (mockai -stream).
+	VoiceSessions, TLSVoiceSessions int
+	VoiceDuration, VoiceInterval    time.Duration
+	HoldParallel                    int // handshakes in flight while opening them
+	HoldLimit                       time.Duration
+	SourceIPs                       []net.IP // the client's source addresses, used in turn
+	LatencyConns                    int
+	LatencyRounds                   int           // round trips per connection
+	LatencyInterval                 time.Duration // between one connection's round trips
+	ThroughputConns                 int
+	Window                          int // echoes in flight per connection
+	Warmup, Duration                time.Duration
+	Settle                          time.Duration // quiet time before an RSS sample
 	// Before each system, wait (up to QuietLimit) until the rest of the machine uses
 	// less than QuietCores of CPU: other jobs on a shared machine skew every figure.
 	QuietCores float64
@@ -45,7 +57,7 @@ type Options struct {
 	Log            *slog.Logger
 	Quick          bool // recorded in the results; set by QuickOptions
 	// Phases are the measurements to make (default all): PhaseMemory, PhaseLatency,
-	// PhaseThroughput.
+	// PhaseThroughput, PhaseVoice.
 	Phases                 []string
 	SmallBytes, AudioBytes int // payload sizes of the two throughput loads
 }
@@ -55,23 +67,50 @@ const (
 	PhaseMemory     = "memory"
 	PhaseLatency    = "latency"
 	PhaseThroughput = "throughput"
+	PhaseVoice      = "voice"
 )
 
 // AllPhases is every phase.
-var AllPhases = []string{PhaseMemory, PhaseLatency, PhaseThroughput}
+var AllPhases = []string{PhaseMemory, PhaseLatency, PhaseThroughput, PhaseVoice}
+
+// echoPhases run against mockai -echo; the voice phase has its own mockai
+// (-stream) and proxy.
+var echoPhases = []string{PhaseMemory, PhaseLatency, PhaseThroughput}
 
 func (o *Options) phase(p string) bool { return slices.Contains(o.Phases, p) }
 
-// DefaultOptions is the full-size comparison: 9,000 held sessions (18,000 sockets in
-// one proxy process, under the 20,000 open-file limit), two rounds.
+// heldSessions is the memory phase's session count for upstream u.
+func (o *Options) heldSessions(u proc.Upstream) int {
+	if u == proc.UpstreamTLS {
+		return o.TLSSessions
+	}
+	return o.Sessions
+}
+
+// voiceSessions is the voice phase's session count for upstream u.
+func (o *Options) voiceSessions(u proc.Upstream) int {
+	if u == proc.UpstreamTLS {
+		return o.TLSVoiceSessions
+	}
+	return o.VoiceSessions
+}
+
+// DefaultOptions is the full-size comparison: 9,000 held sessions over a plain
+// upstream (18,000 sockets in one proxy process, under the 20,000 open-file limit)
+// and 5,000 over TLS; 1,000 voice sessions over a plain upstream and 500 over TLS,
+// for 10 s; two rounds, TLS and plain upstream.
 func DefaultOptions() Options {
 	return Options{
 		Mockai: "bin/mockai", Gateway: "bin/gateway",
 		Nginx: "nginx", HAProxy: "haproxy", Caddy: "caddy",
-		Systems: AllSystems, Phases: AllPhases, Rounds: 2, Pool: "auto",
-		Sessions: 9000, HoldParallel: 64, HoldLimit: 3 * time.Minute,
-		SourceIPs:    LoopbackRange(8),
-		LatencyConns: 50, LatencyRounds: 200, LatencyInterval: 20 * time.Millisecond,
+		Systems: DefaultSystems, Phases: AllPhases, Rounds: 2, Pool: "auto",
+		Upstreams: []proc.Upstream{proc.UpstreamTLS, proc.UpstreamPlain},
+		Sessions:  9000, TLSSessions: 5000, HoldParallel: 64, HoldLimit: 3 * time.Minute,
+		VoiceSessions: 1000, TLSVoiceSessions: 500, VoiceDuration: 10 * time.Second, VoiceInterval: 20 * time.Millisecond,
+		SourceIPs: LoopbackRange(8),
+		// One connection's round trips, spaced so none queues behind another: the
+		// relay's own added latency, not a queue's.
+		LatencyConns: 1, LatencyRounds: 2000, LatencyInterval: 2 * time.Millisecond,
 		ThroughputConns: 50, Window: 8, Warmup: time.Second, Duration: 5 * time.Second,
 		Settle: 3 * time.Second, QuietCores: 0.2, QuietLimit: 2 * time.Minute,
 		DisturbedCores: 0.3, Retries: 2, OutDir: "bench/results",
@@ -83,8 +122,9 @@ func DefaultOptions() Options {
 func QuickOptions() Options {
 	o := DefaultOptions()
 	o.Quick = true
-	o.Sessions = 500
-	o.LatencyRounds = 50
+	o.Sessions, o.TLSSessions = 500, 300
+	o.VoiceSessions, o.TLSVoiceSessions, o.VoiceDuration = 100, 50, 3*time.Second
+	o.LatencyRounds = 300
 	o.Warmup, o.Duration = 300*time.Millisecond, time.Second
 	o.Settle = time.Second
 	return o
@@ -118,6 +158,14 @@ func (o *Options) check(limit int) error {
 	if len(o.Phases) == 0 {
 		errs = append(errs, errors.New("no phases to run"))
 	}
+	if len(o.Upstreams) == 0 {
+		errs = append(errs, errors.New("no upstream to run (want tls, plain or both)"))
+	}
+	for _, u := range o.Upstreams {
+		if _, err := proc.ParseUpstream(string(u)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.Retries < 0 || o.Retries > 10 {
 		errs = append(errs, fmt.Errorf("retries %d: want 0 to 10", o.Retries))
 	}
@@ -125,9 +173,13 @@ func (o *Options) check(limit int) error {
 		errs = append(errs, fmt.Errorf("rounds %d: want 1 to 10", o.Rounds))
 	}
 	// One proxy process holds two sockets per session, plus a margin.
-	if maxN := (limit - fileMargin) / 2; o.Sessions < 1 || o.Sessions > maxN {
-		errs = append(errs, fmt.Errorf("sessions %d: want 1 to %d (two sockets each in one proxy process under the %d open-file limit)",
-			o.Sessions, maxN, limit))
+	maxN := (limit - fileMargin) / 2
+	for name, n := range map[string]int{"sessions": o.Sessions, "TLS sessions": o.TLSSessions,
+		"voice sessions": o.VoiceSessions, "TLS voice sessions": o.TLSVoiceSessions} {
+		if n < 1 || n > maxN {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to %d (two sockets each in one proxy process under the %d open-file limit)",
+				name, n, maxN, limit))
+		}
 	}
 	for name, v := range map[string]int{"hold parallelism": o.HoldParallel, "latency connections": o.LatencyConns,
 		"latency rounds": o.LatencyRounds, "throughput connections": o.ThroughputConns, "window": o.Window} {
@@ -135,7 +187,7 @@ func (o *Options) check(limit int) error {
 			errs = append(errs, fmt.Errorf("%s %d: want 1 to 100000", name, v))
 		}
 	}
-	if o.Duration <= 0 || o.LatencyInterval <= 0 || o.HoldLimit <= 0 {
+	if o.Duration <= 0 || o.LatencyInterval <= 0 || o.HoldLimit <= 0 || o.VoiceDuration <= 0 || o.VoiceInterval < time.Millisecond {
 		errs = append(errs, errors.New("durations must be positive"))
 	}
 	if o.SmallBytes < minPayload || o.AudioBytes < minPayload {
@@ -176,5 +228,3 @@ func (o *Options) check(limit int) error {
 	}
 	return errors.Join(errs...)
 }
-
-// Results are everything one comparison measured; results.json holds them as they are.

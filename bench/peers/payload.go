@@ -2,6 +2,7 @@ package peers
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"strings"
 )
@@ -53,9 +54,8 @@ func audioDeltaEvent(size int) []byte {
 // sawtooth is n bytes of quiet PCM16, so the base64 looks like audio, not zeros.
 func sawtooth(n int) []byte {
 	b := make([]byte, n)
-	for i := 0; i+1 < n; i += 2 {
-		v := int16((i/2)%200*50 - 5000)
-		b[i], b[i+1] = byte(v), byte(uint16(v)>>8)
+	for k := range n / 2 {
+		binary.LittleEndian.PutUint16(b[2*k:], uint16(int16(k%200*50-5000)))
 	}
 	return b
 }

@@ -1,24 +1,33 @@
 package peers
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
 	"sort"
 	"time"
+
+	"rtgate/bench/harness"
+	"rtgate/bench/load"
+	"rtgate/bench/proc"
+	"rtgate/bench/stats"
 )
 
-// sampleMedian takes n samples of c's usage gap apart and returns the one with the
+// sampleMedian takes n samples of p's usage gap apart and returns the one with the
 // median RSS, so a single GC or page-reclaim moment does not decide the figure.
-func sampleMedian(ctx context.Context, c *child, n int, gap time.Duration) (Usage, error) {
-	var us []Usage
+func sampleMedian(ctx context.Context, p *proc.Proc, n int, gap time.Duration) (proc.Usage, error) {
+	var us []proc.Usage
 	for i := range n {
-		if i > 0 && !sleepUntil(ctx, time.Now().Add(gap)) {
-			return Usage{}, ctx.Err()
+		if i > 0 && !harness.SleepUntil(ctx, time.Now().Add(gap)) {
+			return proc.Usage{}, ctx.Err()
 		}
-		u, err := c.usage()
+		u, err := p.Usage()
 		if err != nil {
-			return Usage{}, err
+			return proc.Usage{}, err
 		}
 		us = append(us, u)
 	}
@@ -26,57 +35,73 @@ func sampleMedian(ctx context.Context, c *child, n int, gap time.Duration) (Usag
 	return us[len(us)/2], nil
 }
 
-// measureMemory holds o.Sessions sessions idle through the system at target and
-// reports the proxy's RSS per session; the sessions are closed and drained (bounded)
-// before it returns. proxy is nil for direct.
-func measureMemory(ctx context.Context, o *Options, target, mockAddr string, proxy, mock *child) (*Memory, error) {
-	m := &Memory{Target: o.Sessions}
-	if !sleepUntil(ctx, time.Now().Add(o.Settle)) {
+// measureMemory holds n sessions idle through s and reports the proxy's RSS per
+// session; the sessions are closed and drained (bounded) before it returns.
+func measureMemory(ctx context.Context, o *Options, s *system, n int) (*Memory, error) {
+	m := &Memory{Target: n}
+	if !harness.SleepUntil(ctx, time.Now().Add(o.Settle)) {
 		return nil, ctx.Err()
 	}
-	var proxyIdle, proxyHeld, mockIdle, mockHeld Usage
+	var proxyIdle, proxyHeld, mockIdle, mockHeld proc.Usage
 	var err error
-	if proxy != nil {
-		if proxyIdle, err = sampleMedian(ctx, proxy, 3, 500*time.Millisecond); err != nil {
+	if s.proxy != nil {
+		if proxyIdle, err = sampleMedian(ctx, s.proxy, 3, 500*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
-	if mockIdle, err = mock.usage(); err != nil {
+	if mockIdle, err = s.mock.Usage(); err != nil {
 		return nil, err
 	}
-	before, err := getMockStats(ctx, mockAddr)
+	var heapIdle int64
+	if s.admin != "" {
+		if heapIdle, err = s.liveHeap(ctx); err != nil {
+			return nil, err
+		}
+	}
+	before, err := s.mock.Stats(ctx)
 	if err != nil {
 		return nil, err
 	}
 
-	client := newClient(target, clientKey, o.SourceIPs, 512)
+	client, err := s.client(o.SourceIPs, 512)
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
-	conns, failures := client.openMany(ctx, o.Sessions, o.HoldParallel, o.HoldLimit)
+	conns, failures := openMany(ctx, client, n, o.HoldParallel, o.HoldLimit)
 	m.RampSecs = time.Since(t0).Seconds()
 	defer func() {
 		closeAll(conns)
-		waitDrained(ctx, mockAddr, before.Active, 30*time.Second, o.Log)
+		waitDrained(ctx, s.mock, before.Active, 30*time.Second, o.Log)
 	}()
 	m.Held, m.Failures = len(conns), failures
 	o.Log.Info("sessions held", "held", m.Held, "failed", sum(failures), "seconds", fmt.Sprintf("%.1f", m.RampSecs))
 	if m.Held == 0 {
-		return nil, fmt.Errorf("no session could be held: %v", failures)
+		return nil, fmt.Errorf("no session could be held: %s", describeFailures(failures))
 	}
-	if !sleepUntil(ctx, time.Now().Add(o.Settle)) {
+	if !harness.SleepUntil(ctx, time.Now().Add(o.Settle)) {
 		return nil, ctx.Err()
 	}
-	if proxy != nil {
-		if proxyHeld, err = sampleMedian(ctx, proxy, 3, time.Second); err != nil {
+	if s.proxy != nil {
+		if proxyHeld, err = sampleMedian(ctx, s.proxy, 3, time.Second); err != nil {
 			return nil, err
 		}
 		m.ProxyIdleRSS, m.ProxyHeldRSS, m.ProxyProcs = proxyIdle.RSS, proxyHeld.RSS, len(proxyHeld.Procs)
 		m.PerSession = float64(proxyHeld.RSS-proxyIdle.RSS) / float64(m.Held)
 	}
-	if mockHeld, err = mock.usage(); err != nil {
+	if s.admin != "" {
+		heapHeld, err := s.liveHeap(ctx)
+		if err != nil {
+			return nil, err
+		}
+		m.GatewayHeapPerSession = float64(heapHeld-heapIdle) / float64(m.Held)
+		m.GOGC, m.GOMEMLIMIT = cmp.Or(os.Getenv("GOGC"), "default (100)"), cmp.Or(os.Getenv("GOMEMLIMIT"), "default (none)")
+	}
+	if mockHeld, err = s.mock.Usage(); err != nil {
 		return nil, err
 	}
 	m.MockaiPerSession = float64(mockHeld.RSS-mockIdle.RSS) / float64(m.Held)
-	st, err := getMockStats(ctx, mockAddr)
+	st, err := s.mock.Stats(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -88,14 +113,17 @@ func measureMemory(ctx context.Context, o *Options, target, mockAddr string, pro
 }
 
 // measureLatency times small-message round trips on o.LatencyConns sessions.
-func measureLatency(ctx context.Context, o *Options, target string, proxy, mock *child) (*Latency, error) {
-	client := newClient(target, clientKey, o.SourceIPs, 4096)
-	conns, failures := client.openMany(ctx, o.LatencyConns, o.LatencyConns, 30*time.Second)
+func measureLatency(ctx context.Context, o *Options, s *system) (*Latency, error) {
+	client, err := s.client(o.SourceIPs, 4096)
+	if err != nil {
+		return nil, err
+	}
+	conns, failures := openMany(ctx, client, o.LatencyConns, o.LatencyConns, 30*time.Second)
 	defer closeAll(conns)
 	if len(conns) < o.LatencyConns {
-		return nil, fmt.Errorf("latency: opened %d of %d connections: %v", len(conns), o.LatencyConns, failures)
+		return nil, fmt.Errorf("latency: opened %d of %d connections: %s", len(conns), o.LatencyConns, describeFailures(failures))
 	}
-	a, err := takeCPU(proxy, mock)
+	a, err := takeCPU(s)
 	if err != nil {
 		return nil, err
 	}
@@ -103,14 +131,14 @@ func measureLatency(ctx context.Context, o *Options, target string, proxy, mock 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	b, err := takeCPU(proxy, mock)
+	b, err := takeCPU(s)
 	if err != nil {
 		return nil, err
 	}
 	if len(samples) == 0 {
 		return nil, fmt.Errorf("latency: no round trip completed (%d errors)", errs)
 	}
-	sortDurations(samples)
+	slices.Sort(samples)
 	var total time.Duration
 	for _, s := range samples {
 		total += s
@@ -118,7 +146,7 @@ func measureLatency(ctx context.Context, o *Options, target string, proxy, mock 
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	return &Latency{
 		Conns: len(conns), Samples: len(samples), Errors: errs,
-		P50us: us(percentile(samples, 50)), P90us: us(percentile(samples, 90)), P99us: us(percentile(samples, 99)),
+		P50us: us(stats.Percentile(samples, 50)), P90us: us(stats.Percentile(samples, 90)), P99us: us(stats.Percentile(samples, 99)),
 		MaxUs: us(samples[len(samples)-1]), MeanUs: us(total / time.Duration(len(samples))),
 		Seconds: b.at.Sub(a.at).Seconds(), OtherCPU: b.other(a),
 	}, nil
@@ -126,13 +154,16 @@ func measureLatency(ctx context.Context, o *Options, target string, proxy, mock 
 
 // measureThroughput floods o.ThroughputConns sessions with msg and reports the
 // relay rate and the CPU each process used over the measured window.
-func measureThroughput(ctx context.Context, o *Options, target string, proxy, mock *child, name string, msg []byte) (*Throughput, error) {
+func measureThroughput(ctx context.Context, o *Options, s *system, name string, msg []byte) (*Throughput, error) {
 	// Buffers that fit a whole message, so each frame is one read and one write.
-	client := newClient(target, clientKey, o.SourceIPs, len(msg)+64)
-	conns, failures := client.openMany(ctx, o.ThroughputConns, o.ThroughputConns, 30*time.Second)
+	client, err := s.client(o.SourceIPs, len(msg)+64)
+	if err != nil {
+		return nil, err
+	}
+	conns, failures := openMany(ctx, client, o.ThroughputConns, o.ThroughputConns, 30*time.Second)
 	if len(conns) < o.ThroughputConns {
 		closeAll(conns)
-		return nil, fmt.Errorf("throughput: opened %d of %d connections: %v", len(conns), o.ThroughputConns, failures)
+		return nil, fmt.Errorf("throughput: opened %d of %d connections: %s", len(conns), o.ThroughputConns, describeFailures(failures))
 	}
 	t := &Throughput{Load: name, PayloadBytes: len(msg), Conns: len(conns), Window: o.Window}
 	f := startFlood(conns, msg, o.Window)
@@ -141,13 +172,12 @@ func measureThroughput(ctx context.Context, o *Options, target string, proxy, mo
 		sent, recv int64
 	}
 	take := func() (snap, error) {
-		c, err := takeCPU(proxy, mock)
+		c, err := takeCPU(s)
 		return snap{c, f.sent.Load(), f.recv.Load()}, err
 	}
 	var a, b snap
-	var err error
-	if sleepUntil(ctx, time.Now().Add(o.Warmup)) {
-		if a, err = take(); err == nil && sleepUntil(ctx, time.Now().Add(o.Duration)) {
+	if harness.SleepUntil(ctx, time.Now().Add(o.Warmup)) {
+		if a, err = take(); err == nil && harness.SleepUntil(ctx, time.Now().Add(o.Duration)) {
 			b, err = take()
 		}
 	}
@@ -162,66 +192,105 @@ func measureThroughput(ctx context.Context, o *Options, target string, proxy, mo
 	t.Seconds = b.at.Sub(a.at).Seconds()
 	t.Relayed = (b.sent - a.sent) + (b.recv - a.recv)
 	t.PerSecond = float64(t.Relayed) / t.Seconds
-	t.ProxyCPU = float64(b.proxy.Ticks-a.proxy.Ticks) / userHZ
-	t.MockaiCPU = float64(b.mock.Ticks-a.mock.Ticks) / userHZ
-	t.ClientCPU = b.self - a.self
+	t.ProxyCPU = b.proxy.CPUSeconds() - a.proxy.CPUSeconds()
+	t.MockaiCPU = b.mock.CPUSeconds() - a.mock.CPUSeconds()
+	t.ClientCPU = (b.self - a.self).Seconds()
 	t.OtherCPU = b.other(a.cpuSnap)
-	if t.Relayed > 0 {
-		t.CPUPer100k = t.ProxyCPU / float64(t.Relayed) * 1e5
-	}
 	if t.Relayed == 0 {
 		return nil, fmt.Errorf("throughput %s: nothing was relayed (lost %d)", name, t.Lost)
 	}
+	// A round trip is one frame each way: two relayed frames.
+	t.CPUPer100kRoundTrips = t.ProxyCPU / (float64(t.Relayed) / 2) * 1e5
 	o.Log.Info("throughput", "load", name, "relayed_per_s", int(t.PerSecond), "proxy_cpu_s", t.ProxyCPU)
 	return t, nil
+}
+
+// measureVoice streams audio both ways on n sessions through s for
+// o.VoiceDuration (load.Voice) and reports the relay's CPU over the window as
+// cores per 1,000 sessions.
+func measureVoice(ctx context.Context, o *Options, s *system, n int) (*Voice, error) {
+	client, err := s.client(o.SourceIPs, 2048) // one delta (about 1.4 KB) per read
+	if err != nil {
+		return nil, err
+	}
+	var a, b cpuSnap
+	var errA, errB error
+	r, err := load.Voice(ctx, client, load.VoiceOptions{N: n, Concurrency: o.HoldParallel, Duration: o.VoiceDuration,
+		Interval: o.VoiceInterval,
+		AtStart:  func() { a, errA = takeCPU(s) }, AtEnd: func() { b, errB = takeCPU(s) }})
+	if err != nil {
+		return nil, err
+	}
+	if r.Opened < n {
+		return nil, fmt.Errorf("voice: opened %d of %d sessions: %s", r.Opened, n, describeFailures(r.Failures))
+	}
+	if err := errors.Join(errA, errB); err != nil {
+		return nil, fmt.Errorf("voice: %w", err)
+	}
+	v := &Voice{Sessions: n, Opened: r.Opened, Failures: r.Failures, Lost: r.Lost, Seconds: b.at.Sub(a.at).Seconds(),
+		SentExpected: r.SentExpected, Sent: r.Sent, LateSends: r.LateSends, MaxLateMs: stats.Millis(r.MaxLate),
+		RecvExpected: r.RecvExpected, Received: r.Received,
+		ProxyCPU:  b.proxy.CPUSeconds() - a.proxy.CPUSeconds(),
+		MockaiCPU: b.mock.CPUSeconds() - a.mock.CPUSeconds(),
+		ClientCPU: (b.self - a.self).Seconds(), OtherCPU: b.other(a)}
+	if v.Seconds <= 0 {
+		return nil, errors.New("voice: the window did not run")
+	}
+	v.CoresPer1000 = v.ProxyCPU / v.Seconds / float64(v.Opened) * 1000
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if st, err := s.mock.Stats(sctx); err == nil {
+		v.MockaiFramesIn = st.FramesIn
+	}
+	o.Log.Info("voice", "sessions", v.Opened, "proxy_cores_per_1000", fmt.Sprintf("%.2f", v.CoresPer1000),
+		"delivered", fmt.Sprintf("%.1f%%", 100*v.Delivered()), "late_sends", v.LateSends)
+	return v, nil
 }
 
 // cpuSnap is a moment's CPU counters of the machine and of each process in a run.
 type cpuSnap struct {
 	at          time.Time
-	machine     uint64 // busy ticks
-	proxy, mock Usage
-	self        float64 // seconds
+	machine     float64 // busy CPU seconds since boot
+	proxy, mock proc.Usage
+	self        time.Duration
 }
 
-func takeCPU(proxy, mock *child) (cpuSnap, error) {
-	s := cpuSnap{at: time.Now(), self: selfCPU()}
+func takeCPU(s *system) (cpuSnap, error) {
+	c := cpuSnap{at: time.Now(), self: load.ProcessCPU()}
 	var err error
-	if s.machine, err = (ProcFS{Root: "/proc"}).MachineBusy(); err != nil {
-		return s, err
+	if c.machine, err = proc.MachineBusy(); err != nil {
+		return c, err
 	}
-	if proxy != nil {
-		if s.proxy, err = proxy.usage(); err != nil {
-			return s, err
+	if s.proxy != nil {
+		if c.proxy, err = s.proxy.Usage(); err != nil {
+			return c, err
 		}
 	}
-	s.mock, err = mock.usage()
-	return s, err
+	c.mock, err = s.mock.Usage()
+	return c, err
 }
 
-// other is the busy CPU seconds between a and s not used by the run's processes.
-func (s cpuSnap) other(a cpuSnap) float64 {
-	machine := float64(s.machine-a.machine) / userHZ
-	ours := float64(s.proxy.Ticks-a.proxy.Ticks+s.mock.Ticks-a.mock.Ticks)/userHZ + (s.self - a.self)
-	return max(0, machine-ours)
+// other is the busy CPU seconds between a and c not used by the run's processes.
+func (c cpuSnap) other(a cpuSnap) float64 {
+	ours := c.proxy.CPUSeconds() - a.proxy.CPUSeconds() + c.mock.CPUSeconds() - a.mock.CPUSeconds() + (c.self - a.self).Seconds()
+	return max(0, c.machine-a.machine-ours)
 }
 
 // waitQuiet waits, up to limit, until the machine's busy CPU over one second is under
 // cores, and returns the last reading (in cores) and how long it waited.
 func waitQuiet(ctx context.Context, cores float64, limit time.Duration, log *slog.Logger) (float64, time.Duration) {
-	fs := ProcFS{Root: "/proc"}
 	start := time.Now()
 	logged := false
 	for {
-		a, err := fs.MachineBusy()
-		if err != nil || !sleepUntil(ctx, time.Now().Add(time.Second)) {
+		a, err := proc.MachineBusy()
+		if err != nil || !harness.SleepUntil(ctx, time.Now().Add(time.Second)) {
 			return 0, time.Since(start)
 		}
-		b, err := fs.MachineBusy()
+		b, err := proc.MachineBusy()
 		if err != nil {
 			return 0, time.Since(start)
 		}
-		busy := float64(b-a) / userHZ
+		busy := b - a
 		if busy < cores || time.Since(start) > limit {
 			if busy >= cores {
 				log.Warn("the machine is still busy; measuring anyway", "busy_cores", busy)

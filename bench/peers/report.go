@@ -5,6 +5,9 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"rtgate/bench/proc"
+	"rtgate/bench/report"
 )
 
 // metric is one column of the table: how to read it from a run, whether lower is
@@ -20,6 +23,10 @@ type metric struct {
 	format func(float64) string
 }
 
+// minVoiceDelivered is the share of scheduled deltas a voice run must deliver for
+// its CPU figure to count.
+const minVoiceDelivered = 0.95
+
 func throughputOf(r *Run, load string) *Throughput {
 	for i := range r.Throughput {
 		if r.Throughput[i].Load == load {
@@ -34,6 +41,10 @@ func mib(v float64) string   { return fmt.Sprintf("%.1f MiB", v/(1<<20)) }
 func micro(v float64) string { return fmt.Sprintf("%.0f µs", v) }
 func rate(v float64) string  { return fmt.Sprintf("%.0f", v) }
 func secs(v float64) string  { return fmt.Sprintf("%.2f s", v) }
+func cores(v float64) string { return fmt.Sprintf("%.2f", v) }
+func percent(v float64) string {
+	return fmt.Sprintf("%.1f%%", 100*v)
+}
 
 // addedLatency reads a latency percentile minus the same round's direct one.
 func addedLatency(pick func(*Latency) float64) func(run, direct *Run) (float64, bool) {
@@ -52,27 +63,51 @@ func throughputMetric(load string, cpu bool) func(run, _ *Run) (float64, bool) {
 			return 0, false
 		}
 		if cpu {
-			return t.CPUPer100k, true
+			return t.CPUPer100kRoundTrips, true
 		}
 		return t.PerSecond, true
 	}
 }
 
 var metrics = []metric{
-	{head: "memory / held session", lowerBetter: true, proxyOnly: true, format: kib,
+	{head: "memory / idle session", lowerBetter: true, proxyOnly: true, format: kib,
 		value: func(r, _ *Run) (float64, bool) {
 			return orZero(r.Memory, func(m *Memory) float64 { return m.PerSession })
+		}},
+	{head: "live heap / idle session", lowerBetter: true, proxyOnly: true, noRatio: true, format: kib,
+		value: func(r, _ *Run) (float64, bool) {
+			if r.Memory == nil || r.Memory.GOGC == "" {
+				return 0, false
+			}
+			return r.Memory.GatewayHeapPerSession, true
 		}},
 	{head: "idle RSS", lowerBetter: true, proxyOnly: true, noRatio: true, format: mib,
 		value: func(r, _ *Run) (float64, bool) {
 			return orZero(r.Memory, func(m *Memory) float64 { return float64(m.ProxyIdleRSS) })
 		}},
+	{head: "rtt p50", lowerBetter: true, format: micro,
+		value: func(r, _ *Run) (float64, bool) {
+			return orZero(r.Latency, func(l *Latency) float64 { return l.P50us })
+		}},
 	{head: "added p50", lowerBetter: true, relative: true, format: micro, value: addedLatency(func(l *Latency) float64 { return l.P50us })},
 	{head: "added p99", lowerBetter: true, relative: true, format: micro, value: addedLatency(func(l *Latency) float64 { return l.P99us })},
 	{head: "1 KiB msg/s", format: rate, value: throughputMetric("1KiB", false)},
-	{head: "CPU / 100k (1 KiB)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("1KiB", true)},
+	{head: "CPU / 100k round trips (1 KiB)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("1KiB", true)},
 	{head: "audio msg/s", format: rate, value: throughputMetric("audio", false)},
-	{head: "CPU / 100k (audio)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("audio", true)},
+	{head: "CPU / 100k round trips (audio)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("audio", true)},
+	// A relay that fell behind did less work than the load asked, so its CPU is
+	// no figure for the load: shown only where it delivered minVoiceDelivered.
+	{head: "voice: CPU cores / 1,000 sessions", lowerBetter: true, proxyOnly: true, format: cores,
+		value: func(r, _ *Run) (float64, bool) {
+			if r.Voice == nil || r.Voice.Delivered() < minVoiceDelivered {
+				return 0, false
+			}
+			return r.Voice.CoresPer1000, true
+		}},
+	{head: "voice: deltas delivered", noRatio: true, format: percent,
+		value: func(r, _ *Run) (float64, bool) {
+			return orZero(r.Voice, func(v *Voice) float64 { return v.Delivered() })
+		}},
 }
 
 func orZero[T any](p *T, f func(*T) float64) (float64, bool) {
@@ -105,11 +140,12 @@ func mean(vs []float64) float64 {
 	return total / float64(n)
 }
 
-// Summarize groups res's runs by system, in the order of res.Options.Systems.
-func Summarize(res *Results) []SystemSummary {
+// Summarize groups the runs over upstream by system, in the order of
+// res.Options.Systems.
+func Summarize(res *Results, upstream string) []SystemSummary {
 	direct := map[int]*Run{}
 	for i := range res.Runs {
-		if r := &res.Runs[i]; r.System == SysDirect && r.Error == "" {
+		if r := &res.Runs[i]; r.Upstream == upstream && r.System == SysDirect && r.Error == "" {
 			direct[r.Round] = r
 		}
 	}
@@ -118,7 +154,7 @@ func Summarize(res *Results) []SystemSummary {
 		s := SystemSummary{System: sys, Values: make([][]float64, len(metrics))}
 		for i := range res.Runs {
 			r := &res.Runs[i]
-			if r.System != sys {
+			if r.System != sys || r.Upstream != upstream {
 				continue
 			}
 			if r.Error != "" {
@@ -160,12 +196,12 @@ func bestPeer(sums []SystemSummary, k int) float64 {
 // of a difference (added latency) is only shown when both are clearly positive.
 func cell(s SystemSummary, k int, best float64) string {
 	m := metrics[k]
-	if m.relative && s.System == SysDirect {
-		return "baseline"
-	}
 	v := mean(s.Values[k])
-	if math.IsNaN(v) {
+	switch {
+	case math.IsNaN(v):
 		return "—"
+	case m.relative && s.System == SysDirect:
+		return "baseline"
 	}
 	out := m.format(v)
 	if m.noRatio || s.System == SysDirect || math.IsNaN(best) || best <= 0 || v <= 0 {
@@ -174,10 +210,10 @@ func cell(s SystemSummary, k int, best float64) string {
 	return fmt.Sprintf("%s (%.2f×)", out, v/best)
 }
 
-// Markdown renders the comparison: a caption, the summary table (mean of the rounds,
-// ratio to the best of nginx, HAProxy and Caddy), every round's values, and notes.
+// Markdown renders the comparison: a caption, then for each upstream (TLS first)
+// a heading, the summary table (mean of the rounds, ratio to the best of the peers
+// run) and every round's values, then notes.
 func Markdown(res *Results) string {
-	sums := Summarize(res)
 	var b strings.Builder
 	m := res.Machine
 	fmt.Fprintf(&b, "Peer comparison, %s. Machine: %s, %d cores, %.0f GB, Linux %s, %s.",
@@ -203,89 +239,102 @@ func Markdown(res *Results) string {
 	if len(o.GatewayArgs) > 0 {
 		gw = "flags " + strings.Join(o.GatewayArgs, " ")
 	}
-	fmt.Fprintf(&b, " %d held sessions; latency %d connections x %d round trips every %s; "+
-		"throughput %d connections x %d in flight for %s; gateway with %s, pool on = REALTIME_POOL_SIZE=%s; "+
-		"each system measured %d times, mean shown.%s\n\n",
-		o.Sessions, o.LatencyConns, o.LatencyRounds, o.LatencyInterval, o.ThroughputConns, o.Window, o.Duration,
+	fmt.Fprintf(&b, " Clients connect over plain ws://; the upstream (mockai -echo) is wss:// or ws:// as each heading says. "+
+		"Held sessions: %d over a plain upstream, %d over TLS; latency %d connections x %d round trips every %s; "+
+		"throughput %d connections x %d in flight for %s; voice %d sessions over a plain upstream, %d over TLS, "+
+		"each sending a %s append and receiving a %s delta every %s for %s (mockai -stream); "+
+		"gateway with %s, pool on = REALTIME_POOL_SIZE=%s; each system measured %d times per upstream, mean shown.%s\n",
+		o.Sessions, o.TLSSessions, o.LatencyConns, o.LatencyRounds, o.LatencyInterval, o.ThroughputConns, o.Window, o.Duration,
+		o.VoiceSessions, o.TLSVoiceSessions, o.VoiceInterval, o.VoiceInterval, o.VoiceInterval, o.VoiceDuration,
 		gw, o.Pool, o.Rounds, quick)
 
-	header := func() {
-		b.WriteString("| system |")
-		for _, m := range metrics {
-			fmt.Fprintf(&b, " %s |", m.head)
-		}
-		b.WriteString("\n|---|")
-		for range metrics {
-			b.WriteString("---:|")
-		}
-		b.WriteString("\n")
+	heads := []string{"system"}
+	align := "l"
+	for _, m := range metrics {
+		heads = append(heads, m.head)
+		align += "r"
 	}
-	header()
-	bests := make([]float64, len(metrics))
-	for k := range metrics {
-		bests[k] = bestPeer(sums, k)
-	}
-	for _, s := range sums {
-		fmt.Fprintf(&b, "| %s |", s.System)
+	for _, up := range o.Upstreams {
+		sums := Summarize(res, up)
+		fmt.Fprintf(&b, "\n### %s upstream\n\n", proc.Upstream(up).Describe())
+		bests := make([]float64, len(metrics))
 		for k := range metrics {
-			fmt.Fprintf(&b, " %s |", cell(s, k, bests[k]))
+			bests[k] = bestPeer(sums, k)
 		}
-		b.WriteString("\n")
-	}
-
-	if o.Rounds > 1 {
-		b.WriteString("\nEvery round (round 1 / round 2 / ...):\n\n")
-		header()
+		var rows [][]string
 		for _, s := range sums {
-			fmt.Fprintf(&b, "| %s |", s.System)
-			for k, m := range metrics {
-				var parts []string
-				for _, v := range s.Values[k] {
-					if m.relative && s.System == SysDirect {
-						parts = append(parts, "baseline")
-					} else if math.IsNaN(v) {
-						parts = append(parts, "—")
-					} else {
-						parts = append(parts, m.format(v))
-					}
-				}
-				if len(parts) == 0 {
-					parts = []string{"—"}
-				}
-				fmt.Fprintf(&b, " %s |", strings.Join(parts, " / "))
+			row := []string{s.System}
+			for k := range metrics {
+				row = append(row, cell(s, k, bests[k]))
 			}
-			b.WriteString("\n")
+			rows = append(rows, row)
+		}
+		b.WriteString(report.MarkdownTable(heads, align, rows))
+		if o.Rounds > 1 {
+			b.WriteString("\nEvery round (round 1 / round 2 / ...):\n\n")
+			rows = nil
+			for _, s := range sums {
+				row := []string{s.System}
+				for k, m := range metrics {
+					var parts []string
+					for _, v := range s.Values[k] {
+						switch {
+						case math.IsNaN(v):
+							parts = append(parts, "—")
+						case m.relative && s.System == SysDirect:
+							parts = append(parts, "baseline")
+						default:
+							parts = append(parts, m.format(v))
+						}
+					}
+					if len(parts) == 0 {
+						parts = []string{"—"}
+					}
+					row = append(row, strings.Join(parts, " / "))
+				}
+				rows = append(rows, row)
+			}
+			b.WriteString(report.MarkdownTable(heads, align, rows))
+		}
+		if d := directLatency(res, up); d != "" {
+			b.WriteString("\n" + d + "\n")
+		}
+		for _, s := range sums {
+			for _, e := range s.Errors {
+				fmt.Fprintf(&b, "\n**%s failed** (%s)\n", s.System, e)
+			}
 		}
 	}
 
-	b.WriteString("\n")
-	if d := directLatency(res); d != "" {
-		b.WriteString(d)
-	}
-	b.WriteString("Ratios are to the best of nginx, HAProxy and Caddy for that column (1.00× is the best peer; " +
+	b.WriteString("\nRatios are to the best of the peers run (nginx, HAProxy, Caddy) for that column and upstream (1.00× is the best peer; " +
 		"below 1 is better for memory, latency and CPU, above 1 for msg/s). Memory: RSS summed over all the " +
 		"proxy's processes with the sessions held idle, minus its idle RSS, per session (kernel socket memory " +
-		"is not in RSS). Added latency: small-message round trip through the proxy minus direct to mockai, same " +
-		"round. msg/s: frames relayed per second, both directions (each echo is two). CPU: user+system seconds " +
-		"of the proxy's processes per 100,000 relayed frames.\n")
+		"is not in RSS). rtt: small-message round trip client → proxy → mockai and back; added: minus direct to mockai, same " +
+		"round (over TLS, direct also pays the client's own TLS). msg/s: frames relayed per second, both directions (each echo is two). " +
+		"CPU: user+system seconds of the proxy's processes per 100,000 round trips (one frame each way, 200,000 relayed frames). " +
+		"Voice: the proxy's CPU (cores) while the sessions stream audio both ways in real time, per 1,000 sessions; " +
+		"delivered: deltas that arrived in the window of those scheduled (below 100% the machine or the relay fell behind; " +
+		"below 95% the CPU figure is left out, as the relay did less than the load asked).\n")
+	for _, r := range res.Runs {
+		if r.Memory != nil && r.Memory.GOGC != "" {
+			fmt.Fprintf(&b, "\nLive heap (rtgate only): the gateway's go_memstats_heap_alloc_bytes after a forced collection, "+
+				"held minus idle, per session; GOGC %s, GOMEMLIMIT %s.\n", r.Memory.GOGC, r.Memory.GOMEMLIMIT)
+			break
+		}
+	}
 	if noise := maxOtherCores(res); noise > 0 {
 		fmt.Fprintf(&b, "\nOther load on the machine during the timed phases: at most %.2f cores "+
 			"(busy CPU not used by the proxy, mockai or the client; see other_cpu_seconds in results.json).\n", noise)
-	}
-	for _, s := range sums {
-		for _, e := range s.Errors {
-			fmt.Fprintf(&b, "\n**%s failed** (%s)", s.System, e)
-		}
 	}
 	return b.String()
 }
 
 // directLatency is a sentence giving direct's own round-trip times, the baseline of
 // the added latency.
-func directLatency(res *Results) string {
+func directLatency(res *Results, upstream string) string {
 	var p50, p99 []float64
 	for _, r := range res.Runs {
-		if r.System == SysDirect && r.Error == "" && r.Latency != nil {
+		if r.Upstream == upstream && r.System == SysDirect && r.Error == "" && r.Latency != nil {
 			p50 = append(p50, r.Latency.P50us)
 			p99 = append(p99, r.Latency.P99us)
 		}
@@ -293,11 +342,11 @@ func directLatency(res *Results) string {
 	if len(p50) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("Direct to mockai the round trip was p50 %s, p99 %s. ", micro(mean(p50)), micro(mean(p99)))
+	return fmt.Sprintf("Direct to mockai the round trip was p50 %s, p99 %s.", micro(mean(p50)), micro(mean(p99)))
 }
 
 // maxOtherCores is the highest rate of CPU use by anything but the run's own
-// processes over the latency and throughput phases, in cores.
+// processes over the latency, throughput and voice phases, in cores.
 func maxOtherCores(res *Results) float64 {
 	worst := 0.0
 	for _, r := range res.Runs {
@@ -308,6 +357,9 @@ func maxOtherCores(res *Results) float64 {
 			if t.Seconds > 0 {
 				worst = max(worst, t.OtherCPU/t.Seconds)
 			}
+		}
+		if v := r.Voice; v != nil && v.Seconds > 0 {
+			worst = max(worst, v.OtherCPU/v.Seconds)
 		}
 	}
 	return worst

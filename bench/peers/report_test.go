@@ -10,12 +10,12 @@ import (
 // fakeRun builds a successful run with the given figures.
 func fakeRun(round int, sys string, perSession float64, p50, p99 float64, rate1k, cpu1k, rateAudio, cpuAudio float64) Run {
 	return Run{
-		Round: round, System: sys,
+		Upstream: "plain", Round: round, System: sys,
 		Memory:  &Memory{Held: 1000, PerSession: perSession, ProxyIdleRSS: 10 << 20},
 		Latency: &Latency{P50us: p50, P99us: p99, Seconds: 4, OtherCPU: 0.2},
 		Throughput: []Throughput{
-			{Load: "1KiB", PerSecond: rate1k, CPUPer100k: cpu1k, Seconds: 5, OtherCPU: 0.5},
-			{Load: "audio", PerSecond: rateAudio, CPUPer100k: cpuAudio, Seconds: 5},
+			{Load: "1KiB", PerSecond: rate1k, CPUPer100kRoundTrips: cpu1k, Seconds: 5, OtherCPU: 0.5},
+			{Load: "audio", PerSecond: rateAudio, CPUPer100kRoundTrips: cpuAudio, Seconds: 5},
 		},
 	}
 }
@@ -25,13 +25,16 @@ func fakeResults() *Results {
 	res.Machine = Machine{CPU: "Test CPU", Cores: 2, MemoryGB: 24, Kernel: "6.1", Go: "go1.26",
 		Versions: map[string]string{SysNginx: "nginx/1.22.1"}, Binaries: map[string]string{"gateway": "0123456789ab"}}
 	res.Options.Systems = []string{SysDirect, SysNginx, SysHAProxy, SysCaddy, SysPoolOff}
+	res.Options.Upstreams = []string{"plain"}
 	res.Options.Rounds = 2
 	res.Options.Sessions = 1000
 	res.Runs = []Run{
 		fakeRun(1, SysDirect, 0, 100, 1000, 90000, 0, 40000, 0),
 		fakeRun(1, SysNginx, 10*1024, 300, 3000, 60000, 0.5, 30000, 2.0),
 		fakeRun(1, SysHAProxy, 4*1024, 250, 2000, 50000, 0.4, 20000, 1.0),
-		{Round: 1, System: SysCaddy, Error: "caddy: process exited"},
+		{Upstream: "plain", Round: 1, System: SysCaddy, Error: "caddy: process exited"},
+		// A run over the other upstream is not mixed into the plain table.
+		{Upstream: "tls", Round: 1, System: SysPoolOff, Memory: &Memory{Held: 10, PerSession: 1 << 30}},
 		fakeRun(1, SysPoolOff, 8*1024, 350, 1500, 55000, 0.6, 25000, 1.5),
 		fakeRun(2, SysPoolOff, 6*1024, 450, 2500, 45000, 0.4, 15000, 0.5),
 		fakeRun(2, SysCaddy, 20*1024, 200, 2000, 40000, 0.8, 10000, 4.0),
@@ -39,11 +42,33 @@ func fakeResults() *Results {
 		fakeRun(2, SysNginx, 10*1024, 300, 3000, 60000, 0.5, 30000, 2.0),
 		fakeRun(2, SysDirect, 0, 200, 1000, 90000, 0, 40000, 0),
 	}
+	voice := map[string]float64{SysNginx: 0.46, SysHAProxy: 0.57, SysPoolOff: 0.69, SysCaddy: 0.1}
+	for i := range res.Runs {
+		if r := &res.Runs[i]; r.Error == "" && voice[r.System] > 0 {
+			r.Voice = &Voice{CoresPer1000: voice[r.System], RecvExpected: 1000, Received: 990, Seconds: 10}
+			if r.System == SysCaddy { // fell behind: its CPU is no figure, and not the best peer's
+				r.Voice.Received = 500
+			}
+		}
+		if r := &res.Runs[i]; r.System == SysPoolOff {
+			r.Memory.GatewayHeapPerSession, r.Memory.GOGC = 3*1024, "default (100)"
+		}
+	}
 	return res
 }
 
+func metricIndex(t *testing.T, head string) int {
+	for k, m := range metrics {
+		if m.head == head {
+			return k
+		}
+	}
+	t.Fatalf("no metric %q", head)
+	return -1
+}
+
 func TestSummarize(t *testing.T) {
-	sums := Summarize(fakeResults())
+	sums := Summarize(fakeResults(), "plain")
 	if len(sums) != 5 || sums[0].System != SysDirect || sums[4].System != SysPoolOff {
 		t.Fatalf("summaries %+v, want the five systems in the options' order", sums)
 	}
@@ -53,7 +78,7 @@ func TestSummarize(t *testing.T) {
 	if got := mean(gw.Values[0]); got != 7*1024 {
 		t.Errorf("gateway memory mean = %v, want 7168", got)
 	}
-	if got := gw.Values[2]; len(got) != 2 || got[0] != 250 || got[1] != 250 {
+	if got := gw.Values[metricIndex(t, "added p50")]; len(got) != 2 || got[0] != 250 || got[1] != 250 {
 		t.Errorf("gateway added p50 per round = %v, want [250 250]", got)
 	}
 	if !math.IsNaN(mean(sums[0].Values[0])) {
@@ -84,11 +109,12 @@ func TestMarkdown(t *testing.T) {
 		// Best peer 1 KiB rate is nginx's 60000; the gateway's mean 50000 is 0.83x.
 		// Best peer audio CPU is HAProxy's 1.0 s; the gateway's mean 1.0 s is 1.00x.
 		// Caddy's added p50 is 0, so no ratio can be taken against it.
-		{SysPoolOff, []string{"| 7.0 KiB (1.75×) |", "| 50000 (0.83×) |", "| 1.00 s (1.00×) |", "| 250 µs |", "| 1000 µs (1.00×) |"}},
+		// Best voice CPU is nginx's 0.46 cores; the gateway's 0.69 is 1.50x.
+		{SysPoolOff, []string{"| 0.69 (1.50×) | 99.0% |", "| 7.0 KiB (1.75×) | 3.0 KiB |", "| 50000 (0.83×) |", "| 1.00 s (1.00×) |", "| 250 µs |", "| 1000 µs (1.00×) |"}},
 		{SysHAProxy, []string{"| 4.0 KiB (1.00×) |", "| 10.0 MiB |"}},
 		// Caddy's only successful round: its added p50 is 200-200 = 0, no ratio.
-		{SysCaddy, []string{"| 20.0 KiB (5.00×) |", "| 0 µs |"}},
-		{SysDirect, []string{"| direct | — | — | baseline | baseline | 90000 | — | 40000 | — |"}},
+		{SysCaddy, []string{"| 20.0 KiB (5.00×) |", "| 0 µs |", "| — | 50.0% |"}},
+		{SysDirect, []string{"| direct | — | — | — | 150 µs | baseline | baseline | 90000 | — | 40000 | — |"}},
 	}
 	for _, tt := range tests {
 		row, ok := rows[tt.system]
@@ -103,11 +129,13 @@ func TestMarkdown(t *testing.T) {
 		}
 	}
 	for _, w := range []string{
-		"2026-11-30", "Test CPU, 2 cores", "nginx/1.22.1", "bin/gateway sha256 0123456789ab", "1000 held sessions",
+		"2026-11-30", "Test CPU, 2 cores", "nginx/1.22.1", "bin/gateway sha256 0123456789ab", "Held sessions: 1000 over a plain upstream",
 		"Every round", "| 8.0 KiB / 6.0 KiB |", // the gateway's memory per round
 		"**caddy failed** (round 1: caddy: process exited)",
 		"p50 150 µs", // direct's mean round trip
+		"### plain ws:// upstream", "per 100,000 round trips",
 		"at most 0.10 cores",
+		"GOGC default (100), GOMEMLIMIT ",
 	} {
 		if !strings.Contains(md, w) {
 			t.Errorf("table lacks %q:\n%s", w, md)

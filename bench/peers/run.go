@@ -2,26 +2,32 @@ package peers
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"rtgate/bench/harness"
+	"rtgate/bench/load"
+	"rtgate/bench/proc"
 )
 
-// RunAll measures every system Rounds times and writes results.json and table.md into
-// a new directory under o.OutDir, which it returns. results.json is rewritten after
-// every system, so an interrupted run keeps what it measured.
+// RunAll measures every system Rounds times over each upstream and writes
+// results.json and table.md into a new directory under o.OutDir, which it returns.
+// results.json is rewritten after every system, so an interrupted run keeps what
+// it measured.
 func RunAll(ctx context.Context, o Options) (*Results, string, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	limit, err := fileLimit()
+	limit, err := proc.FileLimit()
 	if err != nil {
 		return nil, "", fmt.Errorf("open-file limit: %w", err)
 	}
@@ -39,7 +45,7 @@ func RunAll(ctx context.Context, o Options) (*Results, string, error) {
 		if *bin == "" {
 			continue // not needed by the systems asked for
 		}
-		if binaries[name], err = snapshot(*bin, filepath.Join(binDir, name)); err != nil {
+		if binaries[name], err = harness.Snapshot(*bin, filepath.Join(binDir, name)); err != nil {
 			return nil, "", err
 		}
 		*bin = filepath.Join(binDir, name)
@@ -48,45 +54,37 @@ func RunAll(ctx context.Context, o Options) (*Results, string, error) {
 	res := &Results{Started: time.Now()}
 	res.Machine = describeMachine(ctx, &o)
 	res.Machine.Binaries = binaries
-	ro := &res.Options
-	ro.Phases = o.Phases
-	ro.Systems, ro.Rounds, ro.Quick, ro.Sessions, ro.SourceIPs = o.Systems, o.Rounds, o.Quick, o.Sessions, len(o.SourceIPs)
-	ro.Pool, ro.GatewayArgs = o.Pool, o.GatewayArgs
-	ro.LatencyConns, ro.LatencyRounds, ro.LatencyInterval = o.LatencyConns, o.LatencyRounds, o.LatencyInterval.String()
-	ro.ThroughputConns, ro.Window, ro.Warmup, ro.Duration = o.ThroughputConns, o.Window, o.Warmup.String(), o.Duration.String()
-	ro.FileLimit = limit
-
-	dir := filepath.Join(o.OutDir, "peers-"+res.Started.Format("20060102-150405"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("results directory: %w", err)
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
+	res.Options = resultOptions(&o, limit)
+	dir, err := harness.ResultsDir(o.OutDir, "peers", res.Started)
+	if err != nil {
 		return nil, "", err
 	}
-	for round := 1; round <= o.Rounds; round++ {
-		order := slices.Clone(o.Systems)
-		if round%2 == 0 {
-			slices.Reverse(order) // so no system always runs first or last
-		}
-		for _, sys := range order {
-			if ctx.Err() != nil {
-				return res, dir, ctx.Err()
+	for _, up := range o.Upstreams {
+		for round := 1; round <= o.Rounds; round++ {
+			order := slices.Clone(o.Systems)
+			if round%2 == 0 {
+				slices.Reverse(order) // so no system always runs first or last
 			}
-			busy, waited := waitQuiet(ctx, o.QuietCores, o.QuietLimit, o.Log)
-			o.Log.Info("measuring", "round", round, "system", sys)
-			run := measure(ctx, &o, limit, dir, round, sys)
-			run.BusyBefore, run.QuietWait = busy, waited.Seconds()
-			if run.Error != "" {
-				o.Log.Error("run failed", "round", round, "system", sys, "err", run.Error)
-			}
-			res.Runs = append(res.Runs, run)
-			if err := writeJSON(filepath.Join(dir, "results.json"), res); err != nil {
-				return res, dir, err
+			for _, sys := range order {
+				if ctx.Err() != nil {
+					return res, dir, ctx.Err()
+				}
+				busy, waited := waitQuiet(ctx, o.QuietCores, o.QuietLimit, o.Log)
+				o.Log.Info("measuring", "upstream", up, "round", round, "system", sys)
+				run := measure(ctx, &o, limit, dir, up, round, sys)
+				run.BusyBefore, run.QuietWait = busy, waited.Seconds()
+				if run.Error != "" {
+					o.Log.Error("run failed", "upstream", up, "round", round, "system", sys, "err", run.Error)
+				}
+				res.Runs = append(res.Runs, run)
+				if err := harness.WriteJSON(filepath.Join(dir, "results.json"), res); err != nil {
+					return res, dir, err
+				}
 			}
 		}
 	}
 	res.Finished = time.Now()
-	if err := writeJSON(filepath.Join(dir, "results.json"), res); err != nil {
+	if err := harness.WriteJSON(filepath.Join(dir, "results.json"), res); err != nil {
 		return res, dir, err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "table.md"), []byte(Markdown(res)), 0o644); err != nil {
@@ -95,75 +93,111 @@ func RunAll(ctx context.Context, o Options) (*Results, string, error) {
 	return res, dir, nil
 }
 
-// measure runs one system once: a fresh mockai, the system in front of it, then the
-// memory, latency and throughput phases. Both processes are stopped before it returns.
-func measure(ctx context.Context, o *Options, limit int, resultsDir string, round int, sys string) (run Run) {
-	run = Run{Round: round, System: sys}
+// measure runs one system once over upstream up: a fresh mockai -echo with the
+// system in front of it for the memory, latency and throughput phases, then a
+// fresh mockai -stream and system for the voice phase. Every process is stopped
+// before it returns.
+func measure(ctx context.Context, o *Options, limit int, resultsDir string, up proc.Upstream, round int, sys string) (run Run) {
+	run = Run{Upstream: string(up), Round: round, System: sys}
 	fail := func(err error) Run { run.Error = err.Error(); return run }
-	dir := filepath.Join(resultsDir, fmt.Sprintf("%d-%s", round, sys))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	mock, mockAddr, err := startMockai(o, dir)
-	if err != nil {
-		return fail(err)
-	}
-	defer mock.stop(5 * time.Second)
-	if err := waitReady(ctx, mock, 10*time.Second, func(ctx context.Context) error {
-		_, err := getMockStats(ctx, mockAddr)
-		return err
-	}); err != nil {
-		return fail(err)
-	}
-	target, proxy := mockAddr, (*child)(nil)
-	if sys != SysDirect {
-		proxy, target, err = launch(o, sys, dir, mockAddr, limit)
+	dir := filepath.Join(resultsDir, fmt.Sprintf("%s-%d-%s", up, round, sys))
+	if slices.ContainsFunc(echoPhases, o.phase) {
+		err := withSystem(ctx, o, up, sys, dir, []string{"-echo"}, limit, func(s *system) error {
+			// run is the named result, so the counters land in what is returned, failed or not.
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				run.Mockai, _ = s.mock.Stats(sctx)
+			}()
+			return echoPhasesOn(ctx, o, s, up, &run)
+		})
 		if err != nil {
 			return fail(err)
 		}
-		defer proxy.stop(10 * time.Second)
 	}
-	probe := newClient(target, clientKey, nil, 1024)
-	readyOf := mock
-	if proxy != nil {
-		readyOf = proxy
-	}
-	if err := waitReady(ctx, readyOf, 15*time.Second, func(ctx context.Context) error {
-		c, err := probe.open(ctx)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}); err != nil {
-		return fail(err)
-	}
-
-	// run is the named result, so the counters land in what is returned, failed or not.
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		run.Mockai, _ = getMockStats(sctx, mockAddr)
-	}()
-	if o.phase(PhaseMemory) {
-		if run.Memory, err = measureMemory(ctx, o, target, mockAddr, proxy, mock); err != nil {
+	if o.phase(PhaseVoice) {
+		stream := []string{"-stream", o.VoiceInterval.String()}
+		err := withSystem(ctx, o, up, sys, filepath.Join(dir, "voice"), stream, limit, func(s *system) error {
+			v, attempts, err := retryDisturbed(ctx, o, "voice", func() (*Voice, float64, error) {
+				v, err := measureVoice(ctx, o, s, o.voiceSessions(up))
+				if err != nil {
+					return nil, 0, err
+				}
+				return v, v.OtherCPU / v.Seconds, nil
+			})
+			if err != nil {
+				return err
+			}
+			v.Attempts, run.Voice = attempts, v
+			return nil
+		})
+		if err != nil {
 			return fail(err)
 		}
+	}
+	return run
+}
+
+// withSystem starts mockai (with mockArgs) and sys in front of it, waits until a
+// session opens through it, runs fn, and stops both.
+func withSystem(ctx context.Context, o *Options, up proc.Upstream, sys, dir string, mockArgs []string, limit int, fn func(*system) error) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	mock, err := proc.StartMockai(ctx, o.Mockai, up, mockArgs, dir, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer mock.Stop(5 * time.Second)
+	s := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig()}
+	readyOf := mock.Proc
+	if sys != SysDirect {
+		p, url, admin, err := launch(ctx, o, sys, dir, mock, limit)
+		if err != nil {
+			return err
+		}
+		defer p.Stop(10 * time.Second)
+		s.proxy, s.url, s.tls, s.admin, readyOf = p, url, nil, admin, p
+	}
+	probe, err := s.client(nil, 1024)
+	if err != nil {
+		return err
+	}
+	if err := proc.WaitReady(ctx, readyOf, 15*time.Second, func(ctx context.Context) error {
+		c, smp := probe.Open(ctx)
+		if c == nil {
+			return fmt.Errorf("%s: %s", smp.Failure, smp.Detail)
+		}
+		return c.Close()
+	}); err != nil {
+		return err
+	}
+	return fn(s)
+}
+
+// echoPhasesOn runs the memory, latency and throughput phases asked for on s.
+func echoPhasesOn(ctx context.Context, o *Options, s *system, up proc.Upstream, run *Run) error {
+	var err error
+	if o.phase(PhaseMemory) {
+		if run.Memory, err = measureMemory(ctx, o, s, o.heldSessions(up)); err != nil {
+			return err
+		}
 		// Let the proxy and mockai finish tearing the held sessions down.
-		if !sleepUntil(ctx, time.Now().Add(o.Settle)) {
-			return fail(ctx.Err())
+		if !harness.SleepUntil(ctx, time.Now().Add(o.Settle)) {
+			return ctx.Err()
 		}
 	}
 	if o.phase(PhaseLatency) {
 		var attempts int
 		run.Latency, attempts, err = retryDisturbed(ctx, o, "latency", func() (*Latency, float64, error) {
-			l, err := measureLatency(ctx, o, target, proxy, mock)
+			l, err := measureLatency(ctx, o, s)
 			if err != nil {
 				return nil, 0, err
 			}
 			return l, l.OtherCPU / l.Seconds, nil
 		})
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		run.Latency.Attempts = attempts
 	}
@@ -173,20 +207,73 @@ func measure(ctx context.Context, o *Options, limit int, resultsDir string, roun
 			msg  []byte
 		}{{"1KiB", appendEvent(o.SmallBytes)}, {"audio", audioDeltaEvent(o.AudioBytes)}} {
 			t, attempts, err := retryDisturbed(ctx, o, "throughput "+load.name, func() (*Throughput, float64, error) {
-				t, err := measureThroughput(ctx, o, target, proxy, mock, load.name, load.msg)
+				t, err := measureThroughput(ctx, o, s, load.name, load.msg)
 				if err != nil {
 					return nil, 0, err
 				}
 				return t, t.OtherCPU / t.Seconds, nil
 			})
 			if err != nil {
-				return fail(err)
+				return err
 			}
 			t.Attempts = attempts
 			run.Throughput = append(run.Throughput, *t)
 		}
 	}
-	return run
+	return nil
+}
+
+// system is what one measurement runs against: mockai, the proxy in front of it
+// (nil for direct) and the URL the load client dials.
+type system struct {
+	mock  *proc.Mockai
+	proxy *proc.Proc
+	url   string
+	tls   *tls.Config // for direct to a TLS mockai
+	admin string      // the gateway's admin listener ("" for the others)
+}
+
+// liveHeap asks the gateway for a collection (its heap profile handler runs one
+// with gc=1) and reads its live heap from the admin /metrics.
+func (s *system) liveHeap(ctx context.Context) (int64, error) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			err = fmt.Errorf("gateway admin %s: %s", path, resp.Status)
+		}
+		return resp, err
+	}
+	resp, err := get("/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp, err = get("/metrics"); err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	m, err := harness.ParseMetrics(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := m.Sum("go_memstats_heap_alloc_bytes")
+	if !ok {
+		return 0, errors.New("gateway metrics: no go_memstats_heap_alloc_bytes")
+	}
+	return int64(v), nil
+}
+
+// client makes a load client for the system, on sources, with gorilla buffers of
+// bufSize.
+func (s *system) client(sources []net.IP, bufSize int) (*load.Client, error) {
+	return newClient(s.url, clientKey, s.tls, sources, bufSize)
 }
 
 // retryDisturbed runs a timed phase, and again (up to o.Retries more times, after
@@ -211,43 +298,4 @@ func retryDisturbed[T any](ctx context.Context, o *Options, name string, phase f
 		// A shorter wait than before a system: the proxy is up and holding ports.
 		waitQuiet(ctx, o.QuietCores, o.QuietLimit/4, o.Log)
 	}
-}
-
-// snapshot copies the executable src to dst and returns the start of its SHA-256,
-// which identifies the build in the results.
-func snapshot(src, dst string) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", fmt.Errorf("binary snapshot: %w", err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return "", fmt.Errorf("binary snapshot: %w", err)
-	}
-	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(out, h), in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", fmt.Errorf("binary snapshot of %s: %w", src, err)
-	}
-	return hex.EncodeToString(h.Sum(nil))[:12], nil
-}
-
-// writeJSON replaces path with v, indented, never leaving a half-written file.
-func writeJSON(path string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode results: %w", err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	return nil
 }

@@ -2,15 +2,16 @@ package peers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
+
+	"rtgate/bench/proc"
 )
 
 // The systems a comparison can run, in their default order.
@@ -18,13 +19,17 @@ const (
 	SysDirect  = "direct"          // the load client talks to mockai itself
 	SysNginx   = "nginx"           // nginx in front of mockai
 	SysHAProxy = "haproxy"         // HAProxy in front of mockai
-	SysCaddy   = "caddy"           // Caddy in front of mockai
+	SysCaddy   = "caddy"           // Caddy in front of mockai (a reference row)
 	SysPoolOff = "rtgate-pool-off" // bin/gateway with REALTIME_POOL_SIZE=0
 	SysPoolOn  = "rtgate-pool-on"  // bin/gateway with REALTIME_POOL_SIZE=auto
 )
 
 // AllSystems is every system, in the order a round runs them.
 var AllSystems = []string{SysDirect, SysNginx, SysHAProxy, SysCaddy, SysPoolOff, SysPoolOn}
+
+// DefaultSystems leave out Caddy, a reference row for those who install it:
+// the goal is measured against HAProxy and nginx.
+var DefaultSystems = []string{SysDirect, SysNginx, SysHAProxy, SysPoolOff, SysPoolOn}
 
 // Peers are the systems the table's ratios are taken against.
 var Peers = []string{SysNginx, SysHAProxy, SysCaddy}
@@ -35,142 +40,69 @@ func isPeer(sys string) bool { return slices.Contains(Peers, sys) }
 // peers accept any key).
 const clientKey = "sk-bench-peers"
 
-// launch starts sys in front of the mockai at upstream, writing its configuration
-// and log into dir, and returns it with the address clients connect to.
-func launch(o *Options, sys, dir, upstream string, limit int) (*child, string, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
-	listen := loopback(port)
+// launch starts sys in front of mock, writing its configuration and log into dir,
+// and returns it with the URL clients connect to (always plain ws://: only the
+// upstream side changes between upstreams) and, for the gateway, its admin
+// address. Only the gateway is waited for (its /health); see withSystem.
+func launch(ctx context.Context, o *Options, sys, dir string, mock *proc.Mockai, limit int) (*proc.Proc, string, string, error) {
 	logPath := filepath.Join(dir, sys+".log")
-	var c *child
 	switch sys {
-	case SysNginx, SysHAProxy, SysCaddy:
-		conf, err := RenderConfig(sys, ConfigParams{Listen: listen, Upstream: upstream, RunDir: dir, FileLimit: limit})
-		if err != nil {
-			return nil, "", err
-		}
-		confPath := filepath.Join(dir, configFile[sys])
-		if err := os.WriteFile(confPath, conf, 0o644); err != nil {
-			return nil, "", fmt.Errorf("%s: write config: %w", sys, err)
-		}
-		switch sys {
-		case SysNginx:
-			c, err = startChild(childSpec{name: sys, logPath: logPath, deathSig: syscall.SIGTERM, bin: o.Nginx,
-				args: []string{"-p", dir, "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")}}, o.Log)
-		case SysHAProxy:
-			c, err = startChild(childSpec{name: sys, logPath: logPath, bin: o.HAProxy, args: []string{"-db", "-f", confPath}}, o.Log)
-		case SysCaddy:
-			// Caddy wants somewhere to keep its (unused) data and config state.
-			env := []string{"HOME=" + dir, "XDG_DATA_HOME=" + filepath.Join(dir, "caddy-data"),
-				"XDG_CONFIG_HOME=" + filepath.Join(dir, "caddy-config")}
-			c, err = startChild(childSpec{name: sys, logPath: logPath, env: env, bin: o.Caddy,
-				args: []string{"run", "--adapter", "caddyfile", "--config", confPath}}, o.Log)
-		}
-		if err != nil {
-			return nil, "", err
-		}
 	case SysPoolOff, SysPoolOn:
-		pool := "0"
+		set := proc.GatewaySettings(mock, "sk-mock", clientKey, "warn")
+		set["REALTIME_POOL_SIZE"] = "0"
 		if sys == SysPoolOn {
-			pool = o.Pool
+			set["REALTIME_POOL_SIZE"] = o.Pool
 		}
-		env := []string{
-			"LITELLM_MASTER_KEY=" + clientKey,
-			"OPENAI_API_KEY=sk-mock",
-			"OPENAI_API_BASE=ws://" + upstream + "/v1",
-			"HOST=127.0.0.1",
-			fmt.Sprintf("PORT=%d", port),
-			"ADMIN_ADDR=",
-			"REALTIME_POOL_SIZE=" + pool,
-			"LOG_LEVEL=warn",
-		}
-		c, err = startChild(childSpec{name: sys, logPath: logPath, env: env, bin: o.Gateway, args: o.GatewayArgs}, o.Log)
+		gw, err := proc.StartGateway(ctx, o.Gateway, o.GatewayArgs, set, logPath)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
+		return gw.Proc, gw.URL(), gw.Admin, nil
+	case SysNginx, SysHAProxy, SysCaddy:
 	default:
-		return nil, "", fmt.Errorf("unknown system %q", sys)
+		return nil, "", "", fmt.Errorf("unknown system %q", sys)
 	}
-	return c, listen, nil
-}
-
-// startMockai runs a fresh echoing mockai for one system's measurements.
-func startMockai(o *Options, dir string) (*child, string, error) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	addr := loopback(port)
-	c, err := startChild(childSpec{name: "mockai", logPath: filepath.Join(dir, "mockai.log"), bin: o.Mockai,
-		args: []string{"-addr", addr, "-echo"}}, o.Log)
+	listen := "127.0.0.1:" + strconv.Itoa(port)
+	conf, err := RenderConfig(sys, ConfigParams{Listen: listen, Upstream: mock.Addr, CAFile: mock.CAFile, RunDir: dir, FileLimit: limit})
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return c, addr, nil
-}
-
-// waitReady retries fn until it succeeds, c exits, or limit passes.
-func waitReady(ctx context.Context, c *child, limit time.Duration, fn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	var last error
-	for {
-		if done, err := c.exited(); done {
-			return fmt.Errorf("%s: %w (%v) before it was ready; see its log", c.name, errExited, err)
-		}
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		last = fn(actx)
-		acancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s: %w", c.name, limit, last)
-		case <-time.After(100 * time.Millisecond):
-		}
+	confPath := filepath.Join(dir, configFile[sys])
+	if err := os.WriteFile(confPath, conf, 0o644); err != nil {
+		return nil, "", "", fmt.Errorf("%s: write config: %w", sys, err)
 	}
-}
-
-// mockStats are the counters cmd/mockai serves at GET /mock/stats.
-type mockStats struct {
-	Upgrades  int64 `json:"upgrades"`
-	Active    int64 `json:"active"`
-	Sessions  int64 `json:"sessions"`
-	FramesIn  int64 `json:"frames_in"`
-	FramesOut int64 `json:"frames_out"`
-}
-
-func getMockStats(ctx context.Context, addr string) (mockStats, error) {
-	var st mockStats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/mock/stats", nil)
+	spec := proc.Spec{Name: sys, LogPath: logPath}
+	switch sys {
+	case SysNginx:
+		spec.Bin, spec.DeathSignal = o.Nginx, syscall.SIGTERM
+		spec.Args = []string{"-p", dir, "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")}
+	case SysHAProxy:
+		spec.Bin, spec.Args = o.HAProxy, []string{"-db", "-f", confPath}
+	case SysCaddy:
+		// Caddy wants somewhere to keep its (unused) data and config state.
+		spec.Bin, spec.Args = o.Caddy, []string{"run", "--adapter", "caddyfile", "--config", confPath}
+		spec.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "caddy-data"),
+			"XDG_CONFIG_HOME="+filepath.Join(dir, "caddy-config"))
+	}
+	p, err := proc.Start(spec)
 	if err != nil {
-		return st, err
+		return nil, "", "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, fmt.Errorf("mockai stats: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("mockai stats: HTTP %d", resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("mockai stats: %w", err)
-	}
-	return st, nil
+	return p, "ws://" + listen + "/v1/realtime?model=gpt-realtime", "", nil
 }
 
 // waitDrained waits until mockai holds no more sessions than floor, or its count has
 // not moved for two seconds (a warm pool may keep a changing number of sockets), or
 // limit passes.
-func waitDrained(ctx context.Context, addr string, floor int64, limit time.Duration, log *slog.Logger) {
+func waitDrained(ctx context.Context, mock *proc.Mockai, floor int64, limit time.Duration, log *slog.Logger) {
 	deadline := time.Now().Add(limit)
 	last, since := int64(-1), time.Now()
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		st, err := getMockStats(ctx, addr)
+		st, err := mock.Stats(ctx)
 		if err == nil {
 			if st.Active <= floor {
 				return

@@ -4,4 +4,4 @@ package proc
 
 import "syscall"
 
-func childAttr() *syscall.SysProcAttr { return nil }
+func childAttr(syscall.Signal) *syscall.SysProcAttr { return nil }

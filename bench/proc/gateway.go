@@ -10,41 +10,70 @@ import (
 	"time"
 )
 
-// StartGateway runs the gateway binary with settings in its environment, on
-// free loopback ports (it sets HOST, PORT and ADMIN_ADDR), and waits for
-// /health. A port taken between choosing and binding it shows up as an
-// early exit; it retries once with new ports. It returns the gateway's
-// host:port and its admin address.
-func StartGateway(ctx context.Context, bin string, settings map[string]string, logPath string) (*Proc, string, string, error) {
+// Gateway is a running bin/gateway.
+type Gateway struct {
+	*Proc
+	Addr  string // host:port clients connect to
+	Admin string // host:port of ADMIN_ADDR (metrics, pprof)
+}
+
+// URL is the Realtime endpoint clients dial.
+func (g *Gateway) URL() string { return "ws://" + g.Addr + "/v1/realtime?model=gpt-realtime" }
+
+// MetricsURL is the admin listener's Prometheus endpoint.
+func (g *Gateway) MetricsURL() string { return "http://" + g.Admin + "/metrics" }
+
+// GatewaySettings are the settings every benchmark's gateway runs with: the
+// client (master) key, mockai as its only upstream (with mockai's CA when it
+// serves TLS), the model, and the log level.
+func GatewaySettings(mock *Mockai, upstreamKey, masterKey, logLevel string) map[string]string {
+	set := map[string]string{
+		"LITELLM_MASTER_KEY":    masterKey,
+		"OPENAI_API_KEY":        upstreamKey,
+		"OPENAI_API_BASE":       mock.Base,
+		"OPENAI_REALTIME_MODEL": "gpt-realtime",
+		"LOG_LEVEL":             logLevel,
+	}
+	if mock.CAFile != "" {
+		set["UPSTREAM_CA_FILE"] = mock.CAFile
+	}
+	return set
+}
+
+// StartGateway runs the gateway binary with args and settings in its
+// environment, on free loopback ports (it sets HOST, PORT and ADMIN_ADDR),
+// and waits for /health. A port taken between choosing and binding it shows
+// up as an early exit; it retries once with new ports.
+func StartGateway(ctx context.Context, bin string, args []string, settings map[string]string, logPath string) (*Gateway, error) {
 	var lastErr error
 	for range 2 {
 		port, err := FreePort()
 		if err != nil {
-			return nil, "", "", err
+			return nil, err
 		}
 		adminPort, err := FreePort()
 		if err != nil {
-			return nil, "", "", err
+			return nil, err
 		}
 		hostPort := "127.0.0.1:" + strconv.Itoa(port)
 		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 		set := maps.Clone(settings)
 		set["HOST"], set["PORT"], set["ADMIN_ADDR"] = "127.0.0.1", strconv.Itoa(port), admin
-		gw, err := Start("gateway", bin, nil, GatewayEnv(os.Environ(), set), logPath, nil)
+		gw, err := Start(Spec{Name: "gateway", Bin: bin, Args: args, Env: GatewayEnv(os.Environ(), set), LogPath: logPath})
 		if err != nil {
-			return nil, "", "", err
+			return nil, err
 		}
 		err = WaitHealthy(ctx, gw, "http://"+hostPort+"/health", 20*time.Second)
 		if err == nil {
-			return gw, hostPort, admin, nil
+			return &Gateway{Proc: gw, Addr: hostPort, Admin: admin}, nil
 		}
 		_ = gw.Stop(5 * time.Second)
 		if ctx.Err() != nil {
-			return nil, "", "", ctx.Err()
+			return nil, ctx.Err()
 		}
 		lastErr = err
 	}
-	return nil, "", "", lastErr
+	return nil, lastErr
 }
 
 // GatewayEnv is the parent's environment with the gateway's settings

@@ -1,7 +1,9 @@
 // Package proc starts and stops the child processes the benchmarks run
-// (mockai and the gateway): by PID, with their output in log files, waiting
-// for mockai's ready line or the gateway's /health, and killed with the
-// benchmark if it dies (Pdeathsig on Linux).
+// (mockai, the gateway and the peer proxies): by PID, with their output in
+// log files, waiting for mockai's ready line or the gateway's /health, and
+// killed with the benchmark if it dies (Pdeathsig on Linux). It also reads
+// what a child's process tree uses (RSS and CPU, from /proc) and remembers
+// the descendants it saw, so that Stop can end a proxy's workers too.
 package proc
 
 import (
@@ -14,41 +16,64 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// Proc is a child process a benchmark started: mockai or the gateway.
+// Proc is a child process a benchmark started.
 type Proc struct {
 	name   string
 	cmd    *exec.Cmd
 	log    *os.File
 	exited chan struct{} // closed once the process has exited
 	err    error         // its exit status, valid once exited is closed
+
+	mu   sync.Mutex
+	seen map[int]uint64 // descendants seen by Usage: pid -> start time
 }
 
-// Start starts bin with args and env (nil: inherit), its output going
-// to logPath; stdout, if not nil, receives stdout instead.
-func Start(name, bin string, args, env []string, logPath string, stdout io.Writer) (*Proc, error) {
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%s binary: %w", name, err)
+// Spec says how to start a child.
+type Spec struct {
+	Name, Bin string
+	Args      []string
+	// Env is the child's whole environment (nil: this process's own).
+	Env []string
+	// LogPath receives the child's stdout and stderr; Stdout, if not nil,
+	// receives stdout instead.
+	LogPath string
+	Stdout  io.Writer
+	// DeathSignal is what the kernel sends the child if the benchmark dies
+	// without stopping it (0: SIGKILL). nginx gets SIGTERM: its workers
+	// outlive a killed master, while on SIGTERM the master takes them down.
+	DeathSignal syscall.Signal
+}
+
+// Start starts the child described by s.
+func Start(s Spec) (*Proc, error) {
+	if _, err := os.Stat(s.Bin); err != nil {
+		return nil, fmt.Errorf("%s binary: %w", s.Name, err)
 	}
-	log, err := os.Create(logPath)
+	log, err := os.Create(s.LogPath)
 	if err != nil {
-		return nil, fmt.Errorf("%s log: %w", name, err)
+		return nil, fmt.Errorf("%s log: %w", s.Name, err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
+	cmd := exec.Command(s.Bin, s.Args...)
+	cmd.Env = s.Env
 	cmd.Stdout, cmd.Stderr = log, log
-	if stdout != nil {
-		cmd.Stdout = stdout
+	if s.Stdout != nil {
+		cmd.Stdout = s.Stdout
 	}
-	cmd.SysProcAttr = childAttr()
+	sig := s.DeathSignal
+	if sig == 0 {
+		sig = syscall.SIGKILL
+	}
+	cmd.SysProcAttr = childAttr(sig)
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, fmt.Errorf("start %s: %w", s.Name, err)
 	}
-	p := &Proc{name: name, cmd: cmd, log: log, exited: make(chan struct{})}
+	p := &Proc{name: s.Name, cmd: cmd, log: log, exited: make(chan struct{}), seen: map[int]uint64{}}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)
@@ -66,10 +91,13 @@ func (p *Proc) Running() bool {
 	}
 }
 
-// Stop ends the process by its PID: SIGTERM, then SIGKILL after grace.
+// Stop ends the process by its PID: SIGTERM, then SIGKILL after grace;
+// then SIGKILL for every descendant Usage saw that is still the same
+// process (same PID and start time, so a reused PID is never signalled).
 // It returns the exit status; it is safe to call more than once.
 func (p *Proc) Stop(grace time.Duration) error {
 	if p.Running() {
+		_, _ = p.Usage() // learn the current descendants before the root goes
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		t := time.NewTimer(grace)
 		select {
@@ -80,8 +108,33 @@ func (p *Proc) Stop(grace time.Duration) error {
 		}
 		t.Stop()
 	}
+	p.mu.Lock()
+	for pid, start := range p.seen {
+		if st, err := procStat(pid); err == nil && st.Starttime == start {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		delete(p.seen, pid)
+	}
+	p.mu.Unlock()
 	_ = p.log.Close()
 	return p.err
+}
+
+// Usage is the RSS and CPU of the process and its descendants now.
+func (p *Proc) Usage() (Usage, error) {
+	if !p.Running() {
+		return Usage{}, fmt.Errorf("%s exited: %v", p.name, p.err)
+	}
+	u, err := treeUsage(procRoot, p.PID())
+	if err != nil {
+		return Usage{}, fmt.Errorf("%s: %w", p.name, err)
+	}
+	p.mu.Lock()
+	for _, c := range u.Procs[1:] {
+		p.seen[c.PID] = c.Starttime
+	}
+	p.mu.Unlock()
+	return u, nil
 }
 
 func (p *Proc) ExitError() error {
@@ -123,69 +176,38 @@ func LogProblems(path string, max int) ([]string, error) {
 	return out, sc.Err()
 }
 
-const mockaiReadyPrefix = "mockai listening on "
-
-// StartMockai runs mockai on a kernel-chosen loopback port and returns it
-// with its base URL once it prints its ready line.
-func StartMockai(ctx context.Context, bin string, args []string, logPath string, wait time.Duration) (*Proc, string, error) {
-	pr, pw := io.Pipe()
-	p, err := Start("mockai", bin, append([]string{"-addr", "127.0.0.1:0"}, args...), nil, logPath, pw)
-	if err != nil {
-		return nil, "", err
-	}
-	ready := make(chan string, 1)
-	go func() {
-		// The first line is the address; the rest goes to the log, so the
-		// child never blocks on a full pipe.
-		sc := bufio.NewScanner(pr)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			if !sent && strings.HasPrefix(line, mockaiReadyPrefix) {
-				ready <- strings.TrimSpace(strings.TrimPrefix(line, mockaiReadyPrefix))
-				sent = true
-				continue
-			}
-			fmt.Fprintln(p.log, line)
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		<-p.exited
-		pw.Close()
-	}()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case base := <-ready:
-		return p, base, nil
-	case <-p.exited:
-		return nil, "", p.ExitError()
-	case <-ctx.Done():
-		p.Stop(2 * time.Second)
-		return nil, "", ctx.Err()
-	case <-t.C:
-		p.Stop(2 * time.Second)
-		return nil, "", fmt.Errorf("mockai printed no %q line within %v", mockaiReadyPrefix, wait)
-	}
-}
-
 // WaitHealthy polls url until it answers 200, the process exits, ctx ends
 // or wait passes.
 func WaitHealthy(ctx context.Context, p *Proc, url string, wait time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(wait)
-	for {
+	return WaitReady(ctx, p, wait, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		if resp, err := client.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		return nil
+	})
+}
+
+// WaitReady retries probe (each try bounded to 2 s) every 50 ms until it
+// succeeds, the process exits, ctx ends or wait passes.
+func WaitReady(ctx context.Context, p *Proc, wait time.Duration, probe func(context.Context) error) error {
+	deadline := time.Now().Add(wait)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := probe(pctx)
+		cancel()
+		if err == nil {
+			return nil
 		}
 		select {
 		case <-p.exited:
@@ -195,13 +217,13 @@ func WaitHealthy(ctx context.Context, p *Proc, url string, wait time.Duration) e
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s did not answer 200 within %v; last log lines:\n%s", p.name, url, wait, Tail(p.log.Name(), 20))
+			return fmt.Errorf("%s not ready within %v (%v); last log lines:\n%s", p.name, wait, err, Tail(p.log.Name(), 20))
 		}
 	}
 }
 
 // FreePort asks the kernel for an unused loopback port. Another process
-// could take it before the gateway binds it; the caller retries then.
+// could take it before the child binds it; the caller retries then.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -210,6 +232,9 @@ func FreePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Name is the name the process was started with.
+func (p *Proc) Name() string { return p.name }
 
 // Exited is closed once the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }

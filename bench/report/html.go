@@ -1,6 +1,7 @@
 package report
 
 import (
+	_ "embed"
 	"fmt"
 	"html/template"
 	"io"
@@ -26,6 +27,12 @@ type Series struct {
 }
 
 // Chart is one CDF chart (one phase, one line per setup).
+//
+// The charts are written by hand as inline SVG on purpose: the report must open
+// offline, from a results folder or a mail attachment, with no script and
+// nothing fetched; Go's charting libraries either render bitmaps or emit
+// JavaScript, and a step line per series with labelled axes is a few dozen
+// lines here.
 type Chart struct {
 	Title  string
 	Series []Series
@@ -43,30 +50,12 @@ type Page struct {
 // palette colours the series in order (colour-blind friendly).
 var palette = []string{"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9"}
 
-var pageTmpl = template.Must(template.New("page").Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:72em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}
-th:first-child,td:first-child{text-align:left}
-th{background:#f3f3f3}
-.charts{display:flex;flex-wrap:wrap;gap:1em}
-svg{background:#fff;border:1px solid #ddd}
-p.note{color:#444;margin:0.3em 0}
-</style></head><body>
-<h1>{{.Title}}</h1>
-<p class="note">Generated {{.Generated.Format "2006-01-02 15:04:05 MST"}}</p>
-{{range .Notes}}<p class="note">{{.}}</p>
-{{end}}
-{{range .Tables}}<h2>{{.Title}}</h2>
-<table><thead><tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr></thead>
-<tbody>{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</tbody></table>
-{{end}}
-{{if .Charts}}<h2>Latency distributions (CDF, log scale)</h2>
-<div class="charts">{{range .SVGs}}{{.}}{{end}}</div>{{end}}
-</body></html>
-`))
+// pageTmpl lays out the report; the HTML is a file of its own so it reads as HTML.
+//
+//go:embed page.html.tmpl
+var pageHTML string
+
+var pageTmpl = template.Must(template.New("page").Parse(pageHTML))
 
 // WriteHTML writes the page. It is self-contained: inline CSS and SVG, no
 // scripts, no external resources, so it renders offline.

@@ -64,14 +64,20 @@ func phaseRows(s load.Summary) [][]string {
 
 // failureTable lists failures by class, most frequent first ("" if none).
 func failureTable(failures map[string]int) string {
-	if len(failures) == 0 {
+	return countTable("failure", "calls", failures)
+}
+
+// countTable lists counts by class, most frequent first, preceded by a blank
+// line ("" if there are none).
+func countTable(what, unit string, counts map[string]int) string {
+	if len(counts) == 0 {
 		return ""
 	}
 	var rows [][]string
-	for _, class := range load.FailureClasses(failures) {
-		rows = append(rows, []string{class, fmt.Sprint(failures[class])})
+	for _, class := range load.FailureClasses(counts) {
+		rows = append(rows, []string{class, fmt.Sprint(counts[class])})
 	}
-	return MarkdownTable([]string{"failure", "calls"}, "lr", rows)
+	return "\n" + MarkdownTable([]string{what, unit}, "lr", rows)
 }
 
 // RunMarkdown renders one run: a headline, the phase table (percentiles by
@@ -82,9 +88,7 @@ func RunMarkdown(s load.Summary) string {
 	fmt.Fprintf(&b, "calls %d, ok %d (%s), wall %.1f s, %.1f calls/s\n\n",
 		s.Calls, s.OK, formatPercent(s.SuccessRate), s.Wall.Seconds(), s.Throughput)
 	b.WriteString(MarkdownTable([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(s)))
-	if f := failureTable(s.Failures); f != "" {
-		b.WriteString("\n" + f)
-	}
+	b.WriteString(failureTable(s.Failures))
 	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys, %.1f ms per 1,000 calls\n",
 		stats.Millis(s.CPU), stats.Millis(s.CPUPer1000))
 	return b.String()
@@ -112,17 +116,34 @@ func HoldMarkdown(r *load.HoldResult) string {
 			failures[s.Failure]++
 		}
 	}
-	if f := failureTable(failures); f != "" {
-		b.WriteString("\n" + f)
-	}
-	if len(r.Lost) > 0 {
-		var lost [][]string
-		for _, class := range load.FailureClasses(r.Lost) {
-			lost = append(lost, []string{class, fmt.Sprint(r.Lost[class])})
-		}
-		b.WriteString("\n" + MarkdownTable([]string{"lost during hold", "sessions"}, "lr", lost))
-	}
+	b.WriteString(failureTable(failures))
+	b.WriteString(countTable("lost during hold", "sessions", r.Lost))
 	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys; memory: %.1f KiB per established session (heap + stacks)\n",
 		stats.Millis(r.CPU), float64(r.MemPerSession)/1024)
+	return b.String()
+}
+
+// VoiceMarkdown renders a sustained voice run: sessions, appends sent on time,
+// deltas received, against the schedule.
+func VoiceMarkdown(r *load.VoiceResult) string {
+	var b strings.Builder
+	ratio := func(n, of int64) string {
+		if of == 0 {
+			return "-"
+		}
+		return formatPercent(float64(n) / float64(of))
+	}
+	rows := [][]string{
+		{"sessions opened", fmt.Sprintf("%d of %d", r.Opened, r.Sessions), ""},
+		{"appends sent", fmt.Sprintf("%d of %d", r.Sent, r.SentExpected), ratio(r.Sent, r.SentExpected)},
+		{"late sends (> half an interval)", fmt.Sprint(r.LateSends), ratio(r.LateSends, r.Sent)},
+		{"deltas received", fmt.Sprintf("%d of %d", r.Received, r.RecvExpected), ratio(r.Received, r.RecvExpected)},
+	}
+	b.WriteString(MarkdownTable([]string{"voice", "count", "share"}, "lrr", rows))
+	fmt.Fprintf(&b, "\n%v of audio every %v both ways for %v (opened in %.1f s); worst late send %s\n",
+		r.Interval, r.Interval, r.Window, r.OpenTime.Seconds(), FormatMS(r.MaxLate))
+	b.WriteString(failureTable(r.Failures))
+	b.WriteString(countTable("lost while streaming", "sessions", r.Lost))
+	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys over the window\n", stats.Millis(r.CPU))
 	return b.String()
 }

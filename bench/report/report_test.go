@@ -189,3 +189,22 @@ func TestWriteHTML(t *testing.T) {
 		}
 	}
 }
+
+func TestVoiceMarkdown(t *testing.T) {
+	md := VoiceMarkdown(&load.VoiceResult{Sessions: 10, Opened: 9, Failures: map[string]int{"handshake_429": 1},
+		Lost: map[string]int{"unexpected_close_1006": 2}, Window: time.Second, Interval: 20 * time.Millisecond,
+		SentExpected: 450, Sent: 440, LateSends: 11, MaxLate: 31 * time.Millisecond, RecvExpected: 450, Received: 405})
+	for _, want := range []string{
+		"| sessions opened | 9 of 10 |",
+		"| appends sent | 440 of 450 | 97.8% |",
+		"| late sends (> half an interval) | 11 | 2.5% |",
+		"| deltas received | 405 of 450 | 90.0% |",
+		"worst late send 31.0 ms",
+		"| handshake_429 | 1 |",
+		"| lost while streaming | sessions |", "| unexpected_close_1006 | 2 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("voice report lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -1,16 +1,16 @@
 package soak
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
+
+	"rtgate/bench/harness"
 )
 
 // Reading is one scrape of the gateway's admin /metrics.
@@ -48,98 +48,39 @@ const (
 	mMisses       = "rtgate_pool_misses_total"
 )
 
-// watched are the metrics parseMetrics keeps.
-var watched = map[string]bool{mRSS: true, mFDs: true, mGoroutines: true, mHeapInuse: true, mHeapAlloc: true, mSessionsOpen: true,
-	mSessionsEnd: true, mWarm: true, mHits: true, mMisses: true}
-
 // required are the metrics a reading cannot do without.
 var required = []string{mRSS, mFDs, mGoroutines, mSessionsOpen}
 
-// parseMetrics reads the Prometheus text format, keeping what the soak
-// watches. Series with labels are summed, except rtgate_sessions_total,
-// kept by outcome.
+// parseMetrics reads the Prometheus text format (with expfmt), keeping what
+// the soak watches. Series with labels are summed, except
+// rtgate_sessions_total, kept by outcome.
 func parseMetrics(r io.Reader) (Reading, error) {
-	rd := Reading{Outcomes: map[string]int64{}}
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, labels, rest := line, "", ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if strings.HasPrefix(rest, "{") {
-			end := strings.LastIndexByte(rest, '}')
-			if end < 0 {
-				return rd, fmt.Errorf("metrics: bad line %q", line)
-			}
-			labels, rest = rest[1:end], rest[end+1:]
-		}
-		if !watched[name] {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return rd, fmt.Errorf("metrics: no value in %q", line)
-		}
-		f, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return rd, fmt.Errorf("metrics: bad value in %q: %w", line, err)
-		}
-		v := int64(f)
-		switch name {
-		case mRSS:
-			rd.RSS += v
-		case mFDs:
-			rd.FDs += v
-		case mGoroutines:
-			rd.Goroutines += v
-		case mHeapInuse:
-			rd.HeapInuse += v
-		case mHeapAlloc:
-			rd.HeapAlloc += v
-		case mSessionsOpen:
-			rd.SessionsOpen += v
-		case mWarm:
-			rd.WarmSockets += v
-		case mHits:
-			rd.PoolHits += v
-		case mMisses:
-			rd.PoolMisses += v
-		case mSessionsEnd:
-			rd.Outcomes[labelValue(labels, "outcome")] += v
-		}
-		seen[name] = true
-	}
-	if err := sc.Err(); err != nil {
-		return rd, fmt.Errorf("metrics: %w", err)
+	m, err := harness.ParseMetrics(r)
+	if err != nil {
+		return Reading{}, err
 	}
 	var missing []string
 	for _, name := range required {
-		if !seen[name] {
+		if _, ok := m[name]; !ok {
 			missing = append(missing, name)
 		}
 	}
 	if len(missing) > 0 {
-		return rd, fmt.Errorf("metrics: %s missing", strings.Join(missing, ", "))
+		return Reading{}, fmt.Errorf("metrics: %s missing", strings.Join(missing, ", "))
+	}
+	sum := func(name string) int64 {
+		v, _ := m.Sum(name)
+		return int64(v)
+	}
+	rd := Reading{
+		RSS: sum(mRSS), FDs: sum(mFDs), Goroutines: sum(mGoroutines), HeapInuse: sum(mHeapInuse), HeapAlloc: sum(mHeapAlloc),
+		SessionsOpen: sum(mSessionsOpen), WarmSockets: sum(mWarm), PoolHits: sum(mHits), PoolMisses: sum(mMisses),
+		Outcomes: map[string]int64{},
+	}
+	for outcome, v := range m.SumBy(mSessionsEnd, "outcome") {
+		rd.Outcomes[outcome] = int64(v)
 	}
 	return rd, nil
-}
-
-// labelValue finds name="value" in a label set (values the gateway uses
-// hold no quotes or commas).
-func labelValue(labels, name string) string {
-	for _, kv := range strings.Split(labels, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if ok && k == name {
-			return strings.Trim(v, `"`)
-		}
-	}
-	return ""
 }
 
 // admin talks to the gateway's admin listener.

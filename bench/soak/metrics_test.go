@@ -20,6 +20,7 @@ process_resident_memory_bytes 5.24288e+07
 rtgate_sessions_open 3
 rtgate_sessions_total{outcome="client_closed"} 10
 rtgate_sessions_total{outcome="upstream_lost"} 2
+rtgate_sessions_total{outcome="odd, \"quoted\" } outcome"} 5
 rtgate_pool_warm_sockets{key="58f66862",model="gpt-realtime"} 2
 rtgate_pool_warm_sockets{key="85cd30ff",model="gpt-realtime"} 4
 rtgate_pool_hits_total{key="85cd30ff",model="gpt-realtime"} 7
@@ -39,15 +40,17 @@ func TestParseMetrics(t *testing.T) {
 	if !reflect.DeepEqual(rd, want) {
 		t.Errorf("reading %+v, want %+v", rd, want)
 	}
-	if rd.Outcomes["client_closed"] != 10 || rd.Outcomes["upstream_lost"] != 2 || len(rd.Outcomes) != 2 {
+	// A label value with a comma, quotes and a brace is read whole.
+	if rd.Outcomes["client_closed"] != 10 || rd.Outcomes["upstream_lost"] != 2 || rd.Outcomes[`odd, "quoted" } outcome`] != 5 ||
+		len(rd.Outcomes) != 3 {
 		t.Errorf("outcomes %v", rd.Outcomes)
 	}
 
 	for _, tt := range []struct{ name, text, want string }{
 		{"missing", "go_goroutines 1\nprocess_open_fds 2\n", "process_resident_memory_bytes, rtgate_sessions_open missing"},
-		{"bad value", strings.Replace(sampleMetrics, "process_open_fds 17", "process_open_fds many", 1), `bad value in "process_open_fds many"`},
-		{"no value", strings.Replace(sampleMetrics, "process_open_fds 17", "process_open_fds", 1), `no value in "process_open_fds"`},
-		{"bad labels", strings.Replace(sampleMetrics, `{outcome="client_closed"}`, `{outcome="client_closed"`, 1), "bad line"},
+		{"bad value", strings.Replace(sampleMetrics, "process_open_fds 17", "process_open_fds many", 1), `line 6: expected float as value, got "`},
+		{"no value", strings.Replace(sampleMetrics, "process_open_fds 17", "process_open_fds", 1), `line 6: expected float as value, got "`},
+		{"bad labels", strings.Replace(sampleMetrics, `{outcome="client_closed"}`, `{outcome="client_closed"`, 1), "metrics: text format parsing error"},
 	} {
 		if _, err := parseMetrics(strings.NewReader(tt.text)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want %q", tt.name, err, tt.want)

@@ -1,14 +1,13 @@
 package soak
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
+	"rtgate/bench/load"
+	"rtgate/bench/proc"
 	"rtgate/bench/report"
-	"slices"
 	"strings"
 	"time"
 )
@@ -67,6 +66,7 @@ type ReportConfig struct {
 	PoolMaxIdle      string  `json:"pool_max_idle"`
 	Margins          Margins `json:"margins"`
 	Settle           string  `json:"settle"`
+	Upstream         string  `json:"upstream"` // "plain" (ws://) or "tls" (wss://)
 }
 
 func reportConfig(c Config) ReportConfig {
@@ -75,7 +75,7 @@ func reportConfig(c Config) ReportConfig {
 		CallTimeout: c.CallTimeout.String(), Profile: c.Profile,
 		MaxStalledBytes: c.MaxStalledBytes, MaxMessageBytes: c.MaxMessageBytes,
 		HandshakeTimeout: c.HandshakeTimeout.String(), PoolMaxIdle: c.PoolMaxIdle.String(),
-		Margins: c.Margins, Settle: c.Settle.String(),
+		Margins: c.Margins, Settle: c.Settle.String(), Upstream: string(c.Upstream),
 	}
 }
 
@@ -171,9 +171,9 @@ func (r *Report) Markdown() string {
 	c := r.Config
 	fmt.Fprintf(&b, "# rtgate soak: %s\n\n", verdict)
 	fmt.Fprintf(&b, "%s of load (%s wall), %d concurrent sessions, %.0f%% with an injected fault (seed %d); "+
-		"gateway pool auto (min 0, idle %s), MAX_STALLED_BYTES %d, MAX_MESSAGE_BYTES %d, handshake timeout %s.\n\n",
+		"gateway pool auto (min 0, idle %s), MAX_STALLED_BYTES %d, MAX_MESSAGE_BYTES %d, handshake timeout %s; %s upstream.\n\n",
 		c.Duration, r.Wall.Round(time.Second), c.Concurrency, 100*c.FaultRate, c.Seed, c.PoolMaxIdle,
-		c.MaxStalledBytes, c.MaxMessageBytes, c.HandshakeTimeout)
+		c.MaxStalledBytes, c.MaxMessageBytes, c.HandshakeTimeout, proc.Upstream(c.Upstream).Describe())
 	if len(r.Problems) > 0 {
 		b.WriteString("**Problems:**\n\n")
 		for _, p := range r.Problems {
@@ -190,7 +190,7 @@ func (r *Report) Markdown() string {
 
 	b.WriteString("### Failed, by cause\n\n")
 	var rows [][]string
-	for _, cause := range sortedByCount(n.FailedByCause) {
+	for _, cause := range load.FailureClasses(n.FailedByCause) {
 		var from []string
 		unexplained := 0
 		for _, k := range n.Kinds {
@@ -211,7 +211,7 @@ func (r *Report) Markdown() string {
 	rows = nil
 	for _, k := range n.Kinds {
 		var ended []string
-		for _, cause := range sortedByCount(k.Causes) {
+		for _, cause := range load.FailureClasses(k.Causes) {
 			ended = append(ended, fmt.Sprintf("%s %d", cause, k.Causes[cause]))
 		}
 		rows = append(rows, []string{string(k.Kind), k.Fault, itoa(k.Attempted), itoa(k.Completed), itoa(k.Unexplained),
@@ -276,7 +276,7 @@ func (r *Report) Markdown() string {
 
 	b.WriteString("## The gateway's own count\n\n")
 	var outs []string
-	for _, o := range sortedByCount(r.GatewayOutcomes) {
+	for _, o := range load.FailureClasses(r.GatewayOutcomes) {
 		outs = append(outs, fmt.Sprintf("%s %d", o, r.GatewayOutcomes[o]))
 	}
 	fmt.Fprintf(&b, "rtgate_sessions_total during the soak: %d (%s); the soak's upgraded sessions: %d.\n",
@@ -285,18 +285,6 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "Warm pool: %d hits, %d misses (%.0f%% hits).\n", r.PoolHits, r.PoolMisses, 100*float64(r.PoolHits)/float64(t))
 	}
 	return b.String()
-}
-
-// sortedByCount lists keys by descending count, then name.
-func sortedByCount[V int | int64](m map[string]V) []string {
-	keys := slices.Collect(maps.Keys(m))
-	slices.SortFunc(keys, func(a, b string) int {
-		if c := cmp.Compare(m[b], m[a]); c != 0 {
-			return c
-		}
-		return strings.Compare(a, b)
-	})
-	return keys
 }
 
 func itoa(v int) string     { return fmt.Sprint(v) }

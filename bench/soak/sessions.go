@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -248,7 +247,8 @@ func (r *runner) open(ctx context.Context, d *websocket.Dialer, query string) (*
 			s.close()
 			return nil, fromErr(ctx, err)
 		}
-		switch eventType(msg) {
+		typ, _ := load.EventType(msg) // not JSON: neither, read on
+		switch typ {
 		case "session.created":
 			return s, outcome{upgraded: true}
 		case "error":
@@ -497,15 +497,6 @@ func fromErr(ctx context.Context, err error) outcome {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
-}
-
-// eventType returns a server event's type ("" if it has none).
-func eventType(msg []byte) string {
-	var ev struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(msg, &ev)
-	return ev.Type
 }
 
 func fillRandom(r *rand.Rand, b []byte) {

@@ -72,15 +72,3 @@ func TestRawRequest(t *testing.T) {
 		}
 	}
 }
-
-func TestEventType(t *testing.T) {
-	for msg, want := range map[string]string{
-		`{"event_id":"e1","session":{"type":"realtime"},"type":"session.created"}`: "session.created",
-		`{"type":"error","error":{"type":"server_error"}}`:                         "error",
-		`not json`: "",
-	} {
-		if got := eventType([]byte(msg)); got != want {
-			t.Errorf("eventType(%s) = %q, want %q", msg, got, want)
-		}
-	}
-}

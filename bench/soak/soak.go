@@ -4,17 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
-	"rtgate/bench/proc"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"rtgate/bench/harness"
+	"rtgate/bench/proc"
 )
 
 // Profile is mockai's behaviour for normal sessions.
@@ -59,7 +58,9 @@ func (m Margins) rssAllowed(start int64) int64 {
 
 // Config is one soak run.
 type Config struct {
-	MockaiBin, GatewayBin string
+	// Settings.Progress receives progress lines and, at once, every
+	// unexplained session.
+	harness.Settings
 	// Duration is how long new sessions start; sessions in flight then
 	// finish (each bounded by CallTimeout).
 	Duration    time.Duration
@@ -90,20 +91,15 @@ type Config struct {
 	// SampleEvery is the /metrics scrape interval.
 	SampleEvery     time.Duration
 	GatewayLogLevel string
-
-	// OutDir receives a soak-<timestamp> directory.
-	OutDir string
-	// Progress, if not nil, receives progress lines and, at once, every
-	// unexplained session.
-	Progress io.Writer
-	// Now is the clock for the directory name (nil: time.Now).
-	Now func() time.Time
 }
 
 // DefaultConfig is what `wsbench soak` runs without flags.
 func DefaultConfig() Config {
 	return Config{
-		MockaiBin: "bin/mockai", GatewayBin: "bin/gateway",
+		// mockai serves plain ws:// here, so the soak's figures stay
+		// comparable; -upstream tls runs it over wss://.
+		Settings: harness.Settings{MockaiBin: "bin/mockai", GatewayBin: "bin/gateway", Upstream: proc.UpstreamPlain,
+			OutDir: filepath.Join("bench", "results")},
 		Duration: 3 * time.Minute, Concurrency: 100, FaultRate: 0.3,
 		CallTimeout: 30 * time.Second,
 		// About 0.3 s a call: 10 deltas of 200 ms of audio (12.8 KB of
@@ -122,15 +118,12 @@ func DefaultConfig() Config {
 		Settle:          90 * time.Second,
 		SampleEvery:     time.Second,
 		GatewayLogLevel: "warn",
-		OutDir:          filepath.Join("bench", "results"),
 	}
 }
 
 func (c Config) validate() error {
 	var errs []error
-	if c.MockaiBin == "" || c.GatewayBin == "" {
-		errs = append(errs, errors.New("the mockai and gateway binaries are both needed"))
-	}
+	errs = append(errs, c.Settings.Check(true)...)
 	if c.Duration <= 0 || c.Concurrency <= 0 || c.CallTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("duration, concurrency and call timeout must be positive (got %v, %d, %v)",
 			c.Duration, c.Concurrency, c.CallTimeout))
@@ -169,46 +162,33 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
-	for _, bin := range []string{cfg.MockaiBin, cfg.GatewayBin} {
-		if _, err := os.Stat(bin); err != nil {
-			return nil, fmt.Errorf("soak: %w (build it first: go build -o %s ./cmd/%s)", err, bin, filepath.Base(bin))
-		}
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Seed == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		cfg.Seed = binary.LittleEndian.Uint64(b[:]) | 1
 	}
-	started := cfg.Now()
-	dir := filepath.Join(cfg.OutDir, "soak-"+started.Format("20060102-150405"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("soak: results directory: %w", err)
-	}
-	say := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, format+"\n", args...)
-		}
+	dir, started, say, err := cfg.Begin("soak", true)
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
 	}
 
-	upstreamKey, masterKey := randomKey("sk-mock-"), randomKey("sk-gw-")
+	upstreamKey, masterKey := harness.RandomKey("sk-mock-"), harness.RandomKey("sk-gw-")
 	// A stall outlasts any session, so only the gateway can end one.
 	stallFor := cfg.CallTimeout + 15*time.Second
 	mockArgs := append([]string{"-key", upstreamKey, "-faults-from-query", "-stall-for", stallFor.String()}, cfg.Profile.args()...)
-	mock, base, err := proc.StartMockai(ctx, cfg.MockaiBin, mockArgs, filepath.Join(dir, "mockai.log"), 15*time.Second)
+	mock, err := proc.StartMockai(ctx, cfg.MockaiBin, cfg.Upstream, mockArgs, dir, 15*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	defer mock.Stop(5 * time.Second)
-	gw, url, adminAddr, err := startGateway(ctx, cfg, base, upstreamKey, masterKey, filepath.Join(dir, "gateway.log"))
+	gw, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, gatewaySettings(cfg, mock, upstreamKey, masterKey), filepath.Join(dir, "gateway.log"))
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	defer gw.Stop(10 * time.Second)
+	url, adminAddr := gw.URL(), gw.Admin
 	say("soak: mockai pid %d at %s; gateway pid %d at %s (admin %s); seed %d",
-		mock.PID(), base, gw.PID(), url, adminAddr, cfg.Seed)
+		mock.PID(), mock.Base, gw.PID(), url, adminAddr, cfg.Seed)
 
 	rep := &Report{Config: reportConfig(cfg), Started: started, Dir: dir}
 	adm := newAdmin(adminAddr)
@@ -218,8 +198,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	// The baseline: an idle gateway, after a collection.
-	if err := sleepCtx(ctx, time.Second); err != nil {
-		return interrupted(rep, gw, mock)
+	if err := harness.Sleep(ctx, time.Second); err != nil {
+		return interrupted(rep, gw.Proc, mock.Proc)
 	}
 	start, err := settledReading(ctx, adm)
 	if err != nil {
@@ -283,7 +263,7 @@ func interrupted(rep *Report, procs ...*proc.Proc) (*Report, error) {
 
 // runLoad runs the workers until the duration is over (or ctx ends) and
 // every session they started has finished.
-func runLoad(ctx context.Context, cfg Config, r *runner, tally *Tally, loadStart time.Time, smp *sampler, say func(string, ...any)) {
+func runLoad(ctx context.Context, cfg Config, r *runner, tally *Tally, loadStart time.Time, smp *sampler, say harness.Say) {
 	deadline := loadStart.Add(cfg.Duration)
 	mix, _ := faultMix(cfg.Faults) // checked by validate
 	var next atomic.Int64
@@ -329,7 +309,7 @@ func settledReading(ctx context.Context, adm *admin) (Reading, error) {
 			return Reading{}, err
 		}
 	}
-	if err := sleepCtx(ctx, time.Second); err != nil {
+	if err := harness.Sleep(ctx, time.Second); err != nil {
 		return Reading{}, err
 	}
 	return adm.read(ctx)
@@ -354,33 +334,23 @@ func settle(ctx context.Context, adm *admin, cfg Config, start Reading, smp *sam
 		} else if err == nil {
 			last = rd
 		}
-		if time.Now().After(deadline) || sleepCtx(ctx, time.Second) != nil {
+		if time.Now().After(deadline) || harness.Sleep(ctx, time.Second) != nil {
 			return last, false
 		}
 	}
 }
 
-// startGateway runs the gateway with the soak's configuration and returns
-// it with its client URL and admin address.
-func startGateway(ctx context.Context, cfg Config, base, upstreamKey, masterKey, logPath string) (*proc.Proc, string, string, error) {
-	gw, hostPort, admin, err := proc.StartGateway(ctx, cfg.GatewayBin, map[string]string{
-		"LITELLM_MASTER_KEY":          masterKey,
-		"OPENAI_API_KEY":              upstreamKey,
-		"OPENAI_API_BASE":             base,
-		"OPENAI_REALTIME_MODEL":       "gpt-realtime",
-		"LOG_LEVEL":                   cfg.GatewayLogLevel,
-		"REALTIME_POOL_SIZE":          "auto",
-		"REALTIME_POOL_MIN":           "0",
-		"REALTIME_POOL_MAX_IDLE_SECS": secs(cfg.PoolMaxIdle),
-		"MAX_STALLED_BYTES":           strconv.Itoa(cfg.MaxStalledBytes),
-		"MAX_MESSAGE_BYTES":           strconv.Itoa(cfg.MaxMessageBytes),
-		"HANDSHAKE_TIMEOUT_SECS":      secs(cfg.HandshakeTimeout),
-		"DRAIN_TIMEOUT":               "5",
-	}, logPath)
-	if err != nil {
-		return nil, "", "", err
-	}
-	return gw, "ws://" + hostPort + "/v1/realtime?model=gpt-realtime", admin, nil
+// gatewaySettings is the soak's gateway configuration (see Config).
+func gatewaySettings(cfg Config, mock *proc.Mockai, upstreamKey, masterKey string) map[string]string {
+	set := proc.GatewaySettings(mock, upstreamKey, masterKey, cfg.GatewayLogLevel)
+	set["REALTIME_POOL_SIZE"] = "auto"
+	set["REALTIME_POOL_MIN"] = "0"
+	set["REALTIME_POOL_MAX_IDLE_SECS"] = secs(cfg.PoolMaxIdle)
+	set["MAX_STALLED_BYTES"] = strconv.Itoa(cfg.MaxStalledBytes)
+	set["MAX_MESSAGE_BYTES"] = strconv.Itoa(cfg.MaxMessageBytes)
+	set["HANDSHAKE_TIMEOUT_SECS"] = secs(cfg.HandshakeTimeout)
+	set["DRAIN_TIMEOUT"] = "5"
+	return set
 }
 
 func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
@@ -393,21 +363,4 @@ func diffOutcomes(before, after map[string]int64) map[string]int64 {
 		}
 	}
 	return out
-}
-
-func randomKey(prefix string) string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

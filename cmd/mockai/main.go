@@ -55,6 +55,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.StallFor, "stall-for", 0, "fault: drop a stalled connection this long after session.created (0 = never)")
 	fs.BoolVar(&o.cfg.FaultsFromQuery, "faults-from-query", false, "let each connection pick a fault with ?fault=drop|close|malformed|stall|<status>&fault_after=N")
 	fs.BoolVar(&o.cfg.Echo, "echo", false, "after session.created, send every data message back verbatim instead of answering it")
+	fs.DurationVar(&o.cfg.Stream.Interval, "stream", 0, "voice mode: after the client's first message, send an audio delta every interval (e.g. 20ms) and drop what the client sends")
+	fs.IntVar(&o.cfg.Stream.Bytes, "stream-bytes", 0, "with -stream: PCM bytes per delta (0 = 24 kHz for one interval, 960 for 20ms)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -34,6 +34,7 @@ type benchOptions struct {
 	hold           int
 	holdFor        time.Duration
 	audio          bool
+	voice          voiceOptions // voice.go
 }
 
 // parseBenchFlags reads a plain run's flags; getenv supplies WSBENCH_KEY.
@@ -58,8 +59,9 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	fs.IntVar(&o.hold, "hold", 0, "hold mode: open this many sessions and keep them idle")
 	fs.DurationVar(&o.holdFor, "hold-for", 10*time.Second, "with -hold: how long to hold the sessions")
 	fs.BoolVar(&o.audio, "audio", false, "stream 1 s of real-time input audio (20 ms chunks) and commit before response.create")
+	o.voice.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare [flags]   (see wsbench compare -h)\n\n")
+		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare|soak|peers [flags]   (see wsbench compare -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -94,6 +96,9 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 		return o, errors.New("-hold and -rate cannot be combined")
 	case o.holdFor < 0:
 		return o, fmt.Errorf("-hold-for must not be negative, got %v", o.holdFor)
+	}
+	if err := o.voice.check(o); err != nil {
+		return o, err
 	}
 	o.timeout = time.Duration(*timeoutS * float64(time.Second))
 	return o, nil
@@ -133,6 +138,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	cfg := load.Config{URL: o.url, Key: o.key, Timeout: o.timeout, TLS: tlsCfg, SourceIPs: o.sourceIPs, Audio: o.audio}
+	if o.voice.n > 0 {
+		cfg.BufferSize = 2048 // one 20 ms delta (about 1.4 KB) per read
+	}
 	if o.hold > 0 {
 		// Idle sessions need little buffer; small ones keep 9,000 cheap.
 		cfg.BufferSize = 1024
@@ -153,11 +161,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			mode = fmt.Sprintf("hold %d sessions for %v, opening %d at a time", o.hold, o.holdFor, o.c)
 		case o.rate > 0:
 			mode = fmt.Sprintf("%d calls at %g/s (open loop)", o.n, o.rate)
+		case o.voice.n > 0:
+			mode = o.voice.describe(o.c)
 		}
 		fmt.Fprintf(stderr, "wsbench: %s -> %s\n", mode, o.url)
 	}
 	if o.hold > 0 {
 		return runHold(ctx, client, o, stdout, stderr)
+	}
+	if o.voice.n > 0 {
+		return runVoice(ctx, client, o, stdout, stderr)
 	}
 
 	var progress load.Progress

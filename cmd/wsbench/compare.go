@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -17,10 +15,7 @@ import (
 // parseCompareFlags reads `wsbench compare` flags.
 func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, error) {
 	cfg := compare.DefaultConfig()
-	fs := flag.NewFlagSet("wsbench compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.MockaiBin, "mockai", cfg.MockaiBin, "mockai binary (go build -o bin/mockai ./cmd/mockai)")
-	fs.StringVar(&cfg.GatewayBin, "gateway", cfg.GatewayBin, "gateway binary (go build -o bin/gateway ./cmd/gateway)")
+	fs, quiet := settingsFlags("compare", stderr, &cfg.Settings)
 	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on")
 	fs.IntVar(&cfg.N, "n", cfg.N, "calls per run")
 	fs.IntVar(&cfg.Concurrency, "c", cfg.Concurrency, "concurrent calls")
@@ -32,7 +27,6 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	sourceIPs := fs.String("source-ips", "", "local source addresses for wsbench, e.g. 127.0.0.1-127.0.0.8")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "pause after the gateway is healthy (lets the pool fill)")
 	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between runs")
-	fs.StringVar(&cfg.OutDir, "out", cfg.OutDir, "results directory (a compare-<timestamp> folder is made inside)")
 	p := &cfg.Profile
 	fs.DurationVar(&p.UpgradeDelay, "upgrade-delay", p.UpgradeDelay, "mockai: delay before the 101")
 	fs.DurationVar(&p.SessionDelay, "session-delay", p.SessionDelay, "mockai: delay before session.created")
@@ -40,19 +34,10 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	fs.IntVar(&p.Deltas, "deltas", p.Deltas, "mockai: audio deltas per response")
 	fs.IntVar(&p.DeltaBytes, "delta-bytes", p.DeltaBytes, "mockai: PCM bytes per delta")
 	fs.DurationVar(&p.DeltaInterval, "delta-interval", p.DeltaInterval, "mockai: gap between deltas")
-	quiet := fs.Bool("quiet", false, "no progress lines")
-	if err := fs.Parse(args); err != nil {
+	if err := parseHarness(fs, args); err != nil {
 		return cfg, false, err
 	}
-	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	cfg.Legs = nil
-	for l := range strings.SplitSeq(*legs, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			cfg.Legs = append(cfg.Legs, l)
-		}
-	}
+	cfg.Legs = splitList(*legs)
 	cfg.Timeout = time.Duration(*timeoutS * float64(time.Second))
 	var err error
 	if cfg.SourceIPs, err = load.ParseSourceIPs(*sourceIPs); err != nil {
@@ -63,12 +48,8 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, quiet, err := parseCompareFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "wsbench compare:", err)
-		return 2
+	if code, ok := flagExit("compare", err, stderr); !ok {
+		return code
 	}
 	if !quiet {
 		cfg.Progress = stderr
@@ -78,7 +59,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "wsbench", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%d calls x %d runs per leg, %d concurrent\n\n", cfg.N, cfg.Runs, cfg.Concurrency)
+	fmt.Fprintf(stdout, "%d calls x %d runs per leg, %d concurrent, %s upstream\n\n", cfg.N, cfg.Runs, cfg.Concurrency, cfg.Upstream.Describe())
 	fmt.Fprint(stdout, out.Comparison.Markdown())
 	if d := out.Comparison.Direct; d != nil && d.Summary.Total.N > 0 {
 		floor := cfg.Profile.Floor()

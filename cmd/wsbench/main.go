@@ -10,6 +10,7 @@
 //	wsbench -host 127.0.0.1:4000 -insecure -hold 9000 -hold-for 60s -c 200
 //	wsbench compare [-n 5000 -c 500] [-mockai bin/mockai -gateway bin/gateway]
 //	wsbench soak [-duration 3m -c 100 -fault-rate 0.3] [-mockai bin/mockai -gateway bin/gateway]
+//	wsbench peers [-quick] [-upstream tls,plain] [-systems direct,nginx,haproxy,rtgate-pool-off,rtgate-pool-on]
 //
 // The summary (Markdown) goes to stdout; the live progress line goes to
 // stderr only when stderr is a terminal. The key comes from -key or the
@@ -18,7 +19,12 @@
 // Exit status: 0 when the run finished and at least one call (or held
 // session) succeeded, 1 when none did or the run could not start, 2 for bad
 // flags. `wsbench soak` exits 1 when any of its checks failed (see
-// bench/soak).
+// bench/soak); `wsbench peers` when any system's run failed (see
+// bench/peers).
+//
+// compare, soak and peers start mockai (over TLS, wss://, unless -upstream
+// plain; soak defaults to plain) and the gateway as processes; the gateway
+// then trusts mockai's certificate through UPSTREAM_CA_FILE.
 package main
 
 import (
@@ -49,11 +55,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := raiseFileLimit(); err != nil {
 		fmt.Fprintln(stderr, "wsbench: warning:", err)
 	}
-	if len(args) > 0 && args[0] == "compare" {
-		return runCompare(ctx, args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "soak" {
-		return runSoak(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "compare":
+			return runCompare(ctx, args[1:], stdout, stderr)
+		case "soak":
+			return runSoak(ctx, args[1:], stdout, stderr)
+		case "peers":
+			return runPeers(ctx, args[1:], stdout, stderr)
+		}
 	}
 	return runBench(ctx, args, stdout, stderr)
 }

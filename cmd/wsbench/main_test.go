@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/benchtest"
 	"rtgate/bench/compare"
+	"rtgate/bench/proc"
 	"rtgate/mockai"
 )
 
@@ -59,6 +61,13 @@ func TestParseBenchFlags(t *testing.T) {
 				t.Errorf("got %+v", o)
 			}
 		}, ""},
+		{"voice", []string{"-voice", "1000", "-voice-for", "30s", "-c", "100"}, nil, func(t *testing.T, o benchOptions) {
+			if o.voice.n != 1000 || o.voice.duration != 30*time.Second || o.voice.interval != 20*time.Millisecond || o.c != 100 {
+				t.Errorf("got %+v", o.voice)
+			}
+		}, ""},
+		{"voice with hold", []string{"-voice", "5", "-hold", "5"}, nil, nil, "-voice cannot be combined"},
+		{"voice interval", []string{"-voice", "5", "-voice-interval", "0"}, nil, nil, "-voice-interval at least 1ms"},
 		{"zero calls", []string{"-n", "0"}, nil, nil, "-n must be positive"},
 		{"zero concurrency", []string{"-c", "0"}, nil, nil, "-c must be positive"},
 		{"zero timeout", []string{"-t", "0"}, nil, nil, "-t must be positive"},
@@ -111,6 +120,16 @@ func TestParseCompareFlags(t *testing.T) {
 	if _, _, err := parseCompareFlags([]string{"-source-ips", "x"}, &stderr); err == nil {
 		t.Error("bad -source-ips accepted")
 	}
+	// The upstream is wss:// unless -upstream plain.
+	if def.Upstream != proc.UpstreamTLS {
+		t.Errorf("default upstream %q, want tls", def.Upstream)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-upstream", "plain"}, &stderr); err != nil || cfg.Upstream != proc.UpstreamPlain {
+		t.Errorf("-upstream plain: %q, %v", cfg.Upstream, err)
+	}
+	if _, _, err := parseCompareFlags([]string{"-upstream", "quic"}, &stderr); err == nil || !strings.Contains(err.Error(), `upstream "quic"`) {
+		t.Errorf("-upstream quic: %v", err)
+	}
 }
 
 func TestRunCompareBadInput(t *testing.T) {
@@ -139,16 +158,6 @@ func TestRunCompareBadInput(t *testing.T) {
 	}
 }
 
-func startMock(t *testing.T, cfg mockai.Config) string {
-	t.Helper()
-	srv, err := mockai.Start(cfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	return srv.Addr()
-}
-
 // TestRunBench drives the command end to end against in-process mockai.
 func TestRunBench(t *testing.T) {
 	const key = "sk-secret-test-key-42"
@@ -171,10 +180,15 @@ func TestRunBench(t *testing.T) {
 			[]string{"| handshake_429 | 3 |"}},
 		{"hold", mockai.Config{Key: key}, []string{"-hold", "6", "-hold-for", "200ms", "-c", "3"}, 0,
 			[]string{"| established | 6 |", "| held to the end | 6 |", "| closed cleanly | 6 |"}},
+		{"voice", mockai.Config{Key: key, Stream: mockai.StreamConfig{Interval: 20 * time.Millisecond}},
+			[]string{"-voice", "4", "-voice-for", "300ms", "-c", "2"}, 0,
+			[]string{"| sessions opened | 4 of 4 |", "| appends sent | 60 of 60 | 100.0% |", "| deltas received |"}},
+		{"voice, upstream refuses", mockai.Config{StatusCode: 429}, []string{"-voice", "2", "-voice-for", "100ms"}, 1,
+			[]string{"| sessions opened | 0 of 2 |", "| handshake_429 | 2 |"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := startMock(t, tc.mock)
+			addr := benchtest.Mockai(t, tc.mock).Addr()
 			jsonPath := filepath.Join(t.TempDir(), "out.json")
 			args := append([]string{"-host", addr, "-insecure", "-key", key, "-json", jsonPath, "-t", "5"}, tc.args...)
 			var stdout, stderr bytes.Buffer
@@ -204,7 +218,7 @@ func TestRunBench(t *testing.T) {
 			if samples == nil {
 				samples, _ = doc["opening"].([]any)
 			}
-			if len(samples) == 0 {
+			if len(samples) == 0 && doc["sent_expected"] == nil { // voice mode has counts, not samples
 				t.Errorf("-json output has no samples: %s", raw[:min(len(raw), 300)])
 			}
 			if strings.Contains(stderr.String(), "\r") {
@@ -215,7 +229,7 @@ func TestRunBench(t *testing.T) {
 }
 
 func TestRunBenchVerboseLines(t *testing.T) {
-	addr := startMock(t, mockai.Config{})
+	addr := benchtest.Mockai(t, mockai.Config{}).Addr()
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"-host", addr, "-insecure", "-n", "3", "-c", "1", "-v", "-quiet"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())

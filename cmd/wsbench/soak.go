@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -15,10 +14,7 @@ import (
 // parseSoakFlags reads `wsbench soak` flags.
 func parseSoakFlags(args []string, stderr io.Writer) (soak.Config, bool, error) {
 	cfg := soak.DefaultConfig()
-	fs := flag.NewFlagSet("wsbench soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.MockaiBin, "mockai", cfg.MockaiBin, "mockai binary (go build -o bin/mockai ./cmd/mockai)")
-	fs.StringVar(&cfg.GatewayBin, "gateway", cfg.GatewayBin, "gateway binary (go build -o bin/gateway ./cmd/gateway)")
+	fs, quiet := settingsFlags("soak", stderr, &cfg.Settings)
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long new sessions start (sessions in flight then finish)")
 	fs.IntVar(&cfg.Concurrency, "c", cfg.Concurrency, "concurrent sessions")
 	fs.Float64Var(&cfg.FaultRate, "fault-rate", cfg.FaultRate, "fraction of sessions with an injected fault, 0 to 1")
@@ -35,22 +31,15 @@ func parseSoakFlags(args []string, stderr io.Writer) (soak.Config, bool, error) 
 	fs.Int64Var(&cfg.Margins.Goroutines, "goroutine-margin", cfg.Margins.Goroutines, "end goroutines may exceed start by this many")
 	fs.Int64Var(&cfg.Margins.FDs, "fd-margin", cfg.Margins.FDs, "end open fds may exceed start by this many")
 	fs.StringVar(&cfg.GatewayLogLevel, "gateway-log-level", cfg.GatewayLogLevel, "LOG_LEVEL for the gateway")
-	fs.StringVar(&cfg.OutDir, "out", cfg.OutDir, "results directory (a soak-<timestamp> folder is made inside)")
-	quiet := fs.Bool("quiet", false, "no progress lines")
-	if err := fs.Parse(args); err != nil {
+	if err := parseHarness(fs, args); err != nil {
 		return cfg, false, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, false, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *rssMiB < 0 || *heapMiB < 0 {
 		return cfg, false, errors.New("-rss-margin-mib and -heap-margin-mib must not be negative")
 	}
 	cfg.Margins.RSSBytes, cfg.Margins.HeapBytes = *rssMiB<<20, *heapMiB<<20
-	for f := range strings.SplitSeq(*faults, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			cfg.Faults = append(cfg.Faults, soak.Kind(f))
-		}
+	for _, f := range splitList(*faults) {
+		cfg.Faults = append(cfg.Faults, soak.Kind(f))
 	}
 	cfg.CallTimeout = time.Duration(*timeoutS * float64(time.Second))
 	return cfg, *quiet, nil
@@ -69,12 +58,8 @@ func faultNames() []string {
 // 2 for bad flags.
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, quiet, err := parseSoakFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "wsbench soak:", err)
-		return 2
+	if code, ok := flagExit("soak", err, stderr); !ok {
+		return code
 	}
 	if !quiet {
 		cfg.Progress = stderr

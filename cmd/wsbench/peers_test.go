@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"slices"
 	"strings"
@@ -8,9 +9,10 @@ import (
 	"time"
 
 	"rtgate/bench/peers"
+	"rtgate/bench/proc"
 )
 
-func TestParseFlags(t *testing.T) {
+func TestParsePeersFlags(t *testing.T) {
 	full, quick := peers.DefaultOptions(), peers.QuickOptions()
 	tests := []struct {
 		name    string
@@ -19,11 +21,15 @@ func TestParseFlags(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults are the full size", args: nil, check: func(o peers.Options) bool {
-			return o.Sessions == full.Sessions && o.Rounds == 2 && !o.Quick &&
-				slices.Equal(o.Systems, peers.AllSystems) && len(o.SourceIPs) == 8
+			return o.Sessions == full.Sessions && o.TLSSessions == full.TLSSessions && o.Rounds == 2 && !o.Quick &&
+				o.VoiceSessions == 1000 && o.TLSVoiceSessions == 500 && o.VoiceDuration == 10*time.Second &&
+				slices.Equal(o.Phases, peers.AllPhases) &&
+				slices.Equal(o.Systems, peers.DefaultSystems) && len(o.SourceIPs) == 8 &&
+				slices.Equal(o.Upstreams, []proc.Upstream{proc.UpstreamTLS, proc.UpstreamPlain})
 		}},
 		{name: "quick", args: []string{"-quick"}, check: func(o peers.Options) bool {
-			return o.Quick && o.Sessions == quick.Sessions && o.Duration == quick.Duration && o.Rounds == 2
+			return o.Quick && o.Sessions == quick.Sessions && o.TLSSessions == quick.TLSSessions && o.Duration == quick.Duration && o.Rounds == 2 &&
+				o.VoiceSessions == quick.VoiceSessions && o.TLSVoiceSessions == quick.TLSVoiceSessions && o.VoiceDuration == quick.VoiceDuration
 		}},
 		{name: "explicit flags win over quick", args: []string{"-n", "2000", "-quick", "-duration", "3s"}, check: func(o peers.Options) bool {
 			return o.Quick && o.Sessions == 2000 && o.Duration == 3*time.Second && o.Warmup == quick.Warmup
@@ -33,6 +39,10 @@ func TestParseFlags(t *testing.T) {
 				return slices.Equal(o.Systems, []string{"nginx", "rtgate-pool-on"}) && slices.Equal(o.Phases, []string{"memory"}) &&
 					slices.Equal(o.GatewayArgs, []string{"-buffer-size", "512"})
 			}},
+		{name: "plain upstream only", args: []string{"-upstream", "plain"}, check: func(o peers.Options) bool {
+			return slices.Equal(o.Upstreams, []proc.Upstream{proc.UpstreamPlain})
+		}},
+		{name: "bad upstream", args: []string{"-upstream", "tls,quic"}, wantErr: `upstream "quic"`},
 		{name: "source addresses", args: []string{"-source-ips", "2"}, check: func(o peers.Options) bool {
 			return len(o.SourceIPs) == 2 && o.SourceIPs[1].String() == "127.0.0.2"
 		}},
@@ -41,7 +51,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "unknown flag", args: []string{"-nope"}, wantErr: "not defined"},
 	}
 	for _, tt := range tests {
-		o, err := parseFlags(tt.args, io.Discard)
+		o, _, err := parsePeersFlags(tt.args, io.Discard)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%s: error %v, want %q", tt.name, err, tt.wantErr)
@@ -69,7 +79,8 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{[]string{"-out", dir, "-systems", "direct", "-mockai", dir + "/no-such-mockai"}, 1, "mockai:"},
 	} {
 		var stderr strings.Builder
-		if code := run(tt.args, io.Discard, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
+		args := append([]string{"peers"}, tt.args...)
+		if code := run(context.Background(), args, io.Discard, &stderr); code != tt.code || !strings.Contains(stderr.String(), tt.want) {
 			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tt.args, code, stderr.String(), tt.code, tt.want)
 		}
 	}

@@ -8,19 +8,6 @@ import (
 	"time"
 )
 
-func TestHexAddr(t *testing.T) {
-	for in, want := range map[string]string{
-		"0100007F:1F90":                         "127.0.0.1:8080",
-		"0100007F:0FA1":                         "127.0.0.1:4001",
-		"00000000000000000000000001000000:0050": "[00000000000000000000000001000000]:80",
-		"nonsense":                              "nonsense",
-	} {
-		if got := hexAddr(in); got != want {
-			t.Errorf("hexAddr(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // openSockets finds this process's own sockets with their states.
 func TestOpenSockets(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
