@@ -42,8 +42,13 @@ run: build
 
 # mockai serves wss:// (the gateway trusts its certificate through UPSTREAM_CA_FILE),
 # as OpenAI does; BENCH_ARGS="-upstream plain" for a plain ws:// upstream.
+# make bench INSTANCES=10: ten gateways behind a real HAProxy (installed when
+# missing), 5,000 calls / 500 concurrent, pool auto and a fixed pool of 500/10.
+INSTANCES ?= 1
 bench: build
-	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(BENCH_ARGS)
+	@[ "$(INSTANCES)" = 1 ] || command -v haproxy >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q haproxy; }
+	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway -instances $(INSTANCES) $(BENCH_ARGS)
 
 # The peer comparison (bench/peers, `wsbench peers`): nginx and HAProxy as WebSocket
 # proxies, direct, and the gateway with the pool off and on, same load, first over a

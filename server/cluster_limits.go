@@ -53,6 +53,7 @@ type clusterLimiter struct {
 	wake     chan struct{}
 	done     chan struct{}
 	stopped  chan struct{}
+	closing  sync.Once
 
 	mUp       prometheus.Gauge
 	mOutages  prometheus.Counter
@@ -308,7 +309,7 @@ func (l *clusterLimiter) run() {
 				l.sync(true)
 			}
 		case <-probe.C:
-			if l.down.Load() && l.st.Ping(flushTimeout) == nil && l.sync(true) == nil {
+			if l.down.Load() && l.st.Ping(max(flushTimeout, l.st.Timeout)) == nil && l.sync(true) == nil {
 				l.down.Store(false)
 				l.mUp.Set(1)
 				l.log.Info("redis reachable again: per-key limits are cluster-wide again")
@@ -341,7 +342,7 @@ func (l *clusterLimiter) sync(all bool) error {
 			keys = append(keys, l.sessionsKey(k.name))
 			args = append(args, written[i])
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), max(flushTimeout, l.st.Timeout))
 		err := syncScript.Run(ctx, l.st.Client, keys, args...).Err()
 		cancel()
 		for i, k := range part {
@@ -362,6 +363,10 @@ func (l *clusterLimiter) sync(all bool) error {
 // close stops the background writer and takes this instance out of Redis
 // (its remaining sessions stop counting at once).
 func (l *clusterLimiter) close() {
+	l.closing.Do(l.leave)
+}
+
+func (l *clusterLimiter) leave() {
 	close(l.done)
 	<-l.stopped
 	l.mu.Lock()
@@ -375,6 +380,7 @@ func (l *clusterLimiter) close() {
 	if err := leaveScript.Run(ctx, l.st.Client, keys, l.st.Instance).Err(); err != nil {
 		l.log.Warn("could not remove this instance from redis; its lease runs out by itself", "err", err)
 	}
+	_ = l.st.Close()
 }
 
 func sessionsExceeded(limit int) *httpError {

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,5 +175,71 @@ func TestClusterConfigErrors(t *testing.T) {
 	}(), nil)
 	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("bad REDIS_URL gave %v", err)
+	}
+}
+
+// pendingWriter sends after right behind the request head and later a
+// little after it, while the gateway is still waiting for Redis.
+type pendingWriter struct {
+	net.Conn
+	after, later []byte
+	sent         bool
+}
+
+func (c *pendingWriter) Write(p []byte) (int, error) {
+	if c.sent || !bytes.HasSuffix(p, []byte("\r\n\r\n")) {
+		return c.Conn.Write(p)
+	}
+	c.sent = true
+	if _, err := c.Conn.Write(append(append([]byte(nil), p...), c.after...)); err != nil {
+		return 0, err
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, _ = c.Conn.Write(c.later)
+	}()
+	return len(p), nil
+}
+
+// TestClusterAdmissionKeepsEarlyClientBytes: while the Redis check is out
+// (Redis paused for 300 ms), frames the client sends behind its request, and
+// after it, are kept and forwarded in order once the session opens.
+func TestClusterAdmissionKeepsEarlyClientBytes(t *testing.T) {
+	rd := redistest.Start(t)
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Settings) {
+		c.RedisURL, c.RedisTimeout, c.MaxSessionsPerKey = rd.URL(), 5*time.Second, 5
+	})
+	var frames []byte
+	for i := range 3 {
+		frames = append(frames, clientFrame(0x81, sessionUpdate(i), true)...)
+	}
+	split := len(clientFrame(0x81, sessionUpdate(0), true)) + 5 // frame 0 and 5 bytes of frame 1
+	d := dialer()
+	d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return &pendingWriter{Conn: conn, after: frames[:split], later: frames[split:]}, err
+	}
+	rd.Pause(300 * time.Millisecond)
+	start := time.Now()
+	c, _, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Fatalf("the 101 came after %v: the admission did not wait for the paused Redis (fallbacks %v, calls %v)", waited, testutil.ToFloat64(g.srv.cluster.mFallback), testutil.CollectAndCount(g.srv.cluster.mCall))
+	}
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v", e.typ())
+	}
+	for i := range 3 {
+		e := read(t, c)
+		if want := "pipelined " + string(rune('0'+i)); e.typ() != "session.updated" || e.str("session", "instructions") != want {
+			t.Fatalf("event %d: %v %q, want session.updated %q", i, e.typ(), e.str("session", "instructions"), want)
+		}
+	}
+	if got := testutil.ToFloat64(g.srv.cluster.mFallback); got != 0 {
+		t.Fatalf("%v connects fell back; the 5 s budget should have covered the pause", got)
 	}
 }

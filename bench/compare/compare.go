@@ -42,9 +42,10 @@ const (
 var AllLegs = []string{LegDirect, LegPoolOff, LegPoolOn}
 
 var legNames = map[string]string{
-	LegDirect:  "Direct",
-	LegPoolOff: "Gateway pool off",
-	LegPoolOn:  "Gateway pool on",
+	LegDirect:    "Direct",
+	LegPoolOff:   "Gateway pool off",
+	LegPoolOn:    "Gateway pool on",
+	LegPoolFixed: "Gateway pool on (fixed c/N)",
 }
 
 // Profile is the latency mockai adds, standing in for the real upstream.
@@ -114,6 +115,8 @@ type Config struct {
 	// Warmup is the pause after the gateway is healthy, before the first
 	// run, so a pool can fill; Pause separates runs.
 	Warmup, Pause time.Duration
+	// Instances > 1 runs that many gateways behind HAProxy (instances.go).
+	Instances int
 }
 
 // DefaultConfig is what `wsbench compare` runs without flags.
@@ -127,6 +130,7 @@ func DefaultConfig() Config {
 		Pool: "auto", GatewayLogLevel: "warn",
 		Profile: DefaultProfile(),
 		Warmup:  time.Second, Pause: time.Second,
+		Instances: 1,
 	}
 }
 
@@ -134,6 +138,9 @@ func (c Config) validate() error {
 	var errs []error
 	if c.N <= 0 || c.Concurrency <= 0 || c.Runs <= 0 {
 		errs = append(errs, fmt.Errorf("-n, -c and -runs must be positive (got %d, %d, %d)", c.N, c.Concurrency, c.Runs))
+	}
+	if c.Instances < 1 || c.Instances > 64 {
+		errs = append(errs, fmt.Errorf("-instances %d: want 1 to 64", c.Instances))
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("-t must be positive"))
@@ -160,7 +167,7 @@ func (c Config) validate() error {
 }
 
 func (c Config) needsGateway() bool {
-	return slices.Contains(c.Legs, LegPoolOff) || slices.Contains(c.Legs, LegPoolOn)
+	return slices.Contains(c.Legs, LegPoolOff) || slices.Contains(c.Legs, LegPoolOn) || slices.Contains(c.Legs, LegPoolFixed)
 }
 
 // LegResult is one leg's runs.
@@ -170,6 +177,8 @@ type LegResult struct {
 	// Combined summarizes every run's samples together.
 	Combined    load.Summary
 	PoolHitRate *float64
+	// InstanceHitRates are each instance's, with -instances.
+	InstanceHitRates []*float64
 }
 
 // RunResult is one run of one leg.
@@ -211,7 +220,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		cfg.Profile.Deltas, cfg.Profile.DeltaBytes, cfg.Profile.DeltaInterval)
 
 	out := &Outcome{Dir: dir}
-	for _, id := range AllLegs { // table order, whatever the flag order
+	order := AllLegs
+	if cfg.Instances > 1 && slices.Contains(cfg.Legs, LegPoolOn) {
+		order = append(slices.Clone(AllLegs), LegPoolFixed)
+		cfg.Legs = append(slices.Clone(cfg.Legs), LegPoolFixed)
+	}
+	for _, id := range order { // table order, whatever the flag order
 		if !slices.Contains(cfg.Legs, id) {
 			continue
 		}
@@ -228,6 +242,8 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			out.Comparison.PoolOff = rl
 		case LegPoolOn:
 			out.Comparison.PoolOn = rl
+		case LegPoolFixed:
+			out.Comparison.PoolFixed = rl
 		}
 	}
 	if err := writeOutputs(out, cfg, started); err != nil {
@@ -241,21 +257,35 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstreamKey, masterKey, dir string,
 	say harness.Say) (*LegResult, error) {
 	leg := &LegResult{ID: id, Name: legNames[id]}
-	target, key, metricsURL, tlsConf := mock.RealtimeURL(), upstreamKey, "", mock.TLSConfig()
+	target, key, tlsConf := mock.RealtimeURL(), upstreamKey, mock.TLSConfig()
+	var metricsURLs []string
 	if id != LegDirect {
 		pool := "0"
-		if id == LegPoolOn {
+		switch id {
+		case LegPoolOn:
 			pool = cfg.Pool
+		case LegPoolFixed:
+			pool = strconv.Itoa(max(1, cfg.Concurrency/cfg.Instances))
 		}
 		set := proc.GatewaySettings(mock, upstreamKey, masterKey, cfg.GatewayLogLevel)
 		set["REALTIME_POOL_SIZE"] = pool
-		gw, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, set, filepath.Join(dir, "gateway-"+id+".log"))
-		if err != nil {
-			return nil, err
+		if cfg.Instances > 1 {
+			in, err := startInstances(ctx, cfg.GatewayBin, cfg.Instances, set, dir, id)
+			if err != nil {
+				return nil, err
+			}
+			defer in.stop()
+			target, key, metricsURLs, tlsConf = in.URL(), masterKey, in.MetricsURLs(), nil
+			say("%s: %d gateways behind haproxy at %s (REALTIME_POOL_SIZE=%s each)", leg.Name, cfg.Instances, in.addr, pool)
+		} else {
+			gw, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, set, filepath.Join(dir, "gateway-"+id+".log"))
+			if err != nil {
+				return nil, err
+			}
+			defer gw.Stop(10 * time.Second)
+			target, key, metricsURLs, tlsConf = gw.URL(), masterKey, []string{gw.MetricsURL()}, nil
+			say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), gw.URL(), pool)
 		}
-		defer gw.Stop(10 * time.Second)
-		target, key, metricsURL, tlsConf = gw.URL(), masterKey, gw.MetricsURL(), nil
-		say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), gw.URL(), pool)
 		if err := harness.Sleep(ctx, cfg.Warmup); err != nil {
 			return nil, err
 		}
@@ -267,14 +297,14 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	}
 	var all []load.Sample
 	var cpu, wall time.Duration
-	var hitsBefore, hitsAfter poolCounters
+	var hitsBefore, hitsAfter []poolCounters
 	for run := range cfg.Runs {
 		if run > 0 {
 			if err := harness.Sleep(ctx, cfg.Pause); err != nil {
 				return nil, err
 			}
 		}
-		before := readPoolCounters(ctx, metricsURL)
+		before := readAllPoolCounters(ctx, metricsURLs)
 		if run == 0 {
 			hitsBefore = before
 		}
@@ -285,9 +315,9 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		after := readPoolCounters(ctx, metricsURL)
+		after := readAllPoolCounters(ctx, metricsURLs)
 		hitsAfter = after
-		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(before, after)}
+		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(sumCounters(before), sumCounters(after))}
 		leg.Runs = append(leg.Runs, rr)
 		all = append(all, res.Samples...)
 		cpu += res.CPU
@@ -297,6 +327,11 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			res.Wall.Seconds())
 	}
 	leg.Combined = load.Summarize(all, wall, cpu)
-	leg.PoolHitRate = hitRate(hitsBefore, hitsAfter)
+	leg.PoolHitRate = hitRate(sumCounters(hitsBefore), sumCounters(hitsAfter))
+	if len(metricsURLs) > 1 {
+		for i := range metricsURLs {
+			leg.InstanceHitRates = append(leg.InstanceHitRates, hitRate(hitsBefore[i], hitsAfter[i]))
+		}
+	}
 	return leg, nil
 }

@@ -22,6 +22,8 @@ type Leg struct {
 // the pool-on leg the difference to direct.
 type Comparison struct {
 	Direct, PoolOff, PoolOn *Leg // nil when the leg was not run
+	// PoolFixed is the multi-instance run's fixed-pool leg (wsbench compare -instances).
+	PoolFixed *Leg
 }
 
 // Header returns the column titles, only for the legs that ran.
@@ -38,7 +40,7 @@ func (c Comparison) Header() []string {
 
 func (c Comparison) legs() []*Leg {
 	var out []*Leg
-	for _, l := range []*Leg{c.Direct, c.PoolOff, c.PoolOn} {
+	for _, l := range []*Leg{c.Direct, c.PoolOff, c.PoolOn, c.PoolFixed} {
 		if l != nil {
 			out = append(out, l)
 		}

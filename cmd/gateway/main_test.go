@@ -46,12 +46,17 @@ func TestInvalidSettingIsAStartupError(t *testing.T) {
 		{"OPENAI_API_BASE=ftp://x", "OPENAI_API_BASE"},
 		{"REALTIME_POOL_SIZE=lots", "REALTIME_POOL_SIZE"},
 		{"IDLE_TIMEOUT_SECS=-3", "IDLE_TIMEOUT_SECS"},
+		{"REUSEPORT=maybe", "REUSEPORT"},
+		{"DRAIN_GRACE_SECS=-1", "DRAIN_GRACE_SECS"},
+		{"REDIS_URL=ftp://user:hunter2@x", "REDIS_URL"},
+		{"REDIS_TIMEOUT_MS=0", "REDIS_TIMEOUT_MS"},
+		{"CLUSTER_INSTANCES=0", "CLUSTER_INSTANCES"},
 	} {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(), "LITELLM_MASTER_KEY=k", tc.env)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "hunter2") {
 			t.Fatalf("%s: exit %v, output %q; want exit 2 naming %s", tc.env, err, out, tc.want)
 		}
 	}
@@ -76,7 +81,7 @@ func TestSIGTERMDrainsLiveSessions(t *testing.T) {
 	port := freePort(t)
 	g := exec.Command(gw)
 	g.Env = append(os.Environ(), "LITELLM_MASTER_KEY=sk-test", "OPENAI_API_KEY=sk-up", "OPENAI_API_BASE="+base,
-		"PORT="+strconv.Itoa(port), "ADMIN_ADDR=", "DRAIN_TIMEOUT=30", "LOG_LEVEL=warn")
+		"PORT="+strconv.Itoa(port), "ADMIN_ADDR=", "DRAIN_TIMEOUT=30", "DRAIN_GRACE_SECS=1", "LOG_LEVEL=warn")
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -27,6 +28,7 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	sourceIPs := fs.String("source-ips", "", "local source addresses for wsbench, e.g. 127.0.0.1-127.0.0.8")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "pause after the gateway is healthy (lets the pool fill)")
 	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between runs")
+	fs.IntVar(&cfg.Instances, "instances", cfg.Instances, "gateway processes behind a real HAProxy (leastconn); with more than 1, -n/-c default to 5000/500 and a fixed pool of c/N per instance is measured too")
 	p := &cfg.Profile
 	fs.DurationVar(&p.UpgradeDelay, "upgrade-delay", p.UpgradeDelay, "mockai: delay before the 101")
 	fs.DurationVar(&p.SessionDelay, "session-delay", p.SessionDelay, "mockai: delay before session.created")
@@ -36,6 +38,16 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	fs.DurationVar(&p.DeltaInterval, "delta-interval", p.DeltaInterval, "mockai: gap between deltas")
 	if err := parseHarness(fs, args); err != nil {
 		return cfg, false, err
+	}
+	if cfg.Instances > 1 {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["n"] {
+			cfg.N = 5000
+		}
+		if !set["c"] {
+			cfg.Concurrency = 500
+		}
 	}
 	cfg.Legs = splitList(*legs)
 	cfg.Timeout = time.Duration(*timeoutS * float64(time.Second))
@@ -65,6 +77,9 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		floor := cfg.Profile.Floor()
 		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
 			report.FormatMS(floor), report.FormatMS(d.Summary.Total.P50-floor))
+	}
+	if in := out.InstancesMarkdown(); in != "" {
+		fmt.Fprintf(stdout, "\n%d gateway instances behind HAProxy (leastconn)\n\n%s", cfg.Instances, in)
 	}
 	fmt.Fprintf(stdout, "\nraw results: %s\nHTML report: %s\n", out.JSONPath, out.HTMLPath)
 	for _, leg := range out.Legs {

@@ -87,6 +87,15 @@ func (s *Server) Flush() {
 	}
 }
 
+// Pause makes Redis hold every client's commands for d (CLIENT PAUSE), as a
+// slow Redis would.
+func (s *Server) Pause(d time.Duration) {
+	s.t.Helper()
+	if err := s.do(fmt.Sprintf("CLIENT PAUSE %d ALL", d.Milliseconds()), "+OK"); err != nil {
+		s.t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+}
+
 func (s *Server) ping() error { return s.do("PING", "+PONG") }
 
 // do sends one inline command and checks the start of its one-line answer.
