@@ -96,6 +96,25 @@ type Settings struct {
 	// UsageLog, if set, is a file each ended session is appended to as one
 	// JSON line.
 	UsageLog string
+
+	// Scale-out (cluster.go, reuseport.go, drain.go).
+	// RedisURL, if set, makes per-key limits hold across every instance
+	// sharing that Redis.
+	RedisURL string
+	// RedisTimeout is the budget of one Redis call on the connect path;
+	// past it the connect is decided with the per-instance fallback.
+	RedisTimeout time.Duration
+	// ClusterLease is how long an instance that stopped refreshing (killed,
+	// partitioned) keeps its sessions counted.
+	ClusterLease time.Duration
+	// ClusterInstances divides per-key limits while Redis is unreachable
+	// (each instance then admits its share); 1 keeps the full limit.
+	ClusterInstances int
+	// ReusePort listens with SO_REUSEPORT so several processes share the port.
+	ReusePort bool
+	// DrainGrace is how long after SIGTERM /health says 503 while connects
+	// are still served, before the listener closes.
+	DrainGrace time.Duration
 }
 
 // Defaults returns the configuration with every default filled in.
@@ -124,6 +143,11 @@ func Defaults() Settings {
 			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 256,
 		},
 		AdminAddr: "127.0.0.1:4002",
+
+		RedisTimeout:     5 * time.Millisecond,
+		ClusterLease:     10 * time.Second,
+		ClusterInstances: 1,
+		DrainGrace:       5 * time.Second,
 	}
 }
 
@@ -244,6 +268,26 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		}
 		return nil
 	})
+	set("REDIS_URL", func(v string) error { c.RedisURL = v; return nil })
+	set("REDIS_TIMEOUT_MS", func(v string) error {
+		var ms int
+		if err := count(&ms, 1)(v); err != nil {
+			return err
+		}
+		c.RedisTimeout = time.Duration(ms) * time.Millisecond
+		return nil
+	})
+	set("REDIS_LEASE_SECS", secs(&c.ClusterLease, 1))
+	set("CLUSTER_INSTANCES", count(&c.ClusterInstances, 1))
+	set("REUSEPORT", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not 1, 0, true or false", v)
+		}
+		c.ReusePort = b
+		return nil
+	})
+	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
 	if v, ok := lookup("ADMIN_ADDR"); ok {
 		c.AdminAddr = v // empty turns the admin listener off
 	}

@@ -56,6 +56,8 @@ type Server struct {
 	pool    *upstream.Pool // nil when the pool is off
 	metrics *metrics
 	limiter *keyLimiter
+	store   *ClusterStore   // nil without REDIS_URL
+	cluster *clusterLimiter // nil without REDIS_URL; replaces limiter then
 
 	sessionsOpen atomic.Int64
 	draining     atomic.Bool
@@ -118,6 +120,9 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		s.usageLog = ul
 	}
 	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
+	if err := s.setupCluster(); err != nil {
+		return nil, err
+	}
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -208,6 +213,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.usageLog != nil {
 		s.usageLog.close()
 	}
+	s.closeCluster()
 	return err
 }
 
@@ -258,6 +264,8 @@ type clientConn struct {
 	mu    sync.Mutex
 	timer *time.Timer // handshake deadline; nil once upgraded
 
+	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
+
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
@@ -276,6 +284,9 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
 	if c == nil {
 		return conn.Close()
+	}
+	if c.wait.pending.Load() && c.bufferWhilePending() {
+		return nil
 	}
 	switch c.phase {
 	case phaseRelay:
@@ -360,6 +371,9 @@ func (c *clientConn) stopTimer() {
 
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()
+	if c.wait.clientGone() {
+		return nil // a cluster admission is out; its goroutine tells the session
+	}
 	if c.sess != nil {
 		c.srv.clientGone(c.sess) // first: an upstream still dialing is not wanted
 		c.sess.ClientGone()
@@ -426,8 +440,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 			message: fmt.Sprintf("This key may not use the model '%s'.", group)})
 		return
 	}
-	if herr := s.admit(key); herr != nil {
-		c.refuse(herr)
+	if herr := s.admit(c, key); herr != nil {
+		if herr != errAdmitPending {
+			c.refuse(herr)
+		}
 		return
 	}
 
@@ -464,7 +480,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 // admit applies the instance-wide and per-key limits, reserving a session
 // slot; sessionEnded gives it back. A key's own limits win over the
 // gateway-wide defaults.
-func (s *Server) admit(key *routes.ClientKey) *httpError {
+func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
+	if herr, ok := c.takeVerdict(); ok {
+		return herr // the cluster check's answer, reserved already
+	}
 	if s.draining.Load() {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
@@ -480,6 +499,13 @@ func (s *Server) admit(key *routes.ClientKey) *httpError {
 	}
 	if key.ConnectRate > 0 {
 		rate = key.ConnectRate
+	}
+	if s.cluster != nil {
+		herr := s.admitCluster(c, key.Name, maxSessions, rate)
+		if herr != nil && herr != errAdmitPending {
+			s.sessionsOpen.Add(-1)
+		}
+		return herr
 	}
 	if herr := s.limiter.admit(key.Name, maxSessions, rate, time.Now()); herr != nil {
 		s.sessionsOpen.Add(-1)
@@ -509,7 +535,11 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		s.sessionsOpen.Add(-1)
 		return
 	}
-	s.limiter.release(info.key.Name)
+	if s.cluster != nil {
+		s.cluster.release(info.key.Name)
+	} else {
+		s.limiter.release(info.key.Name)
+	}
 	deployment := ""
 	if info.deployment != nil {
 		s.live.counter(info.deployment).Add(-1)

@@ -1,0 +1,101 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ClusterStore is this instance's handle on the Redis that every gateway
+// instance of one deployment shares (REDIS_URL). The per-key limits use it
+// (cluster_limits.go); other cluster-wide state (budgets) can share the
+// client and the instance identity.
+//
+// The client is set up for calls on the connect path: no retries (a retry
+// would spend the budget twice), a short dial timeout, and deadlines taken
+// from each call's context, so a caller's few-millisecond budget holds even
+// when Redis is down or slow.
+type ClusterStore struct {
+	Client *redis.Client
+	// Instance names this process in Redis: host, PID and a random suffix,
+	// so a restarted process never inherits the leases of its predecessor.
+	Instance string
+	// Prefix starts every key this gateway writes ("rtgate:").
+	Prefix string
+	// Timeout is the budget of one call on the connect path.
+	Timeout time.Duration
+}
+
+// NewClusterStore connects lazily to redisURL (redis://[user:pass@]host:port/db
+// or rediss:// for TLS); it does not fail when Redis is down, since the
+// gateway runs on without it.
+func NewClusterStore(redisURL string, timeout time.Duration) (*ClusterStore, error) {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL %s: %w", redactedRedisURL(redisURL), err)
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Millisecond
+	}
+	opt.MaxRetries = -1 // no retries
+	opt.DialTimeout = max(100*time.Millisecond, 20*timeout)
+	opt.ReadTimeout = max(50*time.Millisecond, 10*timeout)
+	opt.WriteTimeout = opt.ReadTimeout
+	opt.ContextTimeoutEnabled = true
+	opt.MinIdleConns = 2
+	opt.DisableIdentity = true // no CLIENT SETINFO round trips on each new connection
+	opt.Protocol = 2           // no HELLO round trip either
+	return &ClusterStore{
+		Client:   redis.NewClient(opt),
+		Instance: instanceID(),
+		Prefix:   "rtgate:",
+		Timeout:  timeout,
+	}, nil
+}
+
+// Close closes the client's connections.
+func (st *ClusterStore) Close() error { return st.Client.Close() }
+
+// Key is the Redis key for the parts given, under Prefix.
+func (st *ClusterStore) Key(parts ...string) string {
+	k := st.Prefix
+	for i, p := range parts {
+		if i > 0 {
+			k += ":"
+		}
+		k += p
+	}
+	return k
+}
+
+// Ping checks Redis within d.
+func (st *ClusterStore) Ping(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return st.Client.Ping(ctx).Err()
+}
+
+func instanceID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// redactedRedisURL drops the password from a Redis URL, for errors and logs.
+func redactedRedisURL(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
+	return u.String()
+}
