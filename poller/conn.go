@@ -1,18 +1,3 @@
-// Package poller is the gateway's reactor: client and upstream sockets are
-// netpoll connections on the same epoll pollers, and a Session splices two of
-// them together. No goroutine is parked per connection or per session: a
-// session costs CPU only when bytes arrive, and memory only for its state and
-// whatever netpoll is buffering.
-//
-// The pieces, bottom up:
-//   - NBConn adapts a netpoll connection to the blocking net.Conn that
-//     crypto/tls and the WebSocket handshake expect, and then to a
-//     non-blocking one, so that TLS reads stay event-driven after the
-//     handshake.
-//   - Endpoint is one socket of a session, plain or TLS: how to write to it,
-//     read from it and close it, and where its close handshake stands.
-//   - Session forwards frames between a client Endpoint and an upstream
-//     Endpoint, verbatim, and runs the close handshake on each side.
 package poller
 
 import (
@@ -44,18 +29,19 @@ func IsWouldBlock(err error) bool {
 }
 
 // NBConn is a net.Conn over a netpoll connection's buffers. While blocking,
-// Read waits for bytes (bounded by the connection's read timeout), which is how
-// the TLS and WebSocket handshakes run in a dialing goroutine. After
-// SetBlocking(false), Read returns what netpoll has buffered or errWouldBlock,
-// so that reads run only from the connection's OnRequest.
+// Read waits for bytes (bounded by the connection's read timeout) and Write
+// waits until everything is sent, which is how the TLS and WebSocket
+// handshakes run in a dialing goroutine. Once an Endpoint takes it over
+// (NewTLSEndpoint), Read returns what netpoll has buffered or errWouldBlock,
+// so that reads run only from the connection's OnRequest, and Write hands each
+// TLS record to the endpoint's non-blocking output, which never fails part-way.
 //
 // Only NBConn's Read touches the input buffer (never mix it with netpoll's own
-// net.Conn Read, which releases buffers underneath other readers). Write
-// blocks until everything is sent, as crypto/tls needs: a TLS write that fails
-// part-way breaks the connection for good.
+// net.Conn Read, which releases buffers underneath other readers).
 type NBConn struct {
 	netpoll.Connection
 	nonBlocking atomic.Bool
+	out         *Endpoint // set when an endpoint owns the connection's writes
 }
 
 // NewNBConn wraps c; it starts in blocking mode.
@@ -90,9 +76,20 @@ func (c *NBConn) Read(p []byte) (int, error) {
 	return n, r.Release()
 }
 
-// Write implements net.Conn; it returns once p is sent or the write timeout
-// passes.
+// Write implements net.Conn. Before an endpoint owns the connection it
+// returns once p is sent or the write timeout passes; after, p (one TLS
+// record) is written without blocking and whatever the kernel does not take
+// is queued, so the write never fails part-way while the socket lives.
 func (c *NBConn) Write(p []byte) (int, error) {
+	if e := c.out; e != nil {
+		e.mu.Lock()
+		err := e.sendLocked(p)
+		e.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	n, err := c.Connection.Write(p)
 	return n, mapErr(err)
 }

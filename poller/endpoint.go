@@ -3,7 +3,7 @@ package poller
 import (
 	"crypto/tls"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
 	"github.com/valyala/bytebufferpool"
@@ -15,53 +15,89 @@ import (
 // plaintext.
 const tlsReadChunk = 16 << 10
 
-// Endpoint is one socket of a session. It owns the socket's write side: every
-// write, flush and close of the socket happens under mu, because netpoll allows
-// one writer at a time and its writer may panic after Close.
+// Endpoint is one socket, plain or TLS. There is exactly one Endpoint per
+// socket for the socket's whole life: the dialer makes it, the warm pool holds
+// it, a session takes it over; nothing copies its fields.
+//
+// It owns the socket's write side (output.go): every write goes through mu,
+// never blocks, and nothing is written once the socket is closed, because
+// netpoll allows one writer at a time, may panic in its writer after Close,
+// and reuses descriptor numbers.
 type Endpoint struct {
 	conn netpoll.Connection
+	fd   int       // the socket's descriptor, for raw writes; -1 if netpoll hides it
 	tls  *tls.Conn // nil for a plain socket
 	nb   *NBConn   // under tls
 
-	mu        sync.Mutex
-	closeSent bool        // a close frame was sent to this socket
-	closeRecv bool        // a close frame arrived from this socket
-	closed    bool        // Close was called, or the socket is gone
-	gone      bool        // the close callback ran: nothing more will arrive
-	timer     *time.Timer // closes the socket if its close handshake stalls
+	mu         sync.Mutex
+	closed     bool                         // the socket is closed or closing: nothing more is written
+	closeAfter bool                         // close once the backlog is sent
+	back       []*bytebufferpool.ByteBuffer // bytes the kernel did not take yet, in order
+	sent       int                          // bytes of back[0] already sent
+	writing    bool                         // the writer goroutine owns the socket's writes
+	inLast     bool                         // a raw write from inside the socket's own close callback
+
+	// wmu is held by the writer goroutine across netpoll's blocking Write,
+	// so that the close guard can wait for that write to return before
+	// netpoll frees the connection's buffers.
+	wmu sync.Mutex
+
+	// For the watchdog, read without locks: since when a backlog has been
+	// waiting (0 when none), and how many bytes it holds.
+	stalledSince atomic.Int64
+	backlogLen   atomic.Int64
+
+	// batch gathers one read's worth of forwarded frames; see output.go.
+	// Only the session side that writes to this endpoint touches it.
+	batch batch
 
 	plain frames.ByteSource // decrypted bytes of the current TLS read
 }
 
 // NewPlainEndpoint wraps a plain TCP netpoll connection.
 func NewPlainEndpoint(c netpoll.Connection) *Endpoint {
-	e := &Endpoint{conn: c}
-	e.guard(c)
+	e := &Endpoint{conn: c, fd: fdOf(c)}
+	e.guard()
 	return e
 }
 
 // NewTLSEndpoint wraps a TLS connection running over nb. The TLS handshake
-// must be complete; the endpoint switches nb to non-blocking reads.
+// must be complete; the endpoint switches nb to non-blocking reads and takes
+// over its writes.
 func NewTLSEndpoint(nb *NBConn, t *tls.Conn) *Endpoint {
+	e := &Endpoint{conn: nb.Connection, fd: fdOf(nb.Connection), tls: t, nb: nb}
+	nb.out = e
 	nb.SetBlocking(false)
-	e := &Endpoint{conn: nb.Connection, tls: t, nb: nb}
-	e.guard(nb.Connection)
+	e.guard()
 	return e
 }
 
+// fdOf returns c's descriptor through netpoll's exported Conn interface
+// (every netpoll connection implements it), or -1.
+func fdOf(c netpoll.Connection) int {
+	if fc, ok := c.(netpoll.Conn); ok {
+		return fc.Fd()
+	}
+	return -1
+}
+
 // guard marks the endpoint closed when its socket closes, for whatever
-// reason. netpoll frees a connection's buffers after running its close
-// callbacks, and its writer may panic once they are freed; since this
-// callback takes mu, a write in progress finishes before the buffers go, and
-// every later write sees closed.
-func (e *Endpoint) guard(c netpoll.Connection) {
-	_ = c.AddCloseCallback(func(netpoll.Connection) error {
+// reason. netpoll runs close callbacks latest first, and its own (which
+// closes the descriptor and frees the buffers) was added first, so this runs
+// while the descriptor is still this socket's: raw writes, which check closed
+// under mu, never reach a reused descriptor number. Waiting for wmu lets a
+// blocking Write of the writer goroutine (woken by the close) return before
+// netpoll frees the buffers it writes from.
+func (e *Endpoint) guard() {
+	_ = e.conn.AddCloseCallback(func(netpoll.Connection) error {
 		e.mu.Lock()
 		e.closed = true
 		e.mu.Unlock()
+		e.wmu.Lock()
+		e.wmu.Unlock() //nolint:staticcheck // an empty critical section: wait for the writer
 		return nil
 	})
-	if !c.IsActive() {
+	if !e.conn.IsActive() {
 		e.mu.Lock()
 		e.closed = true
 		e.mu.Unlock()
@@ -71,61 +107,32 @@ func (e *Endpoint) guard(c netpoll.Connection) {
 // Conn returns the underlying netpoll connection.
 func (e *Endpoint) Conn() netpoll.Connection { return e.conn }
 
-// sink returns where frames for this socket are written. Callers hold mu.
-func (e *Endpoint) sink() frames.Sink {
-	if e.tls != nil {
-		return tlsSink{e.tls}
-	}
-	return e.conn.Writer()
-}
+// IsTLS reports whether the socket speaks TLS.
+func (e *Endpoint) IsTLS() bool { return e.tls != nil }
 
-// flush sends what was written through sink. Callers hold mu.
-func (e *Endpoint) flush() error {
-	if e.tls != nil {
-		return nil // every TLS write is sent as it is made
-	}
-	return e.conn.Writer().Flush()
-}
-
-// writeFrame sends bytes the gateway built itself (a close frame, an error
-// event). Callers hold mu.
-func (e *Endpoint) writeFrame(b []byte) error {
-	if e.closed {
-		return netpoll.ErrConnClosed
-	}
-	if e.tls != nil {
-		_, err := e.tls.Write(b)
-		return err
-	}
-	w := e.conn.Writer()
-	buf, err := w.Malloc(len(b))
-	if err != nil {
-		return err
-	}
-	copy(buf, b)
-	return w.Flush()
-}
-
-// Send writes bytes the gateway built itself, such as an HTTP response
-// during the handshake.
+// Send writes bytes the gateway built itself (an HTTP response, a close
+// frame, an error event). It never blocks; see output.go.
 func (e *Endpoint) Send(b []byte) error {
+	if e.tls != nil {
+		_, err := e.tls.Write(b) // each record goes through NBConn.Write
+		return err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.writeFrame(b)
+	return e.sendLocked(b)
 }
 
-// Read hands everything readable on the socket to fn; see read.
-func (e *Endpoint) Read(fn func(src frames.Source) error) error { return e.read(fn) }
-
-// Close closes the socket at once.
-func (e *Endpoint) Close() { e.closeNow() }
-
-// read hands everything readable on the socket to fn as a frames.Source, then
-// releases it. fn must have flushed whatever it wrote from the source before
-// it returns: plain sockets are forwarded without copying, so the bytes stay
-// in the input buffer until then. For TLS, fn sees decrypted plaintext in a
-// pooled scratch buffer, one record at a time.
-func (e *Endpoint) read(fn func(src frames.Source) error) error {
+// Read hands everything readable on the socket to fn as a frames.Source,
+// then releases it. fn must have flushed whatever it wrote from the source
+// before it returns: plain sockets are forwarded without copying, so the bytes
+// stay in the input buffer until then. For TLS, fn sees decrypted plaintext
+// in a pooled scratch buffer, one record at a time, until crypto/tls would
+// block: this also drains records crypto/tls decrypted earlier, for which no
+// read event will ever come.
+//
+// One goroutine at a time may read a socket; for upstream sockets the
+// Handle's read lock sees to that.
+func (e *Endpoint) Read(fn func(src frames.Source) error) error {
 	if e.tls == nil {
 		r := e.conn.Reader()
 		err := fn(r)
@@ -158,25 +165,60 @@ func (e *Endpoint) read(fn func(src frames.Source) error) error {
 	}
 }
 
-// closeNow closes the socket unless it is closed already. netpoll runs close
-// callbacks synchronously when it can, so this must not be called with mu
-// held.
-func (e *Endpoint) closeNow() {
+// lastWords writes b from inside the socket's own close callback, where
+// netpoll has marked the socket closed but not yet closed its descriptor (its
+// own callback, which does, runs last). Only a raw write that the kernel
+// takes at once can go out now; the rest is dropped with the socket.
+func (e *Endpoint) lastWords(b []byte) {
+	e.mu.Lock()
+	e.inLast = true
+	if e.tls == nil {
+		_ = e.sendLocked(b)
+		e.inLast = false
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	_, _ = e.tls.Write(b)
+	e.mu.Lock()
+	e.inLast = false
+	e.mu.Unlock()
+}
+
+// Close closes the socket once what was written to it is sent (at once when
+// nothing waits), unless it is closed already. netpoll runs close callbacks
+// synchronously when it can, so this must not be called with mu held.
+func (e *Endpoint) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	if e.writing {
+		e.closeAfter = true // the writer goroutine closes when done
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	e.mu.Unlock()
+	_ = e.conn.Close()
+}
+
+// Drop closes the socket at once, discarding whatever still waits to be
+// sent, and fails a blocked write of the writer goroutine.
+func (e *Endpoint) Drop() {
 	e.mu.Lock()
 	already := e.closed
 	e.closed = true
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	conn := e.conn
 	e.mu.Unlock()
-	if !already && conn != nil {
-		_ = conn.Close()
+	if !already {
+		_ = e.conn.Close()
 	}
 }
 
-// tlsSink writes frames through a TLS connection. Each write is encrypted and
-// sent before it returns, so the source bytes may be released right after.
-type tlsSink struct{ c *tls.Conn }
-
-func (s tlsSink) WriteBinary(p []byte) (int, error) { return s.c.Write(p) }
+// Backlog returns the bytes written to the socket that the kernel has not
+// taken yet, and since when (unix nanoseconds) they have been waiting; 0 and
+// 0 when nothing waits. It takes no locks.
+func (e *Endpoint) Backlog() (bytes int, since int64) {
+	return int(e.backlogLen.Load()), e.stalledSince.Load()
+}

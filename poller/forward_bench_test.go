@@ -84,8 +84,10 @@ func benchForward(b *testing.B, fromClient bool, size int) {
 
 // relay is a poller.Session between two loopback TCP peers.
 type relay struct {
-	clientPeer, upPeer net.Conn // the raw ends the benchmark drives
+	clientPeer, upPeer net.Conn // the raw ends the test drives
+	upSide             netpoll.Connection
 	sess               *poller.Session
+	cfg                *poller.SessionConfig
 	ended              chan struct{}
 }
 
@@ -93,31 +95,43 @@ type relay struct {
 // starts a Session between them, wired the way the server wires one: the
 // client socket's OnRequest and close callback drive the session, and the
 // upstream socket is attached through a Handle.
-func newRelay(b *testing.B) *relay {
-	b.Helper()
-	clientSide, clientPeer := netpollPair(b)
-	upSide, upPeer := netpollPair(b)
-	r := &relay{clientPeer: clientPeer, upPeer: upPeer, ended: make(chan struct{})}
+func newRelay(tb testing.TB) *relay {
+	tb.Helper()
+	r := newUnattached(tb, nil)
+	r.sess.AttachUpstream(poller.NewHandle(poller.NewPlainEndpoint(r.upSide)), nil)
+	return r
+}
 
-	cfg := &poller.SessionConfig{
+// newUnattached is newRelay without attaching the upstream: the session
+// queues client frames as if the upstream were still connecting. mutate, if
+// set, adjusts the session's configuration first.
+func newUnattached(tb testing.TB, mutate func(*poller.SessionConfig)) *relay {
+	tb.Helper()
+	clientSide, clientPeer := netpollPair(tb)
+	upSide, upPeer := netpollPair(tb)
+	r := &relay{clientPeer: clientPeer, upPeer: upPeer, upSide: upSide, ended: make(chan struct{})}
+
+	r.cfg = &poller.SessionConfig{
 		MaxPending:   1 << 20,
 		CloseTimeout: time.Second,
 		OnEnd:        func(*poller.Session) { close(r.ended) },
 	}
-	r.sess = poller.NewSession(cfg, poller.NewPlainEndpoint(clientSide))
+	if mutate != nil {
+		mutate(r.cfg)
+	}
+	r.sess = poller.NewSession(r.cfg, poller.NewPlainEndpoint(clientSide))
 	if err := clientSide.AddCloseCallback(func(netpoll.Connection) error { r.sess.ClientGone(); return nil }); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := clientSide.SetOnRequest(func(context.Context, netpoll.Connection) error { r.sess.ClientReadable(); return nil }); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	r.sess.AttachUpstream(poller.NewHandle(poller.NewPlainEndpoint(upSide)), nil)
 	return r
 }
 
 // netpollPair returns the two ends of one loopback TCP connection: a netpoll
 // connection (the relay's socket) and a plain net.Conn (the peer).
-func netpollPair(b *testing.B) (netpoll.Connection, net.Conn) {
+func netpollPair(b testing.TB) (netpoll.Connection, net.Conn) {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -147,7 +161,7 @@ func netpollPair(b *testing.B) (netpoll.Connection, net.Conn) {
 // checkVerbatim sends a few frames through before timing starts and checks
 // that they arrive byte for byte, so the benchmark cannot measure a relay
 // that drops or rewrites frames.
-func (r *relay) checkVerbatim(b *testing.B, src, dst net.Conn, frame []byte) {
+func (r *relay) checkVerbatim(b testing.TB, src, dst net.Conn, frame []byte) {
 	b.Helper()
 	want := bytes.Repeat(frame, 3)
 	if _, err := src.Write(want); err != nil {
@@ -164,7 +178,7 @@ func (r *relay) checkVerbatim(b *testing.B, src, dst net.Conn, frame []byte) {
 }
 
 // close drops both peers and waits for the session to end.
-func (r *relay) close(b *testing.B) {
+func (r *relay) close(b testing.TB) {
 	b.Helper()
 	_ = r.clientPeer.Close()
 	_ = r.upPeer.Close()

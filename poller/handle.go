@@ -3,20 +3,30 @@ package poller
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
 )
 
 // Owner receives a dialed upstream socket's events: bytes to read, and the
-// socket going away.
+// socket going away. UpstreamReadable always runs under the Handle's read
+// lock; UpstreamGone runs without it (netpoll may run close callbacks inside
+// a Close called from a read).
 type Owner interface {
 	UpstreamReadable()
 	UpstreamGone()
 }
 
-// Handle is a dialed upstream socket whose netpoll callbacks are installed
-// once and forward to whoever owns the socket now: the warm pool while the
-// socket waits for a client, then the session it is handed to.
+// Handle is a dialed upstream socket with exactly one owner at every moment:
+// the warm pool while the socket waits for a client, then the session it is
+// handed to. Its netpoll callbacks are installed once and forward to the
+// current owner.
+//
+// One read lock serves every owner: the OnRequest callback, the first reads of
+// a new owner (the bytes that came with the 101, then whatever crypto/tls
+// already decrypted) and the hand-over itself all hold it, so no read of the
+// old owner can interleave with the new owner's first frames, and no byte is
+// read by an owner that has already handed the socket on.
 //
 // Swapping the owner rather than the callbacks matters: netpoll's processing
 // task keeps calling the OnRequest it started with while input remains, so a
@@ -25,11 +35,14 @@ type Owner interface {
 type Handle struct {
 	ep *Endpoint
 
-	mu    sync.Mutex
-	owner Owner
+	readMu sync.Mutex
+	owner  atomic.Pointer[ownerBox]
 
 	watchOnce sync.Once
 }
+
+// ownerBox lets an interface value live in an atomic.Pointer.
+type ownerBox struct{ o Owner }
 
 // NewHandle wraps an upgraded upstream endpoint. Nothing is installed until
 // Start.
@@ -38,29 +51,52 @@ func NewHandle(ep *Endpoint) *Handle { return &Handle{ep: ep} }
 // Endpoint returns the socket.
 func (h *Handle) Endpoint() *Endpoint { return h.ep }
 
-// WatchClose installs the close callback that tells the owner the socket is
-// gone. It must be in place before anything that could close the socket:
-// netpoll runs a connection's close callbacks once, so one added after the
-// close never runs.
-func (h *Handle) WatchClose() {
+// Owner returns the current owner.
+func (h *Handle) Owner() Owner {
+	if b := h.owner.Load(); b != nil {
+		return b.o
+	}
+	return nil
+}
+
+func (h *Handle) setOwner(o Owner) { h.owner.Store(&ownerBox{o}) }
+
+// watchClose installs the close callback that tells the owner the socket is
+// gone. It is in place before anything that could close the socket: netpoll
+// runs a connection's close callbacks once, so one added after the close
+// never runs.
+func (h *Handle) watchClose() {
 	h.watchOnce.Do(func() {
 		_ = h.ep.conn.AddCloseCallback(func(netpoll.Connection) error {
-			h.Owner().UpstreamGone()
+			if o := h.Owner(); o != nil {
+				o.UpstreamGone()
+			}
 			return nil
 		})
 	})
 }
 
-// Start makes o the owner and hands the socket to the reactor. If the socket
-// closed before, o hears of it at once.
-func (h *Handle) Start(o Owner) {
-	h.SetOwner(o)
-	h.WatchClose()
+// Start makes o the first owner and hands the socket to the reactor. first,
+// if not nil, runs before any read handler can: it feeds o the bytes that
+// came with the 101 response. Then the socket is read once by hand (netpoll
+// announces only bytes in its own buffer, not records crypto/tls already
+// holds), all under the read lock. If the socket closed before, o hears of it.
+func (h *Handle) Start(o Owner, first func()) {
+	h.readMu.Lock()
+	h.setOwner(o)
+	h.watchClose()
+	if first != nil {
+		first()
+	}
 	conn := h.ep.conn
 	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
+		h.readMu.Lock()
 		h.Owner().UpstreamReadable()
+		h.readMu.Unlock()
 		return nil
 	})
+	o.UpstreamReadable()
+	h.readMu.Unlock()
 	if !conn.IsActive() {
 		// The peer hung up before the callbacks were in place. netpoll
 		// runs close callbacks for such a connection only once the user
@@ -72,16 +108,27 @@ func (h *Handle) Start(o Owner) {
 	}
 }
 
-// SetOwner hands the socket's events to o from now on.
-func (h *Handle) SetOwner(o Owner) {
-	h.mu.Lock()
-	h.owner = o
-	h.mu.Unlock()
+// TryHandOver makes o the owner, unless a read is in progress or the socket
+// is closing (a waiting socket that is being read is receiving what it should
+// not, or its close: it is not worth handing out). On success it returns with
+// the read lock held: the new owner forwards what the old one held, then
+// calls FinishHandOver, which reads the socket once for it and releases the
+// lock. It never blocks, so it may run under the pool's lock.
+func (h *Handle) TryHandOver(o Owner) bool {
+	if !h.readMu.TryLock() {
+		return false
+	}
+	if !h.ep.conn.IsActive() {
+		h.readMu.Unlock()
+		return false
+	}
+	h.setOwner(o)
+	return true
 }
 
-// Owner returns the current owner.
-func (h *Handle) Owner() Owner {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.owner
+// FinishHandOver completes TryHandOver: the new owner reads whatever arrived
+// or crypto/tls decrypted while the socket waited, then events flow to it.
+func (h *Handle) FinishHandOver() {
+	h.Owner().UpstreamReadable()
+	h.readMu.Unlock()
 }

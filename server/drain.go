@@ -23,7 +23,7 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	clean := s.waitSessions(timeout)
 	if !clean {
 		for _, sess := range s.liveSessions() {
-			go sess.Terminate(ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
+			go s.terminate(sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
 				"The gateway is restarting; reconnect to continue.")
 		}
 		s.waitSessions(s.cfg.CloseTimeout + time.Second)

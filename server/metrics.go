@@ -23,6 +23,7 @@ type metrics struct {
 	tokens         *prometheus.CounterVec
 	dialFailures   *prometheus.CounterVec
 	usageLogErrors prometheus.Counter
+	warmRedials    prometheus.Counter // registered in New (notices.go's redial)
 }
 
 func newMetrics() *metrics {

@@ -35,6 +35,9 @@ type sessionInfo struct {
 	group      string
 	deployment *routes.Deployment // nil until an upstream is attached
 	usage      Usage
+	start      time.Time // when the client's upgrade completed
+	poolHit    bool      // the upstream came from the warm pool
+	redial     func()    // dials a fresh upstream after a dead warm one
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -142,7 +145,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 		h, held := s.pool.Take(t, info.group, o)
 		if h != nil {
 			// before the held frame is forwarded
-			sess.PoolHit = true
+			info.poolHit = true
 			s.attached(info, d)
 		}
 		return h, held
@@ -188,14 +191,14 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		// Nobody to tell: end the session without an upstream.
 		sess.Cancel()
 	default:
-		sess.DialFailed(status)
+		s.dialFailed(sess, status)
 	}
 }
 
 // dialResult is one dial's outcome.
 type dialResult struct {
 	i    int // index of the deployment in the candidates
-	conn *upstream.Conn
+	conn *upstream.Upgraded
 	err  error
 }
 
@@ -213,7 +216,7 @@ type dial struct {
 // winner, or the HTTP status of the last refusal (0 if none). Dials still in
 // flight when it returns are cancelled; one that completes anyway is closed
 // with 1001.
-func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Deployment, q url.Values, h http.Header) (*upstream.Conn, *routes.Deployment, int) {
+func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Deployment, q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment, int) {
 	results := make(chan dialResult, len(cands)) // buffered: no dial waits for a reader that left
 	dials := make([]dial, 0, len(cands))
 	inflight, status := 0, 0

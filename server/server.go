@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/cloudwego/netpoll"
+	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
@@ -90,7 +92,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		upTLS.RootCAs = pool
 	}
 	s.dialer = &upstream.Dialer{TLSConfig: upTLS, Timeout: cfg.DialTimeout, WriteTimeout: cfg.WriteTimeout,
-		SourceIPs: cfg.UpstreamSourceIPs}
+		CloseTimeout: cfg.CloseTimeout, SourceIPs: cfg.UpstreamSourceIPs}
 
 	if cfg.TLSCert != "" {
 		certs, err := newCertReloader(cfg.TLSCert, cfg.TLSKey, log)
@@ -132,21 +134,17 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		}
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.metrics.reg))
 	}
+	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
+		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
+	s.metrics.reg.MustRegister(s.metrics.warmRedials)
 	s.sessCfg = poller.SessionConfig{
-		MaxMessage:   cfg.MaxMessage,
-		MaxPending:   cfg.MaxPending,
-		CloseTimeout: cfg.CloseTimeout,
-		OnEnd:        s.sessionEnded,
-		OnFirstUpstreamFrame: func(sess *poller.Session) {
-			label := "off"
-			if s.pool != nil {
-				label = "miss"
-				if sess.PoolHit {
-					label = "hit"
-				}
-			}
-			s.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(sess.Start).Seconds())
-		},
+		MaxMessage:      cfg.MaxMessage,
+		MaxPending:      cfg.MaxPending,
+		CloseTimeout:    cfg.CloseTimeout,
+		OnEnd:           s.sessionEnded,
+		UpstreamInvalid: upstreamInvalidNotice,
+		Redial:          s.redial,
+		SameFirstFrame:  isSessionCreated,
 	}
 	return s, nil
 }
@@ -452,9 +450,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		protocol = subprotocolRealtime
 	}
 	c.stopTimer()
-	info := &sessionInfo{key: key, group: group}
+	info := &sessionInfo{key: key, group: group, start: time.Now()}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
-	sess.InspectUpstream(info)
+	sess.InspectUpstream(&setupWatch{sessionInfo: info, srv: s})
 	c.sess, c.phase = sess, phaseRelay
 	s.sessMu.Lock()
 	s.sessions[sess] = info
@@ -471,6 +469,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	bytebufferpool.Put(c.head)
 	c.head = nil
 	cands := s.live.order(routes.Groups[group])
+	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, req.Header) }
 	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
 		return
 	}
@@ -568,8 +567,8 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 
 	rec := usageRecord{
 		Key: info.key.Name, ModelGroup: info.group, Deployment: deployment,
-		Start: sess.Start.UTC(), DurationMS: time.Since(sess.Start).Milliseconds(),
-		PoolHit: sess.PoolHit, Outcome: outcome,
+		Start: info.start.UTC(), DurationMS: time.Since(info.start).Milliseconds(),
+		PoolHit: info.poolHit, Outcome: outcome,
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
 		Usage: u,
 	}
@@ -590,9 +589,9 @@ func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok 
 		return "upstream_unavailable"
 	case !ok:
 		return "unknown"
-	case cl.Code == 1006:
+	case cl.Code == ws.StatusAbnormalClosure:
 		return from.String() + "_lost"
-	case cl.Code == 1002 || cl.Code == 1007 || cl.Code == 1009:
+	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusUnsupportedData || cl.Code == ws.StatusMessageTooBig:
 		return from.String() + "_protocol_error"
 	}
 	return from.String() + "_closed"

@@ -39,6 +39,11 @@ type Dialer struct {
 	// WriteTimeout bounds each write to the upstream once relaying: a write
 	// that cannot finish in this time closes the session.
 	WriteTimeout time.Duration
+	// CloseTimeout bounds how long a socket the gateway closes (a retired
+	// warm socket) may take to answer the close frame and close its TCP
+	// connection: the upstream closes first (RFC 6455 7.1.1), so that
+	// TIME_WAIT stays off the gateway's ephemeral ports. 0 means 2 s.
+	CloseTimeout time.Duration
 	// SourceIPs, if set, are the local addresses upstream sockets are bound
 	// to, in turn. One source address reaches one upstream address over at
 	// most the ephemeral port range (about 28k ports by default); k source
@@ -55,8 +60,10 @@ type Target struct {
 	Header http.Header
 }
 
-// Conn is an upgraded upstream socket.
-type Conn struct {
+// Upgraded is an upstream socket past its WebSocket upgrade: the socket's
+// one Endpoint, which the warm pool and then a session own in turn, and the
+// bytes that came with the 101.
+type Upgraded struct {
 	Endpoint *poller.Endpoint
 	// Preface holds bytes the upstream sent right behind its 101 response,
 	// which the handshake read along with it. The upstream sends
@@ -98,7 +105,7 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 }
 
 // Dial connects to t and completes the WebSocket upgrade.
-func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
+func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
@@ -136,7 +143,7 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
 	}
 	// From here on reads are event-driven and never wait.
 	_ = conn.SetReadTimeout(0)
-	return &Conn{Endpoint: ep, Preface: preface}, nil
+	return &Upgraded{Endpoint: ep, Preface: preface}, nil
 }
 
 func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Target, secure bool) (*poller.Endpoint, []byte, error) {

@@ -418,8 +418,7 @@ func (p *Pool) dialWarm(kp *keyPool) (*warmConn, error) {
 		return nil, err
 	}
 	w := &warmConn{h: poller.NewHandle(c.Endpoint), pool: p, kp: kp, ready: make(chan struct{}), born: time.Now()}
-	w.h.Start(w)
-	w.accept(c.Preface)
+	w.start(c.Preface)
 	wait := p.dialer.Timeout
 	if wait <= 0 {
 		wait = 10 * time.Second

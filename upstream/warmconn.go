@@ -11,13 +11,21 @@ import (
 	"rtgate/poller"
 )
 
-// warm socket states
+// warm socket states. A socket moves waiting → ready → taken (the session
+// owns it from then on), or from waiting or ready to retiring (the gateway
+// sent its close frame and waits for the upstream to close TCP first) or
+// dead (closed, failed, or sent something unexpected); retiring ends dead.
 const (
-	warmWaiting = iota // dialed, session.created not complete yet
-	warmReady          // holding session.created
-	warmTaken          // handed to a session
-	warmDead           // closed, failed, or sent something unexpected
+	warmWaiting  = iota // dialed, session.created not complete yet
+	warmReady           // holding session.created
+	warmTaken           // handed to a session
+	warmRetiring        // our close frame went; waiting for the upstream's FIN
+	warmDead            // closed, failed, or sent something unexpected
 )
+
+// defaultRetireWait bounds a retiring socket's wait for the upstream's FIN
+// when the dialer sets no CloseTimeout.
+const defaultRetireWait = 2 * time.Second
 
 type poolError string
 
@@ -30,7 +38,8 @@ const (
 
 // warmConn is one socket in the pool. Its OnRequest and close callback reach
 // it through its Handle while it waits; at handoff the Handle's owner becomes
-// the session.
+// the session, under the Handle's read lock, so that a read of the pool and
+// the session's first frames never interleave.
 type warmConn struct {
 	h      *poller.Handle
 	pool   *Pool
@@ -43,35 +52,46 @@ type warmConn struct {
 	err   error         // why it went dead before it was ready
 	held  []byte        // the session.created frame, verbatim
 	ready chan struct{} // closed when it leaves warmWaiting
+	stop  *time.Timer   // bounds warmRetiring
 }
 
-// UpstreamReadable runs when the upstream sent bytes.
+// start hands the socket to the reactor with the pool as its owner. The
+// bytes that came with the 101 are accepted first, then whatever crypto/tls
+// already decrypted, before any read event can run: a read cannot append the
+// tail of session.created before its head.
+func (w *warmConn) start(preface []byte) {
+	w.h.Start(w, func() { w.accept(preface) })
+}
+
+// UpstreamReadable runs when the upstream sent bytes, under the Handle's
+// read lock: a Take cannot hand the socket over while it runs.
 func (w *warmConn) UpstreamReadable() {
 	w.mu.Lock()
 	state := w.state
 	w.mu.Unlock()
+	ep := w.h.Endpoint()
 	switch state {
-	case warmTaken:
-		// Handed over while this call was on its way: the new owner reads.
-		w.h.Owner().UpstreamReadable()
-		return
 	case warmWaiting:
 		var buf []byte
-		_ = w.h.Endpoint().Read(func(src frames.Source) error {
+		_ = ep.Read(func(src frames.Source) error {
 			p, err := src.Next(src.Len())
 			buf = append(buf, p...)
 			return err
 		})
 		w.accept(buf)
 		return
+	case warmRetiring:
+		// The upstream's answer to our close frame: drop it, and wait
+		// for its FIN.
+		_ = ep.Read(func(src frames.Source) error { return src.Skip(src.Len()) })
+		return
 	}
 	// Ready or dead: nothing may arrive before a client exists. Drop the
 	// bytes (they must be consumed) and the socket.
-	_ = w.h.Endpoint().Read(func(src frames.Source) error {
-		_, err := src.Next(src.Len())
-		return err
-	})
-	w.fail(errUnexpectedFrame)
+	_ = ep.Read(func(src frames.Source) error { return src.Skip(src.Len()) })
+	if state != warmTaken {
+		w.fail(errUnexpectedFrame)
+	}
 }
 
 // accept adds bytes read while waiting for session.created.
@@ -143,10 +163,15 @@ func (w *warmConn) UpstreamGone() {
 	}
 	w.mu.Unlock()
 	switch state {
-	case warmTaken:
-		w.h.Owner().UpstreamGone()
 	case warmReady:
 		w.pool.lost(w)
+	case warmRetiring:
+		w.mu.Lock()
+		w.state = warmDead
+		if w.stop != nil {
+			w.stop.Stop()
+		}
+		w.mu.Unlock()
 	}
 }
 
@@ -154,7 +179,7 @@ func (w *warmConn) UpstreamGone() {
 func (w *warmConn) fail(err error) {
 	w.mu.Lock()
 	state := w.state
-	if state == warmTaken || state == warmDead {
+	if state == warmTaken || state == warmDead || state == warmRetiring {
 		w.mu.Unlock()
 		return
 	}
@@ -163,37 +188,55 @@ func (w *warmConn) fail(err error) {
 		close(w.ready)
 	}
 	w.mu.Unlock()
-	w.h.Endpoint().Close()
+	w.h.Endpoint().Drop()
 	if state == warmReady {
 		w.pool.lost(w)
 	}
 }
 
-// take hands the socket to owner if it is ready and alive.
+// take hands the socket to owner if it is ready and alive: no read in
+// progress (a ready socket being read is receiving what it should not) and
+// no hang-up seen. On success the Handle's read lock stays held until the
+// session has forwarded the held frame and calls FinishHandOver. Callers hold
+// Pool.mu; nothing here blocks.
 func (w *warmConn) take(owner poller.Owner) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != warmReady || !w.h.Endpoint().Conn().IsActive() {
+	if w.state != warmReady || !w.h.TryHandOver(owner) {
 		return false
 	}
 	w.state = warmTaken
-	w.h.SetOwner(owner)
 	if w.expiry != nil {
 		w.expiry.Stop() // callers hold Pool.mu
 	}
 	return true
 }
 
-// retire closes a socket that never reached a client, cleanly.
+// retire closes a socket that never reached a client, cleanly: our close
+// frame goes, and the upstream, as the WebSocket server, closes TCP first
+// (RFC 6455 7.1.1), so that TIME_WAIT lands on its side, not on the
+// gateway's ephemeral ports. The dialer's CloseTimeout bounds the wait.
 func (w *warmConn) retire(code ws.StatusCode, reason string) {
 	w.mu.Lock()
-	if w.state == warmTaken {
+	if w.state == warmTaken || w.state == warmRetiring || w.state == warmDead {
 		w.mu.Unlock()
+		if w.state == warmDead {
+			w.h.Endpoint().Drop()
+		}
 		return
 	}
-	w.state = warmDead
-	w.mu.Unlock()
+	if w.state == warmWaiting {
+		close(w.ready)
+	}
+	w.state = warmRetiring
 	ep := w.h.Endpoint()
-	_ = ep.Send(frames.AppendClose(nil, code, reason, true))
-	ep.Close()
+	wait := w.pool.dialer.CloseTimeout
+	if wait <= 0 {
+		wait = defaultRetireWait
+	}
+	w.stop = time.AfterFunc(wait, ep.Drop)
+	w.mu.Unlock()
+	if err := ep.Send(frames.AppendClose(nil, code, reason, true)); err != nil || !ep.Conn().IsActive() {
+		ep.Drop()
+	}
 }

@@ -1,0 +1,267 @@
+package poller
+
+import (
+	"github.com/gobwas/ws"
+	"github.com/valyala/bytebufferpool"
+
+	"rtgate/frames"
+)
+
+// upLink is the session's Owner for one upstream socket. A session can see
+// two sockets in its life (a warm one that proved dead, then a fresh one), so
+// each link names its socket, and events of a socket the session replaced are
+// drained and ignored.
+type upLink struct {
+	s *Session
+	h *Handle
+}
+
+// current reports whether l's socket is the session's upstream now.
+func (l *upLink) current() bool { return l.s.upEP.Load() == l.h.ep }
+
+// UpstreamReadable forwards what the upstream sent; it runs under the
+// Handle's read lock.
+func (l *upLink) UpstreamReadable() {
+	s := l.s
+	if !l.current() {
+		_ = l.h.ep.Read(func(src frames.Source) error { return src.Skip(src.Len()) })
+		return
+	}
+	s.lastActivity.Store(nowNano())
+	if err := l.h.ep.Read(s.fromUpstreamFn); err != nil {
+		l.h.ep.Drop()
+	}
+}
+
+// UpstreamGone is the upstream socket's close callback.
+func (l *upLink) UpstreamGone() {
+	if !l.current() {
+		return
+	}
+	if l.s.redial() {
+		return
+	}
+	l.s.gone(&l.s.up)
+}
+
+// AttachUpstream connects the session to a freshly dialed upstream socket:
+// queued client frames go first, then bytes the upstream sent with its 101
+// response (preface; that is usually where session.created is), then the
+// socket is read once by hand and handed to the reactor, all under the
+// Handle's read lock, so nothing overtakes anything.
+func (s *Session) AttachUpstream(h *Handle, preface []byte) {
+	l := &upLink{s: s, h: h}
+	h.Start(l, func() { s.attach(l, preface) })
+}
+
+// AdoptWarm tries to take an upstream socket that is already connected and
+// past session.created. take must hand the socket to the given owner with
+// Handle.TryHandOver atomically with taking it from the pool, and return it
+// with the frames it holds (session.created), or nil on a miss. The held
+// frames are forwarded first, then whatever the socket received meanwhile,
+// before any read event reaches the session.
+func (s *Session) AdoptWarm(take func(Owner) (*Handle, []byte)) bool {
+	l := &upLink{s: s}
+	h, held := take(l)
+	if h == nil {
+		return false
+	}
+	l.h = h
+	s.up.mu.Lock()
+	s.warm = true
+	s.up.mu.Unlock()
+	s.attach(l, held)
+	h.FinishHandOver()
+	return true
+}
+
+// attach installs l's socket as the upstream. Callers hold l's read lock.
+func (s *Session) attach(l *upLink, preface []byte) {
+	up := &s.up
+	ep := l.h.ep
+	up.mu.Lock()
+	if s.upState == upFailed {
+		// Cancelled meanwhile: nobody will relay on this socket.
+		up.mu.Unlock()
+		ep.Drop()
+		return
+	}
+	up.ep, s.handle = ep, l.h
+	s.upEP.Store(ep)
+	if s.redials > 0 {
+		s.skipFirst, s.skip = true, frameSkipper{}
+	}
+	var werr error
+	if s.pending != nil {
+		if len(s.pending.B) > 0 {
+			werr = ep.Send(s.pending.B)
+			s.wroteUp = true
+		}
+		bytebufferpool.Put(s.pending)
+		s.pending = nil
+	}
+	s.upState = upReady // published only now: nothing overtook the queue
+	act := actNone
+	if s.queuedStop {
+		act = s.step(up, evSend) // a close queued while connecting: its clock starts now
+	}
+	up.mu.Unlock()
+	s.run(up, act)
+
+	if werr != nil {
+		ep.Drop()
+		return
+	}
+	// An upstream that already closed may still have sent frames first
+	// (session.created, then a close): forward what it sent before its
+	// close callback tells the client it is gone.
+	if s.clientGone.Load() {
+		s.tellGone(up, ClientSide)
+	}
+	if len(preface) > 0 {
+		if err := s.fromUpstream(frames.NewByteSource(preface)); err != nil {
+			ep.Drop()
+		}
+	}
+}
+
+// redial replaces a warm upstream that proved dead before the client sent it
+// anything: the session goes back to connecting (client frames queue again),
+// and the server dials a fresh upstream whose first frame (its own
+// session.created) is consumed, since the client has one already. It
+// reports whether a redial started. Runs in the dead socket's close callback.
+func (s *Session) redial() bool {
+	if s.cfg.Redial == nil || s.clientGone.Load() {
+		return false
+	}
+	s.client.mu.Lock()
+	clientOpen := s.client.state == closeOpen
+	s.client.mu.Unlock()
+	up := &s.up
+	up.mu.Lock()
+	ok := clientOpen && s.warm && !s.wroteUp && s.redials == 0 && s.upState == upReady &&
+		up.state == closeOpen && !s.u2c.MidFrame()
+	if ok {
+		s.redials++
+		s.warm = false
+		s.upState = upConnecting
+		up.ep, s.handle = nil, nil
+		s.upEP.Store(nil)
+	}
+	up.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if !s.cfg.Redial(s) {
+		s.DialFailed(nil)
+	}
+	return true
+}
+
+// Redials returns how many fresh upstreams replaced a dead warm one.
+func (s *Session) Redials() int {
+	s.up.mu.Lock()
+	defer s.up.mu.Unlock()
+	return s.redials
+}
+
+// DialFailed reports that the upstream could not be reached. The client gets
+// notice (the server's error event, may be nil) and close 1011.
+func (s *Session) DialFailed(notice []byte) {
+	s.up.mu.Lock()
+	s.upState = upFailed
+	if s.pending != nil {
+		bytebufferpool.Put(s.pending)
+		s.pending = nil
+	}
+	s.up.state = closeGone
+	s.up.mu.Unlock()
+	s.sendClientNotice(notice, ws.StatusInternalServerError, "upstream unavailable")
+	s.maybeEnd()
+}
+
+// Cancel ends a session that will never get an upstream (its client left
+// before the upgrade completed); it ends once the client socket is gone.
+func (s *Session) Cancel() {
+	s.up.mu.Lock()
+	s.upState = upFailed
+	s.up.state = closeGone
+	s.up.mu.Unlock()
+	s.maybeEnd()
+}
+
+// maxFirstFrame bounds what is held of a redialed upstream's first frame
+// while deciding whether the client already has it; a longer frame is not a
+// session.created and is forwarded.
+const maxFirstFrame = 64 << 10
+
+// skipFirstFrame collects the first frame of a redialed upstream and
+// consumes it if SessionConfig.SameFirstFrame says the client already has it
+// (session.created: only the session id differs); otherwise it is forwarded
+// like any frame. Runs under the read lock.
+func (s *Session) skipFirstFrame(src frames.Source) error {
+	done, err := s.skip.collect(src)
+	if err != nil || !done {
+		return err
+	}
+	s.skipFirst = false
+	held := s.skip.buf
+	s.skip.buf = nil
+	defer bytebufferpool.Put(held)
+	if s.skip.complete && s.cfg.SameFirstFrame != nil && s.cfg.SameFirstFrame(held.B[s.skip.hlen:]) {
+		return nil
+	}
+	return s.fromUpstream(frames.NewByteSource(held.B))
+}
+
+// frameSkipper holds the first frame of a byte stream that may arrive in
+// pieces, up to maxFirstFrame.
+type frameSkipper struct {
+	buf      *bytebufferpool.ByteBuffer
+	hlen     int
+	want     int // header plus payload, once the header parsed
+	complete bool
+}
+
+// collect takes bytes of the first frame from src; done once the frame is
+// whole (complete) or known to be too long.
+func (f *frameSkipper) collect(src frames.Source) (done bool, err error) {
+	if f.buf == nil {
+		f.buf = bytebufferpoolGet()
+	}
+	for src.Len() > 0 {
+		n := 1 // header bytes one at a time (at most 14, once per redial)
+		if f.want > 0 {
+			n = min(src.Len(), f.want-len(f.buf.B))
+		}
+		p, err := src.Next(n)
+		if err != nil {
+			return false, err
+		}
+		f.buf.B = append(f.buf.B, p...)
+		if f.want == 0 {
+			h, hlen, ok, perr := frames.ParseHeader(f.buf.B)
+			if perr != nil {
+				return true, nil // let the scanner report it
+			}
+			if !ok {
+				continue
+			}
+			if h.Length > maxFirstFrame || !h.Fin {
+				return true, nil
+			}
+			f.hlen, f.want = hlen, hlen+int(h.Length)
+		}
+		if len(f.buf.B) == f.want {
+			f.complete = true
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func bytebufferpoolGet() *bytebufferpool.ByteBuffer {
+	b := bytebufferpool.Get()
+	b.B = b.B[:0]
+	return b
+}

@@ -1,0 +1,39 @@
+// Package poller is the gateway's reactor: client and upstream sockets are
+// netpoll connections on the same epoll pollers, and a Session splices two of
+// them together. No goroutine is parked per connection or per session: a
+// session costs CPU only when bytes arrive, and memory only for its state and
+// whatever netpoll is buffering.
+//
+// The package relays WebSocket frames and reports events; it knows nothing of
+// the protocol spoken inside the frames. What the gateway tells a client in
+// its own words (an error event before a close) is built by the server and
+// handed in as bytes, through SessionConfig or the ending methods.
+//
+// Files, bottom up:
+//   - conn.go: NBConn adapts a netpoll connection to the blocking net.Conn
+//     that crypto/tls and the WebSocket handshake expect, and then to a
+//     non-blocking one, so that TLS reads and writes stay event-driven after
+//     the handshake.
+//   - endpoint.go, output.go: Endpoint is one socket, plain or TLS: how to
+//     read it, write to it without ever blocking the caller, and close it.
+//   - handle.go: Handle is a dialed upstream socket whose single owner (the
+//     warm pool, then a session) changes under one read lock.
+//   - session.go: the Session and its accessors; relay.go forwards frames;
+//     attach.go connects the upstream (fresh, warm, or redialed); close.go
+//     holds the close state table; ends.go ends a session on the gateway's
+//     initiative; watchdog.go answers the server's watchdog.
+//
+// # Writes never block
+//
+// netpoll v0.7.2 has no non-blocking Flush and no writability callback: its
+// Flush writes at once, but when the kernel's send buffer is full it parks the
+// caller until everything is sent or the write timeout passes. A read handler
+// parked like that stalls the other side of the session, and on netpoll's
+// inline runner the poller itself. So the relay writes with a raw
+// non-blocking writev on the socket's descriptor while nothing is queued for
+// it; what the kernel does not take is copied into the endpoint's backlog and
+// one writer goroutine per stalled endpoint sends it through netpoll's
+// blocking Write, then exits. Raw writes never run while that goroutine owns
+// the socket, so bytes leave in order. Over TLS every raw write is a whole
+// record, so crypto/tls never sees a write fail part-way.
+package poller

@@ -1,0 +1,172 @@
+package poller
+
+import (
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+)
+
+// ClientReadable forwards what the client sent. The server calls it from the
+// client connection's OnRequest.
+func (s *Session) ClientReadable() {
+	s.lastActivity.Store(time.Now().UnixNano())
+	if err := s.client.ep.Read(s.fromClientFn); err != nil {
+		s.client.ep.Drop()
+	}
+}
+
+// ClientBytes forwards bytes the client sent that the server already holds:
+// frames that arrived in the same read as the HTTP upgrade request.
+func (s *Session) ClientBytes(b []byte) {
+	if err := s.fromClient(frames.NewByteSource(b)); err != nil {
+		s.client.ep.Drop()
+	}
+}
+
+// ClientGone is the client socket's close callback.
+func (s *Session) ClientGone() {
+	s.clientGone.Store(true)
+	s.gone(&s.client)
+}
+
+// fromClient forwards client frames upstream, or queues them while the
+// upstream connects. The upstream side's lock is held from the decision
+// where the bytes go until they are written or queued, so attaching (which
+// sends the queue and then publishes upReady under the same lock) can never
+// be overtaken, and a frame is never split between queue and socket.
+func (s *Session) fromClient(src frames.Source) error {
+	up := &s.up
+	for src.Len() > 0 {
+		up.mu.Lock()
+		var dst frames.Sink
+		queued := false
+		switch {
+		case s.upState == upFailed || s.queuedStop:
+			// nowhere to go: the frames are still scanned, for the
+			// client's close frame
+		case s.upState == upConnecting:
+			dst, queued = pendingSink{s}, true
+		case up.mayWrite():
+			dst = up.ep.sink()
+			s.wroteUp = true
+		}
+		cl, err := s.c2u.Forward(src, dst)
+		var werr error
+		if dst != nil && !queued {
+			werr = up.ep.flushBatch()
+		}
+		act := actNone
+		if cl != nil && dst != nil {
+			if queued {
+				s.queuedStop = true // its clock starts at attach
+			} else {
+				act = s.step(up, evSend)
+			}
+		}
+		overflow := queued && s.pending != nil && len(s.pending.B) > s.cfg.MaxPending
+		if overflow && err == nil {
+			err = &frames.ProtocolError{Code: ws.StatusMessageTooBig, Reason: "too much data before the upstream connected"}
+			s.c2u.Reset()
+		}
+		ep := up.ep
+		up.mu.Unlock()
+
+		s.run(up, act)
+		if werr != nil {
+			ep.Drop()
+		}
+		if pe, ok := err.(*frames.ProtocolError); ok { // not errors.As: no allocation per read
+			s.clientProtocolError(pe)
+			continue // the scanner now discards the rest
+		}
+		if err != nil {
+			return err
+		}
+		if cl != nil {
+			s.noteClose(*cl, ClientSide)
+			s.closeReceived(&s.client, *cl)
+		}
+	}
+	return nil
+}
+
+// fromUpstream forwards upstream frames to the client. It runs under the
+// upstream Handle's read lock.
+func (s *Session) fromUpstream(src frames.Source) error {
+	c := &s.client
+	for src.Len() > 0 {
+		if s.skipFirst {
+			if err := s.skipFirstFrame(src); err != nil {
+				return err
+			}
+			continue
+		}
+		c.mu.Lock()
+		var dst frames.Sink
+		if c.mayWrite() {
+			dst = c.ep.sink()
+		}
+		cl, err := s.u2c.Forward(src, dst)
+		var werr error
+		if dst != nil {
+			werr = c.ep.flushBatch()
+		}
+		act := actNone
+		if cl != nil && dst != nil {
+			act = s.step(c, evSend)
+		}
+		c.mu.Unlock()
+
+		s.run(c, act)
+		if werr != nil {
+			c.ep.Drop()
+		}
+		if pe, ok := err.(*frames.ProtocolError); ok {
+			s.upstreamProtocolError(pe)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if cl != nil {
+			s.noteClose(*cl, UpstreamSide)
+			s.closeReceived(&s.up, *cl)
+		}
+	}
+	return nil
+}
+
+// pendingSink queues client frames while the upstream connects. It copies:
+// the client's input buffer is released as soon as the read returns.
+// Callers hold the upstream side's lock.
+type pendingSink struct{ s *Session }
+
+func (p pendingSink) WriteBinary(b []byte) (int, error) {
+	s := p.s
+	if s.pending == nil {
+		s.pending = bytebufferpoolGet()
+	}
+	s.pending.B = append(s.pending.B, b...)
+	return len(b), nil
+}
+
+// trimPendingToFrame drops a partial frame from the end of the queue, so
+// that a close frame queued behind it is not read as its payload. Callers
+// hold the upstream side's lock.
+func (s *Session) trimPendingToFrame() {
+	if s.pending == nil {
+		return
+	}
+	b := s.pending.B
+	off := 0
+	for {
+		h, hlen, ok, err := frames.ParseHeader(b[off:])
+		if !ok || err != nil || int64(len(b)-off-hlen) < h.Length {
+			break
+		}
+		off += hlen + int(h.Length)
+	}
+	s.pending.B = b[:off]
+}
