@@ -38,6 +38,7 @@ type sessionInfo struct {
 	start      time.Time // when the client's upgrade completed
 	poolHit    bool      // the upstream came from the warm pool
 	redial     func()    // dials a fresh upstream after a dead warm one
+	grant      *secretGrant // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -86,11 +87,11 @@ func (s *Server) clientGone(sess *poller.Session) {
 // Wants picks response.done events out of the upstream's text frames.
 func (i *sessionInfo) Wants(prefix []byte) bool {
 	t, ok := EventType(prefix)
-	return ok && string(t) == "response.done"
+	return ok && metered(t)
 }
 
-// Inspect adds a response.done's usage.
-func (i *sessionInfo) Inspect(p []byte) { _ = i.usage.AddResponseDone(p) }
+// Inspect adds a response.done's (or a transcription's) usage.
+func (i *sessionInfo) Inspect(p []byte) { i.addUsage(p) }
 
 // group picks the model group a request asks for.
 func (s *Server) group(r *routes.Table, q url.Values) (string, *httpError) {

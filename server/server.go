@@ -72,6 +72,8 @@ type Server struct {
 	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
 	live     *router
 	usageLog *usageLog // nil without USAGE_LOG
+
+	apps // client secrets, calls, sidebands (apps.go)
 }
 
 // New prepares a server; Serve starts it.
@@ -125,6 +127,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := s.setupCluster(); err != nil {
 		return nil, err
 	}
+	s.setupApps(upTLS)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -211,6 +214,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.usageLog != nil {
 		s.usageLog.close()
 	}
+	s.closeMeters()
 	s.closeCluster()
 	return err
 }
@@ -263,6 +267,7 @@ type clientConn struct {
 	timer *time.Timer // handshake deadline; nil once upgraded
 
 	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
+	api  *apiRequest // an API request's body being collected (httpapi.go)
 
 }
 
@@ -290,6 +295,8 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	case phaseRelay:
 		c.sess.ClientReadable()
 		return nil
+	case phaseBody:
+		return c.readBody()
 	case phaseDone:
 		r := conn.Reader()
 		_ = r.Skip(r.Len())
@@ -387,6 +394,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		c.refuse(herr)
 		return
 	}
+	if s.startAPI(c, req, rest) {
+		return
+	}
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
 		c.phase = phaseDone
@@ -416,10 +426,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	routes := s.routes.Load()
 	creds := credentials(req.Header)
-	key, ok := routes.Authenticate(creds.key)
-	if !ok {
-		c.refuse(&httpError{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key",
-			message: "Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol."})
+	key, grant, herr := s.authenticateConnect(routes, creds.key)
+	if herr != nil {
+		c.refuse(herr)
 		return
 	}
 	accept, herr := checkUpgrade(req)
@@ -428,7 +437,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		return
 	}
 	q := req.URL.Query()
-	group, herr := s.group(routes, q)
+	group, herr := s.connectGroup(routes, q, grant)
+	if herr == nil {
+		herr = s.checkSideband(key, q)
+	}
 	if herr != nil {
 		c.refuse(herr)
 		return
@@ -450,7 +462,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		protocol = subprotocolRealtime
 	}
 	c.stopTimer()
-	info := &sessionInfo{key: key, group: group, start: time.Now()}
+	info := &sessionInfo{key: key, group: group, start: time.Now(), grant: grant}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
 	sess.InspectUpstream(&setupWatch{sessionInfo: info, srv: s})
 	c.sess, c.phase = sess, phaseRelay
@@ -469,6 +481,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	bytebufferpool.Put(c.head)
 	c.head = nil
 	cands := s.live.order(routes.Groups[group])
+	if s.startApp(sess, info, routes, q, req.Header) {
+		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
+	}
 	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, req.Header) }
 	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
 		return

@@ -128,7 +128,20 @@ type ClientKey struct {
 	// 0 means the key sets no limit of its own.
 	MaxSessions int
 	ConnectRate float64
+	// Sideband is SidebandAny for a key that may attach (?call_id=) to
+	// calls the gateway did not make; empty or SidebandOwn means only to
+	// its own calls.
+	Sideband string
 }
+
+// Sideband settings of a key.
+const (
+	SidebandOwn = "own"
+	SidebandAny = "any"
+)
+
+// Master returns the master key, or nil when none is set.
+func (t *Table) Master() *ClientKey { return t.master }
 
 // Allows reports whether the key may open sessions on the model group.
 func (k *ClientKey) Allows(group string) bool {

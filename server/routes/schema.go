@@ -55,6 +55,7 @@ type keyEntry struct {
 	Models      yaml.Node `yaml:"models"`
 	MaxSessions yaml.Node `yaml:"max_sessions"`
 	ConnectRate yaml.Node `yaml:"connect_rate"`
+	Sideband    yaml.Node `yaml:"sideband"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means

@@ -1,0 +1,63 @@
+package server
+
+// Browser and phone apps: what the server holds for client secrets, WebRTC
+// calls and sidebands, and how their WebSocket sessions start.
+
+import (
+	"crypto/tls"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"rtgate/poller"
+	"rtgate/server/routes"
+)
+
+// apps is the Server's state for them.
+type apps struct {
+	secrets    *secretSigner
+	calls      *callRegistry
+	httpClient *http.Client // the upstream calls endpoints
+	meters     sync.Map     // *callMeter → struct{}: live metering sidebands
+}
+
+// setupApps runs in New once the cluster store is known.
+func (s *Server) setupApps(upTLS *tls.Config) {
+	s.secrets = newSecretSigner(s.cfg.ClientSecretKeys, s.store, s.log)
+	s.calls = newCallRegistry(s.store)
+	s.httpClient = &http.Client{
+		Transport: &http.Transport{TLSClientConfig: upTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
+			ForceAttemptHTTP2: false},
+		// Location and the status are the client's to see: never follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// startApp starts the sessions that do not take the plain path: a client
+// secret's (configured before the client sees anything), a sideband's and a
+// transcription session's (never from the warm pool). It reports false for
+// a plain connect.
+func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes.Table, q url.Values, h http.Header) bool {
+	group := info.group
+	switch {
+	case isSideband(q):
+		info.redial = nil // a sideband holds no session of its own to redo
+		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
+		return true
+	case info.grant != nil:
+		if info.grant.claims.Type == "transcription" {
+			q.Set("intent", "transcription")
+		} else if !isTranscription(q) {
+			q.Set("model", group)
+		}
+		info.redial = func() { s.primeSession(sess, info, s.live.order(table.Groups[group]), q, h) }
+		go s.primeSession(sess, info, s.live.order(table.Groups[group]), q, h)
+		return true
+	case isTranscription(q):
+		info.redial = func() { s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h) }
+		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
+		return true
+	}
+	return false
+}
