@@ -311,4 +311,3 @@ func (s *Server) closeMeters() {
 		return true
 	})
 }
-

@@ -35,9 +35,9 @@ type sessionInfo struct {
 	group      string
 	deployment *routes.Deployment // nil until an upstream is attached
 	usage      Usage
-	start      time.Time // when the client's upgrade completed
-	poolHit    bool      // the upstream came from the warm pool
-	redial     func()    // dials a fresh upstream after a dead warm one
+	start      time.Time    // when the client's upgrade completed
+	poolHit    bool         // the upstream came from the warm pool
+	redial     func()       // dials a fresh upstream after a dead warm one
 	grant      *secretGrant // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.
