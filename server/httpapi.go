@@ -121,7 +121,7 @@ func (s *Server) startAPI(c *clientConn, req *http.Request, rest []byte) bool {
 	c.head = nil
 	switch {
 	case req.ContentLength > maxAPIBody:
-		c.answerNow(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+		c.answerEarly(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
 			"The request body is larger than "+strconv.Itoa(maxAPIBody)+" bytes."))
 		return true
 	case req.ContentLength < 0 && !isChunked(req):
@@ -203,6 +203,19 @@ func (c *clientConn) bodyProgress() {
 
 // chunkedEnded reports whether raw holds the last chunk's terminator.
 func chunkedEnded(raw []byte) bool { return bytes.Contains(raw, []byte("0\r\n\r\n")) }
+
+// answerEarly refuses a request before its body is read: the answer goes
+// at once, but the socket stays open (discarding input) until the client,
+// told Connection: close, closes it or the request deadline does, so a
+// client still sending reads the answer rather than a reset.
+func (c *clientConn) answerEarly(a apiAnswer) {
+	c.phase = phaseDone
+	if c.api.body != nil {
+		bytebufferpool.Put(c.api.body)
+		c.api.body = nil
+	}
+	_ = c.ep.Send(a.render(c.srv.corsHeaders(c.api.req)))
+}
 
 // answerNow sends a and closes the connection.
 func (c *clientConn) answerNow(a apiAnswer) {
