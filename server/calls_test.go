@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -295,4 +296,30 @@ func TestTranscriptionSessions(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestBetaDialectExplained: a beta client's header still goes upstream, the
+// upstream's beta_api_shape_disabled error and 4000 close reach the client,
+// and the gateway's log says what that means and what to change.
+func TestBetaDialectExplained(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	var logBuf syncBuffer
+	g := startGatewayLog(t, mock, nil, slog.New(slog.NewTextHandler(&logBuf, nil)))
+	h := bearer(testMasterKey)
+	h.Set("OpenAI-Beta", "realtime=v1")
+	c := g.dial(t, "", h)
+	if e := read(t, c); e.typ() != "error" || e.str("error", "code") != "beta_api_shape_disabled" {
+		t.Fatalf("got %s %s", e.typ(), e.str("error", "code"))
+	}
+	if ce := closeOf(t, c); ce.Code != 4000 || ce.Text != betaShutDown {
+		t.Fatalf("close %d %q", ce.Code, ce.Text)
+	}
+	recs := mock.Records()
+	if recs[len(recs)-1].Header.Get("OpenAI-Beta") != "realtime=v1" {
+		t.Fatal("the beta header was not forwarded")
+	}
+	waitFor(t, "the explanation in the log", func() bool {
+		return strings.Contains(logBuf.String(), "retired Realtime beta interface") &&
+			strings.Contains(logBuf.String(), "use the GA interface")
+	})
 }

@@ -591,6 +591,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
 	s.log.Info("session ended", rec.logAttrs()...)
+	s.explainBeta(rec)
 	if s.usageLog != nil {
 		s.usageLog.write(rec)
 	}
