@@ -5,9 +5,9 @@ package server
 
 import (
 	"crypto/tls"
-	"strings"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
