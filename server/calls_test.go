@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/mockai"
+	"rtgate/server/redistest"
 )
 
 const (
@@ -34,6 +35,12 @@ const sdpOffer = "v=0\r\no=- 4611731400430051336 2 IN IP4 127.0.0.1\r\ns=-\r\nt=
 func appsGateway(t *testing.T, up mockai.Config, mutate func(*Settings)) (g *gateway, rt, tr *mockai.Server) {
 	t.Helper()
 	rt, tr = startMock(t, up), startMock(t, up)
+	return appsGatewayOn(t, rt, tr, mutate), rt, tr
+}
+
+// appsGatewayOn is appsGateway in front of given mocks.
+func appsGatewayOn(t *testing.T, rt, tr *mockai.Server, mutate func(*Settings)) *gateway {
+	t.Helper()
 	t.Setenv("APP_A_KEY", keyA)
 	t.Setenv("APP_B_KEY", keyB)
 	t.Setenv("OPS_KEY", keyOps)
@@ -52,7 +59,7 @@ keys:
     key: os.environ/OPS_KEY
     sideband: any
 `)
-	g = startGateway(t, nil, func(c *Settings) {
+	return startGateway(t, nil, func(c *Settings) {
 		c.RoutesFile = path
 		c.TranscriptionModel = "gpt-4o-transcribe"
 		if rt.CertPEM() != nil {
@@ -63,7 +70,6 @@ keys:
 			mutate(c)
 		}
 	})
-	return g, rt, tr
 }
 
 // multipartOffer is OpenAI's form: sdp and session parts.
@@ -322,4 +328,27 @@ func TestBetaDialectExplained(t *testing.T) {
 		return strings.Contains(logBuf.String(), "retired Realtime beta interface") &&
 			strings.Contains(logBuf.String(), "use the GA interface")
 	})
+}
+
+// TestSidebandOwnerAcrossInstances: with REDIS_URL, an instance that did not
+// make the call knows whose it is.
+func TestSidebandOwnerAcrossInstances(t *testing.T) {
+	rd := redistest.Start(t)
+	g1, rt, tr := appsGateway(t, mockai.Config{}, func(c *Settings) { c.RedisURL = rd.URL() })
+	g2 := appsGatewayOn(t, rt, tr, func(c *Settings) { c.RedisURL = rd.URL() })
+	status, h, _ := post(t, g1, "/v1/realtime/calls", keyA, "application/sdp", []byte(sdpOffer), nil)
+	if status != 201 {
+		t.Fatalf("call: HTTP %d", status)
+	}
+	q := "call_id=" + strings.TrimPrefix(h.Get("Location"), "/v1/realtime/calls/")
+	if _, resp, err := dialer().Dial(g2.url(q), bearer(keyB)); err == nil || resp.StatusCode != 403 {
+		t.Fatalf("another key attached on the other instance (%v)", err)
+	}
+	if _, resp, err := dialer().Dial(g2.url(q), bearer(testMasterKey)); err == nil || resp.StatusCode != 403 {
+		t.Fatalf("the master key attached to app-a's call on the other instance (%v)", err)
+	}
+	c := g2.dial(t, q, bearer(keyA))
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %s", e.typ())
+	}
 }
