@@ -569,6 +569,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 
 	cl, from, ok := sess.FirstClose()
 	outcome := sessionOutcome(sess, cl, from, ok)
+	if info.deployment == nil && info.left() {
+		outcome = "client_lost" // it left while its upstream was being dialed
+	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.usage
 	for kind, n := range map[string]int64{
