@@ -44,6 +44,9 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes
 	switch {
 	case isSideband(q):
 		info.redial = nil // a sideband holds no session of its own to redo
+		if _, made := s.calls.owner(q.Get("call_id")); made {
+			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (calls.go)
+		}
 		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
 		return true
 	case info.grant != nil:

@@ -136,6 +136,13 @@ func TestCallsForwardedAndMetered(t *testing.T) {
 				}
 				return false
 			})
+			// A client's own sideband to the call, through the gateway:
+			// it sees the call's events, but the usage is counted once,
+			// by the gateway's metering sideband.
+			sb := g.dial(t, "call_id="+id, bearer(keyA))
+			if e := read(t, sb); e.typ() != "session.created" {
+				t.Fatalf("sideband's first event %s", e.typ())
+			}
 			var resp *http.Response
 			var err error
 			if rt.CertPEM() != nil {
@@ -147,10 +154,21 @@ func TestCallsForwardedAndMetered(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var n struct{ Sidebands int }
+			_ = json.NewDecoder(resp.Body).Decode(&n)
 			resp.Body.Close()
+			if n.Sidebands != 2 {
+				t.Fatalf("%d sidebands on the call, want the gateway's and the client's", n.Sidebands)
+			}
+			readUntil(t, sb, "response.done")
+			_ = sb.Close()
 			waitFor(t, "the call's usage counted against app-a", func() bool {
 				return tokens(g, "gpt-realtime", "app-a", "input_audio") == 100
 			})
+			waitFor(t, "the client's sideband to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			if got := tokens(g, "gpt-realtime", "app-a", "input_audio"); got != 100 {
+				t.Fatalf("the call's usage counted %v times 100 tokens, want once", got/100)
+			}
 		})
 	}
 }
