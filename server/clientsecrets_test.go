@@ -41,7 +41,7 @@ func startAppGateway(t *testing.T, mock *mockai.Server, mutate func(*Settings)) 
 }
 
 // post sends a POST to the gateway and returns status, headers and body.
-func post(t *testing.T, g *gateway, path, key, contentType string, body []byte, h http.Header) (int, http.Header, []byte) {
+func post(t testing.TB, g *gateway, path, key, contentType string, body []byte, h http.Header) (int, http.Header, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+g.addr+path, bytes.NewReader(body))
 	if key != "" {
@@ -61,7 +61,7 @@ func post(t *testing.T, g *gateway, path, key, contentType string, body []byte, 
 }
 
 // mint asks the gateway for a client secret.
-func mint(t *testing.T, g *gateway, key string, req any) (string, map[string]any) {
+func mint(t testing.TB, g *gateway, key string, req any) (string, map[string]any) {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	status, _, b := post(t, g, "/v1/realtime/client_secrets", key, "application/json", body, nil)
