@@ -403,3 +403,44 @@ func TestCallsURL(t *testing.T) {
 		}
 	}
 }
+
+// TestAppsWithRedisDown: with Redis gone, secrets that carry their config
+// still mint and connect, calls are still made and their owner known to
+// this instance; only a config too large for a token cannot be minted
+// (503, nothing half-stored). No secret reaches the metrics.
+func TestAppsWithRedisDown(t *testing.T) {
+	rd := redistest.Start(t)
+	g, _, _ := appsGateway(t, mockai.Config{}, func(c *Settings) { c.RedisURL = rd.URL() })
+	rd.Stop()
+	ek, _ := mint(t, g, keyA, map[string]any{"session": map[string]any{"instructions": "Redis is down."}})
+	c, _, err := dialSecret(t, g, ek, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := read(t, c); e.str("session", "instructions") != "Redis is down." {
+		t.Fatalf("session.created %v", e)
+	}
+	status, h, _ := post(t, g, "/v1/realtime/calls", keyA, "application/sdp", []byte(sdpOffer), nil)
+	if status != 201 {
+		t.Fatalf("call with Redis down: HTTP %d", status)
+	}
+	q := "call_id=" + strings.TrimPrefix(h.Get("Location"), "/v1/realtime/calls/")
+	if _, resp, err := dialer().Dial(g.url(q), bearer(keyB)); err == nil || resp.StatusCode != 403 {
+		t.Fatalf("another key attached with Redis down (%v)", err)
+	}
+	sb := g.dial(t, q, bearer(keyA))
+	read(t, sb)
+	body, _ := json.Marshal(map[string]any{"session": map[string]any{"instructions": randomText(12000)}})
+	if status, _, b := post(t, g, "/v1/realtime/client_secrets", keyA, "application/json", body, nil); status != 503 {
+		t.Fatalf("large config with Redis down: HTTP %d %s", status, b)
+	}
+	mfs, err := g.srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if s := mf.String(); strings.Contains(s, "ek_") || strings.Contains(s, keyA) {
+			t.Fatalf("a secret is in metric %s", mf.GetName())
+		}
+	}
+}
