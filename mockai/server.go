@@ -172,6 +172,8 @@ type Server struct {
 	records recordRing
 
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
+
+	apps appState // calls, sidebands and records (apps.go)
 }
 
 // Start listens on addr (like "127.0.0.1:0") and serves in the background until Close.
@@ -248,6 +250,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	for _, p := range []string{"/v1/realtime", "/openai/realtime", "/openai/v1/realtime"} {
 		mux.HandleFunc(p, s.handleRealtime)
 	}
+	s.mountApps(mux)
 	mux.HandleFunc("GET /mock/records", s.handleRecords)
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
@@ -491,6 +494,7 @@ func (s *Server) serveSession(ws *websocket.Conn, held *heldConn, rec *Record, c
 	sess := newSession(s, ws, model)
 	sess.cfg = cfg
 	sess.held = held
+	defer s.joinApps(rec.Query, sess)()
 	defer sess.end()
 	switch {
 	case badKey:

@@ -235,6 +235,7 @@ func (s *session) handle(mt int, data []byte) {
 		s.sendError("invalid_value", msg, "", "")
 		return
 	}
+	s.srv.noteEvent(s, ev.Type, data)
 	switch ev.Type {
 	case "session.update":
 		s.updateSession(ev)
@@ -246,6 +247,7 @@ func (s *session) handle(mt int, data []byte) {
 		itemID := newID("item_")
 		_ = s.send(map[string]any{"type": "input_audio_buffer.committed", "event_id": newID("event_"),
 			"previous_item_id": nullable(s.lastItemID), "item_id": itemID})
+		s.transcribed(itemID, s.committedAudio)
 		s.lastItemID = itemID
 	case "input_audio_buffer.clear":
 		s.pendingAudio = 0
@@ -280,6 +282,10 @@ func (s *session) updateSession(ev clientEvent) {
 	}
 	if t, ok := upd["type"]; ok && t != "realtime" && t != "transcription" {
 		s.sendError("invalid_value", "Invalid value for 'session.type': expected 'realtime' or 'transcription'.", "session.type", ev.EventID)
+		return
+	}
+	if msg := rejectUpdate(upd); msg != "" {
+		s.sendError("invalid_value", msg, "session.instructions", ev.EventID)
 		return
 	}
 	if s.overrides == nil {

@@ -133,6 +133,16 @@ type Settings struct {
 	// DrainGrace is how long after SIGTERM /health says 503 while connects
 	// are still served, before the listener closes.
 	DrainGrace time.Duration
+
+	// Browser and phone apps (clientsecrets.go, calls.go, transcription.go).
+	// ClientSecretKeys (CLIENT_SECRET_KEY, comma-separated) sign client
+	// secrets: the first signs, all verify. Empty means a random key per
+	// process.
+	ClientSecretKeys []string
+	// TranscriptionModel is the model group of ?intent=transcription
+	// connects that name no model (TRANSCRIPTION_MODEL); empty means the
+	// default group.
+	TranscriptionModel string
 }
 
 // Defaults returns the configuration with every default filled in.
@@ -330,6 +340,15 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		return nil
 	})
 	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
+	set("CLIENT_SECRET_KEY", func(v string) error {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				c.ClientSecretKeys = append(c.ClientSecretKeys, k)
+			}
+		}
+		return nil
+	})
+	set("TRANSCRIPTION_MODEL", func(v string) error { c.TranscriptionModel = v; return nil })
 	if v, ok := lookup("ADMIN_ADDR"); ok {
 		c.AdminAddr = v // empty turns the admin listener off
 	}

@@ -38,6 +38,7 @@ type sessionInfo struct {
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (deplimits.go)
 	overBudget atomic.Bool        // ended by its key's budget (budget.go)
+	grant      *secretGrant       // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex

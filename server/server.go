@@ -85,6 +85,8 @@ type Server struct {
 	spendDB   *spenddb.Writer   // nil without DATABASE_URL
 	budgets   *budgets          // budget.go
 	depLimits deploymentLimiter // deplimits.go
+
+	apps // client secrets, calls, sidebands (apps.go)
 }
 
 // New prepares a server; Serve starts it.
@@ -148,6 +150,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	go s.runBudgets(s.ctx)
+	s.setupApps(upTLS)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -241,6 +244,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closeSpend(ctx)
 	s.closeBudgets(ctx)
+	s.closeMeters()
 	s.closeCluster()
 	return err
 }
@@ -303,6 +307,7 @@ type clientConn struct {
 	left  bool        // the handshake count was given back (Server.leave)
 
 	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
+	api  *apiRequest // an API request's body being collected (httpapi.go)
 
 }
 
@@ -343,6 +348,8 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	case phaseRelay:
 		c.sess.ClientReadable()
 		return nil
+	case phaseBody:
+		return c.readBody()
 	case phaseDone:
 		r := conn.Reader()
 		_ = r.Skip(r.Len())
@@ -449,6 +456,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		c.refuse(herr)
 		return
 	}
+	if s.startAPI(c, req, rest) {
+		return
+	}
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
 		c.phase = phaseDone
@@ -478,10 +488,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	routes := s.routes.Load()
 	creds := credentials(req.Header)
-	key, ok := routes.Authenticate(creds.key)
-	if !ok {
-		c.refuse(&httpError{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key",
-			message: "Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol."})
+	key, grant, herr := s.authenticateConnect(routes, creds.key)
+	if herr != nil {
+		c.refuse(herr)
 		return
 	}
 	accept, herr := checkUpgrade(req)
@@ -490,7 +499,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		return
 	}
 	q := req.URL.Query()
-	group, herr := s.group(routes, q)
+	group, herr := s.connectGroup(routes, q, grant)
+	if herr == nil {
+		herr = s.checkSideband(key, q)
+	}
 	if herr != nil {
 		c.refuse(herr)
 		return
@@ -522,7 +534,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		protocol = subprotocolRealtime
 	}
 	c.stopTimer()
-	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group, reserved: reserved, start: time.Now()}
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group, reserved: reserved, start: time.Now(), grant: grant}
 	sess := poller.NewSession(&s.sessCfg, c.ep)
 	s.meterBudget(sess, info)
 	sess.InspectUpstream(&setupWatch{sessionInfo: info, srv: s})
@@ -541,6 +553,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
+	if s.startApp(sess, info, routes, q, req.Header) {
+		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
+	}
 	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, req.Header) }
 	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
 		return
@@ -632,15 +647,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.meter.Usage
-	for kind, n := range map[string]int64{
-		"input_text": u.InputTokenDetails.TextTokens, "input_audio": u.InputTokenDetails.AudioTokens,
-		"input_image": u.InputTokenDetails.ImageTokens, "input_cached": u.InputTokenDetails.CachedTokens,
-		"output_text": u.OutputTokenDetails.TextTokens, "output_audio": u.OutputTokenDetails.AudioTokens,
-	} {
-		if n > 0 {
-			m.tokens.WithLabelValues(info.group, info.key.Name, kind).Add(float64(n))
-		}
-	}
+	s.countTokens(info.group, info.key.Name, u)
 
 	rec := usage.Record{
 		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
@@ -653,6 +660,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
 	s.recordSession(info, &rec)
+	s.explainBeta(rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
 

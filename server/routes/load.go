@@ -460,6 +460,17 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 			}
 		}
 		l.budget(&e, itemPath, k)
+		if given(&e.Sideband) {
+			p := join(itemPath, "sideband")
+			if s, ok := l.str(&e.Sideband, p); ok {
+				switch s {
+				case SidebandOwn, SidebandAny:
+					k.Sideband = s
+				default:
+					l.fail(deref(&e.Sideband), p, "%q is not %q or %q", s, SidebandOwn, SidebandAny)
+				}
+			}
+		}
 		if len(l.errs) > before {
 			continue
 		}

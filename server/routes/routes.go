@@ -144,7 +144,20 @@ type ClientKey struct {
 	// Budget is the key's spending limit (max_budget, budget_duration);
 	// Budget.Max 0 means none.
 	Budget spend.Budget
+	// Sideband is SidebandAny for a key that may attach (?call_id=) to
+	// calls the gateway did not make; empty or SidebandOwn means only to
+	// its own calls.
+	Sideband string
 }
+
+// Sideband settings of a key.
+const (
+	SidebandOwn = "own"
+	SidebandAny = "any"
+)
+
+// Master returns the master key, or nil when none is set.
+func (t *Table) Master() *ClientKey { return t.master }
 
 // Allows reports whether the key may open sessions on the model group.
 func (k *ClientKey) Allows(group string) bool {

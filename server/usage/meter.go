@@ -20,15 +20,20 @@ func (m *Meter) Wants(prefix []byte) bool {
 	return ok && (string(t) == TypeResponseDone || string(t) == TypeTranscriptionComplete)
 }
 
-// Inspect adds an event's usage. An event that does not parse adds nothing
-// (the client got it verbatim all the same).
-func (m *Meter) Inspect(p []byte) {
+// Inspect implements frames.Inspector: it books the event's usage. An event
+// that does not parse adds nothing (the client got it verbatim all the same).
+func (m *Meter) Inspect(p []byte) { m.Book(p) }
+
+// Book adds an event's usage and returns what it added; ok is false when the
+// event carried none (or did not parse).
+func (m *Meter) Book(p []byte) (add Usage, ok bool) {
 	add, err := Parse(p)
 	if err != nil || add == (Usage{}) {
-		return
+		return Usage{}, false
 	}
 	m.Usage.Add(add)
 	if m.OnEvent != nil {
 		m.OnEvent(add)
 	}
+	return add, true
 }

@@ -1,0 +1,85 @@
+package server
+
+// Browser and phone apps: what the server holds for client secrets, WebRTC
+// calls and sidebands, and how their WebSocket sessions start.
+
+import (
+	"crypto/tls"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"rtgate/poller"
+	"rtgate/server/routes"
+	"rtgate/server/usage"
+)
+
+// apps is the Server's state for them.
+type apps struct {
+	secrets    *secretSigner
+	calls      *callRegistry
+	httpClient *http.Client // the upstream calls endpoints
+	meters     sync.Map     // *callMeter → struct{}: live metering sidebands
+}
+
+// setupApps runs in New once the cluster store is known.
+func (s *Server) setupApps(upTLS *tls.Config) {
+	s.secrets = newSecretSigner(s.cfg.ClientSecretKeys, s.store, s.log)
+	s.calls = newCallRegistry(s.store)
+	s.httpClient = &http.Client{
+		Transport: &http.Transport{TLSClientConfig: upTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
+			ForceAttemptHTTP2: false},
+		// Location and the status are the client's to see: never follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// startApp starts the sessions that do not take the plain path: a client
+// secret's (configured before the client sees anything), a sideband's and a
+// transcription session's (never from the warm pool). It reports false for
+// a plain connect.
+func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes.Table, q url.Values, h http.Header) bool {
+	group := info.group
+	switch {
+	case isSideband(q):
+		info.redial = nil // a sideband holds no session of its own to redo
+		if _, made := s.calls.owner(q.Get("call_id")); made {
+			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (calls.go)
+		}
+		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
+		return true
+	case info.grant != nil:
+		if info.grant.claims.Type == "transcription" {
+			q.Set("intent", "transcription")
+		} else if !isTranscription(q) {
+			q.Set("model", group)
+		}
+		info.redial = func() { s.primeSession(sess, info, s.live.order(table.Groups[group]), q, h) }
+		go s.primeSession(sess, info, s.live.order(table.Groups[group]), q, h)
+		return true
+	case isTranscription(q):
+		info.redial = func() { s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h) }
+		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
+		return true
+	}
+	return false
+}
+
+// betaShutDown is the close reason OpenAI gives a client of the retired beta
+// interface.
+const betaShutDown = "invalid_request_error.beta_api_shape_disabled"
+
+// explainBeta says what a beta_api_shape_disabled close means. The gateway
+// keeps forwarding what the client sent (OpenAI-Beta: realtime=v1, the
+// openai-beta.realtime-v1 subprotocol): it is the client that must change.
+func (s *Server) explainBeta(rec usage.Record) {
+	if rec.CloseCode != 4000 || !strings.HasSuffix(rec.CloseReason, "beta_api_shape_disabled") {
+		return
+	}
+	s.log.Warn("upstream refused the retired Realtime beta interface (beta_api_shape_disabled): the client sent "+
+		"OpenAI-Beta: realtime=v1 or the openai-beta.realtime-v1 subprotocol, which OpenAI shut down in May 2026; "+
+		"drop them and use the GA interface (session.update needs session.type; GA event names such as "+
+		"response.output_audio.delta)", "key", rec.KeyName, "model_group", rec.ModelGroup)
+}

@@ -1,0 +1,328 @@
+package server
+
+// WebRTC calls: POST /v1/realtime/calls with an SDP offer, as raw
+// application/sdp or OpenAI's multipart form with sdp and session parts. The
+// gateway authenticates the caller (a gateway key or a client secret), picks
+// the model group (the session part's model, else a model query, else the
+// secret's group, else the default), and forwards the offer to the chosen
+// deployment's calls endpoint (<base>/realtime/calls; Azure GA
+// /openai/v1/realtime/calls) with the deployment's key, always as the
+// multipart form with a session part naming the deployment's model (a
+// secret's session config when the caller sent none). The SDP answer, the
+// status and the Location header come back unchanged.
+//
+// Media never flows through the gateway: the browser and OpenAI exchange it
+// directly. To meter the call the gateway opens its own sideband connection
+// (?call_id=) to the deployment and counts response.done usage against the
+// key, as for WebSocket sessions; it remembers which key made the call for
+// sideband access (sideband.go).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/poller"
+	"rtgate/server/routes"
+	"rtgate/server/usage"
+)
+
+// callOffer is what a calls request carried.
+type callOffer struct {
+	sdp     []byte
+	session map[string]any // nil when none was sent
+}
+
+// parseCallOffer reads raw application/sdp or the multipart form.
+func parseCallOffer(req *http.Request, body []byte) (*callOffer, *apiAnswer) {
+	mt, params, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	bad := func(msg string) (*callOffer, *apiAnswer) {
+		a := errorAnswer(http.StatusBadRequest, "invalid_request_error", "invalid_value", msg)
+		return nil, &a
+	}
+	switch {
+	case err == nil && mt == "application/sdp":
+		return &callOffer{sdp: body}, nil
+	case err == nil && mt == "multipart/form-data":
+		mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+		o := &callOffer{}
+		for {
+			p, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return bad("malformed multipart body: " + err.Error())
+			}
+			b, _ := io.ReadAll(io.LimitReader(p, maxAPIBody))
+			switch p.FormName() {
+			case "sdp":
+				o.sdp = b
+			case "session":
+				if err := json.Unmarshal(b, &o.session); err != nil || o.session == nil {
+					return bad("Invalid 'session': expected a JSON object.")
+				}
+			}
+		}
+		if len(o.sdp) == 0 {
+			return bad("Missing required parameter: 'sdp'.")
+		}
+		return o, nil
+	}
+	a := errorAnswer(http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_media_type",
+		"Send the SDP offer as application/sdp, or multipart/form-data with sdp and session parts.")
+	return nil, &a
+}
+
+// createCall answers POST /v1/realtime/calls; it runs in the request's own
+// goroutine.
+func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
+	table := s.routes.Load()
+	key, grant, herr := s.authenticateConnect(table, credentials(req.Header).key)
+	if herr != nil {
+		return errorAnswer(herr.status, herr.errType, herr.code, herr.message)
+	}
+	offer, bad := parseCallOffer(req, body)
+	if bad != nil {
+		return *bad
+	}
+	var group string
+	switch {
+	case grant != nil:
+		group = grant.claims.Group
+		if offer.session == nil {
+			if err := s.secrets.loadConfig(req.Context(), grant); err != nil {
+				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", errSecretConfig.Error())
+			}
+			_ = json.Unmarshal(grant.config, &offer.session)
+		}
+	case offer.session != nil && offer.session["model"] != nil:
+		group, _ = offer.session["model"].(string)
+	case req.URL.Query().Get("model") != "":
+		group = req.URL.Query().Get("model")
+	default:
+		group = table.Default
+	}
+	if _, ok := table.Groups[group]; !ok {
+		return errorAnswer(http.StatusNotFound, "invalid_request_error", "model_not_found",
+			fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", group))
+	}
+	if !key.Allows(group) {
+		return errorAnswer(http.StatusForbidden, "invalid_request_error", "model_not_allowed",
+			fmt.Sprintf("This key may not use the model '%s'.", group))
+	}
+	if offer.session == nil {
+		offer.session = map[string]any{"type": "realtime"}
+	}
+	var last string
+	for i, d := range s.live.order(table.Groups[group]) {
+		if i == maxDialAttempts {
+			break
+		}
+		a, callID, err := s.forwardCall(req.Context(), d, offer)
+		if err != nil {
+			last = err.Error()
+			s.live.failed(d, "calls request failed")
+			s.log.Warn("upstream calls request failed", "deployment", d.Name, "err", err)
+			continue
+		}
+		s.live.succeeded(d)
+		if callID != "" {
+			if err := s.calls.remember(context.Background(), callID, key.Name); err != nil {
+				s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
+			}
+			s.log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)
+			go s.meterCall(key, group, d, callID)
+		}
+		return a
+	}
+	return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
+		"the upstream calls endpoint could not be reached: "+last)
+}
+
+// callsURL is the deployment's calls endpoint.
+func callsURL(d *routes.Deployment) (*url.URL, http.Header) {
+	t := d.Target(url.Values{"call_id": {"x"}}) // no model in the query
+	u := *t.URL
+	switch u.Scheme {
+	case "wss":
+		u.Scheme = "https"
+	case "ws":
+		u.Scheme = "http"
+	}
+	u.Path = path.Join(u.Path, "calls")
+	q := u.Query()
+	q.Del("call_id")
+	u.RawQuery = q.Encode()
+	return &u, t.Header
+}
+
+// forwardCall sends the offer to d and returns its answer unchanged; err is
+// set only when d could not be reached (or answered 5xx), so the next
+// deployment is tried.
+func (s *Server) forwardCall(ctx context.Context, d *routes.Deployment, offer *callOffer) (apiAnswer, string, error) {
+	session := map[string]any{}
+	for k, v := range offer.session {
+		session[k] = v
+	}
+	session["model"] = d.Model
+	if session["type"] == nil {
+		session["type"] = "realtime"
+	}
+	sj, _ := json.Marshal(session)
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("sdp", string(offer.sdp))
+	_ = mw.WriteField("session", string(sj))
+	_ = mw.Close()
+
+	u, h := callsURL(d)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), &buf)
+	if err != nil {
+		return apiAnswer{}, "", err
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := s.httpClient.Do(req)
+	if err != nil {
+		return apiAnswer{}, "", fmt.Errorf("POST %s: %w", redactedURL(u), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIBody))
+	if err != nil {
+		return apiAnswer{}, "", fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode >= 500 {
+		return apiAnswer{}, "", fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	a := apiAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body, header: http.Header{}}
+	callID := ""
+	if loc := resp.Header.Get("Location"); loc != "" {
+		a.header.Set("Location", loc)
+		if resp.StatusCode == http.StatusCreated {
+			callID = path.Base(loc)
+		}
+	}
+	return a, callID, nil
+}
+
+// meterCall holds the gateway's own sideband to a call and counts its
+// usage against key until the call ends.
+func (s *Server) meterCall(key *routes.ClientKey, group string, d *routes.Deployment, callID string) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
+	defer cancel()
+	conn, err := s.dialer.Dial(ctx, d.Target(url.Values{"call_id": {callID}}))
+	if err != nil {
+		s.log.Warn("call not metered: its sideband did not connect", "call_id", callID, "deployment", d.Name, "err", err)
+		s.metrics.dialFailures.WithLabelValues(group).Inc()
+		return
+	}
+	m := &callMeter{srv: s, info: &sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()},
+		callID: callID, h: poller.NewHandle(conn.Endpoint)}
+	m.sc.Init(frames.FromServer, 0)
+	m.sc.SetInspector(m)
+	s.meters.Store(m, struct{}{})
+	m.h.Start(m, func() {
+		if len(conn.Preface) > 0 {
+			m.scan(frames.NewByteSource(conn.Preface))
+		}
+	})
+}
+
+// callMeter is the poller.Owner of a call's metering sideband: it reads the
+// call's events (nothing is forwarded) and records the usage when the
+// sideband ends.
+type callMeter struct {
+	srv    *Server
+	info   *sessionInfo
+	callID string
+	h      *poller.Handle
+	sc     frames.Scanner // under the Handle's read lock
+	once   sync.Once
+}
+
+// Wants implements frames.Inspector: the events that carry usage.
+func (m *callMeter) Wants(prefix []byte) bool { return m.info.meter.Wants(prefix) }
+
+// Inspect implements frames.Inspector: a call can last an hour, so its usage
+// reaches the metrics as each response ends, and the usage log when the call
+// does.
+func (m *callMeter) Inspect(p []byte) {
+	if add, ok := m.info.meter.Book(p); ok {
+		m.srv.countTokens(m.info.group, m.info.key.Name, add)
+	}
+}
+
+// UpstreamReadable implements poller.Owner.
+func (m *callMeter) UpstreamReadable() {
+	if err := m.h.Endpoint().Read(func(src frames.Source) error { m.scan(src); return nil }); err != nil {
+		m.h.Endpoint().Drop()
+	}
+}
+
+func (m *callMeter) scan(src frames.Source) {
+	for src.Len() > 0 {
+		cl, err := m.sc.Forward(src, nil)
+		if err != nil {
+			m.h.Endpoint().Drop()
+			return
+		}
+		if cl != nil { // the call ended: answer the close, then the socket goes
+			_ = m.h.Endpoint().Send(frames.AppendClose(nil, cl.Code, "", true))
+			m.h.Endpoint().Close()
+			return
+		}
+	}
+}
+
+// UpstreamGone implements poller.Owner: the call ended.
+func (m *callMeter) UpstreamGone() {
+	m.once.Do(func() {
+		s := m.srv
+		s.meters.Delete(m)
+		s.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
+		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
+			Deployment: m.info.deployment.Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
+			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage}
+		s.recordSession(m.info, &rec)
+	})
+}
+
+// closeMeters ends every metering sideband (shutdown).
+func (s *Server) closeMeters() {
+	s.meters.Range(func(k, _ any) bool {
+		m := k.(*callMeter)
+		_ = m.h.Endpoint().Send(frames.AppendClose(nil, ws.StatusGoingAway, "gateway shutting down", true))
+		m.h.Endpoint().Close()
+		return true
+	})
+}
+
+// countTokens adds usage to the token metrics.
+func (s *Server) countTokens(group, key string, u usage.Usage) {
+	in, out := u.InputTokenDetails, u.OutputTokenDetails
+	for kind, n := range map[string]int64{
+		"input_text": in.TextTokens, "input_audio": in.AudioTokens, "input_image": in.ImageTokens,
+		"input_cached": in.CachedTokens, "output_text": out.TextTokens, "output_audio": out.AudioTokens,
+	} {
+		if n > 0 {
+			s.metrics.tokens.WithLabelValues(group, key, kind).Add(float64(n))
+		}
+	}
+}

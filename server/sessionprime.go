@@ -1,0 +1,359 @@
+package server
+
+// Session start for a client secret: the session starts configured as the
+// secret said, and the client sees what OpenAI would show it.
+//
+// Before the session gets its upstream socket, the gateway itself owns that
+// socket (a poller.Owner of its own, the primer): it sends the secret's
+// session config as the first client event (session.update), consumes the
+// upstream's session.created and its session.updated reply, and builds from
+// that reply the client's session.created, which therefore already carries
+// the configured session. Only then is the socket handed to the session
+// (Session.AdoptWarm), with that frame first; client frames sent meanwhile
+// were queued by the session and follow the gateway's session.update. A warm
+// pool socket serves this as well as a fresh dial, so secrets keep the pool's
+// fast connect. The reactor knows nothing of it: this is the server's
+// protocol knowledge, built on the poller's Owner and hand-over API.
+//
+// An error event instead of session.updated (the upstream rejected the
+// config) is handed to the client as it came, then the session is closed with
+// 4000 and "<error.type>.<error.code>", as OpenAI closes on its own errors.
+//
+//	state          event                      next
+//	awaitCreated   session.created            awaitUpdated
+//	awaitCreated   session.updated            done   (reply before created: no id to reuse)
+//	awaitUpdated   session.updated            done
+//	await*         error                      rejected
+//	await*         any other event            same   (consumed: the client did not cause it)
+//	await*         close, gone, bad frame,    failed
+//	               too much before the reply
+//	done/rejected  more bytes                 same   (kept for the client, after the reply)
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/poller"
+	"rtgate/server/routes"
+)
+
+type primeState int
+
+const (
+	primeAwaitCreated primeState = iota
+	primeAwaitUpdated
+	primeDone
+	primeRejected
+	primeFailed
+)
+
+// primeEvent is what the primer saw.
+type primeEvent int
+
+const (
+	evCreated primeEvent = iota
+	evUpdated
+	evError
+	evOther
+	evBroken // close frame, socket gone, bad frame, too much
+)
+
+// primeTable is the state table above; a missing entry keeps the state.
+var primeTable = map[primeState]map[primeEvent]primeState{
+	primeAwaitCreated: {evCreated: primeAwaitUpdated, evUpdated: primeDone, evError: primeRejected, evBroken: primeFailed},
+	primeAwaitUpdated: {evUpdated: primeDone, evError: primeRejected, evBroken: primeFailed},
+}
+
+// maxPrimeBytes bounds what the primer holds before the reply.
+const maxPrimeBytes = 256 << 10
+
+// primer owns an upstream socket while the session config is applied.
+type primer struct {
+	h *poller.Handle
+
+	mu        sync.Mutex
+	state     primeState
+	buf       []byte // unparsed upstream bytes
+	createdID string // the upstream session.created's event_id
+	out       []byte // for the client: the built session.created (or the error), then what followed
+	errReason string // close reason after a rejection
+	why       string // what went wrong, when failed
+	settled   chan struct{}
+}
+
+func newPrimer(state primeState) *primer {
+	return &primer{state: state, settled: make(chan struct{})}
+}
+
+// UpstreamReadable implements poller.Owner; it runs under the Handle's read
+// lock.
+func (p *primer) UpstreamReadable() {
+	var got []byte
+	_ = p.h.Endpoint().Read(func(src frames.Source) error {
+		b, err := src.Next(src.Len())
+		got = append(got, b...)
+		return err
+	})
+	p.feed(got)
+}
+
+// UpstreamGone implements poller.Owner.
+func (p *primer) UpstreamGone() {
+	p.mu.Lock()
+	p.step(evBroken, "the upstream closed before answering the session config")
+	p.mu.Unlock()
+}
+
+// feed takes upstream bytes.
+func (p *primer) feed(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == primeDone || p.state == primeRejected {
+		p.out = append(p.out, b...)
+		return
+	}
+	if p.state == primeFailed {
+		return
+	}
+	p.buf = append(p.buf, b...)
+	for p.state == primeAwaitCreated || p.state == primeAwaitUpdated {
+		h, hlen, ok, err := frames.ParseHeader(p.buf)
+		if err != nil || (ok && (h.Masked || !h.Fin)) {
+			p.step(evBroken, "the upstream sent an unexpected frame before answering the session config")
+			return
+		}
+		if !ok || int64(len(p.buf)-hlen) < h.Length {
+			if len(p.buf) > maxPrimeBytes {
+				p.step(evBroken, "the upstream sent too much before answering the session config")
+			}
+			return
+		}
+		end := hlen + int(h.Length)
+		frame, payload := p.buf[:end], p.buf[hlen:end]
+		rest := p.buf[end:]
+		switch h.OpCode {
+		case ws.OpText:
+			p.event(frame, payload, rest)
+		case ws.OpClose:
+			p.step(evBroken, "the upstream closed before answering the session config")
+			return
+		}
+		p.buf = append([]byte(nil), rest...)
+	}
+	if p.state == primeDone || p.state == primeRejected {
+		p.out = append(p.out, p.buf...)
+		p.buf = nil
+	}
+}
+
+// event acts on one whole upstream text frame.
+func (p *primer) event(frame, payload, rest []byte) {
+	var ev struct {
+		Type    string          `json:"type"`
+		EventID string          `json:"event_id"`
+		Session json.RawMessage `json:"session"`
+		Error   struct {
+			Type string `json:"type"`
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(payload, &ev) != nil {
+		p.step(evBroken, "the upstream sent an event that is not JSON")
+		return
+	}
+	switch ev.Type {
+	case "session.created":
+		p.createdID = ev.EventID
+		p.step(evCreated, "")
+	case "session.updated":
+		id := p.createdID
+		if id == "" {
+			id = newEventID()
+		}
+		built, _ := json.Marshal(struct {
+			Type    string          `json:"type"`
+			EventID string          `json:"event_id"`
+			Session json.RawMessage `json:"session"`
+		}{"session.created", id, ev.Session})
+		p.out = frames.AppendFrame(p.out[:0], ws.OpText, built, false)
+		p.step(evUpdated, "")
+	case "error":
+		p.out = append(p.out[:0], frame...)
+		p.errReason = ev.Error.Type + "." + ev.Error.Code
+		p.step(evError, "")
+	default:
+		p.step(evOther, "")
+	}
+}
+
+// step applies the state table; callers hold mu.
+func (p *primer) step(e primeEvent, why string) {
+	next, ok := primeTable[p.state][e]
+	if !ok || next == p.state {
+		return
+	}
+	p.state = next
+	if next == primeFailed {
+		p.why = why
+	}
+	if next == primeDone || next == primeRejected || next == primeFailed {
+		close(p.settled)
+	}
+}
+
+// sessionUpdateFrame is the secret's config as a masked session.update.
+func sessionUpdateFrame(config []byte) []byte {
+	var session map[string]json.RawMessage
+	_ = json.Unmarshal(config, &session)
+	// The model is the URL's (the deployment's name for it); the rest is
+	// the client's configuration.
+	for _, k := range []string{"model", "object", "id", "expires_at"} {
+		delete(session, k)
+	}
+	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": newEventID(), "session": session})
+	return frames.AppendFrame(nil, ws.OpText, body, true)
+}
+
+// primeSession gives a secret's session its configured upstream: a warm
+// socket when the pool has one, else a fresh dial; it runs in its own
+// goroutine.
+func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
+	clientCtx, cancelClient := info.dialContext(s.ctx)
+	defer cancelClient()
+	ctx, cancel := clientCtx, context.CancelFunc(func() {})
+	if s.cfg.DialTimeout > 0 {
+		ctx, cancel = context.WithTimeout(clientCtx, s.cfg.DialTimeout)
+	}
+	defer cancel()
+	if err := s.secrets.loadConfig(ctx, info.grant); err != nil {
+		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.claims.ID, "err", err)
+		sess.DialFailed(errorNotice("session_config_unavailable", errSecretConfig.Error(), 0))
+		return
+	}
+	update := sessionUpdateFrame(info.grant.config)
+
+	var p *primer
+	var d *routes.Deployment
+	if s.pool != nil && !isTranscription(q) { // the pool warms realtime sockets only
+		d = cands[0]
+		p = newPrimer(primeAwaitUpdated)
+		hd, held := s.pool.Take(target(d, q, h), info.group, p)
+		if hd != nil {
+			// Taken with its read lock held: send the config, note the
+			// session.created it holds, then let reads flow to the primer.
+			p.h = hd
+			if err := hd.Endpoint().Send(update); err != nil {
+				hd.FinishHandOver()
+				hd.Endpoint().Drop()
+				p = nil
+			} else {
+				p.feedCreated(held)
+				info.poolHit = true
+				hd.FinishHandOver()
+				s.live.succeeded(d)
+			}
+		} else {
+			p = nil
+		}
+	}
+	if p == nil {
+		conn, dd, status := s.dialRace(ctx, info.group, cands[:min(len(cands), maxDialAttempts)], q, h)
+		if conn == nil {
+			if info.left() {
+				sess.Cancel()
+			} else {
+				s.dialFailed(sess, status)
+			}
+			return
+		}
+		d = dd
+		p = newPrimer(primeAwaitCreated)
+		p.h = poller.NewHandle(conn.Endpoint)
+		if err := conn.Endpoint.Send(update); err != nil {
+			conn.Endpoint.Drop()
+			s.dialFailed(sess, 0)
+			return
+		}
+		p.h.Start(p, func() { p.feed(conn.Preface) })
+	}
+
+	select {
+	case <-p.settled:
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.step(evBroken, "no answer to the session config in time")
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	state, why, reason := p.state, p.why, p.errReason
+	p.mu.Unlock()
+	if state == primeFailed {
+		p.h.Endpoint().Drop()
+		if info.left() {
+			sess.Cancel()
+			return
+		}
+		s.log.Warn("session config not applied", "key", info.key.Name, "deployment", d.Name, "why", why)
+		sess.DialFailed(errorNotice("upstream_unavailable", why, 0))
+		return
+	}
+	adopted := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		if !handOver(p.h, o) {
+			return nil, nil
+		}
+		s.attached(info, d) // before the first frame reaches the client
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.h, p.out
+	})
+	if !adopted {
+		p.h.Endpoint().Drop()
+		sess.DialFailed(errorNotice("upstream_unavailable", "the upstream closed after the session config", 0))
+		return
+	}
+	if state == primeRejected {
+		s.log.Info("upstream rejected the client secret's session config", "key", info.key.Name,
+			"secret_id", info.grant.claims.ID, "error", reason)
+		sess.Terminate(4000, reason, nil)
+	}
+}
+
+// feedCreated takes the warm socket's held session.created.
+func (p *primer) feedCreated(held []byte) {
+	h, hlen, ok, err := frames.ParseHeader(held)
+	if err == nil && ok && len(held) >= hlen+int(h.Length) {
+		var ev struct {
+			EventID string `json:"event_id"`
+		}
+		if json.Unmarshal(held[hlen:hlen+int(h.Length)], &ev) == nil {
+			p.createdID = ev.EventID
+		}
+		held = held[hlen+int(h.Length):]
+	}
+	if len(held) > 0 {
+		p.feed(held)
+	}
+}
+
+// handOver makes o the owner of h's socket; a read of the primer may hold
+// the lock for a moment, so it retries briefly (this runs in the session's
+// own start goroutine, never on a poller).
+func handOver(h *poller.Handle, o poller.Owner) bool {
+	for i := 0; i < 1000; i++ {
+		if h.TryHandOver(o) {
+			return true
+		}
+		if !h.Endpoint().Conn().IsActive() {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}

@@ -1,0 +1,122 @@
+package server
+
+// Sideband connections: GET /v1/realtime?call_id=... attaches a WebSocket to
+// a live WebRTC or SIP call. The gateway remembers which key made each call
+// it forwarded (calls.go), in this process and, with REDIS_URL, in Redis so
+// that every instance knows; a sideband for such a call is relayed only for
+// that key (a client secret stands for the key that minted it). Calls the
+// gateway did not make (SIP calls accepted through OpenAI's webhook) are
+// relayed for the master key and for keys with `sideband: any`. A sideband
+// is never served from, or counted in, the warm pool.
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"rtgate/server/routes"
+)
+
+// callTTL is how long a call's owner is remembered: a session lasts at most
+// 60 minutes, so twice that.
+const callTTL = 2 * time.Hour
+
+// callRegistry maps call ids to the name of the key that made the call.
+type callRegistry struct {
+	store *ClusterStore // nil without REDIS_URL
+
+	mu sync.Mutex
+	m  map[string]callOwner
+}
+
+type callOwner struct {
+	key     string
+	expires time.Time
+}
+
+func newCallRegistry(store *ClusterStore) *callRegistry {
+	return &callRegistry{store: store, m: map[string]callOwner{}}
+}
+
+// remember records that key made call id. A Redis failure is logged by the
+// caller; the local record still holds.
+func (r *callRegistry) remember(ctx context.Context, id, key string) error {
+	now := time.Now()
+	r.mu.Lock()
+	for k, o := range r.m {
+		if now.After(o.expires) {
+			delete(r.m, k)
+		}
+	}
+	r.m[id] = callOwner{key: key, expires: now.Add(callTTL)}
+	r.mu.Unlock()
+	if r.store == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, 20*r.store.Timeout))
+	defer cancel()
+	return r.store.Client.Set(ctx, r.store.Key("call", id), key, callTTL).Err()
+}
+
+// owner returns the key that made call id, if the gateway made it. Redis is
+// asked only when this process does not know the call, within the store's
+// connect-path budget.
+func (r *callRegistry) owner(id string) (string, bool) {
+	r.mu.Lock()
+	o, ok := r.m[id]
+	r.mu.Unlock()
+	if ok && time.Now().Before(o.expires) {
+		return o.key, true
+	}
+	if r.store == nil {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.store.Timeout)
+	defer cancel()
+	k, err := r.store.Client.Get(ctx, r.store.Key("call", id)).Result()
+	if err != nil {
+		return "", false
+	}
+	ttl := callTTL
+	if d, err := r.store.Client.PTTL(ctx, r.store.Key("call", id)).Result(); err == nil && d > 0 {
+		ttl = d
+	}
+	r.mu.Lock()
+	r.m[id] = callOwner{key: k, expires: time.Now().Add(ttl)} // asked once per instance
+	r.mu.Unlock()
+	return k, true
+}
+
+// unmetered is the inspector of a sideband to a call the gateway made: the
+// gateway's own metering sideband counts that call's usage, so the client's
+// must not count it again.
+type unmetered struct{}
+
+func (unmetered) Wants([]byte) bool { return false }
+func (unmetered) Inspect([]byte)    {}
+
+// isSideband reports whether a connect attaches to a call.
+func isSideband(q url.Values) bool { return q.Get("call_id") != "" }
+
+// checkSideband refuses a sideband the key may not open.
+func (s *Server) checkSideband(key *routes.ClientKey, q url.Values) *httpError {
+	id := q.Get("call_id")
+	if id == "" {
+		return nil
+	}
+	forbidden := func(msg string) *httpError {
+		return &httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
+	}
+	if owner, ok := s.calls.owner(id); ok {
+		if owner == key.Name {
+			return nil
+		}
+		return forbidden("This call was made with another key.")
+	}
+	if key.Name == routes.MasterKeyName || key.Sideband == routes.SidebandAny {
+		return nil
+	}
+	return forbidden("This key may attach only to calls it made through the gateway (give it `sideband: any` for others).")
+}
