@@ -87,7 +87,7 @@ type keyEntry struct {
 	// LiteLLM's names: USD per budget_duration (empty: lifetime).
 	MaxBudget      yaml.Node `yaml:"max_budget"`
 	BudgetDuration yaml.Node `yaml:"budget_duration"`
-	Sideband    yaml.Node `yaml:"sideband"`
+	Sideband       yaml.Node `yaml:"sideband"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means
