@@ -163,6 +163,22 @@ func sendRawWithin(t *testing.T, c *websocket.Conn, mt int, data []byte, d time.
 	}
 }
 
+// runScript plays script on c: a "response.create" step is sent, any other
+// is the type of the next event expected. It returns the error of the read
+// after the last step: how the connection went on.
+func runScript(t *testing.T, c *websocket.Conn, script []string) error {
+	t.Helper()
+	for _, step := range script {
+		if step == "response.create" {
+			send(t, c, map[string]any{"type": step})
+			continue
+		}
+		expect(t, c, step)
+	}
+	_, err := tryRead(c)
+	return err
+}
+
 // expectClose reads until the connection ends and fails unless the server closed it
 // with code and reason.
 func expectClose(t *testing.T, c *websocket.Conn, code int, reason string) {

@@ -203,14 +203,3 @@ func TestOversizedHeadGets431(t *testing.T) {
 		t.Fatalf("got %q, want HTTP 431", buf[:n])
 	}
 }
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/netpoll"
+	"github.com/gobwas/ws"
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
@@ -593,9 +594,9 @@ func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok 
 		return "upstream_unavailable"
 	case !ok:
 		return "unknown"
-	case cl.Code == 1006:
+	case cl.Code == ws.StatusAbnormalClosure: // the socket dropped without a close frame
 		return from.String() + "_lost"
-	case cl.Code == 1002 || cl.Code == 1007 || cl.Code == 1009:
+	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusInvalidFramePayloadData || cl.Code == ws.StatusMessageTooBig:
 		return from.String() + "_protocol_error"
 	}
 	return from.String() + "_closed"
