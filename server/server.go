@@ -313,8 +313,7 @@ type clientConn struct {
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	if !s.accept() {
-		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
-		return context.Background()
+		return s.refuseAtAccept(conn)
 	}
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	s.clientConns.Add(1)
@@ -335,6 +334,9 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
 	if c == nil {
+		if ctx.Value(refusedKey{}) != nil {
+			return s.answerRefused(conn)
+		}
 		return conn.Close()
 	}
 	if c.hs != nil {
@@ -576,8 +578,7 @@ func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
 	}
 	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
 		s.sessionsOpen.Add(-1)
-		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
-			message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
+		return tooManyConnections()
 	}
 	maxSessions, rate := s.cfg.MaxSessionsPerKey, s.cfg.ConnectRatePerKey
 	if key.MaxSessions > 0 {
@@ -671,9 +672,9 @@ func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok 
 		return "upstream_unavailable"
 	case !ok:
 		return "unknown"
-	case cl.Code == ws.StatusAbnormalClosure:
+	case cl.Code == ws.StatusAbnormalClosure: // the socket dropped without a close frame
 		return from.String() + "_lost"
-	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusUnsupportedData || cl.Code == ws.StatusMessageTooBig:
+	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusInvalidFramePayloadData || cl.Code == ws.StatusMessageTooBig:
 		return from.String() + "_protocol_error"
 	}
 	return from.String() + "_closed"
