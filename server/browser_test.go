@@ -102,6 +102,20 @@ func (b *browser) waitFor(what, predicate, diagnostic string, timeout time.Durat
 	}
 }
 
+// viewport emulates a phone-sized viewport (mobile), or resets it.
+func (b *browser) viewport(width, height int64, mobile bool) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	act := chromedp.ResetViewport()
+	if mobile {
+		act = chromedp.EmulateViewport(width, height, chromedp.EmulateMobile, chromedp.EmulateScale(2))
+	}
+	if err := chromedp.Do(ctx, act); err != nil {
+		b.t.Fatalf("viewport: %v", err)
+	}
+}
+
 // screenshot captures the viewport as PNG, checks that it decodes, and
 // writes it to -screenshots when that is set.
 func (b *browser) screenshot(name string) {
@@ -223,6 +237,16 @@ keys:
 					if up.name == "ws" {
 						b.screenshot("status.png")
 					}
+					// On a phone's width nothing overflows the page
+					// (wide tables scroll inside their cards).
+					b.viewport(390, 844, true)
+					if w := eval[int](b, `document.documentElement.scrollWidth`); w > 390 {
+						t.Fatalf("at 390 px the status page is %d px wide", w)
+					}
+					if up.name == "ws" {
+						b.screenshot("status-phone.png")
+					}
+					b.viewport(0, 0, false)
 				}
 			}
 			page := eval[string](b, `document.documentElement.outerHTML`)
