@@ -11,7 +11,8 @@ package mockai
 // upstream:
 //
 //	GET  /mock/calls                 the calls created, with their offers and session parts
-//	GET  /mock/events                client events received (type, session, call, the JSON)
+//	GET  /mock/events                client events received (type, session, call, the JSON;
+//	                                 audio appends are not recorded)
 //	POST /mock/calls/{id}/respond    every sideband of the call gets a response.done with usage
 //
 // A session.update whose instructions are RejectInstructions is refused with
@@ -217,8 +218,13 @@ func (s *Server) joinApps(rawQuery string, sess *session) func() {
 	}
 }
 
-// noteEvent records a client event the session received.
+// noteEvent records a client event the session received. Audio appends,
+// the one high-rate event (every 20-100 ms of every session under load), are
+// not recorded, so that benchmarks do not pay a lock per frame for them.
 func (s *Server) noteEvent(sess *session, typ string, data []byte) {
+	if typ == "input_audio_buffer.append" {
+		return
+	}
 	a := &s.apps
 	a.mu.Lock()
 	defer a.mu.Unlock()

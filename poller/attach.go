@@ -1,6 +1,9 @@
 package poller
 
 import (
+	"errors"
+	"io"
+
 	"github.com/gobwas/ws"
 	"github.com/valyala/bytebufferpool"
 
@@ -29,8 +32,21 @@ func (l *upLink) UpstreamReadable() {
 	}
 	s.lastActivity.Store(nowNano())
 	if err := l.h.ep.Read(s.fromUpstreamFn); err != nil {
+		if errors.Is(err, io.EOF) && s.closing() {
+			// A TLS close_notify after the close handshake: the upstream's
+			// FIN follows. Closing now would make the gateway the first to
+			// close (TIME_WAIT on its port); the close timer bounds the wait.
+			return
+		}
 		l.h.ep.Drop()
 	}
+}
+
+// closing reports whether the upstream's close handshake is complete.
+func (s *Session) closing() bool {
+	s.up.mu.Lock()
+	defer s.up.mu.Unlock()
+	return s.up.state == closeDone
 }
 
 // UpstreamGone is the upstream socket's close callback.

@@ -58,12 +58,16 @@ func (c *NBConn) Read(p []byte) (int, error) {
 	r := c.Connection.Reader()
 	if r.Len() == 0 {
 		if c.nonBlocking.Load() {
-			if !c.Connection.IsActive() {
+			// Look at the buffer again after seeing the hang-up: netpoll
+			// reads what the peer sent before marking the connection
+			// closed, so bytes may have landed between the two looks.
+			if !c.Connection.IsActive() && r.Len() == 0 {
 				return 0, io.EOF
 			}
-			return 0, errWouldBlock
-		}
-		if _, err := r.Peek(1); err != nil {
+			if r.Len() == 0 {
+				return 0, errWouldBlock
+			}
+		} else if _, err := r.Peek(1); err != nil {
 			return 0, mapErr(err)
 		}
 	}

@@ -36,4 +36,27 @@
 // blocking Write, then exits. Raw writes never run while that goroutine owns
 // the socket, so bytes leave in order. Over TLS every raw write is a whole
 // record, so crypto/tls never sees a write fail part-way.
+//
+// # What netpoll v0.7.2 makes impossible
+//
+// Measured or read from its source; none of it is worked around by reaching
+// into netpoll's unexported fields:
+//   - No writability callback and no non-blocking Flush: a socket whose
+//     peer stopped reading costs one parked goroutine while its backlog
+//     waits (BenchmarkStalledClients: 1.02 goroutines per stalled session).
+//   - No read pause (netpoll issues #98, #314, #348, #422): the poller keeps
+//     reading the other side, so what a stalled peer does not take moves
+//     from netpoll's input buffer into the backlog; the server's watchdog
+//     bounds it (Session.Stalled, Session.Buffered).
+//   - Zero-copy hand-over of the backlog to netpoll's output is not
+//     possible: appending a LinkBuffer made by Slice dereferences a nil
+//     write node in v0.7.2, so the writer goroutine copies into netpoll's
+//     output when it must wait.
+//   - A hang-up (EPOLLRDHUP, a peer that shut down its sending side) closes
+//     the socket right after the close callbacks: a half-closed peer's close
+//     frame is answered from the close callback by a raw write (close.go),
+//     and nothing the other side sends later can reach it.
+//   - netpoll closes a connection's descriptor in a close callback of its
+//     own, added first and so run last; raw writes rely on that order (and
+//     on the endpoint's closed flag) never to hit a reused descriptor.
 package poller

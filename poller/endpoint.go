@@ -30,17 +30,23 @@ type Endpoint struct {
 	nb   *NBConn   // under tls
 
 	mu         sync.Mutex
-	closed     bool                         // the socket is closed or closing: nothing more is written
-	closeAfter bool                         // close once the backlog is sent
-	back       []*bytebufferpool.ByteBuffer // bytes the kernel did not take yet, in order
-	sent       int                          // bytes of back[0] already sent
-	writing    bool                         // the writer goroutine owns the socket's writes
-	inLast     bool                         // a raw write from inside the socket's own close callback
+	closed     bool     // the socket is closed or closing: nothing more is written
+	closeAfter bool     // close once the backlog is sent
+	back       []*chunk // bytes the kernel did not take yet, in order
+	sent       int      // bytes of back[0] already sent
+	writing    bool     // the writer goroutine owns the socket's writes
+	inLast     bool     // a raw write from inside the socket's own close callback
+	byHand     bool     // a read outside netpoll's OnRequest is running
+	pending    uint8    // a Close (1) or Drop (2) asked for during that read
 
 	// wmu is held by the writer goroutine across netpoll's blocking Write,
 	// so that the close guard can wait for that write to return before
 	// netpoll frees the connection's buffers.
 	wmu sync.Mutex
+	// rmu is held across a read outside OnRequest (byHandBegin), for the
+	// same reason: netpoll frees the input buffer in a close callback, and
+	// only OnRequest is protected from that by netpoll's own lock.
+	rmu sync.Mutex
 
 	// For the watchdog, read without locks: since when a backlog has been
 	// waiting (0 when none), and how many bytes it holds.
@@ -95,6 +101,8 @@ func (e *Endpoint) guard() {
 		e.mu.Unlock()
 		e.wmu.Lock()
 		e.wmu.Unlock() //nolint:staticcheck // an empty critical section: wait for the writer
+		e.rmu.Lock()
+		e.rmu.Unlock() //nolint:staticcheck // and for a read by hand
 		return nil
 	})
 	if !e.conn.IsActive() {
@@ -165,6 +173,41 @@ func (e *Endpoint) Read(fn func(src frames.Source) error) error {
 	}
 }
 
+// byHandBegin and byHandEnd bracket reads outside netpoll's OnRequest: the
+// first reads of a new owner, which must drain what crypto/tls already
+// decrypted (no read event will come for it). A hang-up meanwhile would make
+// netpoll free the input buffer under the read, so the close guard waits for
+// it (rmu); and a Close or Drop of this endpoint in between (which could run
+// the close callbacks inline, in this goroutine, and wait for rmu) is carried
+// out at byHandEnd.
+func (e *Endpoint) byHandBegin() {
+	e.mu.Lock()
+	e.byHand = true
+	e.mu.Unlock()
+	e.rmu.Lock()
+}
+
+func (e *Endpoint) byHandEnd() {
+	e.rmu.Unlock()
+	e.mu.Lock()
+	e.byHand = false
+	pending := e.pending
+	e.pending = 0
+	e.mu.Unlock()
+	switch pending {
+	case closeLater:
+		e.Close()
+	case dropLater:
+		e.Drop()
+	}
+}
+
+// what a Close or Drop between byHandBegin and byHandEnd left to do
+const (
+	closeLater = 1
+	dropLater  = 2
+)
+
 // lastWords writes b from inside the socket's own close callback, where
 // netpoll has marked the socket closed but not yet closed its descriptor (its
 // own callback, which does, runs last). Only a raw write that the kernel
@@ -194,6 +237,11 @@ func (e *Endpoint) Close() {
 		e.mu.Unlock()
 		return
 	}
+	if e.byHand {
+		e.pending = max(e.pending, closeLater)
+		e.mu.Unlock()
+		return
+	}
 	if e.writing {
 		e.closeAfter = true // the writer goroutine closes when done
 		e.mu.Unlock()
@@ -208,6 +256,11 @@ func (e *Endpoint) Close() {
 // sent, and fails a blocked write of the writer goroutine.
 func (e *Endpoint) Drop() {
 	e.mu.Lock()
+	if e.byHand {
+		e.pending = dropLater
+		e.mu.Unlock()
+		return
+	}
 	already := e.closed
 	e.closed = true
 	e.mu.Unlock()

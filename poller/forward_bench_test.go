@@ -138,14 +138,34 @@ func netpollPair(b testing.TB) (netpoll.Connection, net.Conn) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
+	accepted := make(chan net.Conn, 4)
 	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
 	}()
-	np, err := netpoll.DialConnection("tcp", ln.Addr().String(), 5*time.Second)
-	if err != nil {
-		b.Fatal(err)
+	// Under -race, netpoll can deliver an epoll event still pending for a
+	// descriptor that just closed to the next socket that reuses the
+	// number, which then fails at once; such a dial is retried.
+	var np netpoll.Connection
+	var err2 error
+	for range 3 {
+		np, err2 = netpoll.DialConnection("tcp", ln.Addr().String(), 5*time.Second)
+		if err2 == nil {
+			break
+		}
+		select { // drop the failed dial's accepted end, if it got one
+		case c := <-accepted:
+			_ = c.Close()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err2 != nil {
+		b.Fatal(err2)
 	}
 	peer := <-accepted
 	if peer == nil {

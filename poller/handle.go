@@ -95,7 +95,9 @@ func (h *Handle) Start(o Owner, first func()) {
 		h.readMu.Unlock()
 		return nil
 	})
+	h.ep.byHandBegin()
 	o.UpstreamReadable()
+	h.ep.byHandEnd()
 	h.readMu.Unlock()
 	if !conn.IsActive() {
 		// The peer hung up before the callbacks were in place. netpoll
@@ -129,6 +131,8 @@ func (h *Handle) TryHandOver(o Owner) bool {
 // FinishHandOver completes TryHandOver: the new owner reads whatever arrived
 // or crypto/tls decrypted while the socket waited, then events flow to it.
 func (h *Handle) FinishHandOver() {
+	h.ep.byHandBegin()
 	h.Owner().UpstreamReadable()
+	h.ep.byHandEnd()
 	h.readMu.Unlock()
 }

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"errors"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -16,15 +17,17 @@ import (
 //
 // A read handler forwards frames into the destination endpoint's batch
 // (WriteBinary), then flushes the batch once: a single writev for a plain
-// socket, a single tls.Write for TLS. Large pieces are referenced, not
-// copied (they stay valid in the source's buffer until the read releases it,
-// after the flush); small ones, such as a header the scanner stashed, are
-// copied into a pooled staging buffer, as netpoll's own WriteBinary does
-// below 4 KiB. Over TLS every piece is staged, so that a read's frames become
-// as few records as possible.
+// socket, a single tls.Write for TLS. Pieces of 256 bytes and more are
+// referenced, not copied (they stay valid in the source's buffer until the
+// read releases it, after the flush); smaller ones are copied into a pooled
+// staging buffer, among them every piece that comes from the scanner's stash
+// (a partial header or control frame, at most 14+125 bytes), which the
+// scanner may reuse before the flush. Over TLS every piece is staged, so that
+// a read's frames become as few records as possible.
 //
 // Written by hand because it is the hot path: it allocates nothing per frame
-// (the iovec list and the staging buffer are reused), and no library offers a
+// (the iovec list and the staging buffer come from pools and go back at each
+// flush, so an idle endpoint holds neither), and no library offers a
 // non-blocking writev onto a netpoll connection's descriptor.
 
 // inplaceMin is the smallest piece written from the caller's memory rather
@@ -34,13 +37,22 @@ const inplaceMin = 256
 // maxIovecs bounds one writev (the kernel's IOV_MAX is 1024).
 const maxIovecs = 64
 
+// iovList is the pieces of one writev.
+type iovList struct{ v [maxIovecs][]byte }
+
+// iovLists recycles iovec lists across endpoints: a cache (nothing reads
+// what was put in it), like bytebufferpool's own default pool.
+var iovLists = sync.Pool{New: func() any { return new(iovList) }}
+
 // batch is the frames forwarded to an endpoint by one read, not yet written.
+// Only the session side that writes to the endpoint touches it.
 type batch struct {
-	iov      [][]byte
-	n        int
+	list     *iovList // plain sockets only
+	cnt      int      // pieces in list
+	n        int      // bytes in the batch
 	stage    *bytebufferpool.ByteBuffer
 	runStart int  // where the last staged run begins in stage.B
-	inRun    bool // iov's last entry is that run
+	inRun    bool // list's last piece is that run
 	err      error
 }
 
@@ -61,35 +73,44 @@ func (e *Endpoint) add(p []byte) {
 	if len(p) == 0 {
 		return
 	}
-	if e.tls == nil && len(p) >= inplaceMin {
-		if len(b.iov) >= maxIovecs {
+	if b.stage == nil && (e.tls != nil || len(p) < inplaceMin) {
+		b.stage = bytebufferpool.Get()
+		b.stage.B = b.stage.B[:0]
+	}
+	if e.tls != nil {
+		b.stage.B = append(b.stage.B, p...)
+		b.n += len(p)
+		return
+	}
+	if b.list == nil {
+		b.list = iovLists.Get().(*iovList)
+	}
+	if len(p) >= inplaceMin {
+		if b.cnt == maxIovecs {
 			b.keep(e.flushBatch())
+			b.list = iovLists.Get().(*iovList)
 		}
-		b.iov = append(b.iov, p)
+		b.list.v[b.cnt] = p
+		b.cnt++
 		b.n += len(p)
 		b.inRun = false
 		return
 	}
-	if b.stage == nil {
-		b.stage = bytebufferpool.Get()
-		b.stage.B = b.stage.B[:0]
-	}
 	if !b.inRun {
-		if len(b.iov) >= maxIovecs {
+		if b.cnt == maxIovecs {
 			b.keep(e.flushBatch())
-			if b.stage == nil {
-				b.stage = bytebufferpool.Get()
-				b.stage.B = b.stage.B[:0]
-			}
+			b.list = iovLists.Get().(*iovList)
+			b.stage = bytebufferpool.Get()
+			b.stage.B = b.stage.B[:0]
 		}
 		b.runStart = len(b.stage.B)
-		b.iov = append(b.iov, nil)
+		b.cnt++
 		b.inRun = true
 	}
-	// Earlier entries keep pointing at the old array if this grows it; its
+	// Earlier pieces keep pointing at the old array if this grows it; its
 	// bytes stay as they were, so they are still right.
 	b.stage.B = append(b.stage.B, p...)
-	b.iov[len(b.iov)-1] = b.stage.B[b.runStart:]
+	b.list.v[b.cnt-1] = b.stage.B[b.runStart:]
 	b.n += len(p)
 }
 
@@ -103,12 +124,16 @@ func (e *Endpoint) flushBatch() error {
 			_, err = e.tls.Write(b.stage.B)
 		} else {
 			e.mu.Lock()
-			err = e.writevLocked(b.iov, b.n)
+			err = e.writevLocked(b.list.v[:b.cnt], b.n)
 			e.mu.Unlock()
 		}
 	}
-	clear(b.iov)
-	b.iov, b.n, b.inRun = b.iov[:0], 0, false
+	if b.list != nil {
+		clear(b.list.v[:b.cnt])
+		iovLists.Put(b.list)
+		b.list = nil
+	}
+	b.cnt, b.n, b.inRun = 0, 0, false
 	if b.stage != nil {
 		bytebufferpool.Put(b.stage)
 		b.stage = nil
@@ -218,6 +243,16 @@ func writeFD(fd int, p []byte) (int, error) {
 // backlogChunk is the size of the backlog's pieces.
 const backlogChunk = 64 << 10
 
+// chunk is one piece of a backlog; B never grows past backlogChunk.
+type chunk struct{ B []byte }
+
+// chunks recycles backlog pieces across endpoints. A pool of one fixed size
+// (bytebufferpool's buffers come in every size its other users leave, and a
+// wrong-sized one would be reallocated) and of pointers (a Put allocates
+// nothing). Like bytebufferpool's own default pool it is package state, but
+// only a cache: nothing reads what was put in it.
+var chunks = sync.Pool{New: func() any { return &chunk{B: make([]byte, 0, backlogChunk)} }}
+
 // queueLocked copies p behind the backlog; commitLocked then makes sure the
 // writer goroutine runs. The backlog is a list of fixed-size pooled chunks:
 // it grows without copying what it holds, and a chunk is never grown in
@@ -226,14 +261,11 @@ const backlogChunk = 64 << 10
 func (e *Endpoint) queueLocked(p []byte) {
 	e.backlogLen.Add(int64(len(p)))
 	for len(p) > 0 {
-		var c *bytebufferpool.ByteBuffer
+		var c *chunk
 		if n := len(e.back); n > 0 && len(e.back[n-1].B) < cap(e.back[n-1].B) {
 			c = e.back[n-1]
 		} else {
-			c = bytebufferpool.Get()
-			if cap(c.B) != backlogChunk {
-				c.B = make([]byte, 0, backlogChunk)
-			}
+			c = chunks.Get().(*chunk)
 			c.B = c.B[:0]
 			e.back = append(e.back, c)
 		}
@@ -271,7 +303,7 @@ func (e *Endpoint) writeBacklog() {
 			}
 			e.writing = false
 			for i, c := range e.back {
-				bytebufferpool.Put(c)
+				chunks.Put(c)
 				e.back[i] = nil
 			}
 			e.back, e.sent = e.back[:0], 0
@@ -303,7 +335,7 @@ func (e *Endpoint) writeBacklog() {
 		e.backlogLen.Add(-int64(n))
 		if e.sent == len(front.B) && len(front.B) == cap(front.B) {
 			// A full chunk nobody appends to any more.
-			bytebufferpool.Put(front)
+			chunks.Put(front)
 			copy(e.back, e.back[1:])
 			e.back[len(e.back)-1] = nil
 			e.back, e.sent = e.back[:len(e.back)-1], 0

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,9 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes
 	switch {
 	case isSideband(q):
 		info.redial = nil // a sideband holds no session of its own to redo
+		if _, made := s.calls.owner(q.Get("call_id")); made {
+			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (calls.go)
+		}
 		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
 		return true
 	case info.grant != nil:
@@ -60,4 +64,21 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes
 		return true
 	}
 	return false
+}
+
+// betaShutDown is the close reason OpenAI gives a client of the retired beta
+// interface.
+const betaShutDown = "invalid_request_error.beta_api_shape_disabled"
+
+// explainBeta says what a beta_api_shape_disabled close means. The gateway
+// keeps forwarding what the client sent (OpenAI-Beta: realtime=v1, the
+// openai-beta.realtime-v1 subprotocol): it is the client that must change.
+func (s *Server) explainBeta(rec usageRecord) {
+	if rec.CloseCode != 4000 || !strings.HasSuffix(rec.CloseReason, "beta_api_shape_disabled") {
+		return
+	}
+	s.log.Warn("upstream refused the retired Realtime beta interface (beta_api_shape_disabled): the client sent "+
+		"OpenAI-Beta: realtime=v1 or the openai-beta.realtime-v1 subprotocol, which OpenAI shut down in May 2026; "+
+		"drop them and use the GA interface (session.update needs session.type; GA event names such as "+
+		"response.output_audio.delta)", "key", rec.Key, "model_group", rec.ModelGroup)
 }

@@ -1,351 +1,229 @@
 package server
 
-// Tests in a real browser: Debian's headless Chromium (installed by .ci/run
-// when missing), driven over the DevTools protocol by chromedp. Chromium's
-// fake media devices give the playground a microphone (a beep).
-//
-// With -screenshots=DIR the tests also write what they saw to DIR
-// (make screenshots writes docs/status.png and docs/playground.png).
-
 import (
-	"bytes"
-	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
-	"flag"
-	"fmt"
-	"image/png"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"github.com/gorilla/websocket"
 )
 
-const chromiumPath = "/usr/bin/chromium"
+// Headless Chromium from Debian's package (apt-get install -y chromium;
+// .ci/run installs it) loads a page from a loopback server of the test's
+// and reports what it saw by POSTing JSON back to that server.
 
-var screenshotDir = flag.String("screenshots", "", "write the browser tests' screenshots (status.png, playground.png) to this directory")
-
-// browser is one headless Chromium with one tab, stopped at the end of the
-// test (chromedp kills the process it started).
-type browser struct {
-	t   testing.TB
-	ctx context.Context
+// pageServer serves one page and collects the results it posts.
+type pageServer struct {
+	url     string
+	origin  string
+	results chan json.RawMessage
 }
 
-func startBrowser(t testing.TB, width, height int) *browser {
-	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("the browser tests need Debian's chromium at %s (apt-get install -y chromium; .ci/run does): %v", chromiumPath, err)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("use-fake-device-for-media-stream", true),
-		chromedp.Flag("use-fake-ui-for-media-stream", true),
-		// ?autostart=1 starts audio without a click
-		chromedp.Flag("autoplay-policy", "no-user-gesture-required"),
-		chromedp.WindowSize(width, height),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("starting chromium: %v", err)
-	}
-	return &browser{t: t, ctx: ctx}
-}
-
-func (b *browser) navigate(url string) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
-		b.t.Fatalf("navigate %s: %v", url, err)
-	}
-}
-
-// eval evaluates a JavaScript expression in the page.
-func eval[T any](b *browser, expr string) T {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
-	if err != nil {
-		b.t.Fatalf("evaluating %s: %v", expr, err)
-	}
-	return v
-}
-
-// waitFor polls a JavaScript predicate until it is truthy; on timeout it
-// fails with what the diagnostic expression shows then.
-func (b *browser) waitFor(what, predicate, diagnostic string, timeout time.Duration) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, timeout+5*time.Second)
-	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](predicate,
-		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
-	if err != nil {
-		b.t.Fatalf("waiting for %s: %v; page shows: %s", what, err, eval[string](b, diagnostic))
-	}
-}
-
-// viewport emulates a phone-sized viewport (mobile), or resets it.
-func (b *browser) viewport(width, height int64, mobile bool) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	act := chromedp.ResetViewport()
-	if mobile {
-		act = chromedp.EmulateViewport(width, height, chromedp.EmulateMobile, chromedp.EmulateScale(2))
-	}
-	if err := chromedp.Do(ctx, act); err != nil {
-		b.t.Fatalf("viewport: %v", err)
-	}
-}
-
-// screenshot captures the viewport as PNG, checks that it decodes, and
-// writes it to -screenshots when that is set.
-func (b *browser) screenshot(name string) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-	defer cancel()
-	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		b.t.Fatalf("screenshot: %v", err)
-	}
-	img, err := png.Decode(bytes.NewReader(shot))
-	if err != nil || img.Bounds().Dx() < 300 {
-		b.t.Fatalf("screenshot is not a usable PNG: %v", err)
-	}
-	if *screenshotDir != "" {
-		path := filepath.Join(*screenshotDir, name)
-		if err := os.WriteFile(path, shot, 0o644); err != nil {
-			b.t.Fatal(err)
-		}
-		b.t.Logf("wrote %s", path)
-	}
-}
-
-// serveAdmin serves the gateway's admin handler on a free loopback port, as
-// cmd/gateway does for ADMIN_ADDR, and returns its host:port.
-func (g *gateway) serveAdmin(t testing.TB) string {
+func startPageServer(t *testing.T, html string) *pageServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = g.srv.ServeAdmin(ln) }()
-	t.Cleanup(func() { _ = ln.Close() })
-	return ln.Addr().String()
+	ps := &pageServer{origin: "http://" + ln.Addr().String(), results: make(chan json.RawMessage, 16)}
+	ps.url = ps.origin + "/page.html"
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /page.html", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = io.WriteString(w, html)
+	})
+	mux.HandleFunc("POST /result", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		ps.results <- b
+	})
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(404) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ps
 }
 
-// cellsOf is a JavaScript expression: the text of a table's cells, joined
-// by commas.
-func cellsOf(id string) string {
-	return `[...document.querySelectorAll("#` + id + ` td")].map(c => c.textContent).join(",")`
-}
-
-// TestStatusPageShowsLiveSessionsInChromium: the status page, open in
-// headless Chromium, follows the live session count while an independent
-// client (gorilla) holds 3, then 5, then 2 sessions over two model groups
-// and two keys, then none: the total, the per-group and the per-key tables
-// match what is held each time; the warm pool lists both upstream keys; the
-// deployments table lists both deployments healthy; no key appears on the
-// page or in /status.json.
-func TestStatusPageShowsLiveSessionsInChromium(t *testing.T) {
-	for _, up := range upstreams {
-		t.Run(up.name, func(t *testing.T) {
-			mock := startMock(t, up.cfg)
-			path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", mock)+strings.Replace(openaiEntry("gpt-realtime-mini", mock), "openai/gpt-realtime", "openai/gpt-realtime-mini", 1)+`
-keys:
-  - name: team-a
-    key: os.environ/TEAM_A_KEY
-`+configTail)
-			g := startAppGateway(t, mock, withPool(2, func(c *Settings) { c.RoutesFile = path }))
-			admin := g.serveAdmin(t)
-			waitFor(t, "both pooled keys to warm", func() bool {
-				st := g.srv.Pool().Status()
-				return len(st) == 2 && st[0].Warm == 2 && st[1].Warm == 2
-			})
-			b := startBrowser(t, 1280, 1100)
-			b.navigate("http://" + admin + "/status")
-			body := `document.body.innerText`
-			b.waitFor("the page to show no sessions", `document.getElementById("sessions").textContent === "0"`, body, 10*time.Second)
-
-			// held[0]: master key on gpt-realtime; held[1]: team-a on gpt-realtime-mini.
-			var held [2][]*websocket.Conn
-			who := [2]struct{ model, key string }{{"gpt-realtime", testMasterKey}, {"gpt-realtime-mini", "sk-team-a-test"}}
-			hold := func(n [2]int) {
-				for i := range held {
-					for len(held[i]) < n[i] {
-						c := g.dial(t, "model="+who[i].model, bearer(who[i].key))
-						if e := read(t, c); e.typ() != "session.created" {
-							t.Fatalf("got %v, want session.created", e)
-						}
-						held[i] = append(held[i], c)
-					}
-					for len(held[i]) > n[i] {
-						last := held[i][len(held[i])-1]
-						_ = last.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-						_ = last.Close()
-						held[i] = held[i][:len(held[i])-1]
-					}
-				}
-			}
-			for step, n := range [][2]int{{2, 1}, {3, 2}, {1, 1}, {0, 0}} {
-				hold(n)
-				total := n[0] + n[1]
-				// Tables sort by count, then name.
-				groups, keys := fmt.Sprintf("gpt-realtime,%d,gpt-realtime-mini,%d", n[0], n[1]), fmt.Sprintf("master,%d,team-a,%d", n[0], n[1])
-				if n[1] > n[0] {
-					groups, keys = fmt.Sprintf("gpt-realtime-mini,%d,gpt-realtime,%d", n[1], n[0]), fmt.Sprintf("team-a,%d,master,%d", n[1], n[0])
-				}
-				if total == 0 {
-					groups, keys = "no live sessions", "no live sessions"
-				}
-				b.waitFor(fmt.Sprintf("step %d: %d sessions on the page", step, total), fmt.Sprintf(
-					`document.getElementById("sessions").textContent === "%d" && %s === %q && %s === %q`,
-					total, cellsOf("byGroup"), groups, cellsOf("byKey"), keys),
-					`document.getElementById("sessions").textContent + " | " + `+cellsOf("byGroup")+` + " | " + `+cellsOf("byKey"), 10*time.Second)
-				if step == 1 {
-					// Pool and deployments while sessions are held: two
-					// upstream keys, both deployments healthy.
-					pool := eval[string](b, cellsOf("pool"))
-					for _, want := range []string{"gpt-realtime,", "gpt-realtime-mini,", mock.Addr()} {
-						if !strings.Contains(pool, want) {
-							t.Fatalf("pool table %q lacks %q", pool, want)
-						}
-					}
-					deps := eval[string](b, cellsOf("deps"))
-					if strings.Count(deps, "healthy") != 2 {
-						t.Fatalf("deployments table %q: want both deployments healthy", deps)
-					}
-					b.waitFor("the sessions sparkline", `document.querySelector("#spSessions path.l") !== null`, body, 10*time.Second)
-					if up.name == "ws" {
-						b.screenshot("status.png")
-					}
-					// On a phone's width nothing overflows the page
-					// (wide tables scroll inside their cards).
-					b.viewport(390, 844, true)
-					if w := eval[int](b, `document.documentElement.scrollWidth`); w > 390 {
-						t.Fatalf("at 390 px the status page is %d px wide", w)
-					}
-					if up.name == "ws" {
-						b.screenshot("status-phone.png")
-					}
-					b.viewport(0, 0, false)
-				}
-			}
-			page := eval[string](b, `document.documentElement.outerHTML`)
-			js := httpGet(t, "http://"+admin+"/status.json", nil)
-			for _, secret := range []string{testMasterKey, testUpstreamKey, "sk-team-a-test"} {
-				if strings.Contains(page, secret) || strings.Contains(js, secret) {
-					t.Fatal("the status page shows a key")
-				}
-			}
-		})
-	}
-}
-
-// TestPlaygroundStreamsMicrophoneInChromium: /playground?autostart=1 in
-// headless Chromium with its fake microphone, while ALLOWED_ORIGINS names
-// another site: the page mints a client secret through the admin server,
-// connects to the client port with it (the admin page's origin is
-// accepted), streams the microphone as 20 ms PCM16 24 kHz appends (mockai
-// records each: exactly 960 bytes, at least a second of them, not all
-// silence), sends the secret's session config first, and shows connect,
-// session.created, first audio and response.done in its log. The page
-// never holds the master key.
-func TestPlaygroundStreamsMicrophoneInChromium(t *testing.T) {
-	for _, up := range upstreams {
-		t.Run(up.name, func(t *testing.T) {
-			mock := startMock(t, up.cfg)
-			g := startAppGateway(t, mock, func(c *Settings) { c.AllowedOrigins = []string{"https://app.example"} })
-			admin := g.serveAdmin(t)
-			b := startBrowser(t, 1280, 1000)
-			b.navigate("http://" + admin + "/playground?autostart=1&respond_after=1500")
-			logText := `document.getElementById("log").innerText`
-			b.waitFor("response.done in the playground's log", logText+`.includes("response.done")`, logText, 30*time.Second)
-			log := eval[string](b, logText)
-			for _, want := range []string{"client secret minted", "connect (realtime)", "session.created", "first audio", "response.done completed"} {
-				if !strings.Contains(log, want) {
-					t.Fatalf("the playground's log lacks %q:\n%s", want, log)
-				}
-			}
-			if page := eval[string](b, `document.documentElement.outerHTML`); strings.Contains(page, testMasterKey) {
-				t.Fatal("the playground page holds the master key")
-			}
-
-			var appends, loud int
-			var first string
-			for _, ev := range mock.Events() {
-				if first == "" {
-					first = ev.Type
-				}
-				if ev.Type != "input_audio_buffer.append" {
-					continue
-				}
-				var e struct{ Audio string }
-				if err := json.Unmarshal(ev.Event, &e); err != nil {
-					t.Fatal(err)
-				}
-				pcm, err := base64.StdEncoding.DecodeString(e.Audio)
-				if err != nil || len(pcm) != 960 {
-					t.Fatalf("append %d carries %d bytes (%v), want 960: 20 ms of PCM16 at 24 kHz", appends, len(pcm), err)
-				}
-				appends++
-				for i := 0; i+1 < len(pcm); i += 2 {
-					if v := int16(binary.LittleEndian.Uint16(pcm[i:])); v > 300 || v < -300 {
-						loud++
-						break
-					}
-				}
-			}
-			if first != "session.update" {
-				t.Fatalf("the upstream's first client event was %q, want the secret's session.update", first)
-			}
-			if appends < 50 {
-				t.Fatalf("mockai received %d appends, want at least 50 (a second of microphone)", appends)
-			}
-			if loud == 0 {
-				t.Fatalf("all %d appends are silence: the fake microphone's beep never came through", appends)
-			}
-			t.Logf("%d appends of 20 ms reached mockai, %d with sound", appends, loud)
-			if up.name == "ws" {
-				b.screenshot("playground.png")
-			}
-		})
-	}
-}
-
-// httpGet fetches url and returns the body, failing on anything but 200.
-func httpGet(t testing.TB, url string, h http.Header) string {
+// runChromium opens url in headless Chromium and stops it (by PID) when the
+// test ends.
+func runChromium(t *testing.T, url string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	for k, v := range h {
-		req.Header[k] = v
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed (apt-get install -y chromium)")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	cmd := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(), url)
+	stderr := &cappedBuffer{max: 16 << 10}
+	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("chromium stderr:\n%s", stderr.String())
+		}
+	})
+}
+
+func (ps *pageServer) result(t *testing.T, v any) {
+	t.Helper()
+	select {
+	case b := <-ps.results:
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("the page posted %q: %v", b, err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no result from the page within 60 s")
+	}
+}
+
+// secretPage mints a client secret with fetch (a CORS preflight, since it
+// sends Authorization), connects to the gateway with it as a browser does,
+// and makes a WebRTC call with a real RTCPeerConnection offer, then applies
+// the answer.
+const secretPage = `<!doctype html><meta charset="utf-8"><title>rtgate secret test</title><script>
+const q = new URLSearchParams(location.search);
+const gw = q.get("gw"), out = {};
+const report = () => fetch("/result", {method: "POST", body: JSON.stringify(out)});
+(async () => {
+  try {
+    const r = await fetch("http://" + gw + "/v1/realtime/client_secrets", {method: "POST",
+      headers: {"Authorization": "Bearer " + q.get("key"), "Content-Type": "application/json"},
+      body: JSON.stringify({session: {type: "realtime", instructions: "From the browser."}})});
+    out.mint_status = r.status;
+    const ek = (await r.json()).value;
+    out.ek_prefix = ek.slice(0, 3);
+    await new Promise((resolve) => {
+      const ws = new WebSocket("ws://" + gw + "/v1/realtime?model=gpt-realtime", ["realtime", "openai-insecure-api-key." + ek]);
+      ws.onmessage = (m) => { const e = JSON.parse(m.data); out.protocol = ws.protocol; out.first = e.type;
+        out.instructions = e.session && e.session.instructions; ws.close(1000); resolve(); };
+      ws.onerror = () => { out.ws_error = true; resolve(); };
+    });
+    const pc = new RTCPeerConnection();
+    pc.addTransceiver("audio", {direction: "sendrecv"});
+    pc.createDataChannel("oai-events");
+    const offer = await pc.createOffer();
+    await pc.setLocalDescription(offer);
+    const c = await fetch("http://" + gw + "/v1/realtime/calls", {method: "POST",
+      headers: {"Authorization": "Bearer " + ek, "Content-Type": "application/sdp"}, body: offer.sdp});
+    out.call_status = c.status;
+    out.call_location = c.headers.get("Location");
+    const answer = await c.text();
+    try { await pc.setRemoteDescription({type: "answer", sdp: answer}); out.answer_applied = true; }
+    catch (e) { out.answer_error = String(e); }
+    pc.close();
+  } catch (e) { out.error = String(e); }
+  await report();
+})();
+</script>`
+
+// TestChromiumClientSecret: headless Chromium mints a secret (CORS preflight
+// per ALLOWED_ORIGINS), connects with new WebSocket(url, ["realtime",
+// "openai-insecure-api-key." + ek]) and sees the configured session.created
+// with realtime echoed, and makes a WebRTC call whose answer Chromium
+// accepts. mockai runs as a process with -tls.
+func TestChromiumClientSecret(t *testing.T) {
+	mock, roots := tlsMockaiProcess(t)
+	ps := startPageServer(t, secretPage)
+	g := startGateway(t, nil, func(c *Settings) {
+		c.APIBase, _ = ParseAPIBase(mock.baseURL)
+		c.UpstreamRoots = roots
+		c.AllowedOrigins = []string{ps.origin}
+	})
+	runChromium(t, ps.url+"?gw="+g.addr+"&key="+testMasterKey)
+	var got struct {
+		MintStatus    int    `json:"mint_status"`
+		EKPrefix      string `json:"ek_prefix"`
+		Protocol      string `json:"protocol"`
+		First         string `json:"first"`
+		Instructions  string `json:"instructions"`
+		WSError       bool   `json:"ws_error"`
+		CallStatus    int    `json:"call_status"`
+		CallLocation  string `json:"call_location"`
+		AnswerApplied bool   `json:"answer_applied"`
+		AnswerError   string `json:"answer_error"`
+		Error         string `json:"error"`
+	}
+	ps.result(t, &got)
+	switch {
+	case got.Error != "":
+		t.Fatalf("the page failed: %s (%+v)", got.Error, got)
+	case got.MintStatus != 200 || got.EKPrefix != "ek_":
+		t.Fatalf("minting from the page: %+v", got)
+	case got.WSError || got.Protocol != "realtime" || got.First != "session.created" || got.Instructions != "From the browser.":
+		t.Fatalf("the browser's WebSocket: %+v", got)
+	case got.CallStatus != 201 || !strings.HasPrefix(got.CallLocation, "/v1/realtime/calls/rtc_"):
+		t.Fatalf("the browser's call: %+v", got)
+	case !got.AnswerApplied:
+		t.Fatalf("Chromium refused the SDP answer: %s", got.AnswerError)
+	}
+	evs := mockEvents(t, mock, roots)
+	if len(evs) == 0 || !strings.Contains(string(evs[0].Event), "From the browser.") {
+		t.Fatalf("the upstream did not get the secret's config first")
+	}
+}
+
+// sizesPage offers ever longer subprotocols and reports which opened.
+const sizesPage = `<!doctype html><meta charset="utf-8"><script>
+const q = new URLSearchParams(location.search), out = {opened: [], failed: []};
+(async () => {
+  for (const n of [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152]) {
+    const ok = await new Promise((resolve) => {
+      let ws;
+      try { ws = new WebSocket("ws://" + q.get("srv") + "/", ["realtime", "openai-insecure-api-key.ek_" + "a".repeat(n)]); }
+      catch (e) { resolve(false); return; }
+      ws.onopen = () => { ws.close(); resolve(true); };
+      ws.onerror = () => resolve(false);
+    });
+    (ok ? out.opened : out.failed).push(n);
+  }
+  await fetch("/result", {method: "POST", body: JSON.stringify(out)});
+})();
+</script>`
+
+// TestChromiumSubprotocolSizes measures how long a Sec-WebSocket-Protocol
+// value Chromium sends (to a server with no header limit), and asserts that
+// a token of maxInlineSecret bytes, the most a client secret carrying its
+// config may be, is among them.
+func TestChromiumSubprotocolSizes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }, Subprotocols: []string{"realtime"}}
+	srv := &http.Server{MaxHeaderBytes: 8 << 20, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := up.Upgrade(w, r, nil); err == nil {
+			_ = c.Close()
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	ps := startPageServer(t, sizesPage)
+	runChromium(t, ps.url+"?srv="+ln.Addr().String())
+	var got struct{ Opened, Failed []int }
+	ps.result(t, &got)
+	largest := 0
+	for _, n := range got.Opened {
+		largest = max(largest, n)
 	}
-	return string(b)
+	t.Logf("Chromium sent subprotocols of up to %d key bytes (opened %v, failed %v)", largest, got.Opened, got.Failed)
+	if largest < maxInlineSecret {
+		t.Fatalf("Chromium did not send a %d-byte subprotocol; client secrets that carry their config must be smaller", maxInlineSecret)
+	}
 }

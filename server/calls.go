@@ -235,7 +235,7 @@ func (s *Server) meterCall(key *routes.ClientKey, group string, d *routes.Deploy
 	m := &callMeter{srv: s, info: &sessionInfo{key: key, group: group, deployment: d, start: time.Now()},
 		callID: callID, h: poller.NewHandle(conn.Endpoint)}
 	m.sc.Init(frames.FromServer, 0)
-	m.sc.SetInspector(m.info)
+	m.sc.SetInspector(m)
 	s.meters.Store(m, struct{}{})
 	m.h.Start(m, func() {
 		if len(conn.Preface) > 0 {
@@ -254,6 +254,19 @@ type callMeter struct {
 	h      *poller.Handle
 	sc     frames.Scanner // under the Handle's read lock
 	once   sync.Once
+}
+
+// Wants implements frames.Inspector: the events that carry usage.
+func (m *callMeter) Wants(prefix []byte) bool { return m.info.Wants(prefix) }
+
+// Inspect implements frames.Inspector: a call can last an hour, so its usage
+// reaches the metrics as each response ends, and the usage log when the call
+// does.
+func (m *callMeter) Inspect(p []byte) {
+	var u sessionInfo
+	u.addUsage(p)
+	m.info.usage.add(u.usage)
+	m.srv.countTokens(m.info.group, m.info.key.Name, u.usage)
 }
 
 // UpstreamReadable implements poller.Owner.
@@ -284,14 +297,6 @@ func (m *callMeter) UpstreamGone() {
 		s := m.srv
 		s.meters.Delete(m)
 		u := m.info.usage
-		for kind, n := range map[string]int64{
-			"input_text": u.InputText, "input_audio": u.InputAudio, "input_image": u.InputImage,
-			"input_cached": u.InputCached, "output_text": u.OutputText, "output_audio": u.OutputAudio,
-		} {
-			if n > 0 {
-				s.metrics.tokens.WithLabelValues(m.info.group, m.info.key.Name, kind).Add(float64(n))
-			}
-		}
 		rec := usageRecord{Key: m.info.key.Name, ModelGroup: m.info.group, Deployment: m.info.deployment.Name,
 			Start: m.info.start.UTC(), DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended",
 			Usage: u}
@@ -310,4 +315,30 @@ func (s *Server) closeMeters() {
 		m.h.Endpoint().Close()
 		return true
 	})
+}
+
+// countTokens adds usage to the token metrics.
+func (s *Server) countTokens(group, key string, u Usage) {
+	for kind, n := range map[string]int64{
+		"input_text": u.InputText, "input_audio": u.InputAudio, "input_image": u.InputImage,
+		"input_cached": u.InputCached, "output_text": u.OutputText, "output_audio": u.OutputAudio,
+	} {
+		if n > 0 {
+			s.metrics.tokens.WithLabelValues(group, key, kind).Add(float64(n))
+		}
+	}
+}
+
+// add sums o into u.
+func (u *Usage) add(o Usage) {
+	u.Responses += o.Responses
+	u.InputTokens += o.InputTokens
+	u.OutputTokens += o.OutputTokens
+	u.TotalTokens += o.TotalTokens
+	u.InputText += o.InputText
+	u.InputAudio += o.InputAudio
+	u.InputImage += o.InputImage
+	u.InputCached += o.InputCached
+	u.OutputText += o.OutputText
+	u.OutputAudio += o.OutputAudio
 }

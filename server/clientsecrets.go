@@ -97,6 +97,10 @@ type secretSigner struct {
 
 	memMu sync.Mutex
 	mem   map[string]memConfig // configs kept in this process, by secret id
+
+	// warnRandom, when CLIENT_SECRET_KEY is unset, logs once, at the first
+	// secret minted, that only this process will accept it.
+	warnRandom func()
 }
 
 type memConfig struct {
@@ -105,7 +109,9 @@ type memConfig struct {
 }
 
 // newSecretSigner takes CLIENT_SECRET_KEY's keys; with none it makes a
-// random key and warns, since then only this process accepts its secrets.
+// random key and warns (when the first secret is minted, so that a gateway
+// that mints none says nothing), since then only this process accepts its
+// secrets.
 func newSecretSigner(keys []string, store *ClusterStore, log *slog.Logger) *secretSigner {
 	s := &secretSigner{store: store, mem: map[string]memConfig{}}
 	for _, k := range keys {
@@ -115,8 +121,10 @@ func newSecretSigner(keys []string, store *ClusterStore, log *slog.Logger) *secr
 		k := make([]byte, 32)
 		_, _ = rand.Read(k)
 		s.keys = [][]byte{k}
-		log.Warn("CLIENT_SECRET_KEY is not set: client secrets are signed with a random per-process key, " +
-			"so only this process accepts them and a restart invalidates them")
+		s.warnRandom = sync.OnceFunc(func() {
+			log.Warn("CLIENT_SECRET_KEY is not set: client secrets are signed with a random per-process key, " +
+				"so only this process accepts them and a restart invalidates them")
+		})
 	}
 	return s
 }
@@ -131,6 +139,9 @@ func (s *secretSigner) mac(key []byte, signed string) []byte {
 
 // sign renders claims as a token.
 func (s *secretSigner) sign(c secretClaims) string {
+	if s.warnRandom != nil {
+		s.warnRandom()
+	}
 	body, _ := json.Marshal(c)
 	signed := secretPrefix + b64.EncodeToString(body)
 	return signed + "." + b64.EncodeToString(s.mac(s.keys[0], signed))

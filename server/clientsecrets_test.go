@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -39,7 +41,7 @@ func startAppGateway(t *testing.T, mock *mockai.Server, mutate func(*Settings)) 
 }
 
 // post sends a POST to the gateway and returns status, headers and body.
-func post(t *testing.T, g *gateway, path, key, contentType string, body []byte, h http.Header) (int, http.Header, []byte) {
+func post(t testing.TB, g *gateway, path, key, contentType string, body []byte, h http.Header) (int, http.Header, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, "http://"+g.addr+path, bytes.NewReader(body))
 	if key != "" {
@@ -59,7 +61,7 @@ func post(t *testing.T, g *gateway, path, key, contentType string, body []byte, 
 }
 
 // mint asks the gateway for a client secret.
-func mint(t *testing.T, g *gateway, key string, req any) (string, map[string]any) {
+func mint(t testing.TB, g *gateway, key string, req any) (string, map[string]any) {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	status, _, b := post(t, g, "/v1/realtime/client_secrets", key, "application/json", body, nil)
@@ -357,4 +359,75 @@ func randomText(n int) string {
 	b := make([]byte, n/2)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// TestAPIBodyArrivesInPieces: a body sent slowly in pieces, a chunked body,
+// and Expect: 100-continue all get their answer (the body is collected
+// read by read, without a goroutine waiting on the client).
+func TestAPIBodyArrivesInPieces(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, nil)
+	body := `{"session":{"type":"realtime","instructions":"in pieces"}}`
+	head := "POST /v1/realtime/client_secrets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testMasterKey +
+		"\r\nContent-Type: application/json\r\n"
+	chunked := ""
+	for i := 0; i < len(body); i += 10 {
+		part := body[i:min(i+10, len(body))]
+		chunked += strconv.FormatInt(int64(len(part)), 16) + "\r\n" + part + "\r\n"
+	}
+	chunked += "0\r\n\r\n"
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+	}{
+		{"content-length, slowly", []string{head + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n", body[:7], body[7:30], body[30:]}},
+		{"expect 100-continue", []string{head + "Expect: 100-continue\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n", body}},
+		{"chunked", []string{head + "Transfer-Encoding: chunked\r\n\r\n", chunked[:25], chunked[25:]}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for _, p := range tc.pieces {
+				if _, err := io.WriteString(c, p); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := string(resp)
+			if strings.Contains(tc.name, "100") && !strings.HasPrefix(got, "HTTP/1.1 100 Continue\r\n\r\n") {
+				t.Fatalf("no 100 Continue: %.60q", got)
+			}
+			if !strings.Contains(got, "HTTP/1.1 200 OK") || !strings.Contains(got, `"instructions":"in pieces"`) {
+				t.Fatalf("answer %.200q", got)
+			}
+		})
+	}
+}
+
+// TestClientSecretCountsAgainstIssuingKey: a secret's session takes a slot
+// of the key that minted it.
+func TestClientSecretCountsAgainstIssuingKey(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Settings) { c.MaxSessionsPerKey = 1 })
+	ek, _ := mint(t, g, testMasterKey, map[string]any{})
+	c := g.dial(t, "", bearer(testMasterKey))
+	read(t, c)
+	if _, resp, err := dialSecret(t, g, ek, ""); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a secret of a key at its limit connected (%v)", err)
+	}
+	_ = c.Close()
+	waitFor(t, "the slot to free", func() bool { return g.srv.SessionsOpen() == 0 })
+	c2, _, err := dialSecret(t, g, ek, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read(t, c2)
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -65,59 +66,63 @@ func (u *recordingUpstream) nextClose(t *testing.T) int {
 }
 
 func TestCloseCodesPassBothWays(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	// mockai echoes the client's close; the echo crossing the gateway back
-	// proves the code and reason went up and came down unchanged.
-	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4321, "client says bye")); err != nil {
-		t.Fatal(err)
-	}
-	if ce := closeOf(t, c); ce.Code != 4321 || ce.Text != "client says bye" {
-		t.Fatalf("close %d %q, want 4321 %q", ce.Code, ce.Text, "client says bye")
-	}
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		// mockai echoes the client's close; the echo crossing the gateway back
+		// proves the code and reason went up and came down unchanged.
+		if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4321, "client says bye")); err != nil {
+			t.Fatal(err)
+		}
+		if ce := closeOf(t, c); ce.Code != 4321 || ce.Text != "client says bye" {
+			t.Fatalf("close %d %q, want 4321 %q", ce.Code, ce.Text, "client says bye")
+		}
+	})
 }
 
 func TestUpstreamCloseReachesClient(t *testing.T) {
-	mock := startMock(t, mockai.Config{CloseAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	if e := read(t, c); e.typ() != "session.created" {
-		t.Fatalf("got %v", e.typ())
-	}
-	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "mock: closing after 1 frames" {
-		t.Fatalf("close %d %q, want the upstream's own 1011 and reason", ce.Code, ce.Text)
-	}
+	overBoth(t, mockai.Config{CloseAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("got %v", e.typ())
+		}
+		if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "mock: closing after 1 frames" {
+			t.Fatalf("close %d %q, want the upstream's own 1011 and reason", ce.Code, ce.Text)
+		}
+	})
 }
 
 func TestUpstreamDropBecomes1011(t *testing.T) {
-	mock := startMock(t, mockai.Config{DropAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
-		t.Fatalf("close %d %q, want 1011 upstream connection lost", ce.Code, ce.Text)
-	}
-	// The gateway keeps serving.
-	c2 := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	if e := read(t, c2); e.typ() != "session.created" {
-		t.Fatalf("next session got %v", e.typ())
-	}
+	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+			t.Fatalf("close %d %q, want 1011 upstream connection lost", ce.Code, ce.Text)
+		}
+		// The gateway keeps serving.
+		c2 := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c2); e.typ() != "session.created" {
+			t.Fatalf("next session got %v", e.typ())
+		}
+	})
 }
 
 func TestMalformedUpstreamFrame(t *testing.T) {
-	mock := startMock(t, mockai.Config{MalformedAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	e := read(t, c)
-	if e.typ() != "error" || e.str("error", "code") != "upstream_protocol_error" {
-		t.Fatalf("got %v, want an upstream_protocol_error event", e)
-	}
-	if ce := closeOf(t, c); ce.Code != 1011 {
-		t.Fatalf("close %d, want 1011", ce.Code)
-	}
+	overBoth(t, mockai.Config{MalformedAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		e := read(t, c)
+		if e.typ() != "error" || e.str("error", "code") != "upstream_protocol_error" {
+			t.Fatalf("got %v, want an upstream_protocol_error event", e)
+		}
+		if ce := closeOf(t, c); ce.Code != 1011 {
+			t.Fatalf("close %d, want 1011", ce.Code)
+		}
+	})
 }
 
 func TestClientDropSends1001Upstream(t *testing.T) {
@@ -212,5 +217,76 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gatewayTimeWait counts TIME_WAIT sockets whose remote end is port: on
+// loopback, sockets the gateway opened to the upstream listening there and
+// closed first. Loopback's tcp_tw_reuse hides the cost; production pays a
+// local port per socket for a minute.
+func gatewayTimeWait(t *testing.T, port string) int {
+	t.Helper()
+	out, err := exec.Command("ss", "-Htan", "state", "time-wait", "dport", "= :"+port).Output()
+	if err != nil {
+		t.Fatalf("ss: %v", err)
+	}
+	return len(strings.Fields(string(out))) / 4 // Recv-Q Send-Q Local Peer
+}
+
+// TestNoTimeWaitOnGatewayPorts: after a close handshake the upstream, as the
+// WebSocket server, closes TCP first (RFC 6455 7.1.1), so no TIME_WAIT lands
+// on the gateway's ephemeral ports: neither for relayed sessions nor for
+// warm sockets the pool retires. Before this change the gateway closed first
+// and left one TIME_WAIT socket per session and per retired warm socket.
+func TestNoTimeWaitOnGatewayPorts(t *testing.T) {
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Fatal("ss (iproute2) is needed to count TIME_WAIT sockets")
+	}
+	for _, secure := range []bool{false, true} {
+		name := "ws"
+		if secure {
+			name = "wss"
+		}
+		t.Run(name, func(t *testing.T) {
+			var mock *mockai.Server
+			var roots func(*Settings)
+			if secure {
+				mock = startTLSMock(t)
+				pool := trustMock(t, mock)
+				roots = func(c *Settings) { c.UpstreamRoots = pool }
+			} else {
+				mock = startMock(t, mockai.Config{})
+			}
+			u, _ := ParseAPIBase(mock.BaseURL())
+			port := u.Port()
+			g := startGateway(t, mock, withPool(3, roots))
+			waitWarm(t, g, 3)
+			const sessions = 10
+			for i := range sessions {
+				c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+				read(t, c)
+				code := 1000
+				if i%2 == 1 {
+					code = 4000 + i
+				}
+				_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(code, "bye"))
+				if ce := closeOf(t, c); ce.Code != code {
+					t.Fatalf("close %d, want %d", ce.Code, code)
+				}
+			}
+			waitFor(t, "the sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			// The pool retires its warm sockets at shutdown. (Once it is
+			// full again: a dial cancelled half-way is closed by the
+			// gateway, as it must be.)
+			waitWarm(t, g, 3)
+			g.srv.Pool().Close()
+			waitFor(t, "the upstream to see every socket close", func() bool {
+				out, _ := exec.Command("ss", "-Htan", "state", "established", "dport", "= :"+port).Output()
+				return len(strings.TrimSpace(string(out))) == 0
+			})
+			if n := gatewayTimeWait(t, port); n != 0 {
+				t.Fatalf("%d TIME_WAIT sockets on the gateway's side after %d sessions and 3+ retired warm sockets, want 0", n, sessions)
+			}
+		})
 	}
 }

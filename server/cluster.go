@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,9 +49,9 @@ func NewClusterStore(redisURL string, timeout time.Duration) (*ClusterStore, err
 	opt.ReadTimeout = max(50*time.Millisecond, 10*timeout)
 	opt.WriteTimeout = opt.ReadTimeout
 	opt.ContextTimeoutEnabled = true
-	opt.MinIdleConns = 2
 	opt.DisableIdentity = true // no CLIENT SETINFO round trips on each new connection
 	opt.Protocol = 2           // no HELLO round trip either
+	quietRedisLog.Do(func() { redis.SetLogger(discardLogger{}) })
 	return &ClusterStore{
 		Client:   redis.NewClient(opt),
 		Instance: instanceID(),
@@ -80,6 +81,14 @@ func (st *ClusterStore) Ping(d time.Duration) error {
 	defer cancel()
 	return st.Client.Ping(ctx).Err()
 }
+
+// go-redis logs every failed background dial through a logger of its own;
+// the gateway reports outages itself (once each), so that one is silenced.
+var quietRedisLog sync.Once
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}
 
 func instanceID() string {
 	host, _ := os.Hostname()

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -130,11 +129,9 @@ func (c *clientConn) bufferWhilePending() bool {
 	return true
 }
 
+// closeCluster takes this instance out of Redis and closes the client.
 func (s *Server) closeCluster() {
 	if s.cluster != nil {
 		s.cluster.close()
-		if err := s.store.Close(); err != nil {
-			s.log.Debug("closing the redis client", "err", fmt.Sprint(err))
-		}
 	}
 }

@@ -53,6 +53,7 @@ type clusterLimiter struct {
 	wake     chan struct{}
 	done     chan struct{}
 	stopped  chan struct{}
+	closing  sync.Once
 
 	mUp       prometheus.Gauge
 	mOutages  prometheus.Counter
@@ -362,6 +363,10 @@ func (l *clusterLimiter) sync(all bool) error {
 // close stops the background writer and takes this instance out of Redis
 // (its remaining sessions stop counting at once).
 func (l *clusterLimiter) close() {
+	l.closing.Do(l.leave)
+}
+
+func (l *clusterLimiter) leave() {
 	close(l.done)
 	<-l.stopped
 	l.mu.Lock()
@@ -375,6 +380,7 @@ func (l *clusterLimiter) close() {
 	if err := leaveScript.Run(ctx, l.st.Client, keys, l.st.Instance).Err(); err != nil {
 		l.log.Warn("could not remove this instance from redis; its lease runs out by itself", "err", err)
 	}
+	_ = l.st.Close()
 }
 
 func sessionsExceeded(limit int) *httpError {

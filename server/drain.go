@@ -7,27 +7,49 @@ import (
 	"github.com/gobwas/ws"
 )
 
-// Drain takes the instance out of service without cutting calls short:
-// /health answers 503 so a load balancer stops sending clients, new
-// upgrades get 503 with Retry-After, the warm pool's sockets are closed at
-// once (close 1000), and live sessions continue until they end or timeout
-// passes. Sessions still open then get close 1001 with a reason (and an
-// error event), and Drain waits for their close handshakes before it shuts
-// the reactor down. It returns true if every session ended by itself.
+// Drain takes the instance out of service without cutting a call short. It
+// runs in three steps:
+//
+//	grace    /health answers 503, so load balancers (HAProxy's checks, a
+//	         Kubernetes readiness probe) stop sending clients, while connects
+//	         that still arrive are served normally; lasts DrainGrace.
+//	stopped  the listener stops accepting once netpoll has taken everything
+//	         queued (listener.go); the warm pool's sockets are closed (close
+//	         1000); live sessions continue until they end or timeout passes.
+//	closing  sessions still open get an error event and close 1001, new
+//	         upgrades on connections accepted earlier get 503, and Drain waits
+//	         for the close handshakes before it shuts the reactor down.
+//
+// It returns true if every session ended by itself. Connections accepted
+// before the listener stopped and still in their handshake are answered
+// before the reactor shuts down (each has HandshakeTimeout). The whole drain
+// takes at most DrainGrace + timeout + CloseTimeout + about 3 s (with
+// timeout at least HandshakeTimeout).
 func (s *Server) Drain(timeout time.Duration) bool {
 	s.draining.Store(true)
+	s.log.Info("draining: /health reports 503, connects are still served", "grace", s.cfg.DrainGrace,
+		"sessions", s.SessionsOpen())
+	time.Sleep(s.cfg.DrainGrace)
+
+	s.StopAccepting()
+	stopped := time.Now()
 	if s.pool != nil {
 		s.pool.Close()
 	}
-	s.log.Info("draining", "sessions", s.SessionsOpen(), "timeout", timeout)
+	s.log.Info("draining: not accepting; waiting for live sessions", "sessions", s.SessionsOpen(), "timeout", timeout)
 	clean := s.waitSessions(timeout)
 	if !clean {
+		s.stopping.Store(true)
 		for _, sess := range s.liveSessions() {
 			go s.terminate(sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
 				"The gateway is restarting; reconnect to continue.")
 		}
 		s.waitSessions(s.cfg.CloseTimeout + time.Second)
 	}
+	// Connections accepted before the listener stopped may still be in
+	// their handshake; netpoll's Shutdown would close them unanswered. Each
+	// is answered or closed by its handshake deadline.
+	s.waitConns(time.Until(stopped.Add(s.cfg.HandshakeTimeout)))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = s.Shutdown(ctx)
@@ -35,8 +57,33 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	return clean
 }
 
+// StopAccepting stops the client listener (after netpoll has accepted what
+// the kernel had queued, waiting up to a second for that); connections
+// already accepted carry on. Safe to call more than once.
+func (s *Server) StopAccepting() {
+	s.mu.Lock()
+	l := s.listener
+	s.mu.Unlock()
+	if l == nil || l.stopped.Load() {
+		return
+	}
+	queued, err := l.stop(time.Second)
+	if err != nil || queued > 0 {
+		s.log.Warn("stopping the listener", "err", err, "still_queued", queued)
+	}
+}
+
 // Draining reports whether Drain has started.
 func (s *Server) Draining() bool { return s.draining.Load() }
+
+// waitConns waits until every accepted client socket is closed, or timeout
+// passes.
+func (s *Server) waitConns(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for s.clientConns.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 // waitSessions waits until no session is open, or timeout passes.
 func (s *Server) waitSessions(timeout time.Duration) bool {

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"crypto/tls"
 	"encoding/json"
+	"net"
 	"testing"
 	"time"
 
@@ -25,30 +27,31 @@ import (
 // socket that reuses its fd, and closes it. Letting each session end first
 // keeps that out of this test (see TestScaleManyConcurrentSessions).
 func TestFramesBeforeUpstreamHangupReachClient(t *testing.T) {
-	mock := startMock(t, mockai.Config{DropAfterFrames: 1})
-	g := startGateway(t, mock, nil)
-	const sessions = 100
-	lost := 0
-	for i := range sessions {
-		c, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-		if err != nil {
-			t.Fatalf("session %d: dial: %v", i, err)
-		}
-		e, err := readEventOrClose(c)
-		if err != nil || e.typ() != "session.created" {
-			lost++
-			if lost <= 3 {
-				t.Logf("session %d: first message %v (%v), want session.created", i, e.typ(), err)
+	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		const sessions = 100
+		lost := 0
+		for i := range sessions {
+			c, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+			if err != nil {
+				t.Fatalf("session %d: dial: %v", i, err)
 			}
-		} else if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
-			t.Fatalf("session %d: close %d %q after session.created, want 1011 upstream connection lost", i, ce.Code, ce.Text)
+			e, err := readEventOrClose(c)
+			if err != nil || e.typ() != "session.created" {
+				lost++
+				if lost <= 3 {
+					t.Logf("session %d: first message %v (%v), want session.created", i, e.typ(), err)
+				}
+			} else if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+				t.Fatalf("session %d: close %d %q after session.created, want 1011 upstream connection lost", i, ce.Code, ce.Text)
+			}
+			_ = c.Close()
+			pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 		}
-		_ = c.Close()
-		pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
-	}
-	if lost > 0 {
-		t.Fatalf("%d of %d sessions lost the session.created the upstream sent before hanging up", lost, sessions)
-	}
+		if lost > 0 {
+			t.Fatalf("%d of %d sessions lost the session.created the upstream sent before hanging up", lost, sessions)
+		}
+	})
 }
 
 // readEventOrClose reads one text event like read, but returns the error
@@ -64,4 +67,52 @@ func readEventOrClose(c *websocket.Conn) (event, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// TestHalfClosedClientGetsItsCloseAnswered: a client that sends its close
+// frame and shuts down its sending side (netpoll sees EPOLLRDHUP and reports
+// a hang-up, after which the socket closes) still gets the close answered,
+// with its own code, before the socket goes. The upstream gets the client's
+// close. Before this change the client got no close frame: the upstream's
+// answer came after netpoll had closed the socket. The upstream here takes
+// 300 ms to answer, so the answer the client gets is the gateway's.
+func TestHalfClosedClientGetsItsCloseAnswered(t *testing.T) {
+	up := startScriptedUpstreamDelay(t, false, 300*time.Millisecond)
+	g := startGateway(t, nil, up.config)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4200, "leaving")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnderlyingConn().(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if ce := closeOf(t, c); ce.Code != 4200 || ce.Text != "leaving" {
+		t.Fatalf("close %d %q, want the client's own 4200 leaving answered", ce.Code, ce.Text)
+	}
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+// TestHalfClosedTLSClientGetsItsCloseAnswered is the same over a TLS client
+// listener: the client sends its close frame, then close_notify, then shuts
+// down its sending side. The answer goes as one TLS record by a raw write.
+func TestHalfClosedTLSClientGetsItsCloseAnswered(t *testing.T) {
+	cert := newListenerCert(t)
+	up := startScriptedUpstreamDelay(t, false, 300*time.Millisecond)
+	g := startGateway(t, nil, func(c *Settings) {
+		up.config(c)
+		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
+	})
+	c := g.dialTLS(t, cert.roots)
+	read(t, c)
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4201, "leaving")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnderlyingConn().(*tls.Conn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if ce := closeOf(t, c); ce.Code != 4201 || ce.Text != "leaving" {
+		t.Fatalf("close %d %q, want the client's own 4201 leaving answered", ce.Code, ce.Text)
+	}
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 }

@@ -180,6 +180,14 @@ func (r *router) order(ds []*routes.Deployment) []*routes.Deployment {
 	return out
 }
 
+// healthy reports whether d is healthy now (neither ejected nor being
+// probed).
+func (r *router) healthy(d *routes.Deployment) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stateLocked(d).state == healthy
+}
+
 // succeeded records a dial (or a warm socket) that reached d.
 func (r *router) succeeded(d *routes.Deployment) {
 	r.mu.Lock()

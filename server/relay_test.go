@@ -14,50 +14,51 @@ import (
 )
 
 func TestFullSessionThroughGateway(t *testing.T) {
-	mock := startMock(t, mockai.Config{AudioDeltas: 3, AudioDeltaBytes: 4800})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	overBoth(t, mockai.Config{AudioDeltas: 3, AudioDeltaBytes: 4800}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 
-	created := read(t, c)
-	if created.typ() != "session.created" || !strings.HasPrefix(created.str("session", "id"), "sess_") {
-		t.Fatalf("first event %v, want session.created with a sess_ id", created)
-	}
-	if created.str("session", "model") != "gpt-realtime" {
-		t.Fatalf("session model %q", created.str("session", "model"))
-	}
-
-	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "be brief"}})
-	if e := read(t, c); e.typ() != "session.updated" || e.str("session", "instructions") != "be brief" {
-		t.Fatalf("got %v, want session.updated with the new instructions", e)
-	}
-
-	// One second of audio: 48,000 bytes of PCM16 at 24 kHz, 100 input tokens.
-	send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": base64.StdEncoding.EncodeToString(make([]byte, 48000))})
-	send(t, c, map[string]any{"type": "response.create"})
-	done, seen := readUntil(t, c, "response.done")
-	deltas := 0
-	for _, s := range seen {
-		if s == "response.output_audio.delta" {
-			deltas++
+		created := read(t, c)
+		if created.typ() != "session.created" || !strings.HasPrefix(created.str("session", "id"), "sess_") {
+			t.Fatalf("first event %v, want session.created with a sess_ id", created)
 		}
-	}
-	if deltas != 3 {
-		t.Fatalf("got %d audio deltas, want 3: %v", deltas, seen)
-	}
-	// mockai's usage: input audio 48000/480, output audio 3*4800/480.
-	if got := done.str("response", "usage", "input_token_details", "audio_tokens"); got != "100" {
-		t.Fatalf("input audio tokens %q, want 100", got)
-	}
-	if got := done.str("response", "usage", "output_token_details", "audio_tokens"); got != "30" {
-		t.Fatalf("output audio tokens %q, want 30", got)
-	}
+		if created.str("session", "model") != "gpt-realtime" {
+			t.Fatalf("session model %q", created.str("session", "model"))
+		}
 
-	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done")); err != nil {
-		t.Fatal(err)
-	}
-	if ce := closeOf(t, c); ce.Code != 1000 {
-		t.Fatalf("close %d %q, want 1000 echoed", ce.Code, ce.Text)
-	}
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "be brief"}})
+		if e := read(t, c); e.typ() != "session.updated" || e.str("session", "instructions") != "be brief" {
+			t.Fatalf("got %v, want session.updated with the new instructions", e)
+		}
+
+		// One second of audio: 48,000 bytes of PCM16 at 24 kHz, 100 input tokens.
+		send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": base64.StdEncoding.EncodeToString(make([]byte, 48000))})
+		send(t, c, map[string]any{"type": "response.create"})
+		done, seen := readUntil(t, c, "response.done")
+		deltas := 0
+		for _, s := range seen {
+			if s == "response.output_audio.delta" {
+				deltas++
+			}
+		}
+		if deltas != 3 {
+			t.Fatalf("got %d audio deltas, want 3: %v", deltas, seen)
+		}
+		// mockai's usage: input audio 48000/480, output audio 3*4800/480.
+		if got := done.str("response", "usage", "input_token_details", "audio_tokens"); got != "100" {
+			t.Fatalf("input audio tokens %q, want 100", got)
+		}
+		if got := done.str("response", "usage", "output_token_details", "audio_tokens"); got != "30" {
+			t.Fatalf("output audio tokens %q, want 30", got)
+		}
+
+		if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done")); err != nil {
+			t.Fatal(err)
+		}
+		if ce := closeOf(t, c); ce.Code != 1000 {
+			t.Fatalf("close %d %q, want 1000 echoed", ce.Code, ce.Text)
+		}
+	})
 }
 
 func TestAuthStylesAndSubprotocolEcho(t *testing.T) {
@@ -270,66 +271,167 @@ func TestUpstreamInvalidKeyEventPassesThrough(t *testing.T) {
 }
 
 func TestLargeAndFragmentedMessages(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	c.SetReadLimit(32 << 20)
-	read(t, c) // session.created
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		c.SetReadLimit(32 << 20)
+		read(t, c) // session.created
 
-	// A 5 MiB append streams through; mockai counts its audio.
-	audio := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1, 2}, 5<<20/2))
-	send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": audio[:len(audio)-len(audio)%4]})
+		// A 5 MiB append streams through; mockai counts its audio.
+		audio := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1, 2}, 5<<20/2))
+		send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": audio[:len(audio)-len(audio)%4]})
 
-	// A fragmented session.update: gorilla fragments writes larger than its
-	// write buffer.
-	d := dialer()
-	d.WriteBufferSize = 64
-	fc, _, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fc.Close()
-	read(t, fc)
-	instr := strings.Repeat("fragmented ", 100)
-	send(t, fc, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": instr}})
-	if e := read(t, fc); e.typ() != "session.updated" || e.str("session", "instructions") != instr {
-		t.Fatalf("fragmented update: got %v", e.typ())
-	}
+		// A fragmented session.update: gorilla fragments writes larger than its
+		// write buffer.
+		d := dialer()
+		d.WriteBufferSize = 64
+		fc, _, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fc.Close()
+		read(t, fc)
+		instr := strings.Repeat("fragmented ", 100)
+		send(t, fc, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": instr}})
+		if e := read(t, fc); e.typ() != "session.updated" || e.str("session", "instructions") != instr {
+			t.Fatalf("fragmented update: got %v", e.typ())
+		}
 
-	send(t, c, map[string]any{"type": "response.create"})
-	done, _ := readUntil(t, c, "response.done")
-	want := (5 << 20) * 3 / 4 / 480 // decoded bytes of the truncated base64 / 480
-	if got := done.str("response", "usage", "input_token_details", "audio_tokens"); got == "" || got == "0" {
-		t.Fatalf("the 5 MiB append did not arrive: audio tokens %q (want about %d)", got, want)
-	}
+		send(t, c, map[string]any{"type": "response.create"})
+		done, _ := readUntil(t, c, "response.done")
+		want := (5 << 20) * 3 / 4 / 480 // decoded bytes of the truncated base64 / 480
+		if got := done.str("response", "usage", "input_token_details", "audio_tokens"); got == "" || got == "0" {
+			t.Fatalf("the 5 MiB append did not arrive: audio tokens %q (want about %d)", got, want)
+		}
+	})
 }
 
 func TestFramesBeforeUpstreamReadyArriveInOrder(t *testing.T) {
-	mock := startMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	// Sent while the gateway is still waiting for the upstream's 101.
-	for i := range 5 {
-		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "n" + string(rune('0'+i))}})
-	}
-	if e := read(t, c); e.typ() != "session.created" {
-		t.Fatalf("first event %v", e.typ())
-	}
-	for i := range 5 {
-		e := read(t, c)
-		if e.typ() != "session.updated" || e.str("session", "instructions") != "n"+string(rune('0'+i)) {
-			t.Fatalf("update %d: got %v %q", i, e.typ(), e.str("session", "instructions"))
+	overBoth(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		// Sent while the gateway is still waiting for the upstream's 101.
+		for i := range 5 {
+			send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "n" + string(rune('0'+i))}})
 		}
-	}
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("first event %v", e.typ())
+		}
+		for i := range 5 {
+			e := read(t, c)
+			if e.typ() != "session.updated" || e.str("session", "instructions") != "n"+string(rune('0'+i)) {
+				t.Fatalf("update %d: got %v %q", i, e.typ(), e.str("session", "instructions"))
+			}
+		}
+	})
 }
 
 func TestTooMuchBeforeUpstreamReadyCloses1009(t *testing.T) {
-	mock := startMock(t, mockai.Config{UpgradeDelay: time.Second})
-	g := startGateway(t, mock, func(c *Settings) { c.MaxPending = 64 << 10 })
+	overBoth(t, mockai.Config{UpgradeDelay: time.Second}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, func(c *Settings) { trust(c); c.MaxPending = 64 << 10 })
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		big := base64.StdEncoding.EncodeToString(make([]byte, 96<<10))
+		send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": big})
+		if ce := closeOf(t, c); ce.Code != 1009 {
+			t.Fatalf("close %d %q, want 1009", ce.Code, ce.Text)
+		}
+	})
+}
+
+// TestWarmPoolFillsWhenSessionCreatedTrailsThe101: the upstream sends the 101
+// and session.created in one TCP segment (over TLS as separate records, so
+// that session.created sits decrypted inside crypto/tls once the upgrade has
+// read the 101). Every warm socket must reach ready. Before this change the
+// pool's read handler was installed before the 101's trailing bytes were fed
+// and crypto/tls was never drained, so over TLS the sockets waited out the
+// dial timeout (3, 1 and 5 of 16 warm after 4 s were measured).
+func TestWarmPoolFillsWhenSessionCreatedTrailsThe101(t *testing.T) {
+	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
+		g := startGateway(t, nil, withPool(8, func(c *Settings) { up.config(c); c.DialTimeout = 10 * time.Second }))
+		waitFor(t, "8 of 8 warm sockets", func() bool { return g.srv.Pool().Warm(g.srv.defaultTarget()) == 8 })
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("first event %v, want session.created", e.typ())
+		}
+		send(t, c, map[string]any{"type": "session.update"})
+		if e := read(t, c); e.typ() != "echo" {
+			t.Fatalf("got %v, want the upstream's echo", e.typ())
+		}
+	})
+}
+
+// TestDeadWarmSocketIsRedialed: a warm socket that dies after a client took
+// it, before the client sent anything on it, is replaced by a fresh dial. The
+// client keeps the session.created it already has (the fresh one's is
+// consumed) and the session carries on. Before this change the client got
+// session.created and then 1011.
+func TestDeadWarmSocketIsRedialed(t *testing.T) {
+	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
+		g := startGateway(t, nil, withPool(1, up.config))
+		waitWarm(t, g, 1)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		first := read(t, c)
+		if first.typ() != "session.created" || first.str("session", "id") != "sess_1" {
+			t.Fatalf("first event %v %s, want the warm socket's session.created", first.typ(), first.str("session", "id"))
+		}
+		before := up.connections()
+		up.cut(1) // the warm socket the client holds dies, no close frame
+		waitFor(t, "a fresh upstream dial", func() bool {
+			return metricSum(t, g, "rtgate_pool_warm_redials_total") == 1 && up.connections() > before
+		})
+		send(t, c, map[string]any{"type": "session.update"})
+		e := read(t, c)
+		if e.typ() != "echo" || e.str("conn") == "1" {
+			t.Fatalf("got %v from conn %s, want an echo from a fresh upstream (no second session.created)", e.typ(), e.str("conn"))
+		}
+		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"))
+		if ce := closeOf(t, c); ce.Code != 1000 {
+			t.Fatalf("close %d, want 1000 echoed by the fresh upstream", ce.Code)
+		}
+	})
+}
+
+// TestDeadWarmSocketAfterClientFramesIsNotRedialed: once a client frame went
+// to the warm socket, a redial would lose it: the client gets 1011 as before.
+func TestDeadWarmSocketAfterClientFramesIsNotRedialed(t *testing.T) {
+	up := startScriptedUpstream(t, false)
+	g := startGateway(t, nil, withPool(1, up.config))
+	waitWarm(t, g, 1)
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	big := base64.StdEncoding.EncodeToString(make([]byte, 96<<10))
-	send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": big})
-	if ce := closeOf(t, c); ce.Code != 1009 {
-		t.Fatalf("close %d %q, want 1009", ce.Code, ce.Text)
+	read(t, c)
+	send(t, c, map[string]any{"type": "session.update"})
+	if e := read(t, c); e.typ() != "echo" {
+		t.Fatalf("got %v, want an echo", e.typ())
+	}
+	up.cut(1)
+	if ce := closeOf(t, c); ce.Code != 1011 {
+		t.Fatalf("close %d, want 1011", ce.Code)
+	}
+	if n := metricSum(t, g, "rtgate_pool_warm_redials_total"); n != 0 {
+		t.Fatalf("%v redials, want none", n)
+	}
+}
+
+// overBoth runs f against a plain (ws://) and a TLS (wss://) mockai built
+// from cfg; trust is the gateway option that trusts the TLS one (a no-op for
+// plain). The production upstream is wss://, so every relay behaviour is
+// checked over TLS too.
+func overBoth(t *testing.T, cfg mockai.Config, f func(t *testing.T, mock *mockai.Server, trust func(*Settings))) {
+	for _, secure := range []bool{false, true} {
+		name := "ws"
+		if secure {
+			name = "wss"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := cfg
+			c.TLS = secure
+			mock := startMock(t, c)
+			trust := func(*Settings) {}
+			if secure {
+				roots := trustMock(t, mock)
+				trust = func(c *Settings) { c.UpstreamRoots = roots }
+			}
+			f(t, mock, trust)
+		})
 	}
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,9 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gobwas/ws"
-
-	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/routes"
 	"rtgate/upstream"
@@ -193,156 +189,5 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		sess.Cancel()
 	default:
 		s.dialFailed(sess, status)
-	}
-}
-
-// dialResult is one dial's outcome.
-type dialResult struct {
-	i    int // index of the deployment in the candidates
-	conn *upstream.Upgraded
-	err  error
-}
-
-// dial is one dial of an attempt.
-type dial struct {
-	d       *routes.Deployment
-	cancel  context.CancelFunc
-	started time.Time
-	hedge   bool // started by the hedge delay rather than as the first or a failover
-	done    bool
-}
-
-// dialRace runs the dials of one connect (see connectUpstream) until one
-// completes its upgrade, all have failed, or ctx ends. It returns the
-// winner, or the HTTP status of the last refusal (0 if none). Dials still in
-// flight when it returns are cancelled; one that completes anyway is closed
-// with 1001.
-func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Deployment, q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment, int) {
-	results := make(chan dialResult, len(cands)) // buffered: no dial waits for a reader that left
-	dials := make([]dial, 0, len(cands))
-	inflight, status := 0, 0
-	start := func(hedge bool) {
-		i := len(dials)
-		dctx, cancel := context.WithCancel(ctx)
-		dials = append(dials, dial{d: cands[i], cancel: cancel, started: time.Now(), hedge: hedge})
-		inflight++
-		t := target(cands[i], q, h)
-		dialing := &s.live.stateOf(cands[i]).dialing
-		dialing.Add(1)
-		go func() {
-			conn, err := s.dialer.Dial(dctx, t)
-			dialing.Add(-1)
-			results <- dialResult{i: i, conn: conn, err: err}
-		}()
-	}
-	var hedgeTimer *time.Timer
-	var hedgeC <-chan time.Time
-	armHedge := func() {
-		if hedgeTimer != nil {
-			hedgeTimer.Stop()
-		}
-		hedgeTimer, hedgeC = nil, nil
-		if s.cfg.HedgeDelay > 0 && len(dials) < len(cands) {
-			hedgeTimer = time.NewTimer(s.cfg.HedgeDelay)
-			hedgeC = hedgeTimer.C
-		}
-	}
-	// stop cancels what is still in flight and closes whatever completes
-	// late.
-	stop := func() {
-		if hedgeTimer != nil {
-			hedgeTimer.Stop()
-		}
-		for i := range dials {
-			if !dials[i].done {
-				dials[i].cancel()
-			}
-		}
-		if inflight > 0 {
-			go closeLate(results, inflight)
-		}
-	}
-
-	start(false)
-	armHedge()
-	for inflight > 0 {
-		select {
-		case <-hedgeC:
-			s.live.m.hedgesStarted.WithLabelValues(group).Inc()
-			s.log.Debug("upstream dial slow; hedging", "deployment", dials[len(dials)-1].d.Name,
-				"next", cands[len(dials)].Name, "after_ms", s.cfg.HedgeDelay.Milliseconds())
-			start(true)
-			armHedge()
-
-		case r := <-results:
-			inflight--
-			dl := &dials[r.i]
-			dl.done = true
-			dl.cancel()
-			if r.err == nil {
-				// The first upgrade to complete wins. Dials started
-				// before it and still going were overtaken: that is
-				// what a deployment that went dark looks like.
-				for j := range dials {
-					if o := &dials[j]; !o.done && o.started.Before(dl.started) {
-						s.live.failed(o.d, "overtaken by a hedged dial")
-					}
-				}
-				if dl.hedge {
-					s.live.m.hedgesWon.WithLabelValues(group).Inc()
-				}
-				s.live.succeeded(dl.d)
-				s.admin.dials.observe(dl.d.Name, time.Since(dl.started))
-				stop()
-				return r.conn, dl.d, 0
-			}
-			if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
-				continue // the client left or the gateway is stopping: no verdict on the deployment
-			}
-			var ue *upstream.Error
-			if errors.As(r.err, &ue) && ue.Status != 0 {
-				status = ue.Status
-			}
-			s.metrics.dialFailures.WithLabelValues(group).Inc()
-			s.log.Warn("upstream dial failed", "deployment", dl.d.Name, "attempt", r.i+1, "status", status,
-				"after_ms", time.Since(dl.started).Milliseconds(), "err", r.err)
-			s.live.failed(dl.d, "dial failed")
-			if inflight == 0 && len(dials) < len(cands) && ctx.Err() == nil {
-				start(false) // fail over at once
-				armHedge()
-			}
-
-		case <-ctx.Done():
-			// The attempt's time is up (or the client left): what is
-			// still dialing timed out, unless the client left.
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				for i := range dials {
-					if !dials[i].done {
-						s.metrics.dialFailures.WithLabelValues(group).Inc()
-						s.log.Warn("upstream dial timed out", "deployment", dials[i].d.Name, "attempt", i+1,
-							"after_ms", time.Since(dials[i].started).Milliseconds())
-						s.live.failed(dials[i].d, "dial timed out")
-					}
-				}
-			}
-			stop()
-			return nil, nil, status
-		}
-	}
-	stop()
-	return nil, nil, status
-}
-
-// closeLate collects the results of n cancelled dials and closes any that
-// completed its upgrade anyway, with 1001 and a close frame, as a client
-// that changed its mind would.
-func closeLate(results <-chan dialResult, n int) {
-	for range n {
-		r := <-results
-		if r.conn != nil {
-			ep := r.conn.Endpoint
-			_ = ep.Send(frames.AppendClose(nil, ws.StatusGoingAway, "hedged dial not needed", true))
-			ep.Close()
-		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -376,6 +377,33 @@ func TestClientLeavingStopsTheDial(t *testing.T) {
 	if n := metricSum(t, g, "rtgate_upstream_dial_failures_total"); n != 0 {
 		t.Fatalf("%v dial failures counted for an abandoned dial", n)
 	}
+	if n := metricWith(t, g, "rtgate_sessions_total", "outcome", "client_lost"); n != 1 {
+		t.Fatalf("%v sessions ended client_lost, want the one whose client left while dialing", n)
+	}
+}
+
+// metricWith adds up the samples of the named metric family whose label
+// has value.
+func metricWith(t *testing.T, g *gateway, name, label, value string) float64 {
+	t.Helper()
+	fams, err := g.srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // TestRoutingAroundABlackhole: two deployments, one that accepts TCP and never
@@ -405,7 +433,8 @@ func TestRoutingAroundABlackhole(t *testing.T) {
 				good = startMock(t, mockai.Config{})
 			}
 			path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", hole.baseURL())+openaiEntry("gpt-realtime", good)+configTail)
-			g := startGateway(t, nil, func(c *Settings) {
+			logs := &lockedBuffer{}
+			g := startGatewayLog(t, nil, func(c *Settings) {
 				c.RoutesFile = path
 				c.DialTimeout = 5 * time.Second
 				c.HedgeDelay = 100 * time.Millisecond
@@ -413,7 +442,7 @@ func TestRoutingAroundABlackhole(t *testing.T) {
 				if tlsUp {
 					c.UpstreamRoots = trustMock(t, good)
 				}
-			})
+			}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			connect := func() error {
 				c, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
 				if err != nil {
@@ -476,7 +505,7 @@ func TestRoutingAroundABlackhole(t *testing.T) {
 			}
 			wg.Wait()
 			if n := failed.Load(); n > 0 {
-				t.Fatalf("%d of %d sessions failed; first: %v", n, sessions, firstErr.Load())
+				t.Fatalf("%d of %d sessions failed; first: %v\nrouting log:\n%s", n, sessions, firstErr.Load(), logs.grep("deployment", "dial"))
 			}
 			if got := len(good.Records()); tc.pool == 0 && got != sessions+2 {
 				t.Fatalf("the good deployment served %d sessions, want %d", got, sessions+2)
@@ -556,4 +585,32 @@ func startMockAt(t *testing.T, addr string) *mockai.Server {
 	}
 	t.Cleanup(func() { _ = m.Close() })
 	return m
+}
+
+// lockedBuffer collects a gateway's log for a test to show when it fails.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// grep returns the lines holding any of words.
+func (l *lockedBuffer) grep(words ...string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		for _, w := range words {
+			if strings.Contains(line, w) && !strings.Contains(line, "session ended") {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -47,9 +47,10 @@ type Server struct {
 	tlsConfig *tls.Config // client listener; nil for plain
 	sessCfg   poller.SessionConfig
 
-	mu   sync.Mutex
-	loop netpoll.EventLoop
-	ln   net.Listener
+	mu       sync.Mutex
+	loop     netpoll.EventLoop
+	ln       net.Listener
+	listener *stoppableListener // ln as netpoll accepts from it
 
 	// ctx ends when the server shuts down; upstream dials use it.
 	ctx    context.Context
@@ -62,7 +63,9 @@ type Server struct {
 	cluster *clusterLimiter // nil without REDIS_URL; replaces limiter then
 
 	sessionsOpen atomic.Int64
-	draining     atomic.Bool
+	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
+	draining     atomic.Bool  // /health answers 503
+	stopping     atomic.Bool  // past the drain timeout: new upgrades get 503
 
 	// sessions is the registry of live sessions, for the watchdog, for
 	// draining and for the record written when each ends.
@@ -157,7 +160,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 
 // ListenAndServe listens on the configured address and serves until Shutdown.
 func (s *Server) ListenAndServe() error {
-	ln, err := net.Listen("tcp", s.cfg.Addr())
+	ln, err := listen(s.cfg)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr(), err)
 	}
@@ -173,8 +176,12 @@ func (s *Server) Serve(ln net.Listener) error {
 	if err != nil {
 		return fmt.Errorf("creating event loop: %w", err)
 	}
+	sl, err := newStoppableListener(ln) // listener.go: Drain stops accepting through it
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
-	s.loop, s.ln = loop, ln
+	s.loop, s.ln, s.listener = loop, ln, sl
 	s.mu.Unlock()
 	go s.watchdog(s.ctx)
 	s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
@@ -184,7 +191,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		// first client arrives.
 		s.primePool(s.routes.Load())
 	}
-	return loop.Serve(ln)
+	err = loop.Serve(sl)
+	if sl.stopped.Load() {
+		return nil // Drain stopped accepting: that is how serving ends
+	}
+	return err
 }
 
 // Pool returns the warm pool, or nil when it is off.
@@ -276,6 +287,7 @@ type clientConn struct {
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP}
+	s.clientConns.Add(1)
 	if s.tlsConfig != nil {
 		c.phase = phaseTLS
 	} else {
@@ -379,6 +391,7 @@ func (c *clientConn) stopTimer() {
 
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()
+	c.srv.clientConns.Add(-1)
 	if c.wait.clientGone() {
 		return nil // a cluster admission is out; its goroutine tells the session
 	}
@@ -501,7 +514,7 @@ func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
 	if herr, ok := c.takeVerdict(); ok {
 		return herr // the cluster check's answer, reserved already
 	}
-	if s.draining.Load() {
+	if s.stopping.Load() {
 		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
 	}
@@ -572,6 +585,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 
 	cl, from, ok := sess.FirstClose()
 	outcome := sessionOutcome(sess, cl, from, ok)
+	if info.deployment == nil && info.left() {
+		outcome = "client_lost" // it left while its upstream was being dialed
+	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.usage
 	for kind, n := range map[string]int64{
@@ -594,6 +610,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
 	s.log.Info("session ended", rec.logAttrs()...)
+	s.explainBeta(rec)
 	if s.usageLog != nil {
 		s.usageLog.write(rec)
 	}

@@ -241,7 +241,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 
 	var p *primer
 	var d *routes.Deployment
-	if s.pool != nil {
+	if s.pool != nil && !isTranscription(q) { // the pool warms realtime sockets only
 		d = cands[0]
 		p = newPrimer(primeAwaitUpdated)
 		hd, held := s.pool.Take(target(d, q, h), info.group, p)

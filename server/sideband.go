@@ -79,8 +79,23 @@ func (r *callRegistry) owner(id string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
+	ttl := callTTL
+	if d, err := r.store.Client.PTTL(ctx, r.store.Key("call", id)).Result(); err == nil && d > 0 {
+		ttl = d
+	}
+	r.mu.Lock()
+	r.m[id] = callOwner{key: k, expires: time.Now().Add(ttl)} // asked once per instance
+	r.mu.Unlock()
 	return k, true
 }
+
+// unmetered is the inspector of a sideband to a call the gateway made: the
+// gateway's own metering sideband counts that call's usage, so the client's
+// must not count it again.
+type unmetered struct{}
+
+func (unmetered) Wants([]byte) bool { return false }
+func (unmetered) Inspect([]byte)    {}
 
 // isSideband reports whether a connect attaches to a call.
 func isSideband(q url.Values) bool { return q.Get("call_id") != "" }

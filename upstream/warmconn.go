@@ -87,9 +87,14 @@ func (w *warmConn) UpstreamReadable() {
 		return
 	}
 	// Ready or dead: nothing may arrive before a client exists. Drop the
-	// bytes (they must be consumed) and the socket.
-	_ = ep.Read(func(src frames.Source) error { return src.Skip(src.Len()) })
-	if state != warmTaken {
+	// bytes (they must be consumed) and the socket. (A read with nothing to
+	// read is the hand-over's drain or a read event for a hang-up.)
+	got := 0
+	_ = ep.Read(func(src frames.Source) error {
+		got += src.Len()
+		return src.Skip(src.Len())
+	})
+	if got > 0 && state != warmTaken {
 		w.fail(errUnexpectedFrame)
 	}
 }

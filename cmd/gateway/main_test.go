@@ -76,7 +76,7 @@ func TestSIGTERMDrainsLiveSessions(t *testing.T) {
 	port := freePort(t)
 	g := exec.Command(gw)
 	g.Env = append(os.Environ(), "LITELLM_MASTER_KEY=sk-test", "OPENAI_API_KEY=sk-up", "OPENAI_API_BASE="+base,
-		"PORT="+strconv.Itoa(port), "ADMIN_ADDR=", "DRAIN_TIMEOUT=30", "LOG_LEVEL=warn")
+		"PORT="+strconv.Itoa(port), "ADMIN_ADDR=", "DRAIN_TIMEOUT=30", "DRAIN_GRACE_SECS=1", "LOG_LEVEL=warn")
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startHAProxy runs a real HAProxy in TCP mode on a free port in front of
+// the given backend ports, health-checking each on /health every 200 ms, as
+// deploy/haproxy.cfg does (with faster checks). It fails the test if haproxy
+// is not installed (.ci/run installs it).
+func startHAProxy(t *testing.T, backends []int) string {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Fatalf("haproxy is not installed (apt-get install -y haproxy; .ci/run does it): %v", err)
+	}
+	port := freePort(t)
+	var servers strings.Builder
+	for i, p := range backends {
+		fmt.Fprintf(&servers, "    server gw%d 127.0.0.1:%d check\n", i+1, p)
+	}
+	cfg := fmt.Sprintf(`global
+    maxconn 4000
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    retries 3
+    option redispatch
+frontend realtime
+    bind 127.0.0.1:%d
+    default_backend gateways
+backend gateways
+    balance leastconn
+    option httpchk
+    http-check send meth GET uri /health
+    http-check expect status 200
+    default-server inter 200ms fall 1 rise 2
+%s`, port, servers.String())
+	dir := t.TempDir()
+	file := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, _ := os.Create(filepath.Join(dir, "haproxy.log"))
+	cmd := exec.Command(bin, "-db", "-f", file)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("haproxy log:\n%s", b)
+		}
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("haproxy did not start listening")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return addr
+}
+
+// TestRollingRestartBehindHAProxy: three gateway processes behind HAProxy
+// under a steady load; each is restarted in turn (SIGTERM, wait for it to
+// drain and exit, start a new one on its port). HAProxy sees /health turn
+// 503 during the grace and stops sending it clients; the calls it has
+// finish. No call may fail.
+func TestRollingRestartBehindHAProxy(t *testing.T) {
+	up := startMockai(t)
+	env := []string{"DRAIN_GRACE_SECS=1", "DRAIN_TIMEOUT=20"}
+	ports := []int{freePort(t), freePort(t), freePort(t)}
+	gs := make([]*gatewayProc, 3)
+	for i, p := range ports {
+		gs[i] = startGatewayProc(t, up, p, env...)
+	}
+	lb := startHAProxy(t, ports)
+	time.Sleep(600 * time.Millisecond) // rise 2 at 200 ms
+	load := startLoad(func() string { return lb }, 6, 20000)
+	time.Sleep(500 * time.Millisecond)
+	for i := range gs {
+		if err := gs[i].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-gs[i].exited:
+			if gs[i].err != nil {
+				t.Fatalf("instance %d exited with %v", i, gs[i].err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("instance %d did not exit", i)
+		}
+		gs[i] = startGatewayProc(t, up, ports[i], env...)
+		time.Sleep(600 * time.Millisecond) // back in HAProxy's rotation before the next restart
+		ok, failed := load.counts()
+		t.Logf("instance %d restarted: %d calls so far, %d failed", i, ok, failed)
+	}
+	ok, failures := load.finish()
+	if len(failures) > 0 || ok == 0 {
+		t.Fatalf("%d calls, %d failed: %v", ok, len(failures), failures[:min(len(failures), 10)])
+	}
+	for i, g := range gs {
+		if g.metrics(t)["rtgate_sessions_total"] == 0 {
+			t.Fatalf("the restarted instance %d took no calls: HAProxy did not bring it back", i)
+		}
+	}
+	t.Logf("%d calls through HAProxy over a rolling restart of 3 instances, 0 failed", ok)
+}

@@ -1,0 +1,221 @@
+package poller_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/poller"
+)
+
+// recOwner is an Owner that records what it reads, and can be made to hold
+// the read lock while a test looks.
+type recOwner struct {
+	h     *poller.Handle
+	mu    sync.Mutex
+	got   []string
+	gone  chan struct{}
+	block chan struct{} // if set, the next read waits on it
+	inRd  chan struct{}
+}
+
+func newRecOwner() *recOwner { return &recOwner{gone: make(chan struct{}, 4)} }
+
+func (o *recOwner) UpstreamReadable() {
+	o.mu.Lock()
+	b, in := o.block, o.inRd
+	o.block = nil
+	o.mu.Unlock()
+	if b != nil {
+		close(in)
+		<-b
+	}
+	_ = o.h.Endpoint().Read(func(src frames.Source) error {
+		p, err := src.Next(src.Len())
+		if len(p) > 0 {
+			o.mu.Lock()
+			o.got = append(o.got, string(p))
+			o.mu.Unlock()
+		}
+		return err
+	})
+}
+
+func (o *recOwner) UpstreamGone() { o.gone <- struct{}{} }
+
+func (o *recOwner) reads() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s := ""
+	for _, g := range o.got {
+		s += g + "|"
+	}
+	return s
+}
+
+// TestStartFeedsThePrefaceBeforeAnyRead: bytes already waiting on the
+// socket must not reach the owner before the preface (the bytes that came
+// with the 101). Before this change the pool installed its read handler
+// first and fed the preface after, so a read could append the tail of
+// session.created before its head.
+func TestStartFeedsThePrefaceBeforeAnyRead(t *testing.T) {
+	side, peer := netpollPair(t)
+	defer peer.Close()
+	if _, err := peer.Write([]byte("tail")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the poller has read "tail" into its buffer
+	h := poller.NewHandle(poller.NewPlainEndpoint(side))
+	o := newRecOwner()
+	o.h = h
+	h.Start(o, func() {
+		o.mu.Lock()
+		o.got = append(o.got, "head")
+		o.mu.Unlock()
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for o.reads() != "head|tail|" {
+		if time.Now().After(deadline) {
+			t.Fatalf("owner saw %q, want head then tail", o.reads())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = side.Close()
+}
+
+// TestHandOverWaitsForTheReadInProgress: the pool's read and a Take cannot
+// interleave. While the old owner reads, TryHandOver refuses (the socket is
+// receiving what a ready warm socket must not); afterwards it succeeds, and
+// FinishHandOver gives the new owner one read of whatever arrived, before
+// any event. Before this change warmConn read the state, unlocked, and then
+// consumed input, so a Take in that gap lost the bytes.
+func TestHandOverWaitsForTheReadInProgress(t *testing.T) {
+	side, peer := netpollPair(t)
+	defer peer.Close()
+	h := poller.NewHandle(poller.NewPlainEndpoint(side))
+	pool := newRecOwner()
+	pool.h = h
+	h.Start(pool, nil)
+
+	pool.mu.Lock()
+	pool.block, pool.inRd = make(chan struct{}), make(chan struct{})
+	release, inRd := pool.block, pool.inRd
+	pool.mu.Unlock()
+	_, _ = peer.Write([]byte("one"))
+	<-inRd // the pool's read handler holds the read lock now
+	sess := newRecOwner()
+	sess.h = h
+	if h.TryHandOver(sess) {
+		t.Fatal("TryHandOver succeeded while the old owner was reading")
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.TryHandOver(sess) {
+		if time.Now().After(deadline) {
+			t.Fatal("TryHandOver never succeeded")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, _ = peer.Write([]byte("two")) // waits behind the lock: the new owner reads it
+	time.Sleep(50 * time.Millisecond)
+	h.FinishHandOver()
+	for sess.reads() != "two|" {
+		if time.Now().After(deadline) {
+			t.Fatalf("new owner read %q, want two", sess.reads())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := pool.reads(); got != "one|" {
+		t.Fatalf("old owner read %q, want only one", got)
+	}
+	_ = peer.Close()
+	select {
+	case <-sess.gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new owner did not hear of the close")
+	}
+}
+
+// TestAdoptWarmForwardsHeldFramesFirst: a warm socket's held frame
+// (session.created) reaches the client before anything the upstream sent
+// after it, even when that arrived before the hand-over.
+func TestAdoptWarmForwardsHeldFramesFirst(t *testing.T) {
+	r := newUnattached(t, nil)
+	h := poller.NewHandle(poller.NewPlainEndpoint(r.upSide))
+	pool := newRecOwner()
+	pool.h = h
+	h.Start(pool, nil)
+	held := textFrame("held", false)
+	ok := r.sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		if !h.TryHandOver(o) {
+			t.Fatal("hand-over refused")
+		}
+		_, _ = r.upPeer.Write(textFrame("after", false))
+		time.Sleep(50 * time.Millisecond) // netpoll has it buffered, its event waits on the lock
+		return h, held
+	})
+	if !ok {
+		t.Fatal("AdoptWarm missed")
+	}
+	for _, want := range []string{"held", "after"} {
+		if f := readFrame(t, r.clientPeer); string(f.Payload) != want {
+			t.Fatalf("client got %q, want %q", f.Payload, want)
+		}
+	}
+	r.close(t)
+}
+
+// TestRedialReplacesADeadWarmUpstream: the taken warm socket drops before
+// the client sent anything; the session asks for a fresh upstream, queues
+// the client's frames meanwhile, consumes the fresh upstream's first frame
+// (the client has one) and relays the rest.
+func TestRedialReplacesADeadWarmUpstream(t *testing.T) {
+	redialed := make(chan *poller.Session, 1)
+	r := newUnattached(t, func(c *poller.SessionConfig) {
+		c.Redial = func(s *poller.Session) bool { redialed <- s; return true }
+		c.SameFirstFrame = func(p []byte) bool { return string(p) == "created-2" }
+	})
+	h := poller.NewHandle(poller.NewPlainEndpoint(r.upSide))
+	pool := newRecOwner()
+	pool.h = h
+	h.Start(pool, nil)
+	if !r.sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		h.TryHandOver(o)
+		return h, textFrame("created-1", false)
+	}) {
+		t.Fatal("AdoptWarm missed")
+	}
+	if f := readFrame(t, r.clientPeer); string(f.Payload) != "created-1" {
+		t.Fatalf("client got %q first", f.Payload)
+	}
+	_ = r.upPeer.Close() // the warm socket dies
+	var s *poller.Session
+	select {
+	case s = <-redialed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no redial")
+	}
+	_, _ = r.clientPeer.Write(textFrame("queued", true))
+	time.Sleep(20 * time.Millisecond)
+	fresh, freshPeer := netpollPair(t)
+	defer freshPeer.Close()
+	_, _ = freshPeer.Write(append(textFrame("created-2", false), textFrame("event", false)...))
+	s.AttachUpstream(poller.NewHandle(poller.NewPlainEndpoint(fresh)), nil)
+	if f := readFrame(t, r.clientPeer); string(f.Payload) != "event" {
+		t.Fatalf("client got %q, want the fresh upstream's second frame only", f.Payload)
+	}
+	if f := readFrame(t, freshPeer); string(f.Payload) != "queued" {
+		t.Fatalf("fresh upstream got %q, want the queued client frame", f.Payload)
+	}
+	if n := s.Redials(); n != 1 {
+		t.Fatalf("%d redials, want 1", n)
+	}
+	_, _ = r.clientPeer.Write(frames.AppendClose(nil, ws.StatusNormalClosure, "", true))
+	closeOf(t, freshPeer)
+	_ = freshPeer.Close()
+	_, _ = r.clientPeer.Read(make([]byte, 64))
+	waitEnded(t, r)
+}
