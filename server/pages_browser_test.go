@@ -276,7 +276,7 @@ func TestPlaygroundStreamsMicrophoneInChromium(t *testing.T) {
 			b := startBrowser(t, 1280, 1000)
 			b.navigate("http://" + admin + "/playground?autostart=1&respond_after=1500")
 			logText := `document.getElementById("log").innerText`
-			b.waitFor("response.done in the playground's log", logText+`.includes("response.done")`, logText, 30*time.Second)
+			b.waitFor("response.done in the playground's log", logText+`.includes("response.done")`, `document.body.innerText`, 30*time.Second)
 			log := eval[string](b, logText)
 			for _, want := range []string{"client secret minted", "connect (realtime)", "session.created", "first audio", "response.done completed"} {
 				if !strings.Contains(log, want) {
