@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -233,6 +234,13 @@ keys:
 					}
 					b.waitFor("the sessions sparkline", `document.querySelector("#spSessions path.l") !== null`, body, 10*time.Second)
 					if up.name == "ws" {
+						if *screenshotDir != "" {
+							// For the README: half a minute of sessions
+							// coming and going, so the sparklines have
+							// a history; then back to what is held.
+							churn(t, g, who[0].model, 30*time.Second)
+							b.waitFor("the held sessions again", fmt.Sprintf(`document.getElementById("sessions").textContent === "%d"`, total), body, 10*time.Second)
+						}
 						b.screenshot("status.png")
 					}
 					// On a phone's width nothing overflows the page
@@ -255,6 +263,26 @@ keys:
 				}
 			}
 		})
+	}
+}
+
+// churn opens and closes sessions on model for d, between 0 and 6 at a
+// time, and closes what it opened.
+func churn(t *testing.T, g *gateway, model string, d time.Duration) {
+	var open []*websocket.Conn
+	for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
+		if want := 3 + int(3*math.Sin(float64(i)/6)); len(open) < want {
+			c := g.dial(t, "model="+model, bearer(testMasterKey))
+			read(t, c)
+			open = append(open, c)
+		} else if len(open) > 0 {
+			_ = open[0].Close()
+			open = open[1:]
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, c := range open {
+		_ = c.Close()
 	}
 }
 
