@@ -263,3 +263,40 @@ func (g *gateway) waitServing(t *testing.T) {
 	t.Helper()
 	httpGet(t, "http://"+g.addr+"/health", nil)
 }
+
+// TestAdminHostsFromEnv: ADMIN_HOSTS is a comma-separated list of names,
+// compared without case.
+func TestAdminHostsFromEnv(t *testing.T) {
+	env := map[string]string{"LITELLM_MASTER_KEY": testMasterKey, "OPENAI_API_KEY": testUpstreamKey,
+		"ADMIN_HOSTS": " Ops.Internal , gateway-admin ,"}
+	cfg, err := FromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.AdminHosts, "|") != "ops.internal|gateway-admin" {
+		t.Fatalf("AdminHosts %q", cfg.AdminHosts)
+	}
+}
+
+// TestStatusShowsDraining: once Drain starts, /status.json says so (the
+// page shows a red "draining").
+func TestStatusShowsDraining(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Settings) { c.DrainGrace = 2 * time.Second })
+	g.waitServing(t)
+	addr := g.serveAdmin(t)
+	draining := func() bool {
+		var r statusReport
+		if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/status.json", nil)), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Draining
+	}
+	if draining() {
+		t.Fatal("draining before Drain")
+	}
+	done := make(chan struct{})
+	go func() { g.srv.Drain(time.Second); close(done) }()
+	waitFor(t, "status.json to say draining", draining)
+	<-done
+}
