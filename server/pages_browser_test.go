@@ -293,8 +293,9 @@ func churn(t *testing.T, g *gateway, model string, d time.Duration) {
 // accepted), streams the microphone as 20 ms PCM16 24 kHz appends (mockai
 // records each: exactly 960 bytes, at least a second of them, not all
 // silence), sends the secret's session config first, and shows connect,
-// session.created, first audio and response.done in its log. The page
-// never holds the master key.
+// session.created, first audio and response.done in its log, plays the
+// response audio and shows its transcript. The page never holds the master
+// key.
 func TestPlaygroundStreamsMicrophoneInChromium(t *testing.T) {
 	for _, up := range upstreams {
 		t.Run(up.name, func(t *testing.T) {
@@ -310,6 +311,14 @@ func TestPlaygroundStreamsMicrophoneInChromium(t *testing.T) {
 				if !strings.Contains(log, want) {
 					t.Fatalf("the playground's log lacks %q:\n%s", want, log)
 				}
+			}
+			// The response was played (its PCM decoded and scheduled) and
+			// its transcript shown.
+			if played := eval[int](b, `window.playground.played`); played == 0 {
+				t.Fatal("the page played no response audio")
+			}
+			if tr := eval[string](b, `document.getElementById("transcript").innerText`); strings.TrimSpace(tr) == "" {
+				t.Fatal("the page shows no transcript")
 			}
 			if page := eval[string](b, `document.documentElement.outerHTML`); strings.Contains(page, testMasterKey) {
 				t.Fatal("the playground page holds the master key")
