@@ -121,8 +121,14 @@ func (s *Server) adminGuard(next http.Handler) http.Handler {
 }
 
 // adminHostAllowed says whether the admin server answers to hostport (a
-// Host header, or the host of an Origin).
-func (s *Server) adminHostAllowed(hostport string) bool {
+// Host header).
+func (s *Server) adminHostAllowed(hostport string) bool { return s.adminHost(hostport, true) }
+
+// adminHost is adminHostAllowed; anyIP says whether every IP literal counts
+// when the listener is bound to all addresses (true for Host headers; false
+// for origins, where "any address on port 4002" would take in other
+// machines' pages).
+func (s *Server) adminHost(hostport string, anyIP bool) bool {
 	h := hostOf(hostport)
 	if h == "" {
 		return false
@@ -135,7 +141,7 @@ func (s *Server) adminHostAllowed(hostport string) bool {
 			return true
 		}
 		a := s.admin.addr.Load()
-		return a != nil && (a.IP.IsUnspecified() || a.IP.Equal(ip))
+		return a != nil && ((anyIP && a.IP.IsUnspecified()) || a.IP.Equal(ip))
 	}
 	return slices.Contains(s.cfg.AdminHosts, h)
 }
@@ -152,7 +158,8 @@ func hostOf(hostport string) string {
 }
 
 // isAdminOrigin reports whether origin is a page served by this admin
-// server: http(s), a Host the admin server answers to, its port. The client
+// server: http(s), a loopback name or address, a name in ADMIN_HOSTS or the
+// listener's own address, and its port. The client
 // port accepts such origins even when ALLOWED_ORIGINS is set, so that the
 // playground can connect.
 func (s *Server) isAdminOrigin(origin string) bool {
@@ -168,7 +175,7 @@ func (s *Server) isAdminOrigin(origin string) bool {
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	return port == strconv.Itoa(a.Port) && s.adminHostAllowed(u.Host)
+	return port == strconv.Itoa(a.Port) && s.adminHost(u.Host, false)
 }
 
 // pageOrigin is the origin of a page served for r.

@@ -220,6 +220,13 @@ func TestIsAdminOrigin(t *testing.T) {
 			t.Errorf("isAdminOrigin(%q) = %v, want %v", origin, got, want)
 		}
 	}
+	// Bound to all addresses, the Host check takes any IP literal, but an
+	// origin must still be a loopback one: another machine's page on the
+	// same port number is not the admin page.
+	g.srv.adminListening(&net.TCPAddr{IP: net.IPv4zero, Port: 4002})
+	if g.srv.isAdminOrigin("http://10.1.2.3:4002") || !g.srv.isAdminOrigin("http://127.0.0.1:4002") {
+		t.Error("bound to all addresses: an IP origin other than loopback counts as the admin page's, or loopback does not")
+	}
 }
 
 // TestStatusJSONCountsSessions: /status.json (the page's data) counts the
