@@ -87,6 +87,8 @@ type Server struct {
 	depLimits deploymentLimiter // deplimits.go
 
 	apps // client secrets, calls, sidebands (apps.go)
+
+	admin adminState // the admin port's status page and playground (admin.go)
 }
 
 // New prepares a server; Serve starts it.
@@ -97,6 +99,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
 		limiter: newKeyLimiter()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.admin.init()
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.UpstreamCAFile != "" {
@@ -158,7 +161,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			// Two sockets per session, and some for listeners and files.
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
-		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.metrics.reg))
+		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.tee(s.metrics.reg)))
 	}
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
@@ -602,7 +605,7 @@ func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
 }
 
 func (s *Server) originAllowed(origin string) bool {
-	if origin == "" || len(s.cfg.AllowedOrigins) == 0 {
+	if origin == "" || len(s.cfg.AllowedOrigins) == 0 || s.isAdminOrigin(origin) {
 		return true
 	}
 	for _, o := range s.cfg.AllowedOrigins {
