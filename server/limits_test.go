@@ -222,7 +222,9 @@ func coderDialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http
 func metricValue(t testing.TB, g *gateway, series string) float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	g.srv.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Host = "127.0.0.1" // the admin server answers loopback hosts only
+	g.srv.AdminHandler().ServeHTTP(rec, req)
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
