@@ -61,13 +61,13 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	pool    *upstream.Pool // nil when the pool is off
-	metrics *metrics
-	front   frontDoor // admission at accept (accept.go)
-	budget  budget    // the global bound on bytes held for slow peers (watchdog.go)
-	limiter *keyLimiter
-	store   *ClusterStore   // nil without REDIS_URL
-	cluster *clusterLimiter // nil without REDIS_URL; replaces limiter then
+	pool      *upstream.Pool // nil when the pool is off
+	metrics   *metrics
+	front     frontDoor    // admission at accept (accept.go)
+	memBudget memoryBudget // the global bound on bytes held for slow peers (watchdog.go)
+	limiter   *keyLimiter
+	store     *ClusterStore   // nil without REDIS_URL
+	cluster   *clusterLimiter // nil without REDIS_URL; replaces limiter then
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
@@ -134,7 +134,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.logTableNotices(table)
 	s.metrics = newMetrics()
 	s.front.init(s.metrics.reg)
-	s.budget.init(cfg, s.metrics.reg)
+	s.memBudget.init(cfg, s.metrics.reg)
 	if cfg.UsageLog != "" {
 		ul, err := usage.Open(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
