@@ -3,6 +3,8 @@ package poller
 import (
 	"errors"
 	"io"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gobwas/ws"
 	"github.com/valyala/bytebufferpool"
@@ -17,10 +19,14 @@ import (
 type upLink struct {
 	s *Session
 	h *Handle
+	// ready is set once h is: a warm socket's close callback can run on
+	// netpoll's hang-up goroutine while AdoptWarm is still taking it.
+	ready    atomic.Bool
+	goneOnce sync.Once
 }
 
 // current reports whether l's socket is the session's upstream now.
-func (l *upLink) current() bool { return l.s.upEP.Load() == l.h.ep }
+func (l *upLink) current() bool { return l.ready.Load() && l.s.upEP.Load() == l.h.ep }
 
 // UpstreamReadable forwards what the upstream sent; it runs under the
 // Handle's read lock.
@@ -49,15 +55,19 @@ func (s *Session) closing() bool {
 	return s.up.state == closeDone
 }
 
-// UpstreamGone is the upstream socket's close callback.
+// UpstreamGone is the upstream socket's close callback (and AdoptWarm's
+// check for a socket that hung up while it was being taken): it acts once per
+// socket.
 func (l *upLink) UpstreamGone() {
 	if !l.current() {
 		return
 	}
-	if l.s.redial() {
-		return
-	}
-	l.s.gone(&l.s.up)
+	l.goneOnce.Do(func() {
+		if l.s.redial() {
+			return
+		}
+		l.s.gone(&l.s.up)
+	})
 }
 
 // AttachUpstream connects the session to a freshly dialed upstream socket:
@@ -67,6 +77,7 @@ func (l *upLink) UpstreamGone() {
 // Handle's read lock, so nothing overtakes anything.
 func (s *Session) AttachUpstream(h *Handle, preface []byte) {
 	l := &upLink{s: s, h: h}
+	l.ready.Store(true)
 	h.Start(l, func() { s.attach(l, preface) })
 }
 
@@ -83,11 +94,17 @@ func (s *Session) AdoptWarm(take func(Owner) (*Handle, []byte)) bool {
 		return false
 	}
 	l.h = h
+	l.ready.Store(true)
 	s.up.mu.Lock()
 	s.warm = true
 	s.up.mu.Unlock()
 	s.attach(l, held)
 	h.FinishHandOver()
+	if !h.ep.Conn().IsActive() {
+		// It hung up while being taken: its close callback may have run
+		// before the session knew the socket, and runs only once.
+		l.UpstreamGone()
+	}
 	return true
 }
 

@@ -326,7 +326,12 @@ func (e *Endpoint) writeBacklog() {
 		e.wmu.Unlock()
 		if err != nil {
 			// A write that timed out leaves the rest stranded inside
-			// netpoll: the socket is unusable.
+			// netpoll: the socket is unusable. Marked closed first, since
+			// Drop only records the close while a read by hand runs, and
+			// the next round must not send the same bytes again.
+			e.mu.Lock()
+			e.closed = true
+			e.mu.Unlock()
 			e.Drop()
 			continue // the next round sees closed and exits
 		}

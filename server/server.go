@@ -550,6 +550,10 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	s.metrics.sessionsOpen.Inc()
 	if err := c.ep.Send(upgradeResponse(accept, protocol)); err != nil {
 		sess.Cancel() // the client is gone before its 101: no upstream
+		// Its close callback may have run before the session existed (the
+		// TLS listener's first request is read off netpoll's handlers): end
+		// the client side here; ClientGone is idempotent.
+		sess.ClientGone()
 		c.ep.Close()
 		return
 	}

@@ -229,6 +229,11 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 			i++
 			continue
 		}
+		res := w.take(owner)
+		if res == takeBusy {
+			i++ // alive, mid-read: it stays for a later connect
+			continue
+		}
 		if i == 0 {
 			kp.warm[0] = nil
 			kp.warm = kp.warm[1:] // the usual case, without moving the rest
@@ -236,7 +241,7 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 			kp.warm = slices.Delete(kp.warm, i, i+1)
 		}
 		p.total--
-		if w.take(owner) {
+		if res == takeOK {
 			got = w
 		} else {
 			dead++

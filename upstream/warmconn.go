@@ -207,18 +207,32 @@ func (w *warmConn) fail(err error) {
 // no hang-up seen. On success the Handle's read lock stays held until the
 // session has forwarded the held frame and calls FinishHandOver. Callers hold
 // Pool.mu; nothing here blocks.
-func (w *warmConn) take(owner poller.Owner) bool {
+func (w *warmConn) take(owner poller.Owner) takeResult {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != warmReady || !w.h.TryHandOver(owner) {
-		return false
+	if w.state != warmReady {
+		return takeDead
+	}
+	if !w.h.TryHandOver(owner) {
+		// A read is in progress (a pong being consumed, say): the socket
+		// is fine, just not free this instant.
+		return takeBusy
 	}
 	w.state = warmTaken
 	if w.expiry != nil {
 		w.expiry.Stop() // callers hold Pool.mu
 	}
-	return true
+	return takeOK
 }
+
+// takeResult is what take made of a socket.
+type takeResult uint8
+
+const (
+	takeOK   takeResult = iota // handed to the owner
+	takeBusy                   // alive but mid-read: leave it in the pool
+	takeDead                   // not ready (closed, failed, retiring): drop it from the pool
+)
 
 // retire closes a socket that never reached a client, cleanly: our close
 // frame goes, and the upstream, as the WebSocket server, closes TCP first
@@ -226,9 +240,9 @@ func (w *warmConn) take(owner poller.Owner) bool {
 // gateway's ephemeral ports. The dialer's CloseTimeout bounds the wait.
 func (w *warmConn) retire(code ws.StatusCode, reason string) {
 	w.mu.Lock()
-	if w.state == warmTaken || w.state == warmRetiring || w.state == warmDead {
+	if st := w.state; st == warmTaken || st == warmRetiring || st == warmDead {
 		w.mu.Unlock()
-		if w.state == warmDead {
+		if st == warmDead {
 			w.h.Endpoint().Drop()
 		}
 		return
