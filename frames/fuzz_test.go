@@ -203,6 +203,29 @@ type refResult struct {
 	ends      map[int]bool // offsets where forwarded frames end, and 0
 }
 
+// refHeaderOK is the oracle's own header check, written from RFC 6455 5.2,
+// 5.4 and 5.5 rather than with gobwas's ws.CheckHeader, which the scanner
+// itself uses: no reserved bits (no extension is negotiated), a known opcode,
+// control frames final and at most 125 bytes, client frames masked and server
+// frames not, and continuation frames exactly inside a fragmented message.
+func refHeaderOK(h ws.Header, fromClient, fragmented bool) bool {
+	op := byte(h.OpCode)
+	control := op >= 0x8
+	switch {
+	case h.Rsv != 0:
+		return false
+	case op != 0x0 && op != 0x1 && op != 0x2 && op != 0x8 && op != 0x9 && op != 0xA:
+		return false
+	case control && (!h.Fin || h.Length > 125):
+		return false
+	case h.Masked != fromClient:
+		return false
+	case op == 0x0 && !fragmented, (op == 0x1 || op == 0x2) && fragmented:
+		return false
+	}
+	return true
+}
+
 // refScan walks the input frame by frame with gobwas's header reader and
 // checks and says what the scanner must forward. Its rules, from the
 // package's contract: a frame is forwarded only once its header passed (and,
@@ -211,11 +234,8 @@ type refResult struct {
 // nothing after it.
 func refScan(in []byte, dir Direction, maxMsg int64) refResult {
 	r := refResult{ends: map[int]bool{0: true}}
-	state := ws.StateServerSide
-	if dir == FromServer {
-		state = ws.StateClientSide
-	}
 	var message int64
+	fragmented := false // a data message is open (RFC 6455 5.4)
 	refuse := func(code ws.StatusCode) refResult { r.code = code; return r }
 	for off := 0; off < len(in); {
 		rest := in[off:]
@@ -239,7 +259,7 @@ func refScan(in []byte, dir Direction, maxMsg int64) refResult {
 		if op.IsControl() && int64(len(rest)-hlen) < h.Length {
 			return r // control frames are held until complete
 		}
-		if ws.CheckHeader(h, state) != nil {
+		if !refHeaderOK(h, dir == FromClient, fragmented) {
 			return refuse(ws.StatusProtocolError)
 		}
 		if h.OpCode == ws.OpClose {
@@ -275,10 +295,8 @@ func refScan(in []byte, dir Direction, maxMsg int64) refResult {
 			}
 			if h.Fin {
 				message = 0
-				state = state.Clear(ws.StateFragmented)
-			} else {
-				state = state.Set(ws.StateFragmented)
 			}
+			fragmented = !h.Fin
 		}
 		if int64(len(rest)-hlen) < h.Length {
 			r.forwarded = len(in) // a data frame streams: all that arrived goes
