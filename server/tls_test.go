@@ -3,17 +3,12 @@ package server
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -69,31 +64,15 @@ type listenerCert struct {
 	roots             *x509.CertPool
 }
 
-// newListenerCert makes an ECDSA P-256 certificate valid for 127.0.0.1 and
+// newListenerCert makes a certificate valid for 127.0.0.1 (mockai's kind) and
 // writes its PEM files to a temporary directory.
 func newListenerCert(t testing.TB) listenerCert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, certPEM, err := mockai.SelfSignedCert()
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(now.UnixNano()),
-		Subject:               pkix.Name{CommonName: "rtgate test gateway"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +82,6 @@ func newListenerCert(t testing.TB) listenerCert {
 		keyFile:  filepath.Join(dir, "gateway.key"),
 		roots:    x509.NewCertPool(),
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	if err := os.WriteFile(lc.certFile, certPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -132,18 +110,6 @@ func (g *gateway) dialTLS(t *testing.T, roots *x509.CertPool) *websocket.Conn {
 	return c
 }
 
-// expectedDelta is the PCM mockai sends in every audio delta: its documented
-// sawtooth, rebuilt here so that the test can tell whether a delta arrived
-// byte for byte.
-func expectedDelta(n int) []byte {
-	b := make([]byte, n)
-	for i := 0; i+1 < n; i += 2 {
-		v := int16((i/2)%200*50 - 5000)
-		b[i], b[i+1] = byte(v), byte(uint16(v)>>8)
-	}
-	return b
-}
-
 // runTLSSession drives one session to the end and checks everything a user
 // would see: session.created, an update answered, a 1 MiB audio append
 // counted in full by the upstream, a response whose five 64 KB audio deltas
@@ -167,7 +133,7 @@ func runTLSSession(t *testing.T, c *websocket.Conn) {
 	send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": base64.StdEncoding.EncodeToString(audio)})
 	send(t, c, map[string]any{"type": "response.create"})
 
-	want := expectedDelta(tlsAudioDeltaBytes)
+	want := mockai.PCMPattern(tlsAudioDeltaBytes)
 	deltas := 0
 	var done event
 	for done == nil {
