@@ -98,16 +98,7 @@ func (g *gateway) dialTLS(t *testing.T, roots *x509.CertPool) *websocket.Conn {
 	t.Helper()
 	d := dialer()
 	d.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	c, resp, err := d.Dial("wss://"+g.addr+"/v1/realtime?model=gpt-realtime", bearer(testMasterKey))
-	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		t.Fatalf("dial gateway over TLS: %v (HTTP %d)", err, status)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return dialWith(t, d, "wss://"+g.addr+"/v1/realtime?model=gpt-realtime", bearer(testMasterKey))
 }
 
 // runTLSSession drives one session to the end and checks everything a user
@@ -283,14 +274,10 @@ func TestPlainListenerAnswersTLSClientAtOnce(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 60 * time.Second })
 
-	raw, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := g.rawDial(t)
 	_ = raw.SetDeadline(time.Now().Add(5 * time.Second)) // far below the handshake timeout
 	tc := tls.Client(raw, &tls.Config{ServerName: "127.0.0.1"})
-	err = tc.Handshake()
+	err := tc.Handshake()
 	if err == nil || isTimeout(err) {
 		t.Fatalf("TLS handshake against the plain listener: %v, want an answer at once", err)
 	}
@@ -299,11 +286,7 @@ func TestPlainListenerAnswersTLSClientAtOnce(t *testing.T) {
 	}
 
 	// What the gateway sent, as a person with a packet capture would see it.
-	raw2, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw2.Close()
+	raw2 := g.rawDial(t)
 	_ = raw2.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := raw2.Write(clientHelloBytes(t)); err != nil {
 		t.Fatal(err)
@@ -373,11 +356,7 @@ func TestTLSRequestBehindFinishedInOneSegment(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
-	raw, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := g.rawDial(t)
 	_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
 	hc := &holdingConn{Conn: raw}
 	tc := tls.Client(hc, &tls.Config{RootCAs: cert.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
