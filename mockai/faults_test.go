@@ -78,15 +78,7 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			for _, step := range tt.script {
-				if step == "response.create" {
-					send(t, c, map[string]any{"type": step})
-					continue
-				}
-				expect(t, c, step)
-			}
-			_, err = tryRead(c)
-			tt.check(t, err)
+			tt.check(t, runFaultScript(t, c, tt.script))
 		})
 	}
 }

@@ -99,6 +99,22 @@ func readEvent(t *testing.T, c *websocket.Conn) event {
 	return ev
 }
 
+// runFaultScript walks a fault test's script on c: "response.create" is
+// sent, every other step is an event type expected next. It returns the
+// error of the read after the script, where the fault shows.
+func runFaultScript(t *testing.T, c *websocket.Conn, script []string) error {
+	t.Helper()
+	for _, step := range script {
+		if step == "response.create" {
+			send(t, c, map[string]any{"type": step})
+			continue
+		}
+		expect(t, c, step)
+	}
+	_, err := tryRead(c)
+	return err
+}
+
 func tryRead(c *websocket.Conn) (event, error) {
 	c.SetReadDeadline(time.Now().Add(ioTimeout))
 	mt, data, err := c.ReadMessage()

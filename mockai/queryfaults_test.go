@@ -74,15 +74,7 @@ func TestFaultsFromQuery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, step := range tt.script {
-				if step == "response.create" {
-					send(t, c, map[string]any{"type": step})
-					continue
-				}
-				expect(t, c, step)
-			}
-			_, err = tryRead(c)
-			tt.check(t, err)
+			tt.check(t, runFaultScript(t, c, tt.script))
 		})
 	}
 
