@@ -3,9 +3,10 @@
 package benchtest
 
 import (
-	"net"
+	"strconv"
 	"testing"
 
+	"rtgate/bench/proc"
 	"rtgate/mockai"
 )
 
@@ -25,11 +26,9 @@ func Mockai(t testing.TB, cfg mockai.Config) *mockai.Server {
 // handed out and that was closed at once, so a dial to it is refused.
 func RefusedAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	return "127.0.0.1:" + strconv.Itoa(port)
 }
