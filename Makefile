@@ -7,6 +7,7 @@
 #   make run     the gateway in front of a local mockai until Ctrl-C
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
 #   make build   binaries into bin/
+#   make screenshots  docs/status.png, docs/status-phone.png, docs/playground.png from headless Chromium
 
 GO       ?= go
 BIN      := bin
@@ -16,7 +17,7 @@ SOAK_DURATION ?= 3m
 SOAK_ARGS ?=
 PEERS_ARGS ?=
 
-.PHONY: all build test vet run bench bench-peers soak clean
+.PHONY: all build test vet run bench bench-peers soak clean screenshots
 
 all: build
 
@@ -37,6 +38,7 @@ run: build
 	trap 'kill $$mock 2>/dev/null' EXIT INT TERM; \
 	sleep 0.3; \
 	echo "gateway: ws://127.0.0.1:4001/v1/realtime?model=gpt-realtime  (Authorization: Bearer sk-local)"; \
+	echo "status:  http://127.0.0.1:4002/status   playground: http://127.0.0.1:4002/playground"; \
 	LITELLM_MASTER_KEY=sk-local OPENAI_API_KEY=sk-mock OPENAI_API_BASE=ws://$(MOCK_ADDR)/v1 \
 		$(BIN)/gateway
 
@@ -80,3 +82,9 @@ fuzz:
 
 clean:
 	rm -rf $(BIN)
+
+# The README's screenshots of the admin pages, taken from the real pages by the
+# browser tests (headless Chromium, apt-get install -y chromium).
+screenshots:
+	$(GO) test -count=1 -run '^(TestStatusPageShowsLiveSessionsInChromium|TestPlaygroundStreamsMicrophoneInChromium)$$/^ws$$' \
+		./server -args -screenshots=$(CURDIR)/docs

@@ -1,7 +1,8 @@
 // Package mockai is a fake OpenAI Realtime upstream: a WebSocket server that speaks
-// enough of the GA Realtime protocol (see the project's protocol notes, protocol.md)
-// for the gateway's tests and for wsbench, on loopback, with knobs for latency and
-// faults. It runs one goroutine per connection (two while a response streams) and
+// enough of the GA Realtime protocol (OpenAI's reference:
+// https://platform.openai.com/docs/api-reference/realtime; what of it mockai serves
+// is listed below) for the gateway's tests and for wsbench, on loopback, with knobs
+// for latency and faults. It runs one goroutine per connection (two while a response streams) and
 // holds about 20 KiB per idle session, so a single process serves 9,000+ sessions.
 //
 // Start a server in-process with [Start], point the gateway's upstream base at

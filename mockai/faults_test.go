@@ -78,7 +78,7 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			tt.check(t, runFaultScript(t, c, tt.script))
+			tt.check(t, runScript(t, c, tt.script))
 		})
 	}
 }

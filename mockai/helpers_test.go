@@ -99,24 +99,14 @@ func readEvent(t *testing.T, c *websocket.Conn) event {
 	return ev
 }
 
-// runFaultScript walks a fault test's script on c: "response.create" is
-// sent, every other step is an event type expected next. It returns the
-// error of the read after the script, where the fault shows.
-func runFaultScript(t *testing.T, c *websocket.Conn, script []string) error {
-	t.Helper()
-	for _, step := range script {
-		if step == "response.create" {
-			send(t, c, map[string]any{"type": step})
-			continue
-		}
-		expect(t, c, step)
-	}
-	_, err := tryRead(c)
-	return err
+func tryRead(c *websocket.Conn) (event, error) {
+	return tryReadWithin(c, ioTimeout)
 }
 
-func tryRead(c *websocket.Conn) (event, error) {
-	c.SetReadDeadline(time.Now().Add(ioTimeout))
+// tryReadWithin is tryRead with its own bound, for a read that waits on work the
+// test knowingly made long.
+func tryReadWithin(c *websocket.Conn, d time.Duration) (event, error) {
+	c.SetReadDeadline(time.Now().Add(d))
 	mt, data, err := c.ReadMessage()
 	if err != nil {
 		return nil, err
@@ -134,7 +124,16 @@ func tryRead(c *websocket.Conn) (event, error) {
 // expect reads one event and fails unless it has type typ.
 func expect(t *testing.T, c *websocket.Conn, typ string) event {
 	t.Helper()
-	ev := readEvent(t, c)
+	return expectWithin(t, c, typ, ioTimeout)
+}
+
+// expectWithin is expect with its own bound on the read.
+func expectWithin(t *testing.T, c *websocket.Conn, typ string, d time.Duration) event {
+	t.Helper()
+	ev, err := tryReadWithin(c, d)
+	if err != nil {
+		t.Fatalf("read event: %v", err)
+	}
 	if got := ev.str("type"); got != typ {
 		t.Fatalf("got event %q (%v), want %q", got, ev, typ)
 	}
@@ -152,10 +151,32 @@ func send(t *testing.T, c *websocket.Conn, v any) {
 
 func sendRaw(t *testing.T, c *websocket.Conn, mt int, data []byte) {
 	t.Helper()
-	c.SetWriteDeadline(time.Now().Add(ioTimeout))
+	sendRawWithin(t, c, mt, data, ioTimeout)
+}
+
+// sendRawWithin is sendRaw with its own bound on the write.
+func sendRawWithin(t *testing.T, c *websocket.Conn, mt int, data []byte, d time.Duration) {
+	t.Helper()
+	c.SetWriteDeadline(time.Now().Add(d))
 	if err := c.WriteMessage(mt, data); err != nil {
 		t.Fatalf("write: %v", err)
 	}
+}
+
+// runScript plays script on c: a "response.create" step is sent, any other
+// is the type of the next event expected. It returns the error of the read
+// after the last step: how the connection went on.
+func runScript(t *testing.T, c *websocket.Conn, script []string) error {
+	t.Helper()
+	for _, step := range script {
+		if step == "response.create" {
+			send(t, c, map[string]any{"type": step})
+			continue
+		}
+		expect(t, c, step)
+	}
+	_, err := tryRead(c)
+	return err
 }
 
 // expectClose reads until the connection ends and fails unless the server closed it
@@ -202,6 +223,18 @@ func httpErrorBody(t *testing.T, resp *http.Response) (typ, code, raw string) {
 		t.Errorf("error body %s has no message", data)
 	}
 	return body.Error.Type, body.Error.Code, string(data)
+}
+
+// untilTestDeadline bounds a wait on work whose duration is proportional to the
+// CPU the test gets, not a hang guard: the time left before go test's -timeout
+// (less a margin to report the failure), or ten minutes where there is none.
+func untilTestDeadline(t *testing.T) time.Duration {
+	t.Helper()
+	dl, ok := t.Deadline()
+	if !ok {
+		return 10 * time.Minute
+	}
+	return time.Until(dl) - 5*time.Second
 }
 
 func bearer(key string) http.Header {

@@ -74,7 +74,7 @@ func TestFaultsFromQuery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tt.check(t, runFaultScript(t, c, tt.script))
+			tt.check(t, runScript(t, c, tt.script))
 		})
 	}
 

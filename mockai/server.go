@@ -149,6 +149,11 @@ type Stats struct {
 	Sessions  int64 `json:"sessions"`   // session.created events sent
 	FramesIn  int64 `json:"frames_in"`  // data frames read from clients
 	FramesOut int64 `json:"frames_out"` // data frames sent to clients
+	// AudioAppends counts input_audio_buffer.append events and AudioBytes
+	// the PCM bytes they carried (decoded), so tests assert on the audio
+	// that reached the upstream without a record per frame.
+	AudioAppends int64 `json:"audio_appends"`
+	AudioBytes   int64 `json:"audio_bytes"`
 }
 
 // Server is a running mock upstream. It is safe for concurrent use.
@@ -172,6 +177,7 @@ type Server struct {
 	records recordRing
 
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
+	audioAppends, audioBytes                                  atomic.Int64
 
 	apps appState // calls, sidebands and records (apps.go)
 }
@@ -308,6 +314,9 @@ func (s *Server) Stats() Stats {
 		Sessions:  s.sessions.Load(),
 		FramesIn:  s.framesIn.Load(),
 		FramesOut: s.framesOut.Load(),
+
+		AudioAppends: s.audioAppends.Load(),
+		AudioBytes:   s.audioBytes.Load(),
 	}
 }
 

@@ -311,6 +311,8 @@ func (s *session) appendAudio(ev clientEvent) {
 		return
 	}
 	s.pendingAudio += n
+	s.srv.audioAppends.Add(1)
+	s.srv.audioBytes.Add(n)
 }
 
 func (s *session) createItem(ev clientEvent) {

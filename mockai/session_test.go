@@ -367,15 +367,22 @@ func TestInvalidEventsKeepConnectionOpen(t *testing.T) {
 }
 
 // An append near OpenAI's 15 MiB limit is accepted and counted.
+//
+// The server unmasks, JSON-scans, unquotes and base64-decodes those 14.5 MiB one
+// byte at a time; under -race that is several CPU-seconds, and on a loaded 2-core
+// box far more wall time than ioTimeout, the hang guard every other read uses.
+// So the write and the read that wait on that work are bounded by the test's own
+// deadline instead: the test waits for response.created, however long the CPU
+// it gets makes that take, and still fails (rather than hangs) if it never comes.
 func TestLargeAppend(t *testing.T) {
 	t.Parallel()
 	srv := start(t, mockai.Config{AudioDeltas: -1})
 	c, _ := connect(t, srv, nil)
 	const raw = 3 * 3_800_000 // 14.5 MiB of base64
 	msg := `{"type":"input_audio_buffer.append","audio":"` + strings.Repeat("A", raw/3*4) + `"}`
-	sendRaw(t, c, websocket.TextMessage, []byte(msg))
+	sendRawWithin(t, c, websocket.TextMessage, []byte(msg), untilTestDeadline(t))
 	send(t, c, map[string]any{"type": "response.create"})
-	expect(t, c, "response.created")
+	expectWithin(t, c, "response.created", untilTestDeadline(t))
 	expect(t, c, "rate_limits.updated")
 	expect(t, c, "response.output_audio_transcript.delta")
 	done := expect(t, c, "response.done")

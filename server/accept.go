@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
+	"net/http"
 	"sync/atomic"
+	"time"
 
+	"github.com/cloudwego/netpoll"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,10 +17,19 @@ import (
 //   - A connection in its handshake (TLS handshake and HTTP request head,
 //     from accept until its request is answered) holds one of the
 //     MaxConnections slots, like a session. A connection accepted when
-//     sessions and handshakes fill them is closed at once, before any byte
-//     is read: the cheapest refusal there is, and one a flood cannot turn
-//     into work. (The 503 too_many_connections of admit remains for a
-//     connection that finds the sessions full when its request arrives.)
+//     sessions and handshakes fill them is refused at once, before any byte
+//     of it is read, so a flood cannot turn refusals into work. On a plain
+//     listener the refusal is the same 503 too_many_connections with
+//     Retry-After that admit gives, so a client can back off (refuseAtAccept):
+//     rendered once, and written as soon as the request's first bytes
+//     arrive, not at accept, because an HTTP client need not read a response
+//     that comes before its request (Go's net/http, and so coder/websocket,
+//     drops it as "unsolicited" and reports no response). Until then the
+//     connection holds a descriptor and no slot; at most maxRefusing wait at
+//     once, each at most refusalWait, and a connection beyond that is closed
+//     at once. On a TLS listener nothing readable can be sent without a
+//     handshake, the cost the refusal is there to avoid, so the connection
+//     is only closed: the client sees EOF or a reset in its handshake.
 //   - A connection that has not finished its handshake costs no goroutine
 //     (OnRequest only moves its bytes) and is closed at the handshake
 //     timeout. Only a TLS handshake that is actually running (from a whole
@@ -25,18 +38,25 @@ import (
 //     that is closed at once (tlsaccept.go).
 //
 // Descriptors: sessions hold two each and handshakes one, so
-// MaxConnections slots never need more than 2*MaxConnections + fdReserve.
+// MaxConnections slots never need more than 2*MaxConnections + fdReserve,
+// and refusals waiting for their request at most maxRefusing more.
 type frontDoor struct {
 	// handshaking counts connections from accept until their request is
 	// answered (they become a session, are refused, or close).
 	handshaking atomic.Int64
 	// tlsRunning counts TLS handshake goroutines.
 	tlsRunning atomic.Int64
+	// refusing counts refused plain connections waiting for their request.
+	refusing atomic.Int64
 
 	refused *prometheus.CounterVec // connections refused at once, by reason
+
+	// fullResponse is tooManyConnections rendered once, for refuseAtAccept.
+	fullResponse []byte
 }
 
 func (f *frontDoor) init(reg prometheus.Registerer) {
+	f.fullResponse = tooManyConnections().response()
 	f.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_connections_refused_total",
 		Help: "Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS " +
 			"(connections), or on a whole ClientHello when MAX_HANDSHAKES TLS handshakes were running (handshakes)."},
@@ -68,6 +88,59 @@ func (s *Server) accept() bool {
 		return false
 	}
 	return true
+}
+
+// tooManyConnections is the refusal of a connection that finds the
+// MaxConnections slots full, at accept or when its request arrives.
+func tooManyConnections() *httpError {
+	return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
+		message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
+}
+
+const (
+	// maxRefusing bounds the refused plain connections that wait for their
+	// request to be answered with the 503; more are closed at once.
+	maxRefusing = 64
+	// refusalWait is how long a refused connection may take to send its
+	// request's first bytes: one round trip for a client that sends its
+	// request as it connects, as every WebSocket client does.
+	refusalWait = time.Second
+)
+
+// refusedKey marks the context of a refused plain connection waiting for
+// its request; onRequest answers it with answerRefused.
+type refusedKey struct{}
+
+// refuseAtAccept handles a connection that accept refused, in OnPrepare: a
+// TLS one, or one beyond maxRefusing, is closed now; a plain one waits up to
+// refusalWait for its request's first bytes, which answerRefused answers.
+func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
+	if s.tlsConfig != nil || s.front.refusing.Add(1) > maxRefusing {
+		if s.tlsConfig == nil {
+			s.front.refusing.Add(-1)
+		}
+		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
+		return context.Background()
+	}
+	timer := time.AfterFunc(refusalWait, func() { _ = conn.Close() })
+	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
+		timer.Stop()
+		s.front.refusing.Add(-1)
+		return nil
+	})
+	return context.WithValue(context.Background(), refusedKey{}, true)
+}
+
+// answerRefused writes the precomputed 503 to a refused connection whose
+// request has begun to arrive, and closes it. The request is not parsed.
+// netpoll has read what arrived, so the close is a FIN after the response,
+// not a reset that could overtake it.
+func (s *Server) answerRefused(conn netpoll.Connection) error {
+	w := conn.Writer()
+	if _, err := w.WriteBinary(s.front.fullResponse); err == nil {
+		_ = w.Flush()
+	}
+	return conn.Close()
 }
 
 // leave gives back a connection's handshake count.

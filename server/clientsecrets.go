@@ -298,6 +298,12 @@ func (s *Server) mintClientSecret(req *http.Request, body []byte) apiAnswer {
 		return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Incorrect or missing API key. Mint client secrets with a gateway key as Authorization: Bearer.")
 	}
+	return s.mintSecretFor(req.Context(), table, key, body)
+}
+
+// mintSecretFor mints a client secret for key, already authenticated (the
+// admin playground mints for the master key without holding it in clear).
+func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) apiAnswer {
 	var r clientSecretRequest
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := json.Unmarshal(body, &r); err != nil {
@@ -357,7 +363,7 @@ func (s *Server) mintClientSecret(req *http.Request, body []byte) apiAnswer {
 	inline.Config = deflate(cfg)
 	token := s.secrets.sign(inline)
 	if len(token) > maxInlineSecret {
-		where, err := s.secrets.keep(req.Context(), c.ID, cfg, time.Duration(ttl)*time.Second)
+		where, err := s.secrets.keep(ctx, c.ID, cfg, time.Duration(ttl)*time.Second)
 		if err != nil {
 			s.log.Error("client secret not minted", "key", key.Name, "err", err)
 			return errorAnswer(http.StatusServiceUnavailable, "server_error", "secret_store_unavailable",

@@ -203,17 +203,6 @@ func TestOversizedHeadGets431(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // gatewayTimeWait counts TIME_WAIT sockets whose remote end is port: on
 // loopback, sockets the gateway opened to the upstream listening there and
 // closed first. Loopback's tcp_tw_reuse hides the cost; production pays a

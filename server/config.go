@@ -96,6 +96,9 @@ type Settings struct {
 
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
 	AdminAddr string
+	// AdminHosts (ADMIN_HOSTS) are host names, besides loopback ones, that
+	// the admin server answers to (admin.go).
+	AdminHosts []string
 
 	// RoutesFile (CONFIG_FILE), if set, is the routes config: a
 	// LiteLLM-style YAML file of model groups, deployments and client keys.
@@ -347,6 +350,14 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
 	set("CLIENT_SECRET_KEY", list(&c.ClientSecretKeys))
 	set("TRANSCRIPTION_MODEL", func(v string) error { c.TranscriptionModel = v; return nil })
+	set("ADMIN_HOSTS", func(v string) error {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				c.AdminHosts = append(c.AdminHosts, strings.ToLower(h))
+			}
+		}
+		return nil
+	})
 	if v, ok := lookup("ADMIN_ADDR"); ok {
 		c.AdminAddr = v // empty turns the admin listener off
 	}

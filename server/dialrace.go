@@ -148,6 +148,7 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 					s.live.m.hedgesWon.WithLabelValues(group).Inc()
 				}
 				s.live.succeeded(dl.d)
+				s.admin.dials.observe(dl.d.Name, time.Since(dl.started))
 				stop()
 				return r.conn, dl.d, 0
 			}

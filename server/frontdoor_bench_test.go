@@ -203,27 +203,27 @@ func BenchmarkHalfOpenTLSFlood(b *testing.B) {
 		}
 
 		half := flood(hello[:len(hello)/2])
-		pollFor(b, "the half-open flood to be accepted", func() bool { return g.srv.Handshaking() == figureClients })
+		waitFor(b, "the half-open flood to be accepted", func() bool { return g.srv.Handshaking() == figureClients })
 		goDuring, heapDuring, rssDuring := runtime.NumGoroutine(), heapMiB(), rssMiB(b)
 		conP50During, conP99During := connectMS(b, d, url, 30)
 		rttP50During, rttP99During := probe.measure(b, 200, 5*time.Millisecond)
 		closeAll(half)
-		pollFor(b, "the flood to be forgotten", func() bool { return g.srv.Handshaking() == 0 })
-		pollFor(b, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= goBefore+2 })
+		waitFor(b, "the flood to be forgotten", func() bool { return g.srv.Handshaking() == 0 })
+		waitFor(b, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= goBefore+2 })
 		goAfter, heapAfter := runtime.NumGoroutine(), heapMiB()
 
 		whole := flood(hello)
-		pollFor(b, "the stalled handshakes to start", func() bool {
+		waitFor(b, "the stalled handshakes to start", func() bool {
 			return g.srv.TLSHandshakesRunning() == int64(g.srv.cfg.MaxHandshakes)
 		})
 		time.Sleep(200 * time.Millisecond)
 		goStalled, running := runtime.NumGoroutine(), g.srv.TLSHandshakesRunning()
 		refused := metricValue(b, g, `rtgate_connections_refused_total{reason="handshakes"}`)
 		closeAll(whole)
-		pollFor(b, "the stalled handshakes to end", func() bool {
+		waitFor(b, "the stalled handshakes to end", func() bool {
 			return g.srv.TLSHandshakesRunning() == 0 && g.srv.Handshaking() == 0
 		})
-		pollFor(b, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= goBefore+2 })
+		waitFor(b, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= goBefore+2 })
 
 		b.Logf("TLS listener, TLS upstream (mockai -tls), MAX_HANDSHAKES %d, handshake timeout %v", g.srv.cfg.MaxHandshakes, g.srv.cfg.HandshakeTimeout)
 		b.Logf("%d half-open (half a ClientHello): goroutines %d before, %d during, %d after; heap %.1f -> %.1f MiB (%.2f KiB each), back to %.1f; RSS %.1f -> %.1f MiB",

@@ -44,7 +44,7 @@ func TestFramesBeforeUpstreamHangupReachClient(t *testing.T) {
 				t.Fatalf("session %d: close %d %q after session.created, want 1011 upstream connection lost", i, ce.Code, ce.Text)
 			}
 			_ = c.Close()
-			pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 		}
 		if lost > 0 {
 			t.Fatalf("%d of %d sessions lost the session.created the upstream sent before hanging up", lost, sessions)

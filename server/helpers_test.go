@@ -123,8 +123,8 @@ func (g *gateway) dial(t testing.TB, query string, h http.Header) *websocket.Con
 	return dialWith(t, dialer(), g.url(query), h)
 }
 
-// dialWith connects d (a dialer() with some setting changed) to url; the
-// connection closes when the test ends.
+// dialWith connects d to url, failing the test (with the HTTP status of a
+// refusal) unless it is admitted; the connection closes with the test.
 func dialWith(t testing.TB, d *websocket.Dialer, url string, h http.Header) *websocket.Conn {
 	t.Helper()
 	c, resp, err := d.Dial(url, h)
@@ -200,6 +200,19 @@ func read(t testing.TB, c *websocket.Conn) event {
 	return e
 }
 
+// waitFor waits up to ten seconds for cond, failing the test if it never
+// holds.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // readUntil reads events until one of type typ arrives, returning it and
 // every type seen on the way.
 func readUntil(t testing.TB, c *websocket.Conn, typ string) (event, []string) {
@@ -244,7 +257,8 @@ func closeOf(t testing.TB, c *websocket.Conn) *websocket.CloseError {
 	}
 }
 
-// httpGet sends a raw request and returns the status and JSON body.
+// httpDo sends req to the gateway's listener and returns the status and
+// JSON body.
 func httpDo(t testing.TB, g *gateway, req *http.Request) (int, map[string]any) {
 	t.Helper()
 	req.URL.Scheme, req.URL.Host = "http", g.addr

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	coder "github.com/coder/websocket"
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
@@ -43,27 +45,69 @@ func dialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http.Head
 
 // MaxConnections counts connections from accept: sessions and connections
 // still in their handshake share the slots, and a connection that finds
-// them full is closed at once, before the gateway reads a byte of it.
+// them full is refused at once, before the gateway reads a byte of it. On a
+// plain listener the refusal is the OpenAI-shaped 503 too_many_connections
+// with Retry-After, as independent clients (gorilla, coder) see it; on a TLS
+// listener the connection is only closed (accept.go says why).
 func TestMaxConnectionsCountsFromAccept(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tls  bool
+	}{{"plain", false}, {"tls", true}} {
+		t.Run(tc.name, func(t *testing.T) { testMaxConnectionsCountsFromAccept(t, tc.tls) })
+	}
+}
+
+func testMaxConnectionsCountsFromAccept(t *testing.T, overTLS bool) {
 	mock := startMock(t, mockai.Config{})
+	var cert listenerCert
+	if overTLS {
+		cert = newListenerCert(t)
+	}
 	g := startGateway(t, mock, func(c *Settings) {
 		c.MaxConnections = 2
 		c.HandshakeTimeout = 60 * time.Second // refusals must come at once, not at the timeout
+		if overTLS {
+			c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
+		}
 	})
+	dialSession := func() *websocket.Conn {
+		if overTLS {
+			return g.dialTLS(t, cert.roots)
+		}
+		return g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	}
+	refusals := 0
 	refusedAtOnce := func(what string) {
 		t.Helper()
-		d := dialer()
-		d.HandshakeTimeout = 5 * time.Second
-		c, resp, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-		if err == nil {
-			_ = c.Close()
-			t.Fatalf("%s: a connect was admitted", what)
+		if overTLS {
+			refusals++
+			d := dialer()
+			d.TLSClientConfig = &tls.Config{RootCAs: cert.roots, MinVersion: tls.VersionTLS12}
+			c, resp, err := d.Dial("wss://"+g.addr+"/v1/realtime?model=gpt-realtime", bearer(testMasterKey))
+			if err == nil {
+				_ = c.Close()
+				t.Fatalf("%s: a connect was admitted", what)
+			}
+			if resp != nil || isTimeout(err) {
+				t.Fatalf("%s: connect got %v (response %v), want the connection closed at once", what, err, resp)
+			}
+			return
 		}
-		if resp != nil || isTimeout(err) {
-			t.Fatalf("%s: connect got %v (response %v), want the connection closed at once", what, err, resp)
+		refusals += 2
+		status, code, h := dialStatus(t, g, bearer(testMasterKey))
+		if status != http.StatusServiceUnavailable || code != "too_many_connections" || h.Get("Retry-After") != "1" ||
+			h.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s: gorilla connect got %d %q Retry-After %q Content-Type %q, want 503 too_many_connections, Retry-After 1, JSON",
+				what, status, code, h.Get("Retry-After"), h.Get("Content-Type"))
+		}
+		status, code, h = coderDialStatus(t, g, bearer(testMasterKey))
+		if status != http.StatusServiceUnavailable || code != "too_many_connections" || h.Get("Retry-After") != "1" {
+			t.Fatalf("%s: coder connect got %d %q Retry-After %q, want 503 too_many_connections with Retry-After 1",
+				what, status, code, h.Get("Retry-After"))
 		}
 	}
-	a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	a := dialSession()
 	read(t, a)
 	idle, err := net.Dial("tcp", g.addr) // open, silent: holds a slot from accept
 	if err != nil {
@@ -74,7 +118,7 @@ func TestMaxConnectionsCountsFromAccept(t *testing.T) {
 
 	_ = idle.Close()
 	waitFor(t, "the silent connection to be forgotten", func() bool { return g.srv.Handshaking() == 0 })
-	b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	b := dialSession()
 	read(t, b)
 	refusedAtOnce("two sessions")
 
@@ -85,19 +129,100 @@ func TestMaxConnectionsCountsFromAccept(t *testing.T) {
 	}
 	_ = b.Close()
 	waitFor(t, "a slot to free", func() bool { return g.srv.SessionsOpen() == 1 })
-	if status, _, _ := dialStatus(t, g, bearer(testMasterKey)); status != 0 {
-		t.Fatalf("after a session ended a connect still got %d", status)
+	c := dialSession() // fails the test unless admitted
+	_ = c.Close()
+	if got := metricValue(t, g, `rtgate_connections_refused_total{reason="connections"}`); got != float64(refusals) {
+		t.Errorf("rtgate_connections_refused_total{reason=\"connections\"} = %v, want %d", got, refusals)
 	}
-	if got := metricValue(t, g, `rtgate_connections_refused_total{reason="connections"}`); got != 2 {
-		t.Errorf("rtgate_connections_refused_total{reason=\"connections\"} = %v, want 2", got)
+}
+
+// A refused plain connection is answered once its request begins to arrive,
+// whatever the client; one that sends nothing is closed after refusalWait,
+// without a byte, and at most maxRefusing of them wait at once: a flood of
+// silent connections against a full gateway costs a bounded set of
+// descriptors for a bounded time.
+func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, func(c *Settings) {
+		c.MaxConnections = 1
+		c.HandshakeTimeout = 60 * time.Second
+	})
+	read(t, g.dial(t, "model=gpt-realtime", bearer(testMasterKey)))
+
+	// A raw client that sends only the first bytes of its request.
+	raw, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer raw.Close()
+	if _, err := raw.Write([]byte("GET /v1/realtime HTTP/1.1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(raw)
+	if err != nil || !strings.HasPrefix(string(got), "HTTP/1.1 503 ") || !strings.Contains(string(got), "\r\nRetry-After: 1\r\n") ||
+		!strings.HasSuffix(string(got), `"code":"too_many_connections","message":"this gateway instance is at its connection limit; try again shortly","param":null,"type":"server_error"}}`) {
+		t.Fatalf("partial request got %q, %v; want the 503 too_many_connections with Retry-After, then EOF", got, err)
+	}
+
+	// A flood of silent connections.
+	const flood = maxRefusing + 20
+	conns := make([]net.Conn, 0, flood)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range flood {
+		c, err := net.Dial("tcp", g.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if n := g.srv.front.refusing.Load(); n > maxRefusing {
+			t.Fatalf("%d refused connections waiting, want at most %d", n, maxRefusing)
+		}
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second)) // refusalWait, not the 60 s handshake timeout
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("silent connection %d: read %d bytes, %v; want EOF without a byte", i, n, err)
+		}
+	}
+	waitFor(t, "the refusals to be forgotten", func() bool { return g.srv.front.refusing.Load() == 0 })
+	if got := metricValue(t, g, `rtgate_connections_refused_total{reason="connections"}`); got != flood+1 {
+		t.Errorf("rtgate_connections_refused_total{reason=\"connections\"} = %v, want %d", got, flood+1)
+	}
+}
+
+// coderDialStatus is dialStatus with coder/websocket as the client, so that
+// the refusal's HTTP is not only read by the client that wrote the tests.
+func coderDialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http.Header) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, resp, err := coder.Dial(ctx, g.url("model=gpt-realtime"), &coder.DialOptions{HTTPHeader: h})
+	if err == nil {
+		_ = c.CloseNow()
+		return 0, "", nil
+	}
+	if resp == nil {
+		t.Fatalf("coder dial failed without a response: %v", err)
+	}
+	// coder keeps the first 1 KiB of a refusal's body for its error.
+	body, _ := io.ReadAll(resp.Body)
+	var e event
+	_ = jsonUnmarshal(body, &e)
+	return resp.StatusCode, e.str("error", "code"), resp.Header
 }
 
 // metricValue reads one sample from the gateway's /metrics.
 func metricValue(t testing.TB, g *gateway, series string) float64 {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	g.srv.AdminHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Host = "127.0.0.1" // the admin server answers loopback hosts only
+	g.srv.AdminHandler().ServeHTTP(rec, req)
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)

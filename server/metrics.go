@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -60,7 +61,8 @@ func newMetrics() *metrics {
 	return m
 }
 
-// AdminHandler serves /metrics (Prometheus text format) and /debug/pprof/.
+// AdminHandler serves /metrics (Prometheus text format), /debug/pprof/,
+// /status and /playground (admin.go), for loopback Hosts only.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
@@ -69,11 +71,13 @@ func (s *Server) AdminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
+	s.addPages(mux)
+	return s.adminGuard(mux)
 }
 
 // ServeAdmin serves AdminHandler on ln until the listener closes.
 func (s *Server) ServeAdmin(ln net.Listener) error {
-	srv := &http.Server{Handler: s.AdminHandler()}
+	s.adminListening(ln.Addr())
+	srv := &http.Server{Handler: s.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	return srv.Serve(ln)
 }

@@ -19,6 +19,28 @@ func metricSum(t *testing.T, g *gateway, name string) float64 {
 	return gathered(t, g.srv.metrics.reg, name)
 }
 
+// setupsObserved is the sample count of rtgate_session_setup_seconds{pool}.
+func setupsObserved(t *testing.T, g *gateway, pool string) uint64 {
+	t.Helper()
+	fams, err := g.srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "rtgate_session_setup_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pool" && l.GetValue() == pool {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
 func withPool(size int, mutate func(*Settings)) func(*Settings) {
 	return func(c *Settings) {
 		c.Pool.Size = size
@@ -232,12 +254,26 @@ func testPoolClosesWarmSocketsOnShutdown(t *testing.T, tls bool) {
 
 func TestAdminMetricsEndpoint(t *testing.T) { poolSchemes(t, testAdminMetricsEndpoint) }
 
+// The connect must be a hit, and its setup observed, before the scrape:
+//   - a warm socket whose ping is unanswered is passed over by Take (its pong
+//     must not reach a client), so with pings on, a loaded box that lets 2.5 s
+//     pass between warm-up and connect turns the hit into a miss; pings are
+//     off here (the pool's liveness tests cover them), and the hit is asserted;
+//   - the setup histogram is observed by the reactor after it has written
+//     session.created to the client, so a client that has read it can scrape
+//     before the observation lands: wait for it (it comes a write call later).
 func testAdminMetricsEndpoint(t *testing.T, tls bool) {
 	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 1, nil)
+	g := startPoolGateway(t, mock, 1, func(c *Settings) { c.Pool.PingInterval = -1 })
 	waitWarm(t, g, 1)
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v, want session.created", e.typ())
+	}
+	if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 1 || misses != 0 {
+		t.Fatalf("%v pool hits and %v misses, want the connect to be one hit", hits, misses)
+	}
+	waitFor(t, "the setup of the hit to be observed", func() bool { return setupsObserved(t, g, "hit") == 1 })
 	req, _ := http.NewRequest("GET", "/metrics", nil)
 	rec := newRecorder()
 	g.srv.AdminHandler().ServeHTTP(rec, req)

@@ -432,8 +432,8 @@ func TestScaleManyConcurrentSessions(t *testing.T) {
 	if failed > 0 {
 		t.Fatalf("%d of %d sessions failed, first: %v", failed, n, errors.Join(errs...))
 	}
-	pollFor(t, "every session to end at the gateway", func() bool { return g.srv.SessionsOpen() == 0 })
-	pollFor(t, "every upstream connection to close", func() bool { return mock.activeSessions(t) == 0 })
+	waitFor(t, "every session to end at the gateway", func() bool { return g.srv.SessionsOpen() == 0 })
+	waitFor(t, "every upstream connection to close", func() bool { return mock.activeSessions(t) == 0 })
 }
 
 func TestScaleIdleSessionsHoldNoGoroutines(t *testing.T) {
@@ -445,7 +445,7 @@ func TestScaleIdleSessionsHoldNoGoroutines(t *testing.T) {
 	if err := scaleSession(g); err != nil {
 		t.Fatalf("warm-up session: %v", err)
 	}
-	pollFor(t, "the warm-up session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	waitFor(t, "the warm-up session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 
 	baseG, ok := settledGoroutines()
 	if !ok {
@@ -472,7 +472,7 @@ func TestScaleIdleSessionsHoldNoGoroutines(t *testing.T) {
 	if open := g.srv.SessionsOpen(); open != int64(n) {
 		t.Fatalf("gateway reports %d sessions open, want %d", open, n)
 	}
-	pollFor(t, "mockai to hold every upstream session", func() bool { return mock.activeSessions(t) == int64(n) })
+	waitFor(t, "mockai to hold every upstream session", func() bool { return mock.activeSessions(t) == int64(n) })
 
 	// No reader runs on the client side now: every goroutine left in this
 	// process belongs to the gateway or the test's own bookkeeping.
@@ -503,7 +503,7 @@ func TestScaleIdleSessionsHoldNoGoroutines(t *testing.T) {
 		t.Errorf("%d of %d sessions did not close cleanly, first: %v", failed, n, errors.Join(errs...))
 	}
 
-	pollFor(t, "every session to end at the gateway", func() bool { return g.srv.SessionsOpen() == 0 })
+	waitFor(t, "every session to end at the gateway", func() bool { return g.srv.SessionsOpen() == 0 })
 	const fdSlack = 5
 	var endFD int
 	deadline := time.Now().Add(10 * time.Second)
@@ -519,5 +519,5 @@ func TestScaleIdleSessionsHoldNoGoroutines(t *testing.T) {
 	if endFD > baseFD+fdSlack {
 		t.Errorf("%d descriptors open after every session closed, %d before they opened: descriptors leak", endFD, baseFD)
 	}
-	pollFor(t, "every upstream connection to close", func() bool { return mock.activeSessions(t) == 0 })
+	waitFor(t, "every upstream connection to close", func() bool { return mock.activeSessions(t) == 0 })
 }

@@ -61,13 +61,13 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	pool    *upstream.Pool // nil when the pool is off
-	metrics *metrics
-	front   frontDoor // admission at accept (accept.go)
-	budget  budget    // the global bound on bytes held for slow peers (watchdog.go)
-	limiter *keyLimiter
-	store   *ClusterStore   // nil without REDIS_URL
-	cluster *clusterLimiter // nil without REDIS_URL; replaces limiter then
+	pool      *upstream.Pool // nil when the pool is off
+	metrics   *metrics
+	front     frontDoor    // admission at accept (accept.go)
+	memBudget memoryBudget // the global bound on bytes held for slow peers (watchdog.go)
+	limiter   *keyLimiter
+	store     *ClusterStore   // nil without REDIS_URL
+	cluster   *clusterLimiter // nil without REDIS_URL; replaces limiter then
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
@@ -87,6 +87,8 @@ type Server struct {
 	depLimits deploymentLimiter // deplimits.go
 
 	apps // client secrets, calls, sidebands (apps.go)
+
+	admin adminState // the admin port's status page and playground (admin.go)
 }
 
 // New prepares a server; Serve starts it.
@@ -97,6 +99,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
 		limiter: newKeyLimiter()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.admin.init()
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.UpstreamCAFile != "" {
@@ -131,7 +134,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.logTableNotices(table)
 	s.metrics = newMetrics()
 	s.front.init(s.metrics.reg)
-	s.budget.init(cfg, s.metrics.reg)
+	s.memBudget.init(cfg, s.metrics.reg)
 	if cfg.UsageLog != "" {
 		ul, err := usage.Open(cfg.UsageLog, log, s.metrics.usageLogErrors)
 		if err != nil {
@@ -158,7 +161,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			// Two sockets per session, and some for listeners and files.
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
-		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.metrics.reg))
+		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.tee(s.metrics.reg)))
 	}
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
@@ -313,8 +316,7 @@ type clientConn struct {
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	if !s.accept() {
-		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
-		return context.Background()
+		return s.refuseAtAccept(conn)
 	}
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	s.clientConns.Add(1)
@@ -335,6 +337,9 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
 	if c == nil {
+		if ctx.Value(refusedKey{}) != nil {
+			return s.answerRefused(conn)
+		}
 		return conn.Close()
 	}
 	if c.hs != nil {
@@ -576,8 +581,7 @@ func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
 	}
 	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
 		s.sessionsOpen.Add(-1)
-		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
-			message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
+		return tooManyConnections()
 	}
 	maxSessions, rate := s.cfg.MaxSessionsPerKey, s.cfg.ConnectRatePerKey
 	if key.MaxSessions > 0 {
@@ -601,7 +605,7 @@ func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
 }
 
 func (s *Server) originAllowed(origin string) bool {
-	if origin == "" || len(s.cfg.AllowedOrigins) == 0 {
+	if origin == "" || len(s.cfg.AllowedOrigins) == 0 || s.isAdminOrigin(origin) {
 		return true
 	}
 	for _, o := range s.cfg.AllowedOrigins {
@@ -671,9 +675,9 @@ func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok 
 		return "upstream_unavailable"
 	case !ok:
 		return "unknown"
-	case cl.Code == ws.StatusAbnormalClosure:
+	case cl.Code == ws.StatusAbnormalClosure: // the socket dropped without a close frame
 		return from.String() + "_lost"
-	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusUnsupportedData || cl.Code == ws.StatusMessageTooBig:
+	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusInvalidFramePayloadData || cl.Code == ws.StatusMessageTooBig:
 		return from.String() + "_protocol_error"
 	}
 	return from.String() + "_closed"

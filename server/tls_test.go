@@ -174,7 +174,7 @@ func TestTLSUpstream(t *testing.T) {
 	if n := len(mock.Records()); n != 1 {
 		t.Fatalf("the TLS upstream saw %d connects, want 1", n)
 	}
-	pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 }
 
 func TestTLSUpstreamUntrustedCertificateFails(t *testing.T) {
@@ -201,7 +201,7 @@ func TestTLSClientListener(t *testing.T) {
 
 	c := g.dialTLS(t, cert.roots)
 	runTLSSession(t, c)
-	pollFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 
 	// A plain WebSocket dial to the TLS listener must fail, not be served.
 	if pc, _, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey)); err == nil {
@@ -226,20 +226,7 @@ func TestTLSBothSides(t *testing.T) {
 	for i, c := range []*websocket.Conn{c1, c2} {
 		t.Run("session"+strconv.Itoa(i+1), func(t *testing.T) { runTLSSession(t, c) })
 	}
-	pollFor(t, "both sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
-}
-
-// pollFor waits up to ten seconds for cond, failing the test if it never
-// holds.
-func pollFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "both sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
 }
 
 // clientHelloBytes is a real ClientHello as crypto/tls sends it (one TLS

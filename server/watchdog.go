@@ -49,14 +49,14 @@ const (
 	stallGrace   = 100 * time.Millisecond
 )
 
-// budget is the global bound on bytes held for slow peers.
-type budget struct {
+// memoryBudget is the global bound on bytes held for slow peers.
+type memoryBudget struct {
 	max      int64
 	ended    *prometheus.CounterVec // sessions ended by the watchdog, by reason
 	buffered prometheus.Gauge       // backlog bytes found by the last walk
 }
 
-func (b *budget) init(cfg Settings, reg prometheus.Registerer) {
+func (b *memoryBudget) init(cfg Settings, reg prometheus.Registerer) {
 	b.max = cfg.MaxBufferedBytes
 	b.ended = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_sessions_ended_total",
 		Help: "Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget " +
@@ -103,7 +103,7 @@ func (s *Server) sweep(now time.Time) {
 			if waiting > s.cfg.MaxStalledBytes {
 				s.log.Warn("dropping a session whose "+side.String()+" stopped reading",
 					"waiting_bytes", waiting, "limit", s.cfg.MaxStalledBytes)
-				s.budget.ended.WithLabelValues(endedStalled).Inc()
+				s.memBudget.ended.WithLabelValues(endedStalled).Inc()
 				go sess.Abort(side, side.String()+" too slow: output backlog over limit")
 				continue
 			}
@@ -121,29 +121,29 @@ func (s *Server) sweep(now time.Time) {
 				"No frames in either direction for "+d.String()+"; the gateway closed the session.")
 		}
 	}
-	s.budget.buffered.Set(float64(total))
+	s.memBudget.buffered.Set(float64(total))
 	s.enforceBudget(stalled, total)
 }
 
 // enforceBudget ends the stalled sessions holding the most bytes until the
 // rest fit in MaxBufferedBytes.
 func (s *Server) enforceBudget(stalled []backlog, total int64) {
-	if s.budget.max <= 0 || total <= s.budget.max {
+	if s.memBudget.max <= 0 || total <= s.memBudget.max {
 		return
 	}
 	slices.SortFunc(stalled, func(a, b backlog) int { return cmp.Compare(b.waiting, a.waiting) })
 	ended := 0
 	for _, b := range stalled {
-		if total <= s.budget.max {
+		if total <= s.memBudget.max {
 			break
 		}
 		total -= int64(b.waiting)
 		ended++
-		s.budget.ended.WithLabelValues(endedBudget).Inc()
+		s.memBudget.ended.WithLabelValues(endedBudget).Inc()
 		go b.sess.Abort(b.side, b.side.String()+" too slow: gateway memory budget for slow peers exceeded")
 	}
 	s.log.Warn("ended the sessions holding the most unsent bytes: over MAX_BUFFERED_BYTES",
-		"sessions", ended, "limit", s.budget.max, "left_bytes", total)
+		"sessions", ended, "limit", s.memBudget.max, "left_bytes", total)
 }
 
 // liveSessions copies the registry so that the sweep runs without the lock.

@@ -40,7 +40,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "certificate for a TLS client listener (TLS_CERT)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "key for a TLS client listener (TLS_KEY)")
 	fs.StringVar(&cfg.RoutesFile, "config", cfg.RoutesFile, "LiteLLM-style YAML of model groups, deployments and keys (CONFIG_FILE)")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listener for /metrics and /debug/pprof/, empty for none (ADMIN_ADDR)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listener for /metrics, /debug/pprof/, /status and /playground, empty for none (ADMIN_ADDR)")
 	fs.BoolVar(&cfg.ReusePort, "reuseport", cfg.ReusePort, "listen with SO_REUSEPORT so several processes share the port (REUSEPORT)")
 	fs.DurationVar(&cfg.DrainGrace, "drain-grace", cfg.DrainGrace, "after SIGTERM, how long /health says 503 while connects are still served (DRAIN_GRACE_SECS)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "then how long live sessions may continue (DRAIN_TIMEOUT)")

@@ -1,0 +1,187 @@
+package server
+
+// The admin server: /metrics, /debug/pprof/, and two pages for people, the
+// live status page (status.go) and the playground (playground.go).
+//
+// The admin port can mint client secrets (for the playground) with the
+// master key, so it must not be reachable from a web page the operator
+// happens to have open:
+//
+//   - DNS rebinding: a hostile page on evil.example resolves its own name to
+//     127.0.0.1 and reads the admin port as same-origin. Its requests carry
+//     Host: evil.example, so every request whose Host is not a loopback name
+//     or address (or a name in ADMIN_HOSTS) is refused with 421. An IP
+//     literal cannot be rebound, so when the admin listener is bound to a
+//     specific non-loopback address (or to all of them), Hosts that are that
+//     address (or any address) are accepted too: a Prometheus scrape by IP
+//     keeps working.
+//   - Cross-site requests: a hostile page can still POST to
+//     http://127.0.0.1:4002 blind. The mint endpoint requires a token that
+//     is only in the served playground page (a cross-site page cannot read
+//     it) and an Origin that is the admin page's own.
+
+import (
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// adminState is what the admin pages keep beside the server.
+type adminState struct {
+	started time.Time
+	// reg holds the collectors the status page reads (the pool's), which
+	// are registered in the main registry too: sampling it each second
+	// costs nothing for the Go and process collectors (the latter walks
+	// /proc/self/fd, 20k entries on a busy gateway).
+	reg      *prometheus.Registry
+	pageKey  []byte                      // signs playground page tokens; random per process
+	addr     atomic.Pointer[net.TCPAddr] // the admin listener, once ServeAdmin runs
+	sampling sync.Once
+	board    statusBoard
+	dials    dialStats
+}
+
+func (a *adminState) init() {
+	a.started = time.Now()
+	a.reg = prometheus.NewRegistry()
+	a.pageKey = randomBytes(32)
+	a.board.init()
+	a.dials.init()
+}
+
+// tee returns a Registerer that registers with main and with the status
+// page's own registry.
+func (a *adminState) tee(main prometheus.Registerer) prometheus.Registerer {
+	return teeRegisterer{main: main, status: a.reg}
+}
+
+type teeRegisterer struct{ main, status prometheus.Registerer }
+
+func (t teeRegisterer) Register(c prometheus.Collector) error {
+	if err := t.main.Register(c); err != nil {
+		return err
+	}
+	return t.status.Register(c)
+}
+
+func (t teeRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t teeRegisterer) Unregister(c prometheus.Collector) bool {
+	t.status.Unregister(c)
+	return t.main.Unregister(c)
+}
+
+// adminListening records the admin listener's address: the playground's
+// origin (accepted by the client port) and the Host check depend on it.
+func (s *Server) adminListening(addr net.Addr) {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		s.admin.addr.Store(a)
+	}
+}
+
+// addPages mounts the status page and the playground, and starts the
+// status sampler (one goroutine, until the server shuts down).
+func (s *Server) addPages(mux *http.ServeMux) {
+	s.admin.sampling.Do(func() { go s.sampleStatus(s.ctx) })
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/status", http.StatusFound)
+	})
+	mux.HandleFunc("GET /status", s.serveStatusPage)
+	mux.HandleFunc("GET /status.json", s.serveStatusJSON)
+	mux.HandleFunc("GET /playground", s.servePlayground)
+	mux.HandleFunc("POST /playground/client_secret", s.servePlaygroundSecret)
+}
+
+// adminGuard refuses requests whose Host could come from DNS rebinding.
+func (s *Server) adminGuard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// No Host at all (HTTP/1.0, or a handler called in-process)
+		// is no browser's request: browsers always send one.
+		if r.Host != "" && !s.adminHostAllowed(r.Host) {
+			http.Error(w, "admin server: this Host is not served; use a loopback address or list the name in ADMIN_HOSTS",
+				http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// adminHostAllowed says whether the admin server answers to hostport (a
+// Host header).
+func (s *Server) adminHostAllowed(hostport string) bool { return s.adminHost(hostport, true) }
+
+// adminHost is adminHostAllowed; anyIP says whether every IP literal counts
+// when the listener is bound to all addresses (true for Host headers; false
+// for origins, where "any address on port 4002" would take in other
+// machines' pages).
+func (s *Server) adminHost(hostport string, anyIP bool) bool {
+	h := hostOf(hostport)
+	if h == "" {
+		return false
+	}
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true // browsers resolve these to loopback themselves
+	}
+	if ip := net.ParseIP(h); ip != nil {
+		if ip.IsLoopback() {
+			return true
+		}
+		a := s.admin.addr.Load()
+		return a != nil && ((anyIP && a.IP.IsUnspecified()) || a.IP.Equal(ip))
+	}
+	return slices.Contains(s.cfg.AdminHosts, h)
+}
+
+// hostOf is the host of a Host header value, lower case, without port,
+// brackets or a trailing dot.
+func hostOf(hostport string) string {
+	h := hostport
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		h = host
+	}
+	h = strings.TrimSuffix(strings.Trim(h, "[]"), ".")
+	return strings.ToLower(h)
+}
+
+// isAdminOrigin reports whether origin is a page served by this admin
+// server: http(s), a loopback name or address, a name in ADMIN_HOSTS or the
+// listener's own address, and its port. The client
+// port accepts such origins even when ALLOWED_ORIGINS is set, so that the
+// playground can connect.
+func (s *Server) isAdminOrigin(origin string) bool {
+	a := s.admin.addr.Load()
+	if a == nil || origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" {
+		return false
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return port == strconv.Itoa(a.Port) && s.adminHost(u.Host, false)
+}
+
+// pageOrigin is the origin of a page served for r.
+func pageOrigin(r *http.Request) string {
+	if r.TLS != nil {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
+}

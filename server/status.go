@@ -1,0 +1,474 @@
+package server
+
+// The live status page's data (/status.json). One goroutine takes a sample
+// of the gateway's own state every second into a ring of the last five
+// minutes: live sessions, sessions started so far, and the pool's counters
+// (from the status registry, see adminState.reg). /status.json adds what is
+// cheap to read at request time: live sessions by model group and key (a
+// walk of the session registry), the pool's keys, deployment health. Rates
+// (connects per second, hit rate over the last minute, mean warm age and
+// refill time over the last minute) are differences between samples.
+// Nothing here runs per session or per frame.
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+const (
+	statusEvery   = time.Second
+	statusHistory = 300 // samples kept: five minutes
+	statusWindow  = 60  // samples behind "over the last minute"
+)
+
+// statusSample is the gateway at one moment. Counters are cumulative.
+type statusSample struct {
+	at       time.Time
+	sessions int
+	started  float64                 // sessions admitted so far: ended plus open
+	pool     map[string]poolCounters // by pool key, "model/id"
+	models   map[string]modelTimings // by model
+}
+
+type poolCounters struct{ hits, misses, pings, missedPongs, dialsOK, dialsFailed float64 }
+
+// modelTimings are the sums and counts of the pool's per-model histograms.
+type modelTimings struct{ ageSum, ageCount, refillSum, refillCount float64 }
+
+// statusBoard is the ring of samples.
+type statusBoard struct {
+	mu   sync.Mutex
+	ring []statusSample
+	n    int // samples taken; the newest is ring[(n-1)%len]
+}
+
+func (b *statusBoard) init() { b.ring = make([]statusSample, statusHistory) }
+
+func (b *statusBoard) add(s statusSample) {
+	b.mu.Lock()
+	b.ring[b.n%len(b.ring)] = s
+	b.n++
+	b.mu.Unlock()
+}
+
+// history returns the samples, oldest first.
+func (b *statusBoard) history() []statusSample {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := min(b.n, len(b.ring))
+	out := make([]statusSample, 0, k)
+	for i := b.n - k; i < b.n; i++ {
+		out = append(out, b.ring[i%len(b.ring)])
+	}
+	return out
+}
+
+// sampleStatus takes a sample every statusEvery until ctx ends.
+func (s *Server) sampleStatus(ctx context.Context) {
+	s.admin.board.add(s.takeSample(time.Now()))
+	t := time.NewTicker(statusEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.admin.board.add(s.takeSample(now))
+		}
+	}
+}
+
+func (s *Server) takeSample(now time.Time) statusSample {
+	s.sessMu.Lock()
+	open := len(s.sessions)
+	s.sessMu.Unlock()
+	smp := statusSample{at: now, sessions: open, pool: map[string]poolCounters{}, models: map[string]modelTimings{}}
+	smp.started = float64(open) + sumCounter(s.metrics.sessionsTotal)
+	fams, _ := s.admin.reg.Gather() // errors only for inconsistent collectors; use what came
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			l := labelMap(m)
+			key := l["model"] + "/" + l["key"]
+			pc, mt := smp.pool[key], smp.models[l["model"]]
+			switch f.GetName() {
+			case "rtgate_pool_hits_total":
+				pc.hits += m.GetCounter().GetValue()
+			case "rtgate_pool_misses_total":
+				pc.misses += m.GetCounter().GetValue()
+			case "rtgate_pool_pings_total":
+				pc.pings += m.GetCounter().GetValue()
+			case "rtgate_pool_missed_pongs_total":
+				pc.missedPongs += m.GetCounter().GetValue()
+			case "rtgate_pool_dials_total":
+				if l["result"] == "ok" {
+					pc.dialsOK += m.GetCounter().GetValue()
+				} else {
+					pc.dialsFailed += m.GetCounter().GetValue()
+				}
+			case "rtgate_pool_warm_age_seconds":
+				mt.ageSum += m.GetHistogram().GetSampleSum()
+				mt.ageCount += float64(m.GetHistogram().GetSampleCount())
+			case "rtgate_pool_refill_seconds":
+				mt.refillSum += m.GetHistogram().GetSampleSum()
+				mt.refillCount += float64(m.GetHistogram().GetSampleCount())
+			default:
+				continue
+			}
+			if _, perKey := l["key"]; perKey {
+				smp.pool[key] = pc
+			} else {
+				smp.models[l["model"]] = mt
+			}
+		}
+	}
+	return smp
+}
+
+// gauges reads the pool's per-key gauges that Pool.Status does not carry
+// (the dial limit, when the pool has one), by "model/id".
+func (s *Server) poolGauges() map[string]float64 {
+	out := map[string]float64{}
+	fams, _ := s.admin.reg.Gather()
+	for _, f := range fams {
+		if f.GetName() != "rtgate_pool_inflight_limit" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := labelMap(m)
+			out[l["model"]+"/"+l["key"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+func labelMap(m *dto.Metric) map[string]string {
+	out := make(map[string]string, len(m.GetLabel()))
+	for _, lp := range m.GetLabel() {
+		out[lp.GetName()] = lp.GetValue()
+	}
+	return out
+}
+
+// sumCounter adds up every series of a counter vector.
+func sumCounter(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	total := 0.0
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil {
+			total += d.GetCounter().GetValue()
+		}
+	}
+	return total
+}
+
+// statusReport is /status.json.
+type statusReport struct {
+	Version     string             `json:"version"`
+	GoVersion   string             `json:"go_version"`
+	StartedAt   time.Time          `json:"started_at"`
+	UptimeS     float64            `json:"uptime_s"`
+	Now         time.Time          `json:"now"`
+	Draining    bool               `json:"draining"`
+	Sessions    int                `json:"sessions"`
+	ByGroup     []namedCount       `json:"sessions_by_model_group"`
+	ByKey       []namedCount       `json:"sessions_by_key"`
+	ConnectsPS  float64            `json:"connects_per_s"` // over the last sample interval
+	Connects1m  float64            `json:"connects_last_minute"`
+	PoolEnabled bool               `json:"pool_enabled"`
+	Pool        []poolKeyReport    `json:"pool"`
+	Deployments []deploymentReport `json:"deployments"`
+	History     historyReport      `json:"history"`
+}
+
+type namedCount struct {
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+}
+
+type poolKeyReport struct {
+	Model    string   `json:"model"`
+	Key      string   `json:"key"` // short hash, as in the metrics
+	Upstream string   `json:"upstream"`
+	Warm     int      `json:"warm"`
+	Target   int      `json:"target"`
+	Dialing  int      `json:"in_flight"`
+	Limit    *float64 `json:"in_flight_limit,omitempty"`
+	BackoffS float64  `json:"backoff_s"`
+	// Over the last minute; nil when nothing happened in it.
+	HitRate   *float64 `json:"hit_rate_1m"`
+	Hits      float64  `json:"hits_1m"`
+	Misses    float64  `json:"misses_1m"`
+	WarmAgeS  *float64 `json:"warm_age_s_1m"`
+	RefillS   *float64 `json:"refill_s_1m"`
+	Pings     float64  `json:"pings_1m"`
+	MissedPng float64  `json:"missed_pongs_1m"`
+	DialFails float64  `json:"dial_failures_1m"`
+}
+
+type deploymentReport struct {
+	Name     string   `json:"name"`
+	Group    string   `json:"model_group"`
+	State    string   `json:"state"` // healthy, ejected or probing
+	Ejected  bool     `json:"ejected"`
+	BackoffS float64  `json:"backoff_left_s"`
+	Live     int64    `json:"live"`
+	Dialing  int64    `json:"dialing"`
+	DialMS   *float64 `json:"dial_ms_last"`
+	DialAvg  *float64 `json:"dial_ms_avg"`
+	Dials    int      `json:"dials"`
+}
+
+// historyReport are the sparklines' series, one point per sample, oldest
+// first. HitRate is null for a second without connects.
+type historyReport struct {
+	IntervalS float64    `json:"interval_s"`
+	Sessions  []int      `json:"sessions"`
+	Connects  []float64  `json:"connects"`
+	HitRate   []*float64 `json:"hit_rate"`
+}
+
+func (s *Server) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(s.statusReport(time.Now()))
+}
+
+func (s *Server) statusReport(now time.Time) statusReport {
+	hist := s.admin.board.history()
+	r := statusReport{Version: buildVersion(), GoVersion: runtime.Version(), StartedAt: s.admin.started.UTC(),
+		UptimeS: now.Sub(s.admin.started).Seconds(), Now: now.UTC(), Draining: s.Draining(),
+		PoolEnabled: s.pool != nil, Pool: []poolKeyReport{}, Deployments: s.deploymentReports(now)}
+	r.Sessions, r.ByGroup, r.ByKey = s.sessionCounts()
+	r.History = historyOf(hist)
+	if n := len(hist); n >= 2 {
+		last, prev := hist[n-1], hist[n-2]
+		r.ConnectsPS = rate(last.started-prev.started, last.at.Sub(prev.at))
+		r.Connects1m = last.started - hist[max(0, n-1-statusWindow)].started
+	}
+	if s.pool != nil {
+		limits := s.poolGauges()
+		for _, k := range s.pool.Status() {
+			pk := poolKeyReport{Model: k.Model, Key: k.ID, Upstream: k.Upstream, Warm: k.Warm, Target: k.Target,
+				Dialing: k.Dialing, BackoffS: k.Backoff.Seconds()}
+			if v, ok := limits[k.Model+"/"+k.ID]; ok {
+				pk.Limit = &v
+			}
+			fillMinute(&pk, hist)
+			r.Pool = append(r.Pool, pk)
+		}
+	}
+	return r
+}
+
+// fillMinute adds the last minute's counters to a pool key's row.
+func fillMinute(pk *poolKeyReport, hist []statusSample) {
+	n := len(hist)
+	if n < 2 {
+		return
+	}
+	last, first := hist[n-1], hist[max(0, n-1-statusWindow)]
+	id := pk.Model + "/" + pk.Key
+	a, b := last.pool[id], first.pool[id]
+	pk.Hits, pk.Misses = a.hits-b.hits, a.misses-b.misses
+	pk.Pings, pk.MissedPng, pk.DialFails = a.pings-b.pings, a.missedPongs-b.missedPongs, a.dialsFailed-b.dialsFailed
+	if t := pk.Hits + pk.Misses; t > 0 {
+		v := pk.Hits / t
+		pk.HitRate = &v
+	}
+	ma, mb := last.models[pk.Model], first.models[pk.Model]
+	if c := ma.ageCount - mb.ageCount; c > 0 {
+		v := (ma.ageSum - mb.ageSum) / c
+		pk.WarmAgeS = &v
+	}
+	if c := ma.refillCount - mb.refillCount; c > 0 {
+		v := (ma.refillSum - mb.refillSum) / c
+		pk.RefillS = &v
+	}
+}
+
+func historyOf(hist []statusSample) historyReport {
+	h := historyReport{IntervalS: statusEvery.Seconds(), Sessions: make([]int, 0, len(hist)),
+		Connects: make([]float64, 0, len(hist)), HitRate: make([]*float64, 0, len(hist))}
+	for i, smp := range hist {
+		h.Sessions = append(h.Sessions, smp.sessions)
+		if i == 0 {
+			h.Connects, h.HitRate = append(h.Connects, 0), append(h.HitRate, nil)
+			continue
+		}
+		prev := hist[i-1]
+		h.Connects = append(h.Connects, rate(smp.started-prev.started, smp.at.Sub(prev.at)))
+		var hits, all float64
+		for id, pc := range smp.pool {
+			pp := prev.pool[id]
+			hits += pc.hits - pp.hits
+			all += pc.hits - pp.hits + pc.misses - pp.misses
+		}
+		if all > 0 {
+			v := hits / all
+			h.HitRate = append(h.HitRate, &v)
+		} else {
+			h.HitRate = append(h.HitRate, nil)
+		}
+	}
+	return h
+}
+
+func rate(delta float64, d time.Duration) float64 {
+	if d <= 0 || delta < 0 {
+		return 0
+	}
+	return delta / d.Seconds()
+}
+
+// sessionCounts walks the session registry once: the total and the counts
+// by model group and by key name (names only: no key is held in clear).
+func (s *Server) sessionCounts() (int, []namedCount, []namedCount) {
+	groups, keys := map[string]int{}, map[string]int{}
+	s.sessMu.Lock()
+	total := len(s.sessions)
+	for _, info := range s.sessions {
+		groups[info.group]++
+		if info.key != nil {
+			keys[info.key.Name]++
+		}
+	}
+	s.sessMu.Unlock()
+	return total, sortedCounts(groups), sortedCounts(keys)
+}
+
+func sortedCounts(m map[string]int) []namedCount {
+	out := make([]namedCount, 0, len(m))
+	for name, n := range m {
+		out = append(out, namedCount{name, n})
+	}
+	slices.SortFunc(out, func(a, b namedCount) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name)) })
+	return out
+}
+
+// deploymentReports lists every deployment of the routes table with the
+// router's passive health (health.go) and the dial latency seen by client
+// connects.
+func (s *Server) deploymentReports(now time.Time) []deploymentReport {
+	table := s.routes.Load()
+	var out []deploymentReport
+	groups := make([]string, 0, len(table.Groups))
+	for g := range table.Groups {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	for _, g := range groups {
+		for _, d := range table.Groups[g] {
+			st := s.live.stateOf(d)
+			s.live.mu.Lock()
+			state, until := st.state, st.until
+			s.live.mu.Unlock()
+			dr := deploymentReport{Name: d.Name, Group: g, State: [...]string{"healthy", "ejected", "probing"}[state],
+				Ejected: state != healthy, Live: st.live.Load(), Dialing: st.dialing.Load()}
+			if state == ejected && until.After(now) {
+				dr.BackoffS = until.Sub(now).Seconds()
+			}
+			dr.DialMS, dr.DialAvg, dr.Dials = s.admin.dials.get(d.Name)
+			out = append(out, dr)
+		}
+	}
+	return out
+}
+
+// dialStats keep the latency of client dials per deployment: the last and
+// a moving average, since a deployment's health is mostly how fast it
+// answers.
+type dialStats struct {
+	mu sync.Mutex
+	by map[string]*dialStat
+}
+
+type dialStat struct {
+	lastMS, avgMS float64
+	n             int
+}
+
+func (d *dialStats) init() { d.by = map[string]*dialStat{} }
+
+// observe records one completed dial (upgrade done) to a deployment.
+func (d *dialStats) observe(deployment string, took time.Duration) {
+	ms := float64(took.Microseconds()) / 1000
+	d.mu.Lock()
+	st := d.by[deployment]
+	if st == nil {
+		st = &dialStat{avgMS: ms}
+		d.by[deployment] = st
+	}
+	st.lastMS, st.n = ms, st.n+1
+	st.avgMS += (ms - st.avgMS) * 0.2 // about the last ten dials
+	d.mu.Unlock()
+}
+
+func (d *dialStats) get(deployment string) (last, avg *float64, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.by[deployment]
+	if st == nil {
+		return nil, nil, 0
+	}
+	l, a := st.lastMS, st.avgMS
+	return &l, &a, st.n
+}
+
+// buildVersion is the module version and VCS revision the binary was built
+// from, as far as the build recorded them.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	rev, dirty := "", false
+	for _, st := range bi.Settings {
+		switch st.Key {
+		case "vcs.revision":
+			rev = st.Value
+		case "vcs.modified":
+			dirty = st.Value == "true"
+		}
+	}
+	if rev != "" {
+		v += " " + rev[:min(12, len(rev))]
+		if dirty {
+			v += "+dirty"
+		}
+	}
+	return v
+}
+
+//go:embed status.html
+var statusPage []byte
+
+func (s *Server) serveStatusPage(w http.ResponseWriter, _ *http.Request) {
+	pageHeaders(w)
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "+
+		"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	_, _ = w.Write(statusPage)
+}
+
+// pageHeaders: the pages are self-contained and must stay so (no external
+// loads, no framing by other sites).
+func pageHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+}
