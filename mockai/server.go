@@ -206,7 +206,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 		log:        logger,
 		conns:      make(map[*websocket.Conn]struct{}),
 		records:    recordRing{max: maxRecords},
-		audioDelta: base64.StdEncoding.EncodeToString(pcmPattern(cfg.AudioDeltaBytes)),
+		audioDelta: base64.StdEncoding.EncodeToString(PCMPattern(cfg.AudioDeltaBytes)),
 	}
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
@@ -230,7 +230,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 		ln = heldListener{ln}
 	}
 	if cfg.TLS {
-		cert, certPEM, err := selfSignedCert()
+		cert, certPEM, err := SelfSignedCert()
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("mockai: %w", err)
@@ -599,8 +599,10 @@ func firstNonEmpty(vals ...string) string {
 	return ""
 }
 
-// pcmPattern is n bytes of a quiet PCM16 sawtooth: recognisable, not silence.
-func pcmPattern(n int) []byte {
+// PCMPattern is n bytes of a quiet PCM16 sawtooth: recognisable, not
+// silence. Every audio delta mockai sends carries it, so that a test can
+// tell whether a delta arrived byte for byte.
+func PCMPattern(n int) []byte {
 	b := make([]byte, n)
 	for i := 0; i+1 < n; i += 2 {
 		v := int16((i/2)%200*50 - 5000)

@@ -55,7 +55,7 @@ func (c StreamConfig) deltaFrame() []byte {
 	}
 	return []byte(`{"type":"response.output_audio.delta","event_id":"event_mockai_stream","response_id":"resp_mockai_stream",` +
 		`"item_id":"item_mockai_stream","output_index":0,"content_index":0,"delta":"` +
-		base64.StdEncoding.EncodeToString(pcmPattern(n)) + `"}`)
+		base64.StdEncoding.EncodeToString(PCMPattern(n)) + `"}`)
 }
 
 // streamVoice runs a session in stream mode after session.created: it reads and

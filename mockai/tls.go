@@ -14,9 +14,11 @@ import (
 	"time"
 )
 
-// selfSignedCert makes a fresh ECDSA P-256 certificate for 127.0.0.1, ::1 and
-// localhost. It is its own CA, so a client trusts it by adding the PEM to its roots.
-func selfSignedCert() (tls.Certificate, []byte, error) {
+// SelfSignedCert makes a fresh ECDSA P-256 certificate for 127.0.0.1, ::1 and
+// localhost, returning it with its PEM. It is its own CA, so a client trusts
+// it by adding the PEM to its roots. Tests that need a loopback server
+// certificate of their own (a TLS listener, a scripted upstream) use it too.
+func SelfSignedCert() (tls.Certificate, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, fmt.Errorf("generate key: %w", err)

@@ -224,10 +224,9 @@ func (s *Session) tellGone(o *side, lost Side) {
 	} else {
 		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "client connection lost"}, ClientSide)
 	}
+	var frame []byte
 	drop := false
-	act := actNone
 	if o.mayWrite() {
-		var frame []byte
 		switch {
 		case lost == ClientSide && s.c2u.MidFrame(), lost == UpstreamSide && s.u2c.MidFrame():
 			drop = true // a close frame now would be read as the rest of a frame
@@ -244,16 +243,25 @@ func (s *Session) tellGone(o *side, lost Side) {
 		default:
 			frame = frames.AppendClose(nil, ws.StatusInternalServerError, "upstream connection lost", false)
 		}
-		if frame != nil {
-			_ = o.ep.Send(frame)
-			act = s.step(o, evSend)
-		}
 	}
-	ep := o.ep
-	o.mu.Unlock()
+	s.sendOwnClose(o, frame, drop)
+}
+
+// sendOwnClose ends a close of the gateway's own on sd, whose lock the caller
+// holds and which it releases: it sends frame (none when nil) and steps the
+// close state, or with drop drops the socket instead (a close frame now would
+// be read as the rest of a half-sent frame).
+func (s *Session) sendOwnClose(sd *side, frame []byte, drop bool) {
+	act := actNone
+	if frame != nil && !drop {
+		_ = sd.ep.Send(frame)
+		act = s.step(sd, evSend)
+	}
+	ep := sd.ep
+	sd.mu.Unlock()
 	if drop {
 		ep.Drop()
 		return
 	}
-	s.run(o, act)
+	s.run(sd, act)
 }

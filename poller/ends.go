@@ -48,8 +48,8 @@ func (s *Session) closeUpstream(code ws.StatusCode, reason string) {
 		return
 	}
 	frame := frames.AppendClose(nil, code, reason, true)
+	var send []byte
 	drop := false
-	act := actNone
 	switch {
 	case s.upState == upConnecting:
 		// Never behind half a frame: the upstream would read the close
@@ -63,16 +63,9 @@ func (s *Session) closeUpstream(code ws.StatusCode, reason string) {
 		// read as its payload.
 		drop = true
 	default:
-		_ = up.ep.Send(frame)
-		act = s.step(up, evSend)
+		send = frame
 	}
-	ep := up.ep
-	up.mu.Unlock()
-	if drop {
-		ep.Drop()
-		return
-	}
-	s.run(up, act)
+	s.sendOwnClose(up, send, drop)
 }
 
 // sendClientNotice sends the client notice (may be nil) and a close frame,

@@ -18,7 +18,14 @@ import (
 // given Host and headers; it returns the status and body.
 func adminRequest(t *testing.T, method, addr, path, host string, h http.Header, body []byte) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+path, bytes.NewReader(body))
+	return httpRequest(t, method, "http://"+addr+path, host, h, body)
+}
+
+// httpRequest sends a request to url with the given Host ("" for url's)
+// and headers; it returns the status and body.
+func httpRequest(t testing.TB, method, url, host string, h http.Header, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,20 +64,7 @@ func runChromium(t *testing.T, url string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting chromium: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("chromium stderr:\n%s", stderr.String())
-		}
-	})
+	stopAtCleanup(t, cmd, func(error) { t.Logf("chromium stderr:\n%s", stderr.String()) })
 }
 
 func (ps *pageServer) result(t *testing.T, v any) {

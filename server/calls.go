@@ -115,13 +115,8 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	default:
 		group = table.Default
 	}
-	if _, ok := table.Groups[group]; !ok {
-		return errorAnswer(http.StatusNotFound, "invalid_request_error", "model_not_found",
-			fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", group))
-	}
-	if !key.Allows(group) {
-		return errorAnswer(http.StatusForbidden, "invalid_request_error", "model_not_allowed",
-			fmt.Sprintf("This key may not use the model '%s'.", group))
+	if refusal, ok := groupRefusal(table, key, group); !ok {
+		return refusal
 	}
 	if offer.session == nil {
 		offer.session = map[string]any{"type": "realtime"}

@@ -211,11 +211,7 @@ func TestSidebandAccess(t *testing.T) {
 	for _, up := range upstreams {
 		t.Run(up.name, func(t *testing.T) {
 			g, rt, _ := appsGateway(t, up.cfg, func(c *Settings) { c.Pool.Size = 1 })
-			status, h, _ := post(t, g, "/v1/realtime/calls", keyA, "application/sdp", []byte(sdpOffer), nil)
-			if status != 201 {
-				t.Fatalf("call: HTTP %d", status)
-			}
-			id := strings.TrimPrefix(h.Get("Location"), "/v1/realtime/calls/")
+			id := placeCall(t, g, keyA, "call")
 			ekA, _ := mint(t, g, keyA, map[string]any{})
 			ekB, _ := mint(t, g, keyB, map[string]any{})
 			for _, tc := range []struct {
@@ -350,23 +346,35 @@ func TestBetaDialectExplained(t *testing.T) {
 	})
 }
 
+// placeCall makes a WebRTC call as key and returns its call id; what names
+// the call in a failure.
+func placeCall(t *testing.T, g *gateway, key, what string) string {
+	t.Helper()
+	status, h, _ := post(t, g, "/v1/realtime/calls", key, "application/sdp", []byte(sdpOffer), nil)
+	if status != 201 {
+		t.Fatalf("%s: HTTP %d", what, status)
+	}
+	return strings.TrimPrefix(h.Get("Location"), "/v1/realtime/calls/")
+}
+
+// expectAttachRefused expects key's sideband connect with query q to get
+// 403; what says what a success would mean.
+func expectAttachRefused(t *testing.T, g *gateway, q, key, what string) {
+	t.Helper()
+	if _, resp, err := dialer().Dial(g.url(q), bearer(key)); err == nil || httpStatus(resp) != 403 {
+		t.Fatalf("%s (%v)", what, err)
+	}
+}
+
 // TestSidebandOwnerAcrossInstances: with REDIS_URL, an instance that did not
 // make the call knows whose it is.
 func TestSidebandOwnerAcrossInstances(t *testing.T) {
 	rd := redistest.Start(t)
 	g1, rt, tr := appsGateway(t, mockai.Config{}, func(c *Settings) { c.RedisURL = rd.URL() })
 	g2 := appsGatewayOn(t, rt, tr, func(c *Settings) { c.RedisURL = rd.URL() })
-	status, h, _ := post(t, g1, "/v1/realtime/calls", keyA, "application/sdp", []byte(sdpOffer), nil)
-	if status != 201 {
-		t.Fatalf("call: HTTP %d", status)
-	}
-	q := "call_id=" + strings.TrimPrefix(h.Get("Location"), "/v1/realtime/calls/")
-	if _, resp, err := dialer().Dial(g2.url(q), bearer(keyB)); err == nil || resp.StatusCode != 403 {
-		t.Fatalf("another key attached on the other instance (%v)", err)
-	}
-	if _, resp, err := dialer().Dial(g2.url(q), bearer(testMasterKey)); err == nil || resp.StatusCode != 403 {
-		t.Fatalf("the master key attached to app-a's call on the other instance (%v)", err)
-	}
+	q := "call_id=" + placeCall(t, g1, keyA, "call")
+	expectAttachRefused(t, g2, q, keyB, "another key attached on the other instance")
+	expectAttachRefused(t, g2, q, testMasterKey, "the master key attached to app-a's call on the other instance")
 	c := g2.dial(t, q, bearer(keyA))
 	if e := read(t, c); e.typ() != "session.created" {
 		t.Fatalf("first event %s", e.typ())
@@ -420,14 +428,8 @@ func TestAppsWithRedisDown(t *testing.T) {
 	if e := read(t, c); e.str("session", "instructions") != "Redis is down." {
 		t.Fatalf("session.created %v", e)
 	}
-	status, h, _ := post(t, g, "/v1/realtime/calls", keyA, "application/sdp", []byte(sdpOffer), nil)
-	if status != 201 {
-		t.Fatalf("call with Redis down: HTTP %d", status)
-	}
-	q := "call_id=" + strings.TrimPrefix(h.Get("Location"), "/v1/realtime/calls/")
-	if _, resp, err := dialer().Dial(g.url(q), bearer(keyB)); err == nil || resp.StatusCode != 403 {
-		t.Fatalf("another key attached with Redis down (%v)", err)
-	}
+	q := "call_id=" + placeCall(t, g, keyA, "call with Redis down")
+	expectAttachRefused(t, g, q, keyB, "another key attached with Redis down")
 	sb := g.dial(t, q, bearer(keyA))
 	read(t, sb)
 	body, _ := json.Marshal(map[string]any{"session": map[string]any{"instructions": randomText(12000)}})

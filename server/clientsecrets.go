@@ -349,13 +349,8 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 	} else {
 		group = s.transcriptionGroup(table, transcriptionModelOf(session))
 	}
-	if _, ok := table.Groups[group]; !ok {
-		return errorAnswer(http.StatusNotFound, "invalid_request_error", "model_not_found",
-			fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", group))
-	}
-	if !key.Allows(group) {
-		return errorAnswer(http.StatusForbidden, "invalid_request_error", "model_not_allowed",
-			fmt.Sprintf("This key may not use the model '%s'.", group))
+	if refusal, ok := groupRefusal(table, key, group); !ok {
+		return refusal
 	}
 	if typ == "realtime" {
 		session["model"] = group

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -366,11 +365,7 @@ func TestAPIBodyArrivesInPieces(t *testing.T) {
 		{"chunked", []string{head + "Transfer-Encoding: chunked\r\n\r\n", chunked[:25], chunked[25:]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := net.Dial("tcp", g.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := g.rawDial(t)
 			for _, p := range tc.pieces {
 				if _, err := io.WriteString(c, p); err != nil {
 					t.Fatal(err)

@@ -125,11 +125,19 @@ func TestMalformedUpstreamFrame(t *testing.T) {
 	})
 }
 
-func TestClientDropSends1001Upstream(t *testing.T) {
+// recordedSession starts a gateway in front of a recordingUpstream and opens
+// one session on it, past session.created.
+func recordedSession(t *testing.T) (*recordingUpstream, *gateway, *websocket.Conn) {
+	t.Helper()
 	up := startRecordingUpstream(t)
 	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
+	return up, g, c
+}
+
+func TestClientDropSends1001Upstream(t *testing.T) {
+	up, g, c := recordedSession(t)
 	_ = c.UnderlyingConn().Close() // no close frame
 	if code := up.nextClose(t); code != 1001 {
 		t.Fatalf("upstream got close %d, want 1001", code)
@@ -138,10 +146,7 @@ func TestClientDropSends1001Upstream(t *testing.T) {
 }
 
 func TestClientCloseCodeReachesUpstream(t *testing.T) {
-	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
+	up, g, c := recordedSession(t)
 	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4005, "custom"))
 	if code := up.nextClose(t); code != 4005 {
 		t.Fatalf("upstream got close %d, want 4005", code)
@@ -153,10 +158,7 @@ func TestClientCloseCodeReachesUpstream(t *testing.T) {
 }
 
 func TestUnmaskedClientFrameCloses1002(t *testing.T) {
-	up := startRecordingUpstream(t)
-	g := startGateway(t, nil, func(c *Settings) { c.APIBase, _ = ParseAPIBase(up.base()) })
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
+	up, g, c := recordedSession(t)
 	// gorilla always masks; write an unmasked frame on its socket directly.
 	raw := frames.AppendFrame(nil, 1, []byte(`{"type":"session.update"}`), false)
 	if _, err := c.UnderlyingConn().Write(raw); err != nil {
@@ -177,11 +179,7 @@ func TestUnmaskedClientFrameCloses1002(t *testing.T) {
 func TestHandshakeTimeoutDropsSilentClients(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 200 * time.Millisecond })
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := g.rawDial(t)
 	_, _ = conn.Write([]byte("GET /v1/realtime HTTP/1.1\r\nHost: x\r\n")) // never finished
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 1)
@@ -195,11 +193,7 @@ func TestHandshakeTimeoutDropsSilentClients(t *testing.T) {
 func TestOversizedHeadGets431(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, nil)
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := g.rawDial(t)
 	_, _ = conn.Write([]byte("GET /v1/realtime HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("a", 16<<10) + "\r\n\r\n"))
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 64)

@@ -222,23 +222,11 @@ func TestClusterAdmissionKeepsEarlyClientBytes(t *testing.T) {
 	}
 	rd.Pause(300 * time.Millisecond)
 	start := time.Now()
-	c, _, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialWith(t, d, g.url("model=gpt-realtime"), bearer(testMasterKey))
 	if waited := time.Since(start); waited < 200*time.Millisecond {
 		t.Fatalf("the 101 came after %v: the admission did not wait for the paused Redis (fallbacks %v, calls %v)", waited, testutil.ToFloat64(g.srv.cluster.mFallback), testutil.CollectAndCount(g.srv.cluster.mCall))
 	}
-	if e := read(t, c); e.typ() != "session.created" {
-		t.Fatalf("first event %v", e.typ())
-	}
-	for i := range 3 {
-		e := read(t, c)
-		if want := "pipelined " + string(rune('0'+i)); e.typ() != "session.updated" || e.str("session", "instructions") != want {
-			t.Fatalf("event %d: %v %q, want session.updated %q", i, e.typ(), e.str("session", "instructions"), want)
-		}
-	}
+	expectPipelined(t, c, 3)
 	if got := testutil.ToFloat64(g.srv.cluster.mFallback); got != 0 {
 		t.Fatalf("%v connects fell back; the 5 s budget should have covered the pause", got)
 	}

@@ -209,6 +209,18 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 			return nil
 		}
 	}
+	// list reads a comma-separated list, dropping blanks around and between
+	// the items.
+	list := func(dst *[]string) func(string) error {
+		return func(v string) error {
+			for _, item := range strings.Split(v, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					*dst = append(*dst, item)
+				}
+			}
+			return nil
+		}
+	}
 	c.MasterKey = getenv("LITELLM_MASTER_KEY")
 	c.UpstreamKey = getenv("OPENAI_API_KEY")
 	set("OPENAI_REALTIME_MODEL", func(v string) error { c.Model = v; return nil })
@@ -315,14 +327,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		c.ConnectRatePerKey = f
 		return nil
 	})
-	set("ALLOWED_ORIGINS", func(v string) error {
-		for _, o := range strings.Split(v, ",") {
-			if o = strings.TrimSpace(o); o != "" {
-				c.AllowedOrigins = append(c.AllowedOrigins, o)
-			}
-		}
-		return nil
-	})
+	set("ALLOWED_ORIGINS", list(&c.AllowedOrigins))
 	set("REDIS_URL", func(v string) error { c.RedisURL = v; return nil })
 	set("REDIS_TIMEOUT_MS", func(v string) error {
 		var ms int
@@ -343,14 +348,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		return nil
 	})
 	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
-	set("CLIENT_SECRET_KEY", func(v string) error {
-		for _, k := range strings.Split(v, ",") {
-			if k = strings.TrimSpace(k); k != "" {
-				c.ClientSecretKeys = append(c.ClientSecretKeys, k)
-			}
-		}
-		return nil
-	})
+	set("CLIENT_SECRET_KEY", list(&c.ClientSecretKeys))
 	set("TRANSCRIPTION_MODEL", func(v string) error { c.TranscriptionModel = v; return nil })
 	set("ADMIN_HOSTS", func(v string) error {
 		for _, h := range strings.Split(v, ",") {

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 )
 
@@ -50,21 +48,10 @@ func (e *httpError) response() []byte {
 	return httpResponse(e.status, e.header, body)
 }
 
+// httpResponse renders body as a JSON answer; it shares apiAnswer's renderer
+// so that every response the gateway writes by hand has one format.
 func httpResponse(status int, h http.Header, body any) []byte {
-	b, _ := json.Marshal(body)
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
-	buf.WriteString("Content-Type: application/json\r\n")
-	buf.WriteString("Content-Length: " + strconv.Itoa(len(b)) + "\r\n")
-	buf.WriteString("Connection: close\r\n")
-	for k, vs := range h {
-		for _, v := range vs {
-			buf.WriteString(k + ": " + v + "\r\n")
-		}
-	}
-	buf.WriteString("\r\n")
-	buf.Write(b)
-	return buf.Bytes()
+	return jsonAnswer(status, body).render(h)
 }
 
 func badRequest(msg string) *httpError {

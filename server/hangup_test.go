@@ -1,9 +1,7 @@
 package server
 
 import (
-	"crypto/tls"
 	"encoding/json"
-	"net"
 	"testing"
 	"time"
 
@@ -80,15 +78,24 @@ func TestHalfClosedClientGetsItsCloseAnswered(t *testing.T) {
 	up := startScriptedUpstreamDelay(t, false, 300*time.Millisecond)
 	g := startGateway(t, nil, up.config)
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	halfCloseAfterClose(t, g, c, 4200)
+}
+
+// halfCloseAfterClose reads c's session.created, sends a close frame with
+// code, shuts down c's sending side (its TCP or TLS connection's CloseWrite),
+// and expects the close answered with the client's own code before the
+// session ends.
+func halfCloseAfterClose(t *testing.T, g *gateway, c *websocket.Conn, code int) {
+	t.Helper()
 	read(t, c)
-	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4200, "leaving")); err != nil {
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(code, "leaving")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.UnderlyingConn().(*net.TCPConn).CloseWrite(); err != nil {
+	if err := c.UnderlyingConn().(interface{ CloseWrite() error }).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
-	if ce := closeOf(t, c); ce.Code != 4200 || ce.Text != "leaving" {
-		t.Fatalf("close %d %q, want the client's own 4200 leaving answered", ce.Code, ce.Text)
+	if ce := closeOf(t, c); ce.Code != code || ce.Text != "leaving" {
+		t.Fatalf("close %d %q, want the client's own %d leaving answered", ce.Code, ce.Text, code)
 	}
 	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 }
@@ -104,15 +111,5 @@ func TestHalfClosedTLSClientGetsItsCloseAnswered(t *testing.T) {
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 	})
 	c := g.dialTLS(t, cert.roots)
-	read(t, c)
-	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(4201, "leaving")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.UnderlyingConn().(*tls.Conn).CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
-	if ce := closeOf(t, c); ce.Code != 4201 || ce.Text != "leaving" {
-		t.Fatalf("close %d %q, want the client's own 4201 leaving answered", ce.Code, ce.Text)
-	}
-	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	halfCloseAfterClose(t, g, c, 4201)
 }

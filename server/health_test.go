@@ -158,6 +158,13 @@ func TestHealthMetrics(t *testing.T) {
 // gathered adds up every sample of the named metric family in reg.
 func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
+	return gatheredWhere(t, reg, name, "", "")
+}
+
+// gatheredWhere adds up the samples of the named metric family in reg whose
+// label has value; every sample when label is "".
+func gatheredWhere(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +175,13 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				match = match || l.GetName() == label && l.GetValue() == value
+			}
+			if match {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
 		}
 	}
 	return sum

@@ -129,14 +129,30 @@ func dialWith(t testing.TB, d *websocket.Dialer, url string, h http.Header) *web
 	t.Helper()
 	c, resp, err := d.Dial(url, h)
 	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		t.Fatalf("dial gateway at %s: %v (HTTP %d)", url, err, status)
+		t.Fatalf("dial gateway at %s: %v (HTTP %d)", url, err, httpStatus(resp))
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// rawDial opens a plain TCP connection to the gateway, for tests that write
+// bytes by hand; it closes when the test ends.
+func (g *gateway) rawDial(t testing.TB) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// httpStatus is the status of a failed dial's response, 0 when there was none.
+func httpStatus(resp *http.Response) int {
+	if resp == nil {
+		return 0
+	}
+	return resp.StatusCode
 }
 
 func dialer() *websocket.Dialer {

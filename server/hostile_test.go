@@ -73,11 +73,7 @@ func replaceHeader(headers []string, name, line string) []string {
 // the gateway keeps it open.
 func rawExchange(t *testing.T, g *gateway, req []byte) (*http.Response, []byte) {
 	t.Helper()
-	conn, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := g.rawDial(t)
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Write(req); err != nil {
 		t.Fatalf("writing the request: %v", err)
@@ -123,6 +119,33 @@ func normalSessionWorks(t *testing.T, g *gateway) {
 	}
 	_ = c.Close()
 	waitFor(t, "the normal session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+}
+
+// expectCreatedThenUpdated reads session.created, sends a session.update
+// with instructions, and reads its session.updated.
+func expectCreatedThenUpdated(t *testing.T, c *websocket.Conn, instructions string) {
+	t.Helper()
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v, want session.created", e.typ())
+	}
+	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": instructions}})
+	if e := read(t, c); e.typ() != "session.updated" {
+		t.Fatalf("got %v, want session.updated", e.typ())
+	}
+}
+
+// dialThenWriteRaw opens a session, reads its session.created, and writes b
+// (hand-built frame bytes) on the socket beneath the client.
+func dialThenWriteRaw(t *testing.T, g *gateway, b []byte) *websocket.Conn {
+	t.Helper()
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v", e.typ())
+	}
+	if _, err := c.UnderlyingConn().Write(b); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // countFDs counts this process's open file descriptors; ok is false where
@@ -295,15 +318,7 @@ func scriptedDial(t *testing.T, g *gateway, script scriptedConn) *websocket.Conn
 		s.Conn = conn
 		return &s, nil
 	}
-	c, resp, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		t.Fatalf("dial: %v (HTTP %d)", err, status)
-	}
-	return c
+	return dialWith(t, d, g.url("model=gpt-realtime"), bearer(testMasterKey))
 }
 
 // clientFrame builds a frame by hand: b0 is the first byte as sent (FIN,
@@ -345,6 +360,21 @@ func sessionUpdate(n int) []byte {
 	return b
 }
 
+// expectPipelined reads session.created and then the session.updated
+// answers to sessionUpdate(0) ... sessionUpdate(n-1), in order.
+func expectPipelined(t *testing.T, c *websocket.Conn, n int) {
+	t.Helper()
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v", e.typ())
+	}
+	for i := range n {
+		e := read(t, c)
+		if want := "pipelined " + string(rune('0'+i)); e.typ() != "session.updated" || e.str("session", "instructions") != want {
+			t.Fatalf("event %d: %v %q, want session.updated %q", i, e.typ(), e.str("session", "instructions"), want)
+		}
+	}
+}
+
 func TestHostilePipelinedBytesAfterUpgradeRequest(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, nil)
@@ -357,15 +387,7 @@ func TestHostilePipelinedBytesAfterUpgradeRequest(t *testing.T) {
 		}
 		c := scriptedDial(t, g, scriptedConn{afterHead: after})
 		defer c.Close()
-		if e := read(t, c); e.typ() != "session.created" {
-			t.Fatalf("first event %v", e.typ())
-		}
-		for i := range 3 {
-			e := read(t, c)
-			if want := "pipelined " + string(rune('0'+i)); e.typ() != "session.updated" || e.str("session", "instructions") != want {
-				t.Fatalf("event %d: %v %q, want session.updated %q", i, e.typ(), e.str("session", "instructions"), want)
-			}
-		}
+		expectPipelined(t, c, 3)
 	})
 	normalSessionWorks(t, g)
 
@@ -417,13 +439,7 @@ func TestHostileHandshakeTiming(t *testing.T) {
 		g := startGateway(t, mock, nil) // 10 s to send a head of about 250 bytes
 		leaks := startLeakCheck(t, g)
 		c := scriptedDial(t, g, scriptedConn{pause: time.Millisecond})
-		if e := read(t, c); e.typ() != "session.created" {
-			t.Fatalf("first event %v, want session.created", e.typ())
-		}
-		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "slow"}})
-		if e := read(t, c); e.typ() != "session.updated" {
-			t.Fatalf("got %v, want session.updated", e.typ())
-		}
+		expectCreatedThenUpdated(t, c, "slow")
 		_ = c.Close()
 		leaks.done(t)
 	})
@@ -455,11 +471,7 @@ func TestHostileHandshakeTiming(t *testing.T) {
 	}
 	for _, tc := range stalls {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", g.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := g.rawDial(t)
 			type result struct {
 				answer []byte
 				err    error
@@ -563,14 +575,8 @@ func TestHostileClientFrames(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			c := dialThenWriteRaw(t, g, tc.frame)
 			defer c.Close()
-			if e := read(t, c); e.typ() != "session.created" {
-				t.Fatalf("first event %v", e.typ())
-			}
-			if _, err := c.UnderlyingConn().Write(tc.frame); err != nil {
-				t.Fatal(err)
-			}
 			if ce := closeOf(t, c); ce.Code != tc.code || ce.Text == "" {
 				t.Fatalf("close %d %q, want %d with a reason", ce.Code, ce.Text, tc.code)
 			}
@@ -600,14 +606,8 @@ func TestHostileClientFrames(t *testing.T) {
 	}
 	for _, tc := range truncated {
 		t.Run("truncated then EOF: "+tc.name, func(t *testing.T) {
-			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			c := dialThenWriteRaw(t, g, tc.bytes)
 			defer c.Close()
-			if e := read(t, c); e.typ() != "session.created" {
-				t.Fatalf("first event %v", e.typ())
-			}
-			if _, err := c.UnderlyingConn().Write(tc.bytes); err != nil {
-				t.Fatal(err)
-			}
 			// Let the gateway take the bytes in before the connection
 			// ends; the close then finds them there.
 			time.Sleep(100 * time.Millisecond)
@@ -777,11 +777,7 @@ func TestHostileStalledTLSHandshakeTimesOut(t *testing.T) {
 		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
 		c.HandshakeTimeout = 500 * time.Millisecond
 	})
-	c, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := g.rawDial(t)
 	if _, err := c.Write(clientHelloBytes(t)); err != nil {
 		t.Fatal(err)
 	}

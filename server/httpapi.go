@@ -24,6 +24,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -34,6 +35,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
+	"rtgate/server/routes"
 )
 
 // maxAPIBody bounds an API request's body.
@@ -76,6 +78,21 @@ func jsonAnswer(status int, v any) apiAnswer {
 // errorAnswer is an OpenAI-shaped error.
 func errorAnswer(status int, errType, code, msg string) apiAnswer {
 	return apiAnswer{status: status, contentType: "application/json", errType: errType, errCode: code, errMsg: msg}
+}
+
+// groupRefusal checks a model group an API request names (a call, a client
+// secret): it must exist (else 404 model_not_found) and key must be allowed
+// it (else 403 model_not_allowed). ok is true when the request may go on.
+func groupRefusal(table *routes.Table, key *routes.ClientKey, group string) (refusal apiAnswer, ok bool) {
+	if _, found := table.Groups[group]; !found {
+		return errorAnswer(http.StatusNotFound, "invalid_request_error", "model_not_found",
+			fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", group)), false
+	}
+	if !key.Allows(group) {
+		return errorAnswer(http.StatusForbidden, "invalid_request_error", "model_not_allowed",
+			fmt.Sprintf("This key may not use the model '%s'.", group)), false
+	}
+	return apiAnswer{}, true
 }
 
 // render writes the response; the connection closes after it.

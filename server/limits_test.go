@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -334,11 +332,7 @@ func TestStalledClientIsDroppedAndMemoryStaysBounded(t *testing.T) {
 
 	d := dialer()
 	d.ReadBufferSize = 1024
-	stalled, _, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stalled.Close()
+	stalled := dialWith(t, d, g.url("model=gpt-realtime"), bearer(testMasterKey))
 	read(t, stalled)
 	send(t, stalled, map[string]any{"type": "response.create"})
 	// From here the client reads nothing.
@@ -425,7 +419,7 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	const upstreamKey = "sk-upstream-SECRET-b41e2d"
 	const wrongKey = "sk-wrong-SECRET-0c77aa"
 	mock := startMock(t, mockai.Config{Key: upstreamKey})
-	logs := &lockedWriter{w: &bytes.Buffer{}}
+	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	g := startGatewayLog(t, mock, func(c *Settings) {
 		c.MasterKey, c.UpstreamKey = clientKey, upstreamKey
@@ -507,24 +501,6 @@ func TestTLSCertificateReloads(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-// lockedWriter lets several goroutines log into one buffer.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.(*bytes.Buffer).String()
-}
 
 // streamingUpstream sends session.created and then, on its i-th connection,
 // sizes(i) bytes of output as 64 KiB text frames as fast as the gateway takes

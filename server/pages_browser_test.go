@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"image/png"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -359,18 +358,9 @@ func TestPlaygroundStreamsMicrophoneInChromium(t *testing.T) {
 // httpGet fetches url and returns the body, failing on anything but 200.
 func httpGet(t testing.TB, url string, h http.Header) string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	status, b := httpRequest(t, http.MethodGet, url, "", h, nil)
+	if status != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, status, b)
 	}
 	return string(b)
 }

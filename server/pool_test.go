@@ -351,13 +351,7 @@ func testPoolPongsNeverReachClients(t *testing.T, tls bool) {
 			t.Errorf("client %d received a pong it never asked for", i)
 			return nil
 		})
-		if e := read(t, c); e.typ() != "session.created" {
-			t.Fatalf("first event %v", e.typ())
-		}
-		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "x"}})
-		if e := read(t, c); e.typ() != "session.updated" {
-			t.Fatalf("got %v, want session.updated", e.typ())
-		}
+		expectCreatedThenUpdated(t, c, "x")
 		_ = c.Close()
 	}
 	if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits == 0 {

@@ -285,11 +285,7 @@ func TestLargeAndFragmentedMessages(t *testing.T) {
 		// write buffer.
 		d := dialer()
 		d.WriteBufferSize = 64
-		fc, _, err := d.Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fc.Close()
+		fc := dialWith(t, d, g.url("model=gpt-realtime"), bearer(testMasterKey))
 		read(t, fc)
 		instr := strings.Repeat("fragmented ", 100)
 		send(t, fc, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": instr}})
@@ -338,6 +334,21 @@ func TestTooMuchBeforeUpstreamReadyCloses1009(t *testing.T) {
 	})
 }
 
+// expectScriptedEcho opens a session on a gateway in front of a
+// scriptedUpstream: session.created, then the upstream's echo of an update.
+func expectScriptedEcho(t *testing.T, g *gateway) *websocket.Conn {
+	t.Helper()
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v, want session.created", e.typ())
+	}
+	send(t, c, map[string]any{"type": "session.update"})
+	if e := read(t, c); e.typ() != "echo" {
+		t.Fatalf("got %v, want the upstream's echo", e.typ())
+	}
+	return c
+}
+
 // TestWarmPoolFillsWhenSessionCreatedTrailsThe101: the upstream sends the 101
 // and session.created in one TCP segment (over TLS as separate records, so
 // that session.created sits decrypted inside crypto/tls once the upgrade has
@@ -349,14 +360,7 @@ func TestWarmPoolFillsWhenSessionCreatedTrailsThe101(t *testing.T) {
 	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
 		g := startGateway(t, nil, withPool(8, func(c *Settings) { up.config(c); c.DialTimeout = 10 * time.Second }))
 		waitFor(t, "8 of 8 warm sockets", func() bool { return g.srv.Pool().Warm(g.srv.defaultTarget()) == 8 })
-		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-		if e := read(t, c); e.typ() != "session.created" {
-			t.Fatalf("first event %v, want session.created", e.typ())
-		}
-		send(t, c, map[string]any{"type": "session.update"})
-		if e := read(t, c); e.typ() != "echo" {
-			t.Fatalf("got %v, want the upstream's echo", e.typ())
-		}
+		expectScriptedEcho(t, g)
 	})
 }
 
@@ -443,14 +447,7 @@ func TestFreshDialSessionCreatedTrailsThe101(t *testing.T) {
 	upstreamVariants(t, func(t *testing.T, up *scriptedUpstream) {
 		g := startGateway(t, nil, up.config)
 		for range 5 {
-			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-			if e := read(t, c); e.typ() != "session.created" {
-				t.Fatalf("first event %v, want session.created", e.typ())
-			}
-			send(t, c, map[string]any{"type": "session.update"})
-			if e := read(t, c); e.typ() != "echo" {
-				t.Fatalf("got %v, want the upstream's echo", e.typ())
-			}
+			c := expectScriptedEcho(t, g)
 			_ = c.Close()
 		}
 	})

@@ -59,6 +59,17 @@ func (i *sessionInfo) dialContext(parent context.Context) (context.Context, cont
 	return ctx, cancel
 }
 
+// attemptContext bounds one upstream attempt for a session: it ends when
+// the client leaves, and after the dial timeout when one is set.
+func (s *Server) attemptContext(info *sessionInfo) (context.Context, context.CancelFunc) {
+	clientCtx, cancelClient := info.dialContext(s.ctx)
+	if s.cfg.DialTimeout <= 0 {
+		return clientCtx, cancelClient
+	}
+	ctx, cancel := context.WithTimeout(clientCtx, s.cfg.DialTimeout)
+	return ctx, func() { cancel(); cancelClient() }
+}
+
 // left reports whether the client left (it is only asked once
 // the upstream attempt is over).
 func (i *sessionInfo) left() bool {
@@ -167,12 +178,7 @@ func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
 // deployment's (nothing has reached the client from the upstream yet).
 // At most maxDialAttempts deployments are tried.
 func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
-	clientCtx, cancelClient := info.dialContext(s.ctx)
-	defer cancelClient()
-	ctx, cancel := clientCtx, context.CancelFunc(func() {})
-	if s.cfg.DialTimeout > 0 {
-		ctx, cancel = context.WithTimeout(clientCtx, s.cfg.DialTimeout)
-	}
+	ctx, cancel := s.attemptContext(info)
 	defer cancel()
 	conn, d, status := s.dialRace(ctx, info.group, cands[:min(len(cands), maxDialAttempts)], q, h)
 	switch {

@@ -368,24 +368,7 @@ func TestClientLeavingStopsTheDial(t *testing.T) {
 // has value.
 func metricWith(t *testing.T, g *gateway, name, label, value string) float64 {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return sum
+	return gatheredWhere(t, g.srv.metrics.reg, name, label, value)
 }
 
 // TestRoutingAroundABlackhole: two deployments, one that accepts TCP and never
@@ -415,7 +398,7 @@ func TestRoutingAroundABlackhole(t *testing.T) {
 				good = startMock(t, mockai.Config{})
 			}
 			path := writeConfig(t, "model_list:"+entryAt("gpt-realtime", hole.baseURL())+openaiEntry("gpt-realtime", good)+configTail)
-			logs := &lockedBuffer{}
+			logs := &syncBuffer{}
 			g := startGatewayLog(t, nil, func(c *Settings) {
 				c.RoutesFile = path
 				c.DialTimeout = 5 * time.Second
@@ -569,24 +552,10 @@ func startMockAt(t *testing.T, addr string) *mockai.Server {
 	return m
 }
 
-// lockedBuffer collects a gateway's log for a test to show when it fails.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 // grep returns the lines holding any of words.
-func (l *lockedBuffer) grep(words ...string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (s *syncBuffer) grep(words ...string) string {
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(s.String(), "\n") {
 		for _, w := range words {
 			if strings.Contains(line, w) && !strings.Contains(line, "session ended") {
 				out = append(out, line)

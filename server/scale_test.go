@@ -105,23 +105,8 @@ func startMockaiProcess(t testing.TB, args ...string) *mockaiProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting mockai: %v", err)
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("mockai (pid %d) exited: %v; stderr:\n%s", cmd.Process.Pid, waitErr, stderr.String())
-		}
+	stopAtCleanup(t, cmd, func(waitErr error) {
+		t.Logf("mockai (pid %d) exited: %v; stderr:\n%s", cmd.Process.Pid, waitErr, stderr.String())
 	})
 
 	lines := make(chan string, 1)
@@ -160,6 +145,30 @@ func (p *mockaiProcess) activeSessions(t *testing.T) int64 {
 		t.Fatalf("mockai stats: %v", err)
 	}
 	return st.Active
+}
+
+// stopAtCleanup waits for a started cmd in the background and stops it by
+// its PID when the test ends: SIGTERM, then SIGKILL after 10 s. If the test
+// failed, onFail is given how the process exited.
+func stopAtCleanup(t testing.TB, cmd *exec.Cmd, onFail func(waitErr error)) {
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			onFail(waitErr)
+		}
+	})
 }
 
 // cappedBuffer keeps the first max bytes written to it.
@@ -206,11 +215,7 @@ func startScaleGateway(t *testing.T) (*gateway, *mockaiProcess) {
 func scaleDial(g *gateway) (*websocket.Conn, error) {
 	c, resp, err := dialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
 	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		return nil, fmt.Errorf("dial (HTTP %d): %w", status, err)
+		return nil, fmt.Errorf("dial (HTTP %d): %w", httpStatus(resp), err)
 	}
 	_ = c.SetReadDeadline(time.Now().Add(scaleSessionTimeout))
 	ev, err := readEvent(c)

@@ -30,7 +30,6 @@ package server
 //	done/rejected  more bytes                 same   (kept for the client, after the reply)
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -225,12 +224,7 @@ func sessionUpdateFrame(config []byte) []byte {
 // socket when the pool has one, else a fresh dial; it runs in its own
 // goroutine.
 func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
-	clientCtx, cancelClient := info.dialContext(s.ctx)
-	defer cancelClient()
-	ctx, cancel := clientCtx, context.CancelFunc(func() {})
-	if s.cfg.DialTimeout > 0 {
-		ctx, cancel = context.WithTimeout(clientCtx, s.cfg.DialTimeout)
-	}
+	ctx, cancel := s.attemptContext(info)
 	defer cancel()
 	if err := s.secrets.loadConfig(ctx, info.grant); err != nil {
 		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.claims.ID, "err", err)

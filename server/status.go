@@ -77,16 +77,7 @@ func (b *statusBoard) history() []statusSample {
 // sampleStatus takes a sample every statusEvery until ctx ends.
 func (s *Server) sampleStatus(ctx context.Context) {
 	s.admin.board.add(s.takeSample(time.Now()))
-	t := time.NewTicker(statusEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			s.admin.board.add(s.takeSample(now))
-		}
-	}
+	everyTick(ctx, statusEvery, func(now time.Time) { s.admin.board.add(s.takeSample(now)) })
 }
 
 func (s *Server) takeSample(now time.Time) statusSample {

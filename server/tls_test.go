@@ -3,17 +3,12 @@ package server
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -69,31 +64,15 @@ type listenerCert struct {
 	roots             *x509.CertPool
 }
 
-// newListenerCert makes an ECDSA P-256 certificate valid for 127.0.0.1 and
+// newListenerCert makes a certificate valid for 127.0.0.1 (mockai's kind) and
 // writes its PEM files to a temporary directory.
 func newListenerCert(t testing.TB) listenerCert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, certPEM, err := mockai.SelfSignedCert()
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(now.UnixNano()),
-		Subject:               pkix.Name{CommonName: "rtgate test gateway"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +82,6 @@ func newListenerCert(t testing.TB) listenerCert {
 		keyFile:  filepath.Join(dir, "gateway.key"),
 		roots:    x509.NewCertPool(),
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	if err := os.WriteFile(lc.certFile, certPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -121,18 +99,6 @@ func (g *gateway) dialTLS(t *testing.T, roots *x509.CertPool) *websocket.Conn {
 	d := dialer()
 	d.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return dialWith(t, d, "wss://"+g.addr+"/v1/realtime?model=gpt-realtime", bearer(testMasterKey))
-}
-
-// expectedDelta is the PCM mockai sends in every audio delta: its documented
-// sawtooth, rebuilt here so that the test can tell whether a delta arrived
-// byte for byte.
-func expectedDelta(n int) []byte {
-	b := make([]byte, n)
-	for i := 0; i+1 < n; i += 2 {
-		v := int16((i/2)%200*50 - 5000)
-		b[i], b[i+1] = byte(v), byte(uint16(v)>>8)
-	}
-	return b
 }
 
 // runTLSSession drives one session to the end and checks everything a user
@@ -158,7 +124,7 @@ func runTLSSession(t *testing.T, c *websocket.Conn) {
 	send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": base64.StdEncoding.EncodeToString(audio)})
 	send(t, c, map[string]any{"type": "response.create"})
 
-	want := expectedDelta(tlsAudioDeltaBytes)
+	want := mockai.PCMPattern(tlsAudioDeltaBytes)
 	deltas := 0
 	var done event
 	for done == nil {
@@ -295,14 +261,10 @@ func TestPlainListenerAnswersTLSClientAtOnce(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, func(c *Settings) { c.HandshakeTimeout = 60 * time.Second })
 
-	raw, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := g.rawDial(t)
 	_ = raw.SetDeadline(time.Now().Add(5 * time.Second)) // far below the handshake timeout
 	tc := tls.Client(raw, &tls.Config{ServerName: "127.0.0.1"})
-	err = tc.Handshake()
+	err := tc.Handshake()
 	if err == nil || isTimeout(err) {
 		t.Fatalf("TLS handshake against the plain listener: %v, want an answer at once", err)
 	}
@@ -311,11 +273,7 @@ func TestPlainListenerAnswersTLSClientAtOnce(t *testing.T) {
 	}
 
 	// What the gateway sent, as a person with a packet capture would see it.
-	raw2, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw2.Close()
+	raw2 := g.rawDial(t)
 	_ = raw2.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := raw2.Write(clientHelloBytes(t)); err != nil {
 		t.Fatal(err)
@@ -385,11 +343,7 @@ func TestTLSRequestBehindFinishedInOneSegment(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
-	raw, err := net.Dial("tcp", g.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	raw := g.rawDial(t)
 	_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
 	hc := &holdingConn{Conn: raw}
 	tc := tls.Client(hc, &tls.Config{RootCAs: cert.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})

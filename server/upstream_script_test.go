@@ -2,16 +2,11 @@ package server
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"sync"
@@ -20,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"rtgate/mockai"
 )
 
 // scriptedUpstream is a minimal Realtime-shaped upstream for the reactor's
@@ -181,31 +178,13 @@ func (u *scriptedUpstream) session(raw net.Conn, n int) {
 // and a pool that trusts it.
 func selfSignedTLS(t *testing.T) (*tls.Config, *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano()),
-		Subject:      pkix.Name{CommonName: "scripted upstream"},
-		NotBefore:    now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:        true, BasicConstraintsValid: true,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
+	cert, certPEM, err := mockai.SelfSignedCert()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, pool
+	pool.AppendCertsFromPEM(certPEM)
+	return &tls.Config{Certificates: []tls.Certificate{cert}}, pool
 }
 
 // upstreamVariants runs f over a plain and a TLS scripted upstream.

@@ -76,14 +76,20 @@ const (
 )
 
 func (s *Server) watchdog(ctx context.Context) {
-	t := time.NewTicker(watchdogTick)
+	everyTick(ctx, watchdogTick, s.sweep)
+}
+
+// everyTick calls f with the time of each tick of a d ticker until ctx ends;
+// the server's periodic jobs (the watchdog, the status sampler) run on it.
+func everyTick(ctx context.Context, d time.Duration, f func(now time.Time)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			s.sweep(now)
+			f(now)
 		}
 	}
 }

@@ -77,13 +77,22 @@ func TestPoolRetiresSocketsThatMissTheirPong(t *testing.T) {
 	eachScheme(t, testPoolRetiresSocketsThatMissTheirPong)
 }
 
-func testPoolRetiresSocketsThatMissTheirPong(t *testing.T, tls bool) {
-	m := startMock(t, mockai.Config{StopReading: true}, tls)
+// warmOnManualClock starts a pool of cfg on a manual clock, primes it for
+// key "k" and model "m" and waits until all cfg.Size sockets are warm.
+func warmOnManualClock(t *testing.T, m *mockai.Server, cfg PoolConfig) (*testPool, *manualClock, Target) {
+	t.Helper()
 	clk := newManualClock()
-	p := newTestPool(t, m, PoolConfig{Size: 2, PingInterval: time.Second, PongTimeout: 500 * time.Millisecond, Clock: clk})
+	cfg.Clock = clk
+	p := newTestPool(t, m, cfg)
 	ta := target(t, m, "k")
 	p.Prime(ta, "m")
-	waitFor(t, "the pool to warm", func() bool { return p.Warm(ta) == 2 })
+	waitFor(t, "the pool to warm", func() bool { return p.Warm(ta) == cfg.Size })
+	return p, clk, ta
+}
+
+func testPoolRetiresSocketsThatMissTheirPong(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{StopReading: true}, tls)
+	p, clk, ta := warmOnManualClock(t, m, PoolConfig{Size: 2, PingInterval: time.Second, PongTimeout: 500 * time.Millisecond})
 	start := clk.Now()
 
 	// Each socket's first check falls in 0.5-1 s; step through it.
@@ -139,12 +148,8 @@ func TestPoolPongsKeepSocketsWarm(t *testing.T) { eachScheme(t, testPoolPongsKee
 
 func testPoolPongsKeepSocketsWarm(t *testing.T, tls bool) {
 	m := startMock(t, mockai.Config{}, tls)
-	clk := newManualClock()
 	const size = 4
-	p := newTestPool(t, m, PoolConfig{Size: size, MaxIdle: time.Hour, PingInterval: time.Second, PongTimeout: 500 * time.Millisecond, Clock: clk})
-	ta := target(t, m, "k")
-	p.Prime(ta, "m")
-	waitFor(t, "the pool to warm", func() bool { return p.Warm(ta) == size })
+	p, clk, ta := warmOnManualClock(t, m, PoolConfig{Size: size, MaxIdle: time.Hour, PingInterval: time.Second, PongTimeout: 500 * time.Millisecond})
 	// The network is instant on the pool's clock: after each step, wait
 	// for the pongs to what it sent.
 	answered := func() bool {
@@ -197,12 +202,8 @@ func testPoolPongsKeepSocketsWarm(t *testing.T, tls bool) {
 // Pings are spread over the interval, not sent to every socket at once.
 func TestPoolSpreadsPings(t *testing.T) {
 	m := startMock(t, mockai.Config{}, false)
-	clk := newManualClock()
 	const size = 20
-	p := newTestPool(t, m, PoolConfig{Size: size, MaxIdle: time.Hour, PingInterval: time.Second, PongTimeout: 500 * time.Millisecond, Clock: clk})
-	ta := target(t, m, "k")
-	p.Prime(ta, "m")
-	waitFor(t, "the pool to warm", func() bool { return p.Warm(ta) == size })
+	p, clk, _ := warmOnManualClock(t, m, PoolConfig{Size: size, MaxIdle: time.Hour, PingInterval: time.Second, PongTimeout: 500 * time.Millisecond})
 	steps, last := 0, 0.0
 	for range 20 { // 50 ms steps over the first second
 		clk.Advance(50 * time.Millisecond)

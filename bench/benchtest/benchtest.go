@@ -1,10 +1,12 @@
 // Package benchtest holds what the bench packages' and wsbench's tests share:
-// an in-process mockai for one test.
+// an in-process mockai for one test, and an address that refuses dials.
 package benchtest
 
 import (
+	"strconv"
 	"testing"
 
+	"rtgate/bench/proc"
 	"rtgate/mockai"
 )
 
@@ -18,4 +20,15 @@ func Mockai(t testing.TB, cfg mockai.Config) *mockai.Server {
 	}
 	t.Cleanup(func() { _ = srv.Close() })
 	return srv
+}
+
+// RefusedAddr is a loopback address nothing listens on: a port the kernel
+// handed out and that was closed at once, so a dial to it is refused.
+func RefusedAddr(t testing.TB) string {
+	t.Helper()
+	port, err := proc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(port)
 }

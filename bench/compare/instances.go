@@ -103,30 +103,12 @@ func startInstances(ctx context.Context, bin string, n int, settings map[string]
 // haproxyConfig balances TCP connections over the gateways by fewest
 // connections, as the seed's load balancer did.
 func haproxyConfig(addr string, gws []*proc.Gateway) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `global
-    maxconn 4000
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 120s
-    timeout server 120s
-    retries 3
-    option redispatch
-frontend realtime
-    bind %s
-    default_backend gateways
-backend gateways
-    balance leastconn
-    option httpchk
-    http-check send meth GET uri /health
-    http-check expect status 200
-    default-server inter 100ms fall 2 rise 1
-`, addr)
-	for i, g := range gws {
-		fmt.Fprintf(&b, "    server gw%d %s check\n", i+1, g.Addr)
+	h := proc.HAProxyTCP{Bind: addr, ConnectTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second,
+		CheckEvery: 100 * time.Millisecond, Fall: 2, Rise: 1}
+	for _, g := range gws {
+		h.Servers = append(h.Servers, g.Addr)
 	}
-	return b.String()
+	return h.Config()
 }
 
 // readAllPoolCounters reads every instance's pool counters.

@@ -107,12 +107,7 @@ func TestCallClassification(t *testing.T) {
 }
 
 func TestCallDialRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := benchtest.RefusedAddr(t)
 	c := newTestClient(t, Config{URL: "ws://" + addr + "/v1/realtime?model=m"})
 	if s := c.Call(context.Background(), time.Now()); s.Failure != "dial" {
 		t.Fatalf("failure = %q (%s), want dial", s.Failure, s.Detail)

@@ -51,12 +51,7 @@ func TestClientAgainstEchoingMockai(t *testing.T) {
 
 func TestClientFailures(t *testing.T) {
 	// A port nobody listens on: every session fails to dial, and is counted once.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := benchtest.RefusedAddr(t)
 	c, err := newClient("ws://"+addr+"/v1/realtime", clientKey, nil, nil, 1024)
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"rtgate/bench/proc"
 )
 
 // build compiles a command of this module into dir.
@@ -31,12 +31,11 @@ func build(t *testing.T, dir, pkg string) string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 func TestInvalidSettingIsAStartupError(t *testing.T) {
@@ -67,16 +66,8 @@ func TestInvalidSettingIsAStartupError(t *testing.T) {
 // session ends.
 func TestSIGTERMDrainsLiveSessions(t *testing.T) {
 	dir := t.TempDir()
-	gw, mock := build(t, dir, "rtgate/cmd/gateway"), build(t, dir, "rtgate/cmd/mockai")
-
-	m := exec.Command(mock, "-addr", "127.0.0.1:0")
-	stdout, _ := m.StdoutPipe()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Process.Kill(); _ = m.Wait() })
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	base := strings.TrimSpace(strings.TrimPrefix(line, "mockai listening on "))
+	gw := build(t, dir, "rtgate/cmd/gateway")
+	base := startMockaiProc(t) // plain ws://
 
 	port := freePort(t)
 	g := exec.Command(gw)
@@ -160,15 +151,8 @@ func TestSIGTERMDrainsLiveSessions(t *testing.T) {
 // new file at the old path while the renamed one keeps the first.
 func TestSIGHUPReopensUsageLog(t *testing.T) {
 	dir := t.TempDir()
-	gw, mock := build(t, dir, "rtgate/cmd/gateway"), build(t, dir, "rtgate/cmd/mockai")
-	m := exec.Command(mock, "-addr", "127.0.0.1:0")
-	stdout, _ := m.StdoutPipe()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Process.Kill(); _ = m.Wait() })
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	base := strings.TrimSpace(strings.TrimPrefix(line, "mockai listening on "))
+	gw := build(t, dir, "rtgate/cmd/gateway")
+	base := startMockaiProc(t) // plain ws://
 
 	logPath := filepath.Join(dir, "usage.jsonl")
 	port := freePort(t)

@@ -62,7 +62,14 @@ type upstreamProc struct {
 func startMockai(t *testing.T, args ...string) upstreamProc {
 	t.Helper()
 	ca := filepath.Join(t.TempDir(), "mockai.pem")
-	m := exec.Command(filepath.Join(binDir(t), "mockai"), append([]string{"-addr", "127.0.0.1:0", "-tls", "-cert-out", ca}, args...)...)
+	return upstreamProc{base: startMockaiProc(t, append([]string{"-tls", "-cert-out", ca}, args...)...), caFile: ca}
+}
+
+// startMockaiProc starts mockai with args on a free loopback port, killed
+// by its PID when the test ends, and returns the base URL it announces.
+func startMockaiProc(t *testing.T, args ...string) string {
+	t.Helper()
+	m := exec.Command(filepath.Join(binDir(t), "mockai"), append([]string{"-addr", "127.0.0.1:0"}, args...)...)
 	stdout, _ := m.StdoutPipe()
 	if err := m.Start(); err != nil {
 		t.Fatal(err)
@@ -72,7 +79,7 @@ func startMockai(t *testing.T, args ...string) upstreamProc {
 	if err != nil {
 		t.Fatalf("mockai did not start: %v", err)
 	}
-	return upstreamProc{base: strings.TrimSpace(strings.TrimPrefix(line, "mockai listening on ")), caFile: ca}
+	return strings.TrimSpace(strings.TrimPrefix(line, "mockai listening on "))
 }
 
 // gatewayProc is one gateway process on loopback.

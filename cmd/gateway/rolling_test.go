@@ -1,16 +1,16 @@
 package main
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"rtgate/bench/proc"
 )
 
 // startHAProxy runs a real HAProxy in TCP mode on a free port in front of
@@ -24,29 +24,12 @@ func startHAProxy(t *testing.T, backends []int) string {
 		t.Fatalf("haproxy is not installed (apt-get install -y haproxy; .ci/run does it): %v", err)
 	}
 	port := freePort(t)
-	var servers strings.Builder
-	for i, p := range backends {
-		fmt.Fprintf(&servers, "    server gw%d 127.0.0.1:%d check\n", i+1, p)
+	h := proc.HAProxyTCP{Bind: "127.0.0.1:" + strconv.Itoa(port), ConnectTimeout: 2 * time.Second,
+		IdleTimeout: 60 * time.Second, CheckEvery: 200 * time.Millisecond, Fall: 1, Rise: 2}
+	for _, p := range backends {
+		h.Servers = append(h.Servers, "127.0.0.1:"+strconv.Itoa(p))
 	}
-	cfg := fmt.Sprintf(`global
-    maxconn 4000
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-    retries 3
-    option redispatch
-frontend realtime
-    bind 127.0.0.1:%d
-    default_backend gateways
-backend gateways
-    balance leastconn
-    option httpchk
-    http-check send meth GET uri /health
-    http-check expect status 200
-    default-server inter 200ms fall 1 rise 2
-%s`, port, servers.String())
+	cfg := h.Config()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {

@@ -191,22 +191,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	sum := res.Summary()
-	fmt.Fprint(stdout, report.RunMarkdown(sum))
-	printFirstFailures(stderr, o.url, res.Samples)
-	if o.jsonPath != "" {
-		doc := struct {
-			Target  string        `json:"target"`
-			N       int           `json:"n"`
-			C       int           `json:"c"`
-			Rate    float64       `json:"rate,omitempty"`
-			Audio   bool          `json:"audio"`
-			Summary load.Summary  `json:"summary"`
-			Samples []load.Sample `json:"samples"`
-		}{o.url, o.n, o.c, o.rate, o.audio, sum, res.Samples}
-		if err := writeJSON(o.jsonPath, doc); err != nil {
-			fmt.Fprintln(stderr, "wsbench:", err)
-			return 1
-		}
+	doc := struct {
+		Target  string        `json:"target"`
+		N       int           `json:"n"`
+		C       int           `json:"c"`
+		Rate    float64       `json:"rate,omitempty"`
+		Audio   bool          `json:"audio"`
+		Summary load.Summary  `json:"summary"`
+		Samples []load.Sample `json:"samples"`
+	}{o.url, o.n, o.c, o.rate, o.audio, sum, res.Samples}
+	if !publish(o, stdout, stderr, report.RunMarkdown(sum), res.Samples, doc) {
+		return 1
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintln(stderr, "wsbench: interrupted")
@@ -226,34 +221,44 @@ func runHold(ctx context.Context, client *load.Client, o benchOptions, stdout, s
 		fmt.Fprintln(stderr, "wsbench:", err)
 		return 1
 	}
-	fmt.Fprint(stdout, report.HoldMarkdown(res))
-	printFirstFailures(stderr, o.url, res.Opening)
-	if o.jsonPath != "" {
-		doc := struct {
-			Target      string         `json:"target"`
-			Sessions    int            `json:"sessions"`
-			HoldForS    float64        `json:"hold_for_s"`
-			Established int            `json:"established"`
-			Held        int            `json:"held"`
-			Failed      int            `json:"failed"`
-			ClosedClean int            `json:"closed_clean"`
-			Lost        map[string]int `json:"lost"`
-			OpenS       float64        `json:"open_s"`
-			HeldS       float64        `json:"held_s"`
-			CPUMS       float64        `json:"cpu_ms"`
-			MemPerSess  int64          `json:"mem_per_session_bytes"`
-			Opening     []load.Sample  `json:"opening"`
-		}{o.url, o.hold, o.holdFor.Seconds(), res.Established, res.Held, res.Failed, res.ClosedClean, res.Lost,
-			res.OpenTime.Seconds(), res.Holding.Seconds(), stats.Millis(res.CPU), res.MemPerSession, res.Opening}
-		if err := writeJSON(o.jsonPath, doc); err != nil {
-			fmt.Fprintln(stderr, "wsbench:", err)
-			return 1
-		}
+	doc := struct {
+		Target      string         `json:"target"`
+		Sessions    int            `json:"sessions"`
+		HoldForS    float64        `json:"hold_for_s"`
+		Established int            `json:"established"`
+		Held        int            `json:"held"`
+		Failed      int            `json:"failed"`
+		ClosedClean int            `json:"closed_clean"`
+		Lost        map[string]int `json:"lost"`
+		OpenS       float64        `json:"open_s"`
+		HeldS       float64        `json:"held_s"`
+		CPUMS       float64        `json:"cpu_ms"`
+		MemPerSess  int64          `json:"mem_per_session_bytes"`
+		Opening     []load.Sample  `json:"opening"`
+	}{o.url, o.hold, o.holdFor.Seconds(), res.Established, res.Held, res.Failed, res.ClosedClean, res.Lost,
+		res.OpenTime.Seconds(), res.Holding.Seconds(), stats.Millis(res.CPU), res.MemPerSession, res.Opening}
+	if !publish(o, stdout, stderr, report.HoldMarkdown(res), res.Opening, doc) {
+		return 1
 	}
 	if res.Established == 0 {
 		return 1
 	}
 	return 0
+}
+
+// publish prints a run's Markdown and its first failures and, with -json,
+// writes doc there; it reports false, having said why, when it could not.
+func publish(o benchOptions, stdout, stderr io.Writer, markdown string, samples []load.Sample, doc any) bool {
+	fmt.Fprint(stdout, markdown)
+	printFirstFailures(stderr, o.url, samples)
+	if o.jsonPath == "" {
+		return true
+	}
+	if err := writeJSON(o.jsonPath, doc); err != nil {
+		fmt.Fprintln(stderr, "wsbench:", err)
+		return false
+	}
+	return true
 }
 
 func callLine(i int, s load.Sample) string {

@@ -12,7 +12,6 @@ package routes
 
 import (
 	"fmt"
-	"math"
 	"reflect"
 	"slices"
 	"sort"
@@ -65,26 +64,10 @@ func scalarField(n *yaml.Node, name string) string {
 // litellmExtras reads the honoured LiteLLM fields into d and notes the
 // ignored ones.
 func (l *loader) litellmExtras(p *litellmParams, path string, d *Deployment) {
-	if given(&p.RPM) {
-		fp := join(path, "rpm")
-		if s, ok := l.str(&p.RPM, fp); ok {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-				l.fail(deref(&p.RPM), fp, "%q is not a number of connects per minute (at least 0)", s)
-			}
-			d.RPM = v
-		}
-	}
-	if given(&p.MaxParallelRequests) {
-		fp := join(path, "max_parallel_requests")
-		if s, ok := l.str(&p.MaxParallelRequests, fp); ok {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 {
-				l.fail(deref(&p.MaxParallelRequests), fp, "%q is not a whole number of sessions (at least 0)", s)
-			}
-			d.MaxSessions = n
-		}
-	}
+	l.number(&p.RPM, join(path, "rpm"), &d.RPM,
+		"%q is not a number of connects per minute (at least 0)")
+	l.wholeNumber(&p.MaxParallelRequests, join(path, "max_parallel_requests"), &d.MaxSessions,
+		"%q is not a whole number of sessions (at least 0)")
 	if given(&p.Organization) {
 		if org, ok := l.env(&p.Organization, join(path, "organization")); ok && org != "" {
 			d.header.Set("OpenAI-Organization", org)

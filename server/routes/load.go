@@ -141,6 +141,36 @@ func (l *loader) table(root *yaml.Node) *Table {
 	return t
 }
 
+// wholeNumber reads an optional field holding a whole number of at least 0
+// into dst; format is the error, given the field's text.
+func (l *loader) wholeNumber(n *yaml.Node, path string, dst *int, format string) {
+	if !given(n) {
+		return
+	}
+	if s, ok := l.str(n, path); ok {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			l.fail(deref(n), path, format, s)
+		}
+		*dst = v
+	}
+}
+
+// number reads an optional field holding a finite number of at least 0 into
+// dst; format is the error, given the field's text.
+func (l *loader) number(n *yaml.Node, path string, dst *float64, format string) {
+	if !given(n) {
+		return
+	}
+	if s, ok := l.str(n, path); ok {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			l.fail(deref(n), path, format, s)
+		}
+		*dst = v
+	}
+}
+
 // str returns a required scalar's text.
 func (l *loader) str(n *yaml.Node, path string) (string, bool) {
 	n = deref(n)
@@ -439,26 +469,10 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 		if given(&e.Models) {
 			k.Models = l.modelRefs(&e.Models, join(itemPath, "models"))
 		}
-		if given(&e.MaxSessions) {
-			p := join(itemPath, "max_sessions")
-			if s, ok := l.str(&e.MaxSessions, p); ok {
-				n, err := strconv.Atoi(s)
-				if err != nil || n < 0 {
-					l.fail(deref(&e.MaxSessions), p, "%q is not a whole number of at least 0", s)
-				}
-				k.MaxSessions = n
-			}
-		}
-		if given(&e.ConnectRate) {
-			p := join(itemPath, "connect_rate")
-			if s, ok := l.str(&e.ConnectRate, p); ok {
-				v, err := strconv.ParseFloat(s, 64)
-				if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-					l.fail(deref(&e.ConnectRate), p, "%q is not a rate of connects per second (a number of at least 0)", s)
-				}
-				k.ConnectRate = v
-			}
-		}
+		l.wholeNumber(&e.MaxSessions, join(itemPath, "max_sessions"), &k.MaxSessions,
+			"%q is not a whole number of at least 0")
+		l.number(&e.ConnectRate, join(itemPath, "connect_rate"), &k.ConnectRate,
+			"%q is not a rate of connects per second (a number of at least 0)")
 		l.budget(&e, itemPath, k)
 		if given(&e.Sideband) {
 			p := join(itemPath, "sideband")
