@@ -63,11 +63,32 @@ func (l *upLink) UpstreamGone() {
 		return
 	}
 	l.goneOnce.Do(func() {
+		l.drainLast()
 		if l.s.redial() {
 			return
 		}
 		l.s.gone(&l.s.up)
 	})
+}
+
+// drainLast forwards what the socket still holds as it closes: bytes in
+// netpoll's buffer no read event announced yet, and over TLS records that
+// crypto/tls already decrypted (a session.created sent just before the
+// upstream hung up). Close callbacks run before netpoll frees the buffers.
+// If a read is in progress, it is the one forwarding them (and may be the
+// one whose Close runs this callback), so nothing is waited for.
+func (l *upLink) drainLast() {
+	h := l.h
+	if !h.readMu.TryLock() {
+		return
+	}
+	defer h.readMu.Unlock()
+	if h.ep.closedByGateway() {
+		return // the gateway closed it itself: nothing more is wanted from it
+	}
+	h.ep.byHandBegin()
+	l.UpstreamReadable()
+	h.ep.byHandEnd()
 }
 
 // AttachUpstream connects the session to a freshly dialed upstream socket:
