@@ -275,7 +275,9 @@ func (s *Server) Reload() error {
 // SessionsOpen is the number of sessions relaying now.
 func (s *Server) SessionsOpen() int64 { return s.sessionsOpen.Load() }
 
-type ctxKey struct{}
+// ctxKey is where a connection's netpoll context keeps its *clientConn:
+// poller's InlineKey, so that the inline runner asks the clientConn.
+type ctxKey = poller.InlineKey
 
 // phases of a client connection
 const (
@@ -309,12 +311,14 @@ type clientConn struct {
 	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
 	api  *apiRequest // an API request's body being collected (httpapi.go)
 
+	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
+
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	if !s.accept() {
 		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
-		return context.Background()
+		return context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
 	}
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	s.clientConns.Add(1)
@@ -427,7 +431,15 @@ func (c *clientConn) startRelay(sess *poller.Session) {
 	c.mu.Lock()
 	c.sess, c.phase = sess, phaseRelay
 	c.mu.Unlock()
+	c.relaying.Store(true)
 }
+
+// HandlerInline implements poller.Inliner: once relaying, the connection's
+// handler (Session.ClientReadable) never blocks and may run on the poller;
+// before, the HTTP phase may wait (auth, admission, API bodies).
+// A refused connection (nil) closes itself in its handler, which netpoll
+// cannot do on the poller.
+func (c *clientConn) HandlerInline() bool { return c != nil && c.relaying.Load() }
 
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()

@@ -47,6 +47,7 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	bufSize := fs.Int("buffer-size", 512, "netpoll's initial input buffer per connection, bytes")
 	nodeSize := fs.Int("node-size", 512, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
+	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", "pool"), "where read handlers run: pool (a goroutine per read event) or inline (relayed sockets on the poller goroutine) (POLLER_HANDLERS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,7 +67,11 @@ func run(args []string) error {
 		log.Warn("LITELLM_MASTER_KEY is not set: every request will be refused")
 	}
 
-	if err := poller.Tune(poller.Tuning{BufferSize: *bufSize, NodeSize: *nodeSize}); err != nil {
+	runOn, err := poller.ParseHandlers(*handlers)
+	if err != nil {
+		return fmt.Errorf("-handlers: %w", err)
+	}
+	if err := poller.Tune(poller.Tuning{BufferSize: *bufSize, NodeSize: *nodeSize, Handlers: runOn}); err != nil {
 		return err
 	}
 	srv, err := server.New(cfg, log)
