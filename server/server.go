@@ -568,11 +568,15 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	if s.startApp(sess, info, routes, q, req.Header) {
 		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
 	}
-	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, req.Header) }
-	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
+	// Only the headers that go upstream outlive the handshake: the redial
+	// closure lives as long as the session, and the whole parsed header
+	// (about 1 KB) would too.
+	upHeader := passThrough(req.Header)
+	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, upHeader) }
+	if s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader)) {
 		return
 	}
-	go s.connectUpstream(sess, info, cands, q, req.Header)
+	go s.connectUpstream(sess, info, cands, q, upHeader)
 }
 
 // admit applies the instance-wide and per-key limits, reserving a session
