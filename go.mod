@@ -3,6 +3,7 @@ module rtgate
 go 1.26.8
 
 require (
+	github.com/bytedance/gopkg v0.1.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/cloudwego/netpoll v0.7.2
 	github.com/coder/websocket v1.8.15
@@ -24,7 +25,6 @@ require (
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/bytedance/gopkg v0.1.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/cloudwego/gopkg v0.1.4 // indirect

@@ -6,14 +6,26 @@ import (
 	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
-	"github.com/valyala/bytebufferpool"
+	"golang.org/x/sys/unix"
 
 	"rtgate/frames"
 )
 
-// tlsReadChunk is the scratch space one TLS read gets: a whole TLS record's
-// plaintext.
-const tlsReadChunk = 16 << 10
+// tlsReadChunk is the scratch space one TLS read gets: several TLS records'
+// plaintext (a record carries at most 16 KiB), so that the records of one
+// read event become one batch and one write to the other socket, as a plain
+// socket's read does. A per-record hand-off made one writev per record: with
+// an upstream that writes each frame as its own record, one per frame.
+const tlsReadChunk = 64 << 10
+
+// tlsRecordMax is the largest plaintext one TLS record carries.
+const tlsRecordMax = 16 << 10
+
+// tlsScratch recycles TLS read buffers across endpoints: a pool of one fixed
+// size (bytebufferpool drops buffers above the sizes its other users leave,
+// which made a large one an allocation per read), and only a cache, like
+// the backlog's chunks. An idle endpoint holds none.
+var tlsScratch = sync.Pool{New: func() any { return new([tlsReadChunk]byte) }}
 
 // Endpoint is one socket, plain or TLS. There is exactly one Endpoint per
 // socket for the socket's whole life: the dialer makes it, the warm pool holds
@@ -39,6 +51,10 @@ type Endpoint struct {
 	byHand     bool     // a read outside netpoll's OnRequest is running
 	pending    uint8    // a Close (1) or Drop (2) asked for during that read
 	closedByUs bool     // the gateway closed it (a hung-up peer leaves it readable)
+
+	// inHandler is set while the socket's own read handler runs under
+	// HandlersInline, on the poller goroutine: see closeConn.
+	inHandler atomic.Bool
 
 	// wmu is held by the writer goroutine across netpoll's blocking Write,
 	// so that the close guard can wait for that write to return before
@@ -144,9 +160,9 @@ func (e *Endpoint) Send(b []byte) error {
 // then releases it. fn must have flushed whatever it wrote from the source
 // before it returns: plain sockets are forwarded without copying, so the bytes
 // stay in the input buffer until then. For TLS, fn sees decrypted plaintext
-// in a pooled scratch buffer, one record at a time, until crypto/tls would
-// block: this also drains records crypto/tls decrypted earlier, for which no
-// read event will ever come.
+// in a pooled scratch buffer, as many records at a time as fit in it, until
+// crypto/tls would block: this also drains records crypto/tls decrypted
+// earlier, for which no read event will ever come.
 //
 // One goroutine at a time may read a socket; for upstream sockets the
 // Handle's read lock sees to that.
@@ -159,15 +175,24 @@ func (e *Endpoint) Read(fn func(src frames.Source) error) error {
 		}
 		return err
 	}
-	buf := bytebufferpool.Get()
-	defer bytebufferpool.Put(buf)
-	if cap(buf.B) < tlsReadChunk {
-		buf.B = make([]byte, tlsReadChunk)
-	}
-	b := buf.B[:tlsReadChunk]
+	buf := tlsScratch.Get().(*[tlsReadChunk]byte)
+	defer tlsScratch.Put(buf)
+	b := buf[:]
 	src := &e.plain // reads of one socket never overlap, and a field does not escape per call
 	for {
-		n, err := e.tls.Read(b)
+		// crypto/tls returns at most one record per Read: gather records
+		// while a whole one still fits (a shorter buffer would split a
+		// record, which is correct but costs an extra round).
+		n := 0
+		var err error
+		for n <= len(b)-tlsRecordMax {
+			var m int
+			m, err = e.tls.Read(b[n:])
+			n += m
+			if err != nil || m == 0 {
+				break
+			}
+		}
 		if n > 0 {
 			src.Reset(b[:n])
 			if ferr := fn(src); ferr != nil {
@@ -259,7 +284,40 @@ func (e *Endpoint) Close() {
 	}
 	e.closed, e.closedByUs = true, true
 	e.mu.Unlock()
+	e.closeConn()
+}
+
+// closeConn closes the socket through netpoll, except from the socket's own
+// read handler running on the poller (HandlersInline). There netpoll's
+// Close would deadlock: it runs the close callbacks at the end of the
+// handler's task, still on the poller and still inside the poller's
+// handling of this very descriptor, and freeing the descriptor's operator
+// waits for that handling to finish (FDOperator.unused spins until the
+// poller's done). So the socket is shut down instead: the kernel sends the
+// FIN (after anything already written) and reports the hang-up to the
+// poller at its next wait, where netpoll closes the connection and runs its
+// close callbacks as for a peer's hang-up, outside any handling of it.
+func (e *Endpoint) closeConn() {
+	if e.inHandler.Load() && e.fd >= 0 {
+		if err := unix.Shutdown(e.fd, unix.SHUT_RDWR); err == nil {
+			return
+		}
+	}
 	_ = e.conn.Close()
+}
+
+// handlerBegin and handlerEnd bracket the socket's read handler; they mark
+// it only when handlers run on the poller (see closeConn).
+func (e *Endpoint) handlerBegin() {
+	if inlineHandlers.Load() {
+		e.inHandler.Store(true)
+	}
+}
+
+func (e *Endpoint) handlerEnd() {
+	if inlineHandlers.Load() {
+		e.inHandler.Store(false)
+	}
 }
 
 // Drop closes the socket at once, discarding whatever still waits to be
@@ -275,7 +333,7 @@ func (e *Endpoint) Drop() {
 	e.closed, e.closedByUs = true, true
 	e.mu.Unlock()
 	if !already {
-		_ = e.conn.Close()
+		e.closeConn()
 	}
 }
 

@@ -83,21 +83,23 @@ func benchForward(b *testing.B, fromClient bool, size int) {
 	r.close(b)
 }
 
-// TestMain applies POLLER_INLINE_HANDLERS=1: read handlers run on the
-// poller goroutine instead of a goroutine pool, so that the benchmarks can
-// compare netpoll's runners:
+// TestMain applies POLLER_HANDLERS (pool, the default, or inline), so that
+// the tests run and the benchmarks compare with either of netpoll's runners:
 //
 //	go test -run XXX -bench Forward ./poller
-//	POLLER_INLINE_HANDLERS=1 go test -run XXX -bench Forward ./poller
+//	POLLER_HANDLERS=inline go test -run XXX -bench Forward ./poller
+//	POLLER_HANDLERS=inline go test -race ./poller
 //
-// Measurement only, not a gateway setting: Handle.Start installs the read
-// handler under the read lock (so that no read can overtake the first
-// frames), and netpoll runs a handler installed over buffered bytes at once,
-// inline in the installing goroutine with this runner, where it would wait
-// for that same lock. The relay's own handlers never block.
+// With inline, every socket here runs its handler on the poller goroutine
+// (their contexts carry no poller.Inliner), as relayed sockets do in the
+// gateway with -handlers inline.
 func TestMain(m *testing.M) {
-	if os.Getenv("POLLER_INLINE_HANDLERS") == "1" {
-		if err := netpoll.Configure(netpoll.Config{Runner: func(_ context.Context, f func()) { f() }}); err != nil {
+	if v := os.Getenv("POLLER_HANDLERS"); v != "" {
+		h, err := poller.ParseHandlers(v)
+		if err == nil {
+			err = poller.Tune(poller.Tuning{Handlers: h})
+		}
+		if err != nil {
 			panic(err)
 		}
 	}

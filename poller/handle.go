@@ -80,10 +80,17 @@ func (h *Handle) watchClose() {
 // if not nil, runs before any read handler can: it feeds o the bytes that
 // came with the 101 response. Then the socket is read once by hand (netpoll
 // announces only bytes in its own buffer, not records crypto/tls already
-// holds), all under the read lock: the handler netpoll runs at once for bytes
-// already buffered waits for it. (So Start must not run where that handler
-// would run inline, on the poller, with netpoll's inline runner.) If the
-// socket closed before, o hears of it.
+// holds), all under the read lock, and only then, with the lock released, is
+// the read handler installed.
+//
+// Installing it last is what makes netpoll's inline runner (HandlersInline)
+// safe: SetOnRequest runs the handler at once when bytes are buffered, in
+// this very goroutine with that runner, and the handler takes the read lock.
+// Nothing is missed in between: netpoll announces a read only when its
+// buffer goes from empty to non-empty, and SetOnRequest stores the handler
+// before it looks at the buffer, so bytes that arrive after the read by hand
+// are seen either by SetOnRequest's look or by the event that stored them.
+// If the socket closed before, o hears of it.
 func (h *Handle) Start(o Owner, first func()) {
 	h.readMu.Lock()
 	h.setOwner(o)
@@ -92,18 +99,20 @@ func (h *Handle) Start(o Owner, first func()) {
 		first()
 	}
 	conn := h.ep.conn
-	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
-		h.readMu.Lock()
-		h.Owner().UpstreamReadable()
-		h.readMu.Unlock()
-		return nil
-	})
 	if !h.ep.closedByGateway() { // first may have closed it, and its buffers with it
 		h.ep.byHandBegin()
 		o.UpstreamReadable()
 		h.ep.byHandEnd()
 	}
 	h.readMu.Unlock()
+	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
+		h.readMu.Lock()
+		h.ep.handlerBegin()
+		h.Owner().UpstreamReadable()
+		h.ep.handlerEnd()
+		h.readMu.Unlock()
+		return nil
+	})
 	if !conn.IsActive() {
 		// The peer hung up before the callbacks were in place. netpoll
 		// runs close callbacks for such a connection only once the user

@@ -12,9 +12,12 @@ import (
 // client connection's OnRequest.
 func (s *Session) ClientReadable() {
 	s.lastActivity.Store(time.Now().UnixNano())
-	if err := s.client.ep.Read(s.fromClientFn); err != nil {
-		s.client.ep.Drop()
+	ep := s.client.ep
+	ep.handlerBegin()
+	if err := ep.Read(s.fromClientFn); err != nil {
+		ep.Drop()
 	}
+	ep.handlerEnd()
 }
 
 // ClientBytes forwards bytes the client sent that the server already holds:

@@ -1,8 +1,11 @@
 package poller
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 
+	"github.com/bytedance/gopkg/util/gopool"
 	"github.com/cloudwego/netpoll"
 )
 
@@ -20,14 +23,84 @@ type Tuning struct {
 	// its output side after its first write, so this is per-connection
 	// memory too; bigger writes get bigger nodes regardless.
 	NodeSize int
+	// Handlers says where read handlers run; see Handlers.
+	Handlers Handlers
 }
+
+// Handlers is where netpoll runs a connection's read handler (OnRequest).
+type Handlers int
+
+const (
+	// HandlersPool hands every read event from the poller to a goroutine
+	// of a pool (netpoll's default): a scheduling hand-off and a task
+	// closure per wake-up.
+	HandlersPool Handlers = iota
+	// HandlersInline runs the handler on the poller goroutine itself when
+	// the connection says its handler cannot block (see InlineKey), and on
+	// the pool otherwise. The relay's handlers never block (writes are
+	// non-blocking, see output.go; locks are held only for non-blocking
+	// work), so relayed sockets, both sides, run inline; an accepted
+	// socket still in its HTTP phase (auth, admission checks, API bodies)
+	// runs on the pool.
+	HandlersInline
+)
+
+// ParseHandlers reads "pool" or "inline".
+func ParseHandlers(s string) (Handlers, error) {
+	switch s {
+	case "pool":
+		return HandlersPool, nil
+	case "inline":
+		return HandlersInline, nil
+	}
+	return 0, fmt.Errorf("handlers %q: want pool or inline", s)
+}
+
+func (h Handlers) String() string {
+	if h == HandlersInline {
+		return "inline"
+	}
+	return "pool"
+}
+
+// InlineKey is the key, in a connection's netpoll context (the one its
+// OnPrepare returns), of a value that says whether the connection's read
+// handler may run on the poller right now: an Inliner. A connection whose
+// context has none (upstream sockets, whose handler is always a Handle's)
+// runs inline under HandlersInline.
+type InlineKey struct{}
+
+// Inliner reports whether a connection's read handler cannot block at the
+// moment. It is asked before each handler task, from the poller goroutine,
+// so it must be cheap and safe to call concurrently (an atomic load).
+type Inliner interface{ HandlerInline() bool }
+
+// inlineRunner is netpoll's Runner for HandlersInline.
+func inlineRunner(ctx context.Context, f func()) {
+	if ctx != nil {
+		if in, ok := ctx.Value(InlineKey{}).(Inliner); ok && !in.HandlerInline() {
+			gopool.CtxGo(ctx, f)
+			return
+		}
+	}
+	f()
+}
+
+// inlineHandlers records Tune's choice for closeConn. Process-wide, as
+// netpoll's runner it mirrors is: set once at start-up.
+var inlineHandlers atomic.Bool
 
 // Tune applies t. Call it once at start-up, before any connection exists.
 func Tune(t Tuning) error {
 	if t.NodeSize > 0 {
 		netpoll.LinkBufferCap = t.NodeSize
 	}
-	if err := netpoll.Configure(netpoll.Config{PollerNum: t.Pollers, BufferSize: t.BufferSize}); err != nil {
+	cfg := netpoll.Config{PollerNum: t.Pollers, BufferSize: t.BufferSize}
+	if t.Handlers == HandlersInline {
+		cfg.Runner = inlineRunner
+		inlineHandlers.Store(true)
+	}
+	if err := netpoll.Configure(cfg); err != nil {
 		return fmt.Errorf("configuring netpoll: %w", err)
 	}
 	return nil

@@ -120,7 +120,7 @@ func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
 			s.front.refusing.Add(-1)
 		}
 		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
-		return context.Background()
+		return context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
 	}
 	timer := time.AfterFunc(refusalWait, func() { _ = conn.Close() })
 	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
@@ -128,7 +128,10 @@ func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
 		s.front.refusing.Add(-1)
 		return nil
 	})
-	return context.WithValue(context.Background(), refusedKey{}, true)
+	// No Inliner (a nil *clientConn says "not inline"): a refused connection
+	// closes itself in its handler, which netpoll cannot do on the poller.
+	ctx := context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
+	return context.WithValue(ctx, refusedKey{}, true)
 }
 
 // answerRefused writes the precomputed 503 to a refused connection whose

@@ -120,6 +120,21 @@ func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
 	return t
 }
 
+// passThrough returns the client headers that go upstream, copied, or nil
+// when there are none: what target reads of h.
+func passThrough(h http.Header) http.Header {
+	var out http.Header
+	for _, name := range passThroughHeaders {
+		if v := h.Values(name); len(v) > 0 {
+			if out == nil {
+				out = make(http.Header, len(passThroughHeaders))
+			}
+			out[http.CanonicalHeaderKey(name)] = slices.Clone(v)
+		}
+	}
+	return out
+}
+
 // defaultTarget is the upstream a plain connect to the default group's
 // first deployment maps to (what the pool warms before any client comes).
 func (s *Server) defaultTarget() upstream.Target {

@@ -278,7 +278,9 @@ func (s *Server) Reload() error {
 // SessionsOpen is the number of sessions relaying now.
 func (s *Server) SessionsOpen() int64 { return s.sessionsOpen.Load() }
 
-type ctxKey struct{}
+// ctxKey is where a connection's netpoll context keeps its *clientConn:
+// poller's InlineKey, so that the inline runner asks the clientConn.
+type ctxKey = poller.InlineKey
 
 // phases of a client connection
 const (
@@ -311,6 +313,8 @@ type clientConn struct {
 
 	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
 	api  *apiRequest // an API request's body being collected (httpapi.go)
+
+	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
 
 }
 
@@ -432,7 +436,15 @@ func (c *clientConn) startRelay(sess *poller.Session) {
 	c.mu.Lock()
 	c.sess, c.phase = sess, phaseRelay
 	c.mu.Unlock()
+	c.relaying.Store(true)
 }
+
+// HandlerInline implements poller.Inliner: once relaying, the connection's
+// handler (Session.ClientReadable) never blocks and may run on the poller;
+// before, the HTTP phase may wait (auth, admission, API bodies).
+// A refused connection (nil) closes itself in its handler, which netpoll
+// cannot do on the poller.
+func (c *clientConn) HandlerInline() bool { return c != nil && c.relaying.Load() }
 
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()
@@ -565,11 +577,15 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	if s.startApp(sess, info, routes, q, req.Header) {
 		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
 	}
-	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, req.Header) }
-	if s.tryWarm(sess, info, cands[0], target(cands[0], q, req.Header)) {
+	// Only the headers that go upstream outlive the handshake: the redial
+	// closure lives as long as the session, and the whole parsed header
+	// (about 1 KB) would too.
+	upHeader := passThrough(req.Header)
+	info.redial = func() { s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, upHeader) }
+	if s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader)) {
 		return
 	}
-	go s.connectUpstream(sess, info, cands, q, req.Header)
+	go s.connectUpstream(sess, info, cands, q, upHeader)
 }
 
 // admit applies the instance-wide and per-key limits, reserving a session

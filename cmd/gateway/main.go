@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -47,6 +48,8 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	bufSize := fs.Int("buffer-size", 512, "netpoll's initial input buffer per connection, bytes")
 	nodeSize := fs.Int("node-size", 512, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
+	pollers := fs.Int("pollers", envInt("POLLER_NUM", 0), "netpoll's epoll loops; 0 for its default, GOMAXPROCS/20+1 (POLLER_NUM)")
+	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", "pool"), "where read handlers run: pool (a goroutine per read event) or inline (relayed sockets on the poller goroutine) (POLLER_HANDLERS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,7 +69,11 @@ func run(args []string) error {
 		log.Warn("LITELLM_MASTER_KEY is not set: every request will be refused")
 	}
 
-	if err := poller.Tune(poller.Tuning{BufferSize: *bufSize, NodeSize: *nodeSize}); err != nil {
+	runOn, err := poller.ParseHandlers(*handlers)
+	if err != nil {
+		return fmt.Errorf("-handlers: %w", err)
+	}
+	if err := poller.Tune(poller.Tuning{Pollers: *pollers, BufferSize: *bufSize, NodeSize: *nodeSize, Handlers: runOn}); err != nil {
 		return err
 	}
 	srv, err := server.New(cfg, log)
@@ -116,4 +123,19 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// envInt is envOr for a whole number; a value that does not parse keeps def
+// (the flag's own parsing then reports nothing, so it is logged at start).
+func envInt(name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: %s=%q is not a number; using %d\n", name, v, def)
+		return def
+	}
+	return n
 }
