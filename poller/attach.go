@@ -22,6 +22,7 @@ type upLink struct {
 	// ready is set once h is: a warm socket's close callback can run on
 	// netpoll's hang-up goroutine while AdoptWarm is still taking it.
 	ready    atomic.Bool
+	goneSeen atomic.Bool // its close callback ran (UpstreamGone)
 	goneOnce sync.Once
 }
 
@@ -56,14 +57,38 @@ func (s *Session) closing() bool {
 }
 
 // UpstreamGone is the upstream socket's close callback (and AdoptWarm's
-// check for a socket that hung up while it was being taken): it acts once per
-// socket.
+// check for a socket that hung up while it was being taken). netpoll may run
+// it while a read of the socket is still in progress on another goroutine:
+// then that read forwards what it read first (a session.created sent just
+// before the hang-up), and readEnded ends the socket after it. Otherwise the
+// socket's last bytes are forwarded here, then it ends. Either way once.
 func (l *upLink) UpstreamGone() {
 	if !l.current() {
 		return
 	}
+	l.goneSeen.Store(true)
+	if !l.h.readMu.TryLock() {
+		return // the read in progress (perhaps the one whose Close runs this) calls readEnded
+	}
+	l.drainLocked()
+	l.h.readMu.Unlock()
+	l.hangUp()
+}
+
+// readEnded runs after each read of the socket released the read lock: a
+// hang-up seen during that read is acted on now.
+func (l *upLink) readEnded() {
+	if !l.goneSeen.Load() || !l.h.readMu.TryLock() {
+		return // no hang-up yet, or another read is in progress and will call this
+	}
+	l.h.readMu.Unlock()
+	l.hangUp()
+}
+
+// hangUp ends the upstream socket for the session, once: a fresh dial
+// replaces a dead warm socket if it can, else the client learns it is gone.
+func (l *upLink) hangUp() {
 	l.goneOnce.Do(func() {
-		l.drainLast()
 		if l.s.redial() {
 			return
 		}
@@ -71,18 +96,12 @@ func (l *upLink) UpstreamGone() {
 	})
 }
 
-// drainLast forwards what the socket still holds as it closes: bytes in
+// drainLocked forwards what the socket still holds as it closes: bytes in
 // netpoll's buffer no read event announced yet, and over TLS records that
-// crypto/tls already decrypted (a session.created sent just before the
-// upstream hung up). Close callbacks run before netpoll frees the buffers.
-// If a read is in progress, it is the one forwarding them (and may be the
-// one whose Close runs this callback), so nothing is waited for.
-func (l *upLink) drainLast() {
+// crypto/tls already decrypted. Close callbacks run before netpoll frees the
+// buffers. Callers hold the read lock.
+func (l *upLink) drainLocked() {
 	h := l.h
-	if !h.readMu.TryLock() {
-		return
-	}
-	defer h.readMu.Unlock()
 	if h.ep.closedByGateway() {
 		return // the gateway closed it itself: nothing more is wanted from it
 	}

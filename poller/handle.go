@@ -105,12 +105,15 @@ func (h *Handle) Start(o Owner, first func()) {
 		h.ep.byHandEnd()
 	}
 	h.readMu.Unlock()
+	readEnded(o)
 	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
 		h.readMu.Lock()
+		o := h.Owner()
 		h.ep.handlerBegin()
-		h.Owner().UpstreamReadable()
+		o.UpstreamReadable()
 		h.ep.handlerEnd()
 		h.readMu.Unlock()
+		readEnded(o)
 		return nil
 	})
 	if !conn.IsActive() {
@@ -145,8 +148,21 @@ func (h *Handle) TryHandOver(o Owner) bool {
 // FinishHandOver completes TryHandOver: the new owner reads whatever arrived
 // or crypto/tls decrypted while the socket waited, then events flow to it.
 func (h *Handle) FinishHandOver() {
+	o := h.Owner()
 	h.ep.byHandBegin()
-	h.Owner().UpstreamReadable()
+	o.UpstreamReadable()
 	h.ep.byHandEnd()
 	h.readMu.Unlock()
+	readEnded(o)
+}
+
+// readEnder is an Owner that wants to hear when a read of its socket released
+// the read lock: a close callback that ran during the read acts then (see
+// upLink.UpstreamGone).
+type readEnder interface{ readEnded() }
+
+func readEnded(o Owner) {
+	if re, ok := o.(readEnder); ok {
+		re.readEnded()
+	}
 }
