@@ -94,8 +94,7 @@ func (s *Server) admitCluster(c *clientConn, name string, maxSessions int, rate 
 		}
 		w.pending.Store(false)
 		if w.gone.Load() && w.told.CompareAndSwap(false, true) && c.sess != nil {
-			s.clientGone(c.sess) // first: an upstream still dialing is not wanted
-			c.sess.ClientGone()  // the socket closed while the check was out
+			s.clientLeft(c.sess) // the socket closed while the check was out
 		}
 	}()
 	return errAdmitPending

@@ -78,21 +78,22 @@ func (i *sessionInfo) left() bool {
 	return i.clientLeft
 }
 
-// clientGone is called from the client socket's close callback: an upstream
-// still being dialed for it is no longer wanted.
-func (s *Server) clientGone(sess *poller.Session) {
+// clientLeft is what the client socket closing means to the server: an
+// upstream still being dialed for it is no longer wanted (cancelled first),
+// then the session hears that its client is gone.
+func (s *Server) clientLeft(sess *poller.Session) {
 	s.sessMu.Lock()
 	info := s.sessions[sess]
 	s.sessMu.Unlock()
-	if info == nil {
-		return
+	if info != nil {
+		info.dialMu.Lock()
+		info.clientLeft = true
+		if info.cancelDial != nil {
+			info.cancelDial()
+		}
+		info.dialMu.Unlock()
 	}
-	info.dialMu.Lock()
-	info.clientLeft = true
-	if info.cancelDial != nil {
-		info.cancelDial()
-	}
-	info.dialMu.Unlock()
+	sess.ClientGone()
 }
 
 // group picks the model group a request asks for.

@@ -459,8 +459,7 @@ func (c *clientConn) onClose(netpoll.Connection) error {
 	sess := c.sess
 	c.mu.Unlock()
 	if sess != nil {
-		c.srv.clientGone(sess) // first: an upstream still dialing is not wanted
-		sess.ClientGone()
+		c.srv.clientLeft(sess)
 	}
 	return nil
 }
