@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"rtgate/internal/testwait"
 	"rtgate/mockai"
 )
 
@@ -200,17 +201,11 @@ func read(t testing.TB, c *websocket.Conn) event {
 	return e
 }
 
-// waitFor waits up to ten seconds for cond, failing the test if it never
-// holds.
+// waitFor is testwait.For under the short name this package's many tests
+// call: up to ten seconds for cond, failing the test if it never holds.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, what, cond)
 }
 
 // readUntil reads events until one of type typ arrives, returning it and

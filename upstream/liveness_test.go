@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"rtgate/frames"
+	"rtgate/internal/testwait"
 	"rtgate/mockai"
 	"rtgate/poller"
 )
@@ -86,7 +87,7 @@ func warmOnManualClock(t *testing.T, m *mockai.Server, cfg PoolConfig) (*testPoo
 	p := newTestPool(t, m, cfg)
 	ta := target(t, m, "k")
 	p.Prime(ta, "m")
-	waitFor(t, "the pool to warm", func() bool { return p.Warm(ta) == cfg.Size })
+	testwait.For(t, "the pool to warm", func() bool { return p.Warm(ta) == cfg.Size })
 	return p, clk, ta
 }
 
@@ -131,7 +132,7 @@ func testPoolRetiresSocketsThatMissTheirPong(t *testing.T, tls bool) {
 	if got := p.sum(t, "rtgate_pool_missed_pongs_total"); got != 2 {
 		t.Fatalf("%v sockets retired for a missed pong, want 2", got)
 	}
-	waitFor(t, "replacements", func() bool { return p.Warm(ta) == 2 && len(m.Records()) == 4 })
+	testwait.For(t, "replacements", func() bool { return p.Warm(ta) == 2 && len(m.Records()) == 4 })
 	s := &sink{}
 	h, _ := p.Take(ta, "m", s)
 	if h == nil {
@@ -158,7 +159,7 @@ func testPoolPongsKeepSocketsWarm(t *testing.T, tls bool) {
 	start := clk.Now()
 	for clk.Now().Sub(start) < 5*time.Second {
 		clk.Advance(10 * time.Millisecond)
-		waitFor(t, "the pongs", answered)
+		testwait.For(t, "the pongs", answered)
 	}
 	// First checks at 0.5-1 s, later ones 0.9-1 s after each pong.
 	if got := p.sum(t, "rtgate_pool_pings_total"); got < 4*size || got > 5*size {
@@ -185,7 +186,7 @@ func testPoolPongsKeepSocketsWarm(t *testing.T, tls bool) {
 			r.h = h
 			owners = append(owners, r)
 		}
-		waitFor(t, "the pongs", answered)
+		testwait.For(t, "the pongs", answered)
 	}
 	time.Sleep(100 * time.Millisecond)
 	if len(owners) == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/frames"
+	"rtgate/internal/testwait"
 	"rtgate/mockai"
 	"rtgate/poller"
 )
@@ -126,17 +127,6 @@ func startMock(t testing.TB, cfg mockai.Config, tls bool) *mockai.Server {
 	return m
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // heldSessionID decodes the session id from a held session.created frame.
 func heldSessionID(t testing.TB, held []byte) string {
 	t.Helper()
@@ -167,7 +157,7 @@ func testPoolNeverReusesAcrossKeys(t *testing.T, tls bool) {
 	}
 	p.Prime(ta, "gpt-realtime")
 	p.Prime(tb, "gpt-realtime")
-	waitFor(t, "both pools to warm", func() bool { return p.Warm(ta) == 2 && p.Warm(tb) == 2 })
+	testwait.For(t, "both pools to warm", func() bool { return p.Warm(ta) == 2 && p.Warm(tb) == 2 })
 
 	keyOf := map[string]string{} // session id -> key it was dialed with
 	for _, r := range m.Records() {
@@ -181,7 +171,7 @@ func testPoolNeverReusesAcrossKeys(t *testing.T, tls bool) {
 			s := &sink{}
 			h, held := p.Take(tc.t, "gpt-realtime", s)
 			if h == nil {
-				waitFor(t, "refill", func() bool { return p.Warm(tc.t) > 0 })
+				testwait.For(t, "refill", func() bool { return p.Warm(tc.t) > 0 })
 				h, held = p.Take(tc.t, "gpt-realtime", s)
 			}
 			if h == nil {
@@ -236,7 +226,7 @@ func testPoolBackoffSchedule(t *testing.T, tls bool) {
 			for range n {
 				dialedAt = append(dialedAt, clk.Now().Sub(start))
 			}
-			waitFor(t, "the dials to fail", func() bool { return p.Dialing(ta) == 0 })
+			testwait.For(t, "the dials to fail", func() bool { return p.Dialing(ta) == 0 })
 			backoffs = append(backoffs, p.sum(t, "rtgate_pool_backoff_seconds"))
 		}
 	}
@@ -275,11 +265,11 @@ func testPoolBackoffResetsOnSuccess(t *testing.T, tls bool) {
 	p := newTestPool(t, m, PoolConfig{Size: 3, PingInterval: -1, Clock: clk})
 	bad, good := target(t, m, "sk-wrong"), target(t, m, "sk-right")
 	p.Prime(bad, "m")
-	waitFor(t, "the first round to fail", func() bool {
+	testwait.For(t, "the first round to fail", func() bool {
 		return p.Dialing(bad) == 0 && p.sum(t, "rtgate_pool_backoff_seconds") == 0.5
 	})
 	p.Prime(good, "m") // a key of its own: never held back by the other's backoff
-	waitFor(t, "the good key to fill", func() bool { return p.Warm(good) == 3 })
+	testwait.For(t, "the good key to fill", func() bool { return p.Warm(good) == 3 })
 	if got := p.sum(t, "rtgate_pool_backoff_seconds"); got != 0.5 {
 		t.Fatalf("backoff gauges sum to %v, want only the failing key's 0.5", got)
 	}
@@ -302,7 +292,7 @@ func testPoolForgetsOneOffKeys(t *testing.T, tls bool) {
 	if h, _ := p.Take(oneOff, "m", &sink{}); h != nil {
 		t.Fatal("a never-seen key had a warm socket")
 	}
-	waitFor(t, "both keys to warm", func() bool { return p.Warm(oneOff) == 1 && p.Warm(primed) == 1 })
+	testwait.For(t, "both keys to warm", func() bool { return p.Warm(oneOff) == 1 && p.Warm(primed) == 1 })
 	if _, n := p.metric(t, "rtgate_pool_target_sockets"); n != 2 {
 		t.Fatalf("%d keys have a target series, want 2", n)
 	}
@@ -316,12 +306,12 @@ func testPoolForgetsOneOffKeys(t *testing.T, tls bool) {
 	}
 	// Its socket expires and the janitor forgets it, metric series and all;
 	// expiries redial on the network, so let the clock run in steps.
-	waitFor(t, "the one-off key to be forgotten", func() bool {
+	testwait.For(t, "the one-off key to be forgotten", func() bool {
 		clk.Advance(time.Second)
 		_, n := p.metric(t, "rtgate_pool_target_sockets")
 		return p.Warm(oneOff) == 0 && n == 1
 	})
-	waitFor(t, "the configured key to stay warm", func() bool { return p.Warm(primed) == 1 })
+	testwait.For(t, "the configured key to stay warm", func() bool { return p.Warm(primed) == 1 })
 }
 
 // A call_id connect attaches to one live call, and a transcription socket's
@@ -364,7 +354,7 @@ func testPoolNeverPoolsCallsOrTranscription(t *testing.T, tls bool) {
 		t.Fatal("a plain model target is not poolable")
 	}
 	p.Prime(plain, "m")
-	waitFor(t, "the plain target to warm", func() bool { return p.Warm(plain) == 2 })
+	testwait.For(t, "the plain target to warm", func() bool { return p.Warm(plain) == 2 })
 }
 
 // MaxInflight is a ceiling on concurrent dials, whatever the sizing wants.
@@ -381,7 +371,7 @@ func testPoolInflightCeiling(t *testing.T, tls bool) {
 	if got := p.sum(t, "rtgate_pool_inflight_limit"); got != 5 {
 		t.Fatalf("in-flight limit gauge %v, want 5", got)
 	}
-	waitFor(t, "the first dials to land", func() bool { return p.Warm(ta) >= 5 })
+	testwait.For(t, "the first dials to land", func() bool { return p.Warm(ta) >= 5 })
 	if n := p.Dialing(ta); n > 5 {
 		t.Fatalf("%d dials in flight, above the ceiling of 5", n)
 	}
@@ -398,7 +388,7 @@ func testAdaptiveTargetFollowsDemand(t *testing.T, tls bool) {
 	p := newTestPool(t, m, PoolConfig{Auto: true, Min: 1, Max: 256, MaxIdle: time.Hour, PingInterval: -1, Clock: clk})
 	ta := target(t, m, "k")
 	p.Prime(ta, "m")
-	waitFor(t, "the floor to warm", func() bool { return p.Warm(ta) == 1 })
+	testwait.For(t, "the floor to warm", func() bool { return p.Warm(ta) == 1 })
 	hits := 0
 	for range 40 { // 40 connects in one window; loopback refills are far under 250 ms
 		s := &sink{}
@@ -420,7 +410,7 @@ func testAdaptiveTargetFollowsDemand(t *testing.T, tls bool) {
 	if got := p.sum(t, "rtgate_pool_inflight_limit"); got < minInflight {
 		t.Fatalf("in-flight limit %v, below the minimum %d", got, minInflight)
 	}
-	waitFor(t, "the pool to grow", func() bool { return p.Warm(ta) >= 81 })
+	testwait.For(t, "the pool to grow", func() bool { return p.Warm(ta) >= 81 })
 	clk.Advance(9 * time.Second)
 	if got := p.Target(ta); got < 81 {
 		t.Fatalf("9 s after the burst the target is %d, want at least 81", got)
