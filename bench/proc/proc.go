@@ -3,7 +3,9 @@
 // log files, waiting for mockai's ready line or the gateway's /health, and
 // killed with the benchmark if it dies (Pdeathsig on Linux). It also reads
 // what a child's process tree uses (RSS and CPU, from /proc) and remembers
-// the descendants it saw, so that Stop can end a proxy's workers too.
+// the descendants it saw, so that Stop can end a proxy's workers too. And it
+// holds the open-file limit those processes run under (limit_unix.go), which
+// wsbench and mockai raise for themselves at start.
 package proc
 
 import (
@@ -111,7 +113,10 @@ func (p *Proc) Stop(grace time.Duration) error {
 	p.mu.Lock()
 	for pid, start := range p.seen {
 		if st, err := procStat(pid); err == nil && st.Starttime == start {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if d, err := os.FindProcess(pid); err == nil { // not syscall.Kill: proc builds off Unix too
+				_ = d.Kill()
+				_ = d.Release()
+			}
 		}
 		delete(p.seen, pid)
 	}

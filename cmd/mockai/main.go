@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"rtgate/bench/proc"
 	"rtgate/mockai"
 )
 
@@ -88,7 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	o.cfg.Logger = logger
 
-	if err := raiseFileLimit(); err != nil {
+	if err := proc.RaiseFileLimit(); err != nil {
 		logger.Warn("could not raise the open file limit", "err", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -34,6 +34,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"rtgate/bench/proc"
 )
 
 func main() {
@@ -52,7 +54,7 @@ func main() {
 
 // run is main without the process around it, for tests.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if err := raiseFileLimit(); err != nil {
+	if err := proc.RaiseFileLimit(); err != nil {
 		fmt.Fprintln(stderr, "wsbench: warning:", err)
 	}
 	if len(args) > 0 {

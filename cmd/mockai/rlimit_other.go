@@ -1,6 +1,0 @@
-//go:build !unix
-
-package main
-
-// raiseFileLimit is a no-op where there is no RLIMIT_NOFILE.
-func raiseFileLimit() error { return nil }
