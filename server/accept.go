@@ -57,13 +57,10 @@ type frontDoor struct {
 
 func (f *frontDoor) init(reg prometheus.Registerer) {
 	f.fullResponse = tooManyConnections().response()
-	f.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_connections_refused_total",
-		Help: "Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS " +
-			"(connections), or on a whole ClientHello when MAX_HANDSHAKES TLS handshakes were running (handshakes)."},
-		[]string{"reason"})
-	for _, r := range []string{refusedHandshakes, refusedConnections} {
-		f.refused.WithLabelValues(r)
-	}
+	f.refused = newReasonCounter("rtgate_connections_refused_total",
+		"Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS "+
+			"(connections), or on a whole ClientHello when MAX_HANDSHAKES TLS handshakes were running (handshakes).",
+		refusedHandshakes, refusedConnections)
 	reg.MustRegister(f.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_handshakes",
 			Help: "Client connections between accept and the answer to their request (they hold MAX_CONNECTIONS slots)."},

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"rtgate/server/routes"
 )
@@ -92,25 +93,22 @@ type routingMetrics struct {
 }
 
 func newRoutingMetrics(reg prometheus.Registerer) routingMetrics {
-	m := routingMetrics{
-		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_upstream_ejections_total",
-			Help: "Deployments ejected after a failed, timed-out or overtaken dial (a failed probe counts again)."},
-			[]string{"deployment"}),
-		ejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_upstream_ejected",
-			Help: "1 while a deployment is ejected (routed behind the healthy ones), 0 when healthy."},
-			[]string{"deployment"}),
-		probes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_upstream_probes_total",
-			Help: "Connects let through to an ejected deployment whose backoff was over, to learn whether it is back."},
-			[]string{"deployment"}),
-		hedgesStarted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_upstream_hedges_started_total",
-			Help: "Second dials started because a dial had not completed its upgrade within UPSTREAM_HEDGE_MS."},
-			[]string{"model_group"}),
-		hedgesWon: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_upstream_hedges_won_total",
-			Help: "Hedged dials whose upgrade completed first and served the session."},
-			[]string{"model_group"}),
+	auto := promauto.With(reg)
+	counter := func(name, help, label string) *prometheus.CounterVec {
+		return auto.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
 	}
-	reg.MustRegister(m.ejections, m.ejected, m.probes, m.hedgesStarted, m.hedgesWon)
-	return m
+	return routingMetrics{
+		ejections: counter("rtgate_upstream_ejections_total",
+			"Deployments ejected after a failed, timed-out or overtaken dial (a failed probe counts again).", "deployment"),
+		ejected: auto.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_upstream_ejected",
+			Help: "1 while a deployment is ejected (routed behind the healthy ones), 0 when healthy."}, []string{"deployment"}),
+		probes: counter("rtgate_upstream_probes_total",
+			"Connects let through to an ejected deployment whose backoff was over, to learn whether it is back.", "deployment"),
+		hedgesStarted: counter("rtgate_upstream_hedges_started_total",
+			"Second dials started because a dial had not completed its upgrade within UPSTREAM_HEDGE_MS.", "model_group"),
+		hedgesWon: counter("rtgate_upstream_hedges_won_total",
+			"Hedged dials whose upgrade completed first and served the session.", "model_group"),
+	}
 }
 
 func newRouter(reg prometheus.Registerer, log *slog.Logger, probeTimeout time.Duration) *router {

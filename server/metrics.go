@@ -61,6 +61,17 @@ func newMetrics() *metrics {
 	return m
 }
 
+// newReasonCounter is a counter labelled by reason with each of reasons
+// exported from the start, at 0: a rate() or an alert on one reason then has
+// a series before that reason's first event.
+func newReasonCounter(name, help string, reasons ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"reason"})
+	for _, r := range reasons {
+		c.WithLabelValues(r)
+	}
+	return c
+}
+
 // AdminHandler serves /metrics (Prometheus text format), /debug/pprof/,
 // /status and /playground (admin.go), for loopback Hosts only.
 func (s *Server) AdminHandler() http.Handler {

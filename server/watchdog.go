@@ -58,13 +58,10 @@ type memoryBudget struct {
 
 func (b *memoryBudget) init(cfg Settings, reg prometheus.Registerer) {
 	b.max = cfg.MaxBufferedBytes
-	b.ended = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_sessions_ended_total",
-		Help: "Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget " +
-			"(the backlogs of all stalled sessions over MAX_BUFFERED_BYTES; the largest go first)."},
-		[]string{"reason"})
-	for _, r := range []string{endedStalled, endedBudget} {
-		b.ended.WithLabelValues(r)
-	}
+	b.ended = newReasonCounter("rtgate_sessions_ended_total",
+		"Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget "+
+			"(the backlogs of all stalled sessions over MAX_BUFFERED_BYTES; the largest go first).",
+		endedStalled, endedBudget)
 	b.buffered = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_stalled_buffered_bytes",
 		Help: "Bytes waiting behind writes to peers that stopped reading, summed over sessions at the last watchdog walk."})
 	reg.MustRegister(b.ended, b.buffered)
@@ -80,7 +77,8 @@ func (s *Server) watchdog(ctx context.Context) {
 }
 
 // everyTick calls f with the time of each tick of a d ticker until ctx ends;
-// the server's periodic jobs (the watchdog, the status sampler) run on it.
+// the server's periodic jobs (the watchdog, the status sampler, the budget
+// saver) run on it.
 func everyTick(ctx context.Context, d time.Duration, f func(now time.Time)) {
 	t := time.NewTicker(d)
 	defer t.Stop()

@@ -1,6 +1,9 @@
 package upstream
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
 // PoolMetrics are the warm pool's Prometheus metrics. Keys are labelled by
 // model and the first 8 hex digits of the key's SHA-256 digest, never by
@@ -25,37 +28,33 @@ type PoolMetrics struct {
 // NewPoolMetrics creates the metrics and registers them with reg.
 func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 	labels := []string{"model", "key"}
-	m := &PoolMetrics{
-		Warm: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_warm_sockets",
-			Help: "Upstream sockets held warm (past session.created)."}, labels),
-		Target: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_target_sockets",
-			Help: "Warm sockets the pool aims to hold (fixed, or adaptive with REALTIME_POOL_SIZE=auto)."}, labels),
-		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_inflight_limit",
-			Help: "Concurrent warm-up dials the key may run now: twice connect rate × refill time (Little's law), within [64, REALTIME_POOL_MAX_INFLIGHT]."}, labels),
-		Hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_hits_total",
-			Help: "Client connects served from a warm socket."}, labels),
-		Misses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_misses_total",
-			Help: "Client connects that found no warm socket and dialed fresh."}, labels),
-		DeadOnTake: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_dead_on_take_total",
-			Help: "Warm sockets found dead when a client came for them."}, labels),
-		Dials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_dials_total",
+	auto := promauto.With(reg)
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return auto.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return auto.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	return &PoolMetrics{
+		Warm:   gauge("rtgate_pool_warm_sockets", "Upstream sockets held warm (past session.created)."),
+		Target: gauge("rtgate_pool_target_sockets", "Warm sockets the pool aims to hold (fixed, or adaptive with REALTIME_POOL_SIZE=auto)."),
+		Inflight: gauge("rtgate_pool_inflight_limit",
+			"Concurrent warm-up dials the key may run now: twice connect rate × refill time (Little's law), within [64, REALTIME_POOL_MAX_INFLIGHT]."),
+		Hits:       counter("rtgate_pool_hits_total", "Client connects served from a warm socket."),
+		Misses:     counter("rtgate_pool_misses_total", "Client connects that found no warm socket and dialed fresh."),
+		DeadOnTake: counter("rtgate_pool_dead_on_take_total", "Warm sockets found dead when a client came for them."),
+		Dials: auto.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_dials_total",
 			Help: "Warm-pool dials by result (ok means session.created arrived)."}, append(labels, "result")),
-		Backoff: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_pool_backoff_seconds",
-			Help: "Current refill backoff after failed dials; 0 when healthy."}, labels),
-		WarmAge: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_warm_age_seconds",
+		Backoff: gauge("rtgate_pool_backoff_seconds", "Current refill backoff after failed dials; 0 when healthy."),
+		WarmAge: auto.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_warm_age_seconds",
 			Help:    "Age of a warm socket when handed to a client.",
 			Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 20, 30, 60}}, []string{"model"}),
-		Refill: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_refill_seconds",
+		Refill: auto.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_refill_seconds",
 			Help:    "Time from dial start to session.created for a warm socket.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"model"}),
-		Pings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_pings_total",
-			Help: "WebSocket pings sent to idle warm sockets to check they are alive."}, labels),
-		Pongs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_pongs_total",
-			Help: "Pongs that answered those pings in time (consumed by the pool, never relayed)."}, labels),
-		MissedPongs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_missed_pongs_total",
-			Help: "Idle warm sockets retired (and replaced) because they did not answer a ping in time."}, labels),
+		Pings: counter("rtgate_pool_pings_total", "WebSocket pings sent to idle warm sockets to check they are alive."),
+		Pongs: counter("rtgate_pool_pongs_total", "Pongs that answered those pings in time (consumed by the pool, never relayed)."),
+		MissedPongs: counter("rtgate_pool_missed_pongs_total",
+			"Idle warm sockets retired (and replaced) because they did not answer a ping in time."),
 	}
-	reg.MustRegister(m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Dials, m.Backoff, m.WarmAge, m.Refill,
-		m.Pings, m.Pongs, m.MissedPongs)
-	return m
 }
