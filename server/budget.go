@@ -92,22 +92,16 @@ func (s *Server) budgeted() map[string]spend.Budget {
 	return out
 }
 
-// runBudgets syncs or saves the ledger until ctx ends, and once more then.
+// runBudgets syncs or saves the ledger every budgetSync or budgetSave until
+// ctx ends; closeBudgets saves a last time at shutdown.
 func (s *Server) runBudgets(ctx context.Context) {
 	b := s.budgets
 	every := budgetSave
 	if b.shared != nil {
 		every = budgetSync
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var lastWarn time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, every, func(time.Time) {
 		if err := s.persistBudgets(ctx); err != nil {
 			b.failed.Inc()
 			if time.Since(lastWarn) > 10*time.Second {
@@ -115,7 +109,7 @@ func (s *Server) runBudgets(ctx context.Context) {
 				lastWarn = time.Now()
 			}
 		}
-	}
+	})
 }
 
 func (s *Server) persistBudgets(ctx context.Context) error {
