@@ -63,18 +63,17 @@ func Hint(target, class, detail string) string {
 		return fmt.Sprintf("nothing listens on %s: is the gateway running? (make run listens on 127.0.0.1:4001)", host)
 	case strings.Contains(d, "x509:") || strings.Contains(d, "certificate"):
 		return "the server's certificate is not trusted: pass its CA with -ca <file.pem>"
-	case class == "handshake_401":
-		return "the key was refused: pass the gateway's key with -key or WSBENCH_KEY (make run uses sk-local)"
-	case class == "handshake_403":
-		return "the key may not use this model: check -m and the key's models"
-	case class == "handshake_429":
-		return "a per-key limit refused it: lower -c or -rate, or raise MAX_SESSIONS_PER_KEY / CONNECT_RATE_PER_KEY"
-	case class == "handshake_503":
-		return "the gateway is at MAX_CONNECTIONS or draining"
-	case class == "handshake_404":
-		return "no realtime endpoint at that path: wsbench adds /v1/realtime to a bare host"
-	case class == "overload":
-		return "more calls were due than -max-outstanding allows: the target is slower than -rate"
 	}
-	return ""
+	return classHints[class]
+}
+
+// classHints are the fixes for the failure classes that say enough by
+// themselves; Hint looks here after the scheme and the error text.
+var classHints = map[string]string{
+	"handshake_401": "the key was refused: pass the gateway's key with -key or WSBENCH_KEY (make run uses sk-local)",
+	"handshake_403": "the key may not use this model: check -m and the key's models",
+	"handshake_429": "a per-key limit refused it: lower -c or -rate, or raise MAX_SESSIONS_PER_KEY / CONNECT_RATE_PER_KEY",
+	"handshake_503": "the gateway is at MAX_CONNECTIONS or draining",
+	"handshake_404": "no realtime endpoint at that path: wsbench adds /v1/realtime to a bare host",
+	"overload":      "more calls were due than -max-outstanding allows: the target is slower than -rate",
 }

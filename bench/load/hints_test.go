@@ -18,6 +18,13 @@ func TestHint(t *testing.T) {
 		{"ws://127.0.0.1:4001/v1/realtime", "dial", "dial tcp 127.0.0.1:4001: connect: connection refused", "nothing listens on 127.0.0.1:4001"},
 		{"wss://gw:443/v1/realtime", "dial", "tls: failed to verify certificate: x509: certificate signed by unknown authority", "-ca"},
 		{"ws://gw/v1/realtime", "handshake_401", "upgrade answered 401 Unauthorized", "-key"},
+		{"ws://gw/v1/realtime", "handshake_403", "upgrade answered 403 Forbidden", "check -m"},
+		{"ws://gw/v1/realtime", "handshake_404", "upgrade answered 404 Not Found", "adds /v1/realtime"},
+		{"ws://gw/v1/realtime", "handshake_429", "upgrade answered 429 Too Many Requests", "MAX_SESSIONS_PER_KEY"},
+		{"ws://gw/v1/realtime", "handshake_503", "upgrade answered 503 Service Unavailable", "MAX_CONNECTIONS or draining"},
+		{"ws://gw/v1/realtime", "overload", "", "-max-outstanding"},
+		// The error text is read before the class.
+		{"wss://gw/v1/realtime", "handshake_403", "x509: certificate has expired", "-ca"},
 		{"ws://gw/v1/realtime", "unexpected_close_1011", "closed during session", ""},
 	} {
 		got := Hint(tt.target, tt.class, tt.detail)
