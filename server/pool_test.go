@@ -51,7 +51,8 @@ func withPool(size int, mutate func(*Settings)) func(*Settings) {
 }
 
 // poolSchemes runs a pool test against a plain ws:// upstream and a wss://
-// one (mockai -tls), as production upstreams are.
+// one (mockai -tls), as production upstreams are, as the subtests ws and wss:
+// go test -race -run 'TestPoolPongsNeverReachClients/wss' ./server runs one.
 func poolSchemes(t *testing.T, test func(t *testing.T, tls bool)) {
 	for _, sc := range []struct {
 		name string
@@ -90,57 +91,55 @@ func waitWarm(t *testing.T, g *gateway, n int) {
 }
 
 func TestPoolHitDeliversUpstreamsOwnSessionCreated(t *testing.T) {
-	poolSchemes(t, testPoolHitDeliversUpstreamsOwnSessionCreated)
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		g := startPoolGateway(t, mock, 2, nil)
+		waitWarm(t, g, 2)
+		var warmIDs []string
+		for _, r := range mock.Records() {
+			warmIDs = append(warmIDs, r.SessionID)
+		}
+
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		created := read(t, c)
+		if created.typ() != "session.created" {
+			t.Fatalf("first event %v", created.typ())
+		}
+		if id := created.str("session", "id"); !slices.Contains(warmIDs, id) {
+			t.Fatalf("session id %q is not one mockai issued to a warm socket %v", id, warmIDs)
+		}
+		if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits != 1 {
+			t.Fatalf("pool hits %v, want 1", hits)
+		}
+		// The session then works end to end.
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "warm"}})
+		if e := read(t, c); e.typ() != "session.updated" {
+			t.Fatalf("got %v", e.typ())
+		}
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.done")
+		// The take triggered a refill.
+		waitWarm(t, g, 2)
+	})
 }
 
-func testPoolHitDeliversUpstreamsOwnSessionCreated(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 2, nil)
-	waitWarm(t, g, 2)
-	var warmIDs []string
-	for _, r := range mock.Records() {
-		warmIDs = append(warmIDs, r.SessionID)
-	}
-
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	created := read(t, c)
-	if created.typ() != "session.created" {
-		t.Fatalf("first event %v", created.typ())
-	}
-	if id := created.str("session", "id"); !slices.Contains(warmIDs, id) {
-		t.Fatalf("session id %q is not one mockai issued to a warm socket %v", id, warmIDs)
-	}
-	if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits != 1 {
-		t.Fatalf("pool hits %v, want 1", hits)
-	}
-	// The session then works end to end.
-	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "warm"}})
-	if e := read(t, c); e.typ() != "session.updated" {
-		t.Fatalf("got %v", e.typ())
-	}
-	send(t, c, map[string]any{"type": "response.create"})
-	readUntil(t, c, "response.done")
-	// The take triggered a refill.
-	waitWarm(t, g, 2)
-}
-
-func TestPoolMissFallsBackToFreshDial(t *testing.T) { poolSchemes(t, testPoolMissFallsBackToFreshDial) }
-
-func testPoolMissFallsBackToFreshDial(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, tls)
-	g := startPoolGateway(t, mock, 1, nil)
-	waitWarm(t, g, 1)
-	a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // the refill is still 300 ms away
-	if e := read(t, a); e.typ() != "session.created" {
-		t.Fatalf("a: %v", e.typ())
-	}
-	if e := read(t, b); e.typ() != "session.created" {
-		t.Fatalf("b: %v", e.typ())
-	}
-	if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 1 || misses != 1 {
-		t.Fatalf("hits %v misses %v, want 1 and 1", hits, misses)
-	}
+func TestPoolMissFallsBackToFreshDial(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, tls)
+		g := startPoolGateway(t, mock, 1, nil)
+		waitWarm(t, g, 1)
+		a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // the refill is still 300 ms away
+		if e := read(t, a); e.typ() != "session.created" {
+			t.Fatalf("a: %v", e.typ())
+		}
+		if e := read(t, b); e.typ() != "session.created" {
+			t.Fatalf("b: %v", e.typ())
+		}
+		if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 1 || misses != 1 {
+			t.Fatalf("hits %v misses %v, want 1 and 1", hits, misses)
+		}
+	})
 }
 
 func TestPoolDiscardsSocketsThatMisbehave(t *testing.T) {
@@ -182,77 +181,73 @@ func TestPoolDiscardsSocketsThatMisbehave(t *testing.T) {
 	}
 }
 
-func TestPoolReplacesExpiredSockets(t *testing.T) { poolSchemes(t, testPoolReplacesExpiredSockets) }
-
-func testPoolReplacesExpiredSockets(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 2, func(c *Settings) { c.Pool.MaxIdle = 300 * time.Millisecond })
-	waitWarm(t, g, 2)
-	waitFor(t, "replacement dials", func() bool { return len(mock.Records()) >= 6 })
-	waitWarm(t, g, 2)
-	if active := mock.Stats().Active; active > 4 {
-		t.Fatalf("%d upstream sockets open; expired ones were not closed", active)
-	}
+func TestPoolReplacesExpiredSockets(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		g := startPoolGateway(t, mock, 2, func(c *Settings) { c.Pool.MaxIdle = 300 * time.Millisecond })
+		waitWarm(t, g, 2)
+		waitFor(t, "replacement dials", func() bool { return len(mock.Records()) >= 6 })
+		waitWarm(t, g, 2)
+		if active := mock.Stats().Active; active > 4 {
+			t.Fatalf("%d upstream sockets open; expired ones were not closed", active)
+		}
+	})
 }
 
-func TestPoolBacksOffAFailingKey(t *testing.T) { poolSchemes(t, testPoolBacksOffAFailingKey) }
-
-func testPoolBacksOffAFailingKey(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{Key: "sk-not-the-gateways", RejectStatus: 401}, tls)
-	g := startPoolGateway(t, mock, 4, nil)
-	time.Sleep(3 * time.Second)
-	// Without backoff this would be thousands. With it: the first round of
-	// 4, then one probe after 0.5 s, 1 s, 2 s (the last lands at 3.5 s).
-	if n := len(mock.Records()); n < 4 || n > 8 {
-		t.Fatalf("the upstream saw %d dials in 3 s, want a bounded few", n)
-	}
-	if b := metricSum(t, g, "rtgate_pool_backoff_seconds"); b <= 0 {
-		t.Fatalf("backoff gauge %v, want > 0", b)
-	}
-	// Connects still get the error event and close from the fresh path.
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	e := read(t, c)
-	if e.typ() != "error" || e.str("error", "status") != "401" {
-		t.Fatalf("got %v, want the upstream_unavailable event with 401", e)
-	}
-	if ce := closeOf(t, c); ce.Code != 1011 {
-		t.Fatalf("close %d, want 1011", ce.Code)
-	}
+func TestPoolBacksOffAFailingKey(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{Key: "sk-not-the-gateways", RejectStatus: 401}, tls)
+		g := startPoolGateway(t, mock, 4, nil)
+		time.Sleep(3 * time.Second)
+		// Without backoff this would be thousands. With it: the first round of
+		// 4, then one probe after 0.5 s, 1 s, 2 s (the last lands at 3.5 s).
+		if n := len(mock.Records()); n < 4 || n > 8 {
+			t.Fatalf("the upstream saw %d dials in 3 s, want a bounded few", n)
+		}
+		if b := metricSum(t, g, "rtgate_pool_backoff_seconds"); b <= 0 {
+			t.Fatalf("backoff gauge %v, want > 0", b)
+		}
+		// Connects still get the error event and close from the fresh path.
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		e := read(t, c)
+		if e.typ() != "error" || e.str("error", "status") != "401" {
+			t.Fatalf("got %v, want the upstream_unavailable event with 401", e)
+		}
+		if ce := closeOf(t, c); ce.Code != 1011 {
+			t.Fatalf("close %d, want 1011", ce.Code)
+		}
+	})
 }
 
-func TestPoolOffDialsNothingAhead(t *testing.T) { poolSchemes(t, testPoolOffDialsNothingAhead) }
-
-func testPoolOffDialsNothingAhead(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 0, nil)
-	if g.srv.Pool() != nil {
-		t.Fatal("REALTIME_POOL_SIZE=0 created a pool")
-	}
-	time.Sleep(300 * time.Millisecond)
-	if n := len(mock.Records()); n != 0 {
-		t.Fatalf("with the pool off the upstream saw %d dials before any client", n)
-	}
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	time.Sleep(100 * time.Millisecond)
-	if n := len(mock.Records()); n != 1 {
-		t.Fatalf("one client connect made %d upstream dials", n)
-	}
+func TestPoolOffDialsNothingAhead(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		g := startPoolGateway(t, mock, 0, nil)
+		if g.srv.Pool() != nil {
+			t.Fatal("REALTIME_POOL_SIZE=0 created a pool")
+		}
+		time.Sleep(300 * time.Millisecond)
+		if n := len(mock.Records()); n != 0 {
+			t.Fatalf("with the pool off the upstream saw %d dials before any client", n)
+		}
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		time.Sleep(100 * time.Millisecond)
+		if n := len(mock.Records()); n != 1 {
+			t.Fatalf("one client connect made %d upstream dials", n)
+		}
+	})
 }
 
 func TestPoolClosesWarmSocketsOnShutdown(t *testing.T) {
-	poolSchemes(t, testPoolClosesWarmSocketsOnShutdown)
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		g := startPoolGateway(t, mock, 3, nil)
+		waitWarm(t, g, 3)
+		g.srv.Pool().Close()
+		waitFor(t, "warm sockets to close", func() bool { return mock.Stats().Active == 0 })
+	})
 }
-
-func testPoolClosesWarmSocketsOnShutdown(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 3, nil)
-	waitWarm(t, g, 3)
-	g.srv.Pool().Close()
-	waitFor(t, "warm sockets to close", func() bool { return mock.Stats().Active == 0 })
-}
-
-func TestAdminMetricsEndpoint(t *testing.T) { poolSchemes(t, testAdminMetricsEndpoint) }
 
 // The connect must be a hit, and its setup observed, before the scrape:
 //   - a warm socket whose ping is unanswered is passed over by Take (its pong
@@ -262,104 +257,104 @@ func TestAdminMetricsEndpoint(t *testing.T) { poolSchemes(t, testAdminMetricsEnd
 //   - the setup histogram is observed by the reactor after it has written
 //     session.created to the client, so a client that has read it can scrape
 //     before the observation lands: wait for it (it comes a write call later).
-func testAdminMetricsEndpoint(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 1, func(c *Settings) { c.Pool.PingInterval = -1 })
-	waitWarm(t, g, 1)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	if e := read(t, c); e.typ() != "session.created" {
-		t.Fatalf("first event %v, want session.created", e.typ())
-	}
-	if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 1 || misses != 0 {
-		t.Fatalf("%v pool hits and %v misses, want the connect to be one hit", hits, misses)
-	}
-	waitFor(t, "the setup of the hit to be observed", func() bool { return setupsObserved(t, g, "hit") == 1 })
-	req, _ := http.NewRequest("GET", "/metrics", nil)
-	rec := newRecorder()
-	g.srv.AdminHandler().ServeHTTP(rec, req)
-	body := rec.String()
-	for _, want := range []string{"rtgate_pool_hits_total{", "rtgate_sessions_open 1", "rtgate_session_setup_seconds_bucket{pool=\"hit\"", "go_goroutines"} {
-		if !contains(body, want) {
-			t.Fatalf("/metrics lacks %q", want)
+func TestAdminMetricsEndpoint(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		g := startPoolGateway(t, mock, 1, func(c *Settings) { c.Pool.PingInterval = -1 })
+		waitWarm(t, g, 1)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("first event %v, want session.created", e.typ())
 		}
-	}
-	if contains(body, testUpstreamKey) || contains(body, testMasterKey) {
-		t.Fatal("/metrics shows a key")
-	}
+		if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 1 || misses != 0 {
+			t.Fatalf("%v pool hits and %v misses, want the connect to be one hit", hits, misses)
+		}
+		waitFor(t, "the setup of the hit to be observed", func() bool { return setupsObserved(t, g, "hit") == 1 })
+		req, _ := http.NewRequest("GET", "/metrics", nil)
+		rec := newRecorder()
+		g.srv.AdminHandler().ServeHTTP(rec, req)
+		body := rec.String()
+		for _, want := range []string{"rtgate_pool_hits_total{", "rtgate_sessions_open 1", "rtgate_session_setup_seconds_bucket{pool=\"hit\"", "go_goroutines"} {
+			if !contains(body, want) {
+				t.Fatalf("/metrics lacks %q", want)
+			}
+		}
+		if contains(body, testUpstreamKey) || contains(body, testMasterKey) {
+			t.Fatal("/metrics shows a key")
+		}
+	})
 }
 
 // A call_id connect (a sideband to a live WebRTC or SIP call) and a
 // transcription socket are never pooled: each client connect makes exactly
 // one upstream dial, and the pool dials nothing extra for them.
 func TestPoolNeverPoolsSidebandOrTranscription(t *testing.T) {
-	poolSchemes(t, testPoolNeverPoolsSidebandOrTranscription)
-}
-
-func testPoolNeverPoolsSidebandOrTranscription(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 2, func(c *Settings) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 2, 64 })
-	waitWarm(t, g, 2)
-	queries := []string{"call_id=rtc_123", "intent=transcription", "model=gpt-realtime&call_id=rtc_456"}
-	for range 3 { // repeated connects would have made an auto pool grow
-		for _, q := range queries {
-			c := g.dial(t, q, bearer(testMasterKey))
-			if e := read(t, c); e.typ() != "session.created" {
-				t.Fatalf("%s: first event %v", q, e.typ())
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		g := startPoolGateway(t, mock, 2, func(c *Settings) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 2, 64 })
+		waitWarm(t, g, 2)
+		queries := []string{"call_id=rtc_123", "intent=transcription", "model=gpt-realtime&call_id=rtc_456"}
+		for range 3 { // repeated connects would have made an auto pool grow
+			for _, q := range queries {
+				c := g.dial(t, q, bearer(testMasterKey))
+				if e := read(t, c); e.typ() != "session.created" {
+					t.Fatalf("%s: first event %v", q, e.typ())
+				}
+				_ = c.Close()
 			}
-			_ = c.Close()
 		}
-	}
-	time.Sleep(300 * time.Millisecond) // what the pool would dial behind them would be here by now
-	// Each record's query, keyed by what makes it unpoolable.
-	seen := map[string]int{}
-	for _, r := range mock.Records() {
-		q, err := url.ParseQuery(r.Query)
-		if err != nil {
-			t.Fatal(err)
+		time.Sleep(300 * time.Millisecond) // what the pool would dial behind them would be here by now
+		// Each record's query, keyed by what makes it unpoolable.
+		seen := map[string]int{}
+		for _, r := range mock.Records() {
+			q, err := url.ParseQuery(r.Query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case q.Has("call_id"):
+				seen["call_id="+q.Get("call_id")]++
+			case q.Has("intent"):
+				seen["intent="+q.Get("intent")]++
+			}
 		}
-		switch {
-		case q.Has("call_id"):
-			seen["call_id="+q.Get("call_id")]++
-		case q.Has("intent"):
-			seen["intent="+q.Get("intent")]++
+		want := map[string]int{"call_id=rtc_123": 3, "call_id=rtc_456": 3, "intent=transcription": 3}
+		if !maps.Equal(seen, want) {
+			t.Fatalf("mockai saw %v connects, want exactly one per client connect %v", seen, want)
 		}
-	}
-	want := map[string]int{"call_id=rtc_123": 3, "call_id=rtc_456": 3, "intent=transcription": 3}
-	if !maps.Equal(seen, want) {
-		t.Fatalf("mockai saw %v connects, want exactly one per client connect %v", seen, want)
-	}
-	if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits != 0 {
-		t.Fatalf("%v pool hits for connects that must not be pooled", hits)
-	}
+		if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits != 0 {
+			t.Fatalf("%v pool hits for connects that must not be pooled", hits)
+		}
+	})
 }
 
 // Idle warm sockets are pinged; their pongs are consumed by the pool and
 // never reach a client, however close behind a ping the client comes.
-func TestPoolPongsNeverReachClients(t *testing.T) { poolSchemes(t, testPoolPongsNeverReachClients) }
-
-func testPoolPongsNeverReachClients(t *testing.T, tls bool) {
-	mock := startPoolMock(t, mockai.Config{}, tls)
-	g := startPoolGateway(t, mock, 4, func(c *Settings) {
-		c.Pool.PingInterval = 20 * time.Millisecond
-		c.Pool.PongTimeout = 2 * time.Second
-	})
-	waitWarm(t, g, 4)
-	waitFor(t, "pings to be answered", func() bool { return metricSum(t, g, "rtgate_pool_pongs_total") >= 20 })
-	for i := range 8 {
-		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-		c.SetPongHandler(func(string) error {
-			t.Errorf("client %d received a pong it never asked for", i)
-			return nil
+func TestPoolPongsNeverReachClients(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		g := startPoolGateway(t, mock, 4, func(c *Settings) {
+			c.Pool.PingInterval = 20 * time.Millisecond
+			c.Pool.PongTimeout = 2 * time.Second
 		})
-		expectCreatedThenUpdated(t, c, "x")
-		_ = c.Close()
-	}
-	if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits == 0 {
-		t.Fatal("no connect was served from the pool")
-	}
-	if missed := metricSum(t, g, "rtgate_pool_missed_pongs_total"); missed != 0 {
-		t.Fatalf("%v healthy warm sockets retired for a missed pong", missed)
-	}
+		waitWarm(t, g, 4)
+		waitFor(t, "pings to be answered", func() bool { return metricSum(t, g, "rtgate_pool_pongs_total") >= 20 })
+		for i := range 8 {
+			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			c.SetPongHandler(func(string) error {
+				t.Errorf("client %d received a pong it never asked for", i)
+				return nil
+			})
+			expectCreatedThenUpdated(t, c, "x")
+			_ = c.Close()
+		}
+		if hits := metricSum(t, g, "rtgate_pool_hits_total"); hits == 0 {
+			t.Fatal("no connect was served from the pool")
+		}
+		if missed := metricSum(t, g, "rtgate_pool_missed_pongs_total"); missed != 0 {
+			t.Fatalf("%v healthy warm sockets retired for a missed pong", missed)
+		}
+	})
 }
 
 type recorder struct {
