@@ -132,22 +132,24 @@ func TestParseCompareFlags(t *testing.T) {
 	}
 }
 
-func TestRunCompareBadInput(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		wantCode int
-		wantErr  string
-	}{
-		{"unknown leg", []string{"-legs", "direct,sideways"}, 1, "unknown leg"},
-		{"bad pool", []string{"-pool", "many"}, 1, "-pool"},
-		{"missing mockai", []string{"-mockai", "/nonexistent/mockai", "-legs", "direct"}, 1, "go build -o /nonexistent/mockai ./cmd/mockai"},
-		{"bad flag", []string{"-n", "lots"}, 2, "invalid value"},
-	}
-	for _, tc := range tests {
+// badRun is a wsbench run that must fail: its exit code, and a text its
+// stderr must contain.
+type badRun struct {
+	name     string
+	args     []string
+	wantCode int
+	wantErr  string
+}
+
+// checkBadRuns runs each of runs as a subtest, its args after what base
+// returns (the subcommand and the flags every run of it needs, made in the
+// subtest so that t.TempDir is its own).
+func checkBadRuns(t *testing.T, base func(t *testing.T) []string, runs []badRun) {
+	t.Helper()
+	for _, tc := range runs {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			args := append([]string{"compare", "-out", t.TempDir()}, tc.args...)
+			args := append(base(t), tc.args...)
 			if code := run(context.Background(), args, &stdout, &stderr); code != tc.wantCode {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.wantCode, stderr.String())
 			}
@@ -156,6 +158,15 @@ func TestRunCompareBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestRunCompareBadInput(t *testing.T) {
+	checkBadRuns(t, func(t *testing.T) []string { return []string{"compare", "-out", t.TempDir()} }, []badRun{
+		{"unknown leg", []string{"-legs", "direct,sideways"}, 1, "unknown leg"},
+		{"bad pool", []string{"-pool", "many"}, 1, "-pool"},
+		{"missing mockai", []string{"-mockai", "/nonexistent/mockai", "-legs", "direct"}, 1, "go build -o /nonexistent/mockai ./cmd/mockai"},
+		{"bad flag", []string{"-n", "lots"}, 2, "invalid value"},
+	})
 }
 
 // TestRunBench drives the command end to end against in-process mockai.

@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -43,33 +41,19 @@ func TestParseSoakFlags(t *testing.T) {
 }
 
 func TestRunSoakBadInput(t *testing.T) {
-	tests := []struct {
-		name     string
-		args     []string
-		wantCode int
-		wantErr  string
-	}{
+	self, err := os.Executable() // an existing file stands in for mockai
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := func(t *testing.T) []string {
+		return []string{"soak", "-out", t.TempDir(), "-mockai", self, "-gateway", "/nonexistent/gateway"}
+	}
+	checkBadRuns(t, base, []badRun{
 		{"bad flag", []string{"-duration", "forever"}, 2, "invalid value"},
 		{"extra argument", []string{"now"}, 2, "unexpected arguments"},
 		{"negative margin", []string{"-heap-margin-mib", "-1"}, 2, "must not be negative"},
 		{"unknown fault", []string{"-faults", "meteor"}, 1, `unknown fault "meteor"`},
 		{"fault rate", []string{"-fault-rate", "2"}, 1, "fault rate 2"},
 		{"missing gateway", nil, 1, "go build -o /nonexistent/gateway ./cmd/gateway"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			self, err := os.Executable() // an existing file stands in for mockai
-			if err != nil {
-				t.Fatal(err)
-			}
-			args := append([]string{"soak", "-out", t.TempDir(), "-mockai", self, "-gateway", "/nonexistent/gateway"}, tc.args...)
-			if code := run(context.Background(), args, &stdout, &stderr); code != tc.wantCode {
-				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.wantCode, stderr.String())
-			}
-			if !strings.Contains(stderr.String(), tc.wantErr) {
-				t.Errorf("stderr %q lacks %q", stderr.String(), tc.wantErr)
-			}
-		})
-	}
+	})
 }
