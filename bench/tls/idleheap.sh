@@ -16,7 +16,7 @@ for i in $(seq 50); do curl -sf http://127.0.0.1:$gp/health >/dev/null && break;
 heap() { curl -s "http://127.0.0.1:$ap/debug/pprof/heap?gc=1&debug=1" | awk '/^# HeapAlloc = /{print $4}'; }
 cpu() { awk '{print $14+$15}' /proc/$1/stat; }
 h0=$(heap); c0=$(cpu $gw); m0=$(cpu $mock)
-$B/wsbench -host ws://127.0.0.1:$gp -key sk-m -hold $N -hold-for 20s -c 50 -quiet >$OUT.hold.txt 2>&1 & wb=$!
+$B/wsbench -host ws://127.0.0.1:$gp -key sk-m -hold $N -hold-for 20s -c ${C:-50} -quiet >$OUT.hold.txt 2>&1 & wb=$!
 for i in $(seq 240); do
   a=$(curl -sk https://127.0.0.1:$mp/mock/stats 2>/dev/null | tr -d ' ' | grep -o '"active":[0-9]*' | cut -d: -f2)
   [ "${a:-0}" -ge "$N" ] && break; sleep 0.25
