@@ -143,10 +143,12 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 		return nil, &Error{Err: err}
 	}
 	// Past the deadline, closing the socket fails whatever read or write
-	// the handshake is blocked in.
+	// the handshake is blocked in. That is the handshake's only read
+	// timeout: netpoll's own (SetReadTimeout) makes a timer on the first
+	// wait and keeps it in the connection for its life (~250 B per idle
+	// upstream socket).
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
-	_ = conn.SetReadTimeout(timeout)
 	_ = conn.SetWriteTimeout(d.WriteTimeout)
 
 	ep, preface, resumed, err := d.handshake(ctx, conn, t, addr, secure)
@@ -162,7 +164,6 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 		return nil, &Error{Err: err}
 	}
 	// From here on reads are event-driven and never wait.
-	_ = conn.SetReadTimeout(0)
 	return &Upgraded{Endpoint: ep, Preface: preface, Resumed: resumed}, nil
 }
 
