@@ -94,8 +94,27 @@ func (c *NBConn) Write(p []byte) (int, error) {
 		}
 		return len(p), nil
 	}
-	n, err := c.Connection.Write(p)
-	return n, mapErr(err)
+	// The handshakes' writes (ClientHello, Finished, the upgrade request)
+	// go straight to the socket while the kernel takes them, which on a
+	// fresh connection is always: netpoll's Write would copy them into its
+	// output buffer, which then keeps a node of that size (~2 KiB for a
+	// ClientHello with a post-quantum key share) for the connection's life.
+	// Safe because only this goroutine writes before an endpoint owns the
+	// connection, and netpoll's output buffer is empty whenever its Write
+	// has returned.
+	sent := 0
+	if fd := fdOf(c.Connection); fd >= 0 {
+		n, err := writeFD(fd, p)
+		if err != nil {
+			return n, err
+		}
+		sent = n
+	}
+	if sent == len(p) {
+		return sent, nil
+	}
+	n, err := c.Connection.Write(p[sent:])
+	return sent + n, mapErr(err)
 }
 
 func mapErr(err error) error {

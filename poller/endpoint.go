@@ -176,9 +176,15 @@ func (e *Endpoint) Read(fn func(src frames.Source) error) error {
 		return err
 	}
 	buf := tlsScratch.Get().(*[tlsReadChunk]byte)
-	defer tlsScratch.Put(buf)
-	b := buf[:]
 	src := &e.plain // reads of one socket never overlap, and a field does not escape per call
+	defer func() {
+		// An idle endpoint must not point into the scratch buffer: once a
+		// GC empties the pool, that reference alone would keep 64 KiB alive
+		// per buffer for the session's life.
+		src.Reset(nil)
+		tlsScratch.Put(buf)
+	}()
+	b := buf[:]
 	for {
 		// crypto/tls returns at most one record per Read: gather records
 		// while a whole one still fits (a shorter buffer would split a

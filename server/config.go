@@ -39,6 +39,9 @@ type Settings struct {
 	// UpstreamSourceIPs spreads upstream sockets over these local
 	// addresses, to exceed one address's ephemeral ports.
 	UpstreamSourceIPs []net.IP
+	// NoUpstreamTLSResumption turns off TLS session resumption for wss://
+	// upstream dials (UPSTREAM_TLS_RESUMPTION=0); resumption is on by default.
+	NoUpstreamTLSResumption bool
 	// UpstreamRoots, if set, replaces the roots for wss:// upstreams (tests
 	// use it to trust mockai's certificate without a file).
 	UpstreamRoots *x509.CertPool
@@ -339,6 +342,14 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	})
 	set("REDIS_LEASE_SECS", secs(&c.ClusterLease, 1))
 	set("CLUSTER_INSTANCES", count(&c.ClusterInstances, 1))
+	set("UPSTREAM_TLS_RESUMPTION", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not 1, 0, true or false", v)
+		}
+		c.NoUpstreamTLSResumption = !b
+		return nil
+	})
 	set("REUSEPORT", func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

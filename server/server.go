@@ -110,7 +110,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		upTLS.RootCAs = pool
 	}
 	s.dialer = &upstream.Dialer{TLSConfig: upTLS, Timeout: cfg.DialTimeout, WriteTimeout: cfg.WriteTimeout,
-		CloseTimeout: cfg.CloseTimeout, SourceIPs: cfg.UpstreamSourceIPs}
+		CloseTimeout: cfg.CloseTimeout, SourceIPs: cfg.UpstreamSourceIPs,
+		NoResumption: cfg.NoUpstreamTLSResumption}
 
 	if cfg.TLSCert != "" {
 		certs, err := newCertReloader(cfg.TLSCert, cfg.TLSKey, log)
@@ -166,6 +167,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
 	s.metrics.reg.MustRegister(s.metrics.warmRedials)
+	upstream.RegisterDialerMetrics(s.metrics.reg, s.dialer)
 	s.sessCfg = poller.SessionConfig{
 		MaxMessage:      cfg.MaxMessage,
 		MaxPending:      cfg.MaxPending,

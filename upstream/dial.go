@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,8 +50,25 @@ type Dialer struct {
 	// most the ephemeral port range (about 28k ports by default); k source
 	// addresses reach k times that.
 	SourceIPs []net.IP
+	// NoResumption turns off TLS session resumption for upstream dials
+	// (see tlsConfigFor); on by default.
+	NoResumption bool
 
 	next atomic.Uint64 // round-robin position in SourceIPs
+
+	// tlsConfigs holds one *tls.Config per upstream address (host:port),
+	// built on that address's first wss:// dial: see tlsConfigFor.
+	tlsConfigs sync.Map
+	// handshakes counts the upstream TLS handshakes that completed, and
+	// resumed those of them that resumed an earlier session.
+	handshakes, resumed atomic.Uint64
+}
+
+// TLSHandshakes reports how many upstream TLS handshakes completed since the
+// dialer was made, and how many of them resumed an earlier session (no
+// certificate sent or verified, cheaper on both sides).
+func (d *Dialer) TLSHandshakes() (total, resumed uint64) {
+	return d.handshakes.Load(), d.resumed.Load()
 }
 
 // Target is one upstream connect: the full ws:// or wss:// URL with its query,
@@ -69,6 +87,8 @@ type Upgraded struct {
 	// which the handshake read along with it. The upstream sends
 	// session.created unprompted, so this is often where it is.
 	Preface []byte
+	// Resumed is true when the TLS handshake resumed an earlier session.
+	Resumed bool
 }
 
 // Error is a failed dial. Status is the HTTP status the upstream answered
@@ -123,13 +143,15 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 		return nil, &Error{Err: err}
 	}
 	// Past the deadline, closing the socket fails whatever read or write
-	// the handshake is blocked in.
+	// the handshake is blocked in. That is the handshake's only read
+	// timeout: netpoll's own (SetReadTimeout) makes a timer on the first
+	// wait and keeps it in the connection for its life (~250 B per idle
+	// upstream socket).
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
-	_ = conn.SetReadTimeout(timeout)
 	_ = conn.SetWriteTimeout(d.WriteTimeout)
 
-	ep, preface, err := d.handshake(ctx, conn, t, secure)
+	ep, preface, resumed, err := d.handshake(ctx, conn, t, addr, secure)
 	if err != nil {
 		_ = conn.Close()
 		if ctx.Err() != nil && !errors.As(err, new(*Error)) {
@@ -142,25 +164,17 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 		return nil, &Error{Err: err}
 	}
 	// From here on reads are event-driven and never wait.
-	_ = conn.SetReadTimeout(0)
-	return &Upgraded{Endpoint: ep, Preface: preface}, nil
+	return &Upgraded{Endpoint: ep, Preface: preface, Resumed: resumed}, nil
 }
 
-func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Target, secure bool) (*poller.Endpoint, []byte, error) {
+func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Target, addr string, secure bool) (*poller.Endpoint, []byte, bool, error) {
 	nb := poller.NewNBConn(conn)
 	var rw io.ReadWriter = nb
 	var tc *tls.Conn
 	if secure {
-		cfg := &tls.Config{}
-		if d.TLSConfig != nil {
-			cfg = d.TLSConfig.Clone()
-		}
-		if cfg.ServerName == "" {
-			cfg.ServerName = t.URL.Hostname()
-		}
-		tc = tls.Client(nb, cfg)
+		tc = tls.Client(nb, d.tlsConfigFor(t.URL, addr))
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, nil, fmt.Errorf("TLS handshake: %w", err)
+			return nil, nil, false, fmt.Errorf("TLS handshake: %w", err)
 		}
 		rw = tc
 	}
@@ -172,17 +186,68 @@ func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Targe
 	br, _, err := wd.Upgrade(rw, t.URL)
 	if err != nil {
 		if status != 0 {
-			return nil, nil, &Error{Status: status, Err: err}
+			return nil, nil, false, &Error{Status: status, Err: err}
 		}
-		return nil, nil, fmt.Errorf("websocket upgrade: %w", err)
+		return nil, nil, false, fmt.Errorf("websocket upgrade: %w", err)
 	}
 	preface := drain(br)
 
 	if tc != nil {
-		return poller.NewTLSEndpoint(nb, tc), preface, nil
+		resumed := tc.ConnectionState().DidResume
+		d.handshakes.Add(1)
+		if resumed {
+			d.resumed.Add(1)
+		}
+		return poller.NewTLSEndpoint(nb, tc), preface, resumed, nil
 	}
 	nb.SetBlocking(false)
-	return poller.NewPlainEndpoint(conn), preface, nil
+	return poller.NewPlainEndpoint(conn), preface, false, nil
+}
+
+// tlsConfigFor returns the TLS configuration for dials to addr, made once per
+// address from TLSConfig and then shared by every connection to it (a
+// tls.Conn keeps a pointer to its config for its life, so a clone per dial
+// cost each idle upstream socket a copy). Each address gets:
+//
+//   - ServerName from the URL, unless TLSConfig names one;
+//   - its own session cache, so that dials resume the TLS session of an
+//     earlier one (TLS 1.3 PSK with a fresh key exchange): no certificate is
+//     sent, signed or verified, which makes the warm pool's refills and fresh
+//     dials cheaper on both sides. crypto/tls keys cached sessions by server
+//     name only; one cache per address keeps deployments that share a name
+//     (two ports of one host) from overwriting each other's tickets. A
+//     resumed session is only used while its certificate, checked again
+//     against RootCAs, the name and the time at each resumption, is still
+//     valid; a server that cannot decrypt the ticket (another server under
+//     the same address) gets a full handshake with full verification.
+//   - DynamicRecordSizingDisabled: crypto/tls would otherwise cut the first
+//     records of each connection to ~1.2 KB, growing by that much per record,
+//     and each record is a write on the socket; the endpoint already gathers
+//     a read's frames into one write.
+//
+// A config from TLSConfig with its own ClientSessionCache keeps that cache
+// (shared across addresses, keyed by server name, as crypto/tls does).
+func (d *Dialer) tlsConfigFor(u *url.URL, addr string) *tls.Config {
+	if c, ok := d.tlsConfigs.Load(addr); ok {
+		return c.(*tls.Config)
+	}
+	cfg := &tls.Config{}
+	if d.TLSConfig != nil {
+		cfg = d.TLSConfig.Clone()
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = u.Hostname()
+	}
+	cfg.DynamicRecordSizingDisabled = true
+	if d.NoResumption {
+		cfg.ClientSessionCache = nil
+	} else if cfg.ClientSessionCache == nil {
+		// One entry: crypto/tls keeps one session per server name, and
+		// this cache serves one address (and so one name).
+		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+	}
+	c, _ := d.tlsConfigs.LoadOrStore(addr, cfg)
+	return c.(*tls.Config)
 }
 
 // dialTCP connects a netpoll socket to addr, from the next source address

@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -81,5 +83,63 @@ func TestDialSpreadsOverSourceIPs(t *testing.T) {
 		if seen[ip] != 2 {
 			t.Fatalf("upstream saw %v, want two dials from each of 127.0.0.2-4", seen)
 		}
+	}
+}
+
+// TestDialTimesOutOnSilentUpstream dials an upstream that accepts TCP and
+// never answers: the TLS handshake (wss://) or the upgrade (ws://) waits in
+// a blocking read, and the dial timeout must end it.
+func TestDialTimesOutOnSilentUpstream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	const timeout = 300 * time.Millisecond
+	for _, scheme := range []string{"ws", "wss"} {
+		t.Run(scheme, func(t *testing.T) {
+			d := &Dialer{Timeout: timeout}
+			u, _ := url.Parse(scheme + "://" + ln.Addr().String() + "/v1/realtime?model=m")
+			done := make(chan error, 1)
+			go func() {
+				c, err := d.Dial(t.Context(), Target{URL: u, Header: http.Header{}})
+				if err == nil {
+					c.Endpoint.Close()
+				}
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(timeout + 10*time.Second): // a hang, not a slow machine
+				t.Fatalf("dial to a silent upstream still waiting %v after its %v timeout", 10*time.Second, timeout)
+			}
+			if err == nil {
+				t.Fatal("dial to a silent upstream succeeded")
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("dial error %v, want it to wrap context.DeadlineExceeded", err)
+			}
+		})
 	}
 }

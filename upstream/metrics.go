@@ -58,3 +58,17 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 			"Idle warm sockets retired (and replaced) because they did not answer a ping in time."),
 	}
 }
+
+// RegisterDialerMetrics registers d's TLS handshake counters with reg: how
+// many upstream TLS handshakes completed, and how many of them resumed an
+// earlier session (see Dialer.tlsConfigFor). A low resumed share with a
+// steady upstream means its tickets are not accepted (or resumption is off).
+func RegisterDialerMetrics(reg prometheus.Registerer, d *Dialer) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rtgate_upstream_tls_handshakes_total",
+			Help: "TLS handshakes with wss:// upstreams that completed."},
+			func() float64 { n, _ := d.TLSHandshakes(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rtgate_upstream_tls_resumed_total",
+			Help: "Of those, handshakes that resumed an earlier TLS session (UPSTREAM_TLS_RESUMPTION)."},
+			func() float64 { _, n := d.TLSHandshakes(); return float64(n) }))
+}
