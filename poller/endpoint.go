@@ -79,9 +79,18 @@ type Endpoint struct {
 
 // NewPlainEndpoint wraps a plain TCP netpoll connection.
 func NewPlainEndpoint(c netpoll.Connection) *Endpoint {
-	e := &Endpoint{conn: c, fd: fdOf(c)}
-	e.guard()
+	e := new(Endpoint)
+	InitPlainEndpoint(e, c)
 	return e
+}
+
+// InitPlainEndpoint does NewPlainEndpoint's work on an Endpoint the caller
+// allocated inside its own per-connection state (one allocation per session
+// rather than several). e must be zero and must not be copied afterwards:
+// its close callback and locks live at that address.
+func InitPlainEndpoint(e *Endpoint, c netpoll.Connection) {
+	e.conn, e.fd = c, fdOf(c)
+	e.guard()
 }
 
 // NewTLSEndpoint wraps a TLS connection running over nb. The TLS handshake

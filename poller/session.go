@@ -127,7 +127,18 @@ type Session struct {
 // later with AttachUpstream or AdoptWarm (or DialFailed); frames the client
 // sends until then are queued in order.
 func NewSession(cfg *SessionConfig, client *Endpoint) *Session {
-	s := &Session{cfg: cfg}
+	s := new(Session)
+	s.Init(cfg, client)
+	return s
+}
+
+// Init does NewSession's work on a Session the caller allocated, for a caller
+// that keeps the session inside its own per-connection state so that a
+// session is one allocation rather than several (the server's clientConn).
+// s must be zero, and must not be copied afterwards: its locks, and the read
+// callbacks bound to it, live at that address.
+func (s *Session) Init(cfg *SessionConfig, client *Endpoint) {
+	s.cfg = cfg
 	s.client.ep, s.client.which = client, ClientSide
 	s.up.which = UpstreamSide
 	s.lastActivity.Store(time.Now().UnixNano())
@@ -135,7 +146,6 @@ func NewSession(cfg *SessionConfig, client *Endpoint) *Session {
 	s.u2c.Init(frames.FromServer, 0)
 	s.fromClientFn = s.fromClient
 	s.fromUpstreamFn = s.fromUpstream
-	return s
 }
 
 // InspectUpstream offers the upstream's text frames to insp (usage

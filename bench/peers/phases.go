@@ -1,12 +1,10 @@
 package peers
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sort"
 	"time"
@@ -54,7 +52,7 @@ func measureMemory(ctx context.Context, o *Options, s *system, n int) (*Memory, 
 	}
 	var heapIdle int64
 	if s.admin != "" {
-		if heapIdle, err = s.liveHeap(ctx); err != nil {
+		if heapIdle, _, err = s.liveHeap(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -90,12 +88,12 @@ func measureMemory(ctx context.Context, o *Options, s *system, n int) (*Memory, 
 		m.PerSession = float64(proxyHeld.RSS-proxyIdle.RSS) / float64(m.Held)
 	}
 	if s.admin != "" {
-		heapHeld, err := s.liveHeap(ctx)
+		heapHeld, gc, err := s.liveHeap(ctx)
 		if err != nil {
 			return nil, err
 		}
 		m.GatewayHeapPerSession = float64(heapHeld-heapIdle) / float64(m.Held)
-		m.GOGC, m.GOMEMLIMIT = cmp.Or(os.Getenv("GOGC"), "default (100)"), cmp.Or(os.Getenv("GOMEMLIMIT"), "default (none)")
+		m.GOGC, m.GOMEMLIMIT = gc.gogc, gc.gomemlimit
 	}
 	if mockHeld, err = s.mock.Usage(); err != nil {
 		return nil, err

@@ -92,7 +92,8 @@ type Memory struct {
 	PerSession float64 `json:"proxy_bytes_per_session"`
 	// GatewayHeapPerSession is, for rtgate, the growth of its live heap (after a
 	// forced collection) per held session, with the GOGC and GOMEMLIMIT it ran
-	// with (inherited from the harness's environment).
+	// with, as its /metrics reports them (the harness's environment, or the
+	// gateway's own GOGC default when that has none).
 	GatewayHeapPerSession float64 `json:"gateway_live_heap_bytes_per_session,omitempty"`
 	GOGC                  string  `json:"gogc,omitempty"`
 	GOMEMLIMIT            string  `json:"gomemlimit,omitempty"`

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"rtgate/bench/harness"
@@ -233,9 +235,16 @@ type system struct {
 	admin string      // the gateway's admin listener ("" for the others)
 }
 
+// gcSettings are the collector settings the gateway runs with, as its
+// /metrics reports them (go_gc_gogc_percent, go_gc_gomemlimit_bytes): the
+// gateway applies a GOGC default of its own when its environment has none.
+type gcSettings struct{ gogc, gomemlimit string }
+
 // liveHeap asks the gateway for a collection (its heap profile handler runs one
-// with gc=1) and reads its live heap from the admin /metrics.
-func (s *system) liveHeap(ctx context.Context) (int64, error) {
+// with gc=1) and reads its live heap and collector settings from the admin
+// /metrics.
+func (s *system) liveHeap(ctx context.Context) (int64, gcSettings, error) {
+	var gc gcSettings
 	client := &http.Client{Timeout: 10 * time.Second}
 	get := func(path string) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.admin+path, nil)
@@ -251,23 +260,36 @@ func (s *system) liveHeap(ctx context.Context) (int64, error) {
 	}
 	resp, err := get("/debug/pprof/heap?gc=1")
 	if err != nil {
-		return 0, err
+		return 0, gc, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp, err = get("/metrics"); err != nil {
-		return 0, err
+		return 0, gc, err
 	}
 	defer resp.Body.Close()
 	m, err := harness.ParseMetrics(resp.Body)
 	if err != nil {
-		return 0, err
+		return 0, gc, err
 	}
 	v, ok := m.Sum("go_memstats_heap_alloc_bytes")
 	if !ok {
-		return 0, errors.New("gateway metrics: no go_memstats_heap_alloc_bytes")
+		return 0, gc, errors.New("gateway metrics: no go_memstats_heap_alloc_bytes")
 	}
-	return int64(v), nil
+	gc.gogc, gc.gomemlimit = "unknown", "unknown"
+	if p, ok := m.Sum("go_gc_gogc_percent"); ok {
+		gc.gogc = strconv.FormatFloat(p, 'f', -1, 64)
+		if p < 0 {
+			gc.gogc = "off"
+		}
+	}
+	if l, ok := m.Sum("go_gc_gomemlimit_bytes"); ok {
+		gc.gomemlimit = "none"
+		if l < math.MaxInt64/2 {
+			gc.gomemlimit = fmt.Sprintf("%.0f MiB", l/(1<<20))
+		}
+	}
+	return int64(v), gc, nil
 }
 
 // client makes a load client for the system, on sources, with gorilla buffers of

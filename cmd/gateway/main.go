@@ -46,8 +46,12 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.DrainGrace, "drain-grace", cfg.DrainGrace, "after SIGTERM, how long /health says 503 while connects are still served (DRAIN_GRACE_SECS)")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "then how long live sessions may continue (DRAIN_TIMEOUT)")
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
-	bufSize := fs.Int("buffer-size", 512, "netpoll's initial input buffer per connection, bytes")
-	nodeSize := fs.Int("node-size", 512, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
+	// 256 rather than 512: an idle session keeps one node of each per socket
+	// (0.75 KiB less live heap per idle plain session, measured), and a read
+	// that fills its buffer doubles the next one, so large frames still get
+	// large nodes (CPU per round trip showed no difference in the noise).
+	bufSize := fs.Int("buffer-size", 256, "netpoll's initial input buffer per connection, bytes")
+	nodeSize := fs.Int("node-size", 256, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
 	pollers := fs.Int("pollers", envInt("POLLER_NUM", 0), "netpoll's epoll loops; 0 for its default, GOMAXPROCS/20+1 (POLLER_NUM)")
 	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", "pool"), "where read handlers run: pool (a goroutine per read event) or inline (relayed sockets on the poller goroutine) (POLLER_HANDLERS)")
 	if err := fs.Parse(args); err != nil {
