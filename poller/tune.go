@@ -70,17 +70,26 @@ func (h Handlers) String() string {
 // runs inline under HandlersInline.
 type InlineKey struct{}
 
-// Inliner reports whether a connection's read handler cannot block at the
-// moment. It is asked before each handler task, from the poller goroutine,
-// so it must be cheap and safe to call concurrently (an atomic load).
-type Inliner interface{ HandlerInline() bool }
+// Inliner says whether a connection's read handler cannot block at the
+// moment: it returns the connection's Endpoint if so, nil if not. It is asked
+// before each handler task, from the poller goroutine, so it must be cheap
+// and safe to call concurrently (an atomic load).
+type Inliner interface{ InlineEndpoint() *Endpoint }
 
-// inlineRunner is netpoll's Runner for HandlersInline.
+// inlineRunner is netpoll's Runner for HandlersInline. A task it runs on the
+// poller marks its endpoint (onPoller): only there may the handler read the
+// socket past netpoll's buffer (see Endpoint.Read), since only there can the
+// poller not be reading the same socket at the same time.
 func inlineRunner(ctx context.Context, f func()) {
 	if ctx != nil {
-		if in, ok := ctx.Value(InlineKey{}).(Inliner); ok && !in.HandlerInline() {
-			gopool.CtxGo(ctx, f)
-			return
+		if in, ok := ctx.Value(InlineKey{}).(Inliner); ok {
+			e := in.InlineEndpoint()
+			if e == nil {
+				gopool.CtxGo(ctx, f)
+				return
+			}
+			e.onPoller.Store(true)
+			defer e.onPoller.Store(false)
 		}
 	}
 	f()
