@@ -182,6 +182,11 @@ func (e *Endpoint) Read(fn func(src frames.Source) error) error { return e.ReadF
 func (e *Endpoint) ReadFrames(fn func(src frames.Source) error, sc *frames.Scanner) error {
 	if e.tls == nil {
 		r := e.conn.Reader()
+		if sc != nil && e.ahead.Load() && !sc.MidFrame() {
+			if done, err := e.gatherAhead(r, fn); done {
+				return err
+			}
+		}
 		err := fn(r)
 		if rerr := r.Release(); err == nil {
 			err = rerr
@@ -267,6 +272,64 @@ func (e *Endpoint) readAhead(fn func(src frames.Source) error) error {
 			return nil // the kernel had no more: the next event says when it has
 		}
 	}
+}
+
+// gatherMax bounds what gatherAhead copies out of netpoll's buffer.
+const gatherMax = 16 << 10
+
+// gatherAhead is readAhead for a read that starts at a frame boundary and
+// whose bytes end inside a frame: netpoll's bytes are copied into the
+// scratch buffer and the rest read behind them, so that fn sees the whole
+// batch at once and the other socket gets one writev (one TCP segment, one
+// wake-up of its reader) rather than one for netpoll's piece and one for the
+// rest. It returns false, having touched nothing, when netpoll's bytes end
+// at a frame boundary (a small message, the latency case: nothing more is
+// coming), are many, or the socket is closing; Read then forwards them from
+// netpoll's buffer as usual.
+func (e *Endpoint) gatherAhead(r netpoll.Reader, fn func(src frames.Source) error) (bool, error) {
+	n0 := r.Len()
+	if n0 == 0 || n0 > gatherMax || e.fd < 0 {
+		return false, nil
+	}
+	b, err := r.Peek(n0)
+	if err != nil || !endsMidFrame(b) || e.closedByGateway() {
+		return false, nil
+	}
+	buf := tlsScratch.Get().(*[tlsReadChunk]byte)
+	copy(buf[:], b)
+	_ = r.Skip(n0)
+	rerr := r.Release()
+	n, _ := readFD(e.fd, buf[n0:])
+	total := n0 + max(n, 0)
+	src := &e.plain
+	src.Reset(buf[:total])
+	err = fn(src)
+	src.Reset(nil) // an idle endpoint must not keep the scratch alive
+	tlsScratch.Put(buf)
+	if err == nil {
+		err = rerr
+	}
+	if err == nil && total == len(buf) {
+		err = e.readAhead(fn) // the kernel may hold more
+	}
+	return true, err
+}
+
+// endsMidFrame reports whether b, starting at a frame's first byte, ends
+// inside a frame. A header the scanner will refuse counts as complete: the
+// usual path reports it.
+func endsMidFrame(b []byte) bool {
+	for len(b) > 0 {
+		h, hlen, ok, err := frames.ParseHeader(b)
+		if err != nil {
+			return false
+		}
+		if !ok || int64(len(b)-hlen) < h.Length {
+			return true
+		}
+		b = b[hlen+int(h.Length):]
+	}
+	return false
 }
 
 // readFD is one non-blocking read(2) of fd, retried on EINTR; 0 and EAGAIN
