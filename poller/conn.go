@@ -82,6 +82,12 @@ func (r *recordCursor) feed(b []byte) {
 // midRecord reports whether the bytes so far end inside a record.
 func (r *recordCursor) midRecord() bool { return r.left > 0 || r.n > 0 }
 
+// Fed tells c about bytes of its stream that reached crypto/tls some other
+// way than c.Read (a handshake buffer of the caller's), so that it keeps
+// track of TLS record boundaries. Call it from the goroutine reading the
+// connection.
+func (c *NBConn) Fed(b []byte) { c.rec.feed(b) }
+
 // NewNBConn wraps c; it starts in blocking mode.
 func NewNBConn(c netpoll.Connection) *NBConn { return &NBConn{Connection: c} }
 

@@ -42,6 +42,16 @@ const (
 	// work), so relayed sockets, both sides, run inline; an accepted
 	// socket still in its HTTP phase (auth, admission checks, API bodies)
 	// runs on the pool.
+	//
+	// It saves the hand-off of every read event to another thread (a
+	// futex wake and a context switch per direction), which is most of
+	// the latency a relayed message gains. Since a handler on the poller
+	// runs after each of netpoll's reads, which are no larger than a
+	// buffer node, a frame that does not fit is read to its end from the
+	// socket by the handler itself (Endpoint.readAhead), so that one read
+	// event stays one write to the other socket. What it gives up: one
+	// poller goroutine does all of its sockets' work, so a process with
+	// one poller relays on one core (see Tuning.Pollers).
 	HandlersInline
 )
 
