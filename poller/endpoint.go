@@ -51,11 +51,9 @@ type Endpoint struct {
 	byHand     bool     // a read outside netpoll's OnRequest is running
 	pending    uint8    // a Close (1) or Drop (2) asked for during that read
 	closedByUs bool     // the gateway closed it (a hung-up peer leaves it readable)
+	fdGone     bool     // netpoll's close callbacks started: the descriptor may be closed soon
 
-	// inHandler is set while the socket's own read handler runs under
-	// HandlersInline, on the poller goroutine: see closeConn.
-	inHandler atomic.Bool
-	// ahead is set while that handler surely runs on the socket's own
+	// ahead is set while the socket's read handler surely runs on its own
 	// poller, the one place where it may read past netpoll's buffer (see
 	// readAhead). onPoller is how the inline runner says so for a client
 	// socket, around the whole task; an upstream socket's Handle knows by
@@ -121,7 +119,7 @@ func fdOf(c netpoll.Connection) int {
 func (e *Endpoint) guard() {
 	_ = e.conn.AddCloseCallback(func(netpoll.Connection) error {
 		e.mu.Lock()
-		e.closed = true
+		e.closed, e.fdGone = true, true
 		e.mu.Unlock()
 		e.wmu.Lock()
 		e.wmu.Unlock() //nolint:staticcheck // an empty critical section: wait for the writer
@@ -423,32 +421,42 @@ func (e *Endpoint) Close() {
 	e.closeConn()
 }
 
-// closeConn closes the socket through netpoll, except from the socket's own
-// read handler running on the poller (HandlersInline). There netpoll's
-// Close would deadlock: it runs the close callbacks at the end of the
-// handler's task, still on the poller and still inside the poller's
-// handling of this very descriptor, and freeing the descriptor's operator
-// waits for that handling to finish (FDOperator.unused spins until the
-// poller's done). So the socket is shut down instead: the kernel sends the
-// FIN (after anything already written) and reports the hang-up to the
-// poller at its next wait, where netpoll closes the connection and runs its
-// close callbacks as for a peer's hang-up, outside any handling of it.
+// closeConn closes the socket through netpoll, except under HandlersInline.
+// There netpoll's Close can deadlock the poller: when the connection's read
+// handler task is running on the poller (this very call may come from it, or
+// from any other goroutine at that moment: a timer, the writer goroutine,
+// the other side's handler on another poller), netpoll runs the close
+// callbacks at the end of that task, still on the poller and still inside
+// the poller's handling of this very descriptor, and freeing the
+// descriptor's operator waits for that handling to finish
+// (FDOperator.unused spins until the poller's done). Measured: the server
+// suite under POLLER_HANDLERS=inline hung there. So the socket is shut down
+// instead: the kernel sends the FIN (after anything already written) and
+// reports the hang-up to the poller at its next wait, where netpoll closes
+// the connection and runs its close callbacks as for a peer's hang-up,
+// outside any handling of it. Under mu, before netpoll's close callbacks
+// start (fdGone), the descriptor is still this socket's.
 func (e *Endpoint) closeConn() {
-	if e.inHandler.Load() && e.fd >= 0 {
-		if err := unix.Shutdown(e.fd, unix.SHUT_RDWR); err == nil {
+	if inlineHandlers.Load() && e.fd >= 0 {
+		e.mu.Lock()
+		gone := e.fdGone
+		var err error
+		if !gone {
+			err = unix.Shutdown(e.fd, unix.SHUT_RDWR)
+		}
+		e.mu.Unlock()
+		// ENOTCONN: the peer reset it; the poller sees that hang-up too.
+		if gone || err == nil || err == unix.ENOTCONN {
 			return
 		}
 	}
 	_ = e.conn.Close()
 }
 
-// handlerBegin and handlerEnd bracket the socket's read handler. They mark
-// it when handlers run on the poller (see closeConn), and onPoller says
-// whether this run surely does, on the socket's own poller (see readAhead).
+// handlerBegin and handlerEnd bracket the socket's read handler; onPoller
+// says whether this run surely is on the socket's own poller (see
+// readAhead).
 func (e *Endpoint) handlerBegin(onPoller bool) {
-	if inlineHandlers.Load() {
-		e.inHandler.Store(true)
-	}
 	if onPoller {
 		e.ahead.Store(true)
 		if e.nb != nil {
@@ -458,9 +466,6 @@ func (e *Endpoint) handlerBegin(onPoller bool) {
 }
 
 func (e *Endpoint) handlerEnd() {
-	if inlineHandlers.Load() {
-		e.inHandler.Store(false)
-	}
 	if e.ahead.Load() {
 		e.ahead.Store(false)
 		if e.nb != nil {
