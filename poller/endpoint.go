@@ -430,19 +430,21 @@ func (e *Endpoint) Close() {
 // the poller's handling of this very descriptor, and freeing the
 // descriptor's operator waits for that handling to finish
 // (FDOperator.unused spins until the poller's done). Measured: the server
-// suite under POLLER_HANDLERS=inline hung there. So the socket is shut down
-// instead: the kernel sends the FIN (after anything already written) and
-// reports the hang-up to the poller at its next wait, where netpoll closes
-// the connection and runs its close callbacks as for a peer's hang-up,
-// outside any handling of it. Under mu, before netpoll's close callbacks
-// start (fdGone), the descriptor is still this socket's.
+// suite under POLLER_HANDLERS=inline hung there. So the socket's reading
+// side is shut down instead, which the kernel reports to the poller as a
+// hang-up at its next wait: there netpoll closes the connection and runs its
+// close callbacks as for a peer's hang-up, outside any handling of it. Only
+// the reading side: the close callbacks may still have last words to write
+// (answerHalfClose), and the FIN goes when netpoll closes the descriptor,
+// as with its Close. Under mu, before netpoll's close callbacks start
+// (fdGone), the descriptor is still this socket's.
 func (e *Endpoint) closeConn() {
 	if inlineHandlers.Load() && e.fd >= 0 {
 		e.mu.Lock()
 		gone := e.fdGone
 		var err error
 		if !gone {
-			err = unix.Shutdown(e.fd, unix.SHUT_RDWR)
+			err = unix.Shutdown(e.fd, unix.SHUT_RD)
 		}
 		e.mu.Unlock()
 		// ENOTCONN: the peer reset it; the poller sees that hang-up too.
