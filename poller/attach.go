@@ -38,7 +38,7 @@ func (l *upLink) UpstreamReadable() {
 		return
 	}
 	s.lastActivity.Store(nowNano())
-	if err := l.h.ep.Read(s.fromUpstreamFn); err != nil {
+	if err := l.h.ep.ReadFrames(s.fromUpstreamFn, &s.u2c); err != nil {
 		if errors.Is(err, io.EOF) && s.closing() {
 			// A TLS close_notify after the close handshake: the upstream's
 			// FIN follows. Closing now would make the gateway the first to

@@ -42,7 +42,51 @@ type NBConn struct {
 	netpoll.Connection
 	nonBlocking atomic.Bool
 	out         *Endpoint // set when an endpoint owns the connection's writes
+
+	// readAhead is set while the endpoint's read handler runs on the
+	// socket's poller and the socket may still hold bytes: then Read
+	// reads past netpoll's buffer, straight from the descriptor, when a
+	// TLS record is incomplete (see Endpoint.readAhead for why and why it
+	// is safe only there).
+	readAhead atomic.Bool
+	rec       recordCursor
 }
+
+// recordCursor follows TLS record boundaries in the bytes Read hands to
+// crypto/tls, so that Read knows whether crypto/tls still waits for the rest
+// of a record (the rest is then almost always in the kernel already) or for
+// a new one (then the next read event says when one comes).
+type recordCursor struct {
+	left int     // bytes of the current record's body still to come
+	hdr  [5]byte // a record header read so far
+	n    int     // bytes in hdr
+}
+
+func (r *recordCursor) feed(b []byte) {
+	for len(b) > 0 {
+		if r.left > 0 {
+			k := min(r.left, len(b))
+			r.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(r.hdr[r.n:], b)
+		r.n += k
+		b = b[k:]
+		if r.n == len(r.hdr) {
+			r.left, r.n = int(r.hdr[3])<<8|int(r.hdr[4]), 0
+		}
+	}
+}
+
+// midRecord reports whether the bytes so far end inside a record.
+func (r *recordCursor) midRecord() bool { return r.left > 0 || r.n > 0 }
+
+// Fed tells c about bytes of its stream that reached crypto/tls some other
+// way than c.Read (a handshake buffer of the caller's), so that it keeps
+// track of TLS record boundaries. Call it from the goroutine reading the
+// connection.
+func (c *NBConn) Fed(b []byte) { c.rec.feed(b) }
 
 // NewNBConn wraps c; it starts in blocking mode.
 func NewNBConn(c netpoll.Connection) *NBConn { return &NBConn{Connection: c} }
@@ -57,6 +101,20 @@ func (c *NBConn) Read(p []byte) (int, error) {
 	}
 	r := c.Connection.Reader()
 	if r.Len() == 0 {
+		if c.nonBlocking.Load() && c.readAhead.Load() && c.rec.midRecord() {
+			if e := c.out; e != nil && e.fd >= 0 {
+				n, _ := readFD(e.fd, p)
+				if n > 0 {
+					c.rec.feed(p[:n])
+					if n < len(p) {
+						c.readAhead.Store(false) // the kernel had no more
+					}
+					return n, nil
+				}
+				// EAGAIN, EOF or an error: the poller's next wait sees it.
+				c.readAhead.Store(false)
+			}
+		}
 		if c.nonBlocking.Load() {
 			// Look at the buffer again after seeing the hang-up: netpoll
 			// reads what the peer sent before marking the connection
@@ -77,6 +135,7 @@ func (c *NBConn) Read(p []byte) (int, error) {
 		return 0, mapErr(err)
 	}
 	copy(p, b)
+	c.rec.feed(p[:n])
 	return n, r.Release()
 }
 

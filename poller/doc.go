@@ -37,6 +37,16 @@
 // the socket, so bytes leave in order. Over TLS every raw write is a whole
 // record, so crypto/tls never sees a write fail part-way.
 //
+// # Reads on the poller
+//
+// netpoll reads a socket in pieces no larger than its buffer node (512
+// bytes with the gateway's settings) and, under HandlersInline, runs the
+// handler on the poller after each piece. So a handler that runs on its
+// socket's own poller, and only there (where netpoll cannot be reading the
+// same socket), reads the rest of an unfinished frame or TLS record straight
+// from the descriptor (Endpoint.readAhead, NBConn.Read): one read event
+// stays one batch and one write to the other socket.
+//
 // # What netpoll v0.7.2 makes impossible
 //
 // Measured or read from its source; none of it is worked around by reaching

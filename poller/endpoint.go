@@ -51,10 +51,15 @@ type Endpoint struct {
 	byHand     bool     // a read outside netpoll's OnRequest is running
 	pending    uint8    // a Close (1) or Drop (2) asked for during that read
 	closedByUs bool     // the gateway closed it (a hung-up peer leaves it readable)
+	fdGone     bool     // netpoll's close callbacks started: the descriptor may be closed soon
 
-	// inHandler is set while the socket's own read handler runs under
-	// HandlersInline, on the poller goroutine: see closeConn.
-	inHandler atomic.Bool
+	// ahead is set while the socket's read handler surely runs on its own
+	// poller, the one place where it may read past netpoll's buffer (see
+	// readAhead). onPoller is how the inline runner says so for a client
+	// socket, around the whole task; an upstream socket's Handle knows by
+	// itself.
+	ahead    atomic.Bool
+	onPoller atomic.Bool
 
 	// wmu is held by the writer goroutine across netpoll's blocking Write,
 	// so that the close guard can wait for that write to return before
@@ -123,7 +128,7 @@ func fdOf(c netpoll.Connection) int {
 func (e *Endpoint) guard() {
 	_ = e.conn.AddCloseCallback(func(netpoll.Connection) error {
 		e.mu.Lock()
-		e.closed = true
+		e.closed, e.fdGone = true, true
 		e.mu.Unlock()
 		e.wmu.Lock()
 		e.wmu.Unlock() //nolint:staticcheck // an empty critical section: wait for the writer
@@ -175,12 +180,26 @@ func (e *Endpoint) Send(b []byte) error {
 //
 // One goroutine at a time may read a socket; for upstream sockets the
 // Handle's read lock sees to that.
-func (e *Endpoint) Read(fn func(src frames.Source) error) error {
+func (e *Endpoint) Read(fn func(src frames.Source) error) error { return e.ReadFrames(fn, nil) }
+
+// ReadFrames is Read for a relay: sc, if not nil, is the scanner fn feeds.
+// When netpoll's bytes end inside one of its frames and the handler runs on
+// the socket's poller, the rest is read at once (readAhead). TLS reads do
+// the same inside NBConn.Read, whatever sc.
+func (e *Endpoint) ReadFrames(fn func(src frames.Source) error, sc *frames.Scanner) error {
 	if e.tls == nil {
 		r := e.conn.Reader()
+		if sc != nil && e.ahead.Load() && !sc.MidFrame() {
+			if done, err := e.gatherAhead(r, fn); done {
+				return err
+			}
+		}
 		err := fn(r)
 		if rerr := r.Release(); err == nil {
 			err = rerr
+		}
+		if err == nil && sc != nil && sc.MidFrame() && e.ahead.Load() {
+			err = e.readAhead(fn)
 		}
 		return err
 	}
@@ -220,6 +239,121 @@ func (e *Endpoint) Read(fn func(src frames.Source) error) error {
 			}
 			return err
 		}
+	}
+}
+
+// readAhead reads a plain socket past what netpoll buffered, straight from
+// its descriptor, and hands fn what it gets. Read calls it from a handler
+// running on the socket's own poller (HandlersInline) when netpoll's bytes
+// ended inside a frame: the rest is almost always in the kernel already.
+//
+// netpoll reads a socket in pieces no larger than its buffer node (512 bytes
+// with the gateway's -buffer-size), and on the pool that costs little: the
+// poller keeps reading while a pool goroutine wakes up, and the handler finds
+// several pieces. A handler that runs on the poller runs after each piece,
+// and forwarded each as its own writev: two to thirteen per frame at 1 KiB
+// to 6.5 KB, four times the CPU of the pool. Reading the rest here makes one
+// read event one batch again.
+//
+// Only the poller goroutine handling this socket's event may do it: there
+// netpoll cannot be reading the socket at the same time, netpoll's buffer is
+// empty (fn consumed it), so the bytes come in order, and the descriptor
+// stays open until the handler returns (netpoll closes it in a close
+// callback, which it runs after the handler). What the kernel reports at the
+// end (EAGAIN, EOF, an error) is left to the poller's next wait, which sees
+// the same state.
+func (e *Endpoint) readAhead(fn func(src frames.Source) error) error {
+	if e.fd < 0 || e.closedByGateway() {
+		return nil
+	}
+	buf := tlsScratch.Get().(*[tlsReadChunk]byte)
+	src := &e.plain
+	defer func() {
+		src.Reset(nil) // an idle endpoint must not keep the scratch alive
+		tlsScratch.Put(buf)
+	}()
+	for {
+		n, err := readFD(e.fd, buf[:])
+		if n <= 0 || err != nil {
+			return nil
+		}
+		src.Reset(buf[:n])
+		if err := fn(src); err != nil {
+			return err
+		}
+		if n < len(buf) {
+			return nil // the kernel had no more: the next event says when it has
+		}
+	}
+}
+
+// gatherMax bounds what gatherAhead copies out of netpoll's buffer.
+const gatherMax = 16 << 10
+
+// gatherAhead is readAhead for a read that starts at a frame boundary and
+// whose bytes end inside a frame: netpoll's bytes are copied into the
+// scratch buffer and the rest read behind them, so that fn sees the whole
+// batch at once and the other socket gets one writev (one TCP segment, one
+// wake-up of its reader) rather than one for netpoll's piece and one for the
+// rest. It returns false, having touched nothing, when netpoll's bytes end
+// at a frame boundary (a small message, the latency case: nothing more is
+// coming), are many, or the socket is closing; Read then forwards them from
+// netpoll's buffer as usual.
+func (e *Endpoint) gatherAhead(r netpoll.Reader, fn func(src frames.Source) error) (bool, error) {
+	n0 := r.Len()
+	if n0 == 0 || n0 > gatherMax || e.fd < 0 {
+		return false, nil
+	}
+	b, err := r.Peek(n0)
+	if err != nil || !endsMidFrame(b) || e.closedByGateway() {
+		return false, nil
+	}
+	buf := tlsScratch.Get().(*[tlsReadChunk]byte)
+	copy(buf[:], b)
+	_ = r.Skip(n0)
+	rerr := r.Release()
+	n, _ := readFD(e.fd, buf[n0:])
+	total := n0 + max(n, 0)
+	src := &e.plain
+	src.Reset(buf[:total])
+	err = fn(src)
+	src.Reset(nil) // an idle endpoint must not keep the scratch alive
+	tlsScratch.Put(buf)
+	if err == nil {
+		err = rerr
+	}
+	if err == nil && total == len(buf) {
+		err = e.readAhead(fn) // the kernel may hold more
+	}
+	return true, err
+}
+
+// endsMidFrame reports whether b, starting at a frame's first byte, ends
+// inside a frame. A header the scanner will refuse counts as complete: the
+// usual path reports it.
+func endsMidFrame(b []byte) bool {
+	for len(b) > 0 {
+		h, hlen, ok, err := frames.ParseHeader(b)
+		if err != nil {
+			return false
+		}
+		if !ok || int64(len(b)-hlen) < h.Length {
+			return true
+		}
+		b = b[hlen+int(h.Length):]
+	}
+	return false
+}
+
+// readFD is one non-blocking read(2) of fd, retried on EINTR; 0 and EAGAIN
+// when nothing is there.
+func readFD(fd int, p []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, p)
+		if err == unix.EINTR {
+			continue
+		}
+		return n, err
 	}
 }
 
@@ -302,36 +436,58 @@ func (e *Endpoint) Close() {
 	e.closeConn()
 }
 
-// closeConn closes the socket through netpoll, except from the socket's own
-// read handler running on the poller (HandlersInline). There netpoll's
-// Close would deadlock: it runs the close callbacks at the end of the
-// handler's task, still on the poller and still inside the poller's
-// handling of this very descriptor, and freeing the descriptor's operator
-// waits for that handling to finish (FDOperator.unused spins until the
-// poller's done). So the socket is shut down instead: the kernel sends the
-// FIN (after anything already written) and reports the hang-up to the
-// poller at its next wait, where netpoll closes the connection and runs its
-// close callbacks as for a peer's hang-up, outside any handling of it.
+// closeConn closes the socket through netpoll, except under HandlersInline.
+// There netpoll's Close can deadlock the poller: when the connection's read
+// handler task is running on the poller (this very call may come from it, or
+// from any other goroutine at that moment: a timer, the writer goroutine,
+// the other side's handler on another poller), netpoll runs the close
+// callbacks at the end of that task, still on the poller and still inside
+// the poller's handling of this very descriptor, and freeing the
+// descriptor's operator waits for that handling to finish
+// (FDOperator.unused spins until the poller's done). Measured: the server
+// suite under POLLER_HANDLERS=inline hung there. So the socket's reading
+// side is shut down instead, which the kernel reports to the poller as a
+// hang-up at its next wait: there netpoll closes the connection and runs its
+// close callbacks as for a peer's hang-up, outside any handling of it. Only
+// the reading side: the close callbacks may still have last words to write
+// (answerHalfClose), and the FIN goes when netpoll closes the descriptor,
+// as with its Close. Under mu, before netpoll's close callbacks start
+// (fdGone), the descriptor is still this socket's.
 func (e *Endpoint) closeConn() {
-	if e.inHandler.Load() && e.fd >= 0 {
-		if err := unix.Shutdown(e.fd, unix.SHUT_RDWR); err == nil {
+	if inlineHandlers.Load() && e.fd >= 0 {
+		e.mu.Lock()
+		gone := e.fdGone
+		var err error
+		if !gone {
+			err = unix.Shutdown(e.fd, unix.SHUT_RD)
+		}
+		e.mu.Unlock()
+		// ENOTCONN: the peer reset it; the poller sees that hang-up too.
+		if gone || err == nil || err == unix.ENOTCONN {
 			return
 		}
 	}
 	_ = e.conn.Close()
 }
 
-// handlerBegin and handlerEnd bracket the socket's read handler; they mark
-// it only when handlers run on the poller (see closeConn).
-func (e *Endpoint) handlerBegin() {
-	if inlineHandlers.Load() {
-		e.inHandler.Store(true)
+// handlerBegin and handlerEnd bracket the socket's read handler; onPoller
+// says whether this run surely is on the socket's own poller (see
+// readAhead).
+func (e *Endpoint) handlerBegin(onPoller bool) {
+	if onPoller {
+		e.ahead.Store(true)
+		if e.nb != nil {
+			e.nb.readAhead.Store(true)
+		}
 	}
 }
 
 func (e *Endpoint) handlerEnd() {
-	if inlineHandlers.Load() {
-		e.inHandler.Store(false)
+	if e.ahead.Load() {
+		e.ahead.Store(false)
+		if e.nb != nil {
+			e.nb.readAhead.Store(false)
+		}
 	}
 }
 

@@ -106,16 +106,23 @@ func (h *Handle) Start(o Owner, first func()) {
 	}
 	h.readMu.Unlock()
 	readEnded(o)
+	// Under HandlersInline the handler runs on the poller, except when
+	// SetOnRequest itself runs it here, in this goroutine, for bytes
+	// already buffered: then the poller may be reading the socket at the
+	// same time (see Endpoint.Read).
+	var installing atomic.Bool
+	installing.Store(true)
 	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
 		h.readMu.Lock()
 		o := h.Owner()
-		h.ep.handlerBegin()
+		h.ep.handlerBegin(inlineHandlers.Load() && !installing.Load())
 		o.UpstreamReadable()
 		h.ep.handlerEnd()
 		h.readMu.Unlock()
 		readEnded(o)
 		return nil
 	})
+	installing.Store(false)
 	if !conn.IsActive() {
 		// The peer hung up before the callbacks were in place. netpoll
 		// runs close callbacks for such a connection only once the user

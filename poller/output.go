@@ -315,7 +315,7 @@ func (e *Endpoint) writeBacklog() {
 			e.mu.Unlock()
 			e.wmu.Unlock()
 			if closeNow {
-				_ = e.conn.Close()
+				e.closeConn()
 			}
 			return
 		}

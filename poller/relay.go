@@ -13,8 +13,8 @@ import (
 func (s *Session) ClientReadable() {
 	s.lastActivity.Store(time.Now().UnixNano())
 	ep := s.client.ep
-	ep.handlerBegin()
-	if err := ep.Read(s.fromClientFn); err != nil {
+	ep.handlerBegin(ep.onPoller.Load())
+	if err := ep.ReadFrames(s.fromClientFn, &s.c2u); err != nil {
 		ep.Drop()
 	}
 	ep.handlerEnd()

@@ -42,6 +42,16 @@ const (
 	// work), so relayed sockets, both sides, run inline; an accepted
 	// socket still in its HTTP phase (auth, admission checks, API bodies)
 	// runs on the pool.
+	//
+	// It saves the hand-off of every read event to another thread (a
+	// futex wake and a context switch per direction), which is most of
+	// the latency a relayed message gains. Since a handler on the poller
+	// runs after each of netpoll's reads, which are no larger than a
+	// buffer node, a frame that does not fit is read to its end from the
+	// socket by the handler itself (Endpoint.readAhead), so that one read
+	// event stays one write to the other socket. What it gives up: one
+	// poller goroutine does all of its sockets' work, so a process with
+	// one poller relays on one core (see Tuning.Pollers).
 	HandlersInline
 )
 
@@ -70,17 +80,26 @@ func (h Handlers) String() string {
 // runs inline under HandlersInline.
 type InlineKey struct{}
 
-// Inliner reports whether a connection's read handler cannot block at the
-// moment. It is asked before each handler task, from the poller goroutine,
-// so it must be cheap and safe to call concurrently (an atomic load).
-type Inliner interface{ HandlerInline() bool }
+// Inliner says whether a connection's read handler cannot block at the
+// moment: it returns the connection's Endpoint if so, nil if not. It is asked
+// before each handler task, from the poller goroutine, so it must be cheap
+// and safe to call concurrently (an atomic load).
+type Inliner interface{ InlineEndpoint() *Endpoint }
 
-// inlineRunner is netpoll's Runner for HandlersInline.
+// inlineRunner is netpoll's Runner for HandlersInline. A task it runs on the
+// poller marks its endpoint (onPoller): only there may the handler read the
+// socket past netpoll's buffer (see Endpoint.Read), since only there can the
+// poller not be reading the same socket at the same time.
 func inlineRunner(ctx context.Context, f func()) {
 	if ctx != nil {
-		if in, ok := ctx.Value(InlineKey{}).(Inliner); ok && !in.HandlerInline() {
-			gopool.CtxGo(ctx, f)
-			return
+		if in, ok := ctx.Value(InlineKey{}).(Inliner); ok {
+			e := in.InlineEndpoint()
+			if e == nil {
+				gopool.CtxGo(ctx, f)
+				return
+			}
+			e.onPoller.Store(true)
+			defer e.onPoller.Store(false)
 		}
 	}
 	f()

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"rtgate/poller"
 )
 
 // The scale tests run a thousand sessions through one gateway. mockai runs as
@@ -46,7 +48,21 @@ var mockaiBinary struct {
 	err  error
 }
 
+// TestMain applies POLLER_HANDLERS (pool, the default, or inline) with the
+// binary's 512-byte netpoll buffers, so that the whole suite runs with either
+// of netpoll's runners:
+//
+//	POLLER_HANDLERS=inline go test -race ./server
 func TestMain(m *testing.M) {
+	if v := os.Getenv("POLLER_HANDLERS"); v != "" {
+		h, err := poller.ParseHandlers(v)
+		if err == nil {
+			err = poller.Tune(poller.Tuning{Handlers: h, BufferSize: 512, NodeSize: 512})
+		}
+		if err != nil {
+			panic(err)
+		}
+	}
 	code := m.Run()
 	if mockaiBinary.dir != "" {
 		_ = os.RemoveAll(mockaiBinary.dir)

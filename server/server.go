@@ -472,12 +472,17 @@ func (c *clientConn) startRelay(sess *poller.Session) {
 	c.relaying.Store(true)
 }
 
-// HandlerInline implements poller.Inliner: once relaying, the connection's
+// InlineEndpoint implements poller.Inliner: once relaying, the connection's
 // handler (Session.ClientReadable) never blocks and may run on the poller;
 // before, the HTTP phase may wait (auth, admission, API bodies).
 // A refused connection (nil) closes itself in its handler, which netpoll
-// cannot do on the poller.
-func (c *clientConn) HandlerInline() bool { return c != nil && c.relaying.Load() }
+// cannot do on the poller. c.ep is set before relaying is.
+func (c *clientConn) InlineEndpoint() *poller.Endpoint {
+	if c == nil || !c.relaying.Load() {
+		return nil
+	}
+	return c.ep
+}
 
 func (c *clientConn) onClose(netpoll.Connection) error {
 	c.stopTimer()

@@ -116,6 +116,7 @@ func (h *handshakeConn) Read(p []byte) (int, error) {
 		h.mu.Lock()
 		if len(h.in) > 0 {
 			n := copy(p, h.in)
+			h.NBConn.Fed(p[:n]) // NBConn follows TLS records for its read-ahead
 			h.in = h.in[n:]
 			if len(h.in) == 0 {
 				h.in = nil // a session keeps this conn: let the handshake's bytes go
