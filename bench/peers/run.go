@@ -149,7 +149,7 @@ func withSystem(ctx context.Context, o *Options, up proc.Upstream, sys, dir stri
 		return err
 	}
 	defer mock.Stop(5 * time.Second)
-	s := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig()}
+	s := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig(), dir: dir}
 	readyOf := mock.Proc
 	if sys != SysDirect {
 		p, url, admin, err := launch(ctx, o, sys, dir, mock, limit)
@@ -231,6 +231,7 @@ type system struct {
 	url   string
 	tls   *tls.Config // for direct to a TLS mockai
 	admin string      // the gateway's admin listener ("" for the others)
+	dir   string      // this measurement's folder (logs, configuration, profiles)
 }
 
 // liveHeap asks the gateway for a collection (its heap profile handler runs one
