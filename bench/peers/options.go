@@ -33,22 +33,22 @@ type Options struct {
 	// for VoiceWarmup and then the measured VoiceDuration in the voice phase: an
 	// append every VoiceInterval up, a delta every VoiceInterval down (mockai
 	// -stream).
-	VoiceSessions, TLSVoiceSessions            int
+	VoiceSessions, TLSVoiceSessions           int
 	VoiceWarmup, VoiceDuration, VoiceInterval time.Duration
 	// Profile, when set, saves a CPU profile of rtgate (its admin
 	// /debug/pprof/profile) over each voice window into the run's folder. The
 	// profiler's own cost is in that run's CPU figure, so it is off by default.
-	Profile bool
-	HoldParallel                    int // handshakes in flight while opening them
-	HoldLimit                       time.Duration
-	SourceIPs                       []net.IP // the client's source addresses, used in turn
-	LatencyConns                    int
-	LatencyRounds                   int           // round trips per connection
-	LatencyInterval                 time.Duration // between one connection's round trips
-	ThroughputConns                 int
-	Window                          int // echoes in flight per connection
-	Warmup, Duration                time.Duration
-	Settle                          time.Duration // quiet time before an RSS sample
+	Profile          bool
+	HoldParallel     int // handshakes in flight while opening them
+	HoldLimit        time.Duration
+	SourceIPs        []net.IP // the client's source addresses, used in turn
+	LatencyConns     int
+	LatencyRounds    int           // round trips per connection
+	LatencyInterval  time.Duration // between one connection's round trips
+	ThroughputConns  int
+	Window           int // echoes in flight per connection
+	Warmup, Duration time.Duration
+	Settle           time.Duration // quiet time before an RSS sample
 	// Before each system, wait (up to QuietLimit) until the rest of the machine uses
 	// less than QuietCores of CPU: other jobs on a shared machine skew every figure.
 	QuietCores float64
@@ -120,7 +120,7 @@ func DefaultOptions() Options {
 		Sessions:  9000, TLSSessions: 5000, HoldParallel: 64, HoldLimit: 3 * time.Minute,
 		VoiceSessions: 500, TLSVoiceSessions: 500, VoiceWarmup: 2 * time.Second, VoiceDuration: 10 * time.Second,
 		VoiceInterval: 20 * time.Millisecond,
-		SourceIPs: LoopbackRange(8),
+		SourceIPs:     LoopbackRange(8),
 		// One connection's round trips, spaced so none queues behind another: the
 		// relay's own added latency, not a queue's.
 		LatencyConns: 1, LatencyRounds: 2000, LatencyInterval: 2 * time.Millisecond,
