@@ -178,6 +178,10 @@ type Voice struct {
 	// MockaiFramesIn is what mockai read: the appends that crossed the relay,
 	// the warm-up's included.
 	MockaiFramesIn int64 `json:"mockai_frames_in"`
+	// Disturbed is set when other jobs used more than maxVoiceOtherCores during
+	// the window even on the least disturbed attempt: the table leaves its CPU
+	// figure out (see maxVoiceOtherCores).
+	Disturbed bool `json:"disturbed,omitempty"`
 	// Profile is the file of the rtgate CPU profile taken over the window
 	// (Options.Profile).
 	Profile string `json:"profile,omitempty"`

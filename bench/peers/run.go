@@ -129,6 +129,7 @@ func measure(ctx context.Context, o *Options, limit int, resultsDir string, up p
 				return err
 			}
 			v.Attempts, run.Voice = attempts, v
+			v.Disturbed = v.OtherCPU/v.Seconds > maxVoiceOtherCores
 			return nil
 		})
 		if err != nil {
