@@ -78,21 +78,42 @@ func (s *session) streamVoice() {
 	}
 }
 
-// paceDeltas writes frame every Interval until the session ends. A tick that
-// finds the previous write still blocked is dropped (time.Ticker's rule), so a
-// client that reads slowly sees fewer deltas, never a burst.
+// maxBehind bounds how far a stream's schedule may fall behind before the
+// deltas it missed are given up: a second of audio.
+const maxBehind = time.Second
+
+// paceDeltas writes frame every Interval until the session ends. The k-th
+// delta is due at start + k*Interval, as a real-time source's are: a delta that
+// is late (this goroutine was not scheduled in time on a busy machine, or the
+// write waited) is sent at once and the schedule goes on, so a short stall
+// costs no audio and the stream keeps its rate. Only a stream more than
+// maxBehind behind (a client that does not read) gives the missed deltas up and
+// starts its schedule again from now, so what follows a long stall is at most
+// one second's burst.
 func (s *session) paceDeltas(frame []byte) {
 	defer s.rwg.Done()
-	t := time.NewTicker(s.cfg.Stream.Interval)
-	defer t.Stop()
+	interval := s.cfg.Stream.Interval
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	next := time.Now()
 	for {
 		if s.write(websocket.TextMessage, frame) != nil {
 			return
 		}
-		select {
-		case <-s.ctx.Done():
+		next = next.Add(interval)
+		now := time.Now()
+		if now.Sub(next) > maxBehind {
+			next = now
+		}
+		if wait := next.Sub(now); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if s.ctx.Err() != nil {
 			return
-		case <-t.C:
 		}
 	}
 }

@@ -19,8 +19,13 @@ import (
 type VoiceOptions struct {
 	N           int
 	Concurrency int           // sessions being opened at once
-	Duration    time.Duration // the streaming window, once every session is open
-	Interval    time.Duration // append pace (default 20 ms)
+	Duration    time.Duration // the measured streaming window
+	// Warmup is how long every session streams before the window opens: the
+	// upstream's pacers start, buffers grow and the relay's pools fill there, so
+	// the window sees the steady state of calls in progress. Nothing sent or
+	// received in it is counted.
+	Warmup   time.Duration
+	Interval time.Duration // append pace (default 20 ms)
 	// AtStart and AtEnd, if set, are called at the window's edges (a harness
 	// reads the relay's CPU there).
 	AtStart, AtEnd func()
@@ -31,9 +36,9 @@ type VoiceOptions struct {
 // gap the listener can hear.
 func lateAfter(interval time.Duration) time.Duration { return interval / 2 }
 
-// VoiceResult is what a voice run saw. Expected counts are per the schedule:
-// every open session sends Duration/Interval appends and should receive as
-// many deltas in the window.
+// VoiceResult is what a voice run saw, in the measured window (after the
+// warm-up). Expected counts are per the schedule: every open session sends
+// Duration/Interval appends in the window and should receive as many deltas.
 type VoiceResult struct {
 	Sessions int            `json:"sessions"` // asked for
 	Opened   int            `json:"opened"`
@@ -41,6 +46,7 @@ type VoiceResult struct {
 	// Lost counts sessions that ended or failed during the window, by class.
 	Lost     map[string]int `json:"lost,omitempty"`
 	Window   time.Duration  `json:"window_ns"`
+	Warmup   time.Duration  `json:"warmup_ns"`
 	Interval time.Duration  `json:"interval_ns"`
 	// SentExpected appends were scheduled; Sent were written; LateSends
 	// started more than half an interval after their slot (MaxLate the worst).
@@ -67,9 +73,9 @@ func Voice(ctx context.Context, client *Client, opts VoiceOptions) (*VoiceResult
 	if opts.Interval == 0 {
 		opts.Interval = audioChunk
 	}
-	if opts.N <= 0 || opts.Concurrency <= 0 || opts.Duration <= 0 || opts.Interval < time.Millisecond {
-		return nil, fmt.Errorf("load: voice needs positive N, concurrency and duration and an interval of 1ms or more, got %d, %d, %v, %v",
-			opts.N, opts.Concurrency, opts.Duration, opts.Interval)
+	if opts.N <= 0 || opts.Concurrency <= 0 || opts.Duration <= 0 || opts.Warmup < 0 || opts.Interval < time.Millisecond {
+		return nil, fmt.Errorf("load: voice needs positive N, concurrency and duration, a warm-up of 0 or more and an interval of 1ms or more, got %d, %d, %v, %v, %v",
+			opts.N, opts.Concurrency, opts.Duration, opts.Warmup, opts.Interval)
 	}
 	res := &VoiceResult{Sessions: opts.N, Failures: map[string]int{}, Lost: map[string]int{}, Interval: opts.Interval}
 	conns := make([]*websocket.Conn, opts.N)
@@ -98,14 +104,17 @@ func Voice(ctx context.Context, client *Client, opts VoiceOptions) (*VoiceResult
 		return res, ctx.Err()
 	}
 
-	slots := int64(opts.Duration / opts.Interval)
-	res.Window = time.Duration(slots) * opts.Interval
-	res.SentExpected, res.RecvExpected = slots*int64(res.Opened), slots*int64(res.Opened)
+	// Slots [0, warm) are the warm-up, [warm, slots) the measured window.
+	warm := int64(opts.Warmup / opts.Interval)
+	slots := warm + int64(opts.Duration/opts.Interval)
+	res.Window, res.Warmup = time.Duration(slots-warm)*opts.Interval, time.Duration(warm)*opts.Interval
+	res.SentExpected, res.RecvExpected = (slots-warm)*int64(res.Opened), (slots-warm)*int64(res.Opened)
 	msg := voiceAppend(opts.Interval)
-	// The window starts a moment from now, so every session's goroutines are
+	// Streaming starts a moment from now, so every session's goroutines are
 	// ready for it; sessions' slots are spread evenly over one interval.
 	t0 := time.Now().Add(100 * time.Millisecond)
-	end := t0.Add(res.Window)
+	w0 := t0.Add(res.Warmup) // the measured window
+	end := w0.Add(res.Window)
 	var (
 		sent, late, recv atomic.Int64
 		maxLate          atomic.Int64
@@ -124,6 +133,9 @@ func Voice(ctx context.Context, client *Client, opts VoiceOptions) (*VoiceResult
 		writers.Go(func() {
 			timer := time.NewTimer(time.Hour)
 			defer timer.Stop()
+			// One deadline for the whole run, not one per write: setting it is a
+			// measurable share of the client's CPU at thousands of writes a second.
+			_ = conn.SetWriteDeadline(end.Add(10 * time.Second))
 			for k := range slots {
 				slot := t0.Add(offset + time.Duration(k)*opts.Interval)
 				timer.Reset(time.Until(slot))
@@ -134,16 +146,18 @@ func Voice(ctx context.Context, client *Client, opts VoiceOptions) (*VoiceResult
 					return
 				case <-timer.C:
 				}
-				if d := time.Since(slot); d > lateAfter(opts.Interval) {
+				counted := k >= warm
+				if d := time.Since(slot); counted && d > lateAfter(opts.Interval) {
 					late.Add(1)
 					for m := maxLate.Load(); int64(d) > m && !maxLate.CompareAndSwap(m, int64(d)); m = maxLate.Load() {
 					}
 				}
-				_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 				if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
 					return // the reader names the failure
 				}
-				sent.Add(1)
+				if counted {
+					sent.Add(1)
+				}
 			}
 		})
 		readers.Go(func() {
@@ -164,7 +178,7 @@ func Voice(ctx context.Context, client *Client, opts VoiceOptions) (*VoiceResult
 				}
 				typ, err := EventType(head[:n])
 				if err == nil && (typ == evAudioDeltaGA || typ == evAudioDeltaBeta) {
-					if now := time.Now(); !now.Before(t0) && now.Before(end) {
+					if now := time.Now(); !now.Before(w0) && now.Before(end) {
 						recv.Add(1)
 					}
 				} else if typ == evError && !closing.Load() {
@@ -174,7 +188,7 @@ func Voice(ctx context.Context, client *Client, opts VoiceOptions) (*VoiceResult
 		})
 	}
 	var cpu0 time.Duration
-	if sleepUntil(ctx, t0) {
+	if sleepUntil(ctx, w0) {
 		cpu0 = ProcessCPU()
 		if opts.AtStart != nil {
 			opts.AtStart()

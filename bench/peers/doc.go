@@ -8,7 +8,7 @@
 // second round in reverse order). It is `wsbench peers`:
 //
 //	make bench-peers                         # full size, TLS and plain upstream
-//	make bench-peers PEERS_ARGS=-quick       # 500 (plain) / 300 (TLS) sessions, short phases
+//	make bench-peers PEERS_ARGS=-quick       # 500 (plain) / 300 (TLS) held, 100/50 voice, short phases
 //	make bench-peers PEERS_ARGS="-upstream plain"
 //	bin/wsbench peers -h                     # every knob
 //
@@ -41,15 +41,22 @@
 //     directions; the proxy's CPU (utime+stime from /proc/PID/stat over its process
 //     tree) over the window is scaled to 100,000 round trips (one frame each way).
 //   - Voice: a fresh mockai -stream 20ms and proxy; Options.VoiceSessions (TLS:
-//     TLSVoiceSessions) sessions each send a 20 ms PCM16 append every 20 ms and get a
-//     20 ms delta every 20 ms back (load.Voice) for VoiceDuration; the proxy's CPU
+//     TLSVoiceSessions, both 500 by default) sessions each send a 20 ms PCM16 append
+//     every 20 ms and get a 20 ms delta every 20 ms back (load.Voice), for
+//     VoiceWarmup (not counted) and then the measured VoiceDuration; the proxy's CPU
 //     over that window, as cores per 1,000 sessions, is the figure, next to the share
-//     of scheduled deltas delivered (and, in results.json, the late sends).
+//     of scheduled deltas delivered (and, in results.json, the late sends and the
+//     client's and mockai's own CPU). Below 95% delivered the figure is left out.
+//     500, not 1,000: the load client and mockai alone need about 1.5 of this
+//     machine's 2 cores for 1,000 (measured direct), so every relay fell behind.
+//     With -profile, rtgate's CPU profile over the window is saved beside its logs.
 //
 // On a shared machine other jobs skew all of this: before each system the harness waits
 // (bounded) for the machine to be quiet, records the CPU that other jobs used during
 // each timed phase, and repeats a phase they disturbed (bounded), keeping the least
-// disturbed attempt.
+// disturbed attempt. Rounds interleave the systems (round 2 in reverse order), and
+// the table shows each figure's median over the rounds, with every round and its
+// spread beneath: with -rounds 3 one disturbed round moves nothing.
 //
 // # Output
 //

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"time"
@@ -204,8 +208,8 @@ func measureThroughput(ctx context.Context, o *Options, s *system, name string, 
 }
 
 // measureVoice streams audio both ways on n sessions through s for
-// o.VoiceDuration (load.Voice) and reports the relay's CPU over the window as
-// cores per 1,000 sessions.
+// o.VoiceWarmup and then the measured o.VoiceDuration (load.Voice), and reports
+// the relay's CPU over the window as cores per 1,000 sessions.
 func measureVoice(ctx context.Context, o *Options, s *system, n int) (*Voice, error) {
 	client, err := s.client(o.SourceIPs, 2048) // one delta (about 1.4 KB) per read
 	if err != nil {
@@ -213,9 +217,16 @@ func measureVoice(ctx context.Context, o *Options, s *system, n int) (*Voice, er
 	}
 	var a, b cpuSnap
 	var errA, errB error
+	var prof *profileTake
 	r, err := load.Voice(ctx, client, load.VoiceOptions{N: n, Concurrency: o.HoldParallel, Duration: o.VoiceDuration,
-		Interval: o.VoiceInterval,
-		AtStart:  func() { a, errA = takeCPU(s) }, AtEnd: func() { b, errB = takeCPU(s) }})
+		Warmup: o.VoiceWarmup, Interval: o.VoiceInterval,
+		AtStart: func() {
+			a, errA = takeCPU(s)
+			if o.Profile && s.admin != "" {
+				prof = startProfile(ctx, s.admin, o.VoiceDuration, filepath.Join(s.dir, "voice-cpu.pprof"))
+			}
+		},
+		AtEnd: func() { b, errB = takeCPU(s) }})
 	if err != nil {
 		return nil, err
 	}
@@ -234,6 +245,13 @@ func measureVoice(ctx context.Context, o *Options, s *system, n int) (*Voice, er
 	if v.Seconds <= 0 {
 		return nil, errors.New("voice: the window did not run")
 	}
+	if prof != nil {
+		if err := prof.wait(); err != nil {
+			o.Log.Warn("voice profile", "err", err)
+		} else {
+			v.Profile = prof.path
+		}
+	}
 	v.CoresPer1000 = v.ProxyCPU / v.Seconds / float64(v.Opened) * 1000
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -241,9 +259,54 @@ func measureVoice(ctx context.Context, o *Options, s *system, n int) (*Voice, er
 		v.MockaiFramesIn = st.FramesIn
 	}
 	o.Log.Info("voice", "sessions", v.Opened, "proxy_cores_per_1000", fmt.Sprintf("%.2f", v.CoresPer1000),
-		"delivered", fmt.Sprintf("%.1f%%", 100*v.Delivered()), "late_sends", v.LateSends)
+		"delivered", fmt.Sprintf("%.1f%%", 100*v.Delivered()), "late_sends", v.LateSends,
+		"client_cores", fmt.Sprintf("%.2f", v.ClientCPU/v.Seconds), "mockai_cores", fmt.Sprintf("%.2f", v.MockaiCPU/v.Seconds))
 	return v, nil
 }
+
+// profileTake is a CPU profile being fetched from the gateway's admin port.
+type profileTake struct {
+	path string
+	done chan error
+}
+
+// startProfile fetches /debug/pprof/profile for d (whole seconds, at least one)
+// from the gateway's admin address into path, in the background.
+func startProfile(ctx context.Context, admin string, d time.Duration, path string) *profileTake {
+	p := &profileTake{path: path, done: make(chan error, 1)}
+	secs := max(1, int(d/time.Second))
+	go func() {
+		p.done <- func() error {
+			ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+15*time.Second)
+			defer cancel()
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, secs)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("cpu profile: %w", err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("cpu profile: %s", resp.Status)
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return fmt.Errorf("cpu profile: %w", err)
+			}
+			return f.Close()
+		}()
+	}()
+	return p
+}
+
+func (p *profileTake) wait() error { return <-p.done }
 
 // cpuSnap is a moment's CPU counters of the machine and of each process in a run.
 type cpuSnap struct {

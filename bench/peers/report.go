@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -18,6 +19,7 @@ type metric struct {
 	proxyOnly   bool // meaningless for direct (no proxy process)
 	noRatio     bool
 	relative    bool // a difference from direct, so direct itself is the baseline
+	voiceCount  bool // the heading names the voice sessions it was measured at
 	// value reads the metric from run; direct is the same round's direct run, if any.
 	value  func(run, direct *Run) (float64, bool)
 	format func(float64) string
@@ -26,6 +28,14 @@ type metric struct {
 // minVoiceDelivered is the share of scheduled deltas a voice run must deliver for
 // its CPU figure to count.
 const minVoiceDelivered = 0.95
+
+// maxVoiceOtherCores is how much CPU other jobs may take during a voice window
+// for its CPU figure to count. A fixed-rate load costs a relay less per session
+// the busier the machine (each wake-up finds more sockets ready, so fewer
+// epoll_wait and hand-offs per frame), so a crowded window reads cheap, not
+// dear: measured on the 2-core machine, HAProxy plain 0.43 cores per 1,000
+// with other jobs at 1.1 cores against 1.31 with none, in the same run.
+const maxVoiceOtherCores = 0.5
 
 func throughputOf(r *Run, load string) *Throughput {
 	for i := range r.Throughput {
@@ -97,9 +107,9 @@ var metrics = []metric{
 	{head: "CPU / 100k round trips (audio)", lowerBetter: true, proxyOnly: true, format: secs, value: throughputMetric("audio", true)},
 	// A relay that fell behind did less work than the load asked, so its CPU is
 	// no figure for the load: shown only where it delivered minVoiceDelivered.
-	{head: "voice: CPU cores / 1,000 sessions", lowerBetter: true, proxyOnly: true, format: cores,
+	{head: "voice: CPU cores / 1,000 sessions", lowerBetter: true, proxyOnly: true, voiceCount: true, format: cores,
 		value: func(r, _ *Run) (float64, bool) {
-			if r.Voice == nil || r.Voice.Delivered() < minVoiceDelivered {
+			if r.Voice == nil || r.Voice.Delivered() < minVoiceDelivered || r.Voice.Disturbed {
 				return 0, false
 			}
 			return r.Voice.CoresPer1000, true
@@ -125,19 +135,41 @@ type SystemSummary struct {
 	Errors []string
 }
 
-// mean of the non-NaN values, NaN if none.
-func mean(vs []float64) float64 {
-	total, n := 0.0, 0
+// median of the non-NaN values (the mean of the middle two for an even count),
+// NaN if none. The summary shows the median of the rounds, not their mean: on a
+// shared machine one disturbed round of three then moves nothing.
+func median(vs []float64) float64 {
+	var ok []float64
 	for _, v := range vs {
 		if !math.IsNaN(v) {
-			total += v
-			n++
+			ok = append(ok, v)
 		}
 	}
-	if n == 0 {
+	if len(ok) == 0 {
 		return math.NaN()
 	}
-	return total / float64(n)
+	slices.Sort(ok)
+	n := len(ok)
+	if n%2 == 1 {
+		return ok[n/2]
+	}
+	return (ok[n/2-1] + ok[n/2]) / 2
+}
+
+// spread is (max - min) / median of the non-NaN values, in percent, for the
+// every-round table; NaN with fewer than two values.
+func spread(vs []float64) float64 {
+	var ok []float64
+	for _, v := range vs {
+		if !math.IsNaN(v) {
+			ok = append(ok, v)
+		}
+	}
+	m := median(ok)
+	if len(ok) < 2 || m == 0 {
+		return math.NaN()
+	}
+	return 100 * (slices.Max(ok) - slices.Min(ok)) / math.Abs(m)
 }
 
 // Summarize groups the runs over upstream by system, in the order of
@@ -181,7 +213,7 @@ func bestPeer(sums []SystemSummary, k int) float64 {
 		if !isPeer(s.System) {
 			continue
 		}
-		v := mean(s.Values[k])
+		v := median(s.Values[k])
 		if math.IsNaN(v) {
 			continue
 		}
@@ -196,7 +228,7 @@ func bestPeer(sums []SystemSummary, k int) float64 {
 // of a difference (added latency) is only shown when both are clearly positive.
 func cell(s SystemSummary, k int, best float64) string {
 	m := metrics[k]
-	v := mean(s.Values[k])
+	v := median(s.Values[k])
 	switch {
 	case math.IsNaN(v):
 		return "—"
@@ -242,19 +274,23 @@ func Markdown(res *Results) string {
 	fmt.Fprintf(&b, " Clients connect over plain ws://; the upstream (mockai -echo) is wss:// or ws:// as each heading says. "+
 		"Held sessions: %d over a plain upstream, %d over TLS; latency %d connections x %d round trips every %s; "+
 		"throughput %d connections x %d in flight for %s; voice %d sessions over a plain upstream, %d over TLS, "+
-		"each sending a %s append and receiving a %s delta every %s for %s (mockai -stream); "+
-		"gateway with %s, pool on = REALTIME_POOL_SIZE=%s; each system measured %d times per upstream, mean shown.%s\n",
+		"each sending a %s append and receiving a %s delta every %s for %s after %s of warm-up (mockai -stream); "+
+		"gateway with %s, pool on = REALTIME_POOL_SIZE=%s; each system measured %d times per upstream, median shown.%s\n",
 		o.Sessions, o.TLSSessions, o.LatencyConns, o.LatencyRounds, o.LatencyInterval, o.ThroughputConns, o.Window, o.Duration,
 		o.VoiceSessions, o.TLSVoiceSessions, o.VoiceInterval, o.VoiceInterval, o.VoiceInterval, o.VoiceDuration,
-		gw, o.Pool, o.Rounds, quick)
+		cmp.Or(o.VoiceWarmup, "no time"), gw, o.Pool, o.Rounds, quick)
 
-	heads := []string{"system"}
-	align := "l"
-	for _, m := range metrics {
-		heads = append(heads, m.head)
-		align += "r"
-	}
 	for _, up := range o.Upstreams {
+		heads := []string{"system"}
+		align := "l"
+		for _, m := range metrics {
+			h := m.head
+			if m.voiceCount {
+				h = fmt.Sprintf("%s (measured at %d)", h, o.voiceSessionsOf(up))
+			}
+			heads = append(heads, h)
+			align += "r"
+		}
 		sums := Summarize(res, up)
 		fmt.Fprintf(&b, "\n### %s upstream\n\n", proc.Upstream(up).Describe())
 		bests := make([]float64, len(metrics))
@@ -271,7 +307,7 @@ func Markdown(res *Results) string {
 		}
 		b.WriteString(report.MarkdownTable(heads, align, rows))
 		if o.Rounds > 1 {
-			b.WriteString("\nEvery round (round 1 / round 2 / ...):\n\n")
+			b.WriteString("\nEvery round (round 1 / round 2 / ...; ± is half the range, as a share of the median):\n\n")
 			rows = nil
 			for _, s := range sums {
 				row := []string{s.System}
@@ -290,7 +326,11 @@ func Markdown(res *Results) string {
 					if len(parts) == 0 {
 						parts = []string{"—"}
 					}
-					row = append(row, strings.Join(parts, " / "))
+					cellText := strings.Join(parts, " / ")
+					if sp := spread(s.Values[k]); !math.IsNaN(sp) && !(m.relative && s.System == SysDirect) {
+						cellText += fmt.Sprintf(" (±%.0f%%)", sp/2)
+					}
+					row = append(row, cellText)
 				}
 				rows = append(rows, row)
 			}
@@ -306,15 +346,17 @@ func Markdown(res *Results) string {
 		}
 	}
 
-	b.WriteString("\nRatios are to the best of the peers run (nginx, HAProxy, Caddy) for that column and upstream (1.00× is the best peer; " +
-		"below 1 is better for memory, latency and CPU, above 1 for msg/s). Memory: RSS summed over all the " +
-		"proxy's processes with the sessions held idle, minus its idle RSS, per session (kernel socket memory " +
-		"is not in RSS). rtt: small-message round trip client → proxy → mockai and back; added: minus direct to mockai, same " +
-		"round (over TLS, direct also pays the client's own TLS). msg/s: frames relayed per second, both directions (each echo is two). " +
-		"CPU: user+system seconds of the proxy's processes per 100,000 round trips (one frame each way, 200,000 relayed frames). " +
-		"Voice: the proxy's CPU (cores) while the sessions stream audio both ways in real time, per 1,000 sessions; " +
-		"delivered: deltas that arrived in the window of those scheduled (below 100% the machine or the relay fell behind; " +
-		"below 95% the CPU figure is left out, as the relay did less than the load asked).\n")
+	fmt.Fprintf(&b, "\nRatios are to the best of the peers run (nginx, HAProxy, Caddy) for that column and upstream (1.00× is the best peer; "+
+		"below 1 is better for memory, latency and CPU, above 1 for msg/s). Memory: RSS summed over all the "+
+		"proxy's processes with the sessions held idle, minus its idle RSS, per session (kernel socket memory "+
+		"is not in RSS). rtt: small-message round trip client → proxy → mockai and back; added: minus direct to mockai, same "+
+		"round (over TLS, direct also pays the client's own TLS). msg/s: frames relayed per second, both directions (each echo is two). "+
+		"CPU: user+system seconds of the proxy's processes per 100,000 round trips (one frame each way, 200,000 relayed frames). "+
+		"Voice: the proxy's CPU (cores) while the sessions stream audio both ways in real time, per 1,000 sessions; "+
+		"delivered: deltas that arrived in the window of those scheduled (below 100%% the machine or the relay fell behind; "+
+		"below 95%% the CPU figure is left out, as the relay did less than the load asked; so is a window during which other jobs "+
+		"used more than %.1f cores, since a crowded machine makes a fixed-rate load read cheaper; "+
+		"above 100%%, deltas the warm-up owed arrived in the window).\n", maxVoiceOtherCores)
 	for _, r := range res.Runs {
 		if r.Memory != nil && r.Memory.GOGC != "" {
 			fmt.Fprintf(&b, "\nLive heap (rtgate only): the gateway's go_memstats_heap_alloc_bytes after a forced collection, "+
@@ -342,7 +384,7 @@ func directLatency(res *Results, upstream string) string {
 	if len(p50) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("Direct to mockai the round trip was p50 %s, p99 %s.", micro(mean(p50)), micro(mean(p99)))
+	return fmt.Sprintf("Direct to mockai the round trip was p50 %s, p99 %s.", micro(median(p50)), micro(median(p99)))
 }
 
 // maxOtherCores is the highest rate of CPU use by anything but the run's own

@@ -26,6 +26,7 @@ type ResultOptions struct {
 	TLSSessions      int      `json:"tls_sessions"`
 	VoiceSessions    int      `json:"voice_sessions"`
 	TLSVoiceSessions int      `json:"tls_voice_sessions"`
+	VoiceWarmup      string   `json:"voice_warmup"`
 	VoiceDuration    string   `json:"voice_duration"`
 	VoiceInterval    string   `json:"voice_interval"`
 	SourceIPs        int      `json:"source_ips"`
@@ -41,12 +42,20 @@ type ResultOptions struct {
 	FileLimit        int      `json:"file_limit"`
 }
 
+// voiceSessionsOf is the voice phase's session count over upstream up.
+func (r ResultOptions) voiceSessionsOf(up string) int {
+	if up == string(proc.UpstreamTLS) {
+		return r.TLSVoiceSessions
+	}
+	return r.VoiceSessions
+}
+
 func resultOptions(o *Options, limit int) ResultOptions {
 	r := ResultOptions{
 		Systems: o.Systems, Phases: o.Phases, Rounds: o.Rounds, Quick: o.Quick,
 		Sessions: o.Sessions, TLSSessions: o.TLSSessions, SourceIPs: len(o.SourceIPs),
 		VoiceSessions: o.VoiceSessions, TLSVoiceSessions: o.TLSVoiceSessions,
-		VoiceDuration: o.VoiceDuration.String(), VoiceInterval: o.VoiceInterval.String(),
+		VoiceWarmup: o.VoiceWarmup.String(), VoiceDuration: o.VoiceDuration.String(), VoiceInterval: o.VoiceInterval.String(),
 		Pool: o.Pool, GatewayArgs: o.GatewayArgs,
 		LatencyConns: o.LatencyConns, LatencyRounds: o.LatencyRounds, LatencyInterval: o.LatencyInterval.String(),
 		ThroughputConns: o.ThroughputConns, Window: o.Window, Warmup: o.Warmup.String(), Duration: o.Duration.String(),
@@ -167,8 +176,16 @@ type Voice struct {
 	ClientCPU    float64 `json:"client_cpu_seconds"`
 	OtherCPU     float64 `json:"other_cpu_seconds"`
 	Attempts     int     `json:"attempts"`
-	// MockaiFramesIn is what mockai read: the appends that crossed the relay.
+	// MockaiFramesIn is what mockai read: the appends that crossed the relay,
+	// the warm-up's included.
 	MockaiFramesIn int64 `json:"mockai_frames_in"`
+	// Disturbed is set when other jobs used more than maxVoiceOtherCores during
+	// the window even on the least disturbed attempt: the table leaves its CPU
+	// figure out (see maxVoiceOtherCores).
+	Disturbed bool `json:"disturbed,omitempty"`
+	// Profile is the file of the rtgate CPU profile taken over the window
+	// (Options.Profile).
+	Profile string `json:"profile,omitempty"`
 }
 
 // Delivered is the share of scheduled deltas that arrived in the window.

@@ -131,6 +131,7 @@ func measure(ctx context.Context, o *Options, limit int, resultsDir string, up p
 				return err
 			}
 			v.Attempts, run.Voice = attempts, v
+			v.Disturbed = v.OtherCPU/v.Seconds > maxVoiceOtherCores
 			return nil
 		})
 		if err != nil {
@@ -151,7 +152,7 @@ func withSystem(ctx context.Context, o *Options, up proc.Upstream, sys, dir stri
 		return err
 	}
 	defer mock.Stop(5 * time.Second)
-	s := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig()}
+	s := &system{mock: mock, url: mock.RealtimeURL(), tls: mock.TLSConfig(), dir: dir}
 	readyOf := mock.Proc
 	if sys != SysDirect {
 		p, url, admin, err := launch(ctx, o, sys, dir, mock, limit)
@@ -233,6 +234,7 @@ type system struct {
 	url   string
 	tls   *tls.Config // for direct to a TLS mockai
 	admin string      // the gateway's admin listener ("" for the others)
+	dir   string      // this measurement's folder (logs, configuration, profiles)
 }
 
 // gcSettings are the collector settings the gateway runs with, as its

@@ -22,14 +22,19 @@ func TestParsePeersFlags(t *testing.T) {
 	}{
 		{name: "defaults are the full size", args: nil, check: func(o peers.Options) bool {
 			return o.Sessions == full.Sessions && o.TLSSessions == full.TLSSessions && o.Rounds == 2 && !o.Quick &&
-				o.VoiceSessions == 1000 && o.TLSVoiceSessions == 500 && o.VoiceDuration == 10*time.Second &&
+				o.VoiceSessions == 500 && o.TLSVoiceSessions == 500 && o.VoiceDuration == 10*time.Second &&
+				o.VoiceWarmup == 2*time.Second && !o.Profile &&
 				slices.Equal(o.Phases, peers.AllPhases) &&
 				slices.Equal(o.Systems, peers.DefaultSystems) && len(o.SourceIPs) == 8 &&
 				slices.Equal(o.Upstreams, []proc.Upstream{proc.UpstreamTLS, proc.UpstreamPlain})
 		}},
 		{name: "quick", args: []string{"-quick"}, check: func(o peers.Options) bool {
 			return o.Quick && o.Sessions == quick.Sessions && o.TLSSessions == quick.TLSSessions && o.Duration == quick.Duration && o.Rounds == 2 &&
-				o.VoiceSessions == quick.VoiceSessions && o.TLSVoiceSessions == quick.TLSVoiceSessions && o.VoiceDuration == quick.VoiceDuration
+				o.VoiceSessions == quick.VoiceSessions && o.TLSVoiceSessions == quick.TLSVoiceSessions && o.VoiceDuration == quick.VoiceDuration &&
+				o.VoiceWarmup == quick.VoiceWarmup
+		}},
+		{name: "voice warm-up and profile", args: []string{"-voice-warmup", "0s", "-profile"}, check: func(o peers.Options) bool {
+			return o.VoiceWarmup == 0 && o.Profile
 		}},
 		{name: "explicit flags win over quick", args: []string{"-n", "2000", "-quick", "-duration", "3s"}, check: func(o peers.Options) bool {
 			return o.Quick && o.Sessions == 2000 && o.Duration == 3*time.Second && o.Warmup == quick.Warmup
