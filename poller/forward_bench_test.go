@@ -83,25 +83,27 @@ func benchForward(b *testing.B, fromClient bool, size int) {
 	r.close(b)
 }
 
-// TestMain applies POLLER_HANDLERS (pool, the default, or inline), so that
-// the tests run and the benchmarks compare with either of netpoll's runners:
+// TestMain applies POLLER_HANDLERS (inline, the gateway's default, or pool),
+// so that the tests run and the benchmarks compare with either of netpoll's
+// runners (make test runs both):
 //
 //	go test -run XXX -bench Forward ./poller
-//	POLLER_HANDLERS=inline go test -run XXX -bench Forward ./poller
-//	POLLER_HANDLERS=inline go test -race ./poller
+//	POLLER_HANDLERS=pool go test -run XXX -bench Forward ./poller
+//	POLLER_HANDLERS=pool go test -race ./poller
 //
 // With inline, every socket here runs its handler on the poller goroutine
 // (their contexts carry no poller.Inliner), as relayed sockets do in the
-// gateway with -handlers inline.
+// gateway.
 func TestMain(m *testing.M) {
+	h, err := poller.DefaultHandlers, error(nil)
 	if v := os.Getenv("POLLER_HANDLERS"); v != "" {
-		h, err := poller.ParseHandlers(v)
-		if err == nil {
-			err = poller.Tune(poller.Tuning{Handlers: h})
-		}
-		if err != nil {
-			panic(err)
-		}
+		h, err = poller.ParseHandlers(v)
+	}
+	if err == nil {
+		err = poller.Tune(poller.Tuning{Handlers: h})
+	}
+	if err != nil {
+		panic(err)
 	}
 	os.Exit(m.Run())
 }

@@ -48,20 +48,21 @@ var mockaiBinary struct {
 	err  error
 }
 
-// TestMain applies POLLER_HANDLERS (pool, the default, or inline) with the
-// binary's 512-byte netpoll buffers, so that the whole suite runs with either
-// of netpoll's runners:
+// TestMain applies POLLER_HANDLERS (inline, the gateway's default, or pool)
+// with the binary's 256-byte netpoll buffers, so that the whole suite runs
+// with either of netpoll's runners (make test runs both):
 //
-//	POLLER_HANDLERS=inline go test -race ./server
+//	POLLER_HANDLERS=pool go test -race ./server
 func TestMain(m *testing.M) {
+	h, err := poller.DefaultHandlers, error(nil)
 	if v := os.Getenv("POLLER_HANDLERS"); v != "" {
-		h, err := poller.ParseHandlers(v)
-		if err == nil {
-			err = poller.Tune(poller.Tuning{Handlers: h, BufferSize: 512, NodeSize: 512})
-		}
-		if err != nil {
-			panic(err)
-		}
+		h, err = poller.ParseHandlers(v)
+	}
+	if err == nil {
+		err = poller.Tune(poller.Tuning{Handlers: h, BufferSize: 256, NodeSize: 256})
+	}
+	if err != nil {
+		panic(err)
 	}
 	code := m.Run()
 	if mockaiBinary.dir != "" {

@@ -52,8 +52,8 @@ func run(args []string) error {
 	// large nodes (CPU per round trip showed no difference in the noise).
 	bufSize := fs.Int("buffer-size", 256, "netpoll's initial input buffer per connection, bytes")
 	nodeSize := fs.Int("node-size", 256, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
-	pollers := fs.Int("pollers", envInt("POLLER_NUM", 0), "netpoll's epoll loops; 0 for its default, GOMAXPROCS/20+1 (POLLER_NUM)")
-	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", "pool"), "where read handlers run: pool (a goroutine per read event) or inline (relayed sockets on the poller goroutine) (POLLER_HANDLERS)")
+	pollers := fs.Int("pollers", envInt("POLLER_NUM", 0), "netpoll's epoll loops; 0: one per core (GOMAXPROCS) with inline handlers, netpoll's GOMAXPROCS/20+1 with pool (POLLER_NUM)")
+	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", poller.DefaultHandlers.String()), "where read handlers run: inline (relayed sockets on their poller goroutine) or pool (a goroutine per read event) (POLLER_HANDLERS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
