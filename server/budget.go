@@ -161,7 +161,7 @@ func (s *Server) meterBudget(sess *poller.Session, info *sessionInfo) {
 	}
 	ended := false // only the read path touches it
 	info.meter.OnEvent = func(add usage.Usage) {
-		total := s.budgets.ledger.Book(info.key.Name, bud, prices(info.deployment).Cost(add), time.Now())
+		total := s.budgets.ledger.Book(info.key.Name, bud, prices(info.currentDeployment()).Cost(add), time.Now())
 		if total < bud.Max || ended {
 			return
 		}

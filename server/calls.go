@@ -293,7 +293,7 @@ func (m *callMeter) UpstreamGone() {
 		s.meters.Delete(m)
 		s.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
 		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
-			Deployment: m.info.deployment.Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
+			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
 			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage}
 		s.recordSession(m.info, &rec)
 	})

@@ -95,10 +95,7 @@ func (s *Server) redial(sess *poller.Session) bool {
 	if info == nil || info.redial == nil {
 		return false
 	}
-	if info.deployment != nil {
-		s.live.counter(info.deployment).Add(-1)
-		info.deployment = nil
-	}
+	s.uncount(info, true)
 	s.metrics.warmRedials.Inc()
 	go info.redial()
 	return true

@@ -31,7 +31,11 @@ type sessionInfo struct {
 	id         string // the gateway's session id (usage.NewSessionID)
 	key        *routes.ClientKey
 	group      string
+	// depMu guards deployment and counted: a redial (its own goroutine)
+	// and the session's end may race over them.
+	depMu      sync.Mutex
 	deployment *routes.Deployment // nil until an upstream is attached
+	counted    bool               // deployment's live count includes this session
 	meter      usage.Meter
 	start      time.Time          // when the client's upgrade completed
 	poolHit    bool               // the upstream came from the warm pool
@@ -179,8 +183,34 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 
 // attached records that deployment d serves the session.
 func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
-	info.deployment = d
+	info.depMu.Lock()
+	info.deployment, info.counted = d, true
+	info.depMu.Unlock()
 	s.live.counter(d).Add(1)
+}
+
+// uncount takes the session out of its deployment's live count, once, and
+// returns the deployment it had (nil if none); forget also drops it, for a
+// redial that will attach another.
+func (s *Server) uncount(info *sessionInfo, forget bool) *routes.Deployment {
+	info.depMu.Lock()
+	d, counted := info.deployment, info.counted
+	info.counted = false
+	if forget {
+		info.deployment = nil
+	}
+	info.depMu.Unlock()
+	if counted {
+		s.live.counter(d).Add(-1)
+	}
+	return d
+}
+
+// currentDeployment is the deployment serving the session (nil if none yet).
+func (i *sessionInfo) currentDeployment() *routes.Deployment {
+	i.depMu.Lock()
+	defer i.depMu.Unlock()
+	return i.deployment
 }
 
 // connectUpstream dials the session's upstream and hands it to the session.

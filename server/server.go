@@ -701,9 +701,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	s.releaseDeployment(info)
 	deployment := ""
-	if info.deployment != nil {
-		s.live.counter(info.deployment).Add(-1)
-		deployment = info.deployment.Name
+	dep := s.uncount(info, false)
+	if dep != nil {
+		deployment = dep.Name
 	}
 	m := s.metrics
 	m.sessionsOpen.Dec()
@@ -715,7 +715,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 
 	cl, from, ok := sess.FirstClose()
 	outcome := sessionOutcome(sess, cl, from, ok)
-	if info.deployment == nil && info.left() {
+	if dep == nil && info.left() {
 		outcome = "client_lost" // it left while its upstream was being dialed
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()

@@ -52,7 +52,7 @@ func (s *Server) recordSession(info *sessionInfo, rec *usage.Record) {
 	// Postgres keeps microseconds: so do the log line and the JSON line,
 	// so that the three read alike.
 	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
-	rec.CostUSD = prices(info.deployment).Cost(rec.Usage)
+	rec.CostUSD = prices(info.currentDeployment()).Cost(rec.Usage)
 	if info.overBudget.Load() {
 		rec.Outcome = "budget_exceeded"
 	}
