@@ -28,9 +28,9 @@ var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 // which model group, which deployment served it, and the tokens it used.
 // The meter is the session's inspector on the upstream's frames.
 type sessionInfo struct {
-	id         string // the gateway's session id (usage.NewSessionID)
-	key        *routes.ClientKey
-	group      string
+	id    string // the gateway's session id (usage.NewSessionID)
+	key   *routes.ClientKey
+	group string
 	// depMu guards deployment and counted: a redial (its own goroutine)
 	// and the session's end may race over them.
 	depMu      sync.Mutex
