@@ -52,6 +52,10 @@ type Endpoint struct {
 	pending    uint8    // a Close (1) or Drop (2) asked for during that read
 	closedByUs bool     // the gateway closed it (a hung-up peer leaves it readable)
 	fdGone     bool     // netpoll's close callbacks started: the descriptor may be closed soon
+	// dialed is set for a dialed socket until Handle.Start installs its
+	// read handler: netpoll closes a hung-up connection itself only when
+	// it has a handler, so until then closeConn must close, not shut down.
+	dialed atomic.Bool
 
 	// ahead is set while the socket's read handler surely runs on its own
 	// poller, the one place where it may read past netpoll's buffer (see
@@ -97,6 +101,13 @@ func InitPlainEndpoint(e *Endpoint, c netpoll.Connection) {
 	e.conn, e.fd = c, fdOf(c)
 	e.guard()
 }
+
+// MarkDialed says e is a dialed socket whose read handler is not installed
+// yet (Handle.Start installs it). Until then a close of e is netpoll's Close:
+// no handler task can be running on the poller, and a shutdown would reach
+// nobody who closes the socket (netpoll leaves a hung-up connection without
+// a handler to its user), leaking the descriptor.
+func (e *Endpoint) MarkDialed() { e.dialed.Store(true) }
 
 // NewTLSEndpoint wraps a TLS connection running over nb. The TLS handshake
 // must be complete; the endpoint switches nb to non-blocking reads and takes
@@ -272,7 +283,10 @@ func (e *Endpoint) readAhead(fn func(src frames.Source) error) error {
 		src.Reset(nil) // an idle endpoint must not keep the scratch alive
 		tlsScratch.Put(buf)
 	}()
-	for {
+	// At most readAheadMax reads: a peer sending faster than they are
+	// forwarded must not keep the poller from its other sockets; what is
+	// left is reported at the poller's next wait (epoll is level-triggered).
+	for range readAheadMax {
 		n, err := readFD(e.fd, buf[:])
 		if n <= 0 || err != nil {
 			return nil
@@ -285,7 +299,11 @@ func (e *Endpoint) readAhead(fn func(src frames.Source) error) error {
 			return nil // the kernel had no more: the next event says when it has
 		}
 	}
+	return nil
 }
+
+// readAheadMax bounds the reads of one readAhead (4 × 64 KiB).
+const readAheadMax = 4
 
 // gatherMax bounds what gatherAhead copies out of netpoll's buffer.
 const gatherMax = 16 << 10
@@ -454,7 +472,7 @@ func (e *Endpoint) Close() {
 // as with its Close. Under mu, before netpoll's close callbacks start
 // (fdGone), the descriptor is still this socket's.
 func (e *Endpoint) closeConn() {
-	if inlineHandlers.Load() && e.fd >= 0 {
+	if inlineHandlers.Load() && e.fd >= 0 && !e.dialed.Load() {
 		e.mu.Lock()
 		gone := e.fdGone
 		var err error

@@ -112,6 +112,11 @@ func (h *Handle) Start(o Owner, first func()) {
 	// same time (see Endpoint.Read).
 	var installing atomic.Bool
 	installing.Store(true)
+	// From here a close is a shutdown under HandlersInline (closeConn): one
+	// that lands before the handler is installed makes netpoll mark the
+	// connection inactive, which the IsActive check below answers with a
+	// Close; one after reaches the handler.
+	h.ep.dialed.Store(false)
 	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
 		h.readMu.Lock()
 		o := h.Owner()

@@ -36,6 +36,7 @@ type sessionInfo struct {
 	depMu      sync.Mutex
 	deployment *routes.Deployment // nil until an upstream is attached
 	counted    bool               // deployment's live count includes this session
+	ended      bool               // the session ended: a late attach (a redial's) is not counted
 	meter      usage.Meter
 	start      time.Time          // when the client's upgrade completed
 	poolHit    bool               // the upstream came from the warm pool
@@ -184,20 +185,25 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 // attached records that deployment d serves the session.
 func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
 	info.depMu.Lock()
-	info.deployment, info.counted = d, true
+	count := !info.ended
+	info.deployment, info.counted = d, count
 	info.depMu.Unlock()
-	s.live.counter(d).Add(1)
+	if count {
+		s.live.counter(d).Add(1)
+	}
 }
 
 // uncount takes the session out of its deployment's live count, once, and
-// returns the deployment it had (nil if none); forget also drops it, for a
-// redial that will attach another.
+// returns the deployment it had (nil if none); forget drops it, for a redial
+// that will attach another, and otherwise the session has ended.
 func (s *Server) uncount(info *sessionInfo, forget bool) *routes.Deployment {
 	info.depMu.Lock()
 	d, counted := info.deployment, info.counted
 	info.counted = false
 	if forget {
 		info.deployment = nil
+	} else {
+		info.ended = true
 	}
 	info.depMu.Unlock()
 	if counted {

@@ -198,10 +198,14 @@ func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Targe
 		if resumed {
 			d.resumed.Add(1)
 		}
-		return poller.NewTLSEndpoint(nb, tc), preface, resumed, nil
+		ep := poller.NewTLSEndpoint(nb, tc)
+		ep.MarkDialed()
+		return ep, preface, resumed, nil
 	}
 	nb.SetBlocking(false)
-	return poller.NewPlainEndpoint(conn), preface, false, nil
+	ep := poller.NewPlainEndpoint(conn)
+	ep.MarkDialed()
+	return ep, preface, false, nil
 }
 
 // tlsConfigFor returns the TLS configuration for dials to addr, made once per
