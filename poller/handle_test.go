@@ -1,6 +1,8 @@
 package poller_test
 
 import (
+	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -218,4 +220,23 @@ func TestRedialReplacesADeadWarmUpstream(t *testing.T) {
 	_ = freshPeer.Close()
 	_, _ = r.clientPeer.Read(make([]byte, 64))
 	waitEnded(t, r)
+}
+
+// A dialed socket closed before Handle.Start installed its read handler (the
+// losing dial of a hedged pair, a warm socket that failed its check) is
+// closed for real: the peer sees EOF. Under inline handlers a close is a
+// shutdown the handler acts on, and with no handler yet it reached nobody,
+// leaving the descriptor open and the peer waiting.
+func TestDialedSocketClosedBeforeStartReachesThePeer(t *testing.T) {
+	np, peer := netpollPair(t)
+	defer peer.Close()
+	ep := poller.NewPlainEndpoint(np)
+	ep.MarkDialed()
+	ep.Close()
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var b [1]byte
+	n, err := peer.Read(b[:])
+	if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("peer read %d bytes, %v: want EOF once the socket is closed", n, err)
+	}
 }
