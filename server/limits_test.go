@@ -502,18 +502,21 @@ func TestTLSCertificateReloads(t *testing.T) {
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-// streamingUpstream sends session.created and then, on its i-th connection,
-// sizes(i) bytes of output as 64 KiB text frames as fast as the gateway takes
-// them (which is at once: netpoll reads eagerly); a connection given 0
-// echoes what it reads. It records how each connection ended.
+// streamingUpstream sends session.created and then, once start is closed,
+// on its i-th connection sizes(i) bytes of output as 64 KiB text frames as
+// fast as the gateway takes them (which is at once: netpoll reads eagerly);
+// a connection given 0 echoes what it reads. It records how each connection
+// ended. Streaming waits for start so that every session is open before any
+// backlog grows (else the budget may end the first before the next opens).
 type streamingUpstream struct {
 	srv    *httptest.Server
+	start  chan struct{}
 	closes chan [2]int // connection index, close code (1006: dropped without one)
 }
 
 func startStreamingUpstream(t *testing.T, sizes func(i int) int) *streamingUpstream {
 	t.Helper()
-	u := &streamingUpstream{closes: make(chan [2]int, 16)}
+	u := &streamingUpstream{start: make(chan struct{}), closes: make(chan [2]int, 16)}
 	var next atomic.Int64
 	up := websocket.Upgrader{}
 	chunk := []byte(`{"type":"response.output_audio.delta","delta":"` + strings.Repeat("A", 64<<10) + `"}`)
@@ -526,6 +529,11 @@ func startStreamingUpstream(t *testing.T, sizes func(i int) int) *streamingUpstr
 		i := int(next.Add(1) - 1)
 		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created","session":{"id":"sess_stream"}}`))
 		go func() {
+			select {
+			case <-u.start:
+			case <-r.Context().Done():
+				return
+			}
 			for sent := 0; sent < sizes(i); sent += len(chunk) {
 				if c.WriteMessage(websocket.TextMessage, chunk) != nil {
 					return
@@ -599,6 +607,7 @@ func TestMemoryBudgetEndsLargestBacklogs(t *testing.T) {
 	}
 	healthy := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, healthy)
+	close(up.start)
 
 	series := `rtgate_sessions_ended_total{reason="memory_budget"}`
 	waitFor(t, "the budget to end a session", func() bool { return metricValue(t, g, series) >= 1 })
