@@ -28,13 +28,13 @@ build:
 vet:
 	$(GO) vet ./...
 
-# The suite runs with the gateway's default runner (inline handlers); the
-# reactor's and server's tests run again on netpoll's goroutine pool, the
-# other POLLER_HANDLERS setting (-count=1: TestMain reads it before the test
-# cache records environment reads, so a cached result would hide the run).
+# The suite runs with the gateway's default runner (netpoll's goroutine
+# pool). POLLER_HANDLERS=inline runs the reactor's and server's tests on the
+# poller instead (add -count=1: TestMain reads it before the test cache
+# records environment reads); cmd/gateway's TestHandlersRelayEveryByte runs
+# the binary under both.
 test: vet
 	$(GO) test -race -timeout 10m ./...
-	POLLER_HANDLERS=pool $(GO) test -race -count=1 -timeout 10m ./poller ./server
 
 # The gateway on 127.0.0.1:4001 in front of mockai; client key sk-local.
 run: build
