@@ -4,12 +4,7 @@
 # are warm (from process start), and the TLS handshake counters.
 set -u
 GW=$1; N=$2; OUT=$3; shift 3
-B=${B:-bin}
-d=$(mktemp -d)
-mp=$((20000 + RANDOM % 10000)); gp=$((mp+1)); ap=$((mp+2))
-$B/mockai -tls -addr 127.0.0.1:$mp -cert-out $d/ca.pem >$d/mock.log 2>&1 & mock=$!
-sleep 0.5
-cpu() { awk '{print $14+$15}' /proc/$1/stat; }
+. "$(dirname "$0")/mockai.sh"
 m0=$(cpu $mock)
 t0=$(date +%s.%N)
 env "$@" LITELLM_MASTER_KEY=sk-m OPENAI_API_KEY=sk-mock OPENAI_API_BASE=wss://localhost:$mp/v1 \
@@ -23,5 +18,4 @@ done
 c1=$(cpu $gw); m1=$(cpu $mock); t1=$(date +%s.%N)
 hs=$(curl -s http://127.0.0.1:$ap/metrics | awk '/^rtgate_upstream_tls_(handshakes|resumed)_total/{printf "%s=%s ", $1, $2}')
 echo "$OUT warm=$w secs=$(echo "$t1-$t0" | bc) gw_cpu_ms/socket=$(echo "scale=3; $c1*10/$N" | bc) mock_cpu_ms/socket=$(echo "scale=3; ($m1-$m0)*10/$N" | bc) $hs"
-kill $gw $mock; wait $gw $mock 2>/dev/null
 rm -rf $d

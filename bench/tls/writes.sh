@@ -4,13 +4,9 @@
 # (gateway TLS listener, mockai -tls upstream), pool off, with strace counting the gateway's writes.
 set -u
 GW=$1; OUT=$2; N=$3
-B=${B:-bin}
-d=$(mktemp -d)
+. "$(dirname "$0")/mockai.sh"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=127.0.0.1 \
   -addext subjectAltName=IP:127.0.0.1 -keyout $d/gw.key -out $d/gw.crt >/dev/null 2>&1
-mp=$((20000 + RANDOM % 10000)); gp=$((mp+1)); ap=$((mp+2))
-$B/mockai -tls -addr 127.0.0.1:$mp -cert-out $d/ca.pem >$d/mock.log 2>&1 & mock=$!
-sleep 0.5
 env LITELLM_MASTER_KEY=sk-m OPENAI_API_KEY=sk-mock OPENAI_API_BASE=wss://localhost:$mp/v1 TLS_CERT=$d/gw.crt TLS_KEY=$d/gw.key \
   UPSTREAM_CA_FILE=$d/ca.pem REALTIME_POOL_SIZE=0 LOG_LEVEL=warn HOST=127.0.0.1 PORT=$gp ADMIN_ADDR=127.0.0.1:$ap \
   $GW >$d/gw.log 2>&1 & gw=$!
@@ -24,6 +20,5 @@ kill $st; wait $st 2>/dev/null
 awk -v n=$N '/= [0-9]+$/{c++; s=$NF; b+=s; if (s>=1000) big++; if ((s-22)%1186==0 && s<16000 && s>1000) dyn++}
   END{printf "%s calls=%d writes=%d (%.1f/call) bytes/call=%.0f writes>=1000B/call=%.1f dynamic-size records/call=%.2f\n", ENVIRON["OUT"], n, c, c/n, b/n, big/n, dyn/n}' OUT=$OUT $d/st
 grep -E "^\| (total|first)" $OUT.bench.txt | head -2
-kill $gw $mock; wait $gw $mock 2>/dev/null
 cp $d/st $OUT.strace
 rm -rf $d
