@@ -70,7 +70,7 @@ type Settings struct {
 	// ClientHello beyond it is closed at once. 0 means no limit.
 	MaxHandshakes int
 	// MaxBufferedBytes bounds, over all sessions, the bytes waiting behind
-	// writes to peers that stopped reading; above it the sessions holding
+	// writes to slow peers; above it the sessions holding
 	// the most are ended (watchdog.go). 0 turns the budget off.
 	MaxBufferedBytes int64
 	// IdleTimeout ends a session in which neither side sent anything for
