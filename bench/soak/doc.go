@@ -15,7 +15,8 @@
 //	watchdog cuts the upstream), HTTP 401 on the upstream upgrade;
 //
 //	client faults: a slow client that stops reading while responses pile
-//	up (the watchdog must drop it past MAX_STALLED_BYTES), random bytes
+//	up (the gateway must drop it once the kernel has taken nothing for
+//	WRITE_TIMEOUT_SECS), random bytes
 //	instead of an HTTP request, half a request head then silence, an
 //	unmasked frame, frames with reserved bits, a message over the size
 //	limit, an abrupt hang-up mid-response.
