@@ -62,7 +62,8 @@ const (
 	// the response streaming then, and error events.
 	slowSlack = 1 << 20
 	// slowRcvBuf keeps a slow client's receive window small, so that the
-	// backlog builds up in the gateway, where the watchdog sees it.
+	// backlog builds up in the gateway, behind a write the kernel does not
+	// take.
 	slowRcvBuf = 16 << 10
 	// garbageMax bounds a garbage request; above the gateway's 8 KiB head
 	// limit so some are refused for size.
@@ -260,8 +261,8 @@ func (r *runner) open(ctx context.Context, d *websocket.Dialer, query string) (*
 }
 
 // stall sends audio to an upstream that stopped reading, until the gateway
-// ends the session (its stalled-side watchdog cuts the upstream, or its
-// write timeout does).
+// ends the session (the upstream's kernel took nothing for the write
+// timeout; past MAX_STALLED_BYTES the watchdog would cut it first).
 func (r *runner) stall(ctx context.Context) outcome {
 	s, o := r.open(ctx, &r.dialer, faultQuery(Plan{Kind: UpstreamStall}))
 	if s == nil {
