@@ -34,6 +34,32 @@ func burstMockai(t *testing.T, tlsUpstream bool) (*mockaiProcess, *x509.CertPool
 	return tlsMockaiProcess(t, args...)
 }
 
+// burstSession starts mockai (ws:// or wss://) and a gateway in front of it
+// (mutate changes its settings), opens a session from a client with a small
+// receive window, as on a slow link (what it has not read waits in the
+// gateway, not in the kernel), and asks for the burst.
+func burstSession(t *testing.T, tlsUpstream bool, mutate func(*Settings)) (*gateway, *websocket.Conn) {
+	t.Helper()
+	mock, roots := burstMockai(t, tlsUpstream)
+	g := startGateway(t, nil, func(c *Settings) {
+		c.APIBase, _ = ParseAPIBase(mock.baseURL)
+		c.UpstreamRoots = roots
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	c, _, err := stallingDialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v", e.typ())
+	}
+	send(t, c, map[string]any{"type": "response.create"})
+	return g, c
+}
+
 // upstreamKinds names the two upstream kinds every slow-reader test runs over.
 var upstreamKinds = []struct {
 	name string
@@ -50,22 +76,7 @@ func TestSlowReaderGetsWholeBurst(t *testing.T) {
 	for _, up := range upstreamKinds {
 		t.Run(up.name, func(t *testing.T) {
 			t.Parallel()
-			mock, roots := burstMockai(t, up.tls)
-			g := startGateway(t, nil, func(c *Settings) {
-				c.APIBase, _ = ParseAPIBase(mock.baseURL)
-				c.UpstreamRoots = roots
-			})
-			// A small receive window, as on a slow link: what the client
-			// has not read yet waits in the gateway, not in the kernel.
-			c, _, err := stallingDialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if e := read(t, c); e.typ() != "session.created" {
-				t.Fatalf("first event %v", e.typ())
-			}
-			send(t, c, map[string]any{"type": "response.create"})
+			g, c := burstSession(t, up.tls, nil)
 
 			// Read at slowReadRate: after each frame, sleep until the bytes
 			// read so far would have taken that long. Bounded in frames and,
@@ -133,20 +144,10 @@ func TestStoppedReaderIsDroppedAfterWriteTimeout(t *testing.T) {
 	for _, up := range upstreamKinds {
 		t.Run(up.name, func(t *testing.T) {
 			t.Parallel()
-			mock, roots := burstMockai(t, up.tls)
-			g := startGateway(t, nil, func(c *Settings) {
-				c.APIBase, _ = ParseAPIBase(mock.baseURL)
-				c.UpstreamRoots = roots
+			g, c := burstSession(t, up.tls, func(c *Settings) {
 				c.WriteTimeout = time.Second
 				c.MaxBufferedBytes = 0
 			})
-			c, _, err := stallingDialer().Dial(g.url("model=gpt-realtime"), bearer(testMasterKey))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			read(t, c)
-			send(t, c, map[string]any{"type": "response.create"})
 			// From here the client reads nothing.
 			waitFor(t, "the gateway to hold a backlog for the client", func() bool {
 				for _, s := range g.srv.liveSessions() {
