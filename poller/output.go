@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cloudwego/netpoll"
 	"github.com/valyala/bytebufferpool"
 	"golang.org/x/sys/unix"
 
@@ -326,6 +327,9 @@ func (e *Endpoint) writeBacklog() {
 		n, err := e.sendSome(b)
 		e.wmu.Unlock()
 		if err != nil {
+			if errors.Is(err, netpoll.ErrWriteTimeout) {
+				writeTimeouts.Add(1)
+			}
 			// A write that timed out leaves the rest stranded inside
 			// netpoll: the socket is unusable. Marked closed first, since
 			// Drop only records the close while a read by hand runs, and

@@ -158,6 +158,9 @@ func TestStoppedReaderIsDroppedAfterWriteTimeout(t *testing.T) {
 				return false
 			})
 			waitFor(t, "the stopped reader to be dropped", func() bool { return g.srv.SessionsOpen() == 0 })
+			if n := metricValue(t, g, "rtgate_write_timeouts_total"); n < 1 {
+				t.Fatalf("rtgate_write_timeouts_total = %v, want the dropped reader counted", n)
+			}
 			for _, reason := range []string{"stalled", "memory_budget"} {
 				if n := metricValue(t, g, `rtgate_sessions_ended_total{reason="`+reason+`"}`); n != 0 {
 					t.Fatalf("the watchdog ended %v sessions (%s): the write timeout should have", n, reason)

@@ -68,7 +68,10 @@ func (b *memoryBudget) init(cfg Settings, reg prometheus.Registerer) {
 		endedStalled, endedBudget)
 	b.buffered = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_stalled_buffered_bytes",
 		Help: "Bytes waiting behind writes to peers slower than their other side, summed over sessions at the last watchdog walk."})
-	reg.MustRegister(b.ended, b.buffered)
+	writeTimeouts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rtgate_write_timeouts_total",
+		Help: "Sockets dropped because the kernel took nothing from them for WRITE_TIMEOUT_SECS (peers that stopped reading), client and upstream, since the process started."},
+		func() float64 { return float64(poller.WriteTimeouts()) })
+	reg.MustRegister(b.ended, b.buffered, writeTimeouts)
 }
 
 const (
