@@ -61,6 +61,13 @@ type PoolConfig struct {
 	// open-file limit), so that warm sockets never take the descriptors
 	// client sessions need.
 	Spare func() int
+	// Memory, if set, remembers each key's peak demand across restarts
+	// (memory.go): the pool loads it when made, writes it every few
+	// seconds and when it closes.
+	Memory DemandMemory
+	// WarmupBound bounds how long a pool with remembered demand reports
+	// Warming; 0 means 10 s.
+	WarmupBound time.Duration
 }
 
 // Enabled reports whether the pool dials anything ahead.
@@ -107,6 +114,18 @@ type Pool struct {
 	live    wheel // liveness checks of ready sockets
 	janitor Timer // the next janitor turn
 	swept   time.Time
+
+	// The yield rule (yield.go): client dials in flight, and warm-up
+	// dials in flight across keys.
+	clientDials int
+	warmDials   int
+	yielded     bool // a refill dialed less because clients were dialing
+
+	// Remembered demand (memory.go): what was loaded, by key digest, the
+	// next write, and until when the pool may report Warming.
+	remembered map[string]Remembered
+	saver      Timer
+	warmUntil  time.Time // zero: not warming
 }
 
 // now is the pool's clock.
@@ -136,9 +155,13 @@ func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) 
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.live.init(janitorTick(cfg), p.now())
 	if cfg.Enabled() {
+		p.restore()
 		p.mu.Lock()
 		p.swept = p.now()
 		p.janitor = p.clock.AfterFunc(p.live.tick, p.janitorTurn)
+		if cfg.Memory != nil {
+			p.saver = p.clock.AfterFunc(stateEvery, p.saveTurn)
+		}
 		p.mu.Unlock()
 	}
 	return p
@@ -172,6 +195,29 @@ type keyPool struct {
 	refillTime  time.Duration // from dial start to session.created, smoothed; 0 until measured
 	size        int           // the current target
 	inflight    int           // the current limit on concurrent dials
+
+	// remembered demand (memory.go): the seed this key started from, used
+	// until seedUntil (burstMemory after its first connect), and the
+	// long-memory peak that is written for the next start.
+	seed      Remembered
+	seeded    bool
+	seedUntil time.Time
+	peak      Remembered
+}
+
+// keyLocked returns t's key pool, making it if needed (nil once the pool is
+// closed). A new key starts from its remembered demand, if any. Callers
+// hold Pool.mu.
+func (p *Pool) keyLocked(k string, t Target, model string, now time.Time) *keyPool {
+	if kp := p.keys[k]; kp != nil || p.closed {
+		return kp
+	}
+	kp := &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: now}
+	if r, ok := p.remembered[k]; ok && r.RateAt(now) > 0 {
+		kp.seed, kp.seeded, kp.peak = r, true, r
+	}
+	p.keys[k] = kp
+	return kp
 }
 
 // Key identifies interchangeable upstream sockets: everything that shapes
@@ -212,12 +258,11 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 		p.mu.Unlock()
 		return nil, nil
 	}
-	kp := p.keys[k]
-	if kp == nil {
-		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: now}
-		p.keys[k] = kp
-	}
+	kp := p.keyLocked(k, t, model, now)
 	kp.noteTake(now)
+	if kp.seeded && kp.seedUntil.IsZero() {
+		kp.seedUntil = now.Add(burstMemory) // then auto sizes from what it measured
+	}
 	kp.lastTake = now
 	var got *warmConn
 	dead := 0
@@ -318,11 +363,7 @@ func (p *Pool) Prime(t Target, model string) {
 	}
 	k := Key(t)
 	p.mu.Lock()
-	kp := p.keys[k]
-	if kp == nil && !p.closed {
-		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: p.now()}
-		p.keys[k] = kp
-	}
+	kp := p.keyLocked(k, t, model, p.now())
 	if kp != nil {
 		kp.primed = true
 	}
@@ -346,7 +387,11 @@ func (p *Pool) Prime(t Target, model string) {
 // Close closes every warm socket with close 1000 and stops refilling. It
 // waits for dials in flight to finish.
 func (p *Pool) Close() {
+	p.save() // at drain: the next start begins from this
 	p.mu.Lock()
+	if p.saver != nil {
+		p.saver.Stop()
+	}
 	p.closed = true
 	if p.janitor != nil {
 		p.janitor.Stop()
@@ -455,8 +500,13 @@ func (p *Pool) refill(kp *keyPool) {
 	if kp.backoff > 0 {
 		want = min(want, 1-kp.warming) // a failing key gets one probe at a time
 	}
+	if room := p.yieldRoomLocked(); want > room {
+		want = room
+		p.yielded = true
+	}
 	for range max(want, 0) {
 		kp.warming++
+		p.warmDials++
 		p.total++
 		p.wg.Add(1)
 		go p.warmOne(kp)
@@ -474,6 +524,7 @@ func (p *Pool) warmOne(kp *keyPool) {
 	p.mu.Lock()
 	now := p.now()
 	kp.warming--
+	p.warmDials--
 	ok := err == nil && !p.closed
 	if ok {
 		kp.warm = append(kp.warm, w)
