@@ -78,7 +78,8 @@ func (r Remembered) refill() time.Duration {
 // Load returns nothing and no error when there is nothing to remember; an
 // error means the memory could not be read (the pool starts cold).
 type DemandMemory interface {
-	Load(ctx context.Context) (map[string]Remembered, error)
+	// Load reads what is remembered, faded as of now (the pool's clock).
+	Load(ctx context.Context, now time.Time) (map[string]Remembered, error)
 	Save(ctx context.Context, demand map[string]Remembered) error
 }
 
@@ -87,12 +88,11 @@ type DemandMemory interface {
 // load is skipped if another loads.
 type Memories []DemandMemory
 
-func (ms Memories) Load(ctx context.Context) (map[string]Remembered, error) {
+func (ms Memories) Load(ctx context.Context, now time.Time) (map[string]Remembered, error) {
 	out := map[string]Remembered{}
-	now := time.Now()
 	var errs []error
 	for _, m := range ms {
-		got, err := m.Load(ctx)
+		got, err := m.Load(ctx, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -132,7 +132,7 @@ type stateFile struct {
 // errNoState is a missing state file: a cold start, not a failure.
 var errNoState = errors.New("no state file yet")
 
-func (f FileMemory) Load(context.Context) (map[string]Remembered, error) {
+func (f FileMemory) Load(context.Context, time.Time) (map[string]Remembered, error) {
 	b, err := os.ReadFile(f.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", f.Path, errNoState)

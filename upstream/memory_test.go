@@ -52,7 +52,7 @@ func TestFileMemoryRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := f.Load(context.Background())
+	got, err := f.Load(context.Background(), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestPoolStateMissingOrCorruptIsColdStart(t *testing.T) {
 				t.Fatalf("log does not say %q:\n%s", tc.logged, logs.String())
 			}
 			clk.Advance(stateEvery) // the periodic write replaces the bad file
-			if _, err := (FileMemory{Path: path}).Load(context.Background()); err != nil {
+			if _, err := (FileMemory{Path: path}).Load(context.Background(), time.Time{}); err != nil {
 				t.Fatalf("after a write the state does not load: %v", err)
 			}
 		})

@@ -37,7 +37,7 @@ func (m *RedisMemory) indexKey() string            { return m.Prefix + "keys" }
 func (m *RedisMemory) demandKey(key string) string { return m.Prefix + key }
 
 // Load returns this instance's share of each key's cluster-wide peak.
-func (m *RedisMemory) Load(ctx context.Context) (map[string]Remembered, error) {
+func (m *RedisMemory) Load(ctx context.Context, now time.Time) (map[string]Remembered, error) {
 	keys, err := m.Client.SMembers(ctx, m.indexKey()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis pool demand: %w", err)
@@ -57,7 +57,6 @@ func (m *RedisMemory) Load(ctx context.Context) (map[string]Remembered, error) {
 			live[inst] = true
 		}
 	}
-	now := time.Now()
 	out := map[string]Remembered{}
 	for _, k := range keys {
 		fields, err := m.Client.HGetAll(ctx, m.demandKey(k)).Result()

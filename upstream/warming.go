@@ -18,9 +18,9 @@ func (p *Pool) restore() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), memoryTimeout)
-	got, err := p.cfg.Memory.Load(ctx)
-	cancel()
 	now := p.now()
+	got, err := p.cfg.Memory.Load(ctx, now)
+	cancel()
 	live := 0
 	for _, r := range got {
 		if r.RateAt(now) > 0 {
