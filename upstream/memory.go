@@ -20,7 +20,7 @@ import (
 // made: a key it remembers starts sized for the remembered peak.
 //
 // History fades: a remembered rate halves every demandHalfLife from the time
-// it was measured, and is forgotten below one connect per rateWindow or
+// it was measured, and is forgotten below half a connect per rateWindow or
 // after demandForget, so that a pool sized for yesterday's peak does not
 // come back at that size. A seeded key uses its seed only until it has seen
 // burstMemory of its own traffic; then `auto` sizes it from what it measures,
@@ -56,14 +56,14 @@ type Remembered struct {
 }
 
 // RateAt is the remembered rate faded to now: halved per demandHalfLife
-// since At, 0 once below one connect per rateWindow or past demandForget.
+// since At, 0 once below half a connect per rateWindow or past demandForget.
 func (r Remembered) RateAt(now time.Time) float64 {
 	age := max(now.Sub(r.At), 0)
 	if age > demandForget || r.Rate <= 0 {
 		return 0
 	}
 	v := r.Rate * math.Exp2(-age.Seconds()/demandHalfLife.Seconds())
-	if v*rateWindow.Seconds() < 1 {
+	if v*rateWindow.Seconds() < 0.5 {
 		return 0
 	}
 	return v

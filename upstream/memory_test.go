@@ -26,7 +26,7 @@ func TestRememberedRateFades(t *testing.T) {
 		{"at once", 0, 400},
 		{"one half-life", demandHalfLife, 200},
 		{"two half-lives", 2 * demandHalfLife, 100},
-		{"below one connect per window", 11 * demandHalfLife, 0}, // 400/2048 per s × 250 ms < 1
+		{"below half a connect per window", 11 * demandHalfLife, 0}, // 400/2048 per s × 250 ms < 0.5
 		{"past the forget horizon", demandForget + time.Second, 0},
 		{"measured in the future (a clock step): as measured", -time.Minute, 400},
 	} {
@@ -36,6 +36,11 @@ func TestRememberedRateFades(t *testing.T) {
 				t.Fatalf("rate after %v = %v, want %v", tc.after, got, tc.want)
 			}
 		})
+	}
+	// The lightest peak there is, one connect in a window, is remembered
+	// for a while, not forgotten as soon as it starts to fade.
+	if got := (Remembered{Rate: 4, At: at}).RateAt(at.Add(time.Minute)); got <= 0 {
+		t.Fatal("a peak of one connect per window is forgotten a minute later")
 	}
 }
 
