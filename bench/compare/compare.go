@@ -15,6 +15,7 @@
 package compare
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,6 +118,9 @@ type Config struct {
 	Warmup, Pause time.Duration
 	// Instances > 1 runs that many gateways behind HAProxy (instances.go).
 	Instances int
+	// FirstBurst is how many of each run's first calls are reported apart
+	// from the rest (burst.go); 0 means Concurrency, the first wave.
+	FirstBurst int
 }
 
 // DefaultConfig is what `wsbench compare` runs without flags.
@@ -138,6 +142,9 @@ func (c Config) validate() error {
 	var errs []error
 	if c.N <= 0 || c.Concurrency <= 0 || c.Runs <= 0 {
 		errs = append(errs, fmt.Errorf("-n, -c and -runs must be positive (got %d, %d, %d)", c.N, c.Concurrency, c.Runs))
+	}
+	if c.FirstBurst < 0 {
+		errs = append(errs, fmt.Errorf("-first-burst %d: want 0 (the concurrency) or more", c.FirstBurst))
 	}
 	if c.Instances < 1 || c.Instances > 64 {
 		errs = append(errs, fmt.Errorf("-instances %d: want 1 to 64", c.Instances))
@@ -186,6 +193,8 @@ type RunResult struct {
 	Result      *load.Result
 	Summary     load.Summary
 	PoolHitRate *float64
+	// Split is the run's first burst apart from its steady state.
+	Split Split
 }
 
 // Outcome is what a comparison produced.
@@ -259,6 +268,7 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	leg := &LegResult{ID: id, Name: legNames[id]}
 	target, key, tlsConf := mock.RealtimeURL(), upstreamKey, mock.TLSConfig()
 	var metricsURLs []string
+	usageLog := "" // the single gateway's usage log, if any
 	if id != LegDirect {
 		pool := "0"
 		switch id {
@@ -269,6 +279,11 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		}
 		set := proc.GatewaySettings(mock, upstreamKey, masterKey, cfg.GatewayLogLevel)
 		set["REALTIME_POOL_SIZE"] = pool
+		if cfg.Instances == 1 {
+			// Which sessions were pool hits, in start order (burst.go).
+			usageLog = filepath.Join(dir, "usage-"+id+".jsonl")
+			set["USAGE_LOG"] = usageLog
+		}
 		if cfg.Instances > 1 {
 			in, err := startInstances(ctx, cfg.GatewayBin, cfg.Instances, set, dir, id)
 			if err != nil {
@@ -308,23 +323,29 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		if run == 0 {
 			hitsBefore = before
 		}
+		runStart := time.Now()
 		res, err := load.Run(ctx, client, load.Options{N: cfg.N, Concurrency: cfg.Concurrency})
 		if err != nil {
 			return nil, err
+		}
+		var hits []bool
+		if usageLog != "" {
+			hits = sessionHits(usageLog, runStart, time.Now(), res.Summary().Dial.N, 3*time.Second)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		after := readAllPoolCounters(ctx, metricsURLs)
 		hitsAfter = after
-		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(sumCounters(before), sumCounters(after))}
+		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(sumCounters(before), sumCounters(after)),
+			Split: splitRun(res, cmp.Or(cfg.FirstBurst, cfg.Concurrency), hits)}
 		leg.Runs = append(leg.Runs, rr)
 		all = append(all, res.Samples...)
 		cpu += res.CPU
 		wall += res.Wall
-		say("%s run %d/%d: %d/%d ok, total p50 %s p99 %s, %.1f s", leg.Name, run+1, cfg.Runs,
+		say("%s run %d/%d: %d/%d ok, total p50 %s p99 %s (first %d calls: p99 %s), %.1f s", leg.Name, run+1, cfg.Runs,
 			rr.Summary.OK, rr.Summary.Calls, report.FormatMS(rr.Summary.Total.P50), report.FormatMS(rr.Summary.Total.P99),
-			res.Wall.Seconds())
+			rr.Split.FirstN, report.FormatMS(rr.Split.First.Total.P99), res.Wall.Seconds())
 	}
 	leg.Combined = load.Summarize(all, wall, cpu)
 	leg.PoolHitRate = hitRate(sumCounters(hitsBefore), sumCounters(hitsAfter))
