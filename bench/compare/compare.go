@@ -121,6 +121,11 @@ type Config struct {
 	// FirstBurst is how many of each run's first calls are reported apart
 	// from the rest (burst.go); 0 means Concurrency, the first wave.
 	FirstBurst int
+	// Restart restarts each gateway leg's gateway before every run after
+	// the first (SIGTERM, drain, start again), with REALTIME_POOL_STATE
+	// kept: run 2's first burst is then the first burst after a restart
+	// with remembered demand, run 1's that of a cold instance.
+	Restart bool
 }
 
 // DefaultConfig is what `wsbench compare` runs without flags.
@@ -145,6 +150,9 @@ func (c Config) validate() error {
 	}
 	if c.FirstBurst < 0 {
 		errs = append(errs, fmt.Errorf("-first-burst %d: want 0 (the concurrency) or more", c.FirstBurst))
+	}
+	if c.Restart && c.Instances > 1 {
+		errs = append(errs, errors.New("-restart runs one gateway; for a rolling restart behind HAProxy see TestRollingRestartBehindHAProxy"))
 	}
 	if c.Instances < 1 || c.Instances > 64 {
 		errs = append(errs, fmt.Errorf("-instances %d: want 1 to 64", c.Instances))
@@ -268,7 +276,8 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	leg := &LegResult{ID: id, Name: legNames[id]}
 	target, key, tlsConf := mock.RealtimeURL(), upstreamKey, mock.TLSConfig()
 	var metricsURLs []string
-	usageLog := "" // the single gateway's usage log, if any
+	usageLog := ""                  // the single gateway's usage log, if any
+	var restart func(run int) error // with -restart: a new gateway on the same pool state
 	if id != LegDirect {
 		pool := "0"
 		switch id {
@@ -284,6 +293,10 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			usageLog = filepath.Join(dir, "usage-"+id+".jsonl")
 			set["USAGE_LOG"] = usageLog
 		}
+		if cfg.Restart {
+			set["REALTIME_POOL_STATE"] = filepath.Join(dir, "pool-state-"+id+".json")
+			set["DRAIN_GRACE_SECS"] = "0" // nobody to warn: the load is between runs
+		}
 		if cfg.Instances > 1 {
 			in, err := startInstances(ctx, cfg.GatewayBin, cfg.Instances, set, dir, id)
 			if err != nil {
@@ -297,26 +310,56 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			if err != nil {
 				return nil, err
 			}
-			defer gw.Stop(10 * time.Second)
+			defer func() { gw.Stop(10 * time.Second) }() // the one running at the end
 			target, key, metricsURLs, tlsConf = gw.URL(), masterKey, []string{gw.MetricsURL()}, nil
 			say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), gw.URL(), pool)
+			if cfg.Restart {
+				restart = func(run int) error {
+					_ = gw.Stop(30 * time.Second) // SIGTERM: drains and writes the pool state
+					began := time.Now()
+					next, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, set,
+						filepath.Join(dir, fmt.Sprintf("gateway-%s-run%d.log", id, run+1)))
+					if err != nil {
+						return fmt.Errorf("restarting the gateway: %w", err)
+					}
+					gw = next
+					target, metricsURLs = gw.URL(), []string{gw.MetricsURL()}
+					say("%s: restarted, gateway pid %d ready (warm) after %.1f s", leg.Name, gw.PID(), time.Since(began).Seconds())
+					return nil
+				}
+			}
 		}
 		if err := harness.Sleep(ctx, cfg.Warmup); err != nil {
 			return nil, err
 		}
 	}
-	client, err := load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
-		Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf})
+	newClient := func() (*load.Client, error) {
+		return load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
+			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf})
+	}
+	client, err := newClient()
 	if err != nil {
 		return nil, err
 	}
 	var all []load.Sample
 	var cpu, wall time.Duration
 	var hitsBefore, hitsAfter []poolCounters
+	restarted := poolCounters{OK: true} // with -restart: the runs' hits and misses, summed
 	for run := range cfg.Runs {
 		if run > 0 {
 			if err := harness.Sleep(ctx, cfg.Pause); err != nil {
 				return nil, err
+			}
+			if restart != nil {
+				if err := restart(run); err != nil {
+					return nil, err
+				}
+				if client, err = newClient(); err != nil {
+					return nil, err
+				}
+				if err := harness.Sleep(ctx, cfg.Warmup); err != nil {
+					return nil, err
+				}
 			}
 		}
 		before := readAllPoolCounters(ctx, metricsURLs)
@@ -337,7 +380,10 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		}
 		after := readAllPoolCounters(ctx, metricsURLs)
 		hitsAfter = after
-		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(sumCounters(before), sumCounters(after)),
+		b, a := sumCounters(before), sumCounters(after)
+		restarted = poolCounters{Hits: restarted.Hits + a.Hits - b.Hits, Misses: restarted.Misses + a.Misses - b.Misses,
+			OK: restarted.OK && a.OK && b.OK}
+		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(b, a),
 			Split: splitRun(res, cmp.Or(cfg.FirstBurst, cfg.Concurrency), hits)}
 		leg.Runs = append(leg.Runs, rr)
 		all = append(all, res.Samples...)
@@ -349,6 +395,9 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	}
 	leg.Combined = load.Summarize(all, wall, cpu)
 	leg.PoolHitRate = hitRate(sumCounters(hitsBefore), sumCounters(hitsAfter))
+	if restart != nil { // each run had its own process, its counters from 0
+		leg.PoolHitRate = hitRate(poolCounters{OK: true}, restarted)
+	}
 	if len(metricsURLs) > 1 {
 		for i := range metricsURLs {
 			leg.InstanceHitRates = append(leg.InstanceHitRates, hitRate(hitsBefore[i], hitsAfter[i]))

@@ -29,6 +29,7 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "pause after the gateway is healthy (lets the pool fill)")
 	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between runs")
 	fs.IntVar(&cfg.FirstBurst, "first-burst", 0, "report each run's first N calls apart from the rest (0: -c, the first wave)")
+	fs.BoolVar(&cfg.Restart, "restart", false, "restart each gateway before every run after the first, keeping REALTIME_POOL_STATE: run 2's first burst is a restart's with remembered demand")
 	fs.IntVar(&cfg.Instances, "instances", cfg.Instances, "gateway processes behind a real HAProxy (leastconn); with more than 1, -n/-c default to 5000/500 and a fixed pool of c/N per instance is measured too")
 	p := &cfg.Profile
 	fs.DurationVar(&p.UpgradeDelay, "upgrade-delay", p.UpgradeDelay, "mockai: delay before the 101")
