@@ -73,7 +73,20 @@ func startHAProxy(t *testing.T, backends []int) string {
 // finish. The new process starts from the demand its predecessor wrote at
 // drain, reports 503 warming until its pool is full, and HAProxy sends it
 // no client before that. No call may fail.
+//
+// The load is 6 concurrent callers; ROLLING_WORKERS=n sets another number,
+// for the benchmark figure (per-instance pool hit rates under real load):
+//
+//	ROLLING_WORKERS=300 go test -v -count=1 -run TestRollingRestartBehindHAProxy ./cmd/gateway/
 func TestRollingRestartBehindHAProxy(t *testing.T) {
+	workers := 6
+	if v := os.Getenv("ROLLING_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 2000 {
+			t.Fatalf("ROLLING_WORKERS=%q: want 1 to 2000", v)
+		}
+		workers = n
+	}
 	up := startMockai(t)
 	state := t.TempDir()
 	ports := []int{freePort(t), freePort(t), freePort(t)}
@@ -87,7 +100,7 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 	}
 	lb := startHAProxy(t, ports)
 	time.Sleep(600 * time.Millisecond) // rise 2 at 200 ms
-	load := startLoad(func() string { return lb }, 6, 20000)
+	load := startLoad(func() string { return lb }, workers, 20000)
 	time.Sleep(500 * time.Millisecond)
 	for i := range gs {
 		if err := gs[i].cmd.Process.Signal(syscall.SIGTERM); err != nil {
