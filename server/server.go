@@ -634,18 +634,16 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	upHeader := passThrough(req.Header)
 	rawQuery := strings.Clone(req.URL.RawQuery)
 	info.redial = func() {
+		defer s.pool.ClientDialing()()   // a client waits on this dial too
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
 		s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, upHeader)
 	}
-	// Registered before Take, so the refill a miss starts yields to this
-	// client's own dial (upstream/yield.go).
-	dialing := s.pool.ClientDialing()
-	if s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader)) {
-		dialing()
+	hit, dialDone := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
+	if hit {
 		return
 	}
 	go func() {
-		defer dialing()
+		defer dialDone() // the pool's refill yields until this dial ends
 		s.connectUpstream(sess, info, cands, q, upHeader)
 	}()
 }

@@ -248,15 +248,33 @@ func Key(t Target) string {
 // behind it. model labels the key in metrics. A target that is not Poolable
 // is always a miss and creates nothing.
 func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle, []byte) {
+	h, held, _ := p.take(t, model, owner, false)
+	return h, held
+}
+
+// TakeOrDial is Take for a client that dials fresh on a miss: a miss is
+// counted as a client dial before the refill it starts, so that refill
+// already yields to it (yield.go), and done, called once when the client's
+// own dial has ended, lets the pool grow again. On a hit done does nothing.
+func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller.Handle, held []byte, done func()) {
+	h, held, counted := p.take(t, model, owner, true)
+	if !counted {
+		return h, held, func() {}
+	}
+	return h, held, p.clientDialDone
+}
+
+// take is Take; with client set, a miss counts as a client dial (counted).
+func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ *poller.Handle, _ []byte, counted bool) {
 	if !p.cfg.Enabled() || !Poolable(t) {
-		return nil, nil
+		return nil, nil, false
 	}
 	k := Key(t)
 	now := p.now()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, nil
+		return nil, nil, false
 	}
 	kp := p.keyLocked(k, t, model, now)
 	kp.noteTake(now)
@@ -294,6 +312,10 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 	}
 	p.updateSizeLocked(kp, now)
 	warm := len(kp.warm)
+	if got == nil && client {
+		p.clientDials++ // before the refill below, which yields to it
+		counted = true
+	}
 	p.mu.Unlock()
 
 	if m := p.metrics; m != nil {
@@ -308,9 +330,9 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 	}
 	p.refill(kp)
 	if got == nil {
-		return nil, nil
+		return nil, nil, counted
 	}
-	return got.h, got.held
+	return got.h, got.held, false
 }
 
 // Poolable reports whether sockets for t may be dialed ahead and shared.

@@ -34,10 +34,10 @@ func yieldRoom(clientDials, warmDials int) int {
 func (p *Pool) yieldRoomLocked() int { return yieldRoom(p.clientDials, p.warmDials) }
 
 // ClientDialing tells the pool that a client is about to wait on an upstream
-// dial of its own (a miss, or a connect the pool does not serve); the
-// returned func, called exactly once when that dial has ended (whatever its
-// outcome), says so. Call it before Take, so that the refill a miss starts
-// already yields. Safe on a nil pool.
+// dial the pool did not offer to serve (a connect it does not pool, a
+// redial); the returned func, called exactly once when that dial has ended
+// (whatever its outcome), says so. A miss is counted by TakeOrDial itself.
+// Safe on a nil pool.
 func (p *Pool) ClientDialing() (done func()) {
 	if p == nil || !p.cfg.Enabled() {
 		return func() {}
@@ -45,22 +45,26 @@ func (p *Pool) ClientDialing() (done func()) {
 	p.mu.Lock()
 	p.clientDials++
 	p.mu.Unlock()
-	return func() {
-		p.mu.Lock()
-		p.clientDials--
-		resume := p.clientDials == 0 && p.yielded
-		if resume {
-			p.yielded = false
+	return p.clientDialDone
+}
+
+// clientDialDone ends one client dial; when it was the last and a refill
+// held back for it, every key refills as fast as it may.
+func (p *Pool) clientDialDone() {
+	p.mu.Lock()
+	p.clientDials--
+	resume := p.clientDials == 0 && p.yielded
+	if resume {
+		p.yielded = false
+	}
+	var keys []*keyPool
+	if resume {
+		for _, kp := range p.keys {
+			keys = append(keys, kp)
 		}
-		var keys []*keyPool
-		if resume {
-			for _, kp := range p.keys {
-				keys = append(keys, kp)
-			}
-		}
-		p.mu.Unlock()
-		for _, kp := range keys {
-			p.refill(kp) // the burst has passed: grow as fast as the key allows
-		}
+	}
+	p.mu.Unlock()
+	for _, kp := range keys {
+		p.refill(kp) // the burst has passed: grow as fast as the key allows
 	}
 }

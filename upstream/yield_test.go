@@ -45,13 +45,13 @@ func testPoolYieldsToClientDials(t *testing.T, tls bool) {
 	testwait.For(t, "the floor to warm", func() bool { return p.Warm(ta) == 1 })
 
 	var dones []func()
-	for range 40 { // a burst: each client registers its dial before Take, as the gateway does
-		done := p.ClientDialing()
+	for range 40 { // a burst, taken as the gateway takes: a miss counts as a client dial
 		s := &sink{}
-		if h, _ := p.Take(ta, "m", s); h != nil {
+		h, _, done := p.TakeOrDial(ta, "m", s)
+		if h != nil {
 			s.h = h
 			h.Endpoint().Close()
-			done() // a hit dials nothing
+			done() // a hit dials nothing: a no-op
 			continue
 		}
 		dones = append(dones, done) // a miss: its fresh dial is in flight
@@ -89,4 +89,25 @@ func testPoolYieldsToClientDials(t *testing.T, tls bool) {
 		t.Fatalf("%d warm-up dials once no client dials, want the pool to grow past %d at once", n, yieldFloor)
 	}
 	testwait.For(t, "the pool to reach its target", func() bool { return p.Warm(ta) >= target })
+}
+
+// TestClientDialingCountsUntilDone: a client dial the pool did not offer to
+// serve (a redial) holds the refill back like a miss until its done.
+func TestClientDialingCountsUntilDone(t *testing.T) {
+	m := startMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, false)
+	clk := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Size: 20, PingInterval: -1, Clock: clk})
+	ta := target(t, m, "k")
+	done := p.ClientDialing()
+	p.Prime(ta, "m")
+	if n := p.Dialing(ta); n != yieldFloor {
+		t.Fatalf("%d warm-up dials beside a client dial, want the floor %d", n, yieldFloor)
+	}
+	done()
+	if n := p.Dialing(ta); n != 20 {
+		t.Fatalf("%d warm-up dials once the client dial ended, want all 20 at once", n)
+	}
+	if (*Pool)(nil).ClientDialing() == nil {
+		t.Fatal("a nil pool's ClientDialing returned no func")
+	}
 }
