@@ -32,6 +32,8 @@ func (p *Pool) restore() {
 		p.log.Info("warm pool: no remembered demand yet; starting cold", "reason", err)
 	case err != nil:
 		p.log.Warn("warm pool: remembered demand unreadable; starting cold", "err", err)
+	case len(got) == 0:
+		p.log.Info("warm pool: no remembered demand yet; starting cold")
 	case live == 0:
 		p.log.Info("warm pool: remembered demand has faded; starting cold", "keys", len(got))
 	default:
