@@ -159,7 +159,7 @@ func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) 
 		p.mu.Lock()
 		p.swept = p.now()
 		p.janitor = p.clock.AfterFunc(p.live.tick, p.janitorTurn)
-		if cfg.Memory != nil {
+		if cfg.Memory != nil && cfg.Auto { // only auto learns demand
 			p.saver = p.clock.AfterFunc(stateEvery, p.saveTurn)
 		}
 		p.mu.Unlock()
