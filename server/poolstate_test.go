@@ -31,7 +31,9 @@ func TestHealthWarmsFromPoolState(t *testing.T) {
 		mock := startPoolMock(t, mockai.Config{UpgradeDelay: time.Second}, tls)
 		state := filepath.Join(t.TempDir(), "pool-state.json")
 		auto := func(c *Settings) {
-			c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 512
+			// MAX bounds the restored pool, so that it fills in a few
+			// seconds over TLS on a loaded machine too.
+			c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 48
 			c.PoolState = state
 			c.Pool.WarmupBound = time.Minute // ready because warm, not because of the bound
 		}
@@ -46,7 +48,7 @@ func TestHealthWarmsFromPoolState(t *testing.T) {
 			t.Fatalf("cold start without state: /health %d %v, want 200 ok", status, s)
 		}
 		var clients []*websocket.Conn
-		for range 20 { // a burst: each connect takes from the pool or misses at once
+		for range 10 { // a burst: each connect takes from the pool or misses at once
 			clients = append(clients, first.dial(t, "model=gpt-realtime", bearer(testMasterKey)))
 		}
 		for _, c := range clients {
@@ -74,8 +76,8 @@ func TestHealthWarmsFromPoolState(t *testing.T) {
 		}
 		ta := second.srv.defaultTarget()
 		target := second.srv.Pool().Target(ta)
-		if target < 1+2*20 {
-			t.Fatalf("restored target %d, want at least the burst's 41", target)
+		if target < 1+2*10 {
+			t.Fatalf("restored target %d, want at least the burst's 21", target)
 		}
 		waitFor(t, "/health to say ok", func() bool { status, _ := health(second, "/health"); return status == 200 })
 		if warm := second.srv.Pool().Warm(ta); float64(warm) < 0.9*float64(target) {
@@ -93,8 +95,9 @@ func TestRedisSharedPoolDemand(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
 		rd := redistest.Start(t)
 		mock := startPoolMock(t, mockai.Config{UpgradeDelay: 500 * time.Millisecond}, tls)
+		const maxPool = 96 // bounds the share's pool: it fills in seconds on a loaded machine too
 		auto := func(c *Settings) {
-			c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 512
+			c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, maxPool
 			c.RedisURL, c.RedisTimeout = rd.URL(), time.Second
 			c.Pool.WarmupBound = time.Minute
 		}
@@ -136,8 +139,8 @@ func TestRedisSharedPoolDemand(t *testing.T) {
 		got := second.srv.Pool().Target(ta)
 		share := func(peak upstream.Remembered) bool {
 			perRefill := max(1, peak.RefillMS/250)
-			want := 1 + int(math.Ceil(2*math.Ceil(peak.Rate/2*0.25)*perRefill))
-			return got <= want && got >= want-int(2*perRefill)-1 && got > 1
+			want := min(1+int(math.Ceil(2*math.Ceil(peak.Rate/2*0.25)*perRefill)), maxPool)
+			return got <= want && got >= min(want-int(2*perRefill)-1, maxPool) && got > 1
 		}
 		before := peak
 		f, _ := rc.HGetAll(context.Background(), demandKey).Result()

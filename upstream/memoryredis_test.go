@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -45,7 +47,6 @@ func testRedisSharedDemand(t *testing.T, tls bool) {
 	clk := newManualClock() // one clock for the whole cluster: no fading between the steps
 	cfg := PoolConfig{Auto: true, Min: 1, Max: 512, MaxIdle: time.Hour, PingInterval: -1, Clock: clk}
 	// Instances a and b each take a burst of 40 connects in one window.
-	var single int
 	for _, inst := range []string{"a", "b"} {
 		lease(inst, time.Minute)
 		c := cfg
@@ -60,13 +61,30 @@ func testRedisSharedDemand(t *testing.T, tls bool) {
 				h.Endpoint().Close()
 			}
 		}
-		single = p.Target(ta)
 		p.Close() // writes its peak; its lease stays, as for a live instance
 	}
 
-	// Instance c joins: (160 + 160 connects/s) / 3 live instances each,
-	// 1 + 2 × ceil(106.7 × 250 ms) = 55 with loopback refills (more when
-	// refills were slow, but always below one instance's own burst).
+	// share is what an instance starting beside the live ones should
+	// target: their peaks summed, divided by them and itself, sized with
+	// the largest of their refill times (all on one clock: nothing fades).
+	share := func(live ...string) int {
+		t.Helper()
+		f, err := rc.HGetAll(ctx, "rtgate:pool:demand:"+Key(ta)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum, refill float64
+		for _, inst := range live {
+			var r Remembered
+			if err := json.Unmarshal([]byte(f[inst]), &r); err != nil {
+				t.Fatalf("instance %s wrote no demand: %v", inst, err)
+			}
+			sum, refill = sum+r.Rate, max(refill, r.RefillMS)
+		}
+		d := demand{burst: int(math.Ceil(sum / float64(len(live)+1) * rateWindow.Seconds())),
+			refill: time.Duration(refill * float64(time.Millisecond)), primed: true}
+		return targetSize(cfg, d)
+	}
 	start := func(inst string) *testPool {
 		c := cfg
 		c.Memory = memory(inst)
@@ -75,25 +93,27 @@ func testRedisSharedDemand(t *testing.T, tls bool) {
 		p.Prime(ta, "m")
 		return p
 	}
+
+	// Instance c joins: (160 + 160 connects/s) / 3 live instances each.
+	want := share("a", "b")
 	pc := start("c")
 	shareOfThree := pc.Target(ta)
-	if shareOfThree < 55 || shareOfThree >= single {
-		t.Fatalf("joining instance's target %d, want its third of the cluster's peak: at least 55, below one instance's %d",
-			shareOfThree, single)
+	if shareOfThree != want || shareOfThree <= 1 {
+		t.Fatalf("joining instance's target %d, want its third of the cluster's peak: %d", shareOfThree, want)
 	}
 	if !pc.Warming() {
 		t.Fatal("the joining instance is not warming")
 	}
-	testwait.For(t, "the joining instance to warm", func() bool { return !pc.Warming() })
-	pc.Close()
+	pc.Close() // writes its share as its peak
 
-	// b's lease runs out (killed): only a's peak and c's share count, over
-	// the live a, c and the newcomer d.
+	// b's lease runs out (killed): only a's peak and c's count, over the
+	// live a, c and the newcomer d.
 	if err := rc.ZRem(ctx, instances, "b").Err(); err != nil {
 		t.Fatal(err)
 	}
+	want = share("a", "c")
 	pd := start("d")
-	if got := pd.Target(ta); got >= shareOfThree {
-		t.Fatalf("with b gone the newcomer's target is %d, want below %d (b's peak no longer counts)", got, shareOfThree)
+	if got := pd.Target(ta); got != want {
+		t.Fatalf("with b gone the newcomer's target is %d, want %d (b's peak no longer counts)", got, want)
 	}
 }
