@@ -123,9 +123,10 @@ type Pool struct {
 
 	// Remembered demand (memory.go): what was loaded, by key digest, the
 	// next write, and until when the pool may report Warming.
-	remembered map[string]Remembered
-	saver      Timer
-	warmUntil  time.Time // zero: not warming
+	remembered  map[string]Remembered
+	saver       Timer
+	saveFailing bool      // the last write failed (logged once)
+	warmUntil   time.Time // zero: not warming
 }
 
 // now is the pool's clock.

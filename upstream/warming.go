@@ -137,7 +137,16 @@ func (p *Pool) save() {
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), memoryTimeout)
 	defer cancel()
-	if err := p.cfg.Memory.Save(ctx, out); err != nil {
-		p.log.Warn("warm pool: could not write remembered demand", "err", err)
+	err := p.cfg.Memory.Save(ctx, out)
+	// Logged once per outage, not every stateEvery.
+	p.mu.Lock()
+	was := p.saveFailing
+	p.saveFailing = err != nil
+	p.mu.Unlock()
+	switch {
+	case err != nil && !was:
+		p.log.Warn("warm pool: could not write remembered demand; retrying every few seconds", "err", err)
+	case err == nil && was:
+		p.log.Info("warm pool: remembered demand written again")
 	}
 }
