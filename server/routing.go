@@ -161,12 +161,17 @@ func (s *Server) primePool(r *routes.Table) {
 }
 
 // tryWarm hands the session a warm socket of its first-choice deployment.
-func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) bool {
+//
+// On a miss, dialDone must be called once the client's own dial has ended:
+// until then the pool's refill yields to it (upstream/yield.go).
+func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, dialDone func()) {
+	dialDone = func() {}
 	if s.pool == nil {
-		return false
+		return false, dialDone
 	}
-	hit := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
-		h, held := s.pool.Take(t, info.group, o)
+	hit = sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		h, held, done := s.pool.TakeOrDial(t, info.group, o)
+		dialDone = done
 		if h != nil {
 			// before the held frame is forwarded
 			info.poolHit = true
@@ -179,7 +184,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 		// a dial (and answers a probe routed here).
 		s.live.succeeded(d)
 	}
-	return hit
+	return hit, dialDone
 }
 
 // attached records that deployment d serves the session.

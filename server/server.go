@@ -162,6 +162,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			// Two sockets per session, and some for listeners and files.
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
+		pc.Memory = s.poolMemory()
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.tee(s.metrics.reg)))
 	}
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
@@ -519,6 +520,11 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		if s.draining.Load() {
 			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
 				map[string]any{"status": "draining"}))
+		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
+			// Not ready until the pool holds its remembered demand
+			// (upstream/warming.go); alive all the same.
+			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
+				map[string]any{"status": "warming"}))
 		} else {
 			_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
 		}
@@ -628,13 +634,18 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	upHeader := passThrough(req.Header)
 	rawQuery := strings.Clone(req.URL.RawQuery)
 	info.redial = func() {
+		defer s.pool.ClientDialing()()   // a client waits on this dial too
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
 		s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, upHeader)
 	}
-	if s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader)) {
+	hit, dialDone := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
+	if hit {
 		return
 	}
-	go s.connectUpstream(sess, info, cands, q, upHeader)
+	go func() {
+		defer dialDone() // the pool's refill yields until this dial ends
+		s.connectUpstream(sess, info, cands, q, upHeader)
+	}()
 }
 
 // admit applies the instance-wide and per-key limits, reserving a session
