@@ -88,6 +88,9 @@ type Config struct {
 	// ways for as long as the session lasts. Off when Stream.Interval is 0.
 	Stream StreamConfig
 
+	// Live is the GPT-Live side's schedule and Live-only faults (live.go).
+	Live LiveConfig
+
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger
 }
@@ -123,6 +126,10 @@ func (c Config) validate() error {
 		return errors.New("fault frame counts must not be negative")
 	case c.CertFile != "" && !c.TLS:
 		return errors.New("a cert file needs TLS")
+	case c.Live.MediaInterval < 0 || c.Live.MaxDuration < 0:
+		return errors.New("live media interval and max duration must not be negative")
+	case c.Live.MediaInterval > 0 && c.Live.MediaInterval < time.Millisecond:
+		return fmt.Errorf("live media interval %v: at least 1ms", c.Live.MediaInterval)
 	}
 	return c.Stream.validate(c.Echo)
 }
@@ -179,7 +186,8 @@ type Server struct {
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
 	audioAppends, audioBytes                                  atomic.Int64
 
-	apps appState // calls, sidebands and records (apps.go)
+	apps appState  // calls, sidebands and records (apps.go)
+	live liveState // GPT-Live sessions (live.go)
 }
 
 // Start listens on addr (like "127.0.0.1:0") and serves in the background until Close.
@@ -196,6 +204,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	if cfg.AudioDeltaBytes == 0 {
 		cfg.AudioDeltaBytes = defaultAudioDeltaBytes
 	}
+	cfg.Live = cfg.Live.withDefaults()
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -257,6 +266,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 		mux.HandleFunc(p, s.handleRealtime)
 	}
 	s.mountApps(mux)
+	s.mountLive(mux)
 	mux.HandleFunc("GET /mock/records", s.handleRecords)
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
@@ -397,7 +407,41 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.wg.Done()
 
-	rec := &Record{
+	rec := newRecord(r)
+	s.addRecord(rec)
+	cfg, badKey, ok := s.admit(w, r, rec, func() bool {
+		q := r.URL.Query()
+		if firstNonEmpty(q.Get("model"), q.Get("deployment")) == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
+			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter",
+				"missing required parameter: 'model'")
+			return false
+		}
+		return true
+	})
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	model := firstNonEmpty(q.Get("model"), q.Get("deployment"), "gpt-realtime")
+	beta := strings.EqualFold(strings.TrimSpace(r.Header.Get("OpenAI-Beta")), "realtime=v1")
+	for _, p := range rec.Subprotocols {
+		beta = beta || p == "openai-beta.realtime-v1"
+	}
+	ws, held, ok := s.upgradeConn(w, r)
+	if !ok {
+		return
+	}
+	// The session runs in its own goroutine so that this handler returns and the HTTP
+	// server's per-request buffers are freed: at thousands of sessions that halves the
+	// memory each one holds. This handler still holds its own wg count, so the Add
+	// cannot race with Close's Wait.
+	s.wg.Add(1)
+	go s.serveSession(ws, held, rec, cfg, model, badKey, beta)
+}
+
+// newRecord describes an upgrade attempt as it arrived.
+func newRecord(r *http.Request) *Record {
+	return &Record{
 		Path:         r.URL.Path,
 		Query:        r.URL.RawQuery,
 		Header:       r.Header.Clone(),
@@ -405,61 +449,63 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		Key:          presentedKey(r),
 		At:           time.Now(),
 	}
-	s.addRecord(rec)
+}
 
+// admit runs the checks every upgrade (Realtime and Live) goes through, in
+// order: the StatusCode fault, the route's own check (nil: none; it answers
+// the request itself when it returns false), a fault asked for in the query
+// (FaultsFromQuery), and the key when RejectStatus refuses it over HTTP. It
+// returns the connection's configuration and whether the key was wrong (to
+// be refused after the upgrade); ok false means the request is answered.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, rec *Record, check func() bool) (cfg *Config, badKey, ok bool) {
 	if s.cfg.StatusCode != 0 {
 		s.rejected.Add(1)
 		typ, code := errorKind(s.cfg.StatusCode)
 		writeHTTPError(w, s.cfg.StatusCode, typ, code, fmt.Sprintf("mock: configured to answer %d", s.cfg.StatusCode))
-		return
+		return nil, false, false
 	}
-	q := r.URL.Query()
-	model := firstNonEmpty(q.Get("model"), q.Get("deployment"))
-	if model == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
+	if check != nil && !check() {
 		s.rejected.Add(1)
-		writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter",
-			"missing required parameter: 'model'")
-		return
+		return nil, false, false
 	}
-	if model == "" {
-		model = "gpt-realtime"
-	}
-	cfg := &s.cfg
+	cfg = &s.cfg
 	if s.cfg.FaultsFromQuery {
-		qcfg, status, err := s.cfg.queryFault(q)
+		qcfg, status, err := s.cfg.queryFault(r.URL.Query())
 		switch {
 		case err != nil:
 			s.rejected.Add(1)
 			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "mock: "+err.Error())
-			return
+			return nil, false, false
 		case status != 0:
 			s.rejected.Add(1)
 			typ, code := errorKind(status)
 			writeHTTPError(w, status, typ, code, fmt.Sprintf("mock: fault=%d asked for in the query", status))
-			return
+			return nil, false, false
 		}
 		cfg = qcfg
 	}
-	badKey := s.cfg.Key != "" && rec.Key != s.cfg.Key
+	badKey = s.cfg.Key != "" && rec.Key != s.cfg.Key
 	if badKey && s.cfg.RejectStatus != 0 {
 		s.rejected.Add(1)
 		typ, code := errorKind(s.cfg.RejectStatus)
 		writeHTTPError(w, s.cfg.RejectStatus, typ, code, "Incorrect API key provided.")
-		return
+		return nil, false, false
 	}
-	beta := strings.EqualFold(strings.TrimSpace(r.Header.Get("OpenAI-Beta")), "realtime=v1")
-	for _, p := range rec.Subprotocols {
-		beta = beta || p == "openai-beta.realtime-v1"
-	}
+	return cfg, badKey, true
+}
 
+// upgradeConn waits UpgradeDelay, upgrades and tracks the connection; held
+// is the held 101 with OneSegment. ok false means there is no connection
+// (the upgrader has answered, or the server is closing).
+func (s *Server) upgradeConn(w http.ResponseWriter, r *http.Request) (ws *websocket.Conn, held *heldConn, ok bool) {
 	if !s.sleep(r.Context(), s.cfg.UpgradeDelay) {
-		return
+		return nil, nil, false
 	}
 	// Counted before the 101 goes out, so a client that holds a connection always
 	// finds it in Stats; undone if the upgrade fails.
 	s.upgrades.Add(1)
 	s.active.Add(1)
-	held := heldConnOf(r.Context()) // nil unless OneSegment
+	held = heldConnOf(r.Context()) // nil unless OneSegment
 	if held != nil {
 		held.hold() // released by the session after its first frame
 	}
@@ -472,7 +518,7 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		s.active.Add(-1)
 		s.rejected.Add(1) // the upgrader has already answered with an HTTP error
 		s.log.Debug("upgrade failed", "path", r.URL.Path, "err", err)
-		return
+		return nil, nil, false
 	}
 	if !s.addConn(ws) {
 		if held != nil {
@@ -480,14 +526,9 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		}
 		ws.Close()
 		s.active.Add(-1)
-		return
+		return nil, nil, false
 	}
-	// The session runs in its own goroutine so that this handler returns and the HTTP
-	// server's per-request buffers are freed: at thousands of sessions that halves the
-	// memory each one holds. This handler still holds its own wg count, so the Add
-	// cannot race with Close's Wait.
-	s.wg.Add(1)
-	go s.serveSession(ws, held, rec, cfg, model, badKey, beta)
+	return ws, held, true
 }
 
 // serveSession runs an upgraded connection to its end, with cfg (the server's

@@ -191,7 +191,12 @@ func (s *session) run() {
 // fail refuses the session the way OpenAI does after an upgrade: an error event, then
 // close 4000 with reason "<type>.<code>".
 func (s *session) fail(typ, code, msg string) {
-	_ = s.send(errorEvent(typ, code, msg, "", ""))
+	s.failWith(errorEvent(typ, code, msg, "", ""), typ, code)
+}
+
+// failWith is fail with a prepared error event ev (one naming a param).
+func (s *session) failWith(ev map[string]any, typ, code string) {
+	_ = s.send(ev)
 	s.wmu.Lock()
 	s.writeClose(4000, typ+"."+code)
 	s.wmu.Unlock()
