@@ -90,6 +90,11 @@ func (s *Server) serveSideband(ws *websocket.Conn, held *heldConn, rec *Record, 
 		sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
 		return
 	}
+	// session.started goes first, then the sideband joins: what the session
+	// sends in between is not reflected to it, as to any late joiner.
+	if sess.send(map[string]any{"type": "session.started", "event_id": newID("event_"), "session": ls.resource()}) != nil {
+		return
+	}
 	sb := &sideband{sess: sess, graceful: graceful}
 	ls.mu.Lock()
 	if ls.state == liveClosed {
@@ -105,9 +110,6 @@ func (s *Server) serveSideband(ws *websocket.Conn, held *heldConn, rec *Record, 
 		ls.mu.Unlock()
 	}()
 	s.setRecordSession(rec, ls.id)
-	if sess.send(map[string]any{"type": "session.started", "event_id": newID("event_"), "session": ls.resource()}) != nil {
-		return
-	}
 	for {
 		ev, data, bad, ok := sess.readLive()
 		if !ok {

@@ -101,6 +101,10 @@ func (s *Server) serveLive(ws *websocket.Conn, held *heldConn, rec *Record, cfg 
 		sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
 		return
 	}
+	if cfg.StopReading { // the upgraded socket never answers, not even session.start
+		sess.stall()
+		return
+	}
 	ls := sess.startLive(rec, parent)
 	if ls == nil {
 		return

@@ -153,18 +153,7 @@ func (s *session) run() {
 		return
 	}
 	if s.cfg.StopReading {
-		// Client frames pile up in the socket buffers until the client's writes block.
-		var stallEnd <-chan time.Time
-		if s.cfg.StallFor > 0 {
-			t := time.NewTimer(s.cfg.StallFor)
-			defer t.Stop()
-			stallEnd = t.C
-		}
-		select {
-		case <-s.ctx.Done():
-		case <-s.faulted:
-		case <-stallEnd: // the caller closes the socket: a drop, no close frame
-		}
+		s.stall()
 		return
 	}
 	if s.cfg.Stream.Interval > 0 {
@@ -185,6 +174,23 @@ func (s *session) run() {
 			continue
 		}
 		s.handle(mt, data)
+	}
+}
+
+// stall never reads again: client frames pile up in the socket buffers
+// until the client's writes block. It returns when the session ends, a
+// fault fires or StallFor passes (the caller then drops the connection).
+func (s *session) stall() {
+	var stallEnd <-chan time.Time
+	if s.cfg.StallFor > 0 {
+		t := time.NewTimer(s.cfg.StallFor)
+		defer t.Stop()
+		stallEnd = t.C
+	}
+	select {
+	case <-s.ctx.Done():
+	case <-s.faulted:
+	case <-stallEnd:
 	}
 }
 
