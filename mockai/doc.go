@@ -83,7 +83,6 @@
 //	&fault=malformed&fault_after=N                 a frame with a reserved opcode after N
 //	&fault=stall                                   stop reading and sending after session.created
 //	&fault=401                                     answer the upgrade with HTTP 401 (any 400-599)
-//
 //	&fault=no_closed                               GPT-Live: session.close gets no session.closed
 //
 // A bad fault or fault_after value is refused with HTTP 400 and a message naming it.

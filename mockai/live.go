@@ -371,6 +371,13 @@ func (ls *liveSession) end(reason string, announce bool) {
 			_ = sb.sess.send(ev)
 		}
 	}
+	// Only a stored session's configuration is needed later (by a fork):
+	// drop the others', so long runs do not keep every session's instructions.
+	ls.mu.Lock()
+	if !ls.store {
+		ls.config = nil
+	}
+	ls.mu.Unlock()
 	if p != nil {
 		p.closeNormal("session closed")
 	}

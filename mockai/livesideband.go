@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-
-	"github.com/gorilla/websocket"
 )
 
 // Sidebands: WS /v1/live/sessions/{id}/attach lets a server watch and steer
@@ -15,7 +13,9 @@ import (
 // (the session as it is: mockai's choice, OpenAI does not document what a
 // late sideband is sent first), then everything the session's other sockets
 // get, and reflected audio: session.input_audio.append {audio} and
-// session.output_audio.delta {delta}, each with start_ms and end_ms.
+// session.output_audio.delta {delta}, each with start_ms and end_ms. (OpenAI
+// reflects PCM16 24 kHz whatever the primary's format; mockai reflects the
+// input audio as the primary sent it.)
 //
 // A sideband may send session.update, session.close, response.create and
 // the other control events (not audio). When the session ends a sideband
@@ -31,16 +31,9 @@ type sideband struct {
 
 // handleAttach answers a sideband upgrade.
 func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
-	if !s.enter() {
-		writeHTTPError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "the server is shutting down")
-		return
-	}
-	defer s.wg.Done()
-	rec := newRecord(r)
-	s.addRecord(rec)
 	var ls *liveSession
 	graceful := false
-	cfg, badKey, ok := s.admit(w, r, rec, func() bool {
+	s.handleUpgrade(w, r, func() bool {
 		switch g := r.URL.Query().Get("graceful_close"); g {
 		case "", "false":
 		case "true":
@@ -60,36 +53,12 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 		return true
-	})
-	if !ok {
-		return
-	}
-	ws, held, ok := s.upgradeConn(w, r)
-	if !ok {
-		return
-	}
-	s.wg.Add(1) // see handleRealtime
-	go s.serveSideband(ws, held, rec, cfg, badKey, ls, graceful)
+	}, func(sess *session, rec *Record) { s.serveSideband(sess, rec, ls, graceful) })
 }
 
 // serveSideband runs a sideband until it or its session ends.
-func (s *Server) serveSideband(ws *websocket.Conn, held *heldConn, rec *Record, cfg *Config, badKey bool, ls *liveSession, graceful bool) {
-	defer s.wg.Done()
-	defer func() {
-		ws.Close()
-		s.removeConn(ws)
-		s.active.Add(-1)
-	}()
-	sess := newSession(s, ws, "")
-	sess.cfg = cfg
-	sess.held = held
+func (s *Server) serveSideband(sess *session, rec *Record, ls *liveSession, graceful bool) {
 	sess.id = ls.id
-	defer sess.end()
-	if badKey {
-		s.rejected.Add(1)
-		sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-		return
-	}
 	// session.started goes first, then the sideband joins: what the session
 	// sends in between is not reflected to it, as to any late joiner.
 	if sess.send(map[string]any{"type": "session.started", "event_id": newID("event_"), "session": ls.resource()}) != nil {

@@ -52,56 +52,24 @@ var liveSessionPaths = []string{"/v1/live/sessions", "/openai/v1/live/sessions"}
 
 // handleLiveWS answers a WebSocket upgrade on a primary or fork route.
 func (s *Server) handleLiveWS(w http.ResponseWriter, r *http.Request) {
-	if !s.enter() {
-		writeHTTPError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "the server is shutting down")
-		return
-	}
-	defer s.wg.Done()
-	rec := newRecord(r)
-	s.addRecord(rec)
-	var parent *liveSession
-	cfg, badKey, ok := s.admit(w, r, rec, func() bool {
+	var parent *liveSession // the stored session a fork continues
+	s.handleUpgrade(w, r, func() bool {
 		if id := r.PathValue("id"); id != "" {
 			var status int
 			var code, msg string
-			parent, status, code, msg = s.forkable(id)
-			if parent == nil {
+			if parent, status, code, msg = s.forkable(id); parent == nil {
 				writeHTTPError(w, status, "invalid_request_error", code, msg)
 				return false
 			}
 		}
 		return true
-	})
-	if !ok {
-		return
-	}
-	ws, held, ok := s.upgradeConn(w, r)
-	if !ok {
-		return
-	}
-	s.wg.Add(1) // see handleRealtime
-	go s.serveLive(ws, held, rec, cfg, badKey, parent)
+	}, func(sess *session, rec *Record) { s.serveLive(sess, rec, parent) })
 }
 
 // serveLive runs a primary socket to its end; parent is the stored session
 // a fork continues (nil for a new session).
-func (s *Server) serveLive(ws *websocket.Conn, held *heldConn, rec *Record, cfg *Config, badKey bool, parent *liveSession) {
-	defer s.wg.Done()
-	defer func() {
-		ws.Close()
-		s.removeConn(ws)
-		s.active.Add(-1)
-	}()
-	sess := newSession(s, ws, "")
-	sess.cfg = cfg
-	sess.held = held
-	defer sess.end()
-	if badKey {
-		s.rejected.Add(1)
-		sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-		return
-	}
-	if cfg.StopReading { // the upgraded socket never answers, not even session.start
+func (s *Server) serveLive(sess *session, rec *Record, parent *liveSession) {
+	if sess.cfg.StopReading { // the upgraded socket never answers, not even session.start
 		sess.stall()
 		return
 	}

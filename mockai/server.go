@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -398,18 +399,9 @@ func (s *Server) setRecordSession(r *Record, id string) {
 	s.mu.Unlock()
 }
 
-// handleRealtime answers one upgrade attempt and hands an upgraded connection to
-// serveSession.
+// handleRealtime answers one upgrade attempt on a Realtime route.
 func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
-	if !s.enter() {
-		writeHTTPError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "the server is shutting down")
-		return
-	}
-	defer s.wg.Done()
-
-	rec := newRecord(r)
-	s.addRecord(rec)
-	cfg, badKey, ok := s.admit(w, r, rec, func() bool {
+	s.handleUpgrade(w, r, func() bool {
 		q := r.URL.Query()
 		if firstNonEmpty(q.Get("model"), q.Get("deployment")) == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
 			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter",
@@ -417,15 +409,25 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 		return true
-	})
-	if !ok {
+	}, s.serveRealtime)
+}
+
+// handleUpgrade is what every WebSocket route (Realtime, Live, sidebands)
+// shares: the record, the checks of admit (check is the route's own), the
+// upgrade, and a goroutine that runs serve on the new session and ends the
+// connection after it. A wrong key is refused there (error event, close
+// 4000) without calling serve.
+func (s *Server) handleUpgrade(w http.ResponseWriter, r *http.Request, check func() bool, serve func(*session, *Record)) {
+	if !s.enter() {
+		writeHTTPError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "the server is shutting down")
 		return
 	}
-	q := r.URL.Query()
-	model := firstNonEmpty(q.Get("model"), q.Get("deployment"), "gpt-realtime")
-	beta := strings.EqualFold(strings.TrimSpace(r.Header.Get("OpenAI-Beta")), "realtime=v1")
-	for _, p := range rec.Subprotocols {
-		beta = beta || p == "openai-beta.realtime-v1"
+	defer s.wg.Done()
+	rec := newRecord(r)
+	s.addRecord(rec)
+	cfg, badKey, ok := s.admit(w, r, rec, check)
+	if !ok {
+		return
 	}
 	ws, held, ok := s.upgradeConn(w, r)
 	if !ok {
@@ -436,7 +438,24 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	// memory each one holds. This handler still holds its own wg count, so the Add
 	// cannot race with Close's Wait.
 	s.wg.Add(1)
-	go s.serveSession(ws, held, rec, cfg, model, badKey, beta)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			ws.Close()
+			s.removeConn(ws)
+			s.active.Add(-1)
+		}()
+		sess := newSession(s, ws, "")
+		sess.cfg = cfg
+		sess.held = held // holds the 101 until the session's first frame (OneSegment)
+		defer sess.end()
+		if badKey {
+			s.rejected.Add(1)
+			sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+			return
+		}
+		serve(sess, rec)
+	}()
 }
 
 // newRecord describes an upgrade attempt as it arrived.
@@ -531,33 +550,23 @@ func (s *Server) upgradeConn(w http.ResponseWriter, r *http.Request) (ws *websoc
 	return ws, held, true
 }
 
-// serveSession runs an upgraded connection to its end, with cfg (the server's
-// configuration, or a copy with a fault the connection asked for).
-// held, if not nil, holds the 101 until the session's first frame (OneSegment).
-func (s *Server) serveSession(ws *websocket.Conn, held *heldConn, rec *Record, cfg *Config, model string, badKey, beta bool) {
-	defer s.wg.Done()
-	defer func() {
-		ws.Close()
-		s.removeConn(ws)
-		s.active.Add(-1)
-	}()
-	sess := newSession(s, ws, model)
-	sess.cfg = cfg
-	sess.held = held
+// serveRealtime runs a Realtime session to its end.
+func (s *Server) serveRealtime(sess *session, rec *Record) {
+	q, _ := url.ParseQuery(rec.Query)
+	sess.model = firstNonEmpty(q.Get("model"), q.Get("deployment"), "gpt-realtime")
 	defer s.joinApps(rec.Query, sess)()
-	defer sess.end()
-	switch {
-	case badKey:
-		s.rejected.Add(1)
-		sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-	case beta:
+	beta := strings.EqualFold(strings.TrimSpace(rec.Header.Get("OpenAI-Beta")), "realtime=v1")
+	for _, p := range rec.Subprotocols {
+		beta = beta || p == "openai-beta.realtime-v1"
+	}
+	if beta {
 		s.rejected.Add(1)
 		sess.fail("invalid_request_error", "beta_api_shape_disabled",
 			"The Realtime beta interface has been shut down; use the GA interface.")
-	default:
-		s.setRecordSession(rec, sess.id)
-		sess.run()
+		return
 	}
+	s.setRecordSession(rec, sess.id)
+	sess.run()
 }
 
 // sleep waits d, or until the request or the server ends; false means give up.
