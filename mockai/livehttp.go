@@ -71,10 +71,9 @@ func (s *Server) mountLive(mux *http.ServeMux) {
 		writeJSON(w, http.StatusCreated, map[string]string{"id": ls.id})
 	})
 	mux.HandleFunc("POST /mock/live/sessions/{id}/respond", func(w http.ResponseWriter, r *http.Request) {
-		ls := s.lookupLive(r.PathValue("id"))
+		ls := s.liveOr404(w, r)
 		switch {
 		case ls == nil:
-			writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "session_not_found", "no such session")
 		case !ls.respond(""):
 			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "delegation_required", "the session has no Responses delegation")
 		default:
@@ -82,19 +81,36 @@ func (s *Server) mountLive(mux *http.ServeMux) {
 		}
 	})
 	mux.HandleFunc("POST /mock/live/sessions/{id}/end", func(w http.ResponseWriter, r *http.Request) {
-		ls := s.lookupLive(r.PathValue("id"))
 		reason := cmp.Or(r.URL.Query().Get("reason"), "remote_hangup")
 		if !slices.Contains([]string{"close_requested", "expired", "content", "remote_hangup", "connection_lost"}, reason) {
 			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "unknown reason "+reason)
 			return
 		}
+		ls := s.liveOr404(w, r)
 		if ls == nil {
-			writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "session_not_found", "no such session")
 			return
 		}
 		ls.end(reason, true)
 		writeJSON(w, http.StatusOK, ls.record())
 	})
+}
+
+// liveOr404 finds the session the request's {id} names, or answers 404.
+func (s *Server) liveOr404(w http.ResponseWriter, r *http.Request) *liveSession {
+	ls := s.lookupLive(r.PathValue("id"))
+	if ls == nil {
+		writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "session_not_found", "No Live session "+r.PathValue("id")+".")
+	}
+	return ls
+}
+
+// writeParamError answers with OpenAI's error shape naming param ("" for none).
+func writeParamError(w http.ResponseWriter, status int, code, msg, param string) {
+	e := map[string]any{"type": "invalid_request_error", "code": code, "message": msg}
+	if param != "" {
+		e["param"] = param
+	}
+	writeJSON(w, status, map[string]any{"error": e})
 }
 
 // liveHTTPKey checks the key of a Live HTTP request; false means refused.
@@ -150,10 +166,7 @@ func parseWebRTC(w http.ResponseWriter, r *http.Request, kind configKind) (cfg m
 		return nil, "", false
 	}
 	cfg, isObj := jsonObject(req.Session)
-	bad := func(code, msg, param string) {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
-			"type": "invalid_request_error", "code": code, "message": msg, "param": param}})
-	}
+	bad := func(code, msg, param string) { writeParamError(w, http.StatusBadRequest, code, msg, param) }
 	switch {
 	case !isObj:
 		bad("invalid_type", "Invalid type for 'session': expected an object.", "session")
@@ -207,8 +220,7 @@ func (s *Server) handleLiveForkPost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a, _ := cfg["audio"].(map[string]any); a != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"type": "invalid_request_error",
-			"code": "unknown_parameter", "message": "WebRTC forks negotiate their audio format; omit session.audio.", "param": "session.audio"}})
+		writeParamError(w, http.StatusBadRequest, "unknown_parameter", "WebRTC forks negotiate their audio format; omit session.audio.", "session.audio")
 		return
 	}
 	s.answerWebRTC(w, s.fork(parent, transportWebRTC, key, cfg), offer)
@@ -233,9 +245,8 @@ func (s *Server) handleLiveContent(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.liveHTTPKey(w, r); !ok {
 		return
 	}
-	ls := s.lookupLive(r.PathValue("id"))
+	ls := s.liveOr404(w, r)
 	if ls == nil {
-		writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "session_not_found", "No Live session "+r.PathValue("id")+".")
 		return
 	}
 	rec := ls.record()
@@ -299,9 +310,8 @@ func (s *Server) handleLiveControl(action string) http.HandlerFunc {
 		if _, ok := s.liveHTTPKey(w, r); !ok {
 			return
 		}
-		ls := s.lookupLive(r.PathValue("id"))
+		ls := s.liveOr404(w, r)
 		if ls == nil {
-			writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "session_not_found", "No Live session "+r.PathValue("id")+".")
 			return
 		}
 		var body map[string]any
@@ -309,13 +319,7 @@ func (s *Server) handleLiveControl(action string) http.HandlerFunc {
 			return
 		}
 		rec := ls.record()
-		bad := func(status int, code, msg, param string) {
-			e := map[string]any{"type": "invalid_request_error", "code": code, "message": msg}
-			if param != "" {
-				e["param"] = param
-			}
-			writeJSON(w, status, map[string]any{"error": e})
-		}
+		bad := func(status int, code, msg, param string) { writeParamError(w, status, code, msg, param) }
 		wantState := liveActive
 		if action == "accept" || action == "reject" {
 			wantState = liveRinging

@@ -43,9 +43,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("Invalid value for 'graceful_close': %q (expected true or false).", g))
 			return false
 		}
-		ls = s.lookupLive(r.PathValue("id"))
-		if ls == nil {
-			writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "session_not_found", "No Live session "+r.PathValue("id")+".")
+		if ls = s.liveOr404(w, r); ls == nil {
 			return false
 		}
 		if ls.record().State == liveClosed {
