@@ -230,6 +230,11 @@ func (ls *liveSession) secondsLocked() float64 {
 func (ls *liveSession) resource() map[string]any {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	return ls.resourceLocked()
+}
+
+// resourceLocked is resource with ls.mu held.
+func (ls *liveSession) resourceLocked() map[string]any {
 	obj := make(map[string]any, len(ls.config)+4)
 	for k, v := range ls.config {
 		obj[k] = v

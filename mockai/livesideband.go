@@ -57,11 +57,9 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 // serveSideband runs a sideband until it or its session ends.
 func (s *Server) serveSideband(sess *session, rec *Record, ls *liveSession, graceful bool) {
 	sess.id = ls.id
-	// session.started goes first, then the sideband joins: what the session
-	// sends in between is not reflected to it, as to any late joiner.
-	if sess.send(map[string]any{"type": "session.started", "event_id": newID("event_"), "session": ls.resource()}) != nil {
-		return
-	}
+	// session.started is sent and the sideband joins under ls.mu, so every
+	// event broadcast after it reaches the sideband, and after session.started:
+	// a client that answers session.started at once misses nothing.
 	sb := &sideband{sess: sess, graceful: graceful}
 	ls.mu.Lock()
 	if ls.state == liveClosed {
@@ -69,8 +67,14 @@ func (s *Server) serveSideband(sess *session, rec *Record, ls *liveSession, grac
 		sess.closeNormal("session closed")
 		return
 	}
-	ls.sidebands[sb] = struct{}{}
+	err := sess.send(map[string]any{"type": "session.started", "event_id": newID("event_"), "session": ls.resourceLocked()})
+	if err == nil {
+		ls.sidebands[sb] = struct{}{}
+	}
 	ls.mu.Unlock()
+	if err != nil {
+		return
+	}
 	defer func() {
 		ls.mu.Lock()
 		delete(ls.sidebands, sb)
