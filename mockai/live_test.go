@@ -542,6 +542,14 @@ func TestLiveForkAndContent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		send(t, fc, startEvent(map[string]any{"client": map[string]any{}}))
+		if ev := readEvent(t, fc); ev.str("error.code") != "unknown_parameter" || ev.str("error.param") != "session.client" {
+			t.Fatalf("WebSocket fork with client overrides: %v", ev)
+		}
+		fc, _, err = liveDial(t, srv, liveURL(srv, "/live/sessions/"+id+"/fork"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		send(t, fc, startEvent(map[string]any{}))
 		if ev := expectLive(t, fc, "session.started"); ev.str("session.model") != "gpt-live-1.1" || ev.str("session.id") == id {
 			t.Fatalf("fork session.started %v", ev)

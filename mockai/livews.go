@@ -140,7 +140,12 @@ func (s *session) startLive(rec *Record, parent *liveSession) *liveSession {
 	if parent != nil {
 		kind = configFork
 	}
-	if ce := checkConfig(kind, cfg); ce != nil {
+	ce := checkConfig(kind, cfg)
+	if _, hasClient := cfg["client"]; ce == nil && kind == configFork && hasClient {
+		// client overrides are for WebRTC forks only (the SDK's ForkSessionConfig).
+		ce = unknownParam("session.client")
+	}
+	if ce != nil {
 		s.failWith(liveError(ce.code, ce.msg, ce.param, ev.EventID), "invalid_request_error", ce.code)
 		return nil
 	}
