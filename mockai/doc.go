@@ -101,7 +101,7 @@
 // session.started), FirstAudioDelay (before the first output delta), the
 // frame faults (session.started is frame 1), StopReading (session.start is
 // never read), StatusCode, the key checks and FaultsFromQuery; LiveConfig adds
-// the usage and media schedule, expiry and NoClosed. GET /mock/live/sessions
+// the usage and media schedule, expiry, a start timeout and NoClosed. GET /mock/live/sessions
 // lists the sessions with their usage, and /mock/live/incoming,
 // /mock/live/sessions/{id}/respond and …/end play what OpenAI's side would do.
 package mockai

@@ -43,6 +43,11 @@ type LiveConfig struct {
 	// MaxDuration is how long a session may last: expires_at in
 	// session.started, and then session.closed with reason "expired" (0: 1h).
 	MaxDuration time.Duration
+	// StartTimeout is how long an upgraded socket may wait for session.start
+	// before it gets an error session_start_timeout and close 4000 (0: for
+	// ever). How long OpenAI waits is not documented; a warm pool of
+	// unstarted sockets is tested against this.
+	StartTimeout time.Duration
 	// NoClosed is a fault: a session.close is answered by close 1000 without
 	// session.closed, so the final usage is never confirmed (what a relay must
 	// book as unconfirmed). Also fault=no_closed in the query.

@@ -679,6 +679,18 @@ func TestLiveFaults(t *testing.T) {
 				t.Fatalf("a stalled socket answered %v %v", ev, err)
 			}
 		}},
+		{"no session.start in time", mockai.Config{Live: mockai.LiveConfig{StartTimeout: 50 * time.Millisecond}}, "", func(t *testing.T, c *websocket.Conn) {
+			if ev := readEvent(t, c); ev.str("error.code") != "session_start_timeout" {
+				t.Fatalf("got %v, want error session_start_timeout", ev)
+			}
+			expectClose(t, c, 4000, "invalid_request_error.session_start_timeout")
+		}},
+		{"session.start in time", mockai.Config{Live: mockai.LiveConfig{StartTimeout: time.Minute}}, "", func(t *testing.T, c *websocket.Conn) {
+			send(t, c, start)
+			expectLive(t, c, "session.started")
+			send(t, c, map[string]any{"type": "session.close"})
+			expectLive(t, c, "session.closed")
+		}},
 		{"slow start", mockai.Config{SessionDelay: 20 * time.Millisecond, FirstAudioDelay: 20 * time.Millisecond}, "", func(t *testing.T, c *websocket.Conn) {
 			send(t, c, start)
 			expectLive(t, c, "session.started")

@@ -3,10 +3,14 @@ package mockai
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -100,6 +104,7 @@ type liveEvent struct {
 func (s *session) readLive() (ev liveEvent, data []byte, bad map[string]any, ok bool) {
 	mt, data, err := s.ws.ReadMessage()
 	if err != nil {
+		s.lastReadErr = err
 		s.srv.log.Debug("live socket closed", "session", s.id, "err", err)
 		return ev, nil, nil, false
 	}
@@ -116,10 +121,18 @@ func (s *session) readLive() (ev liveEvent, data []byte, bad map[string]any, ok 
 // startLive waits for session.start and answers session.started; nil means
 // the socket was refused (or left) before the session started.
 func (s *session) startLive(rec *Record, parent *liveSession) *liveSession {
+	if d := s.cfg.Live.StartTimeout; d > 0 {
+		_ = s.ws.SetReadDeadline(time.Now().Add(d))
+	}
 	ev, data, bad, ok := s.readLive()
 	if !ok {
+		if s.cfg.Live.StartTimeout > 0 && s.ctx.Err() == nil && isTimeout(s.lastReadErr) {
+			s.failWith(liveError("session_start_timeout",
+				fmt.Sprintf("No session.start within %v.", s.cfg.Live.StartTimeout), "", ""), "invalid_request_error", "session_start_timeout")
+		}
 		return nil
 	}
+	_ = s.ws.SetReadDeadline(time.Time{})
 	if bad == nil && ev.Type != "session.start" {
 		bad = liveError("session_not_started", "The session has not started: the first client event must be session.start.", "", ev.EventID)
 	}
@@ -329,6 +342,12 @@ func (ls *liveSession) respond(clientEventID string) bool {
 		ls.broadcast(map[string]any{"type": "response.event", "event_id": newID("event_"), "delegation_id": delID, "event": inner})
 	}
 	return true
+}
+
+// isTimeout says err is a read deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // liveError is a Live error event (the SDK's ErrorEvent): param and

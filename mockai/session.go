@@ -48,6 +48,10 @@ type session struct {
 	// written, so both go out in one socket write (Config.OneSegment).
 	held *heldConn
 
+	// lastReadErr is why the last read failed (Live's start timeout tells a
+	// deadline from a peer that left). Used only by the handler goroutine.
+	lastReadErr error
+
 	wmu     sync.Mutex
 	sent    int  // data frames sent
 	stopped bool // a close frame went out or a fault fired: send nothing more
