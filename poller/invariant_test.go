@@ -139,7 +139,7 @@ func (o *panicOwner) UpstreamReadable() {
 		panic("owner bug")
 	}
 }
-func (o *panicOwner) UpstreamGone()     { o.goneOne.Do(func() { close(o.gone) }) }
+func (o *panicOwner) UpstreamGone() { o.goneOne.Do(func() { close(o.gone) }) }
 
 // TestHandlerPanicIsRecoveredAndDropsTheSocket: a panic in an upstream
 // socket's read handler used to leave it: netpoll's task then closed the
@@ -192,4 +192,3 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
-
