@@ -77,6 +77,8 @@ func (s *Server) admitCluster(c *clientConn, name string, maxSessions int, rate 
 	go func() {
 		herr := s.cluster.admit(name, maxSessions, rate)
 		w := &c.wait
+		c.offLoop.Store(true)
+		defer c.goInline() // after the unlock below (startRelay)
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if herr != nil {

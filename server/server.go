@@ -71,6 +71,10 @@ type Server struct {
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
+	// conns holds every accepted client connection until its close
+	// callback, for Shutdown's hang-up of each (shutdown.go).
+	connsMu sync.Mutex
+	conns   map[*clientConn]struct{}
 	draining     atomic.Bool  // /health answers 503
 	stopping     atomic.Bool  // past the drain timeout: new upgrades get 503
 
@@ -89,6 +93,16 @@ type Server struct {
 	apps // client secrets, calls, sidebands (apps.go)
 
 	admin adminState // the admin port's status page and playground (admin.go)
+
+	hooks testHooks // nil functions outside tests
+}
+
+// testHooks are pauses that tests put into the windows of races, to make
+// them happen every time. All are nil outside tests.
+type testHooks struct {
+	handshakeTimer func()            // the handshake timer fired, before it acts
+	tlsRequest     func()            // the TLS goroutine handled the first request, before it lets the connection go
+	request        func(*clientConn) // at the start of each read handler of an accepted connection
 }
 
 // New prepares a server; Serve starts it.
@@ -97,7 +111,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
-		limiter: newKeyLimiter()}
+		limiter: newKeyLimiter(), conns: map[*clientConn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.admin.init()
 
@@ -233,8 +247,8 @@ func poolDesc(c upstream.PoolConfig) string {
 	return "off"
 }
 
-// Shutdown stops accepting connections and closes the warm pool's sockets
-// with close 1000.
+// Shutdown stops accepting connections, ends every client connection and
+// closes the warm pool's sockets with close 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.pool != nil {
 		s.pool.Close()
@@ -245,6 +259,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	var err error
 	if loop != nil {
+		// netpoll's own Shutdown would Close each connection it finds idle,
+		// not atomically with the poller (poller's doc.go, the inline
+		// invariant): hang them all up first, and let it find none.
+		s.StopAccepting()
+		s.hangUpClients()
+		s.waitConnsCtx(ctx)
 		err = loop.Shutdown(ctx)
 	}
 	s.closeSpend(ctx)
@@ -317,6 +337,7 @@ type clientConn struct {
 	api  *apiRequest // an API request's body being collected (httpapi.go)
 
 	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
+	offLoop  atomic.Bool // a goroutine other than netpoll's handler is handling the request (startRelay)
 
 	// The state a plain session keeps for its whole life lives here, in
 	// the connection's one allocation, rather than in five of its own
@@ -338,6 +359,9 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	}
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	s.clientConns.Add(1)
+	s.connsMu.Lock()
+	s.conns[c] = struct{}{}
+	s.connsMu.Unlock()
 	if s.tlsConfig != nil {
 		c.phase = phaseTLS
 		nb := poller.NewNBConn(conn)
@@ -346,7 +370,7 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 		c.ep = &c.plainEP
 		poller.InitPlainEndpoint(c.ep, conn)
 	}
-	c.timer = time.AfterFunc(s.cfg.HandshakeTimeout, func() { _ = conn.Close() })
+	c.timer = time.AfterFunc(s.cfg.HandshakeTimeout, c.handshakeExpired)
 	_ = conn.AddCloseCallback(c.onClose)
 	return c
 }
@@ -373,6 +397,10 @@ func (c *clientConn) Value(key any) any {
 // the handshake goroutine (tlsaccept.go).
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
+	defer s.recoverRequest(conn)
+	if s.hooks.request != nil {
+		s.hooks.request(c)
+	}
 	if c == nil {
 		if ctx.Value(refusedKey{}) != nil {
 			return s.answerRefused(conn)
@@ -465,11 +493,32 @@ func (c *clientConn) stopTimer() {
 // that onClose, which may run on another goroutine (the TLS handshake's
 // hand-off runs outside netpoll's handler), sees either no session or this
 // one; a client gone before this sees its 101 fail.
+//
+// A request handled off netpoll's handlers (the TLS goroutine's first
+// request, a Redis admission's verdict) leaves the connection on the pool
+// until that goroutine lets it go (goInline): an inline handler would wait
+// on the poller for the locks that goroutine holds, stalling every socket of
+// that poller meanwhile.
 func (c *clientConn) startRelay(sess *poller.Session) {
 	c.mu.Lock()
 	c.sess, c.phase = sess, phaseRelay
 	c.mu.Unlock()
-	c.relaying.Store(true)
+	if !c.offLoop.Load() {
+		c.relaying.Store(true)
+	}
+}
+
+// goInline ends a goroutine's handling of the connection outside netpoll's
+// handlers (see startRelay), once it holds none of the connection's locks:
+// a session it opened may now run its handlers on the poller.
+func (c *clientConn) goInline() {
+	c.offLoop.Store(false)
+	c.mu.Lock()
+	relay := c.sess != nil
+	c.mu.Unlock()
+	if relay {
+		c.relaying.Store(true)
+	}
 }
 
 // InlineEndpoint implements poller.Inliner: once relaying, the connection's
@@ -485,6 +534,9 @@ func (c *clientConn) InlineEndpoint() *poller.Endpoint {
 }
 
 func (c *clientConn) onClose(netpoll.Connection) error {
+	c.srv.connsMu.Lock()
+	delete(c.srv.conns, c)
+	c.srv.connsMu.Unlock()
 	c.stopTimer()
 	if c.hs != nil {
 		c.hs.shut()

@@ -234,6 +234,8 @@ func (c *clientConn) tlsHandshake() {
 		_ = c.conn.Close()
 		return
 	}
+	c.offLoop.Store(true)
+	defer c.goInline() // after the unlock below
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.hs.handOff()
@@ -242,6 +244,9 @@ func (c *clientConn) tlsHandshake() {
 	// What the client sent behind its Finished is in handshakeConn's buffer
 	// or inside tc; no read event will come for it.
 	_ = c.readHead()
+	if c.srv.hooks.tlsRequest != nil {
+		c.srv.hooks.tlsRequest()
+	}
 }
 
 // refuseNotTLS answers a client that spoke plaintext to the TLS listener: a
