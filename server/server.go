@@ -73,10 +73,10 @@ type Server struct {
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
 	// conns holds every accepted client connection until its close
 	// callback, for Shutdown's hang-up of each (shutdown.go).
-	connsMu sync.Mutex
-	conns   map[*clientConn]struct{}
-	draining     atomic.Bool  // /health answers 503
-	stopping     atomic.Bool  // past the drain timeout: new upgrades get 503
+	connsMu  sync.Mutex
+	conns    map[*clientConn]struct{}
+	draining atomic.Bool // /health answers 503
+	stopping atomic.Bool // past the drain timeout: new upgrades get 503
 
 	// sessions is the registry of live sessions, for the watchdog, for
 	// draining and for the record written when each ends.
