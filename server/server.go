@@ -94,15 +94,17 @@ type Server struct {
 
 	admin adminState // the admin port's status page and playground (admin.go)
 
-	hooks testHooks // nil functions outside tests
+	hooks atomic.Pointer[testHooks] // nil outside tests
 }
 
 // testHooks are pauses that tests put into the windows of races, to make
 // them happen every time. All are nil outside tests.
 type testHooks struct {
-	handshakeTimer func()            // the handshake timer fired, before it acts
-	tlsRequest     func()            // the TLS goroutine handled the first request, before it lets the connection go
-	request        func(*clientConn) // at the start of each read handler of an accepted connection
+	handshakeTimer     func()            // the handshake timer fired, before it acts
+	handshakeTimerDone func()            // and after it acted
+	tlsHandshaken      func(*clientConn) // the TLS handshake is done, before the goroutine reads the request
+	tlsRequest         func(*clientConn) // the TLS goroutine handled the first request, before it lets the connection go
+	request            func(*clientConn) // at the start of each read handler of an accepted connection
 }
 
 // New prepares a server; Serve starts it.
@@ -398,8 +400,8 @@ func (c *clientConn) Value(key any) any {
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
 	defer s.recoverRequest(conn)
-	if s.hooks.request != nil {
-		s.hooks.request(c)
+	if h := s.hooks.Load(); h != nil && h.request != nil {
+		h.request(c)
 	}
 	if c == nil {
 		if ctx.Value(refusedKey{}) != nil {

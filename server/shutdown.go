@@ -55,8 +55,11 @@ func (s *Server) waitConnsCtx(ctx context.Context) {
 // gone and leaves the new session alone; otherwise the connection is hung
 // up, under c.mu so that it is still open (onClose waits for c.mu).
 func (c *clientConn) handshakeExpired() {
-	if c.srv.hooks.handshakeTimer != nil {
-		c.srv.hooks.handshakeTimer()
+	if h := c.srv.hooks.Load(); h != nil && h.handshakeTimer != nil {
+		h.handshakeTimer()
+		if h.handshakeTimerDone != nil {
+			defer h.handshakeTimerDone()
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
