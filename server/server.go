@@ -104,6 +104,7 @@ type testHooks struct {
 	handshakeTimerDone func()            // and after it acted
 	tlsHandshaken      func(*clientConn) // the TLS handshake is done, before the goroutine reads the request
 	tlsRequest         func(*clientConn) // the TLS goroutine handled the first request, before it lets the connection go
+	loopShutdown       func(open int64)  // Shutdown is about to call netpoll's, with open client connections left
 	request            func(*clientConn) // at the start of each read handler of an accepted connection
 }
 
@@ -267,6 +268,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.StopAccepting()
 		s.hangUpClients()
 		s.waitConnsCtx(ctx)
+		if h := s.hooks.Load(); h != nil && h.loopShutdown != nil {
+			h.loopShutdown(s.clientConns.Load())
+		}
 		err = loop.Shutdown(ctx)
 	}
 	s.closeSpend(ctx)

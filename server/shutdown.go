@@ -15,7 +15,7 @@ import (
 // Under inline handlers a netpoll Close that lands while the connection's
 // handler task runs on its poller spins that poller forever (poller's doc.go,
 // the inline invariant). A connection that may be relaying is therefore
-// ended by a hang-up: shutdown(SHUT_RD) on its descriptor, which the poller
+// ended by a hang-up: shutdown(2) on its descriptor, which the poller
 // reports at its next wait and answers by closing the connection itself,
 // outside any task. Every accepted connection has its read handler from
 // accept, so the hang-up always reaches someone who closes it.
@@ -25,10 +25,14 @@ import (
 // and the server's connsMu, so a hang-up made under either while the
 // connection is known open reaches this connection and no other.
 
-// hangUp shuts down conn's reading side: the poller closes it.
+// hangUp shuts conn down both ways: the poller closes it. Both ways, not
+// only the reading side as the relay's closes do (poller's closeConn):
+// netpoll closes a hung-up socket only on an event that reads nothing, and
+// a client that keeps sending would keep it open; the FIN makes the client
+// stop. Nothing more is written to a connection ended this way.
 func hangUp(conn netpoll.Connection) {
 	if fc, ok := conn.(netpoll.Conn); ok {
-		_ = unix.Shutdown(fc.Fd(), unix.SHUT_RD)
+		_ = unix.Shutdown(fc.Fd(), unix.SHUT_RDWR)
 	}
 }
 
