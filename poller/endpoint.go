@@ -415,6 +415,18 @@ func (e *Endpoint) byHandEnd() {
 	}
 }
 
+// ByHand runs read, a read of the socket outside netpoll's OnRequest (the
+// TLS listener's first request, read by the handshake's goroutine), so that
+// a simultaneous hang-up cannot make netpoll free the input buffer under it:
+// the close callbacks wait for it, and a Close or Drop meanwhile is carried
+// out when it returns. read must only read: it runs with the socket's read
+// guard held, which a close callback on the poller waits for.
+func (e *Endpoint) ByHand(read func()) {
+	e.byHandBegin()
+	defer e.byHandEnd()
+	read()
+}
+
 // what a Close or Drop between byHandBegin and byHandEnd left to do
 const (
 	closeLater = 1

@@ -416,3 +416,67 @@ func dialTLSRequestWithFinished(t *testing.T, g *gateway, cert listenerCert, req
 	_ = raw.SetDeadline(time.Time{})
 	return &rawWS{tc: tc, br: br}
 }
+
+// TestTLSRequestReadHoldsOffAHangUp: the TLS listener's first request is
+// read by the handshake's goroutine, outside netpoll's handler, and a
+// hang-up at that moment made netpoll run the close callbacks on the poller
+// and free the input buffer under that read (issue 20, item 3). Now the read
+// is guarded: the close callbacks wait for it. The client hangs up while the
+// read is paused; the test waits until the poller either is held off (a
+// close callback waiting in the endpoint's guard) or has closed the
+// connection under the read.
+func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
+	cert := newListenerCert(t)
+	mock := startMock(t, mockai.Config{Echo: true})
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	raw := g.rawDial(t)
+	var once sync.Once
+	heldOff := make(chan bool, 1)
+	g.srv.hooks.Store(&testHooks{headRead: func(c *clientConn) {
+		if !c.offLoop.Load() {
+			return // a read from netpoll's handler: not the one under test
+		}
+		once.Do(func() {
+			_ = raw.Close() // the client hangs up now
+			deadline := time.Now().Add(testwait.Timeout)
+			for time.Now().Before(deadline) {
+				if g.srv.clientConns.Load() == 0 {
+					heldOff <- false // the close callbacks ran under the read
+					return
+				}
+				if closeCallbackWaitsForRead() {
+					heldOff <- true
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}})
+	tc := tls.Client(raw, &tls.Config{RootCAs: cert.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
+	_ = raw.SetDeadline(time.Now().Add(testwait.Timeout))
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-heldOff:
+		if !ok {
+			t.Fatal("the hang-up's close callbacks ran (and netpoll freed the input buffer) during the request's read")
+		}
+	case <-time.After(testwait.Timeout):
+		t.Fatal("the poller neither held off the hang-up nor closed the connection")
+	}
+	waitFor(t, "the hung-up connection to close after the read", func() bool { return g.srv.clientConns.Load() == 0 })
+}
+
+// closeCallbackWaitsForRead reports whether a netpoll close callback waits
+// in an endpoint's guard for a read by hand.
+func closeCallbackWaitsForRead() bool {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "(*Endpoint).guard.func1") && strings.Contains(g, "sync.(*Mutex).Lock") {
+			return true
+		}
+	}
+	return false
+}

@@ -105,6 +105,7 @@ type testHooks struct {
 	tlsHandshaken      func(*clientConn) // the TLS handshake is done, before the goroutine reads the request
 	tlsRequest         func(*clientConn) // the TLS goroutine handled the first request, before it lets the connection go
 	loopShutdown       func(open int64)  // Shutdown is about to call netpoll's, with open client connections left
+	headRead           func(*clientConn) // readHead is about to read the request
 	request            func(*clientConn) // at the start of each read handler of an accepted connection
 }
 
@@ -441,11 +442,24 @@ func (c *clientConn) readHead() error {
 	if c.head == nil {
 		c.head = bytebufferpool.Get()
 	}
-	err := c.ep.Read(func(src frames.Source) error {
-		p, err := src.Next(src.Len())
-		c.head.B = append(c.head.B, p...)
-		return err
-	})
+	var err error
+	read := func() {
+		if h := c.srv.hooks.Load(); h != nil && h.headRead != nil {
+			h.headRead(c)
+		}
+		err = c.ep.Read(func(src frames.Source) error {
+			p, err := src.Next(src.Len())
+			c.head.B = append(c.head.B, p...)
+			return err
+		})
+	}
+	if c.offLoop.Load() {
+		// The TLS goroutine, outside netpoll's handler: a hang-up now
+		// would free the buffer under the read.
+		c.ep.ByHand(read)
+	} else {
+		read()
+	}
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return c.conn.Close()
 	}
