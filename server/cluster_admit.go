@@ -31,6 +31,8 @@ type clusterWait struct {
 	verdict *httpError
 	gone    atomic.Bool // the client's socket closed
 	told    atomic.Bool // the session was told so
+
+	callOwner *callVerdict // a sideband's call looked up in Redis (sideband.go), under mu
 }
 
 // clientGone is the close callback's side: it reports whether the cluster

@@ -106,6 +106,7 @@ type testHooks struct {
 	tlsRequest         func(*clientConn) // the TLS goroutine handled the first request, before it lets the connection go
 	loopShutdown       func(open int64)  // Shutdown is about to call netpoll's, with open client connections left
 	headRead           func(*clientConn) // readHead is about to read the request
+	sidebandLookup     func()            // a sideband's call is about to be looked up in Redis
 	request            func(*clientConn) // at the start of each read handler of an accepted connection
 }
 
@@ -627,10 +628,12 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	q := req.URL.Query()
 	group, herr := s.connectGroup(routes, q, grant)
 	if herr == nil {
-		herr = s.checkSideband(key, q)
+		herr = s.checkSideband(c, key, q)
 	}
 	if herr != nil {
-		c.refuse(herr)
+		if herr != errAdmitPending {
+			c.refuse(herr)
+		}
 		return
 	}
 	// The session keeps its group for its whole life; from the query it
