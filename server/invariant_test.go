@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
@@ -91,24 +90,6 @@ func TestHandshakeTimerFiringAtTheAnswerLeavesTheSession(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink for a test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRequestHandlerPanicDropsOnlyThatConnection: a panic in a relaying
 // client's read handler used to leave the handler: on the poller it ended
 // the process, on the pool netpoll's deferred Close ran and the panic was
@@ -116,7 +97,7 @@ func (l *lockedBuffer) String() string {
 // stack, that connection is dropped, and the gateway serves on.
 func TestRequestHandlerPanicDropsOnlyThatConnection(t *testing.T) {
 	mock := startMock(t, mockai.Config{Echo: true})
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	g := startGatewayLog(t, mock, nil, slog.New(slog.NewTextHandler(logs, nil)))
 	var victim atomic.Pointer[clientConn]
 	var armed atomic.Bool

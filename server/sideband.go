@@ -75,11 +75,8 @@ func (r *callRegistry) known(id string) (string, bool) {
 // asked only when this process does not know the call, within the store's
 // connect-path budget.
 func (r *callRegistry) owner(id string) (string, bool) {
-	r.mu.Lock()
-	o, ok := r.m[id]
-	r.mu.Unlock()
-	if ok && time.Now().Before(o.expires) {
-		return o.key, true
+	if k, ok := r.known(id); ok {
+		return k, true
 	}
 	if r.store == nil {
 		return "", false
