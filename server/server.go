@@ -378,7 +378,9 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 		c.ep = &c.plainEP
 		poller.InitPlainEndpoint(c.ep, conn)
 	}
+	c.mu.Lock() // the timer's function reads c.timer under c.mu, and may run before AfterFunc returns
 	c.timer = time.AfterFunc(s.cfg.HandshakeTimeout, c.handshakeExpired)
+	c.mu.Unlock()
 	_ = conn.AddCloseCallback(c.onClose)
 	return c
 }
