@@ -31,6 +31,8 @@ type clusterWait struct {
 	verdict *httpError
 	gone    atomic.Bool // the client's socket closed
 	told    atomic.Bool // the session was told so
+
+	callOwner *callVerdict // a sideband's call looked up in Redis (sideband.go), under mu
 }
 
 // clientGone is the close callback's side: it reports whether the cluster
@@ -77,6 +79,8 @@ func (s *Server) admitCluster(c *clientConn, name string, maxSessions int, rate 
 	go func() {
 		herr := s.cluster.admit(name, maxSessions, rate)
 		w := &c.wait
+		c.offLoop.Store(true)
+		defer c.goInline() // after the unlock below (startRelay)
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if herr != nil {

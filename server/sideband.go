@@ -60,15 +60,23 @@ func (r *callRegistry) remember(ctx context.Context, id, key string) error {
 	return r.store.Client.Set(ctx, r.store.Key("call", id), key, callTTL).Err()
 }
 
-// owner returns the key that made call id, if the gateway made it. Redis is
-// asked only when this process does not know the call, within the store's
-// connect-path budget.
-func (r *callRegistry) owner(id string) (string, bool) {
+// known returns the key that made call id if this process knows it.
+func (r *callRegistry) known(id string) (string, bool) {
 	r.mu.Lock()
 	o, ok := r.m[id]
 	r.mu.Unlock()
 	if ok && time.Now().Before(o.expires) {
 		return o.key, true
+	}
+	return "", false
+}
+
+// owner returns the key that made call id, if the gateway made it. Redis is
+// asked only when this process does not know the call, within the store's
+// connect-path budget.
+func (r *callRegistry) owner(id string) (string, bool) {
+	if k, ok := r.known(id); ok {
+		return k, true
 	}
 	if r.store == nil {
 		return "", false
@@ -100,8 +108,11 @@ func (unmetered) Inspect([]byte)    {}
 // isSideband reports whether a connect attaches to a call.
 func isSideband(q url.Values) bool { return q.Get("call_id") != "" }
 
-// checkSideband refuses a sideband the key may not open.
-func (s *Server) checkSideband(key *routes.ClientKey, q url.Values) *httpError {
+// checkSideband refuses a sideband the key may not open. A call this
+// process does not know is looked up in Redis off netpoll's handler, as the
+// cluster admission is (cluster_admit.go): errAdmitPending, and the lookup's
+// goroutine handles the request again with the answer.
+func (s *Server) checkSideband(c *clientConn, key *routes.ClientKey, q url.Values) *httpError {
 	id := q.Get("call_id")
 	if id == "" {
 		return nil
@@ -109,7 +120,16 @@ func (s *Server) checkSideband(key *routes.ClientKey, q url.Values) *httpError {
 	forbidden := func(msg string) *httpError {
 		return &httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
 	}
-	if owner, ok := s.calls.owner(id); ok {
+	owner, ok := s.calls.known(id)
+	if !ok && s.calls.store != nil {
+		v := c.wait.callOwner
+		if v == nil {
+			s.lookUpCall(c, id)
+			return errAdmitPending
+		}
+		owner, ok = v.key, v.ok
+	}
+	if ok {
 		if owner == key.Name {
 			return nil
 		}
@@ -119,4 +139,39 @@ func (s *Server) checkSideband(key *routes.ClientKey, q url.Values) *httpError {
 		return nil
 	}
 	return forbidden("This key may attach only to calls it made through the gateway (give it `sideband: any` for others).")
+}
+
+// callVerdict is what Redis said about a sideband's call: its owner, if the
+// gateway made it.
+type callVerdict struct {
+	key string
+	ok  bool
+}
+
+// lookUpCall asks Redis for call id's owner in a goroutine (bounded by
+// REDIS_TIMEOUT_MS, the store's timeout), then handles the request again
+// with the answer, kept for the request's further passes. While it is out,
+// what the client sends is collected behind the head (bufferWhilePending).
+func (s *Server) lookUpCall(c *clientConn, id string) {
+	w := &c.wait
+	w.pending.Store(true)
+	go func() {
+		if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
+			h.sidebandLookup()
+		}
+		key, ok := s.calls.owner(id)
+		c.offLoop.Store(true)
+		defer c.goInline() // after the unlock below (startRelay)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.callOwner = &callVerdict{key: key, ok: ok}
+		// Cleared before handling again: the cluster admission may start
+		// and set it anew.
+		w.pending.Store(false)
+		end := headEnd(c.head.B)
+		s.handle(c, c.head.B[:end], c.head.B[end:])
+		if !w.pending.Load() && w.gone.Load() && w.told.CompareAndSwap(false, true) && c.sess != nil {
+			s.clientLeft(c.sess) // the socket closed while the lookup was out
+		}
+	}()
 }
