@@ -48,16 +48,21 @@ const (
 	evSpeechStopped  = "input_audio_buffer.speech_stopped"
 )
 
-// msgAudioSpeech carries 20 ms of a 24 kHz PCM16 tone (a sawtooth of peak
-// 5,000: about -16 dBFS) that server VAD hears as speech.
+// msgAudioSpeech carries 20 ms of a 24 kHz PCM16 tone that any energy-based
+// server VAD (and mockai's) hears as speech.
 var msgAudioSpeech = []byte(`{"type":"input_audio_buffer.append","audio":"` +
 	base64.StdEncoding.EncodeToString(tone(audioChunkBytes)) + `"}`)
 
-// tone is n bytes of a PCM16 sawtooth, the shape mockai's PCMPattern has.
+// tone is n bytes of a 500 Hz square wave at a quarter of full scale
+// (about -12 dBFS): 24 samples up, 24 down.
 func tone(n int) []byte {
+	const amplitude, halfPeriod = 8192, 24
 	b := make([]byte, n)
 	for i := 0; i+1 < n; i += 2 {
-		v := int16((i/2)%200*50 - 5000)
+		v := int16(amplitude)
+		if (i/2/halfPeriod)%2 == 1 {
+			v = -amplitude
+		}
 		b[i], b[i+1] = byte(v), byte(uint16(v)>>8)
 	}
 	return b
