@@ -161,21 +161,31 @@ func TestTurns(t *testing.T) {
 			expect(t, c, "input_audio_buffer.committed")
 			expect(t, c, "response.created")
 		}},
-		{"interrupt_response false: speech leaves the response alone", mockai.Config{AudioDeltas: 20, AudioDeltaBytes: pcmChunk, AudioDeltaInterval: time.Millisecond}, func(t *testing.T, c *websocket.Conn) {
+		{"interrupt_response false: speech leaves the response alone", mockai.Config{AudioDeltas: 200, AudioDeltaBytes: pcmChunk, AudioDeltaInterval: 2 * time.Millisecond}, func(t *testing.T, c *websocket.Conn) {
 			send(t, c, vadUpdate(map[string]any{"interrupt_response": false, "create_response": false}))
 			expect(t, c, "session.updated")
 			send(t, c, map[string]any{"type": "response.create"})
 			expect(t, c, "response.created")
 			expect(t, c, "rate_limits.updated")
+			expect(t, c, "response.output_audio.delta")
 			appendChunks(t, c, speech, 1)
 			var done event
+			deltas, sawStart := 1, false
 			for done == nil {
-				if ev := readEvent(t, c); ev.str("type") == "response.done" {
+				switch ev := readEvent(t, c); ev.str("type") {
+				case "input_audio_buffer.speech_started":
+					sawStart = true
+				case "response.output_audio.delta":
+					deltas++
+				case "response.done":
 					done = ev
 				}
 			}
-			if done.str("response.status") != "completed" {
-				t.Errorf("response.done %v, want completed", done["response"])
+			if !sawStart {
+				t.Error("no speech_started during the response")
+			}
+			if done.str("response.status") != "completed" || deltas != 200 {
+				t.Errorf("response.done %v after %d deltas, want completed after 200", done["response"], deltas)
 			}
 		}},
 		{"text-only session: output_text deltas, no audio", mockai.Config{}, func(t *testing.T, c *websocket.Conn) {
