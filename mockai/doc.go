@@ -24,7 +24,8 @@
 //	                             Config.FirstAudioDelay: AudioDeltas x
 //	                             response.output_audio.delta (AudioDeltaInterval apart),
 //	                             one response.output_audio_transcript.delta, response.done
-//	response.cancel           -> the deltas stop; response.done with status "cancelled"
+//	response.cancel           -> the deltas stop; response.done with status "cancelled",
+//	                             status_details.reason "client_cancelled"
 //
 // Anything else gets an error event of type invalid_request_error and the connection
 // stays open: code invalid_value for non-JSON text, binary frames, a missing or
@@ -36,6 +37,47 @@
 // to 16 MiB (OpenAI allows 15 MiB per event).
 //
 // A client's close frame is answered with the same code and reason.
+//
+// # Turns
+//
+// What a test of per-turn latency needs (turns.go):
+//
+//   - Server VAD, only once a session.update sets audio.input.turn_detection
+//     to {type: "server_vad", ...} (the default session advertises server_vad,
+//     but clients that never ask keep committing by hand). An append whose
+//     loudest PCM16 sample reaches 500 is speech, anything quieter silence
+//     (wsbench's zeros; PCMPattern is speech). The first speech sends
+//     input_audio_buffer.speech_started {audio_start_ms, item_id}
+//     (audio_start_ms less prefix_padding_ms) and, with interrupt_response
+//     (default true), cancels the active response: response.done status
+//     "cancelled", reason "turn_detected". Once silence_duration_ms (default
+//     200) of silence has been appended after speech, counted in audio time
+//     (bytes / 48 per ms) not wall time: input_audio_buffer.speech_stopped
+//     {audio_end_ms (the window included, as OpenAI documents), item_id},
+//     input_audio_buffer.committed, and with create_response (default true)
+//     and no response active, a response as response.create would start.
+//   - Text-only responses: when the response.create's response.output_modalities,
+//     else the session's output_modalities, are ["text"], the response sends
+//     three response.output_text.delta ("Hello ", "from ", "mockai.", the
+//     first after the first-audio delay), response.output_text.done and
+//     response.done with an output_text part; no audio, output audio tokens 0.
+//   - Tool calls: when the session has tools and the response's (else the
+//     session's) tool_choice is "required" or {type: "function", name}, the
+//     response is a function call instead of speech: response.output_item.added
+//     (a function_call item with call_id and name: the named tool, else the
+//     first), after the first-audio delay response.function_call_arguments.delta
+//     and .done (arguments "{}"), response.output_item.done, response.done; no
+//     audio. The deterministic rule that ends a chain: when the conversation's
+//     newest item is a function_call_output (conversation.item.create), the
+//     next response speaks, whatever tool_choice says. So tool call, the
+//     client's output, response.create, audio.
+//   - The first-audio delay (Config.FirstAudioDelay, before the first audio,
+//     text or arguments delta; Live's first output delta too) can change while
+//     the server runs: POST /mock/config?first_audio_delay=250ms sets it for
+//     every response that starts from then on (GET /mock/config shows it;
+//     0 to 1m, else HTTP 400), so a test can swap which of two mockai
+//     deployments is faster. With FaultsFromQuery a connection may pin its
+//     own with ?first_audio_delay=250ms, which the admin knob then leaves alone.
 //
 // With Config.Echo (cmd/mockai -echo) the conversation is replaced by an echo: after
 // session.created, every data message is sent back verbatim with its type (text or
@@ -84,6 +126,7 @@
 //	&fault=stall                                   stop reading and sending after session.created
 //	&fault=401                                     answer the upgrade with HTTP 401 (any 400-599)
 //	&fault=no_closed                               GPT-Live: session.close gets no session.closed
+//	&first_audio_delay=250ms                       this connection's own first-audio delay (see Turns)
 //
 // A bad fault or fault_after value is refused with HTTP 400 and a message naming it.
 //

@@ -278,7 +278,7 @@ func (s *session) liveAppend(ls *liveSession, ev liveEvent, first bool) bool {
 	ls.mu.Unlock()
 	ls.reflect("session.input_audio.append", "audio", *ev.Audio, start, end)
 	_ = s.send(map[string]any{"type": "session.input_transcript.delta", "event_id": newID("event_"), "delta": LiveTranscript, "start_ms": start, "end_ms": end})
-	if first && !s.srv.sleep(s.ctx, s.cfg.FirstAudioDelay) {
+	if first && !s.srv.sleep(s.ctx, s.srv.firstAudioDelay(s.cfg)) {
 		return false
 	}
 	_ = s.send(map[string]any{"type": "session.output_audio.delta", "event_id": newID("event_"), "delta": s.srv.audioDelta})

@@ -13,6 +13,9 @@ import (
 const (
 	paramFault      = "fault"
 	paramFaultAfter = "fault_after"
+	// paramFirstAudioDelay sets the connection's own first-audio delay
+	// ("250ms"), which POST /mock/config then leaves alone.
+	paramFirstAudioDelay = "first_audio_delay"
 )
 
 // maxFaultAfter bounds fault_after; it only needs to reach past a few responses.
@@ -75,4 +78,20 @@ func (cfg *Config) queryFault(q url.Values) (*Config, int, error) {
 		return nil, status, nil
 	}
 	return &c, 0, nil
+}
+
+// queryFirstAudio applies a first_audio_delay the connection asked for: cfg
+// itself when none, else a copy with the delay pinned.
+func (cfg *Config) queryFirstAudio(q url.Values) (*Config, error) {
+	v := q.Get(paramFirstAudioDelay)
+	if v == "" {
+		return cfg, nil
+	}
+	d, err := parseFirstAudioDelay(v)
+	if err != nil {
+		return nil, err
+	}
+	c := *cfg
+	c.FirstAudioDelay, c.firstAudioPinned = d, true
+	return &c, nil
 }

@@ -72,6 +72,10 @@ type Config struct {
 	// (frames, default 1), on top of the knobs above; see queryfaults.go. A bad value
 	// is refused with HTTP 400. Off, those parameters are ignored.
 	FaultsFromQuery bool
+	// firstAudioPinned says FirstAudioDelay was set by the connection's query
+	// (first_audio_delay, with FaultsFromQuery), so POST /mock/config does not
+	// change it (turns.go).
+	firstAudioPinned bool
 
 	// OneSegment writes the 101 response and the first data frame (session.created)
 	// with one socket write, so they arrive in one TCP segment: over TLS, two records
@@ -186,6 +190,9 @@ type Server struct {
 
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
 	audioAppends, audioBytes                                  atomic.Int64
+	// firstAudio is the first-audio delay (ns) of connections that did not
+	// set their own: Config.FirstAudioDelay until POST /mock/config.
+	firstAudio atomic.Int64
 
 	apps appState  // calls, sidebands and records (apps.go)
 	live liveState // GPT-Live sessions (live.go)
@@ -218,6 +225,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 		records:    recordRing{max: maxRecords},
 		audioDelta: base64.StdEncoding.EncodeToString(PCMPattern(cfg.AudioDeltaBytes)),
 	}
+	s.firstAudio.Store(int64(cfg.FirstAudioDelay))
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
 		// ReadBufferSize 0 reuses the HTTP server's 4 KiB reader; writes borrow a pooled
@@ -270,6 +278,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	s.mountLive(mux)
 	mux.HandleFunc("GET /mock/records", s.handleRecords)
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
+	mux.HandleFunc("/mock/config", s.handleConfig)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -499,6 +508,11 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rec *Record, chec
 			s.rejected.Add(1)
 			typ, code := errorKind(status)
 			writeHTTPError(w, status, typ, code, fmt.Sprintf("mock: fault=%d asked for in the query", status))
+			return nil, false, false
+		}
+		if qcfg, err = qcfg.queryFirstAudio(r.URL.Query()); err != nil {
+			s.rejected.Add(1)
+			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "mock: "+err.Error())
 			return nil, false, false
 		}
 		cfg = qcfg

@@ -2,13 +2,10 @@ package mockai
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +63,8 @@ type session struct {
 	pendingAudio   int64 // raw bytes appended and not yet committed
 	committedAudio int64 // raw bytes committed since the last response
 	lastItemID     string
+	lastItemType   string   // "message", "function_call_output", ...: decides tool calls (turns.go)
+	vad            vadState // server VAD, when session.update asked for it (turns.go)
 
 	rmu    sync.Mutex
 	active *response      // the response being streamed, nil when none
@@ -74,11 +73,15 @@ type session struct {
 
 // response is one response.create being answered.
 type response struct {
-	id, itemID       string
-	ctx              context.Context
-	cancel           context.CancelFunc
-	cancelled        bool // by response.cancel; guarded by session.rmu
+	id, itemID string
+	ctx        context.Context
+	cancel     context.CancelFunc
+	// cancelReason is why it was cancelled (client_cancelled, turn_detected),
+	// "" while it runs; guarded by session.rmu.
+	cancelReason     string
 	inputAudioTokens int
+	text             bool      // output_modalities ["text"]: text deltas, no audio
+	tool             *toolCall // a function call instead of speech (turns.go)
 }
 
 func newSession(srv *Server, ws *websocket.Conn, model string) *session {
@@ -233,6 +236,8 @@ type clientEvent struct {
 	Audio   *string         `json:"audio"`
 	Session json.RawMessage `json:"session"`
 	Item    json.RawMessage `json:"item"`
+	// Response is response.create's optional response object.
+	Response json.RawMessage `json:"response"`
 }
 
 // handle answers one client message.
@@ -257,13 +262,7 @@ func (s *session) handle(mt int, data []byte) {
 	case "input_audio_buffer.append":
 		s.appendAudio(ev)
 	case "input_audio_buffer.commit":
-		s.committedAudio += s.pendingAudio
-		s.pendingAudio = 0
-		itemID := newID("item_")
-		_ = s.send(map[string]any{"type": "input_audio_buffer.committed", "event_id": newID("event_"),
-			"previous_item_id": nullable(s.lastItemID), "item_id": itemID})
-		s.transcribed(itemID, s.committedAudio)
-		s.lastItemID = itemID
+		s.commitAudio(newID("item_"))
 	case "input_audio_buffer.clear":
 		s.pendingAudio = 0
 		_ = s.send(map[string]any{"type": "input_audio_buffer.cleared", "event_id": newID("event_")})
@@ -272,14 +271,7 @@ func (s *session) handle(mt int, data []byte) {
 	case "response.create":
 		s.createResponse(ev)
 	case "response.cancel":
-		s.rmu.Lock()
-		r := s.active
-		if r != nil {
-			r.cancelled = true
-			r.cancel()
-		}
-		s.rmu.Unlock()
-		if r == nil {
+		if !s.cancelActive("client_cancelled") {
 			s.sendError("response_cancel_not_active", "Cancellation failed: no active response found.", "", ev.EventID)
 		}
 	case "":
@@ -311,6 +303,10 @@ func (s *session) updateSession(ev clientEvent) {
 			s.overrides[k] = v
 		}
 	}
+	s.vad.td = parseTurnDetection(s.overrides)
+	if !s.vad.td.on {
+		s.vad.speaking = false
+	}
 	_ = s.send(map[string]any{"type": "session.updated", "event_id": newID("event_"), "session": s.sessionObject()})
 }
 
@@ -320,14 +316,17 @@ func (s *session) appendAudio(ev clientEvent) {
 		return
 	}
 	// Count the decoded bytes without holding a second copy of up to 11 MiB.
-	n, err := io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, strings.NewReader(*ev.Audio)))
+	w, err := decodeAudio(*ev.Audio)
 	if err != nil {
 		s.sendError("invalid_value", "Invalid 'audio': not valid base64.", "audio", ev.EventID)
 		return
 	}
-	s.pendingAudio += n
+	s.pendingAudio += w.n
 	s.srv.audioAppends.Add(1)
-	s.srv.audioBytes.Add(n)
+	s.srv.audioBytes.Add(w.n)
+	if s.vad.td.on {
+		s.detectSpeech(w.n, w.peak)
+	}
 }
 
 func (s *session) createItem(ev clientEvent) {
@@ -346,6 +345,7 @@ func (s *session) createItem(ev clientEvent) {
 		_ = s.send(map[string]any{"type": typ, "event_id": newID("event_"), "previous_item_id": prev, "item": item})
 	}
 	s.lastItemID, _ = item["id"].(string)
+	s.lastItemType, _ = item["type"].(string)
 }
 
 func (s *session) createResponse(ev clientEvent) {
@@ -361,6 +361,10 @@ func (s *session) createResponse(ev clientEvent) {
 		itemID:           newID("item_"),
 		inputAudioTokens: int((s.pendingAudio + s.committedAudio) / bytesPerAudioToken),
 	}
+	r.text, r.tool = s.shape(ev.Response)
+	if r.tool != nil { // the call is the conversation's newest item
+		s.lastItemID, s.lastItemType = r.itemID, "function_call"
+	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
 	s.active = r
 	s.rmu.Unlock()
@@ -375,7 +379,14 @@ func (s *session) createResponse(ev clientEvent) {
 			{"name": "tokens", "limit": 2000000, "remaining": 1995000, "reset_seconds": 0.15},
 		}})
 	s.rwg.Add(1)
-	go s.stream(r)
+	switch {
+	case r.tool != nil:
+		go func() { defer s.rwg.Done(); s.streamTool(r) }()
+	case r.text:
+		go func() { defer s.rwg.Done(); s.streamText(r) }()
+	default:
+		go s.stream(r)
+	}
 }
 
 // audioDelta is a response.output_audio.delta (and, with another type, the transcript delta).
@@ -393,7 +404,7 @@ type audioDelta struct {
 func (s *session) stream(r *response) {
 	defer s.rwg.Done()
 	audioBytes, textSent := 0, false
-	if s.srv.sleep(r.ctx, s.cfg.FirstAudioDelay) {
+	if s.srv.sleep(r.ctx, s.srv.firstAudioDelay(s.cfg)) {
 		for i := 0; i < s.cfg.AudioDeltas; i++ {
 			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
 				break
@@ -408,16 +419,7 @@ func (s *session) stream(r *response) {
 		}
 	}
 
-	s.rmu.Lock()
-	s.active = nil
-	cancelled := r.cancelled
-	s.rmu.Unlock()
-	r.cancel()
-
-	status, details := "completed", any(nil)
-	if cancelled {
-		status, details = "cancelled", map[string]any{"type": "cancelled", "reason": "client_cancelled"}
-	}
+	status := s.endResponse(r)
 	var content map[string]any
 	if textSent {
 		content = map[string]any{"type": "output_audio", "transcript": transcript}
@@ -426,10 +428,9 @@ func (s *session) stream(r *response) {
 	}
 	output := []any{map[string]any{
 		"id": r.itemID, "object": "realtime.item", "type": "message", "role": "assistant",
-		"status": status, "content": []any{content},
+		"status": itemStatus(status), "content": []any{content},
 	}}
-	_ = s.send(map[string]any{"type": "response.done", "event_id": newID("event_"),
-		"response": s.responseObject(r, status, details, output, computeUsage(r.inputAudioTokens, audioBytes, textSent))})
+	s.sendDone(r, status, output, computeUsage(r.inputAudioTokens, audioBytes, textSent))
 }
 
 func (s *session) responseObject(r *response, status string, details, output, usage any) map[string]any {
@@ -440,7 +441,7 @@ func (s *session) responseObject(r *response, status string, details, output, us
 		"status_details":    details,
 		"output":            output,
 		"conversation_id":   s.convID,
-		"output_modalities": []string{"audio"},
+		"output_modalities": r.modalities(),
 		"max_output_tokens": "inf",
 		"audio": map[string]any{"output": map[string]any{
 			"format": map[string]any{"type": "audio/pcm", "rate": 24000},

@@ -51,6 +51,14 @@ type Config struct {
 	// buffer size (default 4 KiB). Hold mode uses 1 KiB to keep idle
 	// sessions small.
 	BufferSize int
+	// Turns is the number of exchanges per call (0 or 1: one); VAD makes
+	// them server-VAD turns with VADSilence (default 500 ms) as the
+	// silence window. See turns.go.
+	Turns      int
+	VAD        bool
+	VADSilence time.Duration
+	// vadUpdate is the session.update a VAD call sends.
+	vadUpdate []byte
 }
 
 // Client makes calls. It is safe for concurrent use.
@@ -76,6 +84,9 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	if cfg.BufferSize <= 0 {
 		cfg.BufferSize = 4096
+	}
+	if err := checkTurns(&cfg); err != nil {
+		return nil, err
 	}
 	c := &Client{cfg: cfg, header: http.Header{}}
 	switch cfg.Protocol {
@@ -130,6 +141,9 @@ type session struct {
 func (c *Client) Call(ctx context.Context, start time.Time) Sample {
 	if c.liveStart != nil {
 		return c.callLive(ctx, start)
+	}
+	if c.cfg.Turns > 1 || c.cfg.VAD {
+		return c.callTurns(ctx, start)
 	}
 	sess, s := c.open(ctx, start, c.cfg.Audio, callReadBuffer)
 	if sess == nil {

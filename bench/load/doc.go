@@ -27,6 +27,8 @@
 //	                          means the TCP connection dropped without a close frame
 //	response_<status>         response.done carried a status other than completed
 //	no_audio                  response.done arrived without any audio delta
+//	vad_early_stop            -vad: speech_stopped arrived while the client was
+//	                          still sending speech
 //	protocol                  a frame or event the client could not parse
 //	overload                  open-loop only: the arrival was skipped because too
 //	                          many calls were already outstanding
@@ -39,4 +41,9 @@
 // input_audio_buffer.commit, and only then (and after session.created)
 // response.create. The audio time is therefore part of "total" but not of
 // "first_audio".
+//
+// With Config.Turns (wsbench -turns N) a call is N exchanges on one session,
+// manual or server-VAD ones, and the first turn's first audio is reported
+// apart from the later turns'; turns.go says what each turn sends and from
+// when its first audio is measured. A failure names its turn in Detail.
 package load

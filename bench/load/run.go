@@ -169,6 +169,11 @@ type Summary struct {
 	Session    stats.Summary `json:"session"`
 	FirstAudio stats.Summary `json:"first_audio"`
 	Total      stats.Summary `json:"total"`
+	// LaterFirstAudio covers turns 2..N of calls of several turns (every
+	// later turn that reached its first audio, also of calls that failed
+	// later); nil unless the calls had several turns. FirstAudio is then
+	// the first turns'.
+	LaterFirstAudio *stats.Summary `json:"later_first_audio,omitempty"`
 	// Failures counts failed calls by class.
 	Failures map[string]int `json:"failures"`
 
@@ -182,7 +187,8 @@ type Summary struct {
 
 // Summarize computes the summary of samples; wall and cpu may be zero.
 func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
-	var dial, session, audio, total []time.Duration
+	var dial, session, audio, total, later []time.Duration
+	turns := false // calls of several turns (their LaterFirstAudio is not nil)
 	s := Summary{Calls: len(samples), Failures: map[string]int{}, Wall: wall, CPU: cpu}
 	for _, c := range samples {
 		if c.Reached >= PhaseDial {
@@ -194,6 +200,8 @@ func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
 		if c.Reached >= PhaseFirstAudio {
 			audio = append(audio, c.FirstAudio)
 		}
+		later = append(later, c.LaterFirstAudio...)
+		turns = turns || c.LaterFirstAudio != nil
 		if c.OK() {
 			s.OK++
 			total = append(total, c.Total)
@@ -203,6 +211,10 @@ func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
 	}
 	s.Dial, s.Session = stats.Summarize(dial), stats.Summarize(session)
 	s.FirstAudio, s.Total = stats.Summarize(audio), stats.Summarize(total)
+	if turns {
+		sum := stats.Summarize(later)
+		s.LaterFirstAudio = &sum
+	}
 	if s.Calls > 0 {
 		s.SuccessRate = float64(s.OK) / float64(s.Calls)
 		s.CPUPer1000 = time.Duration(float64(cpu) * 1000 / float64(s.Calls))

@@ -44,8 +44,12 @@ type Sample struct {
 	Reached    Phase
 	Dial       time.Duration // start -> 101
 	Session    time.Duration // 101 -> session.created
-	FirstAudio time.Duration // response.create sent -> first audio delta
-	Total      time.Duration // start -> response.done + clean close
+	FirstAudio time.Duration // response.create sent -> first audio delta (the first turn's)
+	// LaterFirstAudio holds the first-audio times of turns 2..N of a call
+	// of several turns (turns.go): not nil even when no later turn got that
+	// far; nil for a call of one turn.
+	LaterFirstAudio []time.Duration
+	Total           time.Duration // start -> response.done + clean close
 
 	// Failure is the failure class ("" for a successful call).
 	Failure string
@@ -67,22 +71,36 @@ func (s Sample) MarshalJSON() ([]byte, error) {
 		return &v
 	}
 	return json.Marshal(struct {
-		StartMS      float64  `json:"start_ms"`
-		DialMS       *float64 `json:"dial_ms"`
-		SessionMS    *float64 `json:"session_ms"`
-		FirstAudioMS *float64 `json:"first_audio_ms"`
-		TotalMS      *float64 `json:"total_ms"`
-		OK           bool     `json:"ok"`
-		Failure      string   `json:"failure,omitempty"`
-		Detail       string   `json:"detail,omitempty"`
+		StartMS      float64   `json:"start_ms"`
+		DialMS       *float64  `json:"dial_ms"`
+		SessionMS    *float64  `json:"session_ms"`
+		FirstAudioMS *float64  `json:"first_audio_ms"`
+		TotalMS      *float64  `json:"total_ms"`
+		LaterMS      []float64 `json:"later_first_audio_ms,omitempty"`
+		OK           bool      `json:"ok"`
+		Failure      string    `json:"failure,omitempty"`
+		Detail       string    `json:"detail,omitempty"`
 	}{
 		StartMS:      stats.Millis(s.Offset),
 		DialMS:       phase(PhaseDial, s.Dial),
 		SessionMS:    phase(PhaseSession, s.Session),
 		FirstAudioMS: phase(PhaseFirstAudio, s.FirstAudio),
 		TotalMS:      phase(PhaseDone, s.Total),
+		LaterMS:      millis(s.LaterFirstAudio),
 		OK:           s.OK(),
 		Failure:      s.Failure,
 		Detail:       s.Detail,
 	})
+}
+
+// millis is ds in milliseconds (nil for none).
+func millis(ds []time.Duration) []float64 {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = stats.Millis(d)
+	}
+	return out
 }

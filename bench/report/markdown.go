@@ -6,6 +6,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +51,13 @@ func phaseRows(s load.Summary) [][]string {
 		name string
 		sum  stats.Summary
 	}{{"dial", s.Dial}, {"session", s.Session}, {"first audio", s.FirstAudio}, {"total", s.Total}}
+	if s.LaterFirstAudio != nil { // calls of several turns: the first turn and the later ones apart
+		phases[2].name = "first audio, turn 1"
+		phases = slices.Insert(phases, 3, struct {
+			name string
+			sum  stats.Summary
+		}{"first audio, turns 2+", *s.LaterFirstAudio})
+	}
 	rows := make([][]string, 0, len(phases))
 	for _, p := range phases {
 		if p.sum.N == 0 {

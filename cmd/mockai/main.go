@@ -3,7 +3,8 @@
 //
 // It prints one line, "mockai listening on <base URL>", once it accepts connections,
 // serves until SIGINT or SIGTERM, and exits 2 on invalid flags. What reached it is at
-// GET /mock/records and GET /mock/stats on the same port.
+// GET /mock/records and GET /mock/stats on the same port; GET and POST
+// /mock/config show and change the first-audio delay while it runs.
 package main
 
 import (
@@ -45,7 +46,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.OneSegment, "one-segment", false, "send the 101 and session.created in one socket write (with -tls: two TLS records in one TCP segment)")
 	fs.DurationVar(&o.cfg.UpgradeDelay, "upgrade-delay", 0, "delay before the 101 response")
 	fs.DurationVar(&o.cfg.SessionDelay, "session-delay", 0, "delay after the 101, before session.created")
-	fs.DurationVar(&o.cfg.FirstAudioDelay, "first-audio-delay", 0, "delay after response.create, before the first audio delta")
+	fs.DurationVar(&o.cfg.FirstAudioDelay, "first-audio-delay", 0, "delay after response.create, before the first audio (or text, or tool arguments) delta; changed while running by POST /mock/config?first_audio_delay=D")
 	fs.IntVar(&o.cfg.AudioDeltas, "deltas", 0, "audio deltas per response (0 = 5, -1 = none)")
 	fs.IntVar(&o.cfg.AudioDeltaBytes, "delta-bytes", 0, "raw PCM bytes per audio delta (0 = 4800, 100 ms)")
 	fs.DurationVar(&o.cfg.AudioDeltaInterval, "delta-interval", 0, "gap between audio deltas")
@@ -55,7 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.StopReading, "stop-reading", false, "fault: never read from a connection after session.created")
 	fs.IntVar(&o.cfg.StatusCode, "status", 0, "fault: answer every upgrade with this HTTP status (e.g. 429, 500)")
 	fs.DurationVar(&o.cfg.StallFor, "stall-for", 0, "fault: drop a stalled connection this long after session.created (0 = never)")
-	fs.BoolVar(&o.cfg.FaultsFromQuery, "faults-from-query", false, "let each connection pick a fault with ?fault=drop|close|malformed|stall|no_closed|<status>&fault_after=N")
+	fs.BoolVar(&o.cfg.FaultsFromQuery, "faults-from-query", false, "let each connection pick a fault with ?fault=drop|close|malformed|stall|no_closed|<status>&fault_after=N, and its first-audio delay with ?first_audio_delay=D")
 	fs.BoolVar(&o.cfg.Echo, "echo", false, "after session.created, send every data message back verbatim instead of answering it")
 	fs.DurationVar(&o.cfg.Stream.Interval, "stream", 0, "voice mode: after the client's first message, send an audio delta every interval (e.g. 20ms) and drop what the client sends")
 	fs.IntVar(&o.cfg.Stream.Bytes, "stream-bytes", 0, "with -stream: PCM bytes per delta (0 = 24 kHz for one interval, 960 for 20ms)")

@@ -37,6 +37,9 @@ type benchOptions struct {
 	hold           int
 	holdFor        time.Duration
 	audio          bool
+	turns          int
+	vad            bool
+	vadSilence     time.Duration
 	voice          voiceOptions // voice.go
 }
 
@@ -63,6 +66,9 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	fs.IntVar(&o.hold, "hold", 0, "hold mode: open this many sessions and keep them idle")
 	fs.DurationVar(&o.holdFor, "hold-for", 10*time.Second, "with -hold: how long to hold the sessions")
 	fs.BoolVar(&o.audio, "audio", false, "stream 1 s of real-time input audio (20 ms chunks) and commit before response.create")
+	fs.IntVar(&o.turns, "turns", 1, "exchanges per call on one session; the first turn's first audio is reported apart from the later turns' (manual turns: -audio's appends and commit, then response.create; first audio from response.create)")
+	fs.BoolVar(&o.vad, "vad", false, "server-VAD turns: session.update turns on server_vad, each turn sends 1 s (-audio length) of a tone then silence until speech_stopped; first audio is measured from the end of speech, so it includes -vad-silence")
+	fs.DurationVar(&o.vadSilence, "vad-silence", load.DefaultVADSilence, "with -vad: the silence_duration_ms asked for")
 	o.voice.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare|soak|peers|huge [flags]   (see wsbench compare -h)\n\n")
@@ -116,6 +122,14 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	case o.holdFor < 0:
 		return o, fmt.Errorf("-hold-for must not be negative, got %v", o.holdFor)
 	}
+	switch {
+	case o.turns < 1:
+		return o, fmt.Errorf("-turns must be at least 1, got %d", o.turns)
+	case (o.turns > 1 || o.vad) && (o.protocol == load.ProtocolLive || o.hold > 0 || o.voice.n > 0):
+		return o, errors.New("-turns and -vad measure Realtime calls: not with -protocol live, -hold or voice mode")
+	case o.vadSilence <= 0 || o.vadSilence > 10*time.Second:
+		return o, fmt.Errorf("-vad-silence %v: want more than 0, at most 10s", o.vadSilence)
+	}
 	if err := o.voice.check(o); err != nil {
 		return o, err
 	}
@@ -157,7 +171,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	cfg := load.Config{URL: o.url, Key: o.key, Timeout: o.timeout, TLS: tlsCfg, SourceIPs: o.sourceIPs, Audio: o.audio,
-		Protocol: o.protocol, Model: o.model}
+		Protocol: o.protocol, Model: o.model, Turns: o.turns, VAD: o.vad, VADSilence: o.vadSilence}
 	if o.voice.n > 0 {
 		cfg.BufferSize = 2048 // one 20 ms delta (about 1.4 KB) per read
 	}
@@ -176,6 +190,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if !o.quiet {
 		mode := fmt.Sprintf("%d calls, %d concurrent", o.n, o.c)
+		if o.turns > 1 || o.vad {
+			kind := "manual"
+			if o.vad {
+				kind = fmt.Sprintf("server-VAD (%v silence)", o.vadSilence)
+			}
+			mode += fmt.Sprintf(", %d %s turns each", o.turns, kind)
+		}
 		switch {
 		case o.hold > 0:
 			mode = fmt.Sprintf("hold %d sessions for %v, opening %d at a time", o.hold, o.holdFor, o.c)
@@ -218,9 +239,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		C        int           `json:"c"`
 		Rate     float64       `json:"rate,omitempty"`
 		Audio    bool          `json:"audio"`
+		Turns    int           `json:"turns"`
+		VAD      bool          `json:"vad,omitempty"`
 		Summary  load.Summary  `json:"summary"`
 		Samples  []load.Sample `json:"samples"`
-	}{o.url, o.protocol, o.n, o.c, o.rate, o.audio, sum, res.Samples}
+	}{o.url, o.protocol, o.n, o.c, o.rate, o.audio, o.turns, o.vad, sum, res.Samples}
 	if !publish(o, stdout, stderr, report.RunMarkdown(sum), res.Samples, doc) {
 		return 1
 	}

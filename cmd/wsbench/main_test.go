@@ -78,6 +78,15 @@ func TestParseBenchFlags(t *testing.T) {
 		}, ""},
 		{"live with hold", []string{"-protocol", "live", "-hold", "5"}, nil, nil, "not with -hold"},
 		{"unknown protocol", []string{"-protocol", "sip"}, nil, nil, "-protocol"},
+		{"turns", []string{"-turns", "5", "-vad", "-vad-silence", "300ms"}, nil, func(t *testing.T, o benchOptions) {
+			if o.turns != 5 || !o.vad || o.vadSilence != 300*time.Millisecond {
+				t.Errorf("got %+v", o)
+			}
+		}, ""},
+		{"zero turns", []string{"-turns", "0"}, nil, nil, "-turns must be at least 1"},
+		{"turns with live", []string{"-turns", "2", "-protocol", "live"}, nil, nil, "not with -protocol live"},
+		{"vad with hold", []string{"-vad", "-hold", "3"}, nil, nil, "not with -protocol live, -hold"},
+		{"bad vad silence", []string{"-vad", "-vad-silence", "0s"}, nil, nil, "-vad-silence"},
 		{"voice with hold", []string{"-voice", "5", "-hold", "5"}, nil, nil, "-voice cannot be combined"},
 		{"voice interval", []string{"-voice", "5", "-voice-interval", "0"}, nil, nil, "-voice-interval at least 1ms"},
 		{"zero calls", []string{"-n", "0"}, nil, nil, "-n must be positive"},
@@ -212,6 +221,12 @@ func TestRunBench(t *testing.T) {
 			[]string{"calls 2, ok 2"}},
 		{"live, usage unconfirmed", mockai.Config{Key: key, Live: mockai.LiveConfig{NoClosed: true}}, []string{"-protocol", "live", "-n", "2", "-c", "2"}, 1,
 			[]string{"| no_session_closed | 2 |"}},
+		{"manual turns", mockai.Config{Key: key}, []string{"-n", "3", "-c", "2", "-turns", "3"}, 0,
+			[]string{"calls 3, ok 3 (100.0%)", "| first audio, turn 1 | 3 |", "| first audio, turns 2+ | 6 |", "| total | 3 |"}},
+		{"VAD turns", mockai.Config{Key: key}, []string{"-n", "2", "-c", "2", "-turns", "2", "-vad", "-vad-silence", "60ms"}, 0,
+			[]string{"calls 2, ok 2 (100.0%)", "| first audio, turn 1 | 2 |", "| first audio, turns 2+ | 2 |"}},
+		{"turns, a later one fails", mockai.Config{Key: key, DropAfterFrames: 13}, []string{"-n", "1", "-c", "1", "-turns", "3"}, 1,
+			[]string{"ok 0 (0.0%)", "| first audio, turn 1 | 1 |", "| unexpected_close_1006 | 1 |"}},
 		{"voice, upstream refuses", mockai.Config{StatusCode: 429}, []string{"-voice", "2", "-voice-for", "100ms"}, 1,
 			[]string{"| sessions opened | 0 of 2 |", "| handshake_429 | 2 |"}},
 	}
