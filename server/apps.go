@@ -38,9 +38,11 @@ func (s *Server) setupApps(upTLS *tls.Config) {
 
 // startApp starts the sessions that do not take the plain path: a client
 // secret's (configured before the client sees anything), a sideband's and a
-// transcription session's (never from the warm pool). It reports false for
-// a plain connect.
-func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes.Table, q url.Values, h http.Header) bool {
+// transcription session's (never from the warm pool). cands are the
+// deployments the connect was routed to, in order, the one whose slot it
+// holds (or the probe) first: the first attempt dials them as they are, as
+// a plain connect does. It reports false for a plain connect.
+func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes.Table, cands []*routes.Deployment, q url.Values, h http.Header) bool {
 	group := info.group
 	switch {
 	case isSideband(q):
@@ -48,7 +50,7 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes
 		if _, made := s.calls.owner(q.Get("call_id")); made {
 			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (calls.go)
 		}
-		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
+		go s.connectUpstream(sess, info, cands, q, h)
 		return true
 	case info.grant != nil:
 		if info.grant.claims.Type == "transcription" {
@@ -57,11 +59,11 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes
 			q.Set("model", group)
 		}
 		info.redial = func() { s.primeSession(sess, info, s.live.order(table.Groups[group]), q, h) }
-		go s.primeSession(sess, info, s.live.order(table.Groups[group]), q, h)
+		go s.primeSession(sess, info, cands, q, h)
 		return true
 	case isTranscription(q):
 		info.redial = func() { s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h) }
-		go s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h)
+		go s.connectUpstream(sess, info, cands, q, h)
 		return true
 	}
 	return false

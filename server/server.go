@@ -617,7 +617,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
-	if s.startApp(sess, info, routes, q, req.Header) {
+	if s.startApp(sess, info, routes, cands, q, req.Header) {
 		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
 	}
 	// Only the headers that go upstream outlive the handshake: the redial
