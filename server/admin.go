@@ -46,7 +46,6 @@ type adminState struct {
 	addr     atomic.Pointer[net.TCPAddr] // the admin listener, once ServeAdmin runs
 	sampling sync.Once
 	board    statusBoard
-	dials    dialStats
 }
 
 func (a *adminState) init() {
@@ -54,7 +53,6 @@ func (a *adminState) init() {
 	a.reg = prometheus.NewRegistry()
 	a.pageKey = randomBytes(32)
 	a.board.init()
-	a.dials.init()
 }
 
 // tee returns a Registerer that registers with main and with the status

@@ -58,11 +58,11 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes
 		} else if !isTranscription(q) {
 			q.Set("model", group)
 		}
-		info.redial = func() { s.primeSession(sess, info, s.live.order(table.Groups[group]), q, h) }
+		info.redial = func() { s.primeSession(sess, info, s.balancer.Rank(table.Groups[group]), q, h) }
 		go s.primeSession(sess, info, cands, q, h)
 		return true
 	case isTranscription(q):
-		info.redial = func() { s.connectUpstream(sess, info, s.live.order(table.Groups[group]), q, h) }
+		info.redial = func() { s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, h) }
 		go s.connectUpstream(sess, info, cands, q, h)
 		return true
 	}

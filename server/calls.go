@@ -35,6 +35,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
 )
@@ -122,18 +123,18 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 		offer.session = map[string]any{"type": "realtime"}
 	}
 	var last string
-	for i, d := range s.live.order(table.Groups[group]) {
-		if i == maxDialAttempts {
+	for i, d := range s.balancer.Rank(table.Groups[group]) {
+		if i == balance.MaxAttempts {
 			break
 		}
 		a, callID, err := s.forwardCall(req.Context(), d, offer)
 		if err != nil {
 			last = err.Error()
-			s.live.failed(d, "calls request failed")
+			s.balancer.Failed(d, "calls request failed")
 			s.log.Warn("upstream calls request failed", "deployment", d.Name, "err", err)
 			continue
 		}
-		s.live.succeeded(d)
+		s.balancer.Succeeded(d)
 		if callID != "" {
 			if err := s.calls.remember(context.Background(), callID, key.Name); err != nil {
 				s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)

@@ -3,7 +3,6 @@ package server
 import (
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -105,13 +104,12 @@ func TestConnectsDialTheDeploymentTheyReserved(t *testing.T) {
 // to run out, so that the next connect routed to its group probes it.
 func ejectUntilDue(t *testing.T, g *gateway, d *routes.Deployment) {
 	t.Helper()
-	g.srv.live.failed(d, "ejected by the test")
+	g.srv.balancer.Failed(d, "ejected by the test")
 	if metricSum(t, g, "rtgate_upstream_ejected") != 1 {
 		t.Fatal("the deployment is not marked ejected")
 	}
 	waitFor(t, "the ejection's backoff to run out", func() bool {
-		g.srv.live.mu.Lock()
-		defer g.srv.live.mu.Unlock()
-		return !time.Now().Before(g.srv.live.ds[d.Name].until)
+		st := g.srv.balancer.Snapshot(d)
+		return st.State == "ejected" && st.BackoffS == 0
 	})
 }

@@ -11,14 +11,11 @@ import (
 	"time"
 
 	"rtgate/poller"
+	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
 	"rtgate/upstream"
 )
-
-// maxDialAttempts bounds failover: a connect tries at most this many
-// deployments of its model group before the client gets the error.
-const maxDialAttempts = 3
 
 // passThroughHeaders are the client headers that go upstream; every other
 // client header (credentials, OpenAI-Organization, OpenAI-Project) stays.
@@ -41,7 +38,7 @@ type sessionInfo struct {
 	start      time.Time          // when the client's upgrade completed
 	poolHit    bool               // the upstream came from the warm pool
 	redial     func()             // dials a fresh upstream after a dead warm one
-	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (deplimits.go)
+	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	overBudget atomic.Bool        // ended by its key's budget (budget.go)
 	grant      *secretGrant       // the client secret it connected with; nil for a key
 
@@ -177,7 +174,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 	if hit {
 		// A socket past session.created is as good a sign of health as
 		// a dial (and answers a probe routed here).
-		s.live.succeeded(d)
+		s.balancer.Succeeded(d)
 	}
 	return hit
 }
@@ -189,7 +186,7 @@ func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
 	info.deployment, info.counted = d, count
 	info.depMu.Unlock()
 	if count {
-		s.live.counter(d).Add(1)
+		s.balancer.Attach(d)
 	}
 }
 
@@ -207,9 +204,17 @@ func (s *Server) uncount(info *sessionInfo, forget bool) *routes.Deployment {
 	}
 	info.depMu.Unlock()
 	if counted {
-		s.live.counter(d).Add(-1)
+		s.balancer.Detach(d)
 	}
 	return d
+}
+
+// dialTo dials a deployment for a session that asked with query q and
+// pass-through headers h.
+func (s *Server) dialTo(q url.Values, h http.Header) balance.DialFunc {
+	return func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error) {
+		return s.dialer.Dial(ctx, target(d, q, h))
+	}
 }
 
 // currentDeployment is the deployment serving the session (nil if none yet).
@@ -228,11 +233,11 @@ func (i *sessionInfo) currentDeployment() *routes.Deployment {
 // dial to the next deployment starts beside it, and the first upgrade to
 // complete wins; a dial that fails is followed at once by the next
 // deployment's (nothing has reached the client from the upstream yet).
-// At most maxDialAttempts deployments are tried.
+// At most balance.MaxAttempts deployments are tried.
 func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
 	ctx, cancel := s.attemptContext(info)
 	defer cancel()
-	conn, d, status := s.dialRace(ctx, info.group, cands[:min(len(cands), maxDialAttempts)], q, h)
+	conn, d, status := s.balancer.Race(ctx, info.group, cands, s.dialTo(q, h))
 	switch {
 	case conn != nil:
 		s.attached(info, d)

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/spenddb"
 	"rtgate/server/usage"
@@ -79,12 +81,11 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[*poller.Session]*sessionInfo
 
-	routes    atomic.Pointer[routes.Table] // replaced whole on SIGHUP
-	live      *router
-	usageLog  *usage.Log        // nil without USAGE_LOG
-	spendDB   *spenddb.Writer   // nil without DATABASE_URL
-	budgets   *budgets          // budget.go
-	depLimits deploymentLimiter // deplimits.go
+	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
+	usageLog *usage.Log                   // nil without USAGE_LOG
+	spendDB  *spenddb.Writer              // nil without DATABASE_URL
+	budgets  *budgets                     // budget.go
 
 	apps // client secrets, calls, sidebands (apps.go)
 
@@ -143,7 +144,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		}
 		s.usageLog = ul
 	}
-	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
+	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
+		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures})
 	if err := s.openSpendDB(); err != nil {
 		return nil, err
 	}
@@ -579,12 +581,13 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		}
 		return
 	}
-	cands, reserved, herr := s.reserveDeployment(routes.Groups[group])
-	if herr != nil {
+	plan, busy := s.balancer.Reserve(routes.Groups[group])
+	if busy != nil {
 		s.unadmit(key)
-		c.refuse(herr)
+		c.refuse(deploymentsBusy(busy))
 		return
 	}
+	cands := plan.Cands
 
 	protocol := ""
 	if creds.offeredRealtime {
@@ -592,7 +595,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	c.stopTimer()
 	info := &c.info
-	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), key, group, reserved, time.Now(), grant
+	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), key, group, plan.Reserved, time.Now(), grant
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.meterBudget(sess, info)
@@ -629,7 +632,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	rawQuery := strings.Clone(req.URL.RawQuery)
 	info.redial = func() {
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
-		s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, upHeader)
+		s.connectUpstream(sess, info, s.balancer.Rank(routes.Groups[group]), q, upHeader)
 	}
 	if s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader)) {
 		return
@@ -673,6 +676,27 @@ func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
 	return nil
 }
 
+// unadmit gives back what admit reserved, for a connect refused after it.
+func (s *Server) unadmit(key *routes.ClientKey) {
+	if s.cluster != nil {
+		s.cluster.release(key.Name)
+	} else {
+		s.limiter.release(key.Name)
+	}
+	s.sessionsOpen.Add(-1)
+}
+
+// deploymentsBusy is the refusal of a connect no deployment of its group
+// has room for: 429 with Retry-After.
+func deploymentsBusy(b *balance.Busy) *httpError {
+	code, msg := "deployment_rate_limited", "every deployment of this model is at its connect rate (rpm); try again shortly"
+	if b.Capped {
+		code, msg = "deployment_at_capacity", "every deployment of this model is at its session limit (max_parallel_requests); try again shortly"
+	}
+	return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: code, message: msg,
+		header: http.Header{"Retry-After": {strconv.Itoa(b.RetryAfter)}}}
+}
+
 func (s *Server) originAllowed(origin string) bool {
 	if origin == "" || len(s.cfg.AllowedOrigins) == 0 || s.isAdminOrigin(origin) {
 		return true
@@ -699,7 +723,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	} else {
 		s.limiter.release(info.key.Name)
 	}
-	s.releaseDeployment(info)
+	s.balancer.Release(info.reserved)
 	deployment := ""
 	dep := s.uncount(info, false)
 	if dep != nil {

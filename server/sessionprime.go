@@ -251,14 +251,14 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 				p.feedCreated(held)
 				info.poolHit = true
 				hd.FinishHandOver()
-				s.live.succeeded(d)
+				s.balancer.Succeeded(d)
 			}
 		} else {
 			p = nil
 		}
 	}
 	if p == nil {
-		conn, dd, status := s.dialRace(ctx, info.group, cands[:min(len(cands), maxDialAttempts)], q, h)
+		conn, dd, status := s.balancer.Race(ctx, info.group, cands, s.dialTo(q, h))
 		if conn == nil {
 			if info.left() {
 				sess.Cancel()

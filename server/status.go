@@ -350,7 +350,7 @@ func sortedCounts(m map[string]int) []namedCount {
 }
 
 // deploymentReports lists every deployment of the routes table with the
-// router's passive health (health.go) and the dial latency seen by client
+// balancer's state: passive health and the dial latency seen by client
 // connects.
 func (s *Server) deploymentReports(now time.Time) []deploymentReport {
 	table := s.routes.Load()
@@ -362,60 +362,12 @@ func (s *Server) deploymentReports(now time.Time) []deploymentReport {
 	slices.Sort(groups)
 	for _, g := range groups {
 		for _, d := range table.Groups[g] {
-			st := s.live.stateOf(d)
-			s.live.mu.Lock()
-			state, until := st.state, st.until
-			s.live.mu.Unlock()
-			dr := deploymentReport{Name: d.Name, Group: g, State: [...]string{"healthy", "ejected", "probing"}[state],
-				Ejected: state != healthy, Live: st.live.Load(), Dialing: st.dialing.Load()}
-			if state == ejected && until.After(now) {
-				dr.BackoffS = until.Sub(now).Seconds()
-			}
-			dr.DialMS, dr.DialAvg, dr.Dials = s.admin.dials.get(d.Name)
-			out = append(out, dr)
+			st := s.balancer.Snapshot(d)
+			out = append(out, deploymentReport{Name: d.Name, Group: g, State: st.State, Ejected: st.State != "healthy",
+				BackoffS: st.BackoffS, Live: st.Live, Dialing: st.Dialing, DialMS: st.DialMS, DialAvg: st.DialAvg, Dials: st.Dials})
 		}
 	}
 	return out
-}
-
-// dialStats keep the latency of client dials per deployment: the last and
-// a moving average, since a deployment's health is mostly how fast it
-// answers.
-type dialStats struct {
-	mu sync.Mutex
-	by map[string]*dialStat
-}
-
-type dialStat struct {
-	lastMS, avgMS float64
-	n             int
-}
-
-func (d *dialStats) init() { d.by = map[string]*dialStat{} }
-
-// observe records one completed dial (upgrade done) to a deployment.
-func (d *dialStats) observe(deployment string, took time.Duration) {
-	ms := float64(took.Microseconds()) / 1000
-	d.mu.Lock()
-	st := d.by[deployment]
-	if st == nil {
-		st = &dialStat{avgMS: ms}
-		d.by[deployment] = st
-	}
-	st.lastMS, st.n = ms, st.n+1
-	st.avgMS += (ms - st.avgMS) * 0.2 // about the last ten dials
-	d.mu.Unlock()
-}
-
-func (d *dialStats) get(deployment string) (last, avg *float64, n int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	st := d.by[deployment]
-	if st == nil {
-		return nil, nil, 0
-	}
-	l, a := st.lastMS, st.avgMS
-	return &l, &a, st.n
 }
 
 // buildVersion is the module version and VCS revision the binary was built
