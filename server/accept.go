@@ -159,11 +159,3 @@ func (s *Server) startTLSHandshake() bool {
 }
 
 func (s *Server) endTLSHandshake() { s.front.tlsRunning.Add(-1) }
-
-// Handshaking is the number of client connections between accept and the
-// answer to their request.
-func (s *Server) Handshaking() int64 { return s.front.handshaking.Load() }
-
-// TLSHandshakesRunning is the number of client TLS handshakes in progress
-// (each with its goroutine).
-func (s *Server) TLSHandshakesRunning() int64 { return s.front.tlsRunning.Load() }

@@ -63,9 +63,6 @@ func (s *Server) setupCluster() error {
 	return nil
 }
 
-// ClusterStore is the Redis shared by the instances, or nil without REDIS_URL.
-func (s *Server) ClusterStore() *ClusterStore { return s.store }
-
 // admitCluster applies the per-key limits through Redis. A key without
 // limits is only counted; otherwise the check is started in a goroutine and
 // errAdmitPending returned. sessionsOpen is already reserved by the caller.

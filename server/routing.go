@@ -138,13 +138,6 @@ func passThrough(h http.Header) http.Header {
 	return out
 }
 
-// defaultTarget is the upstream a plain connect to the default group's
-// first deployment maps to (what the pool warms before any client comes).
-func (s *Server) defaultTarget() upstream.Target {
-	r := s.routes.Load()
-	return target(r.Groups[r.Default][0], url.Values{}, nil)
-}
-
 // primePool warms every deployment's plain target.
 func (s *Server) primePool(r *routes.Table) {
 	if s.pool == nil {
