@@ -39,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"rtgate/server/cluster"
 	"rtgate/server/routes"
 )
 
@@ -93,7 +94,7 @@ type secretGrant struct {
 // not fit a token.
 type secretSigner struct {
 	keys  [][]byte // the first signs; all verify
-	store *ClusterStore
+	store *cluster.Store
 
 	memMu sync.Mutex
 	mem   map[string]memConfig // configs kept in this process, by secret id
@@ -112,7 +113,7 @@ type memConfig struct {
 // random key and warns (when the first secret is minted, so that a gateway
 // that mints none says nothing), since then only this process accepts its
 // secrets.
-func newSecretSigner(keys []string, store *ClusterStore, log *slog.Logger) *secretSigner {
+func newSecretSigner(keys []string, store *cluster.Store, log *slog.Logger) *secretSigner {
 	s := &secretSigner{store: store, mem: map[string]memConfig{}}
 	for _, k := range keys {
 		s.keys = append(s.keys, []byte(k))

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"rtgate/frames"
+	"rtgate/server/cluster"
 )
 
 // The Redis admission check runs in a goroutine of its own, never in
@@ -52,27 +53,27 @@ func (s *Server) setupCluster() error {
 	if s.cfg.RedisURL == "" {
 		return nil
 	}
-	st, err := NewClusterStore(s.cfg.RedisURL, s.cfg.RedisTimeout)
+	st, err := cluster.NewStore(s.cfg.RedisURL, s.cfg.RedisTimeout)
 	if err != nil {
 		return err
 	}
 	s.store = st
-	s.cluster = newClusterLimiter(st, s.cfg.ClusterLease, s.cfg.ClusterInstances, s.log, s.metrics.reg)
-	s.log.Info("per-key limits are cluster-wide", "redis", redactedRedisURL(s.cfg.RedisURL),
+	s.admitter = cluster.NewLimiter(st, s.cfg.ClusterLease, s.cfg.ClusterInstances, s.log, s.metrics.reg)
+	s.log.Info("per-key limits are cluster-wide", "redis", cluster.RedactURL(s.cfg.RedisURL),
 		"instance", st.Instance, "lease", s.cfg.ClusterLease, "timeout", s.cfg.RedisTimeout)
 	return nil
 }
 
-// admitCluster applies the per-key limits through Redis. A key without
-// limits is only counted; otherwise the check is started in a goroutine and
-// errAdmitPending returned. sessionsOpen is already reserved by the caller.
-func (s *Server) admitCluster(c *clientConn, name string, maxSessions int, rate float64) *httpError {
-	if maxSessions <= 0 && rate <= 0 {
-		return s.cluster.admit(name, 0, 0)
-	}
+// admitAsync applies per-key limits that need I/O (Redis): the check is
+// started in a goroutine and errAdmitPending returned. sessionsOpen is
+// already reserved by the caller.
+func (s *Server) admitAsync(c *clientConn, name string, maxSessions int, rate float64) *httpError {
 	c.wait.pending.Store(true)
 	go func() {
-		herr := s.cluster.admit(name, maxSessions, rate)
+		var herr *httpError
+		if r := s.admitter.Admit(name, maxSessions, rate); r != nil {
+			herr = keyRefused(r)
+		}
 		w := &c.wait
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -87,7 +88,7 @@ func (s *Server) admitCluster(c *clientConn, name string, maxSessions int, rate 
 			// configuration was reloaded meanwhile): give the slot back.
 			w.decided = false
 			s.sessionsOpen.Add(-1)
-			s.cluster.release(name)
+			s.admitter.Release(name)
 		}
 		w.pending.Store(false)
 		if w.gone.Load() && w.told.CompareAndSwap(false, true) && c.sess != nil {
@@ -124,11 +125,4 @@ func (c *clientConn) bufferWhilePending() bool {
 		_ = c.conn.Close()
 	}
 	return true
-}
-
-// closeCluster takes this instance out of Redis and closes the client.
-func (s *Server) closeCluster() {
-	if s.cluster != nil {
-		s.cluster.close()
-	}
 }

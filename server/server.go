@@ -40,6 +40,8 @@ import (
 	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/balance"
+	"rtgate/server/cluster"
+	"rtgate/server/limit"
 	"rtgate/server/routes"
 	"rtgate/server/spenddb"
 	"rtgate/server/usage"
@@ -65,11 +67,10 @@ type Server struct {
 
 	pool      *upstream.Pool // nil when the pool is off
 	metrics   *metrics
-	front     frontDoor    // admission at accept (accept.go)
-	memBudget memoryBudget // the global bound on bytes held for slow peers (watchdog.go)
-	limiter   *keyLimiter
-	store     *ClusterStore   // nil without REDIS_URL
-	cluster   *clusterLimiter // nil without REDIS_URL; replaces limiter then
+	front     frontDoor      // admission at accept (accept.go)
+	memBudget memoryBudget   // the global bound on bytes held for slow peers (watchdog.go)
+	admitter  limit.Admitter // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
+	store     *cluster.Store // nil without REDIS_URL
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
@@ -98,7 +99,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
-		limiter: newKeyLimiter()}
+		admitter: limit.NewLocal(nil)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.admin.init()
 
@@ -252,7 +253,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeSpend(ctx)
 	s.closeBudgets(ctx)
 	s.closeMeters()
-	s.closeCluster()
+	s.admitter.Close()
 	return err
 }
 
@@ -662,27 +663,19 @@ func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
 	if key.ConnectRate > 0 {
 		rate = key.ConnectRate
 	}
-	if s.cluster != nil {
-		herr := s.admitCluster(c, key.Name, maxSessions, rate)
-		if herr != nil && herr != errAdmitPending {
-			s.sessionsOpen.Add(-1)
-		}
-		return herr
+	if s.admitter.Waits(maxSessions, rate) {
+		return s.admitAsync(c, key.Name, maxSessions, rate)
 	}
-	if herr := s.limiter.admit(key.Name, maxSessions, rate, time.Now()); herr != nil {
+	if r := s.admitter.Admit(key.Name, maxSessions, rate); r != nil {
 		s.sessionsOpen.Add(-1)
-		return herr
+		return keyRefused(r)
 	}
 	return nil
 }
 
 // unadmit gives back what admit reserved, for a connect refused after it.
 func (s *Server) unadmit(key *routes.ClientKey) {
-	if s.cluster != nil {
-		s.cluster.release(key.Name)
-	} else {
-		s.limiter.release(key.Name)
-	}
+	s.admitter.Release(key.Name)
 	s.sessionsOpen.Add(-1)
 }
 
@@ -718,11 +711,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		s.sessionsOpen.Add(-1)
 		return
 	}
-	if s.cluster != nil {
-		s.cluster.release(info.key.Name)
-	} else {
-		s.limiter.release(info.key.Name)
-	}
+	s.admitter.Release(info.key.Name)
 	s.balancer.Release(info.reserved)
 	deployment := ""
 	dep := s.uncount(info, false)

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"rtgate/server/cluster"
 	"rtgate/server/routes"
 )
 
@@ -25,7 +26,7 @@ const callTTL = 2 * time.Hour
 
 // callRegistry maps call ids to the name of the key that made the call.
 type callRegistry struct {
-	store *ClusterStore // nil without REDIS_URL
+	store *cluster.Store // nil without REDIS_URL
 
 	mu sync.Mutex
 	m  map[string]callOwner
@@ -36,7 +37,7 @@ type callOwner struct {
 	expires time.Time
 }
 
-func newCallRegistry(store *ClusterStore) *callRegistry {
+func newCallRegistry(store *cluster.Store) *callRegistry {
 	return &callRegistry{store: store, m: map[string]callOwner{}}
 }
 
