@@ -6,7 +6,6 @@ package server
 import (
 	"crypto/tls"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -42,12 +41,12 @@ func (s *Server) setupApps(upTLS *tls.Config) {
 // deployments the connect was routed to, in order, the one whose slot it
 // holds (or the probe) first: the first attempt dials them as they are, as
 // a plain connect does. It reports false for a plain connect.
-func (s *Server) startApp(sess *poller.Session, info *sessionInfo, table *routes.Table, cands []*routes.Deployment, q url.Values, h http.Header) bool {
-	group := info.group
+func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, cands []*routes.Deployment) bool {
+	group, table, q, h := info.group, u.table, u.q, u.req.Header
 	switch {
-	case isSideband(q):
+	case u.callID != "":
 		info.redial = nil // a sideband holds no session of its own to redo
-		if _, made := s.calls.owner(q.Get("call_id")); made {
+		if u.made {
 			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (calls.go)
 		}
 		go s.connectUpstream(sess, info, cands, q, h)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"rtgate/server/cluster"
 	"strconv"
 
 	"rtgate/server/limit"
@@ -18,4 +19,20 @@ func keyRefused(r *limit.Refusal) *httpError {
 	return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
 		message: "connect rate limit exceeded for this key",
 		header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
+}
+
+// setupCluster connects the cluster-wide limits when REDIS_URL is set.
+func (s *Server) setupCluster() error {
+	if s.cfg.RedisURL == "" {
+		return nil
+	}
+	st, err := cluster.NewStore(s.cfg.RedisURL, s.cfg.RedisTimeout)
+	if err != nil {
+		return err
+	}
+	s.store = st
+	s.admitter = cluster.NewLimiter(st, s.cfg.ClusterLease, s.cfg.ClusterInstances, s.log, s.metrics.reg)
+	s.log.Info("per-key limits are cluster-wide", "redis", cluster.RedactURL(s.cfg.RedisURL),
+		"instance", st.Instance, "lease", s.cfg.ClusterLease, "timeout", s.cfg.RedisTimeout)
+	return nil
 }

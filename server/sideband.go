@@ -12,7 +12,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"sync"
 	"time"
 
@@ -61,18 +60,28 @@ func (r *callRegistry) remember(ctx context.Context, id, key string) error {
 	return r.store.Client.Set(ctx, r.store.Key("call", id), key, callTTL).Err()
 }
 
-// owner returns the key that made call id, if the gateway made it. Redis is
-// asked only when this process does not know the call, within the store's
-// connect-path budget.
-func (r *callRegistry) owner(id string) (string, bool) {
+// known returns the key that made call id, if this process knows the
+// gateway made it; it never waits.
+func (r *callRegistry) known(id string) (string, bool) {
 	r.mu.Lock()
 	o, ok := r.m[id]
 	r.mu.Unlock()
 	if ok && time.Now().Before(o.expires) {
 		return o.key, true
 	}
-	if r.store == nil {
-		return "", false
+	return "", false
+}
+
+// remote reports whether other instances may know calls this one does not
+// (REDIS_URL): a call owner unknown here is then looked up.
+func (r *callRegistry) remote() bool { return r.store != nil }
+
+// lookup returns the key that made call id, if the gateway made it. Redis is
+// asked only when this process does not know the call, within the store's
+// connect-path budget: never call it on netpoll's handler.
+func (r *callRegistry) lookup(id string) (string, bool) {
+	if k, ok := r.known(id); ok || r.store == nil {
+		return k, ok
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.store.Timeout)
 	defer cancel()
@@ -98,19 +107,14 @@ type unmetered struct{}
 func (unmetered) Wants([]byte) bool { return false }
 func (unmetered) Inspect([]byte)    {}
 
-// isSideband reports whether a connect attaches to a call.
-func isSideband(q url.Values) bool { return q.Get("call_id") != "" }
-
-// checkSideband refuses a sideband the key may not open.
-func (s *Server) checkSideband(key *routes.ClientKey, q url.Values) *httpError {
-	id := q.Get("call_id")
-	if id == "" {
-		return nil
-	}
+// checkSideband refuses a sideband the key may not open, given the key
+// that made its call (made: the gateway made it).
+func (s *Server) checkSideband(u *upgrade, owner string, made bool) *httpError {
+	key := u.key
 	forbidden := func(msg string) *httpError {
 		return &httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
 	}
-	if owner, ok := s.calls.owner(id); ok {
+	if u.made = made; made {
 		if owner == key.Name {
 			return nil
 		}
