@@ -100,7 +100,7 @@ type Settings struct {
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
 	AdminAddr string
 	// AdminHosts (ADMIN_HOSTS) are host names, besides loopback ones, that
-	// the admin server answers to (admin.go).
+	// the admin server answers to (server/admin).
 	AdminHosts []string
 
 	// RoutesFile (CONFIG_FILE), if set, is the routes config: a

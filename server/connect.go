@@ -352,7 +352,7 @@ func deploymentsBusy(b *balance.Busy) *httpError {
 }
 
 func (s *Server) originAllowed(origin string) bool {
-	if origin == "" || len(s.cfg.AllowedOrigins) == 0 || s.isAdminOrigin(origin) {
+	if origin == "" || len(s.cfg.AllowedOrigins) == 0 || s.admin.IsOrigin(origin) {
 		return true
 	}
 	for _, o := range s.cfg.AllowedOrigins {

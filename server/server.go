@@ -37,6 +37,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/admin"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
 	"rtgate/server/limit"
@@ -88,7 +89,7 @@ type Server struct {
 
 	apps // client secrets, calls, sidebands (apps.go)
 
-	admin adminState // the admin port's status page and playground (admin.go)
+	admin *admin.Server // the admin port: metrics, status page, playground
 }
 
 // New prepares a server; Serve starts it.
@@ -99,7 +100,6 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
 		admitter: limit.NewLocal(nil)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.admin.init()
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.UpstreamCAFile != "" {
@@ -134,6 +134,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.routes.Store(table)
 	s.logTableNotices(table)
 	s.metrics = newMetrics()
+	s.admin = admin.New(adminView{s}, s.metrics.reg, cfg.AdminHosts, cfg.Port)
 	s.front.init(s.metrics.reg)
 	s.memBudget.init(cfg, s.metrics.reg)
 	if cfg.UsageLog != "" {
@@ -163,7 +164,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			// Two sockets per session, and some for listeners and files.
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
-		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.tee(s.metrics.reg)))
+		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
 	}
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
