@@ -98,9 +98,10 @@ func (s *Server) clientLeft(sess *poller.Session) {
 	sess.ClientGone()
 }
 
-// group picks the model group a request asks for.
+// group picks the model group a request asks for (the protocol says where
+// the model is).
 func (s *Server) group(r *routes.Table, q url.Values) (string, *httpError) {
-	g := q.Get("model")
+	g, _ := s.proto.Model(q)
 	if g == "" {
 		g = r.Default
 	}

@@ -41,6 +41,7 @@ import (
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
 	"rtgate/server/limit"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/spenddb"
 	"rtgate/server/usage"
@@ -66,10 +67,11 @@ type Server struct {
 
 	pool      *upstream.Pool // nil when the pool is off
 	metrics   *metrics
-	front     frontDoor      // admission at accept (accept.go)
-	memBudget memoryBudget   // the global bound on bytes held for slow peers (watchdog.go)
-	admitter  limit.Admitter // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
-	store     *cluster.Store // nil without REDIS_URL
+	front     frontDoor         // admission at accept (accept.go)
+	memBudget memoryBudget      // the global bound on bytes held for slow peers (watchdog.go)
+	proto     protocol.Protocol // what the sessions speak: OpenAI's Realtime API
+	admitter  limit.Admitter    // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
+	store     *cluster.Store    // nil without REDIS_URL
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
@@ -97,7 +99,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
+	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{},
 		admitter: limit.NewLocal(nil)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
@@ -171,13 +173,15 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.metrics.reg.MustRegister(s.metrics.warmRedials)
 	upstream.RegisterDialerMetrics(s.metrics.reg, s.dialer)
 	s.sessCfg = poller.SessionConfig{
-		MaxMessage:      cfg.MaxMessage,
-		MaxPending:      cfg.MaxPending,
-		CloseTimeout:    cfg.CloseTimeout,
-		OnEnd:           s.sessionEnded,
-		UpstreamInvalid: upstreamInvalidNotice,
-		Redial:          s.redial,
-		SameFirstFrame:  isSessionCreated,
+		MaxMessage:   cfg.MaxMessage,
+		MaxPending:   cfg.MaxPending,
+		CloseTimeout: cfg.CloseTimeout,
+		OnEnd:        s.sessionEnded,
+		UpstreamInvalid: func(reason string) []byte {
+			return s.proto.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
+		},
+		Redial:         s.redial,
+		SameFirstFrame: s.proto.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
 	}
 	return s, nil
 }

@@ -40,6 +40,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 )
 
@@ -174,7 +175,7 @@ func (p *primer) event(frame, payload, rest []byte) {
 	case "session.updated":
 		id := p.createdID
 		if id == "" {
-			id = newEventID()
+			id = protocol.NewEventID()
 		}
 		built, _ := json.Marshal(struct {
 			Type    string          `json:"type"`
@@ -207,19 +208,6 @@ func (p *primer) step(e primeEvent, why string) {
 	}
 }
 
-// sessionUpdateFrame is the secret's config as a masked session.update.
-func sessionUpdateFrame(config []byte) []byte {
-	var session map[string]json.RawMessage
-	_ = json.Unmarshal(config, &session)
-	// The model is the URL's (the deployment's name for it); the rest is
-	// the client's configuration.
-	for _, k := range []string{"model", "object", "id", "expires_at"} {
-		delete(session, k)
-	}
-	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": newEventID(), "session": session})
-	return frames.AppendFrame(nil, ws.OpText, body, true)
-}
-
 // primeSession gives a secret's session its configured upstream: a warm
 // socket when the pool has one, else a fresh dial; it runs in its own
 // goroutine.
@@ -228,10 +216,10 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 	defer cancel()
 	if err := s.secrets.loadConfig(ctx, info.grant); err != nil {
 		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.claims.ID, "err", err)
-		sess.DialFailed(errorNotice("session_config_unavailable", errSecretConfig.Error(), 0))
+		sess.DialFailed(s.proto.Refusal("session_config_unavailable", errSecretConfig.Error(), 0))
 		return
 	}
-	update := sessionUpdateFrame(info.grant.config)
+	update := s.proto.Prime(info.grant.config)
 
 	var p *primer
 	var d *routes.Deployment
@@ -295,7 +283,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 			return
 		}
 		s.log.Warn("session config not applied", "key", info.key.Name, "deployment", d.Name, "why", why)
-		sess.DialFailed(errorNotice("upstream_unavailable", why, 0))
+		sess.DialFailed(s.proto.Refusal("upstream_unavailable", why, 0))
 		return
 	}
 	adopted := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
@@ -309,7 +297,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 	})
 	if !adopted {
 		p.h.Endpoint().Drop()
-		sess.DialFailed(errorNotice("upstream_unavailable", "the upstream closed after the session config", 0))
+		sess.DialFailed(s.proto.Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
 		return
 	}
 	if state == primeRejected {
