@@ -75,7 +75,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	}
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
-		c.phase = phaseDone
+		c.setPhase(phaseDone)
 		if s.draining.Load() {
 			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
 				map[string]any{"status": "draining"}))

@@ -41,10 +41,6 @@ import (
 // maxAPIBody bounds an API request's body.
 const maxAPIBody = 64 << 10
 
-// phaseBody: an API request's body is being collected (after phaseDone so
-// as not to renumber server.go's phases).
-const phaseBody = phaseDone + 1
-
 // apiPaths are the endpoints served here, with and without the /v1 prefix
 // (as /realtime is).
 var apiPaths = map[string]string{
@@ -131,7 +127,7 @@ func (s *Server) startAPI(c *clientConn, req *http.Request, rest []byte) bool {
 	if !ok {
 		return false
 	}
-	c.phase = phaseBody
+	c.setPhase(phaseBody)
 	c.api = &apiRequest{req: req, endpoint: endpoint, body: bytebufferpool.Get()}
 	c.api.body.B = append(c.api.body.B[:0], rest...)
 	bytebufferpool.Put(c.head)
@@ -211,7 +207,7 @@ func (c *clientConn) bodyProgress() {
 		}
 		body = append([]byte(nil), a.body.B[:n]...)
 	}
-	c.phase = phaseDone
+	c.setPhase(phaseDone)
 	c.stopTimer()
 	bytebufferpool.Put(a.body)
 	a.body = nil
@@ -226,7 +222,7 @@ func chunkedEnded(raw []byte) bool { return bytes.Contains(raw, []byte("0\r\n\r\
 // told Connection: close, closes it or the request deadline does, so a
 // client still sending reads the answer rather than a reset.
 func (c *clientConn) answerEarly(a apiAnswer) {
-	c.phase = phaseDone
+	c.setPhase(phaseDone)
 	if c.api.body != nil {
 		bytebufferpool.Put(c.api.body)
 		c.api.body = nil
@@ -236,7 +232,7 @@ func (c *clientConn) answerEarly(a apiAnswer) {
 
 // answerNow sends a and closes the connection.
 func (c *clientConn) answerNow(a apiAnswer) {
-	c.phase = phaseDone
+	c.setPhase(phaseDone)
 	if c.api != nil && c.api.body != nil {
 		bytebufferpool.Put(c.api.body)
 		c.api.body = nil

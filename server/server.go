@@ -290,20 +290,36 @@ func (s *Server) SessionsOpen() int64 { return s.sessionsOpen.Load() }
 // poller's InlineKey, so that the inline runner asks the clientConn.
 type ctxKey = poller.InlineKey
 
-// phases of a client connection
+// connPhase is where a client connection is; OnRequest reads it to know
+// what the bytes that arrived are, and only setPhase moves it:
+//
+//	phase  what arrives                        next
+//	tls    the ClientHello, then the handshake http (handshake done), done (refused)
+//	http   the request head                    body (API request), relay (101), done (answered or refused)
+//	body   an API request's body               done (answered)
+//	relay  WebSocket frames for the session    (until the socket closes)
+//	done   anything: dropped                   (until the socket closes)
+type connPhase uint8
+
 const (
-	phaseTLS = iota
-	phaseHTTP
-	phaseRelay
-	phaseDone // refused or answered: input is dropped until the socket closes
+	phaseTLS   connPhase = iota // tlsaccept.go
+	phaseHTTP                   // readHead, then handle (connect.go)
+	phaseBody                   // httpapi.go
+	phaseRelay                  // poller.Session
+	phaseDone
 )
+
+// setPhase moves the connection to phase p. Callers are the connection's
+// handler or the goroutine that holds it (TLS handshake, off-loop step);
+// relay is set under mu (startRelay).
+func (c *clientConn) setPhase(p connPhase) { c.phase = p }
 
 // clientConn is the gateway's state for one accepted connection.
 type clientConn struct {
 	srv      *Server
 	conn     netpoll.Connection
 	ep       *poller.Endpoint
-	phase    int
+	phase    connPhase
 	head     *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
 	sess     *poller.Session            // set under mu: onClose reads it from another goroutine
 	accepted time.Time
@@ -345,7 +361,7 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	s.clientConns.Add(1)
 	if s.tlsConfig != nil {
-		c.phase = phaseTLS
+		c.setPhase(phaseTLS)
 		nb := poller.NewNBConn(conn)
 		c.hs = newHandshakeConn(nb)
 	} else {
@@ -445,7 +461,7 @@ func (c *clientConn) readHead() error {
 
 // refuse answers the request with an HTTP error and closes the connection.
 func (c *clientConn) refuse(e *httpError) {
-	c.phase = phaseDone
+	c.setPhase(phaseDone)
 	_ = c.ep.Send(e.response())
 	c.ep.Close()
 }
@@ -473,7 +489,8 @@ func (c *clientConn) stopTimer() {
 // one; a client gone before this sees its 101 fail.
 func (c *clientConn) startRelay(sess *poller.Session) {
 	c.mu.Lock()
-	c.sess, c.phase = sess, phaseRelay
+	c.sess = sess
+	c.setPhase(phaseRelay)
 	c.mu.Unlock()
 	c.relaying.Store(true)
 }

@@ -238,7 +238,7 @@ func (c *clientConn) tlsHandshake() {
 	defer c.readMu.Unlock()
 	c.hs.handOff()
 	c.ep = poller.NewTLSEndpoint(c.hs.NBConn, tc)
-	c.phase = phaseHTTP
+	c.setPhase(phaseHTTP)
 	// What the client sent behind its Finished is in handshakeConn's buffer
 	// or inside tc; no read event will come for it.
 	_ = c.readHead()
@@ -255,7 +255,7 @@ func (c *clientConn) refuseNotTLS() {
 		_ = c.conn.Close()
 		return
 	}
-	c.phase = phaseDone
+	c.setPhase(phaseDone)
 	ep := poller.NewPlainEndpoint(c.conn)
 	_ = ep.Send(badRequest("this gateway serves TLS on this port: connect with wss:// (or https://)").response())
 	ep.Close()
