@@ -121,7 +121,7 @@ type Settings struct {
 	// (default: USAGE_LOG with ".budgets.json" appended).
 	SpendState string
 
-	// Scale-out (cluster.go, reuseport.go, drain.go).
+	// Scale-out (server/cluster, listener.go, drain.go).
 	// RedisURL, if set, makes per-key limits hold across every instance
 	// sharing that Redis.
 	RedisURL string

@@ -291,7 +291,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 		c.refuse(deploymentsBusy(busy))
 		return
 	}
-	c.stopTimer()
+	c.answered()
 	info := &c.info
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
 	sess := &c.session

@@ -208,7 +208,7 @@ func (c *clientConn) bodyProgress() {
 		body = append([]byte(nil), a.body.B[:n]...)
 	}
 	c.setPhase(phaseDone)
-	c.stopTimer()
+	c.answered()
 	bytebufferpool.Put(a.body)
 	a.body = nil
 	go c.srv.serveAPI(c, a.req, a.endpoint, body)

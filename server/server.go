@@ -87,7 +87,7 @@ type Server struct {
 	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
 	usageLog *usage.Log                   // nil without USAGE_LOG
 	spendDB  *spenddb.Writer              // nil without DATABASE_URL
-	budgets  *budgets                     // budget.go
+	budgets  *budgets                     // spendbudget.go
 
 	apps // client secrets, calls, sidebands (apps.go)
 
@@ -342,8 +342,8 @@ type clientConn struct {
 
 	// The state a plain session keeps for its whole life lives here, in
 	// the connection's one allocation, rather than in five of its own
-	// (issue 12: each allocation rounds up to a size class and is one more
-	// object for the collector). Only pointers to them are handed out (ep,
+	// (each allocation rounds up to a size class and is one more object
+	// for the collector). Only pointers to them are handed out (ep,
 	// sess, the registry's *sessionInfo), and a clientConn is never copied.
 	// What outlives the client socket (a session still closing its
 	// upstream) keeps the whole struct alive, which costs nothing more than
@@ -466,10 +466,12 @@ func (c *clientConn) refuse(e *httpError) {
 	c.ep.Close()
 }
 
-// stopTimer ends the handshake deadline and lets the timer go: a long-lived
-// session should not carry it. The connection's handshake is over, so it
-// also gives back its handshake count.
-func (c *clientConn) stopTimer() {
+// answered marks the connection's request as answered (a session opened,
+// an API request's body complete, or the socket closed): the deadline
+// timer (HANDSHAKE_TIMEOUT) stops and lets go, since a long-lived session
+// should not carry it, and the front door's count of connections awaiting
+// their answer (accept.go) is given back, once.
+func (c *clientConn) answered() {
 	c.mu.Lock()
 	if c.timer != nil {
 		c.timer.Stop()
@@ -508,7 +510,7 @@ func (c *clientConn) InlineEndpoint() *poller.Endpoint {
 }
 
 func (c *clientConn) onClose(netpoll.Connection) error {
-	c.stopTimer()
+	c.answered()
 	if c.hs != nil {
 		c.hs.shut()
 	}

@@ -136,7 +136,7 @@ func (s *Server) takeSample(now time.Time) statusSample {
 	return smp
 }
 
-// gauges reads the pool's per-key gauges that Pool.Status does not carry
+// poolGauges reads the pool's per-key gauges that Pool.Status does not carry
 // (the dial limit, when the pool has one), by "model/id".
 func (s *Server) poolGauges() map[string]float64 {
 	out := map[string]float64{}

@@ -366,9 +366,8 @@ func (l *Limiter) sync(all bool) error {
 	return nil
 }
 
-// close stops the background writer and takes this instance out of Redis
-// (its remaining sessions stop counting at once).
-// Close takes this instance out of Redis and closes the store's client
+// Close stops the background writer, takes this instance out of Redis (its
+// remaining sessions stop counting at once) and closes the store's client
 // (limit.Admitter).
 func (l *Limiter) Close() {
 	l.closing.Do(l.leave)

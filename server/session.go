@@ -39,7 +39,7 @@ type sessionInfo struct {
 	poolHit    bool               // the upstream came from the warm pool
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
-	overBudget atomic.Bool        // ended by its key's budget (budget.go)
+	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go)
 	grant      *secretGrant       // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.
