@@ -6,27 +6,29 @@ package server
 import (
 	"crypto/tls"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"rtgate/poller"
+	"rtgate/server/apps"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
 )
 
-// apps is the Server's state for them.
-type apps struct {
-	secrets    *secretSigner
-	calls      *callRegistry
+// appState is the Server's state for them.
+type appState struct {
+	secrets    *apps.Secrets
+	calls      *apps.Calls
 	httpClient *http.Client // the upstream calls endpoints
 	meters     sync.Map     // *callMeter → struct{}: live metering sidebands
 }
 
 // setupApps runs in New once the cluster store is known.
 func (s *Server) setupApps(upTLS *tls.Config) {
-	s.secrets = newSecretSigner(s.cfg.ClientSecretKeys, s.store, s.log)
-	s.calls = newCallRegistry(s.store)
+	s.secrets = apps.NewSecrets(s.cfg.ClientSecretKeys, s.store, s.log)
+	s.calls = apps.NewCalls(s.store)
 	s.httpClient = &http.Client{
 		Transport: &http.Transport{TLSClientConfig: upTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
 			ForceAttemptHTTP2: false},
@@ -52,7 +54,7 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		go s.connectUpstream(sess, info, cands, q, h)
 		return true
 	case info.grant != nil:
-		if info.grant.claims.Type == "transcription" {
+		if info.grant.Claims.Type == "transcription" {
 			q.Set("intent", "transcription")
 		} else if !isTranscription(q) {
 			q.Set("model", group)
@@ -83,4 +85,77 @@ func (s *Server) explainBeta(rec usage.Record) {
 		"OpenAI-Beta: realtime=v1 or the openai-beta.realtime-v1 subprotocol, which OpenAI shut down in May 2026; "+
 		"drop them and use the GA interface (session.update needs session.type; GA event names such as "+
 		"response.output_audio.delta)", "key", rec.KeyName, "model_group", rec.ModelGroup)
+}
+
+// unmetered is the inspector of a sideband to a call the gateway made: the
+// gateway's own metering sideband counts that call's usage, so the client's
+// must not count it again.
+type unmetered struct{}
+
+func (unmetered) Wants([]byte) bool { return false }
+func (unmetered) Inspect([]byte)    {}
+
+// checkSideband refuses a sideband the key may not open, given the key
+// that made its call (made: the gateway made it).
+func (s *Server) checkSideband(u *upgrade, owner string, made bool) *httpError {
+	key := u.key
+	forbidden := func(msg string) *httpError {
+		return &httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
+	}
+	if u.made = made; made {
+		if owner == key.Name {
+			return nil
+		}
+		return forbidden("This call was made with another key.")
+	}
+	if key.Name == routes.MasterKeyName || key.Sideband == routes.SidebandAny {
+		return nil
+	}
+	return forbidden("This key may attach only to calls it made through the gateway (give it `sideband: any` for others).")
+}
+
+// Transcription sessions (?intent=transcription) carry no model in the URL,
+// and their transcription model only arrives later in a session.update, so
+// the gateway routes them at connect time: by a model query when there is
+// one, else by the secret's session config when the client came with a
+// client secret, else by TRANSCRIPTION_MODEL (a model group), else the
+// default group. They are metered from the usage on
+// conversation.item.input_audio_transcription.completed events, since they
+// have no response.done.
+
+// isTranscription reports whether a connect is a transcription session.
+func isTranscription(q url.Values) bool { return q.Get("intent") == "transcription" }
+
+// transcriptionGroup picks the model group of a transcription session whose
+// transcription model is model ("" when unknown): that model when it is a
+// group, else TRANSCRIPTION_MODEL, else the default group.
+func (s *Server) transcriptionGroup(table *routes.Table, model string) string {
+	if _, ok := table.Groups[model]; ok && model != "" {
+		return model
+	}
+	if s.cfg.TranscriptionModel != "" {
+		return s.cfg.TranscriptionModel
+	}
+	return table.Default
+}
+
+// transcriptionModelOf reads session.audio.input.transcription.model.
+func transcriptionModelOf(session map[string]any) string {
+	audio, _ := session["audio"].(map[string]any)
+	input, _ := audio["input"].(map[string]any)
+	tr, _ := input["transcription"].(map[string]any)
+	m, _ := tr["model"].(string)
+	return m
+}
+
+// connectGroup picks the model group of a WebSocket connect.
+func (s *Server) connectGroup(table *routes.Table, q url.Values, grant *apps.Grant) (string, *httpError) {
+	switch {
+	case grant != nil:
+		return grant.Claims.Group, nil // the secret was minted for it
+	case isTranscription(q) && q.Get("model") == "":
+		q := url.Values{"model": {s.transcriptionGroup(table, "")}}
+		return s.group(table, q)
+	}
+	return s.group(table, q)
 }

@@ -35,6 +35,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -102,12 +103,12 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	var group string
 	switch {
 	case grant != nil:
-		group = grant.claims.Group
+		group = grant.Claims.Group
 		if offer.session == nil {
-			if err := s.secrets.loadConfig(req.Context(), grant); err != nil {
-				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", errSecretConfig.Error())
+			if err := s.secrets.LoadConfig(req.Context(), grant); err != nil {
+				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", apps.ErrSecretConfig.Error())
 			}
-			_ = json.Unmarshal(grant.config, &offer.session)
+			_ = json.Unmarshal(grant.Config, &offer.session)
 		}
 	case offer.session != nil && offer.session["model"] != nil:
 		group, _ = offer.session["model"].(string)
@@ -136,7 +137,7 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 		}
 		s.balancer.Succeeded(d)
 		if callID != "" {
-			if err := s.calls.remember(context.Background(), callID, key.Name); err != nil {
+			if err := s.calls.Remember(context.Background(), callID, key.Name); err != nil {
 				s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
 			}
 			s.log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)

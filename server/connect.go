@@ -34,6 +34,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
+	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -45,9 +46,9 @@ type upgrade struct {
 	req      *http.Request
 	table    *routes.Table // the configuration it was decided by
 	key      *routes.ClientKey
-	grant    *secretGrant // the client secret it connected with; nil for a key
-	accept   string       // Sec-WebSocket-Accept
-	protocol string       // the subprotocol answered ("" for none)
+	grant    *apps.Grant // the client secret it connected with; nil for a key
+	accept   string      // Sec-WebSocket-Accept
+	protocol string      // the subprotocol answered ("" for none)
 	q        url.Values
 	group    string
 
@@ -137,8 +138,8 @@ func (s *Server) decide(req *http.Request) (*upgrade, *httpError) {
 	// would keep the whole request line it points into.
 	u.group = strings.Clone(u.group)
 	if u.callID = u.q.Get("call_id"); u.callID != "" {
-		owner, known := s.calls.known(u.callID)
-		if !known && s.calls.remote() {
+		owner, known := s.calls.Known(u.callID)
+		if !known && s.calls.Remote() {
 			u.lookup = true // the rest is decided once Redis has answered
 			return u, nil
 		}
@@ -214,7 +215,7 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 	go func() {
 		var herr *httpError
 		if u.lookup {
-			owner, known := s.calls.lookup(u.callID)
+			owner, known := s.calls.Lookup(u.callID)
 			if herr = s.checkSideband(u, owner, known); herr == nil {
 				herr = s.decideKey(u)
 			}

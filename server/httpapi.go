@@ -35,11 +35,12 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
+	"rtgate/server/apps"
 	"rtgate/server/routes"
 )
 
 // maxAPIBody bounds an API request's body.
-const maxAPIBody = 64 << 10
+const maxAPIBody = apps.MaxBody
 
 // apiPaths are the endpoints served here, with and without the /v1 prefix
 // (as /realtime is).

@@ -1,10 +1,13 @@
 package server
 
+// The per-key limits (max_sessions, connect_rate): which Admitter decides
+// them (this instance, or Redis with REDIS_URL), and how their refusals read.
+
 import (
 	"net/http"
-	"rtgate/server/cluster"
 	"strconv"
 
+	"rtgate/server/cluster"
 	"rtgate/server/limit"
 )
 

@@ -89,7 +89,7 @@ type Server struct {
 	spendDB  *spenddb.Writer              // nil without DATABASE_URL
 	budgets  *budgets                     // spendbudget.go
 
-	apps // client secrets, calls, sidebands (apps.go)
+	appState // client secrets, calls, sidebands (apps.go)
 
 	admin *admin.Server // the admin port: metrics, status page, playground
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"rtgate/poller"
+	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -40,7 +41,7 @@ type sessionInfo struct {
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go)
-	grant      *secretGrant       // the client secret it connected with; nil for a key
+	grant      *apps.Grant        // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex

@@ -40,6 +40,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/apps"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 )
@@ -214,12 +215,12 @@ func (p *primer) step(e primeEvent, why string) {
 func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
 	ctx, cancel := s.attemptContext(info)
 	defer cancel()
-	if err := s.secrets.loadConfig(ctx, info.grant); err != nil {
-		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.claims.ID, "err", err)
-		sess.DialFailed(s.proto.Refusal("session_config_unavailable", errSecretConfig.Error(), 0))
+	if err := s.secrets.LoadConfig(ctx, info.grant); err != nil {
+		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.Claims.ID, "err", err)
+		sess.DialFailed(s.proto.Refusal("session_config_unavailable", apps.ErrSecretConfig.Error(), 0))
 		return
 	}
-	update := s.proto.Prime(info.grant.config)
+	update := s.proto.Prime(info.grant.Config)
 
 	var p *primer
 	var d *routes.Deployment
@@ -302,7 +303,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 	}
 	if state == primeRejected {
 		s.log.Info("upstream rejected the client secret's session config", "key", info.key.Name,
-			"secret_id", info.grant.claims.ID, "error", reason)
+			"secret_id", info.grant.Claims.ID, "error", reason)
 		sess.Terminate(4000, reason, nil)
 	}
 }
