@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/cloudwego/netpoll"
-	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
 
@@ -525,69 +524,6 @@ func (c *clientConn) onClose(netpoll.Connection) error {
 		c.srv.clientLeft(sess)
 	}
 	return nil
-}
-
-func (s *Server) sessionEnded(sess *poller.Session) {
-	s.sessMu.Lock()
-	info := s.sessions[sess]
-	delete(s.sessions, sess)
-	s.sessMu.Unlock()
-	if info == nil {
-		s.sessionsOpen.Add(-1)
-		return
-	}
-	s.admitter.Release(info.key.Name)
-	s.balancer.Release(info.reserved)
-	deployment := ""
-	dep := s.uncount(info, false)
-	if dep != nil {
-		deployment = dep.Name
-	}
-	m := s.metrics
-	m.sessionsOpen.Dec()
-	fin, bin, fout, bout := sess.Counters()
-	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
-	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
-	m.frames.WithLabelValues("upstream_to_client").Add(float64(fout))
-	m.bytes.WithLabelValues("upstream_to_client").Add(float64(bout))
-
-	cl, from, ok := sess.FirstClose()
-	outcome := sessionOutcome(sess, cl, from, ok)
-	if dep == nil && info.left() {
-		outcome = "client_lost" // it left while its upstream was being dialed
-	}
-	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
-	u := info.meter.Usage
-	s.countTokens(info.group, info.key.Name, u)
-
-	rec := usage.Record{
-		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
-		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
-		PoolHit: info.poolHit, Outcome: outcome,
-		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
-		Usage: u,
-	}
-	if ok {
-		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
-	}
-	s.recordSession(info, &rec)
-	s.explainBeta(rec)
-	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
-}
-
-// sessionOutcome classifies how a session ended, for metrics.
-func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok bool) string {
-	switch {
-	case sess.UpstreamUnavailable():
-		return "upstream_unavailable"
-	case !ok:
-		return "unknown"
-	case cl.Code == ws.StatusAbnormalClosure: // the socket dropped without a close frame
-		return from.String() + "_lost"
-	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusInvalidFramePayloadData || cl.Code == ws.StatusMessageTooBig:
-		return from.String() + "_protocol_error"
-	}
-	return from.String() + "_closed"
 }
 
 // redactedURL is a URL fit for logs: no user info, no query (which may carry

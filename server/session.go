@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
@@ -232,15 +235,167 @@ func (i *sessionInfo) currentDeployment() *routes.Deployment {
 func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
 	ctx, cancel := s.attemptContext(info)
 	defer cancel()
+	if conn, d := s.dialFor(ctx, sess, info, cands, q, h); conn != nil {
+		s.attached(info, d)
+		sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+	}
+}
+
+// dialFor is the dial tail every upstream attempt of a session shares (a
+// fresh connect, a redial, a primed session's): the hedged race over cands
+// and, when it gives nothing, the session's end: cancelled when its client
+// left (nobody to tell), else told that no upstream could be reached.
+func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
+	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
 	conn, d, status := s.balancer.Race(ctx, info.group, cands, s.dialTo(q, h))
 	switch {
 	case conn != nil:
-		s.attached(info, d)
-		sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+		return conn, d
 	case info.left():
-		// Nobody to tell: end the session without an upstream.
 		sess.Cancel()
 	default:
 		s.dialFailed(sess, status)
 	}
+	return nil, nil
 }
+
+// sessionEnded is SessionConfig.OnEnd: the session leaves the registry,
+// gives back its slots and counts, and its record is written.
+func (s *Server) sessionEnded(sess *poller.Session) {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	delete(s.sessions, sess)
+	s.sessMu.Unlock()
+	if info == nil {
+		s.sessionsOpen.Add(-1)
+		return
+	}
+	s.admitter.Release(info.key.Name)
+	s.balancer.Release(info.reserved)
+	deployment := ""
+	dep := s.uncount(info, false)
+	if dep != nil {
+		deployment = dep.Name
+	}
+	m := s.metrics
+	m.sessionsOpen.Dec()
+	fin, bin, fout, bout := sess.Counters()
+	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
+	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
+	m.frames.WithLabelValues("upstream_to_client").Add(float64(fout))
+	m.bytes.WithLabelValues("upstream_to_client").Add(float64(bout))
+
+	cl, from, ok := sess.FirstClose()
+	outcome := sessionOutcome(sess, cl, from, ok)
+	if dep == nil && info.left() {
+		outcome = "client_lost" // it left while its upstream was being dialed
+	}
+	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
+	u := info.meter.Usage
+	s.countTokens(info.group, info.key.Name, u)
+
+	rec := usage.Record{
+		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
+		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
+		PoolHit: info.poolHit, Outcome: outcome,
+		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
+		Usage: u,
+	}
+	if ok {
+		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
+	}
+	s.recordSession(info, &rec)
+	s.explainBeta(rec)
+	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
+}
+
+// sessionOutcome classifies how a session ended, for metrics.
+func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok bool) string {
+	switch {
+	case sess.UpstreamUnavailable():
+		return "upstream_unavailable"
+	case !ok:
+		return "unknown"
+	case cl.Code == ws.StatusAbnormalClosure: // the socket dropped without a close frame
+		return from.String() + "_lost"
+	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusInvalidFramePayloadData || cl.Code == ws.StatusMessageTooBig:
+		return from.String() + "_protocol_error"
+	}
+	return from.String() + "_closed"
+}
+
+// What the gateway tells a client, in its protocol's words (s.proto builds
+// the frames: server/protocol). The reactor (poller) relays frames and
+// reports events; the server decides what an event means to the client, and
+// keeps the per-session bookkeeping that feeds metrics (pool hit, setup
+// time).
+
+// dialFailed tells the client that no upstream could be reached (status is
+// the HTTP status of the last refusal, 0 when none answered).
+func (s *Server) dialFailed(sess *poller.Session, status int) {
+	msg := "the upstream could not be reached"
+	if status != 0 {
+		msg = fmt.Sprintf("the upstream refused the connection with HTTP %d", status)
+	}
+	sess.DialFailed(s.proto.Refusal("upstream_unavailable", msg, status))
+}
+
+// terminate ends a session on the gateway's initiative with an error event
+// (errCode, message) and close code and reason.
+func (s *Server) terminate(sess *poller.Session, code ws.StatusCode, reason, errCode, message string) {
+	sess.Terminate(code, reason, s.proto.Refusal(errCode, message, 0))
+}
+
+// sessionStart returns when the session's client upgrade completed.
+func (s *Server) sessionStart(sess *poller.Session) time.Time {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if info := s.sessions[sess]; info != nil {
+		return info.start
+	}
+	return time.Now()
+}
+
+// redial is SessionConfig.Redial: a warm socket died before the client sent
+// it anything, so the session gets a fresh upstream through the ordinary
+// connect path (failover included).
+func (s *Server) redial(sess *poller.Session) bool {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	s.sessMu.Unlock()
+	if info == nil || info.redial == nil {
+		return false
+	}
+	s.uncount(info, true)
+	s.metrics.warmRedials.Inc()
+	go info.redial()
+	return true
+}
+
+// setupWatch is the session's frames.Inspector: it records the session setup
+// time at the first upstream text frame (session.created) and passes every
+// frame on to the session's usage accounting.
+type setupWatch struct {
+	*sessionInfo
+	srv  *Server
+	seen bool // only the upstream read path touches it
+}
+
+// Wants implements frames.Inspector.
+func (w *setupWatch) Wants(prefix []byte) bool {
+	if !w.seen {
+		w.seen = true
+		label := "off"
+		if w.srv.pool != nil {
+			label = "miss"
+			if w.poolHit {
+				label = "hit"
+			}
+		}
+		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
+	}
+	return w.meter.Wants(prefix)
+}
+
+// Inspect implements frames.Inspector: the usage meter reads the event.
+func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }

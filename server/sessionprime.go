@@ -247,13 +247,8 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		}
 	}
 	if p == nil {
-		conn, dd, status := s.balancer.Race(ctx, info.group, cands, s.dialTo(q, h))
+		conn, dd := s.dialFor(ctx, sess, info, cands, q, h)
 		if conn == nil {
-			if info.left() {
-				sess.Cancel()
-			} else {
-				s.dialFailed(sess, status)
-			}
 			return
 		}
 		d = dd

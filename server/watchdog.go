@@ -11,6 +11,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/internal/sysmem"
 	"rtgate/poller"
 )
 
@@ -174,5 +175,5 @@ func defaultMaxBufferedBytes() int64 {
 	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 {
 		return lim / 4
 	}
-	return memoryAvailable() / 8
+	return sysmem.Available() / 8
 }
