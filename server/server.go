@@ -1,19 +1,6 @@
-// Package server is the gateway's front door: the client listener, the HTTP
-// upgrade with its authentication and routing, and each session's lifecycle
-// from accept to the end of its relay.
-//
-// A client connection moves through three phases, all driven by netpoll's
-// OnRequest for that connection, so no goroutine waits on a client:
-//
-//	tls  (TLS listeners only) OnRequest collects the ClientHello; a goroutine
-//	     runs the handshake once it is whole (tlsaccept.go), at most
-//	     MAX_HANDSHAKES at once, each bounded by the handshake timeout;
-//	     every connection counts against MAX_CONNECTIONS from accept
-//	     (accept.go);
-//	http the request head is collected (bounded in size and time), checked,
-//	     and answered with a JSON refusal or a 101;
-//	relay the poller.Session forwards frames; the upstream is dialed in a
-//	     goroutine that exits once the upstream socket is handed to netpoll.
+// Server is one gateway instance: New, Serve, Reload, Drain, Shutdown; the
+// client connection (clientConn) and its OnRequest dispatch.
+
 package server
 
 import (
