@@ -89,8 +89,8 @@ func (s *Server) accept() bool {
 
 // tooManyConnections is the refusal of a connection that finds the
 // MaxConnections slots full, at accept or when its request arrives.
-func tooManyConnections() *httpError {
-	return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
+func tooManyConnections() *refusal {
+	return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
 		message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
 }
 

@@ -97,10 +97,10 @@ func (unmetered) Inspect([]byte)    {}
 
 // checkSideband refuses a sideband the key may not open, given the key
 // that made its call (made: the gateway made it).
-func (s *Server) checkSideband(u *upgrade, owner string, made bool) *httpError {
+func (s *Server) checkSideband(u *upgrade, owner string, made bool) *refusal {
 	key := u.key
-	forbidden := func(msg string) *httpError {
-		return &httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
+	forbidden := func(msg string) *refusal {
+		return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
 	}
 	if u.made = made; made {
 		if owner == key.Name {
@@ -146,16 +146,4 @@ func transcriptionModelOf(session map[string]any) string {
 	tr, _ := input["transcription"].(map[string]any)
 	m, _ := tr["model"].(string)
 	return m
-}
-
-// connectGroup picks the model group of a WebSocket connect.
-func (s *Server) connectGroup(table *routes.Table, q url.Values, grant *apps.Grant) (string, *httpError) {
-	switch {
-	case grant != nil:
-		return grant.Claims.Group, nil // the secret was minted for it
-	case isTranscription(q) && q.Get("model") == "":
-		q := url.Values{"model": {s.transcriptionGroup(table, "")}}
-		return s.group(table, q)
-	}
-	return s.group(table, q)
 }

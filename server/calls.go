@@ -94,31 +94,26 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	table := s.routes.Load()
 	key, grant, herr := s.authenticateConnect(table, credentials(req.Header).key)
 	if herr != nil {
-		return errorAnswer(herr.status, herr.errType, herr.code, herr.message)
+		return herr.answer()
 	}
 	offer, bad := parseCallOffer(req, body)
 	if bad != nil {
 		return *bad
 	}
-	var group string
-	switch {
-	case grant != nil:
-		group = grant.Claims.Group
+	ask := groupAsk{grant: grant, model: req.URL.Query().Get("model")}
+	if grant != nil {
 		if offer.session == nil {
 			if err := s.secrets.LoadConfig(req.Context(), grant); err != nil {
 				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", apps.ErrSecretConfig.Error())
 			}
 			_ = json.Unmarshal(grant.Config, &offer.session)
 		}
-	case offer.session != nil && offer.session["model"] != nil:
-		group, _ = offer.session["model"].(string)
-	case req.URL.Query().Get("model") != "":
-		group = req.URL.Query().Get("model")
-	default:
-		group = table.Default
+	} else if offer.session != nil && offer.session["model"] != nil {
+		ask.model, _ = offer.session["model"].(string) // the session part's model wins over the query's
 	}
-	if refusal, ok := groupRefusal(table, key, group); !ok {
-		return refusal
+	group, herr := s.pickGroup(table, key, ask)
+	if herr != nil {
+		return herr.answer()
 	}
 	if offer.session == nil {
 		offer.session = map[string]any{"type": "realtime"}

@@ -76,18 +76,15 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 		return paramError("session.type", "Invalid value for 'session.type': expected 'realtime' or 'transcription'.")
 	}
 	session["type"] = typ
-	var group string
-	if typ == "realtime" {
-		model, _ := session["model"].(string)
-		if model == "" {
-			model = table.Default
-		}
-		group = model
+	ask := groupAsk{transcription: typ == "transcription"}
+	if ask.transcription {
+		ask.model = transcriptionModelOf(session)
 	} else {
-		group = s.transcriptionGroup(table, transcriptionModelOf(session))
+		ask.model, _ = session["model"].(string)
 	}
-	if refusal, ok := groupRefusal(table, key, group); !ok {
-		return refusal
+	group, herr := s.pickGroup(table, key, ask)
+	if herr != nil {
+		return herr.answer()
 	}
 	if typ == "realtime" {
 		session["model"] = group
@@ -128,20 +125,19 @@ func configPlace(store string) string {
 }
 
 func paramError(param, msg string) apiAnswer {
-	a := errorAnswer(http.StatusBadRequest, "invalid_request_error", "invalid_value", msg)
-	a.param = param
-	return a
+	return (&refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_value",
+		message: msg, param: param}).answer()
 }
 
 // authenticateConnect finds who a connect is for: a gateway key, or a client
 // secret standing for the key that minted it (which the session then counts
 // against). A refused secret is a 401 that says why, never what it was.
-func (s *Server) authenticateConnect(table *routes.Table, presented string) (*routes.ClientKey, *apps.Grant, *httpError) {
+func (s *Server) authenticateConnect(table *routes.Table, presented string) (*routes.ClientKey, *apps.Grant, *refusal) {
 	if key, ok := table.Authenticate(presented); ok {
 		return key, nil, nil
 	}
-	unauthorized := func(msg string) *httpError {
-		return &httpError{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key", message: msg}
+	unauthorized := func(msg string) *refusal {
+		return &refusal{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key", message: msg}
 	}
 	if !strings.HasPrefix(presented, apps.SecretPrefix) {
 		return nil, nil, unauthorized("Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol.")

@@ -21,7 +21,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -89,12 +88,12 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		return
 	case "/v1/realtime", "/realtime":
 	default:
-		c.refuse(&httpError{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
+		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
 		return
 	}
 	if req.Method != http.MethodGet {
-		c.refuse(&httpError{status: http.StatusMethodNotAllowed, errType: "invalid_request_error", code: "method_not_allowed",
+		c.refuse(&refusal{status: http.StatusMethodNotAllowed, errType: "invalid_request_error", code: "method_not_allowed",
 			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
 		return
 	}
@@ -115,14 +114,14 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 
 // decide checks an upgrade request as far as it can without I/O; what is
 // left (a call owner only Redis knows) is marked for the off-loop step.
-func (s *Server) decide(req *http.Request) (*upgrade, *httpError) {
+func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
 	if !s.originAllowed(req.Header.Get("Origin")) {
-		return nil, &httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
+		return nil, &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
 			message: "this Origin may not connect"}
 	}
 	u := &upgrade{req: req, table: s.routes.Load()}
 	creds := credentials(req.Header)
-	var herr *httpError
+	var herr *refusal
 	if u.key, u.grant, herr = s.authenticateConnect(u.table, creds.key); herr != nil {
 		return nil, herr
 	}
@@ -133,7 +132,11 @@ func (s *Server) decide(req *http.Request) (*upgrade, *httpError) {
 		u.protocol = subprotocolRealtime
 	}
 	u.q = req.URL.Query()
-	if u.group, herr = s.connectGroup(u.table, u.q, u.grant); herr != nil {
+	// The key's own models are checked later (decideKey), after a
+	// sideband's call owner.
+	model, _ := s.proto.Model(u.q)
+	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
+	if u.group, herr = s.pickGroup(u.table, nil, ask); herr != nil {
 		return nil, herr
 	}
 	// The session keeps its group for its whole life; from the query it
@@ -154,10 +157,9 @@ func (s *Server) decide(req *http.Request) (*upgrade, *httpError) {
 
 // decideKey applies what the key itself allows: its models and its budget,
 // and reads its limits for admit.
-func (s *Server) decideKey(u *upgrade) *httpError {
+func (s *Server) decideKey(u *upgrade) *refusal {
 	if !u.key.Allows(u.group) {
-		return &httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
-			message: fmt.Sprintf("This key may not use the model '%s'.", u.group)}
+		return modelNotAllowed(u.group)
 	}
 	if herr := s.checkBudget(u.key); herr != nil {
 		return herr
@@ -181,9 +183,9 @@ func (s *Server) waits(u *upgrade) bool {
 // admit applies the instance-wide and per-key limits, reserving a session
 // slot; sessionEnded (or unadmit) gives it back. With limits in Redis it
 // waits on Redis: the off-loop step's only.
-func (s *Server) admit(u *upgrade) *httpError {
+func (s *Server) admit(u *upgrade) *refusal {
 	if s.stopping.Load() {
-		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
+		return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
 			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
 	}
 	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
@@ -215,7 +217,7 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 	w := &c.wait
 	w.pending.Store(true)
 	go func() {
-		var herr *httpError
+		var herr *refusal
 		if u.lookup {
 			owner, known := s.calls.Lookup(u.callID)
 			if herr = s.checkSideband(u, owner, known); herr == nil {
@@ -345,12 +347,12 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 
 // deploymentsBusy is the refusal of a connect no deployment of its group
 // has room for: 429 with Retry-After.
-func deploymentsBusy(b *balance.Busy) *httpError {
+func deploymentsBusy(b *balance.Busy) *refusal {
 	code, msg := "deployment_rate_limited", "every deployment of this model is at its connect rate (rpm); try again shortly"
 	if b.Capped {
 		code, msg = "deployment_at_capacity", "every deployment of this model is at its session limit (max_parallel_requests); try again shortly"
 	}
-	return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: code, message: msg,
+	return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: code, message: msg,
 		header: http.Header{"Retry-After": {strconv.Itoa(b.RetryAfter)}}}
 }
 
@@ -371,13 +373,13 @@ func (s *Server) originAllowed(origin string) bool {
 
 // keyRefused words a refusal of the per-key limits (max_sessions,
 // connect_rate), whether this instance or Redis decided it.
-func keyRefused(r *limit.Refusal) *httpError {
+func keyRefused(r *limit.Refusal) *refusal {
 	if r.Verdict == limit.Full {
-		return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "concurrent_sessions_exceeded",
+		return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "concurrent_sessions_exceeded",
 			message: "too many concurrent sessions for this key (limit " + strconv.Itoa(r.Limit) + ")",
 			header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
 	}
-	return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
+	return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
 		message: "connect rate limit exceeded for this key",
 		header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
 }

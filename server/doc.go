@@ -25,8 +25,8 @@
 //	upgrade.go      credentials, then checkUpgrade
 //	clientsecrets.go authenticateConnect (a key, or a client secret:
 //	                apps.Secrets.Verify)
-//	apps.go         connectGroup (a secret's group, transcription routing,
-//	                session.go: group, the protocol's model)
+//	session.go      pickGroup (a secret's group, transcription routing,
+//	                the protocol's model, the default)
 //	apps.go         checkSideband (a call owner known here)
 //	connect.go      decideKey: the key's models; spendbudget.go checkBudget
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits

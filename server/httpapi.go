@@ -24,7 +24,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -36,7 +35,6 @@ import (
 
 	"rtgate/frames"
 	"rtgate/server/apps"
-	"rtgate/server/routes"
 )
 
 // maxAPIBody bounds an API request's body.
@@ -56,15 +54,13 @@ type apiRequest struct {
 	body     *bytebufferpool.ByteBuffer // raw body bytes as sent (chunked included)
 }
 
-// apiAnswer is a response to an API request.
+// apiAnswer is a response to an API request: a body, or a refusal.
 type apiAnswer struct {
 	status      int
 	header      http.Header
 	contentType string
 	body        []byte
-	// An error answer renders errType, errCode, errMsg and param as an
-	// OpenAI-shaped JSON body.
-	errType, errCode, errMsg, param string
+	refused     *refusal // renders as its JSON error body; nil for a body
 }
 
 func jsonAnswer(status int, v any) apiAnswer {
@@ -74,42 +70,22 @@ func jsonAnswer(status int, v any) apiAnswer {
 
 // errorAnswer is an OpenAI-shaped error.
 func errorAnswer(status int, errType, code, msg string) apiAnswer {
-	return apiAnswer{status: status, contentType: "application/json", errType: errType, errCode: code, errMsg: msg}
-}
-
-// groupRefusal checks a model group an API request names (a call, a client
-// secret): it must exist (else 404 model_not_found) and key must be allowed
-// it (else 403 model_not_allowed). ok is true when the request may go on.
-func groupRefusal(table *routes.Table, key *routes.ClientKey, group string) (refusal apiAnswer, ok bool) {
-	if _, found := table.Groups[group]; !found {
-		return errorAnswer(http.StatusNotFound, "invalid_request_error", "model_not_found",
-			fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", group)), false
-	}
-	if !key.Allows(group) {
-		return errorAnswer(http.StatusForbidden, "invalid_request_error", "model_not_allowed",
-			fmt.Sprintf("This key may not use the model '%s'.", group)), false
-	}
-	return apiAnswer{}, true
+	return (&refusal{status: status, errType: errType, code: code, message: msg}).answer()
 }
 
 // render writes the response; the connection closes after it.
 func (a apiAnswer) render(extra http.Header) []byte {
-	body := a.body
-	if a.errMsg != "" {
-		var param any
-		if a.param != "" {
-			param = a.param
-		}
-		body, _ = json.Marshal(map[string]any{"error": map[string]any{
-			"message": a.errMsg, "type": a.errType, "param": param, "code": a.errCode}})
+	body, contentType, own := a.body, a.contentType, http.Header(nil)
+	if a.refused != nil {
+		body, contentType, own = a.refused.body(), "application/json", a.refused.header
 	}
 	var buf bytes.Buffer
 	buf.WriteString("HTTP/1.1 " + strconv.Itoa(a.status) + " " + http.StatusText(a.status) + "\r\n")
-	if a.contentType != "" && len(body) > 0 {
-		buf.WriteString("Content-Type: " + a.contentType + "\r\n")
+	if contentType != "" && len(body) > 0 {
+		buf.WriteString("Content-Type: " + contentType + "\r\n")
 	}
 	buf.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n")
-	for _, h := range []http.Header{a.header, extra} {
+	for _, h := range []http.Header{own, a.header, extra} {
 		for k, vs := range h {
 			for _, v := range vs {
 				buf.WriteString(k + ": " + v + "\r\n")

@@ -132,7 +132,10 @@ func (v adminView) ClientListener() (net.Addr, bool) {
 
 func (v adminView) MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
 	a := v.s.mintSecretFor(ctx, table, key, body)
-	return admin.Answer{Status: a.status, Body: a.body, ErrType: a.errType, ErrCode: a.errCode, ErrMsg: a.errMsg}
+	if r := a.refused; r != nil {
+		return admin.Answer{Status: r.status, ErrType: r.errType, ErrCode: r.code, ErrMsg: r.message}
+	}
+	return admin.Answer{Status: a.status, Body: a.body}
 }
 
 // sumCounter adds up every series of a counter vector.

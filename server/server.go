@@ -430,13 +430,13 @@ func (c *clientConn) readHead() error {
 	end := headEnd(c.head.B)
 	if end < 0 {
 		if len(c.head.B) > c.srv.cfg.MaxHeaderBytes {
-			c.refuse(&httpError{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
+			c.refuse(&refusal{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
 				code: "headers_too_large", message: "request head too large"})
 		}
 		return nil
 	}
 	if end > c.srv.cfg.MaxHeaderBytes {
-		c.refuse(&httpError{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
+		c.refuse(&refusal{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
 			code: "headers_too_large", message: "request head too large"})
 		return nil
 	}
@@ -446,7 +446,7 @@ func (c *clientConn) readHead() error {
 }
 
 // refuse answers the request with an HTTP error and closes the connection.
-func (c *clientConn) refuse(e *httpError) {
+func (c *clientConn) refuse(e *refusal) {
 	c.setPhase(phaseDone)
 	_ = c.ep.Send(e.response())
 	c.ep.Close()

@@ -102,18 +102,46 @@ func (s *Server) clientLeft(sess *poller.Session) {
 	sess.ClientGone()
 }
 
-// group picks the model group a request asks for (the protocol says where
-// the model is).
-func (s *Server) group(r *routes.Table, q url.Values) (string, *httpError) {
-	g, _ := s.proto.Model(q)
-	if g == "" {
-		g = r.Default
+// groupAsk is what a request says of the model group it wants.
+type groupAsk struct {
+	grant *apps.Grant // a client secret: the group it was minted for
+	model string      // a model the request names ("" for none)
+	// transcription: model is a transcription model (or ""), which may
+	// not be a group: TRANSCRIPTION_MODEL's group then, else the default.
+	transcription bool
+}
+
+// pickGroup is the one place a model group is chosen, for a connect, a
+// call and a client secret alike: the secret's group, else the
+// transcription routing, else the model named, else the default group. It
+// must exist (404 model_not_found) and, when key is given, key must be
+// allowed it (403 model_not_allowed).
+func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask groupAsk) (string, *refusal) {
+	var g string
+	switch {
+	case ask.grant != nil:
+		g = ask.grant.Claims.Group
+	case ask.transcription:
+		g = s.transcriptionGroup(table, ask.model)
+	case ask.model != "":
+		g = ask.model
+	default:
+		g = table.Default
 	}
-	if _, ok := r.Groups[g]; !ok {
-		return "", &httpError{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
+	if _, ok := table.Groups[g]; !ok {
+		return "", &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
 			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
 	}
+	if key != nil && !key.Allows(g) {
+		return "", modelNotAllowed(g)
+	}
 	return g, nil
+}
+
+// modelNotAllowed refuses a key a group it may not use.
+func modelNotAllowed(group string) *refusal {
+	return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
+		message: fmt.Sprintf("This key may not use the model '%s'.", group)}
 }
 
 // target is the upstream request for deployment d: the client's query, the

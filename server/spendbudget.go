@@ -126,7 +126,7 @@ func (s *Server) persistBudgets(ctx context.Context) error {
 }
 
 // checkBudget refuses a connect from a key at or over its budget.
-func (s *Server) checkBudget(key *routes.ClientKey) *httpError {
+func (s *Server) checkBudget(key *routes.ClientKey) *refusal {
 	bud := key.Budget
 	if bud.Max <= 0 {
 		return nil
@@ -146,7 +146,7 @@ func (s *Server) checkBudget(key *routes.ClientKey) *httpError {
 	} else {
 		msg += " (a lifetime budget)."
 	}
-	return &httpError{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
+	return &refusal{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
 		message: msg, header: h}
 }
 

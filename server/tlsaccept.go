@@ -273,7 +273,7 @@ func (c *clientConn) refuseNotTLS() {
 // the bytes sees the reason. An alert would be reported as a TLS version or
 // cipher problem, which misleads.
 func (c *clientConn) refuseTLS() {
-	c.refuse(&httpError{status: http.StatusBadRequest, errType: "invalid_request_error", code: "tls_not_served",
+	c.refuse(&refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "tls_not_served",
 		message: "this gateway serves plain ws:// on this port, not TLS: connect with ws:// (or http://)"})
 }
 
