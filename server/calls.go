@@ -257,7 +257,7 @@ func (m *callMeter) Wants(prefix []byte) bool { return m.info.meter.Wants(prefix
 // does.
 func (m *callMeter) Inspect(p []byte) {
 	if add, ok := m.info.meter.Book(p); ok {
-		m.srv.countTokens(m.info.group, m.info.key.Name, add)
+		m.srv.metrics.countTokens(m.info.group, m.info.key.Name, add)
 	}
 }
 
@@ -292,7 +292,7 @@ func (m *callMeter) UpstreamGone() {
 		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
 			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
 			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage}
-		s.recordSession(m.info, &rec)
+		s.records.record(m.info, &rec)
 	})
 }
 
@@ -307,14 +307,14 @@ func (s *Server) closeMeters() {
 }
 
 // countTokens adds usage to the token metrics.
-func (s *Server) countTokens(group, key string, u usage.Usage) {
+func (m *metrics) countTokens(group, key string, u usage.Usage) {
 	in, out := u.InputTokenDetails, u.OutputTokenDetails
 	for kind, n := range map[string]int64{
 		"input_text": in.TextTokens, "input_audio": in.AudioTokens, "input_image": in.ImageTokens,
 		"input_cached": in.CachedTokens, "output_text": out.TextTokens, "output_audio": out.AudioTokens,
 	} {
 		if n > 0 {
-			s.metrics.tokens.WithLabelValues(group, key, kind).Add(float64(n))
+			m.tokens.WithLabelValues(group, key, kind).Add(float64(n))
 		}
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gobwas/ws"
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
@@ -161,7 +162,7 @@ func (s *Server) decideKey(u *upgrade) *refusal {
 	if !u.key.Allows(u.group) {
 		return modelNotAllowed(u.group)
 	}
-	if herr := s.checkBudget(u.key); herr != nil {
+	if herr := s.budgets.check(u.key); herr != nil {
 		return herr
 	}
 	// A key's own limits win over the gateway-wide defaults.
@@ -301,7 +302,9 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
-	s.meterBudget(sess, info)
+	s.budgets.meter(info, func(message string) {
+		s.terminate(sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
+	})
 	c.watch = setupWatch{sessionInfo: info, srv: s}
 	sess.InspectUpstream(&c.watch)
 	c.startRelay(sess)

@@ -28,7 +28,7 @@
 //	session.go      pickGroup (a secret's group, transcription routing,
 //	                the protocol's model, the default)
 //	apps.go         checkSideband (a call owner known here)
-//	connect.go      decideKey: the key's models; spendbudget.go checkBudget
+//	connect.go      decideKey: the key's models; spendbudget.go budgets.check
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
 //	                (limit.Local, or cluster.Limiter)
 //	connect.go    decideOffLoop, only when the decision needs I/O (a call
@@ -37,7 +37,7 @@
 //	connect.go    open: balance.Reserve (the deployments to try, the probe
 //	              or the slot holder first), the 101, the session registered
 //	              (session.go: sessionInfo, setupWatch), spendbudget.go
-//	              meterBudget, then the upstream:
+//	              budgets.meter, then the upstream:
 //	apps.go         startApp: a sideband's, a transcription session's
 //	                (session.go connectUpstream) or a client secret's
 //	                (sessionprime.go primeSession: the protocol's Prime)
@@ -49,7 +49,7 @@
 //
 //	session.go    sessionEnded: out of the registry, the admitter's and the
 //	              balancer's slots given back, uncount, the metrics
-//	spend.go      countTokens, recordSession (USAGE_LOG, the spend log)
+//	spend.go      records.record (USAGE_LOG, the spend log); metrics.countTokens
 //	apps.go       explainBeta
 //
 // Beside the path: drain.go (SIGTERM), watchdog.go (idle and stalled

@@ -29,8 +29,6 @@ import (
 	"rtgate/server/limit"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
-	"rtgate/server/spenddb"
-	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -71,8 +69,7 @@ type Server struct {
 
 	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
 	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
-	usageLog *usage.Log                   // nil without USAGE_LOG
-	spendDB  *spenddb.Writer              // nil without DATABASE_URL
+	records  *records                     // where ended sessions' records go (spend.go)
 	budgets  *budgets                     // spendbudget.go
 
 	appState // client secrets, calls, sidebands (apps.go)
@@ -120,30 +117,25 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		table = t
 	}
 	s.routes.Store(table)
-	s.logTableNotices(table)
+	logTableNotices(log, table)
 	s.metrics = newMetrics()
 	s.admin = admin.New(adminView{s}, s.metrics.reg, cfg.AdminHosts, cfg.Port)
 	s.front.init(s.metrics.reg)
 	s.memBudget.init(cfg, s.metrics.reg)
-	if cfg.UsageLog != "" {
-		ul, err := usage.Open(cfg.UsageLog, log, s.metrics.usageLogErrors)
-		if err != nil {
-			return nil, fmt.Errorf("USAGE_LOG: %w", err)
-		}
-		s.usageLog = ul
-	}
 	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
 		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures})
-	if err := s.openSpendDB(); err != nil {
+	records, err := openRecords(cfg, s.metrics, log)
+	if err != nil {
 		return nil, err
 	}
+	s.records = records
 	if err := s.setupCluster(); err != nil {
 		return nil, err
 	}
-	if err := s.setupBudgets(); err != nil {
+	if s.budgets, err = newBudgets(cfg, s.store, s.routes.Load, s.metrics.reg, log); err != nil {
 		return nil, err
 	}
-	go s.runBudgets(s.ctx)
+	go s.budgets.run(s.ctx)
 	s.setupApps(upTLS)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
@@ -239,8 +231,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if loop != nil {
 		err = loop.Shutdown(ctx)
 	}
-	s.closeSpend(ctx)
-	s.closeBudgets(ctx)
+	s.records.close(ctx)
+	s.budgets.close(ctx)
 	s.closeMeters()
 	s.admitter.Close()
 	return err
@@ -259,7 +251,7 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.routes.Store(r)
-	s.logTableNotices(r)
+	logTableNotices(s.log, r)
 	s.primePool(r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {

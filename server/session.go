@@ -320,7 +320,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.meter.Usage
-	s.countTokens(info.group, info.key.Name, u)
+	s.metrics.countTokens(info.group, info.key.Name, u)
 
 	rec := usage.Record{
 		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
@@ -332,7 +332,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
-	s.recordSession(info, &rec)
+	s.records.record(info, &rec)
 	s.explainBeta(rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
