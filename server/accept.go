@@ -51,11 +51,16 @@ type frontDoor struct {
 
 	refused *prometheus.CounterVec // connections refused at once, by reason
 
+	maxConnections, maxHandshakes int           // MAX_CONNECTIONS, MAX_HANDSHAKES
+	tls                           bool          // a TLS listener
+	sessionsOpen                  *atomic.Int64 // the server's admitted sessions
+
 	// fullResponse is tooManyConnections rendered once, for refuseAtAccept.
 	fullResponse []byte
 }
 
-func (f *frontDoor) init(reg prometheus.Registerer) {
+func (f *frontDoor) init(cfg Settings, tlsListener bool, sessionsOpen *atomic.Int64, reg prometheus.Registerer) {
+	f.maxConnections, f.maxHandshakes, f.tls, f.sessionsOpen = cfg.MaxConnections, cfg.MaxHandshakes, tlsListener, sessionsOpen
 	f.fullResponse = tooManyConnections().response()
 	f.refused = newReasonCounter("rtgate_connections_refused_total",
 		"Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS "+
@@ -77,11 +82,11 @@ const (
 
 // accept counts a new connection, or refuses it (false). A connection
 // accepted must later call leave exactly once.
-func (s *Server) accept() bool {
-	n := s.front.handshaking.Add(1)
-	if max := s.cfg.MaxConnections; max > 0 && n+s.sessionsOpen.Load() > int64(max) {
-		s.front.handshaking.Add(-1)
-		s.front.refused.WithLabelValues(refusedConnections).Inc()
+func (f *frontDoor) accept() bool {
+	n := f.handshaking.Add(1)
+	if max := f.maxConnections; max > 0 && n+f.sessionsOpen.Load() > int64(max) {
+		f.handshaking.Add(-1)
+		f.refused.WithLabelValues(refusedConnections).Inc()
 		return false
 	}
 	return true
@@ -111,10 +116,10 @@ type refusedKey struct{}
 // refuseAtAccept handles a connection that accept refused, in OnPrepare: a
 // TLS one, or one beyond maxRefusing, is closed now; a plain one waits up to
 // refusalWait for its request's first bytes, which answerRefused answers.
-func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
-	if s.tlsConfig != nil || s.front.refusing.Add(1) > maxRefusing {
-		if s.tlsConfig == nil {
-			s.front.refusing.Add(-1)
+func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
+	if f.tls || f.refusing.Add(1) > maxRefusing {
+		if !f.tls {
+			f.refusing.Add(-1)
 		}
 		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
 		return context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
@@ -122,7 +127,7 @@ func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
 	timer := time.AfterFunc(refusalWait, func() { _ = conn.Close() })
 	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
 		timer.Stop()
-		s.front.refusing.Add(-1)
+		f.refusing.Add(-1)
 		return nil
 	})
 	// No Inliner (a nil *clientConn says "not inline"): a refused connection
@@ -135,27 +140,27 @@ func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
 // request has begun to arrive, and closes it. The request is not parsed.
 // netpoll has read what arrived, so the close is a FIN after the response,
 // not a reset that could overtake it.
-func (s *Server) answerRefused(conn netpoll.Connection) error {
+func (f *frontDoor) answerRefused(conn netpoll.Connection) error {
 	w := conn.Writer()
-	if _, err := w.WriteBinary(s.front.fullResponse); err == nil {
+	if _, err := w.WriteBinary(f.fullResponse); err == nil {
 		_ = w.Flush()
 	}
 	return conn.Close()
 }
 
 // leave gives back a connection's handshake count.
-func (s *Server) leave() { s.front.handshaking.Add(-1) }
+func (f *frontDoor) leave() { f.handshaking.Add(-1) }
 
 // startTLSHandshake reserves one of the MaxHandshakes running handshakes, or
 // refuses (false); endTLSHandshake gives it back.
-func (s *Server) startTLSHandshake() bool {
-	n := s.front.tlsRunning.Add(1)
-	if max := s.cfg.MaxHandshakes; max > 0 && n > int64(max) {
-		s.front.tlsRunning.Add(-1)
-		s.front.refused.WithLabelValues(refusedHandshakes).Inc()
+func (f *frontDoor) startTLSHandshake() bool {
+	n := f.tlsRunning.Add(1)
+	if max := f.maxHandshakes; max > 0 && n > int64(max) {
+		f.tlsRunning.Add(-1)
+		f.refused.WithLabelValues(refusedHandshakes).Inc()
 		return false
 	}
 	return true
 }
 
-func (s *Server) endTLSHandshake() { s.front.tlsRunning.Add(-1) }
+func (f *frontDoor) endTLSHandshake() { f.tlsRunning.Add(-1) }

@@ -11,8 +11,8 @@
 //	server.go     onPrepare: a clientConn (one allocation; its own netpoll
 //	              context), the HANDSHAKE_TIMEOUT timer; onRequest
 //	              dispatches on the connection's phase (connPhase)
-//	accept.go     accept: MAX_CONNECTIONS and the front door's counts, or
-//	              the canned 503 (refuseAtAccept)
+//	accept.go     frontDoor.accept: MAX_CONNECTIONS and the front door's
+//	              counts, or the canned 503 (refuseAtAccept)
 //	tlsaccept.go  collectTLS: the ClientHello is collected on the handler;
 //	              tlsHandshake runs in a goroutine (MAX_HANDSHAKES), then
 //	              reads the first request head

@@ -120,7 +120,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	logTableNotices(log, table)
 	s.metrics = newMetrics()
 	s.admin = admin.New(adminView{s}, s.metrics.reg, cfg.AdminHosts, cfg.Port)
-	s.front.init(s.metrics.reg)
+	s.front.init(cfg, s.tlsConfig != nil, &s.sessionsOpen, s.metrics.reg)
 	s.memBudget.init(cfg, s.metrics.reg)
 	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
 		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures})
@@ -333,8 +333,8 @@ type clientConn struct {
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
-	if !s.accept() {
-		return s.refuseAtAccept(conn)
+	if !s.front.accept() {
+		return s.front.refuseAtAccept(conn)
 	}
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	s.clientConns.Add(1)
@@ -375,7 +375,7 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
 	if c == nil {
 		if ctx.Value(refusedKey{}) != nil {
-			return s.answerRefused(conn)
+			return s.front.answerRefused(conn)
 		}
 		return conn.Close()
 	}
@@ -459,7 +459,7 @@ func (c *clientConn) answered() {
 	c.left = true
 	c.mu.Unlock()
 	if !left {
-		c.srv.leave()
+		c.srv.front.leave()
 	}
 }
 

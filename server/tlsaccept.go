@@ -213,7 +213,7 @@ func (c *clientConn) collectTLS() error {
 		c.refuseNotTLS()
 		return nil
 	case complete:
-		if !c.srv.startTLSHandshake() {
+		if !c.srv.front.startTLSHandshake() {
 			return c.conn.Close() // MaxHandshakes running: refused at once
 		}
 		c.hsStarted = true
@@ -227,7 +227,7 @@ func (c *clientConn) collectTLS() error {
 // tlsHandshake runs the server side of TLS in its own goroutine, bounded by
 // the handshake deadline, then hands the connection to the HTTP phase.
 func (c *clientConn) tlsHandshake() {
-	defer c.srv.endTLSHandshake()
+	defer c.srv.front.endTLSHandshake()
 	ctx, cancel := context.WithDeadline(c.srv.ctx, c.accepted.Add(c.srv.cfg.HandshakeTimeout))
 	defer cancel()
 	tc := tls.Server(c.hs, c.srv.tlsConfig)
