@@ -34,6 +34,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
+	"rtgate/server/admin"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
@@ -116,7 +117,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 // decide checks an upgrade request as far as it can without I/O; what is
 // left (a call owner only Redis knows) is marked for the off-loop step.
 func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
-	if !s.originAllowed(req.Header.Get("Origin")) {
+	if !s.origins.allow(req.Header.Get("Origin")) {
 		return nil, &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
 			message: "this Origin may not connect"}
 	}
@@ -359,12 +360,20 @@ func deploymentsBusy(b *balance.Busy) *refusal {
 		header: http.Header{"Retry-After": {strconv.Itoa(b.RetryAfter)}}}
 }
 
-func (s *Server) originAllowed(origin string) bool {
-	if origin == "" || len(s.cfg.AllowedOrigins) == 0 || s.admin.IsOrigin(origin) {
+// origins is ALLOWED_ORIGINS: which browser origins may connect and call
+// the API (any when empty; the admin port's own pages always, so that the
+// playground can connect).
+type origins struct {
+	allowed []string
+	admin   *admin.Server
+}
+
+func (o origins) allow(origin string) bool {
+	if origin == "" || len(o.allowed) == 0 || o.admin.IsOrigin(origin) {
 		return true
 	}
-	for _, o := range s.cfg.AllowedOrigins {
-		if strings.EqualFold(o, origin) {
+	for _, a := range o.allowed {
+		if strings.EqualFold(a, origin) {
 			return true
 		}
 	}

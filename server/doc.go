@@ -21,7 +21,7 @@
 //	connect.go    handle: health, API requests (httpapi.go: client secrets
 //	              in clientsecrets.go, calls in calls.go), the path and the
 //	              method; then decide (no I/O):
-//	connect.go      originAllowed
+//	connect.go      origins.allow (ALLOWED_ORIGINS)
 //	upgrade.go      credentials, then checkUpgrade
 //	clientsecrets.go authenticateConnect (a key, or a client secret:
 //	                apps.Secrets.Verify)

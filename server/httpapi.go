@@ -204,7 +204,7 @@ func (c *clientConn) answerEarly(a apiAnswer) {
 		bytebufferpool.Put(c.api.body)
 		c.api.body = nil
 	}
-	_ = c.ep.Send(a.render(c.srv.corsHeaders(c.api.req)))
+	_ = c.ep.Send(a.render(c.srv.origins.corsHeaders(c.api.req)))
 }
 
 // answerNow sends a and closes the connection.
@@ -216,7 +216,7 @@ func (c *clientConn) answerNow(a apiAnswer) {
 	}
 	var extra http.Header
 	if c.api != nil {
-		extra = c.srv.corsHeaders(c.api.req)
+		extra = c.srv.origins.corsHeaders(c.api.req)
 	}
 	_ = c.ep.Send(a.render(extra))
 	c.ep.Close()
@@ -230,9 +230,9 @@ func (s *Server) serveAPI(c *clientConn, req *http.Request, endpoint string, bod
 func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiAnswer {
 	origin := req.Header.Get("Origin")
 	if req.Method == http.MethodOptions {
-		return s.preflight(req)
+		return s.origins.preflight(req)
 	}
-	if !s.originAllowed(origin) {
+	if !s.origins.allow(origin) {
 		return errorAnswer(http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "this Origin may not call the gateway")
 	}
 	if req.Method != http.MethodPost {
@@ -251,9 +251,9 @@ func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiA
 
 // preflight answers a CORS preflight per ALLOWED_ORIGINS (any origin when
 // it is empty, as for WebSocket connects).
-func (s *Server) preflight(req *http.Request) apiAnswer {
+func (o origins) preflight(req *http.Request) apiAnswer {
 	origin := req.Header.Get("Origin")
-	if origin == "" || !s.originAllowed(origin) {
+	if origin == "" || !o.allow(origin) {
 		return errorAnswer(http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "this Origin may not call the gateway")
 	}
 	h := http.Header{
@@ -270,9 +270,9 @@ func (s *Server) preflight(req *http.Request) apiAnswer {
 
 // corsHeaders are the headers every answer to an allowed browser origin
 // carries.
-func (s *Server) corsHeaders(req *http.Request) http.Header {
+func (o origins) corsHeaders(req *http.Request) http.Header {
 	origin := req.Header.Get("Origin")
-	if origin == "" || !s.originAllowed(origin) {
+	if origin == "" || !o.allow(origin) {
 		return nil
 	}
 	return http.Header{

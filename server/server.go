@@ -74,7 +74,8 @@ type Server struct {
 
 	appState // client secrets, calls, sidebands (apps.go)
 
-	admin *admin.Server // the admin port: metrics, status page, playground
+	admin   *admin.Server // the admin port: metrics, status page, playground
+	origins origins       // ALLOWED_ORIGINS (connect.go)
 }
 
 // New prepares a server; Serve starts it.
@@ -120,6 +121,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	logTableNotices(log, table)
 	s.metrics = newMetrics()
 	s.admin = admin.New(adminView{s}, s.metrics.reg, cfg.AdminHosts, cfg.Port)
+	s.origins = origins{allowed: cfg.AllowedOrigins, admin: s.admin}
 	s.front.init(cfg, s.tlsConfig != nil, &s.sessionsOpen, s.metrics.reg)
 	s.memBudget.init(cfg, s.metrics.reg)
 	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
