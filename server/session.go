@@ -65,14 +65,15 @@ func (i *sessionInfo) dialContext(parent context.Context) (context.Context, cont
 	return ctx, cancel
 }
 
-// attemptContext bounds one upstream attempt for a session: it ends when
-// the client leaves, and after the dial timeout when one is set.
-func (s *Server) attemptContext(info *sessionInfo) (context.Context, context.CancelFunc) {
-	clientCtx, cancelClient := info.dialContext(s.ctx)
-	if s.cfg.DialTimeout <= 0 {
+// attemptContext bounds one upstream attempt for the session: it ends with
+// parent (the server's), when the client leaves, and after timeout (the
+// dial timeout) when one is set.
+func (i *sessionInfo) attemptContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	clientCtx, cancelClient := i.dialContext(parent)
+	if timeout <= 0 {
 		return clientCtx, cancelClient
 	}
-	ctx, cancel := context.WithTimeout(clientCtx, s.cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(clientCtx, timeout)
 	return ctx, func() { cancel(); cancelClient() }
 }
 
@@ -193,7 +194,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 		if h != nil {
 			// before the held frame is forwarded
 			info.poolHit = true
-			s.attached(info, d)
+			info.attached(s.balancer, d)
 		}
 		return h, held
 	})
@@ -206,40 +207,40 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 }
 
 // attached records that deployment d serves the session.
-func (s *Server) attached(info *sessionInfo, d *routes.Deployment) {
-	info.depMu.Lock()
-	count := !info.ended
-	info.deployment, info.counted = d, count
-	info.depMu.Unlock()
+func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
+	i.depMu.Lock()
+	count := !i.ended
+	i.deployment, i.counted = d, count
+	i.depMu.Unlock()
 	if count {
-		s.balancer.Attach(d)
+		b.Attach(d)
 	}
 }
 
 // uncount takes the session out of its deployment's live count, once, and
 // returns the deployment it had (nil if none); forget drops it, for a redial
 // that will attach another, and otherwise the session has ended.
-func (s *Server) uncount(info *sessionInfo, forget bool) *routes.Deployment {
-	info.depMu.Lock()
-	d, counted := info.deployment, info.counted
-	info.counted = false
+func (i *sessionInfo) uncount(b *balance.Balancer, forget bool) *routes.Deployment {
+	i.depMu.Lock()
+	d, counted := i.deployment, i.counted
+	i.counted = false
 	if forget {
-		info.deployment = nil
+		i.deployment = nil
 	} else {
-		info.ended = true
+		i.ended = true
 	}
-	info.depMu.Unlock()
+	i.depMu.Unlock()
 	if counted {
-		s.balancer.Detach(d)
+		b.Detach(d)
 	}
 	return d
 }
 
-// dialTo dials a deployment for a session that asked with query q and
-// pass-through headers h.
-func (s *Server) dialTo(q url.Values, h http.Header) balance.DialFunc {
+// dialTo dials a deployment with dialer for a session that asked with
+// query q and pass-through headers h.
+func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.DialFunc {
 	return func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error) {
-		return s.dialer.Dial(ctx, target(d, q, h))
+		return dialer.Dial(ctx, target(d, q, h))
 	}
 }
 
@@ -261,10 +262,10 @@ func (i *sessionInfo) currentDeployment() *routes.Deployment {
 // deployment's (nothing has reached the client from the upstream yet).
 // At most balance.MaxAttempts deployments are tried.
 func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
-	ctx, cancel := s.attemptContext(info)
+	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
 	if conn, d := s.dialFor(ctx, sess, info, cands, q, h); conn != nil {
-		s.attached(info, d)
+		info.attached(s.balancer, d)
 		sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 	}
 }
@@ -275,7 +276,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 // left (nobody to tell), else told that no upstream could be reached.
 func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
-	conn, d, status := s.balancer.Race(ctx, info.group, cands, s.dialTo(q, h))
+	conn, d, status := s.balancer.Race(ctx, info.group, cands, dialTo(s.dialer, q, h))
 	switch {
 	case conn != nil:
 		return conn, d
@@ -301,7 +302,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	s.admitter.Release(info.key.Name)
 	s.balancer.Release(info.reserved)
 	deployment := ""
-	dep := s.uncount(info, false)
+	dep := info.uncount(s.balancer, false)
 	if dep != nil {
 		deployment = dep.Name
 	}
@@ -394,7 +395,7 @@ func (s *Server) redial(sess *poller.Session) bool {
 	if info == nil || info.redial == nil {
 		return false
 	}
-	s.uncount(info, true)
+	info.uncount(s.balancer, true)
 	s.metrics.warmRedials.Inc()
 	go info.redial()
 	return true

@@ -213,7 +213,7 @@ func (p *primer) step(e primeEvent, why string) {
 // socket when the pool has one, else a fresh dial; it runs in its own
 // goroutine.
 func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
-	ctx, cancel := s.attemptContext(info)
+	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
 	if err := s.secrets.LoadConfig(ctx, info.grant); err != nil {
 		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.Claims.ID, "err", err)
@@ -286,7 +286,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		if !handOver(p.h, o) {
 			return nil, nil
 		}
-		s.attached(info, d) // before the first frame reaches the client
+		info.attached(s.balancer, d) // before the first frame reaches the client
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.h, p.out
