@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/internal/every"
 	"rtgate/server/cluster"
 	"rtgate/server/routes"
 	"rtgate/server/spend"
@@ -97,12 +98,12 @@ func (b *budgets) budgeted() map[string]spend.Budget {
 // run syncs or saves the ledger every budgetSync or budgetSave until ctx
 // ends; close saves a last time at shutdown.
 func (b *budgets) run(ctx context.Context) {
-	every := budgetSave
+	period := budgetSave
 	if b.shared != nil {
-		every = budgetSync
+		period = budgetSync
 	}
 	var lastWarn time.Time
-	everyTick(ctx, every, func(time.Time) {
+	every.Tick(ctx, period, func(time.Time) {
 		if err := b.persist(ctx); err != nil {
 			b.failed.Inc()
 			if time.Since(lastWarn) > 10*time.Second {

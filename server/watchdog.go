@@ -11,6 +11,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/internal/every"
 	"rtgate/internal/sysmem"
 	"rtgate/poller"
 )
@@ -74,23 +75,7 @@ const (
 )
 
 func (s *Server) watchdog(ctx context.Context) {
-	everyTick(ctx, watchdogTick, s.sweep)
-}
-
-// everyTick calls f with the time of each tick of a d ticker until ctx ends;
-// the server's periodic jobs (the watchdog, the status sampler, the budget
-// saver) run on it.
-func everyTick(ctx context.Context, d time.Duration, f func(now time.Time)) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			f(now)
-		}
-	}
+	every.Tick(ctx, watchdogTick, s.sweep)
 }
 
 // backlog is a stalled session and what waits behind it.

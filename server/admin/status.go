@@ -23,6 +23,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"rtgate/internal/every"
 )
 
 const (
@@ -76,16 +78,7 @@ func (b *statusBoard) history() []statusSample {
 // sampleStatus takes a sample every statusEvery until ctx ends.
 func (s *Server) sampleStatus(ctx context.Context) {
 	s.Sample(time.Now())
-	t := time.NewTicker(statusEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			s.Sample(now)
-		}
-	}
+	every.Tick(ctx, statusEvery, s.Sample)
 }
 
 // Sample takes a sample of the gateway now into the status ring (what the
