@@ -3,6 +3,7 @@
 #   make bench   the main job: direct vs gateway (pool off, pool on) against mockai over wss://
 #   make soak    ~3 minutes under random faults; fails on any unexplained failure or leak (not in CI)
 #   make bench-peers  nginx and HAProxy vs the gateway in front of mockai, wss:// and ws:// upstream
+#   make bench-huge   100,000 idle sessions over 12 gateway processes on one port (HUGE_ARGS="-n 2000" for fewer)
 #   make test    vet and the race-enabled test suite (what CI runs)
 #   make run     the gateway in front of a local mockai until Ctrl-C
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
@@ -16,8 +17,9 @@ BENCH_ARGS ?=
 SOAK_DURATION ?= 3m
 SOAK_ARGS ?=
 PEERS_ARGS ?=
+HUGE_ARGS ?=
 
-.PHONY: all build test vet run bench bench-peers soak clean screenshots
+.PHONY: all build test vet run bench bench-peers bench-huge soak clean screenshots
 
 all: build
 
@@ -68,6 +70,14 @@ bench-peers: build
 	@command -v nginx >/dev/null && command -v haproxy >/dev/null || \
 		{ apt-get update -q && apt-get install -y -q nginx haproxy; }
 	$(BIN)/wsbench peers -mockai $(BIN)/mockai -gateway $(BIN)/gateway -readme README.md $(PEERS_ARGS)
+
+# Many idle sessions on one host (bench/huge, `wsbench huge`): 12 gateway processes
+# sharing one port (REUSEPORT=1), enough mockai and `wsbench -hold` client processes
+# to stay under the open-file limit; prints sessions held, gateway memory per session,
+# the establishment rate and each role's CPU. Needs a quiet machine for its figures;
+# HUGE_ARGS="-n 2000" is a small check. Files in bench/results/huge-<timestamp>/.
+bench-huge: build
+	$(BIN)/wsbench huge -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(HUGE_ARGS)
 
 # Sessions with injected faults (upstream drops, stalls, 401s, slow and garbage
 # clients) alongside normal ones; every failure must be one it injected, and the

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cloudwego/netpoll"
 	"github.com/valyala/bytebufferpool"
 	"golang.org/x/sys/unix"
 
@@ -288,7 +289,8 @@ func (e *Endpoint) commitLocked() {
 // backlog from the front: with a raw non-blocking write while the kernel
 // takes bytes, and when it takes none, through netpoll's blocking Write,
 // which waits for writability on the poller, bounded by the connection's
-// write timeout. Raw writes are safe here because netpoll's own output buffer
+// write timeout (a socket that takes nothing for that long is dropped, see
+// waitPiece). Raw writes are safe here because netpoll's own output buffer
 // is empty whenever its Write has returned. When the backlog is empty the
 // goroutine exits. It is the only goroutine a slow peer costs, and it never
 // runs a handler of the other side.
@@ -325,6 +327,9 @@ func (e *Endpoint) writeBacklog() {
 		n, err := e.sendSome(b)
 		e.wmu.Unlock()
 		if err != nil {
+			if errors.Is(err, netpoll.ErrWriteTimeout) {
+				writeTimeouts.Add(1)
+			}
 			// A write that timed out leaves the rest stranded inside
 			// netpoll: the socket is unusable. Marked closed first, since
 			// Drop only records the close while a read by hand runs, and
@@ -349,8 +354,21 @@ func (e *Endpoint) writeBacklog() {
 	}
 }
 
+// waitPiece is the most of a backlog handed to netpoll's blocking Write
+// when the kernel takes nothing. netpoll's write timeout (WRITE_TIMEOUT_SECS)
+// bounds the whole of what that Write holds, so the piece is what the
+// socket must take within the timeout to be kept: small, so that the rule
+// is "the kernel took nothing for that long" (a peer that stopped reading)
+// and not "less than a piece" (a slow link: a whole 64 KiB chunk in 10 s
+// would drop every reader slower than 6.5 KB/s). The kernel reports a
+// socket writable only once a third of its send buffer is free, more than
+// this, so a socket that takes anything takes the piece at its first
+// wake-up; the raw writes that follow send the rest.
+const waitPiece = 1 << 10
+
 // sendSome writes b, raw while the kernel takes bytes, else waiting inside
-// netpoll; it returns how much went. Callers hold wmu.
+// netpoll for the kernel to take a first piece; it returns how much went.
+// Callers hold wmu.
 func (e *Endpoint) sendSome(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
@@ -361,6 +379,7 @@ func (e *Endpoint) sendSome(b []byte) (int, error) {
 			return n, err
 		}
 	}
+	b = b[:min(len(b), waitPiece)]
 	_, err := e.conn.Write(b)
 	return len(b), err
 }

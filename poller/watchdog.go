@@ -1,11 +1,24 @@
 package poller
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Read-only queries for the server's watchdog. They take no locks, so a
 // sweep over every session costs a few loads each.
 
 func nowNano() int64 { return time.Now().UnixNano() }
+
+// writeTimeouts counts sockets a backlog writer dropped because the kernel
+// took nothing from it for the write timeout: peers that stopped reading.
+// A metric, process-wide: the only package-level state that changes.
+var writeTimeouts atomic.Uint64
+
+// WriteTimeouts returns how many sockets were dropped so far, in this
+// process, because the kernel took nothing from them for the connection's
+// write timeout (WRITE_TIMEOUT_SECS).
+func WriteTimeouts() uint64 { return writeTimeouts.Load() }
 
 // Idle returns how long neither side has sent anything.
 func (s *Session) Idle(now time.Time) time.Duration {

@@ -51,7 +51,7 @@ type Settings struct {
 
 	HandshakeTimeout time.Duration // client TCP accept to complete upgrade request
 	DialTimeout      time.Duration // a client's whole upstream attempt: every dial, hedge and failover
-	WriteTimeout     time.Duration // one blocked write to either socket
+	WriteTimeout     time.Duration // a socket whose kernel takes nothing for this long is closed (the rule for a side that stopped reading)
 	CloseTimeout     time.Duration // wait for a close frame's answer
 	MaxHeaderBytes   int           // the client's HTTP request head
 	MaxMessage       int64         // one client message's payload
@@ -70,7 +70,7 @@ type Settings struct {
 	// ClientHello beyond it is closed at once. 0 means no limit.
 	MaxHandshakes int
 	// MaxBufferedBytes bounds, over all sessions, the bytes waiting behind
-	// writes to peers that stopped reading; above it the sessions holding
+	// writes to slow peers; above it the sessions holding
 	// the most are ended (watchdog.go). 0 turns the budget off.
 	MaxBufferedBytes int64
 	// IdleTimeout ends a session in which neither side sent anything for
@@ -79,8 +79,10 @@ type Settings struct {
 	// MaxSessionDuration ends a session this long after it started; 0
 	// disables it.
 	MaxSessionDuration time.Duration
-	// MaxStalledBytes bounds what may wait behind a write to a side that
-	// stopped reading before the session is dropped.
+	// MaxStalledBytes is the ceiling on what may wait behind writes to one
+	// side that is still reading, only slower than the other side sends
+	// (a slow link in front of a long answer): past it the session is
+	// dropped. A side that reads nothing is WriteTimeout's, not this.
 	MaxStalledBytes int
 	// MaxSessionsPerKey and ConnectRatePerKey limit each client key
 	// (concurrent sessions; connects per second, with a burst of the same
@@ -173,7 +175,7 @@ func Defaults() Settings {
 		MaxBufferedBytes:   defaultMaxBufferedBytes(),
 		IdleTimeout:        15 * time.Minute,
 		MaxSessionDuration: 61 * time.Minute,
-		MaxStalledBytes:    4 << 20,
+		MaxStalledBytes:    defaultMaxStalledBytes,
 		DrainTimeout:       60 * time.Second,
 		Pool: upstream.PoolConfig{
 			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 1024,
@@ -438,6 +440,12 @@ func openFileLimit() int {
 
 // defaultMaxHandshakes bounds running client TLS handshakes (accept.go).
 const defaultMaxHandshakes = 1024
+
+// defaultMaxStalledBytes fits a long answer on a slow link: a two-minute
+// spoken answer is about 7.7 MB of base64 audio, which the upstream sends
+// in seconds, and a client on a slow link takes minutes to read it. What
+// it costs in memory is bounded by MaxBufferedBytes over all sessions.
+const defaultMaxStalledBytes = 64 << 20
 
 // defaultMaxConnections fits the open-file limit: each session holds two
 // sockets (a connection in its handshake, which also takes a slot, one).

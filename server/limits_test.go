@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -514,19 +516,27 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 // a connection given 0 echoes what it reads. It records how each connection
 // ended. Streaming waits for start so that every session is open before any
 // backlog grows (else the budget may end the first before the next opens).
+// With tlsUpstream it serves wss://, trusted through roots.
 type streamingUpstream struct {
 	srv    *httptest.Server
+	roots  *x509.CertPool // nil over ws://
 	start  chan struct{}
 	closes chan [2]int // connection index, close code (1006: dropped without one)
 }
 
-func startStreamingUpstream(t *testing.T, sizes func(i int) int) *streamingUpstream {
+// apiBase is the upstream as the gateway's APIBase.
+func (u *streamingUpstream) apiBase() *url.URL {
+	b, _ := ParseAPIBase("ws" + strings.TrimPrefix(u.srv.URL, "http") + "/v1")
+	return b
+}
+
+func startStreamingUpstream(t *testing.T, tlsUpstream bool, sizes func(i int) int) *streamingUpstream {
 	t.Helper()
 	u := &streamingUpstream{start: make(chan struct{}), closes: make(chan [2]int, 16)}
 	var next atomic.Int64
 	up := websocket.Upgrader{}
 	chunk := []byte(`{"type":"response.output_audio.delta","delta":"` + strings.Repeat("A", 64<<10) + `"}`)
-	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -562,6 +572,13 @@ func startStreamingUpstream(t *testing.T, sizes func(i int) int) *streamingUpstr
 			}
 		}
 	}))
+	if tlsUpstream {
+		u.srv.StartTLS()
+		u.roots = x509.NewCertPool()
+		u.roots.AddCert(u.srv.Certificate())
+	} else {
+		u.srv.Start()
+	}
 	t.Cleanup(u.srv.Close)
 	return u
 }
@@ -580,10 +597,16 @@ func stallingDialer() *websocket.Dialer {
 // Over MaxBufferedBytes the gateway ends the sessions holding the most
 // unsent bytes, and only as many as it takes: the stalled client's socket is
 // closed, its upstream gets 1001, and a metric counts it. Sessions with
-// small backlogs and healthy ones carry on.
+// small backlogs and healthy ones carry on. Over ws:// and wss://.
 func TestMemoryBudgetEndsLargestBacklogs(t *testing.T) {
+	for _, up := range upstreamKinds {
+		t.Run(up.name, func(t *testing.T) { testMemoryBudgetEndsLargestBacklogs(t, up.tls) })
+	}
+}
+
+func testMemoryBudgetEndsLargestBacklogs(t *testing.T, tlsUpstream bool) {
 	const big, small = 24 << 20, 2 << 20
-	up := startStreamingUpstream(t, func(i int) int {
+	up := startStreamingUpstream(t, tlsUpstream, func(i int) int {
 		switch i {
 		case 0:
 			return big
@@ -593,7 +616,7 @@ func TestMemoryBudgetEndsLargestBacklogs(t *testing.T) {
 		return 0
 	})
 	g := startGateway(t, nil, func(c *Settings) {
-		c.APIBase, _ = ParseAPIBase("ws" + strings.TrimPrefix(up.srv.URL, "http") + "/v1")
+		c.APIBase, c.UpstreamRoots = up.apiBase(), up.roots
 		c.MaxStalledBytes = 64 << 20 // far above any backlog here: the budget, not the per-session cap, must act
 		c.MaxBufferedBytes = 8 << 20
 		c.WriteTimeout = 60 * time.Second

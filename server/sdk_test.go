@@ -56,11 +56,11 @@ func ensureNodeModules(t *testing.T) string {
 }
 
 // tlsMockaiProcess starts mockai -tls as a process and returns it with a
-// pool trusting its certificate.
-func tlsMockaiProcess(t *testing.T) (*mockaiProcess, *x509.CertPool) {
+// pool trusting its certificate; args are more mockai flags.
+func tlsMockaiProcess(t *testing.T, args ...string) (*mockaiProcess, *x509.CertPool) {
 	t.Helper()
 	certFile := filepath.Join(t.TempDir(), "mockai.pem")
-	p := startMockaiProcess(t, "-tls", "-cert-out", certFile)
+	p := startMockaiProcess(t, append([]string{"-tls", "-cert-out", certFile}, args...)...)
 	pem, err := os.ReadFile(certFile)
 	if err != nil {
 		t.Fatal(err)

@@ -18,20 +18,24 @@ import (
 
 // The watchdog is one goroutine for the whole gateway, not a timer per
 // session: every tick it walks the live sessions and ends those that have
-// been idle too long, have lived too long, or have a side that stopped
-// reading while bytes pile up behind it (netpoll keeps reading the other
-// side, so that pile is the memory a stalled client costs). A stalled
-// session is caught within watchdogTick+stallGrace of passing the limit, so
-// its backlog stays under MaxStalledBytes plus 0.2 s of the other side's
-// sending rate. A walk costs about 50 ns a session: 10k sessions, 5 ms of
-// CPU a second.
+// been idle too long, have lived too long, or have a side that fell more
+// than MaxStalledBytes behind (netpoll keeps reading the other side and
+// cannot pause it, so what waits is the memory a slow peer costs). A side
+// that is still reading, only slower than the other side sends (a phone on
+// a slow link in front of a long answer), is kept up to that ceiling; a
+// side that reads nothing at all is not the watchdog's: its backlog writer
+// closes the socket once the kernel has taken nothing for WriteTimeout
+// (poller/output.go). A session over the ceiling is caught within
+// watchdogTick+stallGrace of passing it, so its backlog stays under
+// MaxStalledBytes plus 0.2 s of the other side's sending rate. A walk costs
+// about 50 ns a session: 10k sessions, 5 ms of CPU a second.
 //
 // MaxStalledBytes bounds one session; MaxBufferedBytes bounds them all
 // together, since 10,000 slow mobile clients each under the per-session cap
-// could still hold 40 GB. When the backlogs the walk finds add up to more
+// could still hold 640 GB. When the backlogs the walk finds add up to more
 // than the budget, the sessions holding the most are ended first, until the
-// rest fit: the stalled socket is closed under its blocked write (an error
-// event cannot reach a peer that stopped reading) and the other side gets a
+// rest fit: the slow socket is closed under its blocked write (an error
+// event cannot reach a peer that is not reading) and the other side gets a
 // close frame, the upstream 1001. rtgate_sessions_ended_total{reason=
 // "memory_budget"} counts them.
 //
@@ -62,11 +66,14 @@ func (b *memoryBudget) init(cfg Settings, reg prometheus.Registerer) {
 	b.max = cfg.MaxBufferedBytes
 	b.ended = newReasonCounter("rtgate_sessions_ended_total",
 		"Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget "+
-			"(the backlogs of all stalled sessions over MAX_BUFFERED_BYTES; the largest go first).",
+			"(the backlogs of all sessions with a slow peer over MAX_BUFFERED_BYTES; the largest go first).",
 		endedStalled, endedBudget)
 	b.buffered = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_stalled_buffered_bytes",
-		Help: "Bytes waiting behind writes to peers that stopped reading, summed over sessions at the last watchdog walk."})
-	reg.MustRegister(b.ended, b.buffered)
+		Help: "Bytes waiting behind writes to peers slower than their other side, summed over sessions at the last watchdog walk."})
+	writeTimeouts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rtgate_write_timeouts_total",
+		Help: "Sockets dropped because the kernel took nothing from them for WRITE_TIMEOUT_SECS (peers that stopped reading), client and upstream, since the process started."},
+		func() float64 { return float64(poller.WriteTimeouts()) })
+	reg.MustRegister(b.ended, b.buffered, writeTimeouts)
 }
 
 const (
@@ -91,7 +98,7 @@ func (s *Server) sweep(now time.Time) {
 	for _, sess := range s.liveSessions() {
 		if side, waiting, ok := sess.Stalled(now, stallGrace); ok {
 			if waiting > s.cfg.MaxStalledBytes {
-				s.log.Warn("dropping a session whose "+side.String()+" stopped reading",
+				s.log.Warn("dropping a session whose "+side.String()+" fell too far behind",
 					"waiting_bytes", waiting, "limit", s.cfg.MaxStalledBytes)
 				s.memBudget.ended.WithLabelValues(endedStalled).Inc()
 				go sess.Abort(side, side.String()+" too slow: output backlog over limit")

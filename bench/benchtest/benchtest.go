@@ -1,8 +1,12 @@
 // Package benchtest holds what the bench packages' and wsbench's tests share:
-// an in-process mockai for one test, and an address that refuses dials.
+// an in-process mockai for one test, an address that refuses dials, and the
+// module's commands built as binaries.
 package benchtest
 
 import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -31,4 +35,25 @@ func RefusedAddr(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// Build builds the module's commands (rtgate/cmd/<name>) into dir, without
+// -race even under go test -race (a race-built gateway hits a rare netpoll
+// dial failure often enough to make the harness tests flaky), and returns
+// their paths in the order of names.
+func Build(t testing.TB, dir string, names ...string) []string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	var paths []string
+	for _, name := range names {
+		bin := filepath.Join(dir, name)
+		if b, err := exec.Command(goBin, "build", "-o", bin, "rtgate/cmd/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("go build rtgate/cmd/%s: %v\n%s", name, err, b)
+		}
+		paths = append(paths, bin)
+	}
+	return paths
 }

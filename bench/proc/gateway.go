@@ -51,29 +51,42 @@ func StartGateway(ctx context.Context, bin string, args []string, settings map[s
 		if err != nil {
 			return nil, err
 		}
-		adminPort, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		hostPort := "127.0.0.1:" + strconv.Itoa(port)
-		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
-		set := maps.Clone(settings)
-		set["HOST"], set["PORT"], set["ADMIN_ADDR"] = "127.0.0.1", strconv.Itoa(port), admin
-		gw, err := Start(Spec{Name: "gateway", Bin: bin, Args: args, Env: GatewayEnv(os.Environ(), set), LogPath: logPath})
-		if err != nil {
-			return nil, err
-		}
-		err = WaitHealthy(ctx, gw, "http://"+hostPort+"/health", 20*time.Second)
-		if err == nil {
-			return &Gateway{Proc: gw, Addr: hostPort, Admin: admin}, nil
-		}
-		_ = gw.Stop(5 * time.Second)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		gw, err := StartGatewayOn(ctx, bin, args, settings, port, logPath)
+		if err == nil || ctx.Err() != nil {
+			return gw, err
 		}
 		lastErr = err
 	}
 	return nil, lastErr
+}
+
+// StartGatewayOn is StartGateway on a port the caller chose (several
+// gateways with REUSEPORT=1 share one), with a free admin port; it does not
+// retry.
+func StartGatewayOn(ctx context.Context, bin string, args []string, settings map[string]string, port int, logPath string) (*Gateway, error) {
+	adminPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	hostPort := "127.0.0.1:" + strconv.Itoa(port)
+	admin := "127.0.0.1:" + strconv.Itoa(adminPort)
+	set := maps.Clone(settings)
+	set["HOST"], set["PORT"], set["ADMIN_ADDR"] = "127.0.0.1", strconv.Itoa(port), admin
+	gw, err := Start(Spec{Name: "gateway", Bin: bin, Args: args, Env: GatewayEnv(os.Environ(), set), LogPath: logPath})
+	if err != nil {
+		return nil, err
+	}
+	// With a shared port another gateway may answer /health, so this
+	// one's own admin listener is asked too.
+	err = WaitHealthy(ctx, gw, "http://"+hostPort+"/health", 20*time.Second)
+	if err == nil {
+		err = WaitHealthy(ctx, gw, "http://"+admin+"/metrics", 20*time.Second)
+	}
+	if err != nil {
+		_ = gw.Stop(5 * time.Second)
+		return nil, err
+	}
+	return &Gateway{Proc: gw, Addr: hostPort, Admin: admin}, nil
 }
 
 // GatewayEnv is the parent's environment with the gateway's settings

@@ -11,11 +11,13 @@
 //	upstream faults, asked of mockai in the query (?fault=...), which the
 //	gateway passes upstream: TCP drop or close 1011 after k frames, a
 //	malformed frame after k frames, a stall (mockai stops reading and
-//	sending; the client keeps sending audio until the gateway's stalled-side
-//	watchdog cuts the upstream), HTTP 401 on the upstream upgrade;
+//	sending; the client keeps sending audio until the gateway cuts the
+//	upstream, whose kernel took nothing for WRITE_TIMEOUT_SECS), HTTP 401 on
+//	the upstream upgrade;
 //
 //	client faults: a slow client that stops reading while responses pile
-//	up (the watchdog must drop it past MAX_STALLED_BYTES), random bytes
+//	up (the gateway must drop it once the kernel has taken nothing for
+//	WRITE_TIMEOUT_SECS), random bytes
 //	instead of an HTTP request, half a request head then silence, an
 //	unmasked frame, frames with reserved bits, a message over the size
 //	limit, an abrupt hang-up mid-response.

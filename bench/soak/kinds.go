@@ -191,10 +191,10 @@ type Expect struct {
 // an upstream_unavailable event carrying the status. A client fault must be
 // answered as documented too: protocol errors close with 1002, an oversized
 // message with 1009, a client that stops reading is dropped (no close frame
-// can get through to it) once its backlog in the gateway passes
-// MAX_STALLED_BYTES (when the upstream was too slow for the backlog to get
-// there, the client reads it all afterwards, and the soak checks it fits the
-// kernel's buffers plus that limit), a broken request gets an HTTP 4xx or is closed at
+// can get through to it) once the kernel has taken nothing from the gateway
+// for WRITE_TIMEOUT_SECS (when the upstream was too slow for anything to
+// wait in the gateway, the client reads it all afterwards, and the soak
+// checks it fits the kernel's buffers), a broken request gets an HTTP 4xx or is closed at
 // the handshake timeout.
 func Expectations(p Plan) []Expect {
 	switch p.Kind {

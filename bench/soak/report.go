@@ -60,6 +60,7 @@ type ReportConfig struct {
 	Seed             uint64  `json:"seed"`
 	CallTimeout      string  `json:"call_timeout"`
 	Profile          Profile `json:"mockai_profile"`
+	WriteTimeout     string  `json:"write_timeout"`
 	MaxStalledBytes  int     `json:"max_stalled_bytes"`
 	MaxMessageBytes  int     `json:"max_message_bytes"`
 	HandshakeTimeout string  `json:"handshake_timeout"`
@@ -73,7 +74,7 @@ func reportConfig(c Config) ReportConfig {
 	return ReportConfig{
 		Duration: c.Duration.String(), Concurrency: c.Concurrency, FaultRate: c.FaultRate, Faults: c.Faults, Seed: c.Seed,
 		CallTimeout: c.CallTimeout.String(), Profile: c.Profile,
-		MaxStalledBytes: c.MaxStalledBytes, MaxMessageBytes: c.MaxMessageBytes,
+		WriteTimeout: c.WriteTimeout.String(), MaxStalledBytes: c.MaxStalledBytes, MaxMessageBytes: c.MaxMessageBytes,
 		HandshakeTimeout: c.HandshakeTimeout.String(), PoolMaxIdle: c.PoolMaxIdle.String(),
 		Margins: c.Margins, Settle: c.Settle.String(), Upstream: string(c.Upstream),
 	}
@@ -171,9 +172,9 @@ func (r *Report) Markdown() string {
 	c := r.Config
 	fmt.Fprintf(&b, "# rtgate soak: %s\n\n", verdict)
 	fmt.Fprintf(&b, "%s of load (%s wall), %d concurrent sessions, %.0f%% with an injected fault (seed %d); "+
-		"gateway pool auto (min 0, idle %s), MAX_STALLED_BYTES %d, MAX_MESSAGE_BYTES %d, handshake timeout %s; %s upstream.\n\n",
+		"gateway pool auto (min 0, idle %s), WRITE_TIMEOUT_SECS %s, MAX_STALLED_BYTES %d, MAX_MESSAGE_BYTES %d, handshake timeout %s; %s upstream.\n\n",
 		c.Duration, r.Wall.Round(time.Second), c.Concurrency, 100*c.FaultRate, c.Seed, c.PoolMaxIdle,
-		c.MaxStalledBytes, c.MaxMessageBytes, c.HandshakeTimeout, proc.Upstream(c.Upstream).Describe())
+		c.WriteTimeout, c.MaxStalledBytes, c.MaxMessageBytes, c.HandshakeTimeout, proc.Upstream(c.Upstream).Describe())
 	if len(r.Problems) > 0 {
 		b.WriteString("**Problems:**\n\n")
 		for _, p := range r.Problems {

@@ -29,11 +29,12 @@ const (
 	// HTTP answer (as at its handshake timeout).
 	causeClosedNoResponse = "closed_no_response"
 	// causeNotDropped: a client that stopped reading was never dropped,
-	// although more than the gateway may hold waited for it.
+	// although more than the kernel's buffers waited for it longer than
+	// the gateway's write timeout.
 	causeNotDropped = "not_dropped"
 	// causeUnderLimit: a client that stopped reading was not dropped, and
-	// what waited for it fits the kernel's buffers plus the gateway's
-	// limit: the backlog never reached the limit (the upstream was slow).
+	// what waited for it fits the kernel's buffers: nothing waited in the
+	// gateway (the upstream was slow), so there was nothing to time out.
 	causeUnderLimit = "backlog_under_limit"
 	// causeNotCutOff: the client sent to a stalled upstream for the whole
 	// budget and the session was never ended.
@@ -61,7 +62,8 @@ const (
 	// the response streaming then, and error events.
 	slowSlack = 1 << 20
 	// slowRcvBuf keeps a slow client's receive window small, so that the
-	// backlog builds up in the gateway, where the watchdog sees it.
+	// backlog builds up in the gateway, behind a write the kernel does not
+	// take.
 	slowRcvBuf = 16 << 10
 	// garbageMax bounds a garbage request; above the gateway's 8 KiB head
 	// limit so some are refused for size.
@@ -85,7 +87,7 @@ type runner struct {
 	// handshakeTimeout is the gateway's HANDSHAKE_TIMEOUT_SECS.
 	handshakeTimeout time.Duration
 	maxMessage       int
-	maxStalled       int // the gateway's MAX_STALLED_BYTES
+	writeTimeout     time.Duration // the gateway's WRITE_TIMEOUT_SECS
 
 	normal *load.Client            // normal calls (with input audio)
 	faulty map[string]*load.Client // upstream faults, by query
@@ -93,14 +95,14 @@ type runner struct {
 	slow   websocket.Dialer
 }
 
-func newRunner(url, key string, timeout, handshakeTimeout time.Duration, maxMessage, maxStalled, deltas int) (*runner, error) {
+func newRunner(url, key string, timeout, handshakeTimeout time.Duration, maxMessage int, writeTimeout time.Duration, deltas int) (*runner, error) {
 	u, err := parseHostPort(url)
 	if err != nil {
 		return nil, err
 	}
 	r := &runner{url: url, hostPort: u, header: http.Header{"Authorization": {"Bearer " + key}},
-		timeout: timeout, handshakeTimeout: handshakeTimeout, maxMessage: maxMessage, maxStalled: maxStalled,
-		faulty: map[string]*load.Client{}}
+		timeout: timeout, handshakeTimeout: handshakeTimeout, maxMessage: maxMessage,
+		writeTimeout: writeTimeout, faulty: map[string]*load.Client{}}
 	r.normal, err = load.NewClient(load.Config{URL: url, Key: key, Timeout: timeout, Audio: true, AudioLength: 200 * time.Millisecond})
 	if err != nil {
 		return nil, err
@@ -259,8 +261,8 @@ func (r *runner) open(ctx context.Context, d *websocket.Dialer, query string) (*
 }
 
 // stall sends audio to an upstream that stopped reading, until the gateway
-// ends the session (its stalled-side watchdog cuts the upstream, or its
-// write timeout does).
+// ends the session (the upstream's kernel took nothing for the write
+// timeout; past MAX_STALLED_BYTES the watchdog would cut it first).
 func (r *runner) stall(ctx context.Context) outcome {
 	s, o := r.open(ctx, &r.dialer, faultQuery(Plan{Kind: UpstreamStall}))
 	if s == nil {
@@ -304,12 +306,16 @@ func drain(conn *websocket.Conn) error {
 }
 
 // slowClient asks for response after response without reading any, until
-// the gateway drops it. If it was not dropped when it stops asking, it reads
+// the gateway drops it: a client that takes nothing is dropped once the
+// kernel has taken nothing from the gateway for WRITE_TIMEOUT_SECS
+// (MAX_STALLED_BYTES, the ceiling for a client that still reads, is far
+// above what piles up here). If it was not dropped when it stops asking, it
+// goes on reading nothing for longer than the write timeout, then reads
 // what is left: that is what waited for it, in the kernel's socket buffers
-// and in the gateway. More than the kernel can hold plus MAX_STALLED_BYTES
-// means the gateway held a backlog over its limit without dropping the
-// client (causeNotDropped); less means the backlog never reached the
-// gateway's limit, so there was nothing to drop (causeUnderLimit).
+// and in the gateway. More than the kernel can hold means the gateway held
+// a backlog for a client that took nothing for longer than the write
+// timeout without dropping it (causeNotDropped); less means nothing waited
+// in the gateway, so there was nothing to drop (causeUnderLimit).
 func (r *runner) slowClient(ctx context.Context) outcome {
 	s, o := r.open(ctx, &r.slow, "")
 	if s == nil {
@@ -330,14 +336,21 @@ func (r *runner) slowClient(ctx context.Context) outcome {
 		case <-time.After(slowPace):
 		}
 	}
+	// Still reading nothing: whatever waits in the gateway now ages past
+	// the write timeout.
+	select {
+	case <-ctx.Done():
+		return outcome{cause: CauseCancelled, detail: "run interrupted", upgraded: true}
+	case <-time.After(r.writeTimeout + time.Second):
+	}
 	// Read what was left; a dropped client reads what its own socket held,
 	// then the end.
 	backlog, err := drainIdle(s.conn, slowIdle)
 	if err == nil { // nothing more came for slowIdle: still connected
 		kb := kernelBuffers()
-		detail := fmt.Sprintf("asked for %d responses in %v without reading; then read %.1f MB (kernel buffers hold up to %.1f MB, MAX_STALLED_BYTES %d)",
-			asked, time.Since(start).Round(time.Millisecond), float64(backlog)/1e6, float64(kb)/1e6, r.maxStalled)
-		if backlog > kb+int64(r.maxStalled)+slowSlack {
+		detail := fmt.Sprintf("asked for %d responses in %v without reading; then read %.1f MB (kernel buffers hold up to %.1f MB, WRITE_TIMEOUT_SECS %v)",
+			asked, time.Since(start).Round(time.Millisecond), float64(backlog)/1e6, float64(kb)/1e6, r.writeTimeout)
+		if backlog > kb+slowSlack {
 			return outcome{cause: causeNotDropped, upgraded: true, detail: detail + "; never dropped"}
 		}
 		return outcome{cause: causeUnderLimit, upgraded: true, detail: detail}

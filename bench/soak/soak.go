@@ -75,10 +75,13 @@ type Config struct {
 	CallTimeout time.Duration
 	Profile     Profile
 
-	// Gateway settings the faults lean on: the stalled-side watchdog's
-	// limit, the message size limit and the handshake timeout are small so
-	// that those faults end quickly; the pool's idle lifetime is short so
-	// that the pool empties soon after the load (see the package doc).
+	// Gateway settings the faults lean on: the write timeout (after which
+	// a client that reads nothing is dropped), the message size limit and
+	// the handshake timeout are small so that those faults end quickly;
+	// MAX_STALLED_BYTES, the ceiling for a client that still reads, is the
+	// gateway's default; the pool's idle lifetime is short so that the
+	// pool empties soon after the load (see the package doc).
+	WriteTimeout     time.Duration
 	MaxStalledBytes  int
 	MaxMessageBytes  int
 	HandshakeTimeout time.Duration
@@ -103,11 +106,11 @@ func DefaultConfig() Config {
 		Duration: 3 * time.Minute, Concurrency: 100, FaultRate: 0.3,
 		CallTimeout: 30 * time.Second,
 		// About 0.3 s a call: 10 deltas of 200 ms of audio (12.8 KB of
-		// base64 each); a response stays well under MaxStalledBytes, so a
-		// normal client can never be taken for a slow one.
+		// base64 each).
 		Profile: Profile{UpgradeDelay: 5 * time.Millisecond, SessionDelay: 5 * time.Millisecond,
 			FirstAudioDelay: 20 * time.Millisecond, Deltas: 10, DeltaBytes: 9600, DeltaInterval: 10 * time.Millisecond},
-		MaxStalledBytes:  256 << 10,
+		WriteTimeout:     2 * time.Second,
+		MaxStalledBytes:  64 << 20,
 		MaxMessageBytes:  1 << 20,
 		HandshakeTimeout: 3 * time.Second,
 		PoolMaxIdle:      5 * time.Second,
@@ -144,8 +147,9 @@ func (c Config) validate() error {
 	if p.UpgradeDelay < 0 || p.SessionDelay < 0 || p.FirstAudioDelay < 0 || p.DeltaInterval < 0 {
 		errs = append(errs, errors.New("profile delays must not be negative"))
 	}
-	if c.MaxStalledBytes < 64<<10 || c.MaxMessageBytes < 1024 || c.HandshakeTimeout < time.Second || c.PoolMaxIdle < time.Second {
-		errs = append(errs, errors.New("gateway limits: stalled bytes >= 64 KiB, message >= 1 KiB, handshake timeout and pool idle >= 1 s"))
+	if c.MaxStalledBytes < 64<<10 || c.MaxMessageBytes < 1024 || c.HandshakeTimeout < time.Second || c.PoolMaxIdle < time.Second ||
+		c.WriteTimeout < time.Second || c.WriteTimeout%time.Second != 0 {
+		errs = append(errs, errors.New("gateway limits: stalled bytes >= 64 KiB, message >= 1 KiB, handshake timeout and pool idle >= 1 s, write timeout whole seconds >= 1 s"))
 	}
 	if c.Settle <= 0 || c.SampleEvery <= 0 {
 		errs = append(errs, errors.New("settle and sample interval must be positive"))
@@ -192,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	rep := &Report{Config: reportConfig(cfg), Started: started, Dir: dir}
 	adm := newAdmin(adminAddr)
-	r, err := newRunner(url, masterKey, cfg.CallTimeout, cfg.HandshakeTimeout, cfg.MaxMessageBytes, cfg.MaxStalledBytes, cfg.Profile.Deltas)
+	r, err := newRunner(url, masterKey, cfg.CallTimeout, cfg.HandshakeTimeout, cfg.MaxMessageBytes, cfg.WriteTimeout, cfg.Profile.Deltas)
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
@@ -347,6 +351,7 @@ func gatewaySettings(cfg Config, mock *proc.Mockai, upstreamKey, masterKey strin
 	set["REALTIME_POOL_MIN"] = "0"
 	set["REALTIME_POOL_MAX_IDLE_SECS"] = secs(cfg.PoolMaxIdle)
 	set["MAX_STALLED_BYTES"] = strconv.Itoa(cfg.MaxStalledBytes)
+	set["WRITE_TIMEOUT_SECS"] = secs(cfg.WriteTimeout)
 	set["MAX_MESSAGE_BYTES"] = strconv.Itoa(cfg.MaxMessageBytes)
 	set["HANDSHAKE_TIMEOUT_SECS"] = secs(cfg.HandshakeTimeout)
 	set["DRAIN_TIMEOUT"] = "5"

@@ -4,33 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"rtgate/bench/benchtest"
 )
 
-// buildBinaries builds mockai and the gateway into dir. The gateway is
-// built without -race even under go test -race: a race-built gateway hits
-// a rare netpoll dial failure (upstream dial "connection has been closed
-// by peer") often enough to make this test flaky; `wsbench soak -gateway`
-// takes a race-built one for that hunt.
+// buildBinaries builds mockai and the gateway into dir (benchtest.Build:
+// the gateway without -race; `wsbench soak -gateway` takes a race-built one
+// for that hunt).
 func buildBinaries(t *testing.T, dir string) (mockai, gateway string) {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	mockai, gateway = filepath.Join(dir, "mockai"), filepath.Join(dir, "gateway")
-	for bin, pkg := range map[string]string{mockai: "rtgate/cmd/mockai", gateway: "rtgate/cmd/gateway"} {
-		cmd := exec.Command(goBin, "build", "-o", bin, pkg)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
-	return mockai, gateway
+	bins := benchtest.Build(t, dir, "mockai", "gateway")
+	return bins[0], bins[1]
 }
 
 // A short soak, end to end: every fault kind runs at least once against the

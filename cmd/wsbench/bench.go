@@ -62,7 +62,7 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	fs.BoolVar(&o.audio, "audio", false, "stream 1 s of real-time input audio (20 ms chunks) and commit before response.create")
 	o.voice.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare|soak|peers [flags]   (see wsbench compare -h)\n\n")
+		fmt.Fprintf(fs.Output(), "usage: wsbench [flags]\n       wsbench compare|soak|peers|huge [flags]   (see wsbench compare -h)\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

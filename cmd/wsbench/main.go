@@ -11,6 +11,7 @@
 //	wsbench compare [-n 5000 -c 500] [-mockai bin/mockai -gateway bin/gateway]
 //	wsbench soak [-duration 3m -c 100 -fault-rate 0.3] [-mockai bin/mockai -gateway bin/gateway]
 //	wsbench peers [-quick] [-upstream tls,plain] [-systems direct,nginx,haproxy,rtgate-pool-off,rtgate-pool-on]
+//	wsbench huge [-n 100000 -gateways 12] [-mockai bin/mockai -gateway bin/gateway]
 //
 // The summary (Markdown) goes to stdout; the live progress line goes to
 // stderr only when stderr is a terminal. The key comes from -key or the
@@ -22,7 +23,7 @@
 // bench/soak); `wsbench peers` when any system's run failed (see
 // bench/peers).
 //
-// compare, soak and peers start mockai (over TLS, wss://, unless -upstream
+// compare, soak, peers and huge start mockai (over TLS, wss://, unless -upstream
 // plain; soak defaults to plain) and the gateway as processes; the gateway
 // then trusts mockai's certificate through UPSTREAM_CA_FILE.
 package main
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runSoak(ctx, args[1:], stdout, stderr)
 		case "peers":
 			return runPeers(ctx, args[1:], stdout, stderr)
+		case "huge":
+			return runHuge(ctx, args[1:], stdout, stderr)
 		}
 	}
 	return runBench(ctx, args, stdout, stderr)

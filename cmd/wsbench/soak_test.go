@@ -21,7 +21,7 @@ func TestParseSoakFlags(t *testing.T) {
 		t.Errorf("defaults: %+v, want %+v", cfg, def)
 	}
 	cfg, quiet, err = parseSoakFlags([]string{"-duration", "30s", "-c", "20", "-fault-rate", "0.5", "-seed", "9",
-		"-faults", "hangup, upstream_stall", "-t", "12", "-max-stalled-bytes", "131072", "-handshake-timeout", "2s",
+		"-faults", "hangup, upstream_stall", "-t", "12", "-max-stalled-bytes", "131072", "-write-timeout", "3s", "-handshake-timeout", "2s",
 		"-pool-max-idle", "3s", "-settle", "1m", "-rss-margin-mib", "40", "-rss-margin-frac", "0.25", "-heap-margin-mib", "4",
 		"-goroutine-margin", "2", "-fd-margin", "3", "-mockai", "/x/mockai", "-gateway", "/x/gw", "-out", "/x/out", "-quiet",
 		"-upstream", "tls"}, &stderr)
@@ -32,7 +32,7 @@ func TestParseSoakFlags(t *testing.T) {
 	want.Duration, want.Concurrency, want.FaultRate, want.Seed = 30*time.Second, 20, 0.5, 9
 	want.Faults = []soak.Kind{soak.Hangup, soak.UpstreamStall}
 	want.CallTimeout, want.MaxStalledBytes, want.HandshakeTimeout, want.PoolMaxIdle = 12*time.Second, 131072, 2*time.Second, 3*time.Second
-	want.Settle = time.Minute
+	want.Settle, want.WriteTimeout = time.Minute, 3*time.Second
 	want.Margins = soak.Margins{RSSBytes: 40 << 20, RSSFraction: 0.25, HeapBytes: 4 << 20, Goroutines: 2, FDs: 3}
 	want.MockaiBin, want.GatewayBin, want.OutDir, want.Upstream = "/x/mockai", "/x/gw", "/x/out", proc.UpstreamTLS
 	if !quiet || !reflect.DeepEqual(cfg, want) {
