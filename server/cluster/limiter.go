@@ -113,7 +113,7 @@ func (l *Limiter) key(name string) *clusterKey {
 
 func (l *Limiter) sessionsKey(name string) string { return l.st.Key("sessions", name) }
 func (l *Limiter) rateKey(name string) string     { return l.st.Key("rate", name) }
-func (l *Limiter) instancesKey() string           { return l.st.Key("instances") }
+func (l *Limiter) instancesKey() string           { return l.st.InstancesKey() }
 
 // admitScript returns {verdict, total, retry_ms}: verdict 0 admitted (total
 // = sessions of the key cluster-wide, this one included), 1 over

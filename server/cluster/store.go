@@ -80,6 +80,10 @@ func (st *Store) Key(parts ...string) string {
 	return k
 }
 
+// InstancesKey is the sorted set of the instances' leases (see Limiter),
+// which others sharing the store (the pool's remembered demand) read too.
+func (st *Store) InstancesKey() string { return st.Key("instances") }
+
 // Ping checks Redis within d.
 func (st *Store) Ping(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
