@@ -41,9 +41,9 @@ import (
 // MaxConnections slots never need more than 2*MaxConnections + fdReserve,
 // and refusals waiting for their request at most maxRefusing more.
 type frontDoor struct {
-	// handshaking counts connections from accept until their request is
+	// unanswered counts connections from accept until their request is
 	// answered (they become a session, are refused, or close).
-	handshaking atomic.Int64
+	unanswered atomic.Int64
 	// tlsRunning counts TLS handshake goroutines.
 	tlsRunning atomic.Int64
 	// refusing counts refused plain connections waiting for their request.
@@ -69,7 +69,7 @@ func (f *frontDoor) init(cfg Settings, tlsListener bool, sessionsOpen *atomic.In
 	reg.MustRegister(f.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_handshakes",
 			Help: "Client connections between accept and the answer to their request (they hold MAX_CONNECTIONS slots)."},
-			func() float64 { return float64(f.handshaking.Load()) }),
+			func() float64 { return float64(f.unanswered.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_tls_handshakes_running",
 			Help: "Client TLS handshakes in progress, a goroutine each (at most MAX_HANDSHAKES)."},
 			func() float64 { return float64(f.tlsRunning.Load()) }))
@@ -83,9 +83,9 @@ const (
 // accept counts a new connection, or refuses it (false). A connection
 // accepted must later call leave exactly once.
 func (f *frontDoor) accept() bool {
-	n := f.handshaking.Add(1)
+	n := f.unanswered.Add(1)
 	if max := f.maxConnections; max > 0 && n+f.sessionsOpen.Load() > int64(max) {
-		f.handshaking.Add(-1)
+		f.unanswered.Add(-1)
 		f.refused.WithLabelValues(refusedConnections).Inc()
 		return false
 	}
@@ -149,7 +149,7 @@ func (f *frontDoor) answerRefused(conn netpoll.Connection) error {
 }
 
 // leave gives back a connection's handshake count.
-func (f *frontDoor) leave() { f.handshaking.Add(-1) }
+func (f *frontDoor) leave() { f.unanswered.Add(-1) }
 
 // startTLSHandshake reserves one of the MaxHandshakes running handshakes, or
 // refuses (false); endTLSHandshake gives it back.

@@ -10,7 +10,7 @@ import (
 
 // Handshaking is the number of client connections between accept and the
 // answer to their request.
-func (s *Server) Handshaking() int64 { return s.front.handshaking.Load() }
+func (s *Server) Handshaking() int64 { return s.front.unanswered.Load() }
 
 // TLSHandshakesRunning is the number of client TLS handshakes in progress
 // (each with its goroutine).
