@@ -5,14 +5,15 @@ package server
 
 import (
 	"crypto/tls"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"rtgate/poller"
 	"rtgate/server/apps"
+	"rtgate/server/cluster"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
 )
@@ -22,18 +23,21 @@ type appState struct {
 	secrets    *apps.Secrets
 	calls      *apps.Calls
 	httpClient *http.Client // the upstream calls endpoints
-	meters     sync.Map     // *callMeter → struct{}: live metering sidebands
+	meters     *callMeters  // the gateway's own metering sidebands (calls.go)
 }
 
-// setupApps runs in New once the cluster store is known.
-func (s *Server) setupApps(upTLS *tls.Config) {
-	s.secrets = apps.NewSecrets(s.cfg.ClientSecretKeys, s.store, s.log)
-	s.calls = apps.NewCalls(s.store)
-	s.httpClient = &http.Client{
-		Transport: &http.Transport{TLSClientConfig: upTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
-			ForceAttemptHTTP2: false},
-		// Location and the status are the client's to see: never follow.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+// newAppState is made in New once the cluster store is known.
+func newAppState(cfg Settings, store *cluster.Store, upTLS *tls.Config, meters *callMeters, log *slog.Logger) appState {
+	return appState{
+		secrets: apps.NewSecrets(cfg.ClientSecretKeys, store, log),
+		calls:   apps.NewCalls(store),
+		httpClient: &http.Client{
+			Transport: &http.Transport{TLSClientConfig: upTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
+				ForceAttemptHTTP2: false},
+			// Location and the status are the client's to see: never follow.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		meters: meters,
 	}
 }
 
@@ -77,11 +81,11 @@ const betaShutDown = "invalid_request_error.beta_api_shape_disabled"
 // explainBeta says what a beta_api_shape_disabled close means. The gateway
 // keeps forwarding what the client sent (OpenAI-Beta: realtime=v1, the
 // openai-beta.realtime-v1 subprotocol): it is the client that must change.
-func (s *Server) explainBeta(rec usage.Record) {
+func explainBeta(log *slog.Logger, rec usage.Record) {
 	if rec.CloseCode != 4000 || !strings.HasSuffix(rec.CloseReason, "beta_api_shape_disabled") {
 		return
 	}
-	s.log.Warn("upstream refused the retired Realtime beta interface (beta_api_shape_disabled): the client sent "+
+	log.Warn("upstream refused the retired Realtime beta interface (beta_api_shape_disabled): the client sent "+
 		"OpenAI-Beta: realtime=v1 or the openai-beta.realtime-v1 subprotocol, which OpenAI shut down in May 2026; "+
 		"drop them and use the GA interface (session.update needs session.type; GA event names such as "+
 		"response.output_audio.delta)", "key", rec.KeyName, "model_group", rec.ModelGroup)
@@ -97,7 +101,7 @@ func (unmetered) Inspect([]byte)    {}
 
 // checkSideband refuses a sideband the key may not open, given the key
 // that made its call (made: the gateway made it).
-func (s *Server) checkSideband(u *upgrade, owner string, made bool) *refusal {
+func checkSideband(u *upgrade, owner string, made bool) *refusal {
 	key := u.key
 	forbidden := func(msg string) *refusal {
 		return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
@@ -128,13 +132,13 @@ func isTranscription(q url.Values) bool { return q.Get("intent") == "transcripti
 
 // transcriptionGroup picks the model group of a transcription session whose
 // transcription model is model ("" when unknown): that model when it is a
-// group, else TRANSCRIPTION_MODEL, else the default group.
-func (s *Server) transcriptionGroup(table *routes.Table, model string) string {
+// group, else configured (TRANSCRIPTION_MODEL), else the default group.
+func transcriptionGroup(table *routes.Table, configured, model string) string {
 	if _, ok := table.Groups[model]; ok && model != "" {
 		return model
 	}
-	if s.cfg.TranscriptionModel != "" {
-		return s.cfg.TranscriptionModel
+	if configured != "" {
+		return configured
 	}
 	return table.Default
 }

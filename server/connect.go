@@ -150,7 +150,7 @@ func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
 			u.lookup = true // the rest is decided once Redis has answered
 			return u, nil
 		}
-		if herr = s.checkSideband(u, owner, known); herr != nil {
+		if herr = checkSideband(u, owner, known); herr != nil {
 			return nil, herr
 		}
 	}
@@ -222,7 +222,7 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 		var herr *refusal
 		if u.lookup {
 			owner, known := s.calls.Lookup(u.callID)
-			if herr = s.checkSideband(u, owner, known); herr == nil {
+			if herr = checkSideband(u, owner, known); herr == nil {
 				herr = s.decideKey(u)
 			}
 		}

@@ -138,7 +138,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	go s.budgets.run(s.ctx)
-	s.setupApps(upTLS)
+	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
+		log: log, metrics: s.metrics, records: s.records}, log)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -235,7 +236,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.records.close(ctx)
 	s.budgets.close(ctx)
-	s.closeMeters()
+	s.meters.close()
 	s.admitter.Close()
 	return err
 }

@@ -123,7 +123,7 @@ func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask group
 	case ask.grant != nil:
 		g = ask.grant.Claims.Group
 	case ask.transcription:
-		g = s.transcriptionGroup(table, ask.model)
+		g = transcriptionGroup(table, s.cfg.TranscriptionModel, ask.model)
 	case ask.model != "":
 		g = ask.model
 	default:
@@ -334,7 +334,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
 	s.records.record(info, &rec)
-	s.explainBeta(rec)
+	explainBeta(s.log, rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
 
