@@ -21,6 +21,7 @@ package server
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
@@ -304,7 +306,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.budgets.meter(info, func(message string) {
-		s.terminate(sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
+		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s}
 	sess.InspectUpstream(&c.watch)
@@ -396,18 +398,18 @@ func keyRefused(r *limit.Refusal) *refusal {
 		header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
 }
 
-// setupCluster connects the cluster-wide limits when REDIS_URL is set.
-func (s *Server) setupCluster() error {
-	if s.cfg.RedisURL == "" {
-		return nil
+// newAdmitter decides where the per-key limits are kept: in Redis, shared
+// by the instances, when REDIS_URL is set (with the store, nil otherwise),
+// else on this instance.
+func newAdmitter(cfg Settings, log *slog.Logger, reg prometheus.Registerer) (limit.Admitter, *cluster.Store, error) {
+	if cfg.RedisURL == "" {
+		return limit.NewLocal(nil), nil, nil
 	}
-	st, err := cluster.NewStore(s.cfg.RedisURL, s.cfg.RedisTimeout)
+	st, err := cluster.NewStore(cfg.RedisURL, cfg.RedisTimeout)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	s.store = st
-	s.admitter = cluster.NewLimiter(st, s.cfg.ClusterLease, s.cfg.ClusterInstances, s.log, s.metrics.reg)
-	s.log.Info("per-key limits are cluster-wide", "redis", cluster.RedactURL(s.cfg.RedisURL),
-		"instance", st.Instance, "lease", s.cfg.ClusterLease, "timeout", s.cfg.RedisTimeout)
-	return nil
+	log.Info("per-key limits are cluster-wide", "redis", cluster.RedactURL(cfg.RedisURL),
+		"instance", st.Instance, "lease", cfg.ClusterLease, "timeout", cfg.RedisTimeout)
+	return cluster.NewLimiter(st, cfg.ClusterLease, cfg.ClusterInstances, log, reg), st, nil
 }

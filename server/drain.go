@@ -41,7 +41,7 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	if !clean {
 		s.stopping.Store(true)
 		for _, sess := range s.liveSessions() {
-			go s.terminate(sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
+			go terminate(s.proto, sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
 				"The gateway is restarting; reconnect to continue.")
 		}
 		s.waitSessions(s.cfg.CloseTimeout + time.Second)

@@ -83,8 +83,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{},
-		admitter: limit.NewLocal(nil)}
+	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -131,7 +130,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.records = records
-	if err := s.setupCluster(); err != nil {
+	if s.admitter, s.store, err = newAdmitter(cfg, log, s.metrics.reg); err != nil {
 		return nil, err
 	}
 	if s.budgets, err = newBudgets(cfg, s.store, s.routes.Load, s.metrics.reg, log); err != nil {
@@ -198,7 +197,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.pool != nil {
 		// The configured model's key is known now: warm it before the
 		// first client arrives.
-		s.primePool(s.routes.Load())
+		primePool(s.pool, s.routes.Load())
 	}
 	err = loop.Serve(sl)
 	if sl.stopped.Load() {
@@ -255,7 +254,7 @@ func (s *Server) Reload() error {
 	}
 	s.routes.Store(r)
 	logTableNotices(s.log, r)
-	s.primePool(r)
+	primePool(s.pool, r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
 		groups = append(groups, g)

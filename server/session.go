@@ -16,6 +16,7 @@ import (
 	"rtgate/poller"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
 	"rtgate/upstream"
@@ -172,14 +173,14 @@ func passThrough(h http.Header) http.Header {
 	return out
 }
 
-// primePool warms every deployment's plain target.
-func (s *Server) primePool(r *routes.Table) {
-	if s.pool == nil {
+// primePool warms every deployment's plain target (pool nil: off).
+func primePool(pool *upstream.Pool, r *routes.Table) {
+	if pool == nil {
 		return
 	}
 	for g, ds := range r.Groups {
 		for _, d := range ds {
-			s.pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
+			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
 		}
 	}
 }
@@ -283,7 +284,7 @@ func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessio
 	case info.left():
 		sess.Cancel()
 	default:
-		s.dialFailed(sess, status)
+		dialFailed(s.proto, sess, status)
 	}
 	return nil, nil
 }
@@ -361,18 +362,18 @@ func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok 
 
 // dialFailed tells the client that no upstream could be reached (status is
 // the HTTP status of the last refusal, 0 when none answered).
-func (s *Server) dialFailed(sess *poller.Session, status int) {
+func dialFailed(p protocol.Protocol, sess *poller.Session, status int) {
 	msg := "the upstream could not be reached"
 	if status != 0 {
 		msg = fmt.Sprintf("the upstream refused the connection with HTTP %d", status)
 	}
-	sess.DialFailed(s.proto.Refusal("upstream_unavailable", msg, status))
+	sess.DialFailed(p.Refusal("upstream_unavailable", msg, status))
 }
 
 // terminate ends a session on the gateway's initiative with an error event
 // (errCode, message) and close code and reason.
-func (s *Server) terminate(sess *poller.Session, code ws.StatusCode, reason, errCode, message string) {
-	sess.Terminate(code, reason, s.proto.Refusal(errCode, message, 0))
+func terminate(p protocol.Protocol, sess *poller.Session, code ws.StatusCode, reason, errCode, message string) {
+	sess.Terminate(code, reason, p.Refusal(errCode, message, 0))
 }
 
 // sessionStart returns when the session's client upgrade completed.

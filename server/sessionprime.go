@@ -256,7 +256,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		p.h = poller.NewHandle(conn.Endpoint)
 		if err := conn.Endpoint.Send(update); err != nil {
 			conn.Endpoint.Drop()
-			s.dialFailed(sess, 0)
+			dialFailed(s.proto, sess, 0)
 			return
 		}
 		p.h.Start(p, func() { p.feed(conn.Preface) })

@@ -29,7 +29,7 @@ func BenchmarkStatus(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	srv.primePool(srv.routes.Load())
+	primePool(srv.pool, srv.routes.Load())
 	for srv.pool.Warm(srv.defaultTarget()) < 2 {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -109,12 +109,12 @@ func (s *Server) sweep(now time.Time) {
 			continue
 		}
 		if d := s.cfg.MaxSessionDuration; d > 0 && now.Sub(s.sessionStart(sess)) > d {
-			go s.terminate(sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
+			go terminate(s.proto, sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
 				"The session reached the gateway's maximum duration of "+d.String()+".")
 			continue
 		}
 		if d := s.cfg.IdleTimeout; d > 0 && sess.Idle(now) > d {
-			go s.terminate(sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
+			go terminate(s.proto, sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
 				"No frames in either direction for "+d.String()+"; the gateway closed the session.")
 		}
 	}
