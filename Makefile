@@ -30,13 +30,18 @@ build:
 vet:
 	$(GO) vet ./...
 
-# The suite runs with the gateway's default runner (netpoll's goroutine
-# pool). POLLER_HANDLERS=inline runs the reactor's and server's tests on the
-# poller instead (add -count=1: TestMain reads it before the test cache
-# records environment reads); cmd/gateway's TestHandlersRelayEveryByte runs
-# the binary under both.
+# The suite runs with the race detector. The reactor's and the server's
+# suites run twice, once under each of netpoll's runners: inline (the
+# gateway's default, handlers on the poller) and pool (a goroutine per read
+# event). -count=1 there: TestMain reads POLLER_HANDLERS before the test cache
+# records environment reads, so a cached pass of one runner would otherwise
+# stand for the other. cmd/gateway's TestHandlersRelayEveryByte runs the
+# binary under both.
+BOTH_RUNNERS := rtgate/poller rtgate/server
 test: vet
-	$(GO) test -race -timeout 10m ./...
+	$(GO) test -race -timeout 10m $$($(GO) list ./... | grep -v -x $(addprefix -e ,$(BOTH_RUNNERS)))
+	POLLER_HANDLERS=inline $(GO) test -race -count=1 -timeout 10m $(BOTH_RUNNERS)
+	POLLER_HANDLERS=pool $(GO) test -race -count=1 -timeout 10m $(BOTH_RUNNERS)
 
 # The gateway on 127.0.0.1:4001 in front of mockai; client key sk-local.
 run: build

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -181,6 +182,19 @@ func TestKubernetesManifests(t *testing.T) {
 	if notice := time.Duration(rp.PeriodSeconds*rp.FailureThreshold) * time.Second; notice > cfg.DrainGrace/2 {
 		t.Fatalf("readiness notices a drain after %v, DRAIN_GRACE_SECS is %v", notice, cfg.DrainGrace)
 	}
+	// A new pod starts from its share of the pods' remembered demand (REDIS_URL)
+	// and its readiness (/health) is 503 warming until its pool is warm; the
+	// rolling update must wait that out rather than give up on the pod.
+	if !cfg.Pool.Auto || cfg.RedisURL == "" || cfg.Pool.WarmupBound <= 0 {
+		t.Fatal("want REALTIME_POOL_SIZE=auto, REDIS_URL and POOL_WARMUP_SECS: new pods start warm and are ready once warm")
+	}
+	progress := 600 * time.Second // Kubernetes' default progressDeadlineSeconds
+	if d := m.dep.Spec.ProgressDeadlineSeconds; d != nil {
+		progress = time.Duration(*d) * time.Second
+	}
+	if progress < 10*cfg.Pool.WarmupBound {
+		t.Fatalf("progressDeadlineSeconds %v leaves no room for POOL_WARMUP_SECS %v per pod", progress, cfg.Pool.WarmupBound)
+	}
 	if lp := c.LivenessProbe; lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Port.String() != "admin" {
 		t.Fatalf("liveness must use the admin port (the client listener stops during a drain), got %+v", lp)
 	}
@@ -324,6 +338,11 @@ func TestSystemdUnitAndSysctls(t *testing.T) {
 	}
 	if !cfg.ReusePort {
 		t.Fatal("unit instances share the port: REUSEPORT=1")
+	}
+	// The pool state must be where the dynamic user may write under
+	// ProtectSystem=strict: its StateDirectory.
+	if dir := settings["StateDirectory"]; dir == "" || filepath.Dir(cfg.PoolState) != filepath.Join("/var/lib", dir) {
+		t.Fatalf("REALTIME_POOL_STATE %q is not in the unit's StateDirectory %q", cfg.PoolState, dir)
 	}
 	stop, err := strconv.Atoi(settings["TimeoutStopSec"])
 	if need := cfg.DrainGrace + cfg.DrainTimeout + cfg.CloseTimeout + shutdownSlack; err != nil || time.Duration(stop)*time.Second < need {

@@ -1,4 +1,4 @@
-// Package mockai is a fake OpenAI Realtime upstream: a WebSocket server that speaks
+// Package mockai is a fake OpenAI Realtime and GPT-Live upstream: a WebSocket server that speaks
 // enough of the GA Realtime protocol (OpenAI's reference:
 // https://platform.openai.com/docs/api-reference/realtime; what of it mockai serves
 // is listed below) for the gateway's tests and for wsbench, on loopback, with knobs
@@ -83,6 +83,25 @@
 //	&fault=malformed&fault_after=N                 a frame with a reserved opcode after N
 //	&fault=stall                                   stop reading and sending after session.created
 //	&fault=401                                     answer the upgrade with HTTP 401 (any 400-599)
+//	&fault=no_closed                               GPT-Live: session.close gets no session.closed
 //
 // A bad fault or fault_after value is refused with HTTP 400 and a message naming it.
+//
+// # GPT-Live
+//
+// The same server speaks GPT-Live (live.go and its siblings describe each
+// route): WS /v1/live/sessions (and Azure's /openai/v1/live/sessions) with
+// session.start first and a strict configuration, audio answered with output
+// audio and transcripts, session.usage.updated every LiveConfig.UsageInterval,
+// session.close answered by session.closed, Responses delegation wrapped in
+// response.event; sidebands (…/{id}/attach) with reflected audio; the WebRTC
+// create (POST /v1/live/sessions), forks (POST and WS …/{id}/fork), the
+// recording (GET …/{id}/content) and SIP call controls. The knobs above apply
+// to Live sockets too: UpgradeDelay, SessionDelay (session.start to
+// session.started), FirstAudioDelay (before the first output delta), the
+// frame faults (session.started is frame 1), StopReading (session.start is
+// never read), StatusCode, the key checks and FaultsFromQuery; LiveConfig adds
+// the usage and media schedule, expiry, a start timeout and NoClosed. GET /mock/live/sessions
+// lists the sessions with their usage, and /mock/live/incoming,
+// /mock/live/sessions/{id}/respond and …/end play what OpenAI's side would do.
 package mockai

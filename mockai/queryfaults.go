@@ -25,7 +25,8 @@ const maxFaultAfter = 1 << 20
 //
 //	fault=drop|close|malformed  the matching *AfterFrames knob, with N = fault_after
 //	                            (default 1); the other frame knobs are turned off
-//	fault=stall                 StopReading
+//	fault=stall                 StopReading (Live: before session.start is read)
+//	fault=no_closed             Live: session.close gets close 1000 without session.closed
 //	fault=<400-599>             that HTTP status instead of the upgrade
 func (cfg *Config) queryFault(q url.Values) (*Config, int, error) {
 	kind := q.Get(paramFault)
@@ -53,6 +54,11 @@ func (cfg *Config) queryFault(q url.Values) (*Config, int, error) {
 		c.CloseAfterFrames = after
 	case "malformed":
 		c.MalformedAfterFrames = after
+	case "no_closed":
+		if rawAfter != "" {
+			return nil, 0, fmt.Errorf("%s=no_closed takes no %s", paramFault, paramFaultAfter)
+		}
+		c.Live.NoClosed = true
 	case "stall":
 		if rawAfter != "" {
 			return nil, 0, fmt.Errorf("%s=stall takes no %s (it stalls after session.created)", paramFault, paramFaultAfter)
@@ -61,7 +67,7 @@ func (cfg *Config) queryFault(q url.Values) (*Config, int, error) {
 	default:
 		status, err := strconv.Atoi(kind)
 		if err != nil || status < 400 || status > 599 {
-			return nil, 0, fmt.Errorf("%s=%q: want drop, close, malformed, stall or an HTTP error status (400-599)", paramFault, kind)
+			return nil, 0, fmt.Errorf("%s=%q: want drop, close, malformed, stall, no_closed or an HTTP error status (400-599)", paramFault, kind)
 		}
 		if rawAfter != "" {
 			return nil, 0, fmt.Errorf("%s=%d takes no %s", paramFault, status, paramFaultAfter)

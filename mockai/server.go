@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,6 +89,9 @@ type Config struct {
 	// ways for as long as the session lasts. Off when Stream.Interval is 0.
 	Stream StreamConfig
 
+	// Live is the GPT-Live side's schedule and Live-only faults (live.go).
+	Live LiveConfig
+
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger
 }
@@ -123,6 +127,10 @@ func (c Config) validate() error {
 		return errors.New("fault frame counts must not be negative")
 	case c.CertFile != "" && !c.TLS:
 		return errors.New("a cert file needs TLS")
+	case c.Live.MediaInterval < 0 || c.Live.MaxDuration < 0 || c.Live.StartTimeout < 0:
+		return errors.New("live media interval, max duration and start timeout must not be negative")
+	case c.Live.MediaInterval > 0 && c.Live.MediaInterval < time.Millisecond:
+		return fmt.Errorf("live media interval %v: at least 1ms", c.Live.MediaInterval)
 	}
 	return c.Stream.validate(c.Echo)
 }
@@ -179,7 +187,8 @@ type Server struct {
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
 	audioAppends, audioBytes                                  atomic.Int64
 
-	apps appState // calls, sidebands and records (apps.go)
+	apps appState  // calls, sidebands and records (apps.go)
+	live liveState // GPT-Live sessions (live.go)
 }
 
 // Start listens on addr (like "127.0.0.1:0") and serves in the background until Close.
@@ -196,6 +205,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	if cfg.AudioDeltaBytes == 0 {
 		cfg.AudioDeltaBytes = defaultAudioDeltaBytes
 	}
+	cfg.Live = cfg.Live.withDefaults()
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -257,6 +267,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 		mux.HandleFunc(p, s.handleRealtime)
 	}
 	s.mountApps(mux)
+	s.mountLive(mux)
 	mux.HandleFunc("GET /mock/records", s.handleRecords)
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
@@ -388,16 +399,68 @@ func (s *Server) setRecordSession(r *Record, id string) {
 	s.mu.Unlock()
 }
 
-// handleRealtime answers one upgrade attempt and hands an upgraded connection to
-// serveSession.
+// handleRealtime answers one upgrade attempt on a Realtime route.
 func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
+	s.handleUpgrade(w, r, func() bool {
+		q := r.URL.Query()
+		if firstNonEmpty(q.Get("model"), q.Get("deployment")) == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
+			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter",
+				"missing required parameter: 'model'")
+			return false
+		}
+		return true
+	}, s.serveRealtime)
+}
+
+// handleUpgrade is what every WebSocket route (Realtime, Live, sidebands)
+// shares: the record, the checks of admit (check is the route's own), the
+// upgrade, and a goroutine that runs serve on the new session and ends the
+// connection after it. A wrong key is refused there (error event, close
+// 4000) without calling serve.
+func (s *Server) handleUpgrade(w http.ResponseWriter, r *http.Request, check func() bool, serve func(*session, *Record)) {
 	if !s.enter() {
 		writeHTTPError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "the server is shutting down")
 		return
 	}
 	defer s.wg.Done()
+	rec := newRecord(r)
+	s.addRecord(rec)
+	cfg, badKey, ok := s.admit(w, r, rec, check)
+	if !ok {
+		return
+	}
+	ws, held, ok := s.upgradeConn(w, r)
+	if !ok {
+		return
+	}
+	// The session runs in its own goroutine so that this handler returns and the HTTP
+	// server's per-request buffers are freed: at thousands of sessions that halves the
+	// memory each one holds. This handler still holds its own wg count, so the Add
+	// cannot race with Close's Wait.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			ws.Close()
+			s.removeConn(ws)
+			s.active.Add(-1)
+		}()
+		sess := newSession(s, ws, "")
+		sess.cfg = cfg
+		sess.held = held // holds the 101 until the session's first frame (OneSegment)
+		defer sess.end()
+		if badKey {
+			s.rejected.Add(1)
+			sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+			return
+		}
+		serve(sess, rec)
+	}()
+}
 
-	rec := &Record{
+// newRecord describes an upgrade attempt as it arrived.
+func newRecord(r *http.Request) *Record {
+	return &Record{
 		Path:         r.URL.Path,
 		Query:        r.URL.RawQuery,
 		Header:       r.Header.Clone(),
@@ -405,61 +468,63 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		Key:          presentedKey(r),
 		At:           time.Now(),
 	}
-	s.addRecord(rec)
+}
 
+// admit runs the checks every upgrade (Realtime and Live) goes through, in
+// order: the StatusCode fault, the route's own check (nil: none; it answers
+// the request itself when it returns false), a fault asked for in the query
+// (FaultsFromQuery), and the key when RejectStatus refuses it over HTTP. It
+// returns the connection's configuration and whether the key was wrong (to
+// be refused after the upgrade); ok false means the request is answered.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, rec *Record, check func() bool) (cfg *Config, badKey, ok bool) {
 	if s.cfg.StatusCode != 0 {
 		s.rejected.Add(1)
 		typ, code := errorKind(s.cfg.StatusCode)
 		writeHTTPError(w, s.cfg.StatusCode, typ, code, fmt.Sprintf("mock: configured to answer %d", s.cfg.StatusCode))
-		return
+		return nil, false, false
 	}
-	q := r.URL.Query()
-	model := firstNonEmpty(q.Get("model"), q.Get("deployment"))
-	if model == "" && q.Get("call_id") == "" && q.Get("intent") == "" {
+	if check != nil && !check() {
 		s.rejected.Add(1)
-		writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "missing_required_parameter",
-			"missing required parameter: 'model'")
-		return
+		return nil, false, false
 	}
-	if model == "" {
-		model = "gpt-realtime"
-	}
-	cfg := &s.cfg
+	cfg = &s.cfg
 	if s.cfg.FaultsFromQuery {
-		qcfg, status, err := s.cfg.queryFault(q)
+		qcfg, status, err := s.cfg.queryFault(r.URL.Query())
 		switch {
 		case err != nil:
 			s.rejected.Add(1)
 			writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "mock: "+err.Error())
-			return
+			return nil, false, false
 		case status != 0:
 			s.rejected.Add(1)
 			typ, code := errorKind(status)
 			writeHTTPError(w, status, typ, code, fmt.Sprintf("mock: fault=%d asked for in the query", status))
-			return
+			return nil, false, false
 		}
 		cfg = qcfg
 	}
-	badKey := s.cfg.Key != "" && rec.Key != s.cfg.Key
+	badKey = s.cfg.Key != "" && rec.Key != s.cfg.Key
 	if badKey && s.cfg.RejectStatus != 0 {
 		s.rejected.Add(1)
 		typ, code := errorKind(s.cfg.RejectStatus)
 		writeHTTPError(w, s.cfg.RejectStatus, typ, code, "Incorrect API key provided.")
-		return
+		return nil, false, false
 	}
-	beta := strings.EqualFold(strings.TrimSpace(r.Header.Get("OpenAI-Beta")), "realtime=v1")
-	for _, p := range rec.Subprotocols {
-		beta = beta || p == "openai-beta.realtime-v1"
-	}
+	return cfg, badKey, true
+}
 
+// upgradeConn waits UpgradeDelay, upgrades and tracks the connection; held
+// is the held 101 with OneSegment. ok false means there is no connection
+// (the upgrader has answered, or the server is closing).
+func (s *Server) upgradeConn(w http.ResponseWriter, r *http.Request) (ws *websocket.Conn, held *heldConn, ok bool) {
 	if !s.sleep(r.Context(), s.cfg.UpgradeDelay) {
-		return
+		return nil, nil, false
 	}
 	// Counted before the 101 goes out, so a client that holds a connection always
 	// finds it in Stats; undone if the upgrade fails.
 	s.upgrades.Add(1)
 	s.active.Add(1)
-	held := heldConnOf(r.Context()) // nil unless OneSegment
+	held = heldConnOf(r.Context()) // nil unless OneSegment
 	if held != nil {
 		held.hold() // released by the session after its first frame
 	}
@@ -472,7 +537,7 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		s.active.Add(-1)
 		s.rejected.Add(1) // the upgrader has already answered with an HTTP error
 		s.log.Debug("upgrade failed", "path", r.URL.Path, "err", err)
-		return
+		return nil, nil, false
 	}
 	if !s.addConn(ws) {
 		if held != nil {
@@ -480,43 +545,28 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		}
 		ws.Close()
 		s.active.Add(-1)
-		return
+		return nil, nil, false
 	}
-	// The session runs in its own goroutine so that this handler returns and the HTTP
-	// server's per-request buffers are freed: at thousands of sessions that halves the
-	// memory each one holds. This handler still holds its own wg count, so the Add
-	// cannot race with Close's Wait.
-	s.wg.Add(1)
-	go s.serveSession(ws, held, rec, cfg, model, badKey, beta)
+	return ws, held, true
 }
 
-// serveSession runs an upgraded connection to its end, with cfg (the server's
-// configuration, or a copy with a fault the connection asked for).
-// held, if not nil, holds the 101 until the session's first frame (OneSegment).
-func (s *Server) serveSession(ws *websocket.Conn, held *heldConn, rec *Record, cfg *Config, model string, badKey, beta bool) {
-	defer s.wg.Done()
-	defer func() {
-		ws.Close()
-		s.removeConn(ws)
-		s.active.Add(-1)
-	}()
-	sess := newSession(s, ws, model)
-	sess.cfg = cfg
-	sess.held = held
+// serveRealtime runs a Realtime session to its end.
+func (s *Server) serveRealtime(sess *session, rec *Record) {
+	q, _ := url.ParseQuery(rec.Query)
+	sess.model = firstNonEmpty(q.Get("model"), q.Get("deployment"), "gpt-realtime")
 	defer s.joinApps(rec.Query, sess)()
-	defer sess.end()
-	switch {
-	case badKey:
-		s.rejected.Add(1)
-		sess.fail("invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-	case beta:
+	beta := strings.EqualFold(strings.TrimSpace(rec.Header.Get("OpenAI-Beta")), "realtime=v1")
+	for _, p := range rec.Subprotocols {
+		beta = beta || p == "openai-beta.realtime-v1"
+	}
+	if beta {
 		s.rejected.Add(1)
 		sess.fail("invalid_request_error", "beta_api_shape_disabled",
 			"The Realtime beta interface has been shut down; use the GA interface.")
-	default:
-		s.setRecordSession(rec, sess.id)
-		sess.run()
+		return
 	}
+	s.setRecordSession(rec, sess.id)
+	sess.run()
 }
 
 // sleep waits d, or until the request or the server ends; false means give up.

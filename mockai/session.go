@@ -48,6 +48,10 @@ type session struct {
 	// written, so both go out in one socket write (Config.OneSegment).
 	held *heldConn
 
+	// lastReadErr is why the last read failed (Live's start timeout tells a
+	// deadline from a peer that left). Used only by the handler goroutine.
+	lastReadErr error
+
 	wmu     sync.Mutex
 	sent    int  // data frames sent
 	stopped bool // a close frame went out or a fault fired: send nothing more
@@ -153,18 +157,7 @@ func (s *session) run() {
 		return
 	}
 	if s.cfg.StopReading {
-		// Client frames pile up in the socket buffers until the client's writes block.
-		var stallEnd <-chan time.Time
-		if s.cfg.StallFor > 0 {
-			t := time.NewTimer(s.cfg.StallFor)
-			defer t.Stop()
-			stallEnd = t.C
-		}
-		select {
-		case <-s.ctx.Done():
-		case <-s.faulted:
-		case <-stallEnd: // the caller closes the socket: a drop, no close frame
-		}
+		s.stall()
 		return
 	}
 	if s.cfg.Stream.Interval > 0 {
@@ -188,10 +181,32 @@ func (s *session) run() {
 	}
 }
 
+// stall never reads again: client frames pile up in the socket buffers
+// until the client's writes block. It returns when the session ends, a
+// fault fires or StallFor passes (the caller then drops the connection).
+func (s *session) stall() {
+	var stallEnd <-chan time.Time
+	if s.cfg.StallFor > 0 {
+		t := time.NewTimer(s.cfg.StallFor)
+		defer t.Stop()
+		stallEnd = t.C
+	}
+	select {
+	case <-s.ctx.Done():
+	case <-s.faulted:
+	case <-stallEnd:
+	}
+}
+
 // fail refuses the session the way OpenAI does after an upgrade: an error event, then
 // close 4000 with reason "<type>.<code>".
 func (s *session) fail(typ, code, msg string) {
-	_ = s.send(errorEvent(typ, code, msg, "", ""))
+	s.failWith(errorEvent(typ, code, msg, "", ""), typ, code)
+}
+
+// failWith is fail with a prepared error event ev (one naming a param).
+func (s *session) failWith(ev map[string]any, typ, code string) {
+	_ = s.send(ev)
 	s.wmu.Lock()
 	s.writeClose(4000, typ+"."+code)
 	s.wmu.Unlock()

@@ -47,6 +47,50 @@
 // from the descriptor (Endpoint.readAhead, NBConn.Read): one read event
 // stays one batch and one write to the other socket.
 //
+// # The inline invariant
+//
+// netpoll v0.7.2 marks a socket's operator "in use" for the whole handling
+// of an event (FDOperator do ... done). Under HandlersInline the read
+// handler runs inside that window, on the poller goroutine. A netpoll Close
+// from any goroutine during that handler only marks the connection closed;
+// the task then runs the close callbacks itself, still on the poller, and
+// the last one (netpoll's own, which frees the operator) waits in
+// FDOperator.unused for the state to leave "in use", which only that same
+// goroutine's done could do: the poller loops forever and every socket on
+// it stops. Hence, under inline handlers:
+//
+//	From the moment a socket's read handler can run on its poller until the
+//	socket is closed, no goroutine (the handler included) calls netpoll's
+//	Close or Detach on it, and no panic leaves the handler.
+//
+// How the code keeps it:
+//   - The gateway's closes of a socket with a handler are hang-ups:
+//     shutdown(2) on its descriptor (Endpoint.closeConn; the server's
+//     hangUp), which the poller sees at its next wait and answers by
+//     closing the socket itself, outside any task. The descriptor is known
+//     to be the socket's because netpoll closes it only after the close
+//     callbacks, which take the lock the shutdown is made under.
+//   - A dialed socket is closed with netpoll's Close only while its handler
+//     is not installed, and Handle.Start installs none once the gateway
+//     chose that Close (one lock, Endpoint.mu, orders the two); a dial
+//     whose deadline's Close already started fails.
+//   - Handlers recover panics (recoverHandler, the server's
+//     recoverRequest): logged with the stack, the buffered input discarded
+//     (netpoll calls a handler again at once while input remains), the
+//     socket hung up.
+//   - Only sockets whose handler never blocks run inline: an accepted
+//     socket turns inline once it relays, and one whose request another
+//     goroutine handled (TLS, a Redis admission) only after that goroutine
+//     let go of its locks; until then its handlers run on the pool, where a
+//     Close is carried out by the task's own goroutine.
+//   - netpoll's EventLoop.Shutdown (which Closes connections it finds idle,
+//     not atomically with the poller) runs only after every accepted
+//     socket was hung up and has closed.
+//
+// internal/closecheck lists every call of netpoll's Close or Detach in the
+// module against an allowlist with the reason each is safe; a new one fails
+// it.
+//
 // # What netpoll v0.7.2 makes impossible
 //
 // Measured or read from its source; none of it is worked around by reaching

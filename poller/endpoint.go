@@ -2,6 +2,9 @@ package poller
 
 import (
 	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -55,7 +58,11 @@ type Endpoint struct {
 	// dialed is set for a dialed socket until Handle.Start installs its
 	// read handler: netpoll closes a hung-up connection itself only when
 	// it has a handler, so until then closeConn must close, not shut down.
-	dialed atomic.Bool
+	// Under mu, with closedByUs: closeConn's choice of netpoll's Close and
+	// Start's clearing of dialed exclude each other, so a Close chosen
+	// while dialed never lands after the handler is installed (Start
+	// installs none once the gateway closed the socket).
+	dialed bool
 
 	// ahead is set while the socket's read handler surely runs on its own
 	// poller, the one place where it may read past netpoll's buffer (see
@@ -107,7 +114,11 @@ func InitPlainEndpoint(e *Endpoint, c netpoll.Connection) {
 // no handler task can be running on the poller, and a shutdown would reach
 // nobody who closes the socket (netpoll leaves a hung-up connection without
 // a handler to its user), leaking the descriptor.
-func (e *Endpoint) MarkDialed() { e.dialed.Store(true) }
+func (e *Endpoint) MarkDialed() {
+	e.mu.Lock()
+	e.dialed = true
+	e.mu.Unlock()
+}
 
 // NewTLSEndpoint wraps a TLS connection running over nb. The TLS handshake
 // must be complete; the endpoint switches nb to non-blocking reads and takes
@@ -404,6 +415,18 @@ func (e *Endpoint) byHandEnd() {
 	}
 }
 
+// ByHand runs read, a read of the socket outside netpoll's OnRequest (the
+// TLS listener's first request, read by the handshake's goroutine), so that
+// a simultaneous hang-up cannot make netpoll free the input buffer under it:
+// the close callbacks wait for it, and a Close or Drop meanwhile is carried
+// out when it returns. read must only read: it runs with the socket's read
+// guard held, which a close callback on the poller waits for.
+func (e *Endpoint) ByHand(read func()) {
+	e.byHandBegin()
+	defer e.byHandEnd()
+	read()
+}
+
 // what a Close or Drop between byHandBegin and byHandEnd left to do
 const (
 	closeLater = 1
@@ -472,21 +495,35 @@ func (e *Endpoint) Close() {
 // as with its Close. Under mu, before netpoll's close callbacks start
 // (fdGone), the descriptor is still this socket's.
 func (e *Endpoint) closeConn() {
-	if inlineHandlers.Load() && e.fd >= 0 && !e.dialed.Load() {
+	if inlineHandlers.Load() && e.fd >= 0 {
 		e.mu.Lock()
-		gone := e.fdGone
+		dialed, gone := e.dialed, e.fdGone
 		var err error
-		if !gone {
+		if !dialed && !gone {
 			err = unix.Shutdown(e.fd, unix.SHUT_RD)
 		}
 		e.mu.Unlock()
 		// ENOTCONN: the peer reset it; the poller sees that hang-up too.
-		if gone || err == nil || err == unix.ENOTCONN {
+		if !dialed && (gone || err == nil || err == unix.ENOTCONN) {
 			return
 		}
 	}
+	// Here either handlers run on the pool (a Close that lands during a
+	// handler task is carried out by that task's goroutine, not the
+	// poller's), or the socket is dialed and its handler will never be
+	// installed (Handle.Start checks closedByUs, set by our caller under mu
+	// before this choice), or shutdown failed on a socket netpoll is about
+	// to close anyway.
+	if hook := closeHook.Load(); hook != nil {
+		(*hook)(e)
+	}
 	_ = e.conn.Close()
 }
+
+// closeHook, when set (tests only), runs between closeConn's choice of
+// netpoll's Close and the Close itself: the window a racing Handle.Start
+// used to fall into.
+var closeHook atomic.Pointer[func(*Endpoint)]
 
 // handlerBegin and handlerEnd bracket the socket's read handler; onPoller
 // says whether this run surely is on the socket's own poller (see
@@ -531,4 +568,31 @@ func (e *Endpoint) Drop() {
 // 0 when nothing waits. It takes no locks.
 func (e *Endpoint) Backlog() (bytes int, since int64) {
 	return int(e.backlogLen.Load()), e.stalledSince.Load()
+}
+
+// recoverHandler ends a read handler that panicked; it must be deferred by
+// the handler itself. A panic must not leave a handler under HandlersInline:
+// netpoll's task would Close the socket from the poller, inside the poller's
+// own handling of it, and spin there (doc.go), and a panic on the poller
+// goroutine ends the process. So it is logged with its stack, the socket's
+// buffered input is discarded (netpoll calls a handler again at once while
+// input remains, and the same bytes would panic again) and the socket is
+// dropped through closeConn's hang-up.
+func (e *Endpoint) recoverHandler(which string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	slog.Error("read handler panicked; dropping the connection", "side", which,
+		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	e.DiscardInput()
+	e.Drop()
+}
+
+// DiscardInput drops what netpoll has buffered from the socket. Only a read
+// handler, or a reader that holds the socket's read lock, may call it.
+func (e *Endpoint) DiscardInput() {
+	r := e.conn.Reader()
+	_ = r.Skip(r.Len())
+	_ = r.Release()
 }

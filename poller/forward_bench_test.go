@@ -83,13 +83,13 @@ func benchForward(b *testing.B, fromClient bool, size int) {
 	r.close(b)
 }
 
-// TestMain applies POLLER_HANDLERS (pool, the gateway's default, or inline),
+// TestMain applies POLLER_HANDLERS (inline, the gateway's default, or pool),
 // so that the tests run and the benchmarks compare with either of netpoll's
 // runners:
 //
-//	go test -run XXX -bench Forward ./poller
-//	POLLER_HANDLERS=inline go test -run XXX -bench Forward ./poller
-//	POLLER_HANDLERS=inline go test -race ./poller
+//	go test -run XXX -bench Forward ./poller   (inline)
+//	POLLER_HANDLERS=pool go test -run XXX -bench Forward ./poller
+//	POLLER_HANDLERS=pool go test -race -count=1 ./poller
 //
 // With inline, every socket here runs its handler on the poller goroutine
 // (their contexts carry no poller.Inliner), as relayed sockets do in the

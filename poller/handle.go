@@ -106,6 +106,16 @@ func (h *Handle) Start(o Owner, first func()) {
 	}
 	h.readMu.Unlock()
 	readEnded(o)
+	// A close of the gateway's own before this point chose netpoll's Close
+	// (closeConn, under the endpoint's lock): no handler may be installed
+	// for that Close to land in. One after it is a shutdown.
+	h.ep.mu.Lock()
+	if h.ep.closedByUs {
+		h.ep.mu.Unlock()
+		return
+	}
+	h.ep.dialed = false
+	h.ep.mu.Unlock()
 	// Under HandlersInline the handler runs on the poller, except when
 	// SetOnRequest itself runs it here, in this goroutine, for bytes
 	// already buffered: then the poller may be reading the socket at the
@@ -116,12 +126,14 @@ func (h *Handle) Start(o Owner, first func()) {
 	// that lands before the handler is installed makes netpoll mark the
 	// connection inactive, which the IsActive check below answers with a
 	// Close; one after reaches the handler.
-	h.ep.dialed.Store(false)
 	_ = conn.SetOnRequest(func(context.Context, netpoll.Connection) error {
 		h.readMu.Lock()
 		o := h.Owner()
 		h.ep.handlerBegin(inlineHandlers.Load() && !installing.Load())
-		o.UpstreamReadable()
+		func() {
+			defer h.ep.recoverHandler("upstream")
+			o.UpstreamReadable()
+		}()
 		h.ep.handlerEnd()
 		h.readMu.Unlock()
 		readEnded(o)
@@ -135,6 +147,11 @@ func (h *Handle) Start(o Owner, first func()) {
 		// peer sent before hanging up, so closing here keeps that order
 		// (a session.created sent just before a close still arrives
 		// first). Owners treat a repeated UpstreamGone as a no-op.
+		//
+		// This Close keeps the inline invariant (doc.go): the poller saw
+		// the hang-up while no handler was installed, so it detached the
+		// socket and runs no handler task for it, and this goroutine is
+		// not a poller.
 		_ = conn.Close()
 	}
 }

@@ -187,8 +187,14 @@ func (s *Session) maybeEnd() {
 		return
 	}
 	s.endOnce.Do(func() {
-		s.c2u.Reset()
-		s.u2c.Reset()
+		// The scanners are not Reset here (which would hand their pooled
+		// buffers back): a read by hand of the upstream (Handle.Start,
+		// FinishHandOver, drainLocked) or the client bytes handed in with
+		// the request (ClientBytes) may still be using them on another
+		// goroutine, without the lock of the side whose close got here, and
+		// a buffer back in the pool while a read writes into it would reach
+		// another session. The garbage collector takes them with the
+		// session.
 		if s.cfg.OnEnd != nil {
 			s.cfg.OnEnd(s)
 		}

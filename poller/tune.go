@@ -57,16 +57,15 @@ const (
 	HandlersInline
 )
 
-// DefaultHandlers is what the gateway runs with when nothing is set: the
-// pool. Inline measured faster on the 2-core dev box, same binary,
-// interleaved (README, "How it compares": added rtt p50 about 40 µs lower,
-// CPU per round trip 15-30 % lower on the plain rows, voice 10-18 % cheaper
-// per core; slower only on saturated TLS echo of audio-sized frames), but the
-// race suite once hung under it: a netpoll Close racing the socket's task on
-// the poller made netpoll free the operator from inside that task, spinning
-// in FDOperator.unused, and which close path did it is not yet found. Until
-// it is, inline is opt-in (POLLER_HANDLERS=inline).
-const DefaultHandlers = HandlersPool
+// DefaultHandlers is what the gateway runs with when nothing is set:
+// inline, with one poller per core (Tune). It measured faster on the 2-core
+// dev box, same binary, interleaved (README, "How it compares": added rtt
+// p50 about 40 µs lower, CPU per round trip 15-30 % lower on the plain rows,
+// voice 10-18 % cheaper per core; slower only on saturated TLS echo of
+// audio-sized frames). It became the default once the paths that broke the
+// inline invariant (doc.go) were closed; POLLER_HANDLERS=pool is the
+// goroutine pool.
+const DefaultHandlers = HandlersInline
 
 // ParseHandlers reads "pool" or "inline".
 func ParseHandlers(s string) (Handlers, error) {

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -367,11 +369,27 @@ func expectAttachRefused(t *testing.T, g *gateway, q, key, what string) {
 }
 
 // TestSidebandOwnerAcrossInstances: with REDIS_URL, an instance that did not
-// make the call knows whose it is.
+// make the call knows whose it is. It asks Redis off netpoll's read handler
+// (issue 20, item 3: the lookup used to run inside it, holding a handler,
+// or with inline handlers possibly a poller, for up to REDIS_TIMEOUT_MS).
 func TestSidebandOwnerAcrossInstances(t *testing.T) {
 	rd := redistest.Start(t)
 	g1, rt, tr := appsGateway(t, mockai.Config{}, func(c *Settings) { c.RedisURL = rd.URL() })
 	g2 := appsGatewayOn(t, rt, tr, func(c *Settings) { c.RedisURL = rd.URL() })
+	var lookups, inHandler atomic.Int32
+	g2.srv.hooks.Store(&testHooks{sidebandLookup: func() {
+		lookups.Add(1)
+		buf := make([]byte, 64<<10)
+		if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*Server).onRequest") {
+			inHandler.Add(1)
+		}
+	}})
+	defer func() {
+		if lookups.Load() == 0 || inHandler.Load() != 0 {
+			t.Errorf("%d Redis lookups of the call's owner, %d of them in netpoll's read handler; want some, none there",
+				lookups.Load(), inHandler.Load())
+		}
+	}()
 	q := "call_id=" + placeCall(t, g1, keyA, "call")
 	expectAttachRefused(t, g2, q, keyB, "another key attached on the other instance")
 	expectAttachRefused(t, g2, q, testMasterKey, "the master key attached to app-a's call on the other instance")

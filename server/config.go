@@ -98,6 +98,9 @@ type Settings struct {
 
 	// Pool configures the warm upstream pool; see upstream.PoolConfig.
 	Pool upstream.PoolConfig
+	// PoolState (REALTIME_POOL_STATE), if set, is the file where `auto`
+	// remembers each key's demand across restarts (upstream/memory.go).
+	PoolState string
 
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
 	AdminAddr string
@@ -278,6 +281,8 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		}
 	}
 	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
+	set("REALTIME_POOL_STATE", func(v string) error { c.PoolState = v; return nil })
+	set("POOL_WARMUP_SECS", secs(&c.Pool.WarmupBound, 1))
 	set("REALTIME_POOL_PING_SECS", func(v string) error {
 		if err := secs(&c.Pool.PingInterval, 0)(v); err != nil {
 			return err

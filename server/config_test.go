@@ -37,3 +37,33 @@ func TestHedgeAndDialTimeoutSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolStateSettings: REALTIME_POOL_STATE and POOL_WARMUP_SECS from the
+// environment, their defaults, and the error for a bad bound.
+func TestPoolStateSettings(t *testing.T) {
+	for _, tc := range []struct {
+		env       map[string]string
+		state     string
+		bound     time.Duration
+		wantError string
+	}{
+		{env: nil, state: "", bound: 0}, // no state; the pool's own default bound (10 s)
+		{env: map[string]string{"REALTIME_POOL_SIZE": "auto", "REALTIME_POOL_STATE": "/var/lib/rtgate/pool.json"},
+			state: "/var/lib/rtgate/pool.json"},
+		{env: map[string]string{"POOL_WARMUP_SECS": "30"}, bound: 30 * time.Second},
+		{env: map[string]string{"POOL_WARMUP_SECS": "0"}, wantError: "POOL_WARMUP_SECS"},
+		{env: map[string]string{"POOL_WARMUP_SECS": "soon"}, wantError: "POOL_WARMUP_SECS"},
+	} {
+		c, err := FromEnv(func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+		switch {
+		case tc.wantError != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+				t.Errorf("%v: err %v, want %q", tc.env, err, tc.wantError)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", tc.env, err)
+		case c.PoolState != tc.state || c.Pool.WarmupBound != tc.bound:
+			t.Errorf("%v: state %q bound %v, want %q %v", tc.env, c.PoolState, c.Pool.WarmupBound, tc.state, tc.bound)
+		}
+	}
+}

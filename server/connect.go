@@ -85,6 +85,11 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		if s.draining.Load() {
 			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
 				map[string]any{"status": "draining"}))
+		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
+			// Not ready until the pool holds its remembered demand
+			// (upstream/warming.go); alive all the same.
+			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
+				map[string]any{"status": "warming"}))
 		} else {
 			_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
 		}
@@ -223,6 +228,9 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 	go func() {
 		var herr *refusal
 		if u.lookup {
+			if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
+				h.sidebandLookup()
+			}
 			owner, known := s.calls.Lookup(u.callID)
 			if herr = checkSideband(u, owner, known); herr == nil {
 				herr = s.decideKey(u)
@@ -231,6 +239,8 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 		if herr == nil {
 			herr = s.admit(u)
 		}
+		c.offLoop.Store(true)
+		defer c.goInline() // after the unlock below (startRelay)
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if herr != nil {
@@ -341,14 +351,19 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	rawQuery := strings.Clone(u.req.URL.RawQuery)
 	group, table := u.group, u.table
 	info.redial = func() {
+		defer s.pool.ClientDialing()()   // a client waits on this dial too
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
 		s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, upHeader)
 	}
 	cands, q := plan.Cands, u.q
-	if s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader)) {
+	hit, dialDone := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
+	if hit {
 		return
 	}
-	go s.connectUpstream(sess, info, cands, q, upHeader)
+	go func() {
+		defer dialDone() // the pool's refill yields until this dial ends
+		s.connectUpstream(sess, info, cands, q, upHeader)
+	}()
 }
 
 // deploymentsBusy is the refusal of a connect no deployment of its group

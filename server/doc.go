@@ -52,7 +52,7 @@
 //	spend.go      records.record (USAGE_LOG, the spend log); metrics.countTokens
 //	apps.go       explainBeta
 //
-// Beside the path: drain.go (SIGTERM), watchdog.go (idle and stalled
+// Beside the path: drain.go (SIGTERM, Shutdown's hang-ups), watchdog.go (idle and stalled
 // sessions, the memory budget), listener.go (the client listener,
 // REUSEPORT), metrics.go (the gateway's metrics, the admin port's view of
 // the gateway), config.go (Settings from the environment).

@@ -48,11 +48,11 @@ var mockaiBinary struct {
 	err  error
 }
 
-// TestMain applies POLLER_HANDLERS (pool, the gateway's default, or inline)
+// TestMain applies POLLER_HANDLERS (inline, the gateway's default, or pool)
 // with the binary's 256-byte netpoll buffers, so that the whole suite runs
 // with either of netpoll's runners:
 //
-//	POLLER_HANDLERS=inline go test -race ./server
+//	POLLER_HANDLERS=pool go test -race -count=1 ./server
 func TestMain(m *testing.M) {
 	h, err := poller.DefaultHandlers, error(nil)
 	if v := os.Getenv("POLLER_HANDLERS"); v != "" {

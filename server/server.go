@@ -59,8 +59,12 @@ type Server struct {
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
-	draining     atomic.Bool  // /health answers 503
-	stopping     atomic.Bool  // past the drain timeout: new upgrades get 503
+	// conns holds every accepted client connection until its close
+	// callback, for Shutdown's hang-up of each (shutdown.go).
+	connsMu  sync.Mutex
+	conns    map[*clientConn]struct{}
+	draining atomic.Bool // /health answers 503
+	stopping atomic.Bool // past the drain timeout: new upgrades get 503
 
 	// sessions is the registry of live sessions, for the watchdog, for
 	// draining and for the record written when each ends.
@@ -76,6 +80,21 @@ type Server struct {
 
 	admin   *admin.Server // the admin port: metrics, status page, playground
 	origins origins       // ALLOWED_ORIGINS (connect.go)
+
+	hooks atomic.Pointer[testHooks] // nil outside tests
+}
+
+// testHooks are pauses that tests put into the windows of races, to make
+// them happen every time. All are nil outside tests.
+type testHooks struct {
+	handshakeTimer     func()            // the handshake timer fired, before it acts
+	handshakeTimerDone func()            // and after it acted
+	tlsHandshaken      func(*clientConn) // the TLS handshake is done, before the goroutine reads the request
+	tlsRequest         func(*clientConn) // the TLS goroutine handled the first request, before it lets the connection go
+	loopShutdown       func(open int64)  // Shutdown is about to call netpoll's, with open client connections left
+	headRead           func(*clientConn) // readHead is about to read the request
+	sidebandLookup     func()            // a sideband's call is about to be looked up in Redis
+	request            func(*clientConn) // at the start of each read handler of an accepted connection
 }
 
 // New prepares a server; Serve starts it.
@@ -83,7 +102,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{}}
+	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{},
+		conns: map[*clientConn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -146,6 +166,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			// Two sockets per session, and some for listeners and files.
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
+		pc.Memory = s.poolMemory()
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
 	}
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
@@ -219,8 +240,8 @@ func poolDesc(c upstream.PoolConfig) string {
 	return "off"
 }
 
-// Shutdown stops accepting connections and closes the warm pool's sockets
-// with close 1000.
+// Shutdown stops accepting connections, ends every client connection and
+// closes the warm pool's sockets with close 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.pool != nil {
 		s.pool.Close()
@@ -231,6 +252,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	var err error
 	if loop != nil {
+		// netpoll's own Shutdown would Close each connection it finds idle,
+		// not atomically with the poller (poller's doc.go, the inline
+		// invariant): hang them all up first, and let it find none.
+		s.StopAccepting()
+		s.hangUpClients()
+		s.waitConnsCtx(ctx)
+		if h := s.hooks.Load(); h != nil && h.loopShutdown != nil {
+			h.loopShutdown(s.clientConns.Load())
+		}
 		err = loop.Shutdown(ctx)
 	}
 	s.records.close(ctx)
@@ -319,6 +349,7 @@ type clientConn struct {
 	api  *apiRequest // an API request's body being collected (httpapi.go)
 
 	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
+	offLoop  atomic.Bool // a goroutine other than netpoll's handler is handling the request (startRelay)
 
 	// The state a plain session keeps for its whole life lives here, in
 	// the connection's one allocation, rather than in five of its own
@@ -340,6 +371,9 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	}
 	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
 	s.clientConns.Add(1)
+	s.connsMu.Lock()
+	s.conns[c] = struct{}{}
+	s.connsMu.Unlock()
 	if s.tlsConfig != nil {
 		c.setPhase(phaseTLS)
 		nb := poller.NewNBConn(conn)
@@ -348,7 +382,9 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 		c.ep = &c.plainEP
 		poller.InitPlainEndpoint(c.ep, conn)
 	}
-	c.timer = time.AfterFunc(s.cfg.HandshakeTimeout, func() { _ = conn.Close() })
+	c.mu.Lock() // the timer's function reads c.timer under c.mu, and may run before AfterFunc returns
+	c.timer = time.AfterFunc(s.cfg.HandshakeTimeout, c.handshakeExpired)
+	c.mu.Unlock()
 	_ = conn.AddCloseCallback(c.onClose)
 	return c
 }
@@ -375,6 +411,10 @@ func (c *clientConn) Value(key any) any {
 // the handshake goroutine (tlsaccept.go).
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
+	defer s.recoverRequest(conn)
+	if h := s.hooks.Load(); h != nil && h.request != nil {
+		h.request(c)
+	}
 	if c == nil {
 		if ctx.Value(refusedKey{}) != nil {
 			return s.front.answerRefused(conn)
@@ -409,11 +449,24 @@ func (c *clientConn) readHead() error {
 	if c.head == nil {
 		c.head = bytebufferpool.Get()
 	}
-	err := c.ep.Read(func(src frames.Source) error {
-		p, err := src.Next(src.Len())
-		c.head.B = append(c.head.B, p...)
-		return err
-	})
+	var err error
+	read := func() {
+		if h := c.srv.hooks.Load(); h != nil && h.headRead != nil {
+			h.headRead(c)
+		}
+		err = c.ep.Read(func(src frames.Source) error {
+			p, err := src.Next(src.Len())
+			c.head.B = append(c.head.B, p...)
+			return err
+		})
+	}
+	if c.offLoop.Load() {
+		// The TLS goroutine, outside netpoll's handler: a hang-up now
+		// would free the buffer under the read.
+		c.ep.ByHand(read)
+	} else {
+		read()
+	}
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return c.conn.Close()
 	}
@@ -469,12 +522,33 @@ func (c *clientConn) answered() {
 // that onClose, which may run on another goroutine (the TLS handshake's
 // hand-off runs outside netpoll's handler), sees either no session or this
 // one; a client gone before this sees its 101 fail.
+//
+// A request handled off netpoll's handlers (the TLS goroutine's first
+// request, a Redis admission's verdict) leaves the connection on the pool
+// until that goroutine lets it go (goInline): an inline handler would wait
+// on the poller for the locks that goroutine holds, stalling every socket of
+// that poller meanwhile.
 func (c *clientConn) startRelay(sess *poller.Session) {
 	c.mu.Lock()
 	c.sess = sess
 	c.setPhase(phaseRelay)
 	c.mu.Unlock()
-	c.relaying.Store(true)
+	if !c.offLoop.Load() {
+		c.relaying.Store(true)
+	}
+}
+
+// goInline ends a goroutine's handling of the connection outside netpoll's
+// handlers (see startRelay), once it holds none of the connection's locks:
+// a session it opened may now run its handlers on the poller.
+func (c *clientConn) goInline() {
+	c.offLoop.Store(false)
+	c.mu.Lock()
+	relay := c.sess != nil
+	c.mu.Unlock()
+	if relay {
+		c.relaying.Store(true)
+	}
 }
 
 // InlineEndpoint implements poller.Inliner: once relaying, the connection's
@@ -490,6 +564,9 @@ func (c *clientConn) InlineEndpoint() *poller.Endpoint {
 }
 
 func (c *clientConn) onClose(netpoll.Connection) error {
+	c.srv.connsMu.Lock()
+	delete(c.srv.conns, c)
+	c.srv.connsMu.Unlock()
 	c.answered()
 	if c.hs != nil {
 		c.hs.shut()

@@ -186,12 +186,17 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 }
 
 // tryWarm hands the session a warm socket of its first-choice deployment.
-func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) bool {
+//
+// On a miss, dialDone must be called once the client's own dial has ended:
+// until then the pool's refill yields to it (upstream/yield.go).
+func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, dialDone func()) {
+	dialDone = func() {}
 	if s.pool == nil {
-		return false
+		return false, dialDone
 	}
-	hit := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
-		h, held := s.pool.Take(t, info.group, o)
+	hit = sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		h, held, done := s.pool.TakeOrDial(t, info.group, o)
+		dialDone = done
 		if h != nil {
 			// before the held frame is forwarded
 			info.poolHit = true
@@ -204,7 +209,7 @@ func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Depl
 		// a dial (and answers a probe routed here).
 		s.balancer.Succeeded(d)
 	}
-	return hit
+	return hit, dialDone
 }
 
 // attached records that deployment d serves the session.
@@ -429,3 +434,21 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 
 // Inspect implements frames.Inspector: the usage meter reads the event.
 func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
+
+// poolMemory is where the warm pool remembers demand across restarts: the
+// REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks
+// (upstream/memory.go); nil for neither.
+func (s *Server) poolMemory() upstream.DemandMemory {
+	var ms upstream.Memories
+	if s.cfg.PoolState != "" {
+		ms = append(ms, upstream.FileMemory{Path: s.cfg.PoolState})
+	}
+	if s.store != nil {
+		ms = append(ms, &upstream.RedisMemory{Client: s.store.Client, Instance: s.store.Instance,
+			InstancesKey: s.store.InstancesKey(), Prefix: s.store.Key("pool", "demand") + ":"})
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	return ms
+}

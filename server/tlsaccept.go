@@ -238,6 +238,11 @@ func (c *clientConn) tlsHandshake() {
 		_ = c.conn.Close()
 		return
 	}
+	if h := c.srv.hooks.Load(); h != nil && h.tlsHandshaken != nil {
+		h.tlsHandshaken(c)
+	}
+	c.offLoop.Store(true)
+	defer c.goInline() // after the unlock below
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.hs.handOff()
@@ -246,6 +251,9 @@ func (c *clientConn) tlsHandshake() {
 	// What the client sent behind its Finished is in handshakeConn's buffer
 	// or inside tc; no read event will come for it.
 	_ = c.readHead()
+	if h := c.srv.hooks.Load(); h != nil && h.tlsRequest != nil {
+		h.tlsRequest(c)
+	}
 }
 
 // refuseNotTLS answers a client that spoke plaintext to the TLS listener: a

@@ -62,6 +62,10 @@ type Dialer struct {
 	// handshakes counts the upstream TLS handshakes that completed, and
 	// resumed those of them that resumed an earlier session.
 	handshakes, resumed atomic.Uint64
+
+	// afterHandshake, in tests, runs between the handshake and the dial's
+	// check of its deadline: the window a deadline's Close fell into.
+	afterHandshake func(netpoll.Connection)
 }
 
 // TLSHandshakes reports how many upstream TLS handshakes completed since the
@@ -147,11 +151,23 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 	// timeout: netpoll's own (SetReadTimeout) makes a timer on the first
 	// wait and keeps it in the connection for its life (~250 B per idle
 	// upstream socket).
+	//
+	// That Close is safe only while no read handler can be installed: a
+	// deadline that passes just as the handshake completes must not leave
+	// it pending for after Handle.Start (poller's doc.go, the inline
+	// invariant). So once the handshake is done, a close already started
+	// fails the dial.
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()
 	_ = conn.SetWriteTimeout(d.WriteTimeout)
 
 	ep, preface, resumed, err := d.handshake(ctx, conn, t, addr, secure)
+	if d.afterHandshake != nil {
+		d.afterHandshake(conn)
+	}
+	if err == nil && !stop() {
+		err = fmt.Errorf("deadline passed as the handshake completed: %w", ctx.Err())
+	}
 	if err != nil {
 		_ = conn.Close()
 		if ctx.Err() != nil && !errors.As(err, new(*Error)) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudwego/netpoll"
 	"github.com/gorilla/websocket"
 )
 
@@ -139,6 +140,58 @@ func TestDialTimesOutOnSilentUpstream(t *testing.T) {
 			}
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("dial error %v, want it to wrap context.DeadlineExceeded", err)
+			}
+		})
+	}
+}
+
+// TestDialFailsWhenItsDeadlineClosesAtTheEnd: a deadline that passes just as
+// the handshake completes starts the socket's Close in another goroutine
+// (context.AfterFunc), which Dial can no longer stop. Dial used to return
+// that socket as a success, and the Close could then land after the session
+// installed its read handler (under inline handlers, a spinning poller;
+// issue 20, path 4). Now the dial fails. Over ws:// and wss://.
+func TestDialFailsWhenItsDeadlineClosesAtTheEnd(t *testing.T) {
+	up := websocket.Upgrader{}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		_ = c.WriteMessage(websocket.TextMessage, []byte(`{"type":"session.created"}`))
+		_, _, _ = c.ReadMessage() // until the gateway's side closes
+		_ = c.Close()
+	})
+	for _, secure := range []bool{false, true} {
+		name := map[bool]string{false: "ws", true: "wss"}[secure]
+		t.Run(name, func(t *testing.T) {
+			var srv *httptest.Server
+			d := &Dialer{Timeout: 5 * time.Second}
+			if secure {
+				srv = httptest.NewTLSServer(handler)
+				d.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+			} else {
+				srv = httptest.NewServer(handler)
+			}
+			defer srv.Close()
+			u, _ := url.Parse(name + strings.TrimPrefix(srv.URL, map[bool]string{false: "http", true: "https"}[secure]) + "/v1/realtime?model=m")
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			d.afterHandshake = func(conn netpoll.Connection) {
+				cancel() // the deadline passes now: its Close starts
+				deadline := time.Now().Add(5 * time.Second)
+				for conn.IsActive() && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			c, err := d.Dial(ctx, Target{URL: u, Header: http.Header{}})
+			if err == nil {
+				active := c.Endpoint.Conn().IsActive()
+				c.Endpoint.Close()
+				t.Fatalf("dial succeeded with a socket its deadline closed (still active: %v)", active)
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("dial failed with %v, want the context's end", err)
 			}
 		})
 	}

@@ -61,6 +61,13 @@ type PoolConfig struct {
 	// open-file limit), so that warm sockets never take the descriptors
 	// client sessions need.
 	Spare func() int
+	// Memory, if set, remembers each key's peak demand across restarts
+	// (memory.go): the pool loads it when made, writes it every few
+	// seconds and when it closes.
+	Memory DemandMemory
+	// WarmupBound bounds how long a pool with remembered demand reports
+	// Warming; 0 means 10 s.
+	WarmupBound time.Duration
 }
 
 // Enabled reports whether the pool dials anything ahead.
@@ -107,6 +114,19 @@ type Pool struct {
 	live    wheel // liveness checks of ready sockets
 	janitor Timer // the next janitor turn
 	swept   time.Time
+
+	// The yield rule (yield.go): client dials in flight, and warm-up
+	// dials in flight across keys.
+	clientDials int
+	warmDials   int
+	yielded     bool // a refill dialed less because clients were dialing
+
+	// Remembered demand (memory.go): what was loaded, by key digest, the
+	// next write, and until when the pool may report Warming.
+	remembered  map[string]Remembered
+	saver       Timer
+	saveFailing bool      // the last write failed (logged once)
+	warmUntil   time.Time // zero: not warming
 }
 
 // now is the pool's clock.
@@ -136,9 +156,13 @@ func NewPool(d *Dialer, cfg PoolConfig, log *slog.Logger, metrics *PoolMetrics) 
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.live.init(janitorTick(cfg), p.now())
 	if cfg.Enabled() {
+		p.restore()
 		p.mu.Lock()
 		p.swept = p.now()
 		p.janitor = p.clock.AfterFunc(p.live.tick, p.janitorTurn)
+		if cfg.Memory != nil && cfg.Auto { // only auto learns demand
+			p.saver = p.clock.AfterFunc(stateEvery, p.saveTurn)
+		}
 		p.mu.Unlock()
 	}
 	return p
@@ -172,6 +196,29 @@ type keyPool struct {
 	refillTime  time.Duration // from dial start to session.created, smoothed; 0 until measured
 	size        int           // the current target
 	inflight    int           // the current limit on concurrent dials
+
+	// remembered demand (memory.go): the seed this key started from, used
+	// until seedUntil (burstMemory after its first connect), and the
+	// long-memory peak that is written for the next start.
+	seed      Remembered
+	seeded    bool
+	seedUntil time.Time
+	peak      Remembered
+}
+
+// keyLocked returns t's key pool, making it if needed (nil once the pool is
+// closed). A new key starts from its remembered demand, if any. Callers
+// hold Pool.mu.
+func (p *Pool) keyLocked(k string, t Target, model string, now time.Time) *keyPool {
+	if kp := p.keys[k]; kp != nil || p.closed {
+		return kp
+	}
+	kp := &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: now}
+	if r, ok := p.remembered[k]; ok && r.RateAt(now) > 0 {
+		kp.seed, kp.seeded, kp.peak = r, true, r
+	}
+	p.keys[k] = kp
+	return kp
 }
 
 // Key identifies interchangeable upstream sockets: everything that shapes
@@ -202,22 +249,39 @@ func Key(t Target) string {
 // behind it. model labels the key in metrics. A target that is not Poolable
 // is always a miss and creates nothing.
 func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle, []byte) {
+	h, held, _ := p.take(t, model, owner, false)
+	return h, held
+}
+
+// TakeOrDial is Take for a client that dials fresh on a miss: a miss is
+// counted as a client dial before the refill it starts, so that refill
+// already yields to it (yield.go), and done, called once when the client's
+// own dial has ended, lets the pool grow again. On a hit done does nothing.
+func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller.Handle, held []byte, done func()) {
+	h, held, counted := p.take(t, model, owner, true)
+	if !counted {
+		return h, held, func() {}
+	}
+	return h, held, p.clientDialDone
+}
+
+// take is Take; with client set, a miss counts as a client dial (counted).
+func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ *poller.Handle, _ []byte, counted bool) {
 	if !p.cfg.Enabled() || !Poolable(t) {
-		return nil, nil
+		return nil, nil, false
 	}
 	k := Key(t)
 	now := p.now()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, nil
+		return nil, nil, false
 	}
-	kp := p.keys[k]
-	if kp == nil {
-		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: now}
-		p.keys[k] = kp
-	}
+	kp := p.keyLocked(k, t, model, now)
 	kp.noteTake(now)
+	if kp.seeded && kp.seedUntil.IsZero() {
+		kp.seedUntil = now.Add(burstMemory) // then auto sizes from what it measured
+	}
 	kp.lastTake = now
 	var got *warmConn
 	dead := 0
@@ -249,6 +313,10 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 	}
 	p.updateSizeLocked(kp, now)
 	warm := len(kp.warm)
+	if got == nil && client {
+		p.clientDials++ // before the refill below, which yields to it
+		counted = true
+	}
 	p.mu.Unlock()
 
 	if m := p.metrics; m != nil {
@@ -263,9 +331,9 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 	}
 	p.refill(kp)
 	if got == nil {
-		return nil, nil
+		return nil, nil, counted
 	}
-	return got.h, got.held
+	return got.h, got.held, false
 }
 
 // Poolable reports whether sockets for t may be dialed ahead and shared.
@@ -318,11 +386,7 @@ func (p *Pool) Prime(t Target, model string) {
 	}
 	k := Key(t)
 	p.mu.Lock()
-	kp := p.keys[k]
-	if kp == nil && !p.closed {
-		kp = &keyPool{key: k, id: k[:8], model: model, target: t, windowStart: p.now()}
-		p.keys[k] = kp
-	}
+	kp := p.keyLocked(k, t, model, p.now())
 	if kp != nil {
 		kp.primed = true
 	}
@@ -346,7 +410,11 @@ func (p *Pool) Prime(t Target, model string) {
 // Close closes every warm socket with close 1000 and stops refilling. It
 // waits for dials in flight to finish.
 func (p *Pool) Close() {
+	p.save() // at drain: the next start begins from this
 	p.mu.Lock()
+	if p.saver != nil {
+		p.saver.Stop()
+	}
 	p.closed = true
 	if p.janitor != nil {
 		p.janitor.Stop()
@@ -455,8 +523,13 @@ func (p *Pool) refill(kp *keyPool) {
 	if kp.backoff > 0 {
 		want = min(want, 1-kp.warming) // a failing key gets one probe at a time
 	}
+	if room := p.yieldRoomLocked(); want > room {
+		want = room
+		p.yielded = true
+	}
 	for range max(want, 0) {
 		kp.warming++
+		p.warmDials++
 		p.total++
 		p.wg.Add(1)
 		go p.warmOne(kp)
@@ -474,6 +547,7 @@ func (p *Pool) warmOne(kp *keyPool) {
 	p.mu.Lock()
 	now := p.now()
 	kp.warming--
+	p.warmDials--
 	ok := err == nil && !p.closed
 	if ok {
 		kp.warm = append(kp.warm, w)

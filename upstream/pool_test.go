@@ -64,6 +64,12 @@ type testPool struct {
 // serves TLS), closed when the test ends.
 func newTestPool(t testing.TB, m *mockai.Server, cfg PoolConfig) *testPool {
 	t.Helper()
+	return newTestPoolLog(t, m, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// newTestPoolLog is newTestPool logging to log.
+func newTestPoolLog(t testing.TB, m *mockai.Server, cfg PoolConfig, log *slog.Logger) *testPool {
+	t.Helper()
 	d := &Dialer{Timeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
 	if pem := m.CertPEM(); len(pem) > 0 {
 		roots := x509.NewCertPool()
@@ -73,7 +79,7 @@ func newTestPool(t testing.TB, m *mockai.Server, cfg PoolConfig) *testPool {
 		d.TLSConfig = &tls.Config{RootCAs: roots}
 	}
 	reg := prometheus.NewRegistry()
-	p := NewPool(d, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), NewPoolMetrics(reg))
+	p := NewPool(d, cfg, log, NewPoolMetrics(reg))
 	t.Cleanup(p.Close)
 	return &testPool{Pool: p, reg: reg}
 }

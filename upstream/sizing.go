@@ -140,11 +140,25 @@ func (kp *keyPool) roll(now time.Time) {
 // demandLocked is kp's demand as of now. Callers hold Pool.mu.
 func (p *Pool) demandLocked(kp *keyPool, now time.Time) demand {
 	kp.roll(now)
+	burst, refill := slices.Max(kp.windows[:]), kp.refillTime
+	// The long memory that is written for the next start (memory.go).
+	if r := float64(burst) / rateWindow.Seconds(); r > 0 && r >= kp.peak.RateAt(now) {
+		kp.peak = Remembered{Rate: r, At: now}
+	}
+	if kp.seeded && !kp.seedUntil.IsZero() && now.After(kp.seedUntil) {
+		kp.seeded = false // it has seen burstMemory of its own traffic
+	}
+	if kp.seeded {
+		burst = max(burst, int(math.Ceil(kp.seed.RateAt(now)*rateWindow.Seconds())))
+		if refill == 0 {
+			refill = kp.seed.refill()
+		}
+	}
 	return demand{
-		burst:  slices.Max(kp.windows[:]),
-		refill: kp.refillTime,
+		burst:  burst,
+		refill: refill,
 		primed: kp.primed,
-		idle:   now.Sub(kp.lastTake) > p.idleKeyAfter(),
+		idle:   !kp.seeded && now.Sub(kp.lastTake) > p.idleKeyAfter(),
 	}
 }
 

@@ -15,6 +15,7 @@
 package compare
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,6 +118,14 @@ type Config struct {
 	Warmup, Pause time.Duration
 	// Instances > 1 runs that many gateways behind HAProxy (instances.go).
 	Instances int
+	// FirstBurst is how many of each run's first calls are reported apart
+	// from the rest (burst.go); 0 means Concurrency, the first wave.
+	FirstBurst int
+	// Restart restarts each gateway leg's gateway before every run after
+	// the first (SIGTERM, drain, start again), with REALTIME_POOL_STATE
+	// kept: run 2's first burst is then the first burst after a restart
+	// with remembered demand, run 1's that of a cold instance.
+	Restart bool
 }
 
 // DefaultConfig is what `wsbench compare` runs without flags.
@@ -138,6 +147,12 @@ func (c Config) validate() error {
 	var errs []error
 	if c.N <= 0 || c.Concurrency <= 0 || c.Runs <= 0 {
 		errs = append(errs, fmt.Errorf("-n, -c and -runs must be positive (got %d, %d, %d)", c.N, c.Concurrency, c.Runs))
+	}
+	if c.FirstBurst < 0 {
+		errs = append(errs, fmt.Errorf("-first-burst %d: want 0 (the concurrency) or more", c.FirstBurst))
+	}
+	if c.Restart && c.Instances > 1 {
+		errs = append(errs, errors.New("-restart runs one gateway; for a rolling restart behind HAProxy see TestRollingRestartBehindHAProxy"))
 	}
 	if c.Instances < 1 || c.Instances > 64 {
 		errs = append(errs, fmt.Errorf("-instances %d: want 1 to 64", c.Instances))
@@ -186,6 +201,8 @@ type RunResult struct {
 	Result      *load.Result
 	Summary     load.Summary
 	PoolHitRate *float64
+	// Split is the run's first burst apart from its steady state.
+	Split Split
 }
 
 // Outcome is what a comparison produced.
@@ -259,6 +276,8 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	leg := &LegResult{ID: id, Name: legNames[id]}
 	target, key, tlsConf := mock.RealtimeURL(), upstreamKey, mock.TLSConfig()
 	var metricsURLs []string
+	usageLog := ""                  // the single gateway's usage log, if any
+	var restart func(run int) error // with -restart: a new gateway on the same pool state
 	if id != LegDirect {
 		pool := "0"
 		switch id {
@@ -269,6 +288,15 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		}
 		set := proc.GatewaySettings(mock, upstreamKey, masterKey, cfg.GatewayLogLevel)
 		set["REALTIME_POOL_SIZE"] = pool
+		if cfg.Instances == 1 {
+			// Which sessions were pool hits, in start order (burst.go).
+			usageLog = filepath.Join(dir, "usage-"+id+".jsonl")
+			set["USAGE_LOG"] = usageLog
+		}
+		if cfg.Restart {
+			set["REALTIME_POOL_STATE"] = filepath.Join(dir, "pool-state-"+id+".json")
+			set["DRAIN_GRACE_SECS"] = "0" // nobody to warn: the load is between runs
+		}
 		if cfg.Instances > 1 {
 			in, err := startInstances(ctx, cfg.GatewayBin, cfg.Instances, set, dir, id)
 			if err != nil {
@@ -282,52 +310,94 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			if err != nil {
 				return nil, err
 			}
-			defer gw.Stop(10 * time.Second)
+			defer func() { gw.Stop(10 * time.Second) }() // the one running at the end
 			target, key, metricsURLs, tlsConf = gw.URL(), masterKey, []string{gw.MetricsURL()}, nil
 			say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), gw.URL(), pool)
+			if cfg.Restart {
+				restart = func(run int) error {
+					_ = gw.Stop(30 * time.Second) // SIGTERM: drains and writes the pool state
+					began := time.Now()
+					next, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, set,
+						filepath.Join(dir, fmt.Sprintf("gateway-%s-run%d.log", id, run+1)))
+					if err != nil {
+						return fmt.Errorf("restarting the gateway: %w", err)
+					}
+					gw = next
+					target, metricsURLs = gw.URL(), []string{gw.MetricsURL()}
+					say("%s: restarted, gateway pid %d ready (warm) after %.1f s", leg.Name, gw.PID(), time.Since(began).Seconds())
+					return nil
+				}
+			}
 		}
 		if err := harness.Sleep(ctx, cfg.Warmup); err != nil {
 			return nil, err
 		}
 	}
-	client, err := load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
-		Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf})
+	newClient := func() (*load.Client, error) {
+		return load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
+			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf})
+	}
+	client, err := newClient()
 	if err != nil {
 		return nil, err
 	}
 	var all []load.Sample
 	var cpu, wall time.Duration
 	var hitsBefore, hitsAfter []poolCounters
+	restarted := poolCounters{OK: true} // with -restart: the runs' hits and misses, summed
 	for run := range cfg.Runs {
 		if run > 0 {
 			if err := harness.Sleep(ctx, cfg.Pause); err != nil {
 				return nil, err
+			}
+			if restart != nil {
+				if err := restart(run); err != nil {
+					return nil, err
+				}
+				if client, err = newClient(); err != nil {
+					return nil, err
+				}
+				if err := harness.Sleep(ctx, cfg.Warmup); err != nil {
+					return nil, err
+				}
 			}
 		}
 		before := readAllPoolCounters(ctx, metricsURLs)
 		if run == 0 {
 			hitsBefore = before
 		}
+		runStart := time.Now()
 		res, err := load.Run(ctx, client, load.Options{N: cfg.N, Concurrency: cfg.Concurrency})
 		if err != nil {
 			return nil, err
+		}
+		var hits []bool
+		if usageLog != "" {
+			hits = sessionHits(usageLog, runStart, time.Now(), res.Summary().Dial.N, 3*time.Second)
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		after := readAllPoolCounters(ctx, metricsURLs)
 		hitsAfter = after
-		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(sumCounters(before), sumCounters(after))}
+		b, a := sumCounters(before), sumCounters(after)
+		restarted = poolCounters{Hits: restarted.Hits + a.Hits - b.Hits, Misses: restarted.Misses + a.Misses - b.Misses,
+			OK: restarted.OK && a.OK && b.OK}
+		rr := RunResult{Result: res, Summary: res.Summary(), PoolHitRate: hitRate(b, a),
+			Split: splitRun(res, cmp.Or(cfg.FirstBurst, cfg.Concurrency), hits)}
 		leg.Runs = append(leg.Runs, rr)
 		all = append(all, res.Samples...)
 		cpu += res.CPU
 		wall += res.Wall
-		say("%s run %d/%d: %d/%d ok, total p50 %s p99 %s, %.1f s", leg.Name, run+1, cfg.Runs,
+		say("%s run %d/%d: %d/%d ok, total p50 %s p99 %s (first %d calls: p99 %s), %.1f s", leg.Name, run+1, cfg.Runs,
 			rr.Summary.OK, rr.Summary.Calls, report.FormatMS(rr.Summary.Total.P50), report.FormatMS(rr.Summary.Total.P99),
-			res.Wall.Seconds())
+			rr.Split.FirstN, report.FormatMS(rr.Split.First.Total.P99), res.Wall.Seconds())
 	}
 	leg.Combined = load.Summarize(all, wall, cpu)
 	leg.PoolHitRate = hitRate(sumCounters(hitsBefore), sumCounters(hitsAfter))
+	if restart != nil { // each run had its own process, its counters from 0
+		leg.PoolHitRate = hitRate(poolCounters{OK: true}, restarted)
+	}
 	if len(metricsURLs) > 1 {
 		for i := range metricsURLs {
 			leg.InstanceHitRates = append(leg.InstanceHitRates, hitRate(hitsBefore[i], hitsAfter[i]))

@@ -52,6 +52,7 @@ type jsonLeg struct {
 
 type jsonRun struct {
 	Summary     load.Summary       `json:"summary"`
+	Split       Split              `json:"first_burst_split"`
 	P50MS       map[string]float64 `json:"p50_ms"`
 	PoolHitRate *float64           `json:"pool_hit_rate"`
 	Samples     []load.Sample      `json:"samples"`
@@ -84,7 +85,7 @@ func writeOutputs(out *Outcome, cfg Config, started time.Time) error {
 		jl := jsonLeg{ID: leg.ID, Name: leg.Name, Combined: leg.Combined, PoolHitRate: leg.PoolHitRate,
 			P50SpreadMS: map[string]float64{}}
 		for _, run := range leg.Runs {
-			jl.Runs = append(jl.Runs, jsonRun{Summary: run.Summary, P50MS: phaseP50s(run.Summary),
+			jl.Runs = append(jl.Runs, jsonRun{Summary: run.Summary, Split: run.Split, P50MS: phaseP50s(run.Summary),
 				PoolHitRate: run.PoolHitRate, Samples: run.Result.Samples})
 		}
 		for phase := range phaseP50s(leg.Combined) {
@@ -164,6 +165,26 @@ func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 		}
 	}
 	page.Tables = append(page.Tables, spread)
+	burst := report.Table{Title: "First burst and steady state, per run (total)",
+		Header: []string{"leg", "run", "calls", "p50", "p95", "p99", "pool hits"}}
+	for _, leg := range out.Legs {
+		for i, run := range leg.Runs {
+			sp := run.Split
+			for part, s := range []load.Summary{sp.First, sp.Rest} {
+				what, hit := fmt.Sprintf("%d: first %d", i+1, sp.FirstN), sp.FirstHitRate
+				if part == 1 {
+					what, hit = fmt.Sprintf("%d: other %d", i+1, s.Calls), sp.RestHitRate
+				}
+				h := "n/a"
+				if hit != nil {
+					h = fmt.Sprintf("%.1f%%", *hit*100)
+				}
+				burst.Rows = append(burst.Rows, []string{leg.Name, what, fmt.Sprintf("%d/%d", s.OK, s.Calls),
+					report.FormatMS(s.Total.P50), report.FormatMS(s.Total.P95), report.FormatMS(s.Total.P99), h})
+			}
+		}
+	}
+	page.Tables = append(page.Tables, burst)
 
 	phases := []struct {
 		title string

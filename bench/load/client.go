@@ -43,6 +43,10 @@ type Config struct {
 	// Audio streams AudioLength of input audio before response.create.
 	Audio       bool
 	AudioLength time.Duration
+	// Protocol is what calls speak (default Realtime). For Live the model
+	// goes into session.start: Model (default gpt-live-1).
+	Protocol Protocol
+	Model    string
 	// BufferSize is gorilla's per-connection read buffer and pooled write
 	// buffer size (default 4 KiB). Hold mode uses 1 KiB to keep idle
 	// sessions small.
@@ -55,6 +59,8 @@ type Client struct {
 	dialer websocket.Dialer
 	header http.Header
 	nextIP atomic.Uint64
+	// liveStart is the session.start of a Live call (nil for Realtime).
+	liveStart []byte
 }
 
 // NewClient checks cfg and prepares a client.
@@ -72,6 +78,17 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.BufferSize = 4096
 	}
 	c := &Client{cfg: cfg, header: http.Header{}}
+	switch cfg.Protocol {
+	case "", ProtocolRealtime:
+	case ProtocolLive:
+		msg, err := liveStart(cfg.Model)
+		if err != nil {
+			return nil, fmt.Errorf("load: session.start: %w", err)
+		}
+		c.liveStart = msg
+	default:
+		return nil, fmt.Errorf("load: unknown protocol %q", cfg.Protocol)
+	}
 	if cfg.Key != "" {
 		c.header.Set("Authorization", "Bearer "+cfg.Key)
 	}
@@ -111,6 +128,9 @@ type session struct {
 // Call runs one complete call that was meant to start at start. ctx
 // cancels it (class "cancelled"); it never takes longer than the timeout.
 func (c *Client) Call(ctx context.Context, start time.Time) Sample {
+	if c.liveStart != nil {
+		return c.callLive(ctx, start)
+	}
 	sess, s := c.open(ctx, start, c.cfg.Audio, callReadBuffer)
 	if sess == nil {
 		return s
@@ -124,6 +144,9 @@ func (c *Client) Call(ctx context.Context, start time.Time) Sample {
 // it returns a nil session and the failed sample; otherwise the caller owns
 // the connection. The per-call deadline stops applying once it returns.
 func (c *Client) openIdle(ctx context.Context, start time.Time) (*session, Sample) {
+	if c.liveStart != nil {
+		return nil, Sample{Start: start, Failure: "protocol", Detail: "hold and voice modes speak the Realtime protocol only"}
+	}
 	sess, s := c.open(ctx, start, false, openReadBuffer)
 	if sess != nil {
 		sess.stopCall()
@@ -154,32 +177,14 @@ const (
 )
 
 func (c *Client) open(ctx context.Context, start time.Time, audio bool, bufSize int) (*session, Sample) {
-	s := Sample{Start: start}
-	deadline := start.Add(c.cfg.Timeout)
-	dctx, cancel := context.WithDeadline(ctx, deadline)
-	conn, resp, err := c.dialer.DialContext(dctx, c.cfg.URL, c.header)
-	cancel()
-	if resp != nil && resp.Body != nil {
-		_ = resp.Body.Close()
-	}
-	if err != nil {
-		s.Failure, s.Detail = classifyDial(ctx, err, resp)
+	sess, s := c.dial(ctx, start, bufSize)
+	if sess == nil {
 		return nil, s
 	}
 	upgraded := time.Now()
-	s.Dial = upgraded.Sub(start)
-	s.Reached = PhaseDial
-
-	conn.SetReadLimit(readLimit)
-	_ = conn.NetConn().SetDeadline(deadline)
-	sess := &session{conn: conn, deadline: deadline, buf: make([]byte, 0, bufSize)}
-	// Ctrl-C: pull the deadline in so a blocked read returns at once.
-	sess.stopCall = context.AfterFunc(ctx, func() { _ = conn.NetConn().SetDeadline(time.Unix(1, 0)) })
 	if audio {
-		sess.audio = make(chan error, 1)
-		go func() { sess.audio <- streamAudio(conn, c.cfg.AudioLength) }()
+		sess.streamAudio(c.cfg.AudioLength, msgAudioAppend, msgAudioCommit)
 	}
-
 	for {
 		msg, err := sess.read()
 		if err != nil {
@@ -204,6 +209,39 @@ func (c *Client) open(ctx context.Context, start time.Time, audio bool, bufSize 
 			return nil, s
 		}
 	}
+}
+
+// dial opens the call's socket (the dial phase): on failure a nil session
+// and the failed sample. The session's deadline is the call's.
+func (c *Client) dial(ctx context.Context, start time.Time, bufSize int) (*session, Sample) {
+	s := Sample{Start: start}
+	deadline := start.Add(c.cfg.Timeout)
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	conn, resp, err := c.dialer.DialContext(dctx, c.cfg.URL, c.header)
+	cancel()
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		s.Failure, s.Detail = classifyDial(ctx, err, resp)
+		return nil, s
+	}
+	s.Dial = time.Since(start)
+	s.Reached = PhaseDial
+
+	conn.SetReadLimit(readLimit)
+	_ = conn.NetConn().SetDeadline(deadline)
+	sess := &session{conn: conn, deadline: deadline, buf: make([]byte, 0, bufSize)}
+	// Ctrl-C: pull the deadline in so a blocked read returns at once.
+	sess.stopCall = context.AfterFunc(ctx, func() { _ = conn.NetConn().SetDeadline(time.Unix(1, 0)) })
+	return sess, s
+}
+
+// streamAudio starts the input-audio writer: length of real-time appends
+// (each the message appendMsg), then commit unless it is nil.
+func (sess *session) streamAudio(length time.Duration, appendMsg, commit []byte) {
+	sess.audio = make(chan error, 1)
+	go func() { sess.audio <- streamAudio(sess.conn, length, appendMsg, commit) }()
 }
 
 // respond asks for a response and follows it to a clean close.
@@ -338,8 +376,9 @@ func (sess *session) waitAudio() error {
 	return sess.audioErr
 }
 
-// streamAudio appends length of silence in real time, then commits.
-func streamAudio(conn *websocket.Conn, length time.Duration) error {
+// streamAudio sends appendMsg (20 ms of silence) for length in real time,
+// then commit unless it is nil.
+func streamAudio(conn *websocket.Conn, length time.Duration, appendMsg, commit []byte) error {
 	chunks := int((length + audioChunk - 1) / audioChunk)
 	tick := time.NewTicker(audioChunk)
 	defer tick.Stop()
@@ -347,11 +386,14 @@ func streamAudio(conn *websocket.Conn, length time.Duration) error {
 		if i > 0 {
 			<-tick.C
 		}
-		if err := conn.WriteMessage(websocket.TextMessage, msgAudioAppend); err != nil {
+		if err := conn.WriteMessage(websocket.TextMessage, appendMsg); err != nil {
 			return err
 		}
 	}
-	return conn.WriteMessage(websocket.TextMessage, msgAudioCommit)
+	if commit == nil {
+		return nil
+	}
+	return conn.WriteMessage(websocket.TextMessage, commit)
 }
 
 // classifyDial names a failed dial+upgrade.

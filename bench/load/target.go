@@ -19,6 +19,13 @@ const DefaultPath = "/v1/realtime"
 // /v1/realtime. model is added as ?model= unless the URL already selects a
 // session with model, call_id or intent.
 func BuildURL(host string, insecure bool, model string) (string, error) {
+	return BuildURLFor(ProtocolRealtime, host, insecure, model)
+}
+
+// BuildURLFor is BuildURL for protocol p. A Live target's empty path becomes
+// /v1/live/sessions and gets no model in its query (Live names it in
+// session.start).
+func BuildURLFor(p Protocol, host string, insecure bool, model string) (string, error) {
 	host = strings.TrimSpace(host)
 	if host == "" {
 		return "", errors.New("target: empty host")
@@ -50,6 +57,13 @@ func BuildURL(host string, insecure bool, model string) (string, error) {
 	}
 	if u.User != nil {
 		return "", fmt.Errorf("target %q: user info in the URL is not supported; use -key", u.Redacted())
+	}
+	if p == ProtocolLive {
+		if u.Path == "" || u.Path == "/" {
+			u.Path = LivePath
+		}
+		u.Fragment = ""
+		return u.String(), nil
 	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = DefaultPath

@@ -55,10 +55,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.StopReading, "stop-reading", false, "fault: never read from a connection after session.created")
 	fs.IntVar(&o.cfg.StatusCode, "status", 0, "fault: answer every upgrade with this HTTP status (e.g. 429, 500)")
 	fs.DurationVar(&o.cfg.StallFor, "stall-for", 0, "fault: drop a stalled connection this long after session.created (0 = never)")
-	fs.BoolVar(&o.cfg.FaultsFromQuery, "faults-from-query", false, "let each connection pick a fault with ?fault=drop|close|malformed|stall|<status>&fault_after=N")
+	fs.BoolVar(&o.cfg.FaultsFromQuery, "faults-from-query", false, "let each connection pick a fault with ?fault=drop|close|malformed|stall|no_closed|<status>&fault_after=N")
 	fs.BoolVar(&o.cfg.Echo, "echo", false, "after session.created, send every data message back verbatim instead of answering it")
 	fs.DurationVar(&o.cfg.Stream.Interval, "stream", 0, "voice mode: after the client's first message, send an audio delta every interval (e.g. 20ms) and drop what the client sends")
 	fs.IntVar(&o.cfg.Stream.Bytes, "stream-bytes", 0, "with -stream: PCM bytes per delta (0 = 24 kHz for one interval, 960 for 20ms)")
+	fs.DurationVar(&o.cfg.Live.UsageInterval, "live-usage-interval", 0, "GPT-Live: session.usage.updated every interval (0 = 1s, negative = never)")
+	fs.DurationVar(&o.cfg.Live.MediaInterval, "live-media-interval", 0, "GPT-Live: a WebRTC/SIP session's simulated media tick, reflected to sidebands (0 = 100ms)")
+	fs.DurationVar(&o.cfg.Live.MaxDuration, "live-max-duration", 0, "GPT-Live: session length before session.closed reason expired (0 = 1h)")
+	fs.DurationVar(&o.cfg.Live.StartTimeout, "live-start-timeout", 0, "GPT-Live: an upgraded socket without session.start this long gets an error and close 4000 (0 = never)")
+	fs.BoolVar(&o.cfg.Live.NoClosed, "live-no-closed", false, "GPT-Live fault: answer session.close with close 1000 but no session.closed")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -21,13 +21,15 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"-addr", "127.0.0.1:0", "-key", "sk-x", "-reject-status", "401", "-tls", "-cert-out", "c.pem",
 				"-upgrade-delay", "5ms", "-session-delay", "6ms", "-first-audio-delay", "7ms", "-deltas", "-1",
 				"-delta-bytes", "960", "-delta-interval", "8ms", "-close-after", "1", "-drop-after", "2",
-				"-malformed-after", "3", "-stop-reading", "-status", "429", "-echo", "-stall-for", "9s", "-faults-from-query", "-one-segment"},
+				"-malformed-after", "3", "-stop-reading", "-status", "429", "-echo", "-stall-for", "9s", "-faults-from-query", "-one-segment",
+				"-live-usage-interval", "30s", "-live-media-interval", "20ms", "-live-max-duration", "2m", "-live-no-closed", "-live-start-timeout", "15s"},
 			addr: "127.0.0.1:0",
 			want: mockai.Config{Key: "sk-x", RejectStatus: 401, TLS: true, CertFile: "c.pem",
 				UpgradeDelay: 5 * time.Millisecond, SessionDelay: 6 * time.Millisecond, FirstAudioDelay: 7 * time.Millisecond,
 				AudioDeltas: -1, AudioDeltaBytes: 960, AudioDeltaInterval: 8 * time.Millisecond,
 				CloseAfterFrames: 1, DropAfterFrames: 2, MalformedAfterFrames: 3, StopReading: true, StatusCode: 429, Echo: true,
-				StallFor: 9 * time.Second, FaultsFromQuery: true, OneSegment: true},
+				StallFor: 9 * time.Second, FaultsFromQuery: true, OneSegment: true,
+				Live: mockai.LiveConfig{UsageInterval: 30 * time.Second, MediaInterval: 20 * time.Millisecond, MaxDuration: 2 * time.Minute, NoClosed: true, StartTimeout: 15 * time.Second}},
 		},
 		{args: []string{"-deltas", "-2"}, wantErr: "-deltas -2"},
 		{args: []string{"-upgrade-delay", "soon"}, wantErr: "invalid value"},
@@ -55,6 +57,9 @@ func TestRunRejectsBadValues(t *testing.T) {
 		{"-cert-out", "x.pem"}, // without -tls
 		{"-session-delay", "-1s"},
 		{"-stall-for", "-1s"},
+		{"-live-media-interval", "-1s"},
+		{"-live-max-duration", "-1s"},
+		{"-live-start-timeout", "-1s"},
 	} {
 		var stderr strings.Builder
 		if code := run(args, io.Discard, &stderr); code != 2 || stderr.Len() == 0 {

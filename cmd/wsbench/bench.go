@@ -24,6 +24,8 @@ import (
 type benchOptions struct {
 	url            string
 	key            string
+	protocol       load.Protocol
+	model          string // for Live: session.start's (the URL carries Realtime's)
 	n, c           int
 	timeout        time.Duration
 	verbose, quiet bool
@@ -46,7 +48,8 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	host := fs.String("host", "localhost:4000", "target: host[:port] (path /v1/realtime is added) or a full ws:// or wss:// URL")
 	fs.StringVar(&o.key, "key", "", "API key sent as Authorization: Bearer (default $WSBENCH_KEY)")
 	insecure := fs.Bool("insecure", false, "plain ws:// instead of wss:// when -host has no scheme")
-	model := fs.String("m", "gpt-realtime", "model (added as ?model= unless the URL names one)")
+	model := fs.String("m", "gpt-realtime", "model (added as ?model= unless the URL names one; -protocol live: session.start's, default gpt-live-1)")
+	protocol := fs.String("protocol", "realtime", "realtime, or live: GPT-Live (path /v1/live/sessions; session = session.start -> session.started, first audio = first append -> first session.output_audio.delta, total ends at session.closed)")
 	fs.IntVar(&o.n, "n", 100, "total calls")
 	fs.IntVar(&o.c, "c", 10, "concurrent calls (sessions being opened, with -hold)")
 	timeoutS := fs.Float64("t", 30, "per-call timeout, seconds")
@@ -74,7 +77,22 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	if o.key == "" {
 		o.key = getenv("WSBENCH_KEY")
 	}
-	url, err := load.BuildURL(*host, *insecure, *model)
+	var err error
+	if o.protocol, err = load.ParseProtocol(*protocol); err != nil {
+		return o, fmt.Errorf("-protocol: %w", err)
+	}
+	if o.protocol == load.ProtocolLive {
+		o.model = "gpt-live-1"
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "m" {
+				o.model = *model
+			}
+		})
+		if o.hold > 0 || o.voice.n > 0 {
+			return o, errors.New("-protocol live measures calls only: not with -hold or voice mode")
+		}
+	}
+	url, err := load.BuildURLFor(o.protocol, *host, *insecure, *model)
 	if err != nil {
 		return o, fmt.Errorf("-host: %w", err)
 	}
@@ -138,7 +156,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "wsbench:", err)
 		return 2
 	}
-	cfg := load.Config{URL: o.url, Key: o.key, Timeout: o.timeout, TLS: tlsCfg, SourceIPs: o.sourceIPs, Audio: o.audio}
+	cfg := load.Config{URL: o.url, Key: o.key, Timeout: o.timeout, TLS: tlsCfg, SourceIPs: o.sourceIPs, Audio: o.audio,
+		Protocol: o.protocol, Model: o.model}
 	if o.voice.n > 0 {
 		cfg.BufferSize = 2048 // one 20 ms delta (about 1.4 KB) per read
 	}
@@ -193,14 +212,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	sum := res.Summary()
 	doc := struct {
-		Target  string        `json:"target"`
-		N       int           `json:"n"`
-		C       int           `json:"c"`
-		Rate    float64       `json:"rate,omitempty"`
-		Audio   bool          `json:"audio"`
-		Summary load.Summary  `json:"summary"`
-		Samples []load.Sample `json:"samples"`
-	}{o.url, o.n, o.c, o.rate, o.audio, sum, res.Samples}
+		Target   string        `json:"target"`
+		Protocol load.Protocol `json:"protocol"`
+		N        int           `json:"n"`
+		C        int           `json:"c"`
+		Rate     float64       `json:"rate,omitempty"`
+		Audio    bool          `json:"audio"`
+		Summary  load.Summary  `json:"summary"`
+		Samples  []load.Sample `json:"samples"`
+	}{o.url, o.protocol, o.n, o.c, o.rate, o.audio, sum, res.Samples}
 	if !publish(o, stdout, stderr, report.RunMarkdown(sum), res.Samples, doc) {
 		return 1
 	}

@@ -28,6 +28,8 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	sourceIPs := fs.String("source-ips", "", "local source addresses for wsbench, e.g. 127.0.0.1-127.0.0.8")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "pause after the gateway is healthy (lets the pool fill)")
 	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between runs")
+	fs.IntVar(&cfg.FirstBurst, "first-burst", 0, "report each run's first N calls apart from the rest (0: -c, the first wave)")
+	fs.BoolVar(&cfg.Restart, "restart", false, "restart each gateway before every run after the first, keeping REALTIME_POOL_STATE: run 2's first burst is a restart's with remembered demand")
 	fs.IntVar(&cfg.Instances, "instances", cfg.Instances, "gateway processes behind a real HAProxy (leastconn); with more than 1, -n/-c default to 5000/500 and a fixed pool of c/N per instance is measured too")
 	p := &cfg.Profile
 	fs.DurationVar(&p.UpgradeDelay, "upgrade-delay", p.UpgradeDelay, "mockai: delay before the 101")
@@ -78,6 +80,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
 			report.FormatMS(floor), report.FormatMS(d.Summary.Total.P50-floor))
 	}
+	fmt.Fprintf(stdout, "\nfirst burst and steady state, per run (the pool-on leg's run 1 starts against a fresh gateway)\n\n%s", out.BurstMarkdown())
 	if in := out.InstancesMarkdown(); in != "" {
 		fmt.Fprintf(stdout, "\n%d gateway instances behind HAProxy (leastconn)\n\n%s", cfg.Instances, in)
 	}

@@ -66,6 +66,18 @@ func TestParseBenchFlags(t *testing.T) {
 				t.Errorf("got %+v", o.voice)
 			}
 		}, ""},
+		{"live", []string{"-protocol", "live", "-host", "127.0.0.1:8089", "-insecure"}, nil, func(t *testing.T, o benchOptions) {
+			if o.url != "ws://127.0.0.1:8089/v1/live/sessions" || o.protocol != "live" || o.model != "gpt-live-1" {
+				t.Errorf("got %+v", o)
+			}
+		}, ""},
+		{"live with a model", []string{"-protocol", "live", "-m", "gpt-live-1.1"}, nil, func(t *testing.T, o benchOptions) {
+			if o.url != "wss://localhost:4000/v1/live/sessions" || o.model != "gpt-live-1.1" {
+				t.Errorf("got %+v", o)
+			}
+		}, ""},
+		{"live with hold", []string{"-protocol", "live", "-hold", "5"}, nil, nil, "not with -hold"},
+		{"unknown protocol", []string{"-protocol", "sip"}, nil, nil, "-protocol"},
 		{"voice with hold", []string{"-voice", "5", "-hold", "5"}, nil, nil, "-voice cannot be combined"},
 		{"voice interval", []string{"-voice", "5", "-voice-interval", "0"}, nil, nil, "-voice-interval at least 1ms"},
 		{"zero calls", []string{"-n", "0"}, nil, nil, "-n must be positive"},
@@ -194,6 +206,12 @@ func TestRunBench(t *testing.T) {
 		{"voice", mockai.Config{Key: key, Stream: mockai.StreamConfig{Interval: 20 * time.Millisecond}},
 			[]string{"-voice", "4", "-voice-for", "300ms", "-c", "2"}, 0,
 			[]string{"| sessions opened | 4 of 4 |", "| appends sent | 60 of 60 | 100.0% |", "| deltas received |"}},
+		{"live", mockai.Config{Key: key}, []string{"-protocol", "live", "-n", "6", "-c", "3"}, 0,
+			[]string{"calls 6, ok 6 (100.0%)", "| session | 6 |", "| first audio | 6 |", "| total | 6 |"}},
+		{"live with input audio", mockai.Config{Key: key}, []string{"-protocol", "live", "-n", "2", "-c", "2", "-audio"}, 0,
+			[]string{"calls 2, ok 2"}},
+		{"live, usage unconfirmed", mockai.Config{Key: key, Live: mockai.LiveConfig{NoClosed: true}}, []string{"-protocol", "live", "-n", "2", "-c", "2"}, 1,
+			[]string{"| no_session_closed | 2 |"}},
 		{"voice, upstream refuses", mockai.Config{StatusCode: 429}, []string{"-voice", "2", "-voice-for", "100ms"}, 1,
 			[]string{"| sessions opened | 0 of 2 |", "| handshake_429 | 2 |"}},
 	}
@@ -271,6 +289,11 @@ func TestRunBenchTLSWithCA(t *testing.T) {
 	if code := run(context.Background(), []string{"-host", srv.Addr(), "-n", "1", "-c", "1"}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stdout.String(), "| dial | 1 |") {
 		t.Fatalf("wss without -ca should fail to dial: exit %d\n%s", code, stdout.String())
+	}
+	stdout.Reset()
+	if code := run(context.Background(), []string{"-protocol", "live", "-host", srv.Addr(), "-ca", ca, "-n", "2", "-c", "2"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "calls 2, ok 2") {
+		t.Fatalf("live over wss with -ca: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
 	if code := run(context.Background(), []string{"-host", srv.Addr(), "-ca", "/nonexistent.pem"}, &stdout, &stderr); code != 2 {
 		t.Fatalf("missing -ca file: exit %d, want 2", code)

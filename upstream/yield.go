@@ -1,0 +1,70 @@
+package upstream
+
+// The yield rule: a miss is never slower than going direct. A client whose
+// connect missed the pool dials fresh, and so does the pool behind it to
+// refill; in a first burst (hundreds of clients at once against a pool at its
+// floor) the pool's own warm-up dials, sized by Little's law for the burst,
+// used to compete with the clients' dials for the same TLS handshakes and
+// CPU, and a miss came out slower than the same connect made with no
+// gateway. So while clients are dialing, warm-up dials in flight (across
+// all keys) are held to a small share of the client dials in flight; as
+// soon as the last client dial ends, every key refills as fast as its own
+// in-flight limit allows. The clients' dials are never delayed: the rule
+// only ever holds back the pool.
+
+const (
+	// yieldFloor is how many warm-up dials may always run while clients
+	// dial: the pool keeps growing, slowly, under a steady stream of misses.
+	yieldFloor = 2
+	// yieldShare: besides the floor, one warm-up dial per yieldShare client
+	// dials in flight.
+	yieldShare = 8
+)
+
+// yieldRoom is how many more warm-up dials the yield rule lets start now,
+// or a large number when no client is dialing.
+func yieldRoom(clientDials, warmDials int) int {
+	if clientDials <= 0 {
+		return int(^uint(0) >> 1)
+	}
+	return max(yieldFloor, clientDials/yieldShare) - warmDials
+}
+
+// yieldRoomLocked is yieldRoom for the pool now. Callers hold Pool.mu.
+func (p *Pool) yieldRoomLocked() int { return yieldRoom(p.clientDials, p.warmDials) }
+
+// ClientDialing tells the pool that a client is about to wait on an upstream
+// dial the pool did not offer to serve (a connect it does not pool, a
+// redial); the returned func, called exactly once when that dial has ended
+// (whatever its outcome), says so. A miss is counted by TakeOrDial itself.
+// Safe on a nil pool.
+func (p *Pool) ClientDialing() (done func()) {
+	if p == nil || !p.cfg.Enabled() {
+		return func() {}
+	}
+	p.mu.Lock()
+	p.clientDials++
+	p.mu.Unlock()
+	return p.clientDialDone
+}
+
+// clientDialDone ends one client dial; when it was the last and a refill
+// held back for it, every key refills as fast as it may.
+func (p *Pool) clientDialDone() {
+	p.mu.Lock()
+	p.clientDials--
+	resume := p.clientDials == 0 && p.yielded
+	if resume {
+		p.yielded = false
+	}
+	var keys []*keyPool
+	if resume {
+		for _, kp := range p.keys {
+			keys = append(keys, kp)
+		}
+	}
+	p.mu.Unlock()
+	for _, kp := range keys {
+		p.refill(kp) // the burst has passed: grow as fast as the key allows
+	}
+}

@@ -1,0 +1,118 @@
+package upstream
+
+import (
+	"testing"
+	"time"
+
+	"rtgate/internal/testwait"
+	"rtgate/mockai"
+)
+
+func TestYieldRoom(t *testing.T) {
+	big := int(^uint(0) >> 1)
+	for _, tc := range []struct {
+		name             string
+		clients, warming int
+		want             int
+	}{
+		{"no client dials: no limit", 0, 500, big},
+		{"one client dial: the floor", 1, 0, yieldFloor},
+		{"floor used up", 1, yieldFloor, 0},
+		{"a burst of 198 misses: one per share", 198, 0, 198 / yieldShare},
+		{"over the share already (dials from before the burst)", 16, 40, yieldFloor - 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := yieldRoom(tc.clients, tc.warming); got != tc.want {
+				t.Fatalf("yieldRoom(%d, %d) = %d, want %d", tc.clients, tc.warming, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPoolYieldsToClientDials: a burst that misses raises the target at
+// once, but while a client's own dial is in flight the pool dials only the
+// yield floor beside it (against a slow upstream, so the dials are still in
+// flight when counted); the moment the client's dial ends, the pool grows
+// to its target as fast as its in-flight limit allows.
+func TestPoolYieldsToClientDials(t *testing.T) { eachScheme(t, testPoolYieldsToClientDials) }
+
+func testPoolYieldsToClientDials(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, tls)
+	clk := newManualClock() // the burst stays in one window however slow the machine
+	// MIN 0: nothing warm, so every connect of the burst misses, the first
+	// one included (a hit's refill, with no client dialing yet, would not
+	// yield to anything).
+	p := newTestPool(t, m, PoolConfig{Auto: true, Min: 0, Max: 256, MaxIdle: time.Hour, PingInterval: -1, Clock: clk})
+	ta := target(t, m, "k")
+	p.Prime(ta, "m")
+	if n := p.Dialing(ta); n != 0 {
+		t.Fatalf("%d dials for a pool with a floor of 0 and no demand", n)
+	}
+
+	var dones []func()
+	for range 40 { // a burst, taken as the gateway takes: a miss counts as a client dial
+		s := &sink{}
+		h, _, done := p.TakeOrDial(ta, "m", s)
+		if h != nil {
+			s.h = h
+			h.Endpoint().Close()
+			done() // a hit dials nothing: a no-op
+			continue
+		}
+		dones = append(dones, done) // a miss: its fresh dial is in flight
+	}
+	if len(dones) != 40 {
+		t.Fatalf("%d misses, want 40", len(dones))
+	}
+	target := p.Target(ta)
+	if target < 80 {
+		t.Fatalf("target after the burst %d, want at least 80 (the burst still counts)", target)
+	}
+	limit := max(yieldFloor, 40/yieldShare) // 5, well under the 64 the in-flight limit allows
+	if n := p.Dialing(ta); n > limit {
+		t.Fatalf("%d warm-up dials beside 40 client dials, want at most %d", n, limit)
+	}
+	// The pool keeps growing, within the limit, while the clients dial.
+	testwait.For(t, "a yielded warm-up dial to land", func() bool { return p.Warm(ta) >= 1 })
+	if n := p.Dialing(ta); n > limit {
+		t.Fatalf("%d warm-up dials in flight while clients dial, want at most %d", n, limit)
+	}
+	for _, done := range dones[1:] {
+		done()
+	}
+	if n := p.Dialing(ta); n > limit {
+		t.Fatalf("%d warm-up dials after 39 client dials ended, want no new ones (at most %d)", n, limit)
+	}
+	// Beside one client dial, the floor: the dials from the burst land and
+	// only the floor's replace them.
+	testwait.For(t, "the burst's warm-up dials to land", func() bool { return p.Dialing(ta) <= yieldFloor })
+	if n := p.Dialing(ta); n > yieldFloor {
+		t.Fatalf("%d warm-up dials beside one client dial, want at most %d", n, yieldFloor)
+	}
+	dones[0]() // the burst has passed
+	if n := p.Dialing(ta); n <= yieldFloor {
+		t.Fatalf("%d warm-up dials once no client dials, want the pool to grow past %d at once", n, yieldFloor)
+	}
+	testwait.For(t, "the pool to reach its target", func() bool { return p.Warm(ta) >= target })
+}
+
+// TestClientDialingCountsUntilDone: a client dial the pool did not offer to
+// serve (a redial) holds the refill back like a miss until its done.
+func TestClientDialingCountsUntilDone(t *testing.T) {
+	m := startMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, false)
+	clk := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Size: 20, PingInterval: -1, Clock: clk})
+	ta := target(t, m, "k")
+	done := p.ClientDialing()
+	p.Prime(ta, "m")
+	if n := p.Dialing(ta); n != yieldFloor {
+		t.Fatalf("%d warm-up dials beside a client dial, want the floor %d", n, yieldFloor)
+	}
+	done()
+	if n := p.Dialing(ta); n != 20 {
+		t.Fatalf("%d warm-up dials once the client dial ended, want all 20 at once", n)
+	}
+	if (*Pool)(nil).ClientDialing() == nil {
+		t.Fatal("a nil pool's ClientDialing returned no func")
+	}
+}
