@@ -107,14 +107,14 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		return
 	}
 	u, herr := s.decide(req)
-	if herr == nil && !s.waits(u) {
+	if herr == nil && !u.waits(s.admitter) {
 		herr = s.admit(u)
 	}
 	if herr != nil {
 		c.refuse(herr)
 		return
 	}
-	if s.waits(u) {
+	if u.waits(s.admitter) {
 		s.decideOffLoop(c, u)
 		return
 	}
@@ -184,9 +184,9 @@ func (s *Server) decideKey(u *upgrade) *refusal {
 	return nil
 }
 
-// waits reports whether deciding u needs I/O.
-func (s *Server) waits(u *upgrade) bool {
-	return u.lookup || s.admitter.Waits(u.maxSessions, u.rate)
+// waits reports whether deciding u needs I/O (with a limits admitter).
+func (u *upgrade) waits(a limit.Admitter) bool {
+	return u.lookup || a.Waits(u.maxSessions, u.rate)
 }
 
 // admit applies the instance-wide and per-key limits, reserving a session

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -170,12 +171,12 @@ func (c *clientConn) handshakeExpired() {
 // once while input remains) and the connection hung up: a panic that left
 // the handler would make netpoll Close the socket from the poller (a spin
 // under inline handlers) or, on the poller goroutine, end the process.
-func (s *Server) recoverRequest(conn netpoll.Connection) {
+func recoverRequest(log *slog.Logger, conn netpoll.Connection) {
 	r := recover()
 	if r == nil {
 		return
 	}
-	s.log.Error("request handler panicked; dropping the connection", "remote", conn.RemoteAddr().String(),
+	log.Error("request handler panicked; dropping the connection", "remote", conn.RemoteAddr().String(),
 		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 	rd := conn.Reader()
 	_ = rd.Skip(rd.Len())

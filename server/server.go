@@ -166,7 +166,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			// Two sockets per session, and some for listeners and files.
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
-		pc.Memory = s.poolMemory()
+		pc.Memory = poolMemory(cfg, s.store)
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
 	}
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
@@ -320,16 +320,17 @@ const (
 )
 
 // setPhase moves the connection to phase p. Callers are the connection's
-// handler or the goroutine that holds it (TLS handshake, off-loop step);
-// relay is set under mu (startRelay).
-func (c *clientConn) setPhase(p connPhase) { c.phase = p }
+// handler or a goroutine that holds the request (the TLS handshake, the
+// off-loop step, an API request's answer) while the handler may still read
+// the phase: hence an atomic.
+func (c *clientConn) setPhase(p connPhase) { c.phase.Store(uint32(p)) }
 
 // clientConn is the gateway's state for one accepted connection.
 type clientConn struct {
 	srv      *Server
 	conn     netpoll.Connection
 	ep       *poller.Endpoint
-	phase    connPhase
+	phase    atomic.Uint32              // a connPhase: setPhase
 	head     *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
 	sess     *poller.Session            // set under mu: onClose reads it from another goroutine
 	accepted time.Time
@@ -369,7 +370,8 @@ func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
 	if !s.front.accept() {
 		return s.front.refuseAtAccept(conn)
 	}
-	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
+	c := &clientConn{srv: s, conn: conn, accepted: time.Now()}
+	c.setPhase(phaseHTTP)
 	s.clientConns.Add(1)
 	s.connsMu.Lock()
 	s.conns[c] = struct{}{}
@@ -411,7 +413,7 @@ func (c *clientConn) Value(key any) any {
 // the handshake goroutine (tlsaccept.go).
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
-	defer s.recoverRequest(conn)
+	defer recoverRequest(s.log, conn)
 	if h := s.hooks.Load(); h != nil && h.request != nil {
 		h.request(c)
 	}
@@ -428,7 +430,7 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	if c.wait.pending.Load() && c.bufferWhilePending() {
 		return nil
 	}
-	switch c.phase {
+	switch connPhase(c.phase.Load()) {
 	case phaseRelay:
 		c.sess.ClientReadable()
 		return nil

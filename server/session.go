@@ -16,6 +16,7 @@ import (
 	"rtgate/poller"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
+	"rtgate/server/cluster"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -438,14 +439,14 @@ func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
 // poolMemory is where the warm pool remembers demand across restarts: the
 // REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks
 // (upstream/memory.go); nil for neither.
-func (s *Server) poolMemory() upstream.DemandMemory {
+func poolMemory(cfg Settings, store *cluster.Store) upstream.DemandMemory {
 	var ms upstream.Memories
-	if s.cfg.PoolState != "" {
-		ms = append(ms, upstream.FileMemory{Path: s.cfg.PoolState})
+	if cfg.PoolState != "" {
+		ms = append(ms, upstream.FileMemory{Path: cfg.PoolState})
 	}
-	if s.store != nil {
-		ms = append(ms, &upstream.RedisMemory{Client: s.store.Client, Instance: s.store.Instance,
-			InstancesKey: s.store.InstancesKey(), Prefix: s.store.Key("pool", "demand") + ":"})
+	if store != nil {
+		ms = append(ms, &upstream.RedisMemory{Client: store.Client, Instance: store.Instance,
+			InstancesKey: store.InstancesKey(), Prefix: store.Key("pool", "demand") + ":"})
 	}
 	if len(ms) == 0 {
 		return nil
