@@ -27,6 +27,7 @@ import (
 
 	"github.com/cloudwego/netpoll"
 	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
 
 	"rtgate/poller"
 )
@@ -146,18 +147,31 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 	if err != nil {
 		return nil, &Error{Err: err}
 	}
-	// Past the deadline, closing the socket fails whatever read or write
-	// the handshake is blocked in. That is the handshake's only read
-	// timeout: netpoll's own (SetReadTimeout) makes a timer on the first
-	// wait and keeps it in the connection for its life (~250 B per idle
-	// upstream socket).
+	// Past the deadline the socket is shut down both ways, which fails
+	// whatever read or write the handshake is blocked in (netpoll wakes it
+	// with the hang-up). That is the handshake's only read timeout:
+	// netpoll's own (SetReadTimeout) makes a timer on the first wait and
+	// keeps it in the connection for its life (~250 B per idle upstream
+	// socket).
 	//
-	// That Close is safe only while no read handler can be installed: a
-	// deadline that passes just as the handshake completes must not leave
-	// it pending for after Handle.Start (poller's doc.go, the inline
-	// invariant). So once the handshake is done, a close already started
-	// fails the dial.
-	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	// Shut down, not closed: netpoll's Close from another goroutine frees
+	// the connection's input buffer while the handshake may be reading
+	// from it (a nil pointer in netpoll's LinkBuffer.Next crashed a gateway
+	// whose dials timed out under load). Only this goroutine closes the
+	// socket, below, once the handshake has returned; fdMu keeps a late
+	// shutdown off a descriptor number that Close has given back. A
+	// shutdown also keeps the inline invariant (poller's doc.go) however
+	// late it lands. Once the handshake is done, a deadline that already
+	// fired fails the dial.
+	var fdMu sync.Mutex
+	fdOpen := true
+	stop := context.AfterFunc(ctx, func() {
+		fdMu.Lock()
+		defer fdMu.Unlock()
+		if fdOpen {
+			shutdown(conn)
+		}
+	})
 	defer stop()
 	_ = conn.SetWriteTimeout(d.WriteTimeout)
 
@@ -169,6 +183,9 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 		err = fmt.Errorf("deadline passed as the handshake completed: %w", ctx.Err())
 	}
 	if err != nil {
+		fdMu.Lock()
+		fdOpen = false
+		fdMu.Unlock()
 		_ = conn.Close()
 		if ctx.Err() != nil && !errors.As(err, new(*Error)) {
 			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
@@ -366,4 +383,12 @@ func hostPort(u *url.URL, secure bool) string {
 		port = "443"
 	}
 	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// shutdown shuts a dialing socket down both ways: netpoll sees the hang-up
+// and fails a read or write waiting on it, without freeing anything.
+func shutdown(conn netpoll.Connection) {
+	if fc, ok := conn.(netpoll.Conn); ok {
+		_ = unix.Shutdown(fc.Fd(), unix.SHUT_RDWR)
+	}
 }

@@ -2,6 +2,7 @@ package huge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,36 +59,48 @@ func get(ctx context.Context, g *proc.Gateway, path string) (io.ReadCloser, erro
 
 // sessions reads every gateway's rtgate_sessions_open and heap; with gc, it
 // first asks each for a collection (the heap profile handler runs one).
+//
+// A gateway that does not answer is left out of the sums and named in the
+// error; the others are still read.
 func (r *roles) sessions(ctx context.Context, gc bool, rd *Reading) error {
 	rd.PerGateway = make([]int64, len(r.gateways))
 	rd.SessionsOpen, rd.GatewayHeap = 0, 0
+	var errs []error
 	for i, g := range r.gateways {
-		if gc {
-			body, err := get(ctx, g, "/debug/pprof/heap?gc=1")
-			if err != nil {
-				return err
-			}
-			_, _ = io.Copy(io.Discard, body)
-			body.Close()
+		if err := r.gatewaySessions(ctx, g, gc, i, rd); err != nil {
+			errs = append(errs, err)
 		}
-		body, err := get(ctx, g, "/metrics")
+	}
+	return errors.Join(errs...)
+}
+
+// gatewaySessions adds one gateway's open sessions and live heap to rd.
+func (r *roles) gatewaySessions(ctx context.Context, g *proc.Gateway, gc bool, i int, rd *Reading) error {
+	if gc {
+		body, err := get(ctx, g, "/debug/pprof/heap?gc=1")
 		if err != nil {
 			return err
 		}
-		m, err := harness.ParseMetrics(io.LimitReader(body, 16<<20))
+		_, _ = io.Copy(io.Discard, body)
 		body.Close()
-		if err != nil {
-			return fmt.Errorf("gateway pid %d: %w", g.PID(), err)
-		}
-		open, ok := m.Sum("rtgate_sessions_open")
-		if !ok {
-			return fmt.Errorf("gateway pid %d: no rtgate_sessions_open", g.PID())
-		}
-		heap, _ := m.Sum("go_memstats_heap_alloc_bytes")
-		rd.PerGateway[i] = int64(open)
-		rd.SessionsOpen += int64(open)
-		rd.GatewayHeap += int64(heap)
 	}
+	body, err := get(ctx, g, "/metrics")
+	if err != nil {
+		return err
+	}
+	m, err := harness.ParseMetrics(io.LimitReader(body, 16<<20))
+	body.Close()
+	if err != nil {
+		return fmt.Errorf("gateway pid %d: %w", g.PID(), err)
+	}
+	open, ok := m.Sum("rtgate_sessions_open")
+	if !ok {
+		return fmt.Errorf("gateway pid %d: no rtgate_sessions_open", g.PID())
+	}
+	heap, _ := m.Sum("go_memstats_heap_alloc_bytes")
+	rd.PerGateway[i] = int64(open)
+	rd.SessionsOpen += int64(open)
+	rd.GatewayHeap += int64(heap)
 	return nil
 }
 
@@ -96,10 +109,14 @@ func (r *roles) reading(ctx context.Context, gc bool) (Reading, error) {
 	rd := Reading{At: time.Now()}
 	// Usage first: the collection the session count may ask for is not
 	// the run's CPU.
+	// A role that died is reported, and the others are still read: one
+	// gateway that exited must not blank the figures of the eleven others.
+	var errs []error
 	for _, g := range r.gateways {
 		u, err := g.Usage()
 		if err != nil {
-			return rd, err
+			errs = append(errs, err)
+			continue
 		}
 		rd.GatewayRSS += u.RSS
 		rd.GatewayCPU += u.CPUSeconds()
@@ -107,7 +124,8 @@ func (r *roles) reading(ctx context.Context, gc bool) (Reading, error) {
 	for _, m := range r.mocks {
 		u, err := m.Usage()
 		if err != nil {
-			return rd, err
+			errs = append(errs, err)
+			continue
 		}
 		rd.MockaiRSS += u.RSS
 		rd.MockaiCPU += u.CPUSeconds()
@@ -119,8 +137,8 @@ func (r *roles) reading(ctx context.Context, gc bool) (Reading, error) {
 			rd.ClientsRunning++
 		}
 	}
-	err := r.sessions(ctx, gc, &rd)
-	return rd, err
+	errs = append(errs, r.sessions(ctx, gc, &rd))
+	return rd, errors.Join(errs...)
 }
 
 // Point is the sessions open some time after the clients started.
@@ -148,11 +166,17 @@ func (r *roles) waitOpen(ctx context.Context, cfg Config, begin time.Time, say h
 			break
 		}
 		var rd Reading
-		if err := r.sessions(ctx, false, &rd); err != nil {
-			say("huge: %v", err)
-			break
-		}
 		t := time.Since(begin)
+		if err := r.sessions(ctx, false, &rd); err != nil {
+			// A gateway busy accepting can miss a scrape's deadline, and
+			// one that died stays out of the count: neither ends the wait
+			// (the stale rule and the deadline still do).
+			say("huge: %v", err)
+			if t-bestAt > staleAfter {
+				break
+			}
+			continue
+		}
 		points = append(points, Point{T: t.Seconds(), Open: rd.SessionsOpen})
 		if rd.SessionsOpen > best {
 			best, bestAt = rd.SessionsOpen, t

@@ -91,7 +91,7 @@ var allowed = map[string]struct {
 	"rtgate/server.(*clientConn).readHead":           {1, "the HTTP phase, in a handler or in the TLS goroutine: " + onPool},
 	"rtgate/server.(*clientConn).refuseNotTLS":       {1, "the TLS handshake phase: " + onPool},
 	"rtgate/server.(*clientConn).tlsHandshake":       {1, "the TLS handshake failed: " + onPool},
-	"rtgate/upstream.(*Dialer).Dial":                 {2, beforeHandler + ": Dial fails when its deadline's Close has started"},
+	"rtgate/upstream.(*Dialer).Dial":                 {1, beforeHandler + ": the handshake's own goroutine, after the handshake returned (the deadline only shuts the socket down)"},
 }
 
 // TestNetpollClosesAreAllowed fails on a call to netpoll's Close or Detach
