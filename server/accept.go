@@ -41,9 +41,9 @@ import (
 // MaxConnections slots never need more than 2*MaxConnections + fdReserve,
 // and refusals waiting for their request at most maxRefusing more.
 type frontDoor struct {
-	// handshaking counts connections from accept until their request is
+	// unanswered counts connections from accept until their request is
 	// answered (they become a session, are refused, or close).
-	handshaking atomic.Int64
+	unanswered atomic.Int64
 	// tlsRunning counts TLS handshake goroutines.
 	tlsRunning atomic.Int64
 	// refusing counts refused plain connections waiting for their request.
@@ -51,11 +51,16 @@ type frontDoor struct {
 
 	refused *prometheus.CounterVec // connections refused at once, by reason
 
+	maxConnections, maxHandshakes int           // MAX_CONNECTIONS, MAX_HANDSHAKES
+	tls                           bool          // a TLS listener
+	sessionsOpen                  *atomic.Int64 // the server's admitted sessions
+
 	// fullResponse is tooManyConnections rendered once, for refuseAtAccept.
 	fullResponse []byte
 }
 
-func (f *frontDoor) init(reg prometheus.Registerer) {
+func (f *frontDoor) init(cfg Settings, tlsListener bool, sessionsOpen *atomic.Int64, reg prometheus.Registerer) {
+	f.maxConnections, f.maxHandshakes, f.tls, f.sessionsOpen = cfg.MaxConnections, cfg.MaxHandshakes, tlsListener, sessionsOpen
 	f.fullResponse = tooManyConnections().response()
 	f.refused = newReasonCounter("rtgate_connections_refused_total",
 		"Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS "+
@@ -64,7 +69,7 @@ func (f *frontDoor) init(reg prometheus.Registerer) {
 	reg.MustRegister(f.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_handshakes",
 			Help: "Client connections between accept and the answer to their request (they hold MAX_CONNECTIONS slots)."},
-			func() float64 { return float64(f.handshaking.Load()) }),
+			func() float64 { return float64(f.unanswered.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_tls_handshakes_running",
 			Help: "Client TLS handshakes in progress, a goroutine each (at most MAX_HANDSHAKES)."},
 			func() float64 { return float64(f.tlsRunning.Load()) }))
@@ -77,11 +82,11 @@ const (
 
 // accept counts a new connection, or refuses it (false). A connection
 // accepted must later call leave exactly once.
-func (s *Server) accept() bool {
-	n := s.front.handshaking.Add(1)
-	if max := s.cfg.MaxConnections; max > 0 && n+s.sessionsOpen.Load() > int64(max) {
-		s.front.handshaking.Add(-1)
-		s.front.refused.WithLabelValues(refusedConnections).Inc()
+func (f *frontDoor) accept() bool {
+	n := f.unanswered.Add(1)
+	if max := f.maxConnections; max > 0 && n+f.sessionsOpen.Load() > int64(max) {
+		f.unanswered.Add(-1)
+		f.refused.WithLabelValues(refusedConnections).Inc()
 		return false
 	}
 	return true
@@ -89,8 +94,8 @@ func (s *Server) accept() bool {
 
 // tooManyConnections is the refusal of a connection that finds the
 // MaxConnections slots full, at accept or when its request arrives.
-func tooManyConnections() *httpError {
-	return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
+func tooManyConnections() *refusal {
+	return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
 		message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
 }
 
@@ -111,10 +116,10 @@ type refusedKey struct{}
 // refuseAtAccept handles a connection that accept refused, in OnPrepare: a
 // TLS one, or one beyond maxRefusing, is closed now; a plain one waits up to
 // refusalWait for its request's first bytes, which answerRefused answers.
-func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
-	if s.tlsConfig != nil || s.front.refusing.Add(1) > maxRefusing {
-		if s.tlsConfig == nil {
-			s.front.refusing.Add(-1)
+func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
+	if f.tls || f.refusing.Add(1) > maxRefusing {
+		if !f.tls {
+			f.refusing.Add(-1)
 		}
 		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
 		return context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
@@ -122,7 +127,7 @@ func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
 	timer := time.AfterFunc(refusalWait, func() { _ = conn.Close() })
 	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
 		timer.Stop()
-		s.front.refusing.Add(-1)
+		f.refusing.Add(-1)
 		return nil
 	})
 	// No Inliner (a nil *clientConn says "not inline"): a refused connection
@@ -135,35 +140,27 @@ func (s *Server) refuseAtAccept(conn netpoll.Connection) context.Context {
 // request has begun to arrive, and closes it. The request is not parsed.
 // netpoll has read what arrived, so the close is a FIN after the response,
 // not a reset that could overtake it.
-func (s *Server) answerRefused(conn netpoll.Connection) error {
+func (f *frontDoor) answerRefused(conn netpoll.Connection) error {
 	w := conn.Writer()
-	if _, err := w.WriteBinary(s.front.fullResponse); err == nil {
+	if _, err := w.WriteBinary(f.fullResponse); err == nil {
 		_ = w.Flush()
 	}
 	return conn.Close()
 }
 
 // leave gives back a connection's handshake count.
-func (s *Server) leave() { s.front.handshaking.Add(-1) }
+func (f *frontDoor) leave() { f.unanswered.Add(-1) }
 
 // startTLSHandshake reserves one of the MaxHandshakes running handshakes, or
 // refuses (false); endTLSHandshake gives it back.
-func (s *Server) startTLSHandshake() bool {
-	n := s.front.tlsRunning.Add(1)
-	if max := s.cfg.MaxHandshakes; max > 0 && n > int64(max) {
-		s.front.tlsRunning.Add(-1)
-		s.front.refused.WithLabelValues(refusedHandshakes).Inc()
+func (f *frontDoor) startTLSHandshake() bool {
+	n := f.tlsRunning.Add(1)
+	if max := f.maxHandshakes; max > 0 && n > int64(max) {
+		f.tlsRunning.Add(-1)
+		f.refused.WithLabelValues(refusedHandshakes).Inc()
 		return false
 	}
 	return true
 }
 
-func (s *Server) endTLSHandshake() { s.front.tlsRunning.Add(-1) }
-
-// Handshaking is the number of client connections between accept and the
-// answer to their request.
-func (s *Server) Handshaking() int64 { return s.front.handshaking.Load() }
-
-// TLSHandshakesRunning is the number of client TLS handshakes in progress
-// (each with its goroutine).
-func (s *Server) TLSHandshakesRunning() int64 { return s.front.tlsRunning.Load() }
+func (f *frontDoor) endTLSHandshake() { f.tlsRunning.Add(-1) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"rtgate/mockai"
+	"rtgate/server/admin"
 )
 
 // adminRequest sends a request to the admin listener at addr with the
@@ -90,9 +91,9 @@ func TestAdminAcceptsIPHostsWhenBoundToAll(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, nil)
 	g.waitServing(t)
-	g.srv.adminListening(&net.TCPAddr{IP: net.IPv4zero, Port: 4002})
+	g.srv.admin.Listening(&net.TCPAddr{IP: net.IPv4zero, Port: 4002})
 	for host, want := range map[string]bool{"10.1.2.3:4002": true, "[2001:db8::1]:4002": true, "evil.example:4002": false} {
-		if got := g.srv.adminHostAllowed(host); got != want {
+		if got := g.srv.admin.HostAllowed(host); got != want {
 			t.Errorf("adminHostAllowed(%q) = %v, want %v", host, got, want)
 		}
 	}
@@ -128,7 +129,7 @@ func TestPlaygroundMintRequiresPageTokenAndOrigin(t *testing.T) {
 	origin := "http://" + addr
 	token := playgroundToken(t, addr)
 	_, port, _ := net.SplitHostPort(addr)
-	expired := g.srv.newPageToken(time.Now().Add(-pageTokenTTL - time.Minute))
+	expired := g.srv.admin.PageToken(time.Now().Add(-admin.PageTokenTTL - time.Minute))
 	body := []byte(`{"model":"gpt-realtime"}`)
 	hdr := func(kv ...string) http.Header {
 		h := http.Header{"Content-Type": {"application/json"}}
@@ -142,16 +143,16 @@ func TestPlaygroundMintRequiresPageTokenAndOrigin(t *testing.T) {
 		h    http.Header
 	}{
 		{"no token", hdr("Origin", origin)},
-		{"empty token", hdr("Origin", origin, pageTokenHeader, "")},
-		{"forged token", hdr("Origin", origin, pageTokenHeader, "AAAA.AAAA")},
-		{"tampered token", hdr("Origin", origin, pageTokenHeader, "B"+token[1:])},
-		{"expired token", hdr("Origin", origin, pageTokenHeader, expired)},
-		{"no Origin", hdr(pageTokenHeader, token)},
-		{"foreign Origin", hdr("Origin", "http://evil.example", pageTokenHeader, token)},
-		{"Origin of another port", hdr("Origin", "http://127.0.0.1:1", pageTokenHeader, token)},
-		{"Origin of another scheme", hdr("Origin", "https://"+addr, pageTokenHeader, token)},
-		{"null Origin", hdr("Origin", "null", pageTokenHeader, token)},
-		{"cross-site fetch", hdr("Origin", origin, pageTokenHeader, token, "Sec-Fetch-Site", "cross-site")},
+		{"empty token", hdr("Origin", origin, admin.PageTokenHeader, "")},
+		{"forged token", hdr("Origin", origin, admin.PageTokenHeader, "AAAA.AAAA")},
+		{"tampered token", hdr("Origin", origin, admin.PageTokenHeader, "B"+token[1:])},
+		{"expired token", hdr("Origin", origin, admin.PageTokenHeader, expired)},
+		{"no Origin", hdr(admin.PageTokenHeader, token)},
+		{"foreign Origin", hdr("Origin", "http://evil.example", admin.PageTokenHeader, token)},
+		{"Origin of another port", hdr("Origin", "http://127.0.0.1:1", admin.PageTokenHeader, token)},
+		{"Origin of another scheme", hdr("Origin", "https://"+addr, admin.PageTokenHeader, token)},
+		{"null Origin", hdr("Origin", "null", admin.PageTokenHeader, token)},
+		{"cross-site fetch", hdr("Origin", origin, admin.PageTokenHeader, token, "Sec-Fetch-Site", "cross-site")},
 	}
 	for _, c := range refused {
 		status, b := adminRequest(t, "POST", addr, "/playground/client_secret", "", c.h, body)
@@ -161,13 +162,13 @@ func TestPlaygroundMintRequiresPageTokenAndOrigin(t *testing.T) {
 	}
 	// A page served under another loopback name mints for that origin only.
 	if status, _ := adminRequest(t, "POST", addr, "/playground/client_secret", "localhost:"+port,
-		hdr("Origin", origin, pageTokenHeader, token), body); status != http.StatusForbidden {
+		hdr("Origin", origin, admin.PageTokenHeader, token), body); status != http.StatusForbidden {
 		t.Errorf("Origin %s for Host localhost: %d, want 403", origin, status)
 	}
 
 	before := time.Now().Unix()
 	status, b := adminRequest(t, "POST", addr, "/playground/client_secret", "",
-		hdr("Origin", origin, pageTokenHeader, token, "Sec-Fetch-Site", "same-origin"), body)
+		hdr("Origin", origin, admin.PageTokenHeader, token, "Sec-Fetch-Site", "same-origin"), body)
 	if status != http.StatusOK {
 		t.Fatalf("mint with token and Origin: %d %s", status, b)
 	}
@@ -178,8 +179,8 @@ func TestPlaygroundMintRequiresPageTokenAndOrigin(t *testing.T) {
 	if err := json.Unmarshal(b, &minted); err != nil || !strings.HasPrefix(minted.Value, "ek_") {
 		t.Fatalf("mint answer %s: %v", b, err)
 	}
-	if life := minted.ExpiresAt - before; life > playgroundSecretTTL || life < playgroundSecretTTL-2 {
-		t.Fatalf("the secret lives %d s, want at most %d", life, playgroundSecretTTL)
+	if life := minted.ExpiresAt - before; life > admin.PlaygroundSecretTTL || life < admin.PlaygroundSecretTTL-2 {
+		t.Fatalf("the secret lives %d s, want at most %d", life, admin.PlaygroundSecretTTL)
 	}
 	if strings.Contains(string(b), testMasterKey) || strings.Contains(string(b), testUpstreamKey) {
 		t.Fatal("the mint answer holds a long-lived key")
@@ -206,10 +207,10 @@ func TestIsAdminOrigin(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, nil)
 	g.waitServing(t)
-	if g.srv.isAdminOrigin("http://127.0.0.1:4002") {
+	if g.srv.admin.IsOrigin("http://127.0.0.1:4002") {
 		t.Fatal("an admin origin before the admin listener exists")
 	}
-	g.srv.adminListening(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4002})
+	g.srv.admin.Listening(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4002})
 	for origin, want := range map[string]bool{
 		"http://127.0.0.1:4002":       true,
 		"http://localhost:4002":       true,
@@ -223,15 +224,15 @@ func TestIsAdminOrigin(t *testing.T) {
 		"http://127.0.0.1:4002/x":     false,
 		"http://user@127.0.0.1:4002x": false,
 	} {
-		if got := g.srv.isAdminOrigin(origin); got != want {
+		if got := g.srv.admin.IsOrigin(origin); got != want {
 			t.Errorf("isAdminOrigin(%q) = %v, want %v", origin, got, want)
 		}
 	}
 	// Bound to all addresses, the Host check takes any IP literal, but an
 	// origin must still be a loopback one: another machine's page on the
 	// same port number is not the admin page.
-	g.srv.adminListening(&net.TCPAddr{IP: net.IPv4zero, Port: 4002})
-	if g.srv.isAdminOrigin("http://10.1.2.3:4002") || !g.srv.isAdminOrigin("http://127.0.0.1:4002") {
+	g.srv.admin.Listening(&net.TCPAddr{IP: net.IPv4zero, Port: 4002})
+	if g.srv.admin.IsOrigin("http://10.1.2.3:4002") || !g.srv.admin.IsOrigin("http://127.0.0.1:4002") {
 		t.Error("bound to all addresses: an IP origin other than loopback counts as the admin page's, or loopback does not")
 	}
 }
@@ -243,11 +244,17 @@ func TestStatusJSONCountsSessions(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, nil)
 	addr := g.serveAdmin(t)
-	waitFor(t, "the first sample", func() bool { return len(g.srv.admin.board.history()) > 0 })
+	waitFor(t, "the first sample", func() bool {
+		var r admin.Report
+		if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/status.json", nil)), &r); err != nil {
+			t.Fatal(err)
+		}
+		return len(r.History.Sessions) > 0
+	})
 	for range 3 {
 		read(t, g.dial(t, "model=gpt-realtime", bearer(testMasterKey)))
 	}
-	var r statusReport
+	var r admin.Report
 	waitFor(t, "a sample with 3 sessions", func() bool {
 		if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/status.json", nil)), &r); err != nil {
 			t.Fatal(err)
@@ -255,8 +262,8 @@ func TestStatusJSONCountsSessions(t *testing.T) {
 		h := r.History.Sessions
 		return len(h) > 0 && h[len(h)-1] == 3
 	})
-	if r.Sessions != 3 || len(r.ByGroup) != 1 || r.ByGroup[0] != (namedCount{"gpt-realtime", 3}) ||
-		len(r.ByKey) != 1 || r.ByKey[0] != (namedCount{"master", 3}) {
+	if r.Sessions != 3 || len(r.ByGroup) != 1 || r.ByGroup[0] != (admin.NamedCount{Name: "gpt-realtime", Count: 3}) ||
+		len(r.ByKey) != 1 || r.ByKey[0] != (admin.NamedCount{Name: "master", Count: 3}) {
 		t.Fatalf("status.json: %d sessions, groups %v, keys %v; want 3 on gpt-realtime for master", r.Sessions, r.ByGroup, r.ByKey)
 	}
 	if r.Connects1m != 3 {
@@ -300,7 +307,7 @@ func TestStatusShowsDraining(t *testing.T) {
 	g.waitServing(t)
 	addr := g.serveAdmin(t)
 	draining := func() bool {
-		var r statusReport
+		var r admin.Report
 		if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/status.json", nil)), &r); err != nil {
 			t.Fatal(err)
 		}

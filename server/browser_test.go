@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"rtgate/server/apps"
 )
 
 // Headless Chromium from Debian's package (apt-get install -y chromium;
@@ -185,7 +187,7 @@ const q = new URLSearchParams(location.search), out = {opened: [], failed: []};
 
 // TestChromiumSubprotocolSizes measures how long a Sec-WebSocket-Protocol
 // value Chromium sends (to a server with no header limit), and asserts that
-// a token of maxInlineSecret bytes, the most a client secret carrying its
+// a token of apps.MaxInlineSecret bytes, the most a client secret carrying its
 // config may be, is among them.
 func TestChromiumSubprotocolSizes(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -209,7 +211,7 @@ func TestChromiumSubprotocolSizes(t *testing.T) {
 		largest = max(largest, n)
 	}
 	t.Logf("Chromium sent subprotocols of up to %d key bytes (opened %v, failed %v)", largest, got.Opened, got.Failed)
-	if largest < maxInlineSecret {
-		t.Fatalf("Chromium did not send a %d-byte subprotocol; client secrets that carry their config must be smaller", maxInlineSecret)
+	if largest < apps.MaxInlineSecret {
+		t.Fatalf("Chromium did not send a %d-byte subprotocol; client secrets that carry their config must be smaller", apps.MaxInlineSecret)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -35,8 +36,11 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/apps"
+	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
+	"rtgate/upstream"
 )
 
 // callOffer is what a calls request carried.
@@ -92,54 +96,49 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	table := s.routes.Load()
 	key, grant, herr := s.authenticateConnect(table, credentials(req.Header).key)
 	if herr != nil {
-		return errorAnswer(herr.status, herr.errType, herr.code, herr.message)
+		return herr.answer()
 	}
 	offer, bad := parseCallOffer(req, body)
 	if bad != nil {
 		return *bad
 	}
-	var group string
-	switch {
-	case grant != nil:
-		group = grant.claims.Group
+	ask := groupAsk{grant: grant, model: req.URL.Query().Get("model")}
+	if grant != nil {
 		if offer.session == nil {
-			if err := s.secrets.loadConfig(req.Context(), grant); err != nil {
-				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", errSecretConfig.Error())
+			if err := s.secrets.LoadConfig(req.Context(), grant); err != nil {
+				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", apps.ErrSecretConfig.Error())
 			}
-			_ = json.Unmarshal(grant.config, &offer.session)
+			_ = json.Unmarshal(grant.Config, &offer.session)
 		}
-	case offer.session != nil && offer.session["model"] != nil:
-		group, _ = offer.session["model"].(string)
-	case req.URL.Query().Get("model") != "":
-		group = req.URL.Query().Get("model")
-	default:
-		group = table.Default
+	} else if offer.session != nil && offer.session["model"] != nil {
+		ask.model, _ = offer.session["model"].(string) // the session part's model wins over the query's
 	}
-	if refusal, ok := groupRefusal(table, key, group); !ok {
-		return refusal
+	group, herr := s.pickGroup(table, key, ask)
+	if herr != nil {
+		return herr.answer()
 	}
 	if offer.session == nil {
 		offer.session = map[string]any{"type": "realtime"}
 	}
 	var last string
-	for i, d := range s.live.order(table.Groups[group]) {
-		if i == maxDialAttempts {
+	for i, d := range s.balancer.Rank(table.Groups[group]) {
+		if i == balance.MaxAttempts {
 			break
 		}
-		a, callID, err := s.forwardCall(req.Context(), d, offer)
+		a, callID, err := forwardCall(req.Context(), s.httpClient, s.cfg.DialTimeout, d, offer)
 		if err != nil {
 			last = err.Error()
-			s.live.failed(d, "calls request failed")
+			s.balancer.Failed(d, "calls request failed")
 			s.log.Warn("upstream calls request failed", "deployment", d.Name, "err", err)
 			continue
 		}
-		s.live.succeeded(d)
+		s.balancer.Succeeded(d)
 		if callID != "" {
-			if err := s.calls.remember(context.Background(), callID, key.Name); err != nil {
+			if err := s.calls.Remember(context.Background(), callID, key.Name); err != nil {
 				s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
 			}
 			s.log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)
-			go s.meterCall(key, group, d, callID)
+			go s.meters.start(key, group, d, callID)
 		}
 		return a
 	}
@@ -167,7 +166,7 @@ func callsURL(d *routes.Deployment) (*url.URL, http.Header) {
 // forwardCall sends the offer to d and returns its answer unchanged; err is
 // set only when d could not be reached (or answered 5xx), so the next
 // deployment is tried.
-func (s *Server) forwardCall(ctx context.Context, d *routes.Deployment, offer *callOffer) (apiAnswer, string, error) {
+func forwardCall(ctx context.Context, client *http.Client, timeout time.Duration, d *routes.Deployment, offer *callOffer) (apiAnswer, string, error) {
 	session := map[string]any{}
 	for k, v := range offer.session {
 		session[k] = v
@@ -184,7 +183,7 @@ func (s *Server) forwardCall(ctx context.Context, d *routes.Deployment, offer *c
 	_ = mw.Close()
 
 	u, h := callsURL(d)
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), &buf)
 	if err != nil {
@@ -194,7 +193,7 @@ func (s *Server) forwardCall(ctx context.Context, d *routes.Deployment, offer *c
 		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	resp, err := s.httpClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return apiAnswer{}, "", fmt.Errorf("POST %s: %w", redactedURL(u), err)
 	}
@@ -217,22 +216,34 @@ func (s *Server) forwardCall(ctx context.Context, d *routes.Deployment, offer *c
 	return a, callID, nil
 }
 
-// meterCall holds the gateway's own sideband to a call and counts its
+// callMeters are the gateway's own sidebands to the calls it forwarded,
+// which meter each call's usage against the key that made it.
+type callMeters struct {
+	ctx     context.Context // the server's: a sideband's dial ends with it
+	timeout time.Duration   // the dial timeout
+	dialer  *upstream.Dialer
+	log     *slog.Logger
+	metrics *metrics
+	records *records
+	live    sync.Map // *callMeter → struct{}
+}
+
+// start holds the gateway's own sideband to a call and counts its
 // usage against key until the call ends.
-func (s *Server) meterCall(key *routes.ClientKey, group string, d *routes.Deployment, callID string) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
+func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deployment, callID string) {
+	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
 	defer cancel()
-	conn, err := s.dialer.Dial(ctx, d.Target(url.Values{"call_id": {callID}}))
+	conn, err := cm.dialer.Dial(ctx, d.Target(url.Values{"call_id": {callID}}))
 	if err != nil {
-		s.log.Warn("call not metered: its sideband did not connect", "call_id", callID, "deployment", d.Name, "err", err)
-		s.metrics.dialFailures.WithLabelValues(group).Inc()
+		cm.log.Warn("call not metered: its sideband did not connect", "call_id", callID, "deployment", d.Name, "err", err)
+		cm.metrics.dialFailures.WithLabelValues(group).Inc()
 		return
 	}
-	m := &callMeter{srv: s, info: &sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()},
+	m := &callMeter{meters: cm, info: &sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()},
 		callID: callID, h: poller.NewHandle(conn.Endpoint)}
 	m.sc.Init(frames.FromServer, 0)
 	m.sc.SetInspector(m)
-	s.meters.Store(m, struct{}{})
+	cm.live.Store(m, struct{}{})
 	m.h.Start(m, func() {
 		if len(conn.Preface) > 0 {
 			m.scan(frames.NewByteSource(conn.Preface))
@@ -244,7 +255,7 @@ func (s *Server) meterCall(key *routes.ClientKey, group string, d *routes.Deploy
 // call's events (nothing is forwarded) and records the usage when the
 // sideband ends.
 type callMeter struct {
-	srv    *Server
+	meters *callMeters
 	info   *sessionInfo
 	callID string
 	h      *poller.Handle
@@ -260,7 +271,7 @@ func (m *callMeter) Wants(prefix []byte) bool { return m.info.meter.Wants(prefix
 // does.
 func (m *callMeter) Inspect(p []byte) {
 	if add, ok := m.info.meter.Book(p); ok {
-		m.srv.countTokens(m.info.group, m.info.key.Name, add)
+		m.meters.metrics.countTokens(m.info.group, m.info.key.Name, add)
 	}
 }
 
@@ -289,19 +300,19 @@ func (m *callMeter) scan(src frames.Source) {
 // UpstreamGone implements poller.Owner: the call ended.
 func (m *callMeter) UpstreamGone() {
 	m.once.Do(func() {
-		s := m.srv
-		s.meters.Delete(m)
-		s.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
+		cm := m.meters
+		cm.live.Delete(m)
+		cm.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
 		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
 			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
 			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage}
-		s.recordSession(m.info, &rec)
+		cm.records.record(m.info, &rec)
 	})
 }
 
-// closeMeters ends every metering sideband (shutdown).
-func (s *Server) closeMeters() {
-	s.meters.Range(func(k, _ any) bool {
+// close ends every metering sideband (shutdown).
+func (cm *callMeters) close() {
+	cm.live.Range(func(k, _ any) bool {
 		m := k.(*callMeter)
 		_ = m.h.Endpoint().Send(frames.AppendClose(nil, ws.StatusGoingAway, "gateway shutting down", true))
 		m.h.Endpoint().Close()
@@ -310,14 +321,14 @@ func (s *Server) closeMeters() {
 }
 
 // countTokens adds usage to the token metrics.
-func (s *Server) countTokens(group, key string, u usage.Usage) {
+func (m *metrics) countTokens(group, key string, u usage.Usage) {
 	in, out := u.InputTokenDetails, u.OutputTokenDetails
 	for kind, n := range map[string]int64{
 		"input_text": in.TextTokens, "input_audio": in.AudioTokens, "input_image": in.ImageTokens,
 		"input_cached": in.CachedTokens, "output_text": out.TextTokens, "output_audio": out.AudioTokens,
 	} {
 		if n > 0 {
-			s.metrics.tokens.WithLabelValues(group, key, kind).Add(float64(n))
+			m.tokens.WithLabelValues(group, key, kind).Add(float64(n))
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/apps"
 	"rtgate/server/redistest"
 )
 
@@ -188,8 +189,8 @@ func TestClientSecretRefused(t *testing.T) {
 	forged, _ := mint(t, other, testMasterKey, map[string]any{})
 	dot := strings.LastIndexByte(good, '.')
 	tampered := good[:dot-2] + string("AB"[good[dot-2]%2]) + good[dot-1:]
-	expired := g.srv.secrets.sign(secretClaims{Version: 1, ID: "x", Key: "master", Group: "gpt-realtime", Type: "realtime",
-		Expires: time.Now().Add(-time.Second).Unix(), Digest: digestOf([]byte("{}")), Config: deflate([]byte("{}"))})
+	expired := g.srv.secrets.Sign(apps.Claims{Version: 1, ID: "x", Key: "master", Group: "gpt-realtime", Type: "realtime",
+		Expires: time.Now().Add(-time.Second).Unix(), Digest: apps.DigestOf([]byte("{}")), Config: apps.Deflate([]byte("{}"))})
 	for _, tc := range []struct{ name, ek, msg string }{
 		{"forged", forged, "signature"},
 		{"tampered", tampered, ""},
@@ -271,7 +272,7 @@ func TestClientSecretRotationAndRedis(t *testing.T) {
 	small, _ := mint(t, oldGW, testMasterKey, map[string]any{"session": map[string]any{"instructions": "small"}})
 	big := strings.Repeat("a long instruction that does not compress well ", 1) + randomText(12000)
 	large, _ := mint(t, oldGW, testMasterKey, map[string]any{"session": map[string]any{"instructions": big}})
-	if len(small) > maxInlineSecret || len(large) > 1024 {
+	if len(small) > apps.MaxInlineSecret || len(large) > 1024 {
 		t.Fatalf("token sizes %d and %d: the small config should travel inline, the large one in Redis", len(small), len(large))
 	}
 	for name, tc := range map[string]struct{ ek, want string }{"inline": {small, "small"}, "redis": {large, big}} {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/mockai"
 	"rtgate/server/redistest"
@@ -125,18 +124,18 @@ func TestClusterFallsBackWhileRedisIsDown(t *testing.T) {
 		open(gs[i%3]) // fails the test if any connect is refused
 	}
 	for i, g := range gs {
-		if got := testutil.ToFloat64(g.srv.cluster.mOutages); got != 1 {
+		if got := metricValue(t, g, "rtgate_cluster_redis_outages_total"); got != 1 {
 			t.Fatalf("instance %d counted %v outages, want 1", i, got)
 		}
-		if testutil.ToFloat64(g.srv.cluster.mFallback) < 3 {
-			t.Fatalf("instance %d decided %v connects locally, want at least 3", i, testutil.ToFloat64(g.srv.cluster.mFallback))
+		if metricValue(t, g, "rtgate_cluster_fallback_admissions_total") < 3 {
+			t.Fatalf("instance %d decided %v connects locally, want at least 3", i, metricValue(t, g, "rtgate_cluster_fallback_admissions_total"))
 		}
 	}
 
 	rd.Start() // empty: counts must be written again
 	for i, g := range gs {
 		waitFor(t, "instance "+strconv.Itoa(i)+" to use redis again", func() bool {
-			return testutil.ToFloat64(g.srv.cluster.mUp) == 1
+			return metricValue(t, g, "rtgate_cluster_redis_up") == 1
 		})
 	}
 	waitFor(t, "redis to hold all 12 sessions", func() bool { return redisSessions(t, gs[0]) == limit })
@@ -150,10 +149,10 @@ func TestClusterFallsBackWhileRedisIsDown(t *testing.T) {
 // redisSessions sums the key's per-instance counts as stored in Redis.
 func redisSessions(t *testing.T, g *gateway) int {
 	t.Helper()
-	l := g.srv.cluster
+	st := g.srv.store
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	m, err := l.st.Client.HGetAll(ctx, l.sessionsKey(routes.MasterKeyName)).Result()
+	m, err := st.Client.HGetAll(ctx, st.Key("sessions", routes.MasterKeyName)).Result()
 	if err != nil {
 		return -1
 	}
@@ -224,10 +223,10 @@ func TestClusterAdmissionKeepsEarlyClientBytes(t *testing.T) {
 	start := time.Now()
 	c := dialWith(t, d, g.url("model=gpt-realtime"), bearer(testMasterKey))
 	if waited := time.Since(start); waited < 200*time.Millisecond {
-		t.Fatalf("the 101 came after %v: the admission did not wait for the paused Redis (fallbacks %v, calls %v)", waited, testutil.ToFloat64(g.srv.cluster.mFallback), testutil.CollectAndCount(g.srv.cluster.mCall))
+		t.Fatalf("the 101 came after %v: the admission did not wait for the paused Redis (fallbacks %v, calls %v)", waited, metricValue(t, g, "rtgate_cluster_fallback_admissions_total"), metricValue(t, g, "rtgate_cluster_admit_seconds_count"))
 	}
 	expectPipelined(t, c, 3)
-	if got := testutil.ToFloat64(g.srv.cluster.mFallback); got != 0 {
+	if got := metricValue(t, g, "rtgate_cluster_fallback_admissions_total"); got != 0 {
 		t.Fatalf("%v connects fell back; the 5 s budget should have covered the pause", got)
 	}
 }

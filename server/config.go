@@ -105,7 +105,7 @@ type Settings struct {
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
 	AdminAddr string
 	// AdminHosts (ADMIN_HOSTS) are host names, besides loopback ones, that
-	// the admin server answers to (admin.go).
+	// the admin server answers to (server/admin).
 	AdminHosts []string
 
 	// RoutesFile (CONFIG_FILE), if set, is the routes config: a
@@ -126,7 +126,7 @@ type Settings struct {
 	// (default: USAGE_LOG with ".budgets.json" appended).
 	SpendState string
 
-	// Scale-out (cluster.go, reuseport.go, drain.go).
+	// Scale-out (server/cluster, listener.go, drain.go).
 	// RedisURL, if set, makes per-key limits hold across every instance
 	// sharing that Redis.
 	RedisURL string

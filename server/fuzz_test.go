@@ -83,7 +83,7 @@ func keyInInput(key string, data []byte) bool {
 
 // checkRefusal checks that a refusal is a client error and renders as an
 // HTTP response with an OpenAI-shaped JSON body that says why.
-func checkRefusal(t *testing.T, herr *httpError) {
+func checkRefusal(t *testing.T, herr *refusal) {
 	t.Helper()
 	if herr.status < 400 || herr.status > 499 {
 		t.Fatalf("refusal with status %d, want 4xx: %v", herr.status, herr)

@@ -24,7 +24,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -35,15 +34,11 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
-	"rtgate/server/routes"
+	"rtgate/server/apps"
 )
 
 // maxAPIBody bounds an API request's body.
-const maxAPIBody = 64 << 10
-
-// phaseBody: an API request's body is being collected (after phaseDone so
-// as not to renumber server.go's phases).
-const phaseBody = phaseDone + 1
+const maxAPIBody = apps.MaxBody
 
 // apiPaths are the endpoints served here, with and without the /v1 prefix
 // (as /realtime is).
@@ -59,15 +54,13 @@ type apiRequest struct {
 	body     *bytebufferpool.ByteBuffer // raw body bytes as sent (chunked included)
 }
 
-// apiAnswer is a response to an API request.
+// apiAnswer is a response to an API request: a body, or a refusal.
 type apiAnswer struct {
 	status      int
 	header      http.Header
 	contentType string
 	body        []byte
-	// An error answer renders errType, errCode, errMsg and param as an
-	// OpenAI-shaped JSON body.
-	errType, errCode, errMsg, param string
+	refused     *refusal // renders as its JSON error body; nil for a body
 }
 
 func jsonAnswer(status int, v any) apiAnswer {
@@ -77,42 +70,22 @@ func jsonAnswer(status int, v any) apiAnswer {
 
 // errorAnswer is an OpenAI-shaped error.
 func errorAnswer(status int, errType, code, msg string) apiAnswer {
-	return apiAnswer{status: status, contentType: "application/json", errType: errType, errCode: code, errMsg: msg}
-}
-
-// groupRefusal checks a model group an API request names (a call, a client
-// secret): it must exist (else 404 model_not_found) and key must be allowed
-// it (else 403 model_not_allowed). ok is true when the request may go on.
-func groupRefusal(table *routes.Table, key *routes.ClientKey, group string) (refusal apiAnswer, ok bool) {
-	if _, found := table.Groups[group]; !found {
-		return errorAnswer(http.StatusNotFound, "invalid_request_error", "model_not_found",
-			fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", group)), false
-	}
-	if !key.Allows(group) {
-		return errorAnswer(http.StatusForbidden, "invalid_request_error", "model_not_allowed",
-			fmt.Sprintf("This key may not use the model '%s'.", group)), false
-	}
-	return apiAnswer{}, true
+	return (&refusal{status: status, errType: errType, code: code, message: msg}).answer()
 }
 
 // render writes the response; the connection closes after it.
 func (a apiAnswer) render(extra http.Header) []byte {
-	body := a.body
-	if a.errMsg != "" {
-		var param any
-		if a.param != "" {
-			param = a.param
-		}
-		body, _ = json.Marshal(map[string]any{"error": map[string]any{
-			"message": a.errMsg, "type": a.errType, "param": param, "code": a.errCode}})
+	body, contentType, own := a.body, a.contentType, http.Header(nil)
+	if a.refused != nil {
+		body, contentType, own = a.refused.body(), "application/json", a.refused.header
 	}
 	var buf bytes.Buffer
 	buf.WriteString("HTTP/1.1 " + strconv.Itoa(a.status) + " " + http.StatusText(a.status) + "\r\n")
-	if a.contentType != "" && len(body) > 0 {
-		buf.WriteString("Content-Type: " + a.contentType + "\r\n")
+	if contentType != "" && len(body) > 0 {
+		buf.WriteString("Content-Type: " + contentType + "\r\n")
 	}
 	buf.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n")
-	for _, h := range []http.Header{a.header, extra} {
+	for _, h := range []http.Header{own, a.header, extra} {
 		for k, vs := range h {
 			for _, v := range vs {
 				buf.WriteString(k + ": " + v + "\r\n")
@@ -131,7 +104,7 @@ func (s *Server) startAPI(c *clientConn, req *http.Request, rest []byte) bool {
 	if !ok {
 		return false
 	}
-	c.phase = phaseBody
+	c.setPhase(phaseBody)
 	c.api = &apiRequest{req: req, endpoint: endpoint, body: bytebufferpool.Get()}
 	c.api.body.B = append(c.api.body.B[:0], rest...)
 	bytebufferpool.Put(c.head)
@@ -211,8 +184,8 @@ func (c *clientConn) bodyProgress() {
 		}
 		body = append([]byte(nil), a.body.B[:n]...)
 	}
-	c.phase = phaseDone
-	c.stopTimer()
+	c.setPhase(phaseDone)
+	c.answered()
 	bytebufferpool.Put(a.body)
 	a.body = nil
 	go c.srv.serveAPI(c, a.req, a.endpoint, body)
@@ -226,24 +199,24 @@ func chunkedEnded(raw []byte) bool { return bytes.Contains(raw, []byte("0\r\n\r\
 // told Connection: close, closes it or the request deadline does, so a
 // client still sending reads the answer rather than a reset.
 func (c *clientConn) answerEarly(a apiAnswer) {
-	c.phase = phaseDone
+	c.setPhase(phaseDone)
 	if c.api.body != nil {
 		bytebufferpool.Put(c.api.body)
 		c.api.body = nil
 	}
-	_ = c.ep.Send(a.render(c.srv.corsHeaders(c.api.req)))
+	_ = c.ep.Send(a.render(c.srv.origins.corsHeaders(c.api.req)))
 }
 
 // answerNow sends a and closes the connection.
 func (c *clientConn) answerNow(a apiAnswer) {
-	c.phase = phaseDone
+	c.setPhase(phaseDone)
 	if c.api != nil && c.api.body != nil {
 		bytebufferpool.Put(c.api.body)
 		c.api.body = nil
 	}
 	var extra http.Header
 	if c.api != nil {
-		extra = c.srv.corsHeaders(c.api.req)
+		extra = c.srv.origins.corsHeaders(c.api.req)
 	}
 	_ = c.ep.Send(a.render(extra))
 	c.ep.Close()
@@ -257,9 +230,9 @@ func (s *Server) serveAPI(c *clientConn, req *http.Request, endpoint string, bod
 func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiAnswer {
 	origin := req.Header.Get("Origin")
 	if req.Method == http.MethodOptions {
-		return s.preflight(req)
+		return s.origins.preflight(req)
 	}
-	if !s.originAllowed(origin) {
+	if !s.origins.allow(origin) {
 		return errorAnswer(http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "this Origin may not call the gateway")
 	}
 	if req.Method != http.MethodPost {
@@ -278,9 +251,9 @@ func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiA
 
 // preflight answers a CORS preflight per ALLOWED_ORIGINS (any origin when
 // it is empty, as for WebSocket connects).
-func (s *Server) preflight(req *http.Request) apiAnswer {
+func (o origins) preflight(req *http.Request) apiAnswer {
 	origin := req.Header.Get("Origin")
-	if origin == "" || !s.originAllowed(origin) {
+	if origin == "" || !o.allow(origin) {
 		return errorAnswer(http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "this Origin may not call the gateway")
 	}
 	h := http.Header{
@@ -297,9 +270,9 @@ func (s *Server) preflight(req *http.Request) apiAnswer {
 
 // corsHeaders are the headers every answer to an allowed browser origin
 // carries.
-func (s *Server) corsHeaders(req *http.Request) http.Header {
+func (o origins) corsHeaders(req *http.Request) http.Header {
 	origin := req.Header.Get("Origin")
-	if origin == "" || !s.originAllowed(origin) {
+	if origin == "" || !o.allow(origin) {
 		return nil
 	}
 	return http.Header{

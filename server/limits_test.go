@@ -489,13 +489,19 @@ func TestTLSCertificateReloads(t *testing.T) {
 	}
 	s1 := serial(nil)
 	second := newListenerCert(t)
-	time.Sleep(1100 * time.Millisecond) // the files' mtime must move, and checks run once a second
+	// The files' mtime must move (set ahead, not waited for: a coarse
+	// filesystem clock may not tick between the two writes); the gateway
+	// looks at most once a second, which waitFor covers.
+	later := time.Now().Add(time.Minute)
 	for _, f := range [][2]string{{second.certFile, first.certFile}, {second.keyFile, first.keyFile}} {
 		b, err := os.ReadFile(f[0])
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(f[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(f[1], later, later); err != nil {
 			t.Fatal(err)
 		}
 	}

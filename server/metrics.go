@@ -1,14 +1,19 @@
 package server
 
 import (
+	"context"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+
+	"rtgate/server/admin"
+	"rtgate/server/balance"
+	"rtgate/server/routes"
+	"rtgate/upstream"
 )
 
 // metrics are the gateway-wide Prometheus metrics. Relay counters are added
@@ -73,22 +78,76 @@ func newReasonCounter(name, help string, reasons ...string) *prometheus.CounterV
 }
 
 // AdminHandler serves /metrics (Prometheus text format), /debug/pprof/,
-// /status and /playground (admin.go), for loopback Hosts only.
-func (s *Server) AdminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	s.addPages(mux)
-	return s.adminGuard(mux)
-}
+// /status and /playground (server/admin), for loopback Hosts only.
+func (s *Server) AdminHandler() http.Handler { return s.admin.Handler(s.ctx) }
 
 // ServeAdmin serves AdminHandler on ln until the listener closes.
 func (s *Server) ServeAdmin(ln net.Listener) error {
-	s.adminListening(ln.Addr())
+	s.admin.Listening(ln.Addr())
 	srv := &http.Server{Handler: s.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	return srv.Serve(ln)
+}
+
+// adminView is the gateway as the admin port reads it (admin.Gateway).
+type adminView struct{ s *Server }
+
+func (v adminView) Routes() *routes.Table { return v.s.routes.Load() }
+func (v adminView) Draining() bool        { return v.s.Draining() }
+func (v adminView) Pool() *upstream.Pool  { return v.s.pool }
+
+func (v adminView) Sessions() int {
+	v.s.sessMu.Lock()
+	defer v.s.sessMu.Unlock()
+	return len(v.s.sessions)
+}
+
+func (v adminView) SessionCounts() (byGroup, byKey map[string]int) {
+	byGroup, byKey = map[string]int{}, map[string]int{}
+	v.s.sessMu.Lock()
+	defer v.s.sessMu.Unlock()
+	for _, info := range v.s.sessions {
+		byGroup[info.group]++
+		if info.key != nil {
+			byKey[info.key.Name]++
+		}
+	}
+	return byGroup, byKey
+}
+
+func (v adminView) SessionsEnded() float64 { return sumCounter(v.s.metrics.sessionsTotal) }
+
+func (v adminView) Deployment(d *routes.Deployment) balance.HostStatus {
+	return v.s.balancer.Snapshot(d)
+}
+
+func (v adminView) ClientListener() (net.Addr, bool) {
+	v.s.mu.Lock()
+	ln := v.s.ln
+	v.s.mu.Unlock()
+	if ln == nil {
+		return nil, v.s.tlsConfig != nil
+	}
+	return ln.Addr(), v.s.tlsConfig != nil
+}
+
+func (v adminView) MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
+	a := v.s.mintSecretFor(ctx, table, key, body)
+	if r := a.refused; r != nil {
+		return admin.Answer{Status: r.status, ErrType: r.errType, ErrCode: r.code, ErrMsg: r.message}
+	}
+	return admin.Answer{Status: a.status, Body: a.body}
+}
+
+// sumCounter adds up every series of a counter vector.
+func sumCounter(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	total := 0.0
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil {
+			total += d.GetCounter().GetValue()
+		}
+	}
+	return total
 }

@@ -1,19 +1,6 @@
-// Package server is the gateway's front door: the client listener, the HTTP
-// upgrade with its authentication and routing, and each session's lifecycle
-// from accept to the end of its relay.
-//
-// A client connection moves through three phases, all driven by netpoll's
-// OnRequest for that connection, so no goroutine waits on a client:
-//
-//	tls  (TLS listeners only) OnRequest collects the ClientHello; a goroutine
-//	     runs the handshake once it is whole (tlsaccept.go), at most
-//	     MAX_HANDSHAKES at once, each bounded by the handshake timeout;
-//	     every connection counts against MAX_CONNECTIONS from accept
-//	     (accept.go);
-//	http the request head is collected (bounded in size and time), checked,
-//	     and answered with a JSON refusal or a 101;
-//	relay the poller.Session forwards frames; the upstream is dialed in a
-//	     goroutine that exits once the upstream socket is handed to netpoll.
+// Server is one gateway instance: New, Serve, Reload, Drain, Shutdown; the
+// client connection (clientConn) and its OnRequest dispatch.
+
 package server
 
 import (
@@ -26,21 +13,22 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cloudwego/netpoll"
-	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/admin"
+	"rtgate/server/balance"
+	"rtgate/server/cluster"
+	"rtgate/server/limit"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
-	"rtgate/server/spenddb"
-	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -63,11 +51,11 @@ type Server struct {
 
 	pool      *upstream.Pool // nil when the pool is off
 	metrics   *metrics
-	front     frontDoor    // admission at accept (accept.go)
-	memBudget memoryBudget // the global bound on bytes held for slow peers (watchdog.go)
-	limiter   *keyLimiter
-	store     *ClusterStore   // nil without REDIS_URL
-	cluster   *clusterLimiter // nil without REDIS_URL; replaces limiter then
+	front     frontDoor         // admission at accept (accept.go)
+	memBudget memoryBudget      // the global bound on bytes held for slow peers (watchdog.go)
+	proto     protocol.Protocol // what the sessions speak: OpenAI's Realtime API
+	admitter  limit.Admitter    // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
+	store     *cluster.Store    // nil without REDIS_URL
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
@@ -83,16 +71,15 @@ type Server struct {
 	sessMu   sync.Mutex
 	sessions map[*poller.Session]*sessionInfo
 
-	routes    atomic.Pointer[routes.Table] // replaced whole on SIGHUP
-	live      *router
-	usageLog  *usage.Log        // nil without USAGE_LOG
-	spendDB   *spenddb.Writer   // nil without DATABASE_URL
-	budgets   *budgets          // budget.go
-	depLimits deploymentLimiter // deplimits.go
+	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
+	records  *records                     // where ended sessions' records go (spend.go)
+	budgets  *budgets                     // spendbudget.go
 
-	apps // client secrets, calls, sidebands (apps.go)
+	appState // client secrets, calls, sidebands (apps.go)
 
-	admin adminState // the admin port's status page and playground (admin.go)
+	admin   *admin.Server // the admin port: metrics, status page, playground
+	origins origins       // ALLOWED_ORIGINS (connect.go)
 
 	hooks atomic.Pointer[testHooks] // nil outside tests
 }
@@ -115,10 +102,9 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{},
-		limiter: newKeyLimiter(), conns: map[*clientConn]struct{}{}}
+	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{},
+		conns: map[*clientConn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.admin.init()
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.UpstreamCAFile != "" {
@@ -151,29 +137,28 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		table = t
 	}
 	s.routes.Store(table)
-	s.logTableNotices(table)
+	logTableNotices(log, table)
 	s.metrics = newMetrics()
-	s.front.init(s.metrics.reg)
+	s.admin = admin.New(adminView{s}, s.metrics.reg, cfg.AdminHosts, cfg.Port)
+	s.origins = origins{allowed: cfg.AllowedOrigins, admin: s.admin}
+	s.front.init(cfg, s.tlsConfig != nil, &s.sessionsOpen, s.metrics.reg)
 	s.memBudget.init(cfg, s.metrics.reg)
-	if cfg.UsageLog != "" {
-		ul, err := usage.Open(cfg.UsageLog, log, s.metrics.usageLogErrors)
-		if err != nil {
-			return nil, fmt.Errorf("USAGE_LOG: %w", err)
-		}
-		s.usageLog = ul
-	}
-	s.live = newRouter(s.metrics.reg, log, cfg.DialTimeout)
-	if err := s.openSpendDB(); err != nil {
+	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
+		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures})
+	records, err := openRecords(cfg, s.metrics, log)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.setupCluster(); err != nil {
+	s.records = records
+	if s.admitter, s.store, err = newAdmitter(cfg, log, s.metrics.reg); err != nil {
 		return nil, err
 	}
-	if err := s.setupBudgets(); err != nil {
+	if s.budgets, err = newBudgets(cfg, s.store, s.routes.Load, s.metrics.reg, log); err != nil {
 		return nil, err
 	}
-	go s.runBudgets(s.ctx)
-	s.setupApps(upTLS)
+	go s.budgets.run(s.ctx)
+	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
+		log: log, metrics: s.metrics, records: s.records}, log)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -181,21 +166,23 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			// Two sockets per session, and some for listeners and files.
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
-		pc.Memory = s.poolMemory()
-		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.tee(s.metrics.reg)))
+		pc.Memory = poolMemory(cfg, s.store)
+		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
 	}
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
 	s.metrics.reg.MustRegister(s.metrics.warmRedials)
 	upstream.RegisterDialerMetrics(s.metrics.reg, s.dialer)
 	s.sessCfg = poller.SessionConfig{
-		MaxMessage:      cfg.MaxMessage,
-		MaxPending:      cfg.MaxPending,
-		CloseTimeout:    cfg.CloseTimeout,
-		OnEnd:           s.sessionEnded,
-		UpstreamInvalid: upstreamInvalidNotice,
-		Redial:          s.redial,
-		SameFirstFrame:  isSessionCreated,
+		MaxMessage:   cfg.MaxMessage,
+		MaxPending:   cfg.MaxPending,
+		CloseTimeout: cfg.CloseTimeout,
+		OnEnd:        s.sessionEnded,
+		UpstreamInvalid: func(reason string) []byte {
+			return s.proto.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
+		},
+		Redial:         s.redial,
+		SameFirstFrame: s.proto.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
 	}
 	return s, nil
 }
@@ -231,7 +218,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.pool != nil {
 		// The configured model's key is known now: warm it before the
 		// first client arrives.
-		s.primePool(s.routes.Load())
+		primePool(s.pool, s.routes.Load())
 	}
 	err = loop.Serve(sl)
 	if sl.stopped.Load() {
@@ -276,10 +263,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		err = loop.Shutdown(ctx)
 	}
-	s.closeSpend(ctx)
-	s.closeBudgets(ctx)
-	s.closeMeters()
-	s.closeCluster()
+	s.records.close(ctx)
+	s.budgets.close(ctx)
+	s.meters.close()
+	s.admitter.Close()
 	return err
 }
 
@@ -296,8 +283,8 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.routes.Store(r)
-	s.logTableNotices(r)
-	s.primePool(r)
+	logTableNotices(s.log, r)
+	primePool(s.pool, r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
 		groups = append(groups, g)
@@ -313,20 +300,37 @@ func (s *Server) SessionsOpen() int64 { return s.sessionsOpen.Load() }
 // poller's InlineKey, so that the inline runner asks the clientConn.
 type ctxKey = poller.InlineKey
 
-// phases of a client connection
+// connPhase is where a client connection is; OnRequest reads it to know
+// what the bytes that arrived are, and only setPhase moves it:
+//
+//	phase  what arrives                        next
+//	tls    the ClientHello, then the handshake http (handshake done), done (refused)
+//	http   the request head                    body (API request), relay (101), done (answered or refused)
+//	body   an API request's body               done (answered)
+//	relay  WebSocket frames for the session    (until the socket closes)
+//	done   anything: dropped                   (until the socket closes)
+type connPhase uint8
+
 const (
-	phaseTLS = iota
-	phaseHTTP
-	phaseRelay
-	phaseDone // refused or answered: input is dropped until the socket closes
+	phaseTLS   connPhase = iota // tlsaccept.go
+	phaseHTTP                   // readHead, then handle (connect.go)
+	phaseBody                   // httpapi.go
+	phaseRelay                  // poller.Session
+	phaseDone
 )
+
+// setPhase moves the connection to phase p. Callers are the connection's
+// handler or a goroutine that holds the request (the TLS handshake, the
+// off-loop step, an API request's answer) while the handler may still read
+// the phase: hence an atomic.
+func (c *clientConn) setPhase(p connPhase) { c.phase.Store(uint32(p)) }
 
 // clientConn is the gateway's state for one accepted connection.
 type clientConn struct {
 	srv      *Server
 	conn     netpoll.Connection
 	ep       *poller.Endpoint
-	phase    int
+	phase    atomic.Uint32              // a connPhase: setPhase
 	head     *bytebufferpool.ByteBuffer // request bytes so far, during phaseHTTP
 	sess     *poller.Session            // set under mu: onClose reads it from another goroutine
 	accepted time.Time
@@ -342,7 +346,7 @@ type clientConn struct {
 	timer *time.Timer // handshake deadline; nil once upgraded
 	left  bool        // the handshake count was given back (Server.leave)
 
-	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
+	wait pendingStep // the off-loop step of the decision in flight (connect.go)
 	api  *apiRequest // an API request's body being collected (httpapi.go)
 
 	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
@@ -350,8 +354,8 @@ type clientConn struct {
 
 	// The state a plain session keeps for its whole life lives here, in
 	// the connection's one allocation, rather than in five of its own
-	// (issue 12: each allocation rounds up to a size class and is one more
-	// object for the collector). Only pointers to them are handed out (ep,
+	// (each allocation rounds up to a size class and is one more object
+	// for the collector). Only pointers to them are handed out (ep,
 	// sess, the registry's *sessionInfo), and a clientConn is never copied.
 	// What outlives the client socket (a session still closing its
 	// upstream) keeps the whole struct alive, which costs nothing more than
@@ -363,16 +367,17 @@ type clientConn struct {
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
-	if !s.accept() {
-		return s.refuseAtAccept(conn)
+	if !s.front.accept() {
+		return s.front.refuseAtAccept(conn)
 	}
-	c := &clientConn{srv: s, conn: conn, phase: phaseHTTP, accepted: time.Now()}
+	c := &clientConn{srv: s, conn: conn, accepted: time.Now()}
+	c.setPhase(phaseHTTP)
 	s.clientConns.Add(1)
 	s.connsMu.Lock()
 	s.conns[c] = struct{}{}
 	s.connsMu.Unlock()
 	if s.tlsConfig != nil {
-		c.phase = phaseTLS
+		c.setPhase(phaseTLS)
 		nb := poller.NewNBConn(conn)
 		c.hs = newHandshakeConn(nb)
 	} else {
@@ -408,13 +413,13 @@ func (c *clientConn) Value(key any) any {
 // the handshake goroutine (tlsaccept.go).
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
-	defer s.recoverRequest(conn)
+	defer recoverRequest(s.log, conn)
 	if h := s.hooks.Load(); h != nil && h.request != nil {
 		h.request(c)
 	}
 	if c == nil {
 		if ctx.Value(refusedKey{}) != nil {
-			return s.answerRefused(conn)
+			return s.front.answerRefused(conn)
 		}
 		return conn.Close()
 	}
@@ -425,7 +430,7 @@ func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	if c.wait.pending.Load() && c.bufferWhilePending() {
 		return nil
 	}
-	switch c.phase {
+	switch connPhase(c.phase.Load()) {
 	case phaseRelay:
 		c.sess.ClientReadable()
 		return nil
@@ -474,13 +479,13 @@ func (c *clientConn) readHead() error {
 	end := headEnd(c.head.B)
 	if end < 0 {
 		if len(c.head.B) > c.srv.cfg.MaxHeaderBytes {
-			c.refuse(&httpError{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
+			c.refuse(&refusal{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
 				code: "headers_too_large", message: "request head too large"})
 		}
 		return nil
 	}
 	if end > c.srv.cfg.MaxHeaderBytes {
-		c.refuse(&httpError{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
+		c.refuse(&refusal{status: http.StatusRequestHeaderFieldsTooLarge, errType: "invalid_request_error",
 			code: "headers_too_large", message: "request head too large"})
 		return nil
 	}
@@ -490,16 +495,18 @@ func (c *clientConn) readHead() error {
 }
 
 // refuse answers the request with an HTTP error and closes the connection.
-func (c *clientConn) refuse(e *httpError) {
-	c.phase = phaseDone
+func (c *clientConn) refuse(e *refusal) {
+	c.setPhase(phaseDone)
 	_ = c.ep.Send(e.response())
 	c.ep.Close()
 }
 
-// stopTimer ends the handshake deadline and lets the timer go: a long-lived
-// session should not carry it. The connection's handshake is over, so it
-// also gives back its handshake count.
-func (c *clientConn) stopTimer() {
+// answered marks the connection's request as answered (a session opened,
+// an API request's body complete, or the socket closed): the deadline
+// timer (HANDSHAKE_TIMEOUT) stops and lets go, since a long-lived session
+// should not carry it, and the front door's count of connections awaiting
+// their answer (accept.go) is given back, once.
+func (c *clientConn) answered() {
 	c.mu.Lock()
 	if c.timer != nil {
 		c.timer.Stop()
@@ -509,7 +516,7 @@ func (c *clientConn) stopTimer() {
 	c.left = true
 	c.mu.Unlock()
 	if !left {
-		c.srv.leave()
+		c.srv.front.leave()
 	}
 }
 
@@ -525,7 +532,8 @@ func (c *clientConn) stopTimer() {
 // that poller meanwhile.
 func (c *clientConn) startRelay(sess *poller.Session) {
 	c.mu.Lock()
-	c.sess, c.phase = sess, phaseRelay
+	c.sess = sess
+	c.setPhase(phaseRelay)
 	c.mu.Unlock()
 	if !c.offLoop.Load() {
 		c.relaying.Store(true)
@@ -561,7 +569,7 @@ func (c *clientConn) onClose(netpoll.Connection) error {
 	c.srv.connsMu.Lock()
 	delete(c.srv.conns, c)
 	c.srv.connsMu.Unlock()
-	c.stopTimer()
+	c.answered()
 	if c.hs != nil {
 		c.hs.shut()
 	}
@@ -576,268 +584,6 @@ func (c *clientConn) onClose(netpoll.Connection) error {
 		c.srv.clientLeft(sess)
 	}
 	return nil
-}
-
-// handle acts on a complete request head; rest holds bytes the client sent
-// behind it (frames, for a client that did not wait for the 101).
-func (s *Server) handle(c *clientConn, head, rest []byte) {
-	req, herr := parseRequest(head)
-	if herr != nil {
-		c.refuse(herr)
-		return
-	}
-	if s.startAPI(c, req, rest) {
-		return
-	}
-	switch req.URL.Path {
-	case "/health", "/health/liveliness", "/health/readiness":
-		c.phase = phaseDone
-		if s.draining.Load() {
-			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
-				map[string]any{"status": "draining"}))
-		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
-			// Not ready until the pool holds its remembered demand
-			// (upstream/warming.go); alive all the same.
-			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
-				map[string]any{"status": "warming"}))
-		} else {
-			_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
-		}
-		c.ep.Close()
-		return
-	case "/v1/realtime", "/realtime":
-	default:
-		c.refuse(&httpError{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
-			message: "no such endpoint: " + req.URL.Path})
-		return
-	}
-	if req.Method != http.MethodGet {
-		c.refuse(&httpError{status: http.StatusMethodNotAllowed, errType: "invalid_request_error", code: "method_not_allowed",
-			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
-		return
-	}
-	if !s.originAllowed(req.Header.Get("Origin")) {
-		c.refuse(&httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
-			message: "this Origin may not connect"})
-		return
-	}
-	routes := s.routes.Load()
-	creds := credentials(req.Header)
-	key, grant, herr := s.authenticateConnect(routes, creds.key)
-	if herr != nil {
-		c.refuse(herr)
-		return
-	}
-	accept, herr := checkUpgrade(req)
-	if herr != nil {
-		c.refuse(herr)
-		return
-	}
-	q := req.URL.Query()
-	group, herr := s.connectGroup(routes, q, grant)
-	if herr == nil {
-		herr = s.checkSideband(c, key, q)
-	}
-	if herr != nil {
-		if herr != errAdmitPending {
-			c.refuse(herr)
-		}
-		return
-	}
-	// The session keeps its group for its whole life; from the query it
-	// would keep the whole request line it points into.
-	group = strings.Clone(group)
-	if !key.Allows(group) {
-		c.refuse(&httpError{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
-			message: fmt.Sprintf("This key may not use the model '%s'.", group)})
-		return
-	}
-	if herr := s.checkBudget(key); herr != nil {
-		c.refuse(herr)
-		return
-	}
-	if herr := s.admit(c, key); herr != nil {
-		if herr != errAdmitPending {
-			c.refuse(herr)
-		}
-		return
-	}
-	cands, reserved, herr := s.reserveDeployment(routes.Groups[group])
-	if herr != nil {
-		s.unadmit(key)
-		c.refuse(herr)
-		return
-	}
-
-	protocol := ""
-	if creds.offeredRealtime {
-		protocol = subprotocolRealtime
-	}
-	c.stopTimer()
-	info := &c.info
-	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), key, group, reserved, time.Now(), grant
-	sess := &c.session
-	sess.Init(&s.sessCfg, c.ep)
-	s.meterBudget(sess, info)
-	c.watch = setupWatch{sessionInfo: info, srv: s}
-	sess.InspectUpstream(&c.watch)
-	c.startRelay(sess)
-	s.sessMu.Lock()
-	s.sessions[sess] = info
-	s.sessMu.Unlock()
-	s.metrics.sessionsOpen.Inc()
-	if err := c.ep.Send(upgradeResponse(accept, protocol)); err != nil {
-		sess.Cancel() // the client is gone before its 101: no upstream
-		// Its close callback may have run before the session existed (the
-		// TLS listener's first request is read off netpoll's handlers): end
-		// the client side here; ClientGone is idempotent.
-		sess.ClientGone()
-		c.ep.Close()
-		return
-	}
-	if len(rest) > 0 {
-		sess.ClientBytes(rest)
-	}
-	bytebufferpool.Put(c.head)
-	c.head = nil
-	if s.startApp(sess, info, routes, q, req.Header) {
-		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
-	}
-	// Only the headers that go upstream outlive the handshake: the redial
-	// closure lives as long as the session, and the whole parsed header
-	// (about 1 KB) would too. Likewise the query is kept as its string and
-	// parsed again for a redial, which is rare: the parsed url.Values (a
-	// map, ~420 B) and the request line it points into would stay too.
-	upHeader := passThrough(req.Header)
-	rawQuery := strings.Clone(req.URL.RawQuery)
-	info.redial = func() {
-		defer s.pool.ClientDialing()()   // a client waits on this dial too
-		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
-		s.connectUpstream(sess, info, s.live.order(routes.Groups[group]), q, upHeader)
-	}
-	hit, dialDone := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
-	if hit {
-		return
-	}
-	go func() {
-		defer dialDone() // the pool's refill yields until this dial ends
-		s.connectUpstream(sess, info, cands, q, upHeader)
-	}()
-}
-
-// admit applies the instance-wide and per-key limits, reserving a session
-// slot; sessionEnded gives it back. A key's own limits win over the
-// gateway-wide defaults.
-func (s *Server) admit(c *clientConn, key *routes.ClientKey) *httpError {
-	if herr, ok := c.takeVerdict(); ok {
-		return herr // the cluster check's answer, reserved already
-	}
-	if s.stopping.Load() {
-		return &httpError{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
-			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
-	}
-	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
-		s.sessionsOpen.Add(-1)
-		return tooManyConnections()
-	}
-	maxSessions, rate := s.cfg.MaxSessionsPerKey, s.cfg.ConnectRatePerKey
-	if key.MaxSessions > 0 {
-		maxSessions = key.MaxSessions
-	}
-	if key.ConnectRate > 0 {
-		rate = key.ConnectRate
-	}
-	if s.cluster != nil {
-		herr := s.admitCluster(c, key.Name, maxSessions, rate)
-		if herr != nil && herr != errAdmitPending {
-			s.sessionsOpen.Add(-1)
-		}
-		return herr
-	}
-	if herr := s.limiter.admit(key.Name, maxSessions, rate, time.Now()); herr != nil {
-		s.sessionsOpen.Add(-1)
-		return herr
-	}
-	return nil
-}
-
-func (s *Server) originAllowed(origin string) bool {
-	if origin == "" || len(s.cfg.AllowedOrigins) == 0 || s.isAdminOrigin(origin) {
-		return true
-	}
-	for _, o := range s.cfg.AllowedOrigins {
-		if strings.EqualFold(o, origin) {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Server) sessionEnded(sess *poller.Session) {
-	s.sessMu.Lock()
-	info := s.sessions[sess]
-	delete(s.sessions, sess)
-	s.sessMu.Unlock()
-	if info == nil {
-		s.sessionsOpen.Add(-1)
-		return
-	}
-	if s.cluster != nil {
-		s.cluster.release(info.key.Name)
-	} else {
-		s.limiter.release(info.key.Name)
-	}
-	s.releaseDeployment(info)
-	deployment := ""
-	dep := s.uncount(info, false)
-	if dep != nil {
-		deployment = dep.Name
-	}
-	m := s.metrics
-	m.sessionsOpen.Dec()
-	fin, bin, fout, bout := sess.Counters()
-	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
-	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
-	m.frames.WithLabelValues("upstream_to_client").Add(float64(fout))
-	m.bytes.WithLabelValues("upstream_to_client").Add(float64(bout))
-
-	cl, from, ok := sess.FirstClose()
-	outcome := sessionOutcome(sess, cl, from, ok)
-	if dep == nil && info.left() {
-		outcome = "client_lost" // it left while its upstream was being dialed
-	}
-	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
-	u := info.meter.Usage
-	s.countTokens(info.group, info.key.Name, u)
-
-	rec := usage.Record{
-		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
-		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
-		PoolHit: info.poolHit, Outcome: outcome,
-		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
-		Usage: u,
-	}
-	if ok {
-		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
-	}
-	s.recordSession(info, &rec)
-	s.explainBeta(rec)
-	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
-}
-
-// sessionOutcome classifies how a session ended, for metrics.
-func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok bool) string {
-	switch {
-	case sess.UpstreamUnavailable():
-		return "upstream_unavailable"
-	case !ok:
-		return "unknown"
-	case cl.Code == ws.StatusAbnormalClosure: // the socket dropped without a close frame
-		return from.String() + "_lost"
-	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusInvalidFramePayloadData || cl.Code == ws.StatusMessageTooBig:
-		return from.String() + "_protocol_error"
-	}
-	return from.String() + "_closed"
 }
 
 // redactedURL is a URL fit for logs: no user info, no query (which may carry

@@ -40,6 +40,8 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/apps"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 )
 
@@ -174,7 +176,7 @@ func (p *primer) event(frame, payload, rest []byte) {
 	case "session.updated":
 		id := p.createdID
 		if id == "" {
-			id = newEventID()
+			id = protocol.NewEventID()
 		}
 		built, _ := json.Marshal(struct {
 			Type    string          `json:"type"`
@@ -207,31 +209,18 @@ func (p *primer) step(e primeEvent, why string) {
 	}
 }
 
-// sessionUpdateFrame is the secret's config as a masked session.update.
-func sessionUpdateFrame(config []byte) []byte {
-	var session map[string]json.RawMessage
-	_ = json.Unmarshal(config, &session)
-	// The model is the URL's (the deployment's name for it); the rest is
-	// the client's configuration.
-	for _, k := range []string{"model", "object", "id", "expires_at"} {
-		delete(session, k)
-	}
-	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": newEventID(), "session": session})
-	return frames.AppendFrame(nil, ws.OpText, body, true)
-}
-
 // primeSession gives a secret's session its configured upstream: a warm
 // socket when the pool has one, else a fresh dial; it runs in its own
 // goroutine.
 func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
-	ctx, cancel := s.attemptContext(info)
+	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
-	if err := s.secrets.loadConfig(ctx, info.grant); err != nil {
-		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.claims.ID, "err", err)
-		sess.DialFailed(errorNotice("session_config_unavailable", errSecretConfig.Error(), 0))
+	if err := s.secrets.LoadConfig(ctx, info.grant); err != nil {
+		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.Claims.ID, "err", err)
+		sess.DialFailed(s.proto.Refusal("session_config_unavailable", apps.ErrSecretConfig.Error(), 0))
 		return
 	}
-	update := sessionUpdateFrame(info.grant.config)
+	update := s.proto.Prime(info.grant.Config)
 
 	var p *primer
 	var d *routes.Deployment
@@ -251,20 +240,15 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 				p.feedCreated(held)
 				info.poolHit = true
 				hd.FinishHandOver()
-				s.live.succeeded(d)
+				s.balancer.Succeeded(d)
 			}
 		} else {
 			p = nil
 		}
 	}
 	if p == nil {
-		conn, dd, status := s.dialRace(ctx, info.group, cands[:min(len(cands), maxDialAttempts)], q, h)
+		conn, dd := s.dialFor(ctx, sess, info, cands, q, h)
 		if conn == nil {
-			if info.left() {
-				sess.Cancel()
-			} else {
-				s.dialFailed(sess, status)
-			}
 			return
 		}
 		d = dd
@@ -272,7 +256,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		p.h = poller.NewHandle(conn.Endpoint)
 		if err := conn.Endpoint.Send(update); err != nil {
 			conn.Endpoint.Drop()
-			s.dialFailed(sess, 0)
+			dialFailed(s.proto, sess, 0)
 			return
 		}
 		p.h.Start(p, func() { p.feed(conn.Preface) })
@@ -295,26 +279,26 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 			return
 		}
 		s.log.Warn("session config not applied", "key", info.key.Name, "deployment", d.Name, "why", why)
-		sess.DialFailed(errorNotice("upstream_unavailable", why, 0))
+		sess.DialFailed(s.proto.Refusal("upstream_unavailable", why, 0))
 		return
 	}
 	adopted := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
 		if !handOver(p.h, o) {
 			return nil, nil
 		}
-		s.attached(info, d) // before the first frame reaches the client
+		info.attached(s.balancer, d) // before the first frame reaches the client
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.h, p.out
 	})
 	if !adopted {
 		p.h.Endpoint().Drop()
-		sess.DialFailed(errorNotice("upstream_unavailable", "the upstream closed after the session config", 0))
+		sess.DialFailed(s.proto.Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
 		return
 	}
 	if state == primeRejected {
 		s.log.Info("upstream rejected the client secret's session config", "key", info.key.Name,
-			"secret_id", info.grant.claims.ID, "error", reason)
+			"secret_id", info.grant.Claims.ID, "error", reason)
 		sess.Terminate(4000, reason, nil)
 	}
 }

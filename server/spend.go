@@ -7,8 +7,12 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/server/routes"
 	"rtgate/server/spend"
@@ -27,9 +31,9 @@ func prices(d *routes.Deployment) spend.Prices {
 
 // logTableNotices says once per load what the routes file's LiteLLM fields
 // did not do, and which deployments have no prices (their sessions cost 0).
-func (s *Server) logTableNotices(t *routes.Table) {
+func logTableNotices(log *slog.Logger, t *routes.Table) {
 	for _, n := range t.Notices {
-		s.log.Info(n)
+		log.Info(n)
 	}
 	var unpriced []string
 	for _, ds := range t.Groups {
@@ -41,14 +45,48 @@ func (s *Server) logTableNotices(t *routes.Table) {
 	}
 	if len(unpriced) > 0 {
 		slices.Sort(unpriced)
-		s.log.Warn("no prices for these deployments: their sessions cost 0 USD and count nothing against budgets; "+
+		log.Warn("no prices for these deployments: their sessions cost 0 USD and count nothing against budgets; "+
 			"set model_info prices (input_cost_per_token, ...) or model_info.base_model", "deployments", unpriced)
 	}
 }
 
-// recordSession prices an ended session, counts its spend and writes its
-// record wherever records go.
-func (s *Server) recordSession(info *sessionInfo, rec *usage.Record) {
+// records is where ended sessions' records go: the log, USAGE_LOG, the
+// durable spend log, and the spend metric.
+type records struct {
+	log      *slog.Logger
+	spend    *prometheus.CounterVec
+	usageLog *usage.Log      // nil without USAGE_LOG
+	spendDB  *spenddb.Writer // nil without DATABASE_URL
+}
+
+// openRecords opens USAGE_LOG and starts the durable spend log when
+// DATABASE_URL is set.
+func openRecords(cfg Settings, m *metrics, log *slog.Logger) (*records, error) {
+	r := &records{log: log, spend: m.spend}
+	if cfg.UsageLog != "" {
+		ul, err := usage.Open(cfg.UsageLog, log, m.usageLogErrors)
+		if err != nil {
+			return nil, fmt.Errorf("USAGE_LOG: %w", err)
+		}
+		r.usageLog = ul
+	}
+	if cfg.DatabaseURL != "" {
+		spool := cfg.SpendSpool
+		if spool == "" {
+			spool = cfg.UsageLog + ".pg-spool"
+		}
+		w, err := spenddb.Open(spenddb.Config{URL: cfg.DatabaseURL, Spool: spool, Log: log, Registry: m.reg})
+		if err != nil {
+			return nil, err
+		}
+		r.spendDB = w
+	}
+	return r, nil
+}
+
+// record prices an ended session, counts its spend and writes its record
+// wherever records go.
+func (r *records) record(info *sessionInfo, rec *usage.Record) {
 	// Postgres keeps microseconds: so do the log line and the JSON line,
 	// so that the three read alike.
 	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
@@ -56,42 +94,25 @@ func (s *Server) recordSession(info *sessionInfo, rec *usage.Record) {
 	if info.overBudget.Load() {
 		rec.Outcome = "budget_exceeded"
 	}
-	s.metrics.spend.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.CostUSD)
-	s.log.Info("session ended", rec.LogAttrs()...)
-	if s.usageLog != nil {
-		s.usageLog.Write(*rec)
+	r.spend.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.CostUSD)
+	r.log.Info("session ended", rec.LogAttrs()...)
+	if r.usageLog != nil {
+		r.usageLog.Write(*rec)
 	}
-	if s.spendDB != nil {
-		s.spendDB.Enqueue(*rec)
+	if r.spendDB != nil {
+		r.spendDB.Enqueue(*rec)
 	}
 }
 
-// openSpendDB starts the durable spend log when DATABASE_URL is set.
-func (s *Server) openSpendDB() error {
-	if s.cfg.DatabaseURL == "" {
-		return nil
-	}
-	spool := s.cfg.SpendSpool
-	if spool == "" {
-		spool = s.cfg.UsageLog + ".pg-spool"
-	}
-	w, err := spenddb.Open(spenddb.Config{URL: s.cfg.DatabaseURL, Spool: spool, Log: s.log, Registry: s.metrics.reg})
-	if err != nil {
-		return err
-	}
-	s.spendDB = w
-	return nil
-}
-
-// closeSpend flushes the usage log and the spend log at shutdown.
-func (s *Server) closeSpend(ctx context.Context) {
-	if s.spendDB != nil {
-		if err := s.spendDB.Close(ctx); err != nil {
-			s.log.Warn("the spend log did not drain before shutdown; the rest is in the spool", "err", err)
+// close flushes the usage log and the spend log at shutdown.
+func (r *records) close(ctx context.Context) {
+	if r.spendDB != nil {
+		if err := r.spendDB.Close(ctx); err != nil {
+			r.log.Warn("the spend log did not drain before shutdown; the rest is in the spool", "err", err)
 		}
 	}
-	if s.usageLog != nil {
-		s.usageLog.Close()
+	if r.usageLog != nil {
+		r.usageLog.Close()
 	}
 }
 
@@ -99,10 +120,11 @@ func (s *Server) closeSpend(ctx context.Context) {
 // so that logrotate's postrotate `kill -HUP` starts new ones. (The spend
 // spool is not rotated: it empties itself once Postgres takes its records.)
 func (s *Server) ReopenLogs() error {
-	if s.usageLog == nil {
+	ul := s.records.usageLog
+	if ul == nil {
 		return nil
 	}
-	if err := s.usageLog.Reopen(); err != nil {
+	if err := ul.Reopen(); err != nil {
 		s.log.Error("reopening USAGE_LOG failed; still writing the old file", "err", err)
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/internal/every"
+	"rtgate/internal/sysmem"
 	"rtgate/poller"
 )
 
@@ -80,23 +82,7 @@ const (
 )
 
 func (s *Server) watchdog(ctx context.Context) {
-	everyTick(ctx, watchdogTick, s.sweep)
-}
-
-// everyTick calls f with the time of each tick of a d ticker until ctx ends;
-// the server's periodic jobs (the watchdog, the status sampler, the budget
-// saver) run on it.
-func everyTick(ctx context.Context, d time.Duration, f func(now time.Time)) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			f(now)
-		}
-	}
+	every.Tick(ctx, watchdogTick, s.sweep)
 }
 
 // backlog is a stalled session and what waits behind it.
@@ -123,12 +109,12 @@ func (s *Server) sweep(now time.Time) {
 			continue
 		}
 		if d := s.cfg.MaxSessionDuration; d > 0 && now.Sub(s.sessionStart(sess)) > d {
-			go s.terminate(sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
+			go terminate(s.proto, sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
 				"The session reached the gateway's maximum duration of "+d.String()+".")
 			continue
 		}
 		if d := s.cfg.IdleTimeout; d > 0 && sess.Idle(now) > d {
-			go s.terminate(sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
+			go terminate(s.proto, sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
 				"No frames in either direction for "+d.String()+"; the gateway closed the session.")
 		}
 	}
@@ -181,5 +167,5 @@ func defaultMaxBufferedBytes() int64 {
 	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 {
 		return lim / 4
 	}
-	return memoryAvailable() / 8
+	return sysmem.Available() / 8
 }

@@ -52,10 +52,17 @@ func run(args []string) error {
 	// large nodes (CPU per round trip showed no difference in the noise).
 	bufSize := fs.Int("buffer-size", 256, "netpoll's initial input buffer per connection, bytes")
 	nodeSize := fs.Int("node-size", 256, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
-	pollers := fs.Int("pollers", envInt("POLLER_NUM", 0), "netpoll's epoll loops; 0: one per core (GOMAXPROCS) with inline handlers, netpoll's GOMAXPROCS/20+1 with pool (POLLER_NUM)")
+	defPollers, err := envCount("POLLER_NUM")
+	if err != nil {
+		return err
+	}
+	pollers := fs.Int("pollers", defPollers, "netpoll's epoll loops; 0: one per core (GOMAXPROCS) with inline handlers, netpoll's GOMAXPROCS/20+1 with pool (POLLER_NUM)")
 	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", poller.DefaultHandlers.String()), "where read handlers run: inline (relayed sockets on their poller goroutine) or pool (a goroutine per read event) (POLLER_HANDLERS)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *pollers < 0 {
+		return fmt.Errorf("-pollers: %d is negative (0 picks the default)", *pollers)
 	}
 	if *apiBase != "" {
 		u, err := server.ParseAPIBase(*apiBase)
@@ -131,15 +138,16 @@ func envOr(name, def string) string {
 
 // envInt is envOr for a whole number; a value that does not parse keeps def
 // (the flag's own parsing then reports nothing, so it is logged at start).
-func envInt(name string, def int) int {
+// envCount reads a count of 0 or more from the environment (0 when unset);
+// anything else is a start-up error naming the variable.
+func envCount(name string) (int, error) {
 	v := os.Getenv(name)
 	if v == "" {
-		return def
+		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gateway: %s=%q is not a number; using %d\n", name, v, def)
-		return def
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("configuration: %s=%q is not a count (0 or more)", name, v)
 	}
-	return n
+	return n, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -50,10 +51,17 @@ func TestInvalidSettingIsAStartupError(t *testing.T) {
 		{"REDIS_URL=ftp://user:hunter2@x", "REDIS_URL"},
 		{"REDIS_TIMEOUT_MS=0", "REDIS_TIMEOUT_MS"},
 		{"CLUSTER_INSTANCES=0", "CLUSTER_INSTANCES"},
+		{"POLLER_NUM=many", "POLLER_NUM"},
+		{"POLLER_NUM=-2", "POLLER_NUM"},
+		{"POLLER_HANDLERS=threads", "handlers"},
 	} {
-		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(), "LITELLM_MASTER_KEY=k", tc.env)
+		// Bounded: a gateway that takes the setting and starts serving
+		// is killed, and fails the check below.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, bin)
+		cmd.Env = append(os.Environ(), "LITELLM_MASTER_KEY=k", "PORT=0", "ADMIN_ADDR=", tc.env)
 		out, err := cmd.CombinedOutput()
+		cancel()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "hunter2") {
 			t.Fatalf("%s: exit %v, output %q; want exit 2 naming %s", tc.env, err, out, tc.want)

@@ -82,9 +82,9 @@ var allowed = map[string]struct {
 		" (Handle.Start checks closedByUs under the endpoint's lock, which closeConn's callers set before choosing); or shutdown failed"},
 	"rtgate/poller.(*Handle).Start": {1, "the socket is inactive: the poller saw its hang-up while it had no handler, " +
 		"so it detached it and runs no task for it, and Start never runs on a poller"},
-	"rtgate/server.(*Server).answerRefused":          {1, "a connection refused at accept: its context has no clientConn, so it never runs inline"},
+	"rtgate/server.(*frontDoor).answerRefused":       {1, "a connection refused at accept: its context has no clientConn, so it never runs inline"},
 	"rtgate/server.(*Server).onRequest":              {1, "a connection refused at accept (no clientConn): never inline"},
-	"rtgate/server.(*Server).refuseAtAccept":         {2, "in OnPrepare, before netpoll registers the socket with a poller"},
+	"rtgate/server.(*frontDoor).refuseAtAccept":      {2, "in OnPrepare, before netpoll registers the socket with a poller"},
 	"rtgate/server.(*clientConn).bufferWhilePending": {1, "a Redis admission is out: " + onPool + " (startRelay defers inline until the admission's goroutine lets go)"},
 	"rtgate/server.(*clientConn).collectTLS":         {3, "the TLS handshake phase: " + onPool},
 	"rtgate/server.(*clientConn).readBody":           {1, "an API request's body: " + onPool},

@@ -1,9 +1,9 @@
-package server
+package admin
 
 // The playground (/playground on the admin port): a page that talks to a
 // model through this gateway from the browser. The page asks the admin
 // server for a client secret (POST /playground/client_secret), which mints
-// one for the master key server-side, living playgroundSecretTTL, then
+// one for the master key server-side, living PlaygroundSecretTTL, then
 // connects to the client port with the secret in the
 // openai-insecure-api-key subprotocol, exactly as a browser app would.
 //
@@ -36,15 +36,15 @@ import (
 )
 
 const (
-	// playgroundSecretTTL is the life of the secrets the playground mints:
+	// PlaygroundSecretTTL is the life of the secrets the playground mints:
 	// enough to connect, and a leaked one is useless a minute later.
-	playgroundSecretTTL = 60
-	// pageTokenTTL is how long a served page may mint; reload after.
-	pageTokenTTL = 12 * time.Hour
+	PlaygroundSecretTTL = 60
+	// PageTokenTTL is how long a served page may mint; reload after.
+	PageTokenTTL = 12 * time.Hour
 	// maxPlaygroundBody bounds the mint request (a model name and
 	// instructions).
 	maxPlaygroundBody = 8 << 10
-	pageTokenHeader   = "X-Playground-Token"
+	PageTokenHeader   = "X-Playground-Token"
 )
 
 //go:embed playground.html
@@ -63,20 +63,18 @@ type playgroundConfig struct {
 }
 
 func (s *Server) servePlayground(w http.ResponseWriter, r *http.Request) {
-	table := s.routes.Load()
-	cfg := playgroundConfig{Token: s.newPageToken(time.Now()), Default: table.Default, Scheme: "ws", Port: s.cfg.Port}
+	table := s.gw.Routes()
+	cfg := playgroundConfig{Token: s.PageToken(time.Now()), Default: table.Default, Scheme: "ws", Port: s.clientPort}
 	for g := range table.Groups {
 		cfg.Groups = append(cfg.Groups, g)
 	}
 	slices.Sort(cfg.Groups)
-	if s.tlsConfig != nil {
+	addr, tls := s.gw.ClientListener()
+	if tls {
 		cfg.Scheme = "wss"
 	}
-	s.mu.Lock()
-	ln := s.ln
-	s.mu.Unlock()
-	if ln != nil {
-		if a, ok := ln.Addr().(*net.TCPAddr); ok {
+	if addr != nil {
+		if a, ok := addr.(*net.TCPAddr); ok {
 			cfg.Port = a.Port
 			if !a.IP.IsUnspecified() && !a.IP.IsLoopback() {
 				cfg.Host = a.IP.String()
@@ -92,23 +90,23 @@ func (s *Server) servePlayground(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(page)
 }
 
-// newPageToken is base64url(expiry, nonce) "." base64url(HMAC).
-func (s *Server) newPageToken(now time.Time) string {
+// PageToken is base64url(expiry, nonce) "." base64url(HMAC).
+func (s *Server) PageToken(now time.Time) string {
 	var body [24]byte
-	binary.BigEndian.PutUint64(body[:8], uint64(now.Add(pageTokenTTL).Unix()))
+	binary.BigEndian.PutUint64(body[:8], uint64(now.Add(PageTokenTTL).Unix()))
 	_, _ = rand.Read(body[8:])
 	b := base64.RawURLEncoding.EncodeToString(body[:])
 	return b + "." + base64.RawURLEncoding.EncodeToString(s.pageMAC(b))
 }
 
 func (s *Server) pageMAC(b string) []byte {
-	m := hmac.New(sha256.New, s.admin.pageKey)
+	m := hmac.New(sha256.New, s.pageKey)
 	m.Write([]byte("playground-page:" + b))
 	return m.Sum(nil)
 }
 
 var (
-	errNoPageToken  = errors.New("missing " + pageTokenHeader + " header (reload the playground page)")
+	errNoPageToken  = errors.New("missing " + PageTokenHeader + " header (reload the playground page)")
 	errBadPageToken = errors.New("invalid or expired page token (reload the playground page)")
 )
 
@@ -147,7 +145,7 @@ func (s *Server) servePlaygroundSecret(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "origin_not_allowed", "the playground mints secrets only for its own page (Sec-Fetch-Site)")
 		return
 	}
-	if err := s.checkPageToken(r.Header.Get(pageTokenHeader), time.Now()); err != nil {
+	if err := s.checkPageToken(r.Header.Get(PageTokenHeader), time.Now()); err != nil {
 		refuse(http.StatusForbidden, "invalid_page_token", err.Error())
 		return
 	}
@@ -161,7 +159,7 @@ func (s *Server) servePlaygroundSecret(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "invalid_json", "the request body is not valid JSON")
 		return
 	}
-	table := s.routes.Load()
+	table := s.gw.Routes()
 	master := table.Master()
 	if master == nil {
 		refuse(http.StatusServiceUnavailable, "no_master_key", "no master key is configured (LITELLM_MASTER_KEY), so the playground cannot mint")
@@ -179,17 +177,17 @@ func (s *Server) servePlaygroundSecret(w http.ResponseWriter, r *http.Request) {
 		session["instructions"] = req.Instructions
 	}
 	mint, _ := json.Marshal(map[string]any{
-		"expires_after": map[string]any{"anchor": "created_at", "seconds": playgroundSecretTTL},
+		"expires_after": map[string]any{"anchor": "created_at", "seconds": PlaygroundSecretTTL},
 		"session":       session,
 	})
-	a := s.mintSecretFor(r.Context(), table, master, mint)
-	if a.errMsg != "" {
-		writeJSONError(w, a.status, a.errType, a.errCode, a.errMsg)
+	a := s.gw.MintSecret(r.Context(), table, master, mint)
+	if a.ErrMsg != "" {
+		writeJSONError(w, a.Status, a.ErrType, a.ErrCode, a.ErrMsg)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(a.status)
-	_, _ = w.Write(a.body)
+	w.WriteHeader(a.Status)
+	_, _ = w.Write(a.Body)
 }
 
 // writeJSONError writes an OpenAI-shaped error.

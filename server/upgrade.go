@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -26,27 +27,36 @@ func headEnd(b []byte) int {
 	return i + 4
 }
 
-// httpError is a refusal of the request, sent as an OpenAI-shaped JSON body.
-type httpError struct {
+// refusal is every refusal the gateway answers over HTTP (an upgrade's
+// before its 101, an API request's), sent as an OpenAI-shaped JSON error
+// body. An API answer carries one when it is a refusal (apiAnswer.refused).
+type refusal struct {
 	status  int
 	errType string
 	code    string
 	message string
+	param   string // the request field at fault, "" for none
 	header  http.Header
 }
 
-func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.message) }
+func (e *refusal) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.message) }
+
+// body is the refusal's JSON body.
+func (e *refusal) body() []byte {
+	var param any
+	if e.param != "" {
+		param = e.param
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": e.message, "type": e.errType, "param": param, "code": e.code}})
+	return b
+}
 
 // response renders the refusal. The connection closes after it.
-func (e *httpError) response() []byte {
-	body := map[string]any{"error": map[string]any{
-		"message": e.message,
-		"type":    e.errType,
-		"param":   nil,
-		"code":    e.code,
-	}}
-	return httpResponse(e.status, e.header, body)
-}
+func (e *refusal) response() []byte { return e.answer().render(nil) }
+
+// answer is the refusal as an API answer.
+func (e *refusal) answer() apiAnswer { return apiAnswer{status: e.status, refused: e} }
 
 // httpResponse renders body as a JSON answer; it shares apiAnswer's renderer
 // so that every response the gateway writes by hand has one format.
@@ -54,12 +64,12 @@ func httpResponse(status int, h http.Header, body any) []byte {
 	return jsonAnswer(status, body).render(h)
 }
 
-func badRequest(msg string) *httpError {
-	return &httpError{status: http.StatusBadRequest, errType: "invalid_request_error", code: "bad_request", message: msg}
+func badRequest(msg string) *refusal {
+	return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "bad_request", message: msg}
 }
 
 // parseRequest parses a complete request head.
-func parseRequest(head []byte) (*http.Request, *httpError) {
+func parseRequest(head []byte) (*http.Request, *refusal) {
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 	if err != nil {
 		return nil, badRequest("malformed HTTP request")
@@ -69,16 +79,16 @@ func parseRequest(head []byte) (*http.Request, *httpError) {
 
 // checkUpgrade validates the WebSocket parts of an upgrade request (RFC 6455
 // section 4.2.1) and returns the Sec-WebSocket-Accept value.
-func checkUpgrade(req *http.Request) (string, *httpError) {
+func checkUpgrade(req *http.Request) (string, *refusal) {
 	if !headerHasToken(req.Header, "Connection", "upgrade") || !headerHasToken(req.Header, "Upgrade", "websocket") {
-		return "", &httpError{
+		return "", &refusal{
 			status: http.StatusUpgradeRequired, errType: "invalid_request_error", code: "upgrade_required",
 			message: "this endpoint speaks WebSocket: send Connection: Upgrade and Upgrade: websocket",
 			header:  http.Header{"Upgrade": {"websocket"}, "Sec-WebSocket-Version": {"13"}},
 		}
 	}
 	if req.Header.Get("Sec-WebSocket-Version") != "13" {
-		return "", &httpError{
+		return "", &refusal{
 			status: http.StatusUpgradeRequired, errType: "invalid_request_error", code: "unsupported_websocket_version",
 			message: "only WebSocket version 13 is supported",
 			header:  http.Header{"Sec-WebSocket-Version": {"13"}},

@@ -1,8 +1,9 @@
-package server
+// Package admin is the gateway's admin port: /metrics, /debug/pprof/, and
+// two pages for people, the live status page (status.go) and the playground
+// (playground.go). It reads the gateway through the Gateway interface and
+// never imports the server package.
+package admin
 
-// The admin server: /metrics, /debug/pprof/, and two pages for people, the
-// live status page (status.go) and the playground (playground.go).
-//
 // The admin port can mint client secrets (for the playground) with the
 // master key, so it must not be reachable from a web page the operator
 // happens to have open:
@@ -21,8 +22,10 @@ package server
 //     it) and an Origin that is the admin page's own.
 
 import (
+	"context"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"slices"
 	"strconv"
@@ -32,10 +35,50 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"rtgate/server/balance"
+	"rtgate/server/routes"
+	"rtgate/upstream"
 )
 
-// adminState is what the admin pages keep beside the server.
-type adminState struct {
+// Gateway is what the admin port reads of the gateway it serves.
+type Gateway interface {
+	// Routes is the configuration in force.
+	Routes() *routes.Table
+	// Sessions is the number of sessions in the registry now, and
+	// SessionCounts the same by model group and by key name (a walk).
+	Sessions() int
+	SessionCounts() (byGroup, byKey map[string]int)
+	// SessionsEnded is the number of sessions ended so far.
+	SessionsEnded() float64
+	Draining() bool
+	// Pool is the warm pool, nil when it is off.
+	Pool() *upstream.Pool
+	// Deployment is a deployment's state as the balancer holds it.
+	Deployment(d *routes.Deployment) balance.HostStatus
+	// ClientListener is the client port: its address once listening (nil
+	// before), and whether it speaks TLS.
+	ClientListener() (addr net.Addr, tls bool)
+	// MintSecret mints a client secret for key from a mint request body,
+	// as POST /v1/realtime/client_secrets would.
+	MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) Answer
+}
+
+// Answer is a JSON API answer: Body on success, else the error's fields.
+type Answer struct {
+	Status                   int
+	Body                     []byte
+	ErrType, ErrCode, ErrMsg string
+}
+
+// Server is the admin port of one gateway.
+type Server struct {
+	gw         Gateway
+	main       *prometheus.Registry // the gateway's metrics, served on /metrics
+	hosts      []string             // ADMIN_HOSTS
+	clientPort int                  // PORT, until the client listener says otherwise
+
 	started time.Time
 	// reg holds the collectors the status page reads (the pool's), which
 	// are registered in the main registry too: sampling it each second
@@ -46,20 +89,21 @@ type adminState struct {
 	addr     atomic.Pointer[net.TCPAddr] // the admin listener, once ServeAdmin runs
 	sampling sync.Once
 	board    statusBoard
-	dials    dialStats
 }
 
-func (a *adminState) init() {
-	a.started = time.Now()
-	a.reg = prometheus.NewRegistry()
-	a.pageKey = randomBytes(32)
+// New is the admin port of gw, whose metrics are in main; hosts are the
+// names it answers to besides loopback ones (ADMIN_HOSTS), clientPort the
+// configured client port.
+func New(gw Gateway, main *prometheus.Registry, hosts []string, clientPort int) *Server {
+	a := &Server{gw: gw, main: main, hosts: hosts, clientPort: clientPort, started: time.Now(),
+		reg: prometheus.NewRegistry(), pageKey: randomBytes(32)}
 	a.board.init()
-	a.dials.init()
+	return a
 }
 
-// tee returns a Registerer that registers with main and with the status
+// Tee returns a Registerer that registers with main and with the status
 // page's own registry.
-func (a *adminState) tee(main prometheus.Registerer) prometheus.Registerer {
+func (a *Server) Tee(main prometheus.Registerer) prometheus.Registerer {
 	return teeRegisterer{main: main, status: a.reg}
 }
 
@@ -85,18 +129,33 @@ func (t teeRegisterer) Unregister(c prometheus.Collector) bool {
 	return t.main.Unregister(c)
 }
 
-// adminListening records the admin listener's address: the playground's
+// Listening records the admin listener's address: the playground's
 // origin (accepted by the client port) and the Host check depend on it.
-func (s *Server) adminListening(addr net.Addr) {
+func (s *Server) Listening(addr net.Addr) {
 	if a, ok := addr.(*net.TCPAddr); ok {
-		s.admin.addr.Store(a)
+		s.addr.Store(a)
 	}
 }
 
+// Handler serves /metrics (Prometheus text format), /debug/pprof/, /status
+// and /playground, for loopback Hosts only (and ADMIN_HOSTS). The status
+// sampler starts with the first Handler and runs until ctx ends.
+func (s *Server) Handler(ctx context.Context) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.main, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.addPages(ctx, mux)
+	return s.guard(mux)
+}
+
 // addPages mounts the status page and the playground, and starts the
-// status sampler (one goroutine, until the server shuts down).
-func (s *Server) addPages(mux *http.ServeMux) {
-	s.admin.sampling.Do(func() { go s.sampleStatus(s.ctx) })
+// status sampler (one goroutine, until ctx ends).
+func (s *Server) addPages(ctx context.Context, mux *http.ServeMux) {
+	s.sampling.Do(func() { go s.sampleStatus(ctx) })
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/status", http.StatusFound)
 	})
@@ -106,12 +165,12 @@ func (s *Server) addPages(mux *http.ServeMux) {
 	mux.HandleFunc("POST /playground/client_secret", s.servePlaygroundSecret)
 }
 
-// adminGuard refuses requests whose Host could come from DNS rebinding.
-func (s *Server) adminGuard(next http.Handler) http.Handler {
+// guard refuses requests whose Host could come from DNS rebinding.
+func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// No Host at all (HTTP/1.0, or a handler called in-process)
 		// is no browser's request: browsers always send one.
-		if r.Host != "" && !s.adminHostAllowed(r.Host) {
+		if r.Host != "" && !s.HostAllowed(r.Host) {
 			http.Error(w, "admin server: this Host is not served; use a loopback address or list the name in ADMIN_HOSTS",
 				http.StatusMisdirectedRequest)
 			return
@@ -120,11 +179,11 @@ func (s *Server) adminGuard(next http.Handler) http.Handler {
 	})
 }
 
-// adminHostAllowed says whether the admin server answers to hostport (a
-// Host header).
-func (s *Server) adminHostAllowed(hostport string) bool { return s.adminHost(hostport, true) }
+// HostAllowed says whether the admin server answers to hostport (a Host
+// header).
+func (s *Server) HostAllowed(hostport string) bool { return s.adminHost(hostport, true) }
 
-// adminHost is adminHostAllowed; anyIP says whether every IP literal counts
+// adminHost is HostAllowed; anyIP says whether every IP literal counts
 // when the listener is bound to all addresses (true for Host headers; false
 // for origins, where "any address on port 4002" would take in other
 // machines' pages).
@@ -140,10 +199,10 @@ func (s *Server) adminHost(hostport string, anyIP bool) bool {
 		if ip.IsLoopback() {
 			return true
 		}
-		a := s.admin.addr.Load()
+		a := s.addr.Load()
 		return a != nil && ((anyIP && a.IP.IsUnspecified()) || a.IP.Equal(ip))
 	}
-	return slices.Contains(s.cfg.AdminHosts, h)
+	return slices.Contains(s.hosts, h)
 }
 
 // hostOf is the host of a Host header value, lower case, without port,
@@ -157,13 +216,13 @@ func hostOf(hostport string) string {
 	return strings.ToLower(h)
 }
 
-// isAdminOrigin reports whether origin is a page served by this admin
+// IsOrigin reports whether origin is a page served by this admin
 // server: http(s), a loopback name or address, a name in ADMIN_HOSTS or the
 // listener's own address, and its port. The client
 // port accepts such origins even when ALLOWED_ORIGINS is set, so that the
 // playground can connect.
-func (s *Server) isAdminOrigin(origin string) bool {
-	a := s.admin.addr.Load()
+func (s *Server) IsOrigin(origin string) bool {
+	a := s.addr.Load()
 	if a == nil || origin == "" {
 		return false
 	}

@@ -13,14 +13,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"rtgate/poller"
+	"rtgate/internal/every"
+	"rtgate/server/cluster"
 	"rtgate/server/routes"
 	"rtgate/server/spend"
 	"rtgate/server/usage"
@@ -31,7 +32,11 @@ const (
 	budgetSave = time.Second            // without: the state file
 )
 
+// budgets are the per-key spend budgets: the ledger and how it is kept.
 type budgets struct {
+	log    *slog.Logger
+	routes func() *routes.Table // the keys in force, for their budgets
+
 	ledger  *spend.Ledger
 	state   string        // the state file; "" with Redis
 	shared  *spend.Shared // nil without Redis
@@ -40,10 +45,11 @@ type budgets struct {
 	failed  prometheus.Counter
 }
 
-// setupBudgets makes the ledger: shared through Redis when the cluster
-// store is there, else loaded from (and saved to) the state file.
-func (s *Server) setupBudgets() error {
-	b := &budgets{
+// newBudgets makes the ledger: shared through Redis when the cluster store
+// is there, else loaded from (and saved to) the state file (SPEND_STATE, or
+// beside USAGE_LOG).
+func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, reg prometheus.Registerer, log *slog.Logger) (*budgets, error) {
+	b := &budgets{log: log, routes: table,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_refused_total",
 			Help: "Connects refused with 429 budget_exceeded, by client key name."}, []string{"key"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_ended_sessions_total",
@@ -51,40 +57,37 @@ func (s *Server) setupBudgets() error {
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_budget_sync_failures_total",
 			Help: "Failed budget syncs with Redis or saves of the budget state file."}),
 	}
-	s.metrics.reg.MustRegister(b.refused, b.ended, b.failed)
-	if s.store != nil {
+	reg.MustRegister(b.refused, b.ended, b.failed)
+	if store != nil {
 		b.ledger = spend.NewLedger()
-		b.shared = &spend.Shared{Client: s.store.Client, Prefix: s.store.Prefix}
-		s.budgets = b
-		return nil
+		b.shared = &spend.Shared{Client: store.Client, Prefix: store.Prefix}
+		return b, nil
 	}
-	b.state = s.cfg.SpendState
-	if b.state == "" && s.cfg.UsageLog != "" {
-		b.state = s.cfg.UsageLog + ".budgets.json"
+	b.state = cfg.SpendState
+	if b.state == "" && cfg.UsageLog != "" {
+		b.state = cfg.UsageLog + ".budgets.json"
 	}
 	if b.state == "" {
-		for _, k := range s.routes.Load().Keys {
+		for _, k := range table().Keys {
 			if k.Budget.Max > 0 {
-				return fmt.Errorf("key %q has max_budget: set SPEND_STATE (or USAGE_LOG, or REDIS_URL) so that a restart does not reset its spend", k.Name)
+				return nil, fmt.Errorf("key %q has max_budget: set SPEND_STATE (or USAGE_LOG, or REDIS_URL) so that a restart does not reset its spend", k.Name)
 			}
 		}
 		b.ledger = spend.NewLedger()
-		s.budgets = b
-		return nil
+		return b, nil
 	}
 	l, err := spend.LoadLedger(b.state)
 	if err != nil {
-		return fmt.Errorf("SPEND_STATE: %w", err)
+		return nil, fmt.Errorf("SPEND_STATE: %w", err)
 	}
 	b.ledger = l
-	s.budgets = b
-	return nil
+	return b, nil
 }
 
 // budgeted are the keys with a budget, now.
-func (s *Server) budgeted() map[string]spend.Budget {
+func (b *budgets) budgeted() map[string]spend.Budget {
 	out := map[string]spend.Budget{}
-	for _, k := range s.routes.Load().Keys {
+	for _, k := range b.routes().Keys {
 		if k.Budget.Max > 0 {
 			out[k.Name] = k.Budget
 		}
@@ -92,32 +95,30 @@ func (s *Server) budgeted() map[string]spend.Budget {
 	return out
 }
 
-// runBudgets syncs or saves the ledger every budgetSync or budgetSave until
-// ctx ends; closeBudgets saves a last time at shutdown.
-func (s *Server) runBudgets(ctx context.Context) {
-	b := s.budgets
-	every := budgetSave
+// run syncs or saves the ledger every budgetSync or budgetSave until ctx
+// ends; close saves a last time at shutdown.
+func (b *budgets) run(ctx context.Context) {
+	period := budgetSave
 	if b.shared != nil {
-		every = budgetSync
+		period = budgetSync
 	}
 	var lastWarn time.Time
-	everyTick(ctx, every, func(time.Time) {
-		if err := s.persistBudgets(ctx); err != nil {
+	every.Tick(ctx, period, func(time.Time) {
+		if err := b.persist(ctx); err != nil {
 			b.failed.Inc()
 			if time.Since(lastWarn) > 10*time.Second {
-				s.log.Warn("budget spend is not being shared or saved; enforcing with what this instance knows", "err", err)
+				b.log.Warn("budget spend is not being shared or saved; enforcing with what this instance knows", "err", err)
 				lastWarn = time.Now()
 			}
 		}
 	})
 }
 
-func (s *Server) persistBudgets(ctx context.Context) error {
-	b := s.budgets
+func (b *budgets) persist(ctx context.Context) error {
 	if b.shared != nil {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		return b.ledger.Sync(cctx, *b.shared, s.budgeted(), time.Now())
+		return b.ledger.Sync(cctx, *b.shared, b.budgeted(), time.Now())
 	}
 	if b.state != "" {
 		return b.ledger.Save(b.state)
@@ -125,62 +126,61 @@ func (s *Server) persistBudgets(ctx context.Context) error {
 	return nil
 }
 
-// checkBudget refuses a connect from a key at or over its budget.
-func (s *Server) checkBudget(key *routes.ClientKey) *httpError {
+// check refuses a connect from a key at or over its budget.
+func (b *budgets) check(key *routes.ClientKey) *refusal {
 	bud := key.Budget
 	if bud.Max <= 0 {
 		return nil
 	}
 	now := time.Now()
-	spent := s.budgets.ledger.Spent(key.Name, bud, now)
+	spent := b.ledger.Spent(key.Name, bud, now)
 	if spent < bud.Max {
 		return nil
 	}
-	s.budgets.refused.WithLabelValues(key.Name).Inc()
+	b.refused.WithLabelValues(key.Name).Inc()
 	msg := fmt.Sprintf("This key has reached its budget: $%.4f spent of $%s", spent, strconv.FormatFloat(bud.Max, 'f', -1, 64))
 	h := http.Header{}
-	if anchor, ok := s.budgets.ledger.Anchor(key.Name); ok && bud.Every > 0 {
+	if anchor, ok := b.ledger.Anchor(key.Name); ok && bud.Every > 0 {
 		wait := bud.ResetsIn(anchor, now)
 		msg += fmt.Sprintf(" in the current %s window, which resets at %s.", windowName(bud.Every), now.Add(wait).UTC().Format(time.RFC3339))
 		h.Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 	} else {
 		msg += " (a lifetime budget)."
 	}
-	return &httpError{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
+	return &refusal{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
 		message: msg, header: h}
 }
 
-// meterBudget books each response's cost against the session's key as it
-// ends, and ends the session once its key is over budget. It runs on the
-// relay's read path, after the response.done went to the client: the
-// response the client paid for is never cut short.
-func (s *Server) meterBudget(sess *poller.Session, info *sessionInfo) {
+// meter books each response's cost against the session's key as it ends,
+// and ends the session (end, in a goroutine of its own) once its key is
+// over budget. It runs on the relay's read path, after the response.done
+// went to the client: the response the client paid for is never cut short.
+func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 	bud := info.key.Budget
 	if bud.Max <= 0 {
 		return
 	}
 	ended := false // only the read path touches it
 	info.meter.OnEvent = func(add usage.Usage) {
-		total := s.budgets.ledger.Book(info.key.Name, bud, prices(info.currentDeployment()).Cost(add), time.Now())
+		total := b.ledger.Book(info.key.Name, bud, prices(info.currentDeployment()).Cost(add), time.Now())
 		if total < bud.Max || ended {
 			return
 		}
 		ended = true
 		info.overBudget.Store(true)
-		s.budgets.ended.WithLabelValues(info.key.Name).Inc()
-		go s.terminate(sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded",
-			fmt.Sprintf("This key has reached its budget of $%s; the session ends after the response it was given.",
-				strconv.FormatFloat(bud.Max, 'f', -1, 64)))
+		b.ended.WithLabelValues(info.key.Name).Inc()
+		go end(fmt.Sprintf("This key has reached its budget of $%s; the session ends after the response it was given.",
+			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
 	}
 }
 
-// closeBudgets saves or syncs the ledger a last time at shutdown.
-func (s *Server) closeBudgets(ctx context.Context) {
-	if s.budgets == nil {
+// close saves or syncs the ledger a last time at shutdown.
+func (b *budgets) close(ctx context.Context) {
+	if b == nil {
 		return
 	}
-	if err := s.persistBudgets(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		s.log.Warn("saving budget spend at shutdown failed", "err", err)
+	if err := b.persist(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		b.log.Warn("saving budget spend at shutdown failed", "err", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package server
+package balance
 
 // Hedged dials. A connect's upstream attempt may run more than one dial at a
 // time: when a dial has not completed its upgrade within the hedge delay
@@ -11,8 +11,6 @@ package server
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/url"
 	"slices"
 	"time"
 
@@ -23,6 +21,13 @@ import (
 	"rtgate/upstream"
 )
 
+// MaxAttempts bounds failover: a connect tries at most this many
+// deployments of its model group before the client gets the error.
+const MaxAttempts = 3
+
+// DialFunc dials deployment d for the session being connected.
+type DialFunc func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error)
+
 // dialResult is one dial's outcome.
 type dialResult struct {
 	i    int // index of the dial in the attempt
@@ -30,8 +35,8 @@ type dialResult struct {
 	err  error
 }
 
-// dial is one dial of an attempt.
-type dial struct {
+// attempt is one dial of a race.
+type attempt struct {
 	d       *routes.Deployment
 	cancel  context.CancelFunc
 	started time.Time
@@ -39,20 +44,23 @@ type dial struct {
 	done    bool
 }
 
-// dialRace runs the dials of one connect (see connectUpstream) until one
-// completes its upgrade, all have failed, or ctx ends. It returns the
-// winner, or the HTTP status of the last refusal (0 if none). Dials still in
-// flight when it returns are cancelled; one that completes anyway is closed
-// with 1001.
+// Race runs the dials of one connect of group until one completes its
+// upgrade, all have failed, or ctx ends; at most MaxAttempts of cands are
+// tried. It returns the winner and its deployment, or the HTTP status of
+// the last refusal (0 if none). Dials still in flight when it returns are
+// cancelled; one that completes anyway is closed with 1001. Each dial's
+// outcome goes to Succeeded or Failed, except one abandoned because ctx
+// was cancelled (the client left, the gateway is stopping).
 //
-// Candidates come in routing order (the probe, healthy, then ejected ones).
-// A failover takes the next candidate whatever its health (the ones before
+// Candidates come in plan order (the probe, healthy, then ejected ones). A
+// failover takes the next candidate whatever its health (the ones before
 // it just failed). A hedge takes the next healthy one; it takes an ejected
 // one only when no deployment of the attempt is healthy, so that ejected
 // deployments stay skipped while a healthy one exists.
-func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Deployment, q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment, int) {
+func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deployment, dial DialFunc) (*upstream.Upgraded, *routes.Deployment, int) {
+	cands = cands[:min(len(cands), MaxAttempts)]
 	results := make(chan dialResult, len(cands)) // buffered: no dial waits for a reader that left
-	dials := make([]dial, 0, len(cands))
+	dials := make([]attempt, 0, len(cands))
 	pending := slices.Clone(cands) // not dialed yet, in order
 	inflight, status := 0, 0
 	start := func(k int, hedge bool) {
@@ -60,24 +68,23 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 		pending = slices.Delete(pending, k, k+1)
 		i := len(dials)
 		dctx, cancel := context.WithCancel(ctx)
-		dials = append(dials, dial{d: d, cancel: cancel, started: time.Now(), hedge: hedge})
+		dials = append(dials, attempt{d: d, cancel: cancel, started: time.Now(), hedge: hedge})
 		inflight++
-		t := target(d, q, h)
-		dialing := &s.live.stateOf(d).dialing
+		dialing := &b.hostOf(d).dialing
 		dialing.Add(1)
 		go func() {
-			conn, err := s.dialer.Dial(dctx, t)
+			conn, err := dial(dctx, d)
 			dialing.Add(-1)
 			results <- dialResult{i: i, conn: conn, err: err}
 		}()
 	}
 	// hedgeTo is the pending candidate a hedge dials now, -1 for none.
 	hedgeTo := func() int {
-		if k := slices.IndexFunc(pending, s.live.healthy); k >= 0 {
+		if k := slices.IndexFunc(pending, b.Healthy); k >= 0 {
 			return k
 		}
 		for i := range dials {
-			if !dials[i].done && s.live.healthy(dials[i].d) {
+			if !dials[i].done && b.Healthy(dials[i].d) {
 				return -1 // slow but healthy: no reason to try an ejected one
 			}
 		}
@@ -93,8 +100,8 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 			hedgeTimer.Stop()
 		}
 		hedgeTimer, hedgeC = nil, nil
-		if s.cfg.HedgeDelay > 0 && len(pending) > 0 {
-			hedgeTimer = time.NewTimer(s.cfg.HedgeDelay)
+		if b.cfg.HedgeDelay > 0 && len(pending) > 0 {
+			hedgeTimer = time.NewTimer(b.cfg.HedgeDelay)
 			hedgeC = hedgeTimer.C
 		}
 	}
@@ -124,9 +131,9 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 				armHedge() // look again after another hedge delay
 				continue
 			}
-			s.live.m.hedgesStarted.WithLabelValues(group).Inc()
-			s.log.Debug("upstream dial slow; hedging", "deployment", dials[len(dials)-1].d.Name,
-				"next", pending[k].Name, "after_ms", s.cfg.HedgeDelay.Milliseconds())
+			b.m.hedgesStarted.WithLabelValues(group).Inc()
+			b.log.Debug("upstream dial slow; hedging", "deployment", dials[len(dials)-1].d.Name,
+				"next", pending[k].Name, "after_ms", b.cfg.HedgeDelay.Milliseconds())
 			start(k, true)
 			armHedge()
 
@@ -141,14 +148,14 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 				// what a deployment that went dark looks like.
 				for j := range dials {
 					if o := &dials[j]; !o.done && o.started.Before(dl.started) {
-						s.live.failed(o.d, "overtaken by a hedged dial")
+						b.Failed(o.d, "overtaken by a hedged dial")
 					}
 				}
 				if dl.hedge {
-					s.live.m.hedgesWon.WithLabelValues(group).Inc()
+					b.m.hedgesWon.WithLabelValues(group).Inc()
 				}
-				s.live.succeeded(dl.d)
-				s.admin.dials.observe(dl.d.Name, time.Since(dl.started))
+				b.Succeeded(dl.d)
+				b.observeDial(dl.d, time.Since(dl.started))
 				stop()
 				return r.conn, dl.d, 0
 			}
@@ -159,10 +166,10 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 			if errors.As(r.err, &ue) && ue.Status != 0 {
 				status = ue.Status
 			}
-			s.metrics.dialFailures.WithLabelValues(group).Inc()
-			s.log.Warn("upstream dial failed", "deployment", dl.d.Name, "attempt", r.i+1, "status", status,
+			b.cfg.DialFailures.WithLabelValues(group).Inc()
+			b.log.Warn("upstream dial failed", "deployment", dl.d.Name, "attempt", r.i+1, "status", status,
 				"after_ms", time.Since(dl.started).Milliseconds(), "err", r.err)
-			s.live.failed(dl.d, "dial failed")
+			b.Failed(dl.d, "dial failed")
 			if inflight == 0 && len(pending) > 0 && ctx.Err() == nil {
 				start(0, false) // fail over at once
 				armHedge()
@@ -174,10 +181,10 @@ func (s *Server) dialRace(ctx context.Context, group string, cands []*routes.Dep
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				for i := range dials {
 					if !dials[i].done {
-						s.metrics.dialFailures.WithLabelValues(group).Inc()
-						s.log.Warn("upstream dial timed out", "deployment", dials[i].d.Name, "attempt", i+1,
+						b.cfg.DialFailures.WithLabelValues(group).Inc()
+						b.log.Warn("upstream dial timed out", "deployment", dials[i].d.Name, "attempt", i+1,
 							"after_ms", time.Since(dials[i].started).Milliseconds())
-						s.live.failed(dials[i].d, "dial timed out")
+						b.Failed(dials[i].d, "dial timed out")
 					}
 				}
 			}

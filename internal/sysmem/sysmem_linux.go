@@ -1,4 +1,6 @@
-package server
+// Package sysmem says how much memory the gateway may use: the machine's RAM
+// or its cgroup's limit (Linux); unknown elsewhere.
+package sysmem
 
 import (
 	"os"
@@ -7,9 +9,9 @@ import (
 	"syscall"
 )
 
-// memoryAvailable is the machine's RAM, or the cgroup v2 memory limit when
+// Available is the machine's RAM, or the cgroup v2 memory limit when
 // that is lower; 0 if neither can be read.
-func memoryAvailable() int64 {
+func Available() int64 {
 	var si syscall.Sysinfo_t
 	var ram int64
 	if syscall.Sysinfo(&si) == nil {

@@ -1,4 +1,9 @@
-package server
+// Package cluster is what the gateway instances sharing one Redis
+// (REDIS_URL) hold in common: the Redis client and every key name written
+// under its prefix (Store), and the per-key limits counted across the
+// instances (Limiter, a limit.Admitter). Client secrets' configs, call
+// owners and spend share the Store's client and keys.
+package cluster
 
 import (
 	"context"
@@ -13,16 +18,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ClusterStore is this instance's handle on the Redis that every gateway
+// Store is this instance's handle on the Redis that every gateway
 // instance of one deployment shares (REDIS_URL). The per-key limits use it
-// (cluster_limits.go); other cluster-wide state (budgets) can share the
+// (limiter.go); other cluster-wide state (budgets) can share the
 // client and the instance identity.
 //
 // The client is set up for calls on the connect path: no retries (a retry
 // would spend the budget twice), a short dial timeout, and deadlines taken
 // from each call's context, so a caller's few-millisecond budget holds even
 // when Redis is down or slow.
-type ClusterStore struct {
+type Store struct {
 	Client *redis.Client
 	// Instance names this process in Redis: host, PID and a random suffix,
 	// so a restarted process never inherits the leases of its predecessor.
@@ -33,13 +38,13 @@ type ClusterStore struct {
 	Timeout time.Duration
 }
 
-// NewClusterStore connects lazily to redisURL (redis://[user:pass@]host:port/db
+// NewStore connects lazily to redisURL (redis://[user:pass@]host:port/db
 // or rediss:// for TLS); it does not fail when Redis is down, since the
 // gateway runs on without it.
-func NewClusterStore(redisURL string, timeout time.Duration) (*ClusterStore, error) {
+func NewStore(redisURL string, timeout time.Duration) (*Store, error) {
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL %s: %w", redactedRedisURL(redisURL), err)
+		return nil, fmt.Errorf("REDIS_URL %s: %w", RedactURL(redisURL), err)
 	}
 	if timeout <= 0 {
 		timeout = 5 * time.Millisecond
@@ -52,7 +57,7 @@ func NewClusterStore(redisURL string, timeout time.Duration) (*ClusterStore, err
 	opt.DisableIdentity = true // no CLIENT SETINFO round trips on each new connection
 	opt.Protocol = 2           // no HELLO round trip either
 	quietRedisLog.Do(func() { redis.SetLogger(discardLogger{}) })
-	return &ClusterStore{
+	return &Store{
 		Client:   redis.NewClient(opt),
 		Instance: instanceID(),
 		Prefix:   "rtgate:",
@@ -61,10 +66,10 @@ func NewClusterStore(redisURL string, timeout time.Duration) (*ClusterStore, err
 }
 
 // Close closes the client's connections.
-func (st *ClusterStore) Close() error { return st.Client.Close() }
+func (st *Store) Close() error { return st.Client.Close() }
 
 // Key is the Redis key for the parts given, under Prefix.
-func (st *ClusterStore) Key(parts ...string) string {
+func (st *Store) Key(parts ...string) string {
 	k := st.Prefix
 	for i, p := range parts {
 		if i > 0 {
@@ -75,8 +80,12 @@ func (st *ClusterStore) Key(parts ...string) string {
 	return k
 }
 
+// InstancesKey is the sorted set of the instances' leases (see Limiter),
+// which others sharing the store (the pool's remembered demand) read too.
+func (st *Store) InstancesKey() string { return st.Key("instances") }
+
 // Ping checks Redis within d.
-func (st *ClusterStore) Ping(d time.Duration) error {
+func (st *Store) Ping(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return st.Client.Ping(ctx).Err()
@@ -97,8 +106,8 @@ func instanceID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
 }
 
-// redactedRedisURL drops the password from a Redis URL, for errors and logs.
-func redactedRedisURL(v string) string {
+// RedactURL drops the password from a Redis URL, for errors and logs.
+func RedactURL(v string) string {
 	u, err := url.Parse(v)
 	if err != nil {
 		return "(unparseable URL)"

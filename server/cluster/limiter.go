@@ -1,10 +1,9 @@
-package server
+package cluster
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,9 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"rtgate/server/limit"
 )
 
-// clusterLimiter holds each key's max_sessions and connect_rate across every
+// Limiter holds each key's max_sessions and connect_rate across every
 // instance that shares one Redis.
 //
 // Counting. Every instance writes, per key, how many sessions it has open:
@@ -32,15 +33,15 @@ import (
 // Admission is one Lua script (one round trip): sum the live instances'
 // counts, check max_sessions, take a token from the key's bucket, write
 // this instance's new count. It runs in its own goroutine with a budget of
-// RedisTimeout (cluster_admit.go), never on netpoll's handler.
+// RedisTimeout, never on netpoll's handler (Waits says when).
 //
 // Outages. A failed or late call marks Redis down: connects are decided by
 // per-instance limits (the key's limit divided by ClusterInstances, at least
 // 1) until a probe every probeEvery succeeds; then every key's count is
 // written again and Redis decides again. Each outage is logged once and
 // counted in rtgate_cluster_redis_outages_total.
-type clusterLimiter struct {
-	st        *ClusterStore
+type Limiter struct {
+	st        *Store
 	log       *slog.Logger
 	lease     time.Duration
 	instances int
@@ -49,7 +50,7 @@ type clusterLimiter struct {
 	keys map[string]*clusterKey
 
 	down     atomic.Bool
-	fallback *keyLimiter // connect rate while Redis is down
+	fallback limit.Uses // connect rate while Redis is down (buckets only)
 	wake     chan struct{}
 	done     chan struct{}
 	stopped  chan struct{}
@@ -76,10 +77,12 @@ const (
 	flushTimeout = 100 * time.Millisecond // background writes, off the connect path
 )
 
-func newClusterLimiter(st *ClusterStore, lease time.Duration, instances int, log *slog.Logger, reg prometheus.Registerer) *clusterLimiter {
-	l := &clusterLimiter{
+// NewLimiter starts the limits shared through st and registers their
+// metrics; Close stops them.
+func NewLimiter(st *Store, lease time.Duration, instances int, log *slog.Logger, reg prometheus.Registerer) *Limiter {
+	l := &Limiter{
 		st: st, log: log, lease: lease, instances: max(instances, 1),
-		keys: map[string]*clusterKey{}, fallback: newKeyLimiter(),
+		keys: map[string]*clusterKey{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
 		mUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_cluster_redis_up",
 			Help: "1 while per-key limits are decided in Redis, 0 while they fall back to per-instance limits."}),
@@ -97,7 +100,7 @@ func newClusterLimiter(st *ClusterStore, lease time.Duration, instances int, log
 	return l
 }
 
-func (l *clusterLimiter) key(name string) *clusterKey {
+func (l *Limiter) key(name string) *clusterKey {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := l.keys[name]
@@ -108,9 +111,9 @@ func (l *clusterLimiter) key(name string) *clusterKey {
 	return k
 }
 
-func (l *clusterLimiter) sessionsKey(name string) string { return l.st.Key("sessions", name) }
-func (l *clusterLimiter) rateKey(name string) string     { return l.st.Key("rate", name) }
-func (l *clusterLimiter) instancesKey() string           { return l.st.Key("instances") }
+func (l *Limiter) sessionsKey(name string) string { return l.st.Key("sessions", name) }
+func (l *Limiter) rateKey(name string) string     { return l.st.Key("rate", name) }
+func (l *Limiter) instancesKey() string           { return l.st.InstancesKey() }
 
 // admitScript returns {verdict, total, retry_ms}: verdict 0 admitted (total
 // = sessions of the key cluster-wide, this one included), 1 over
@@ -182,11 +185,12 @@ for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
 return 0
 `)
 
-// admit reserves a session for the key cluster-wide, or returns the refusal.
-// It may block for up to the store's Timeout: never call it on netpoll's
-// handler. maxSessions or rate 0 means no such limit; a key without limits
-// is only counted locally (written in the background).
-func (l *clusterLimiter) admit(name string, maxSessions int, rate float64) *httpError {
+// Admit reserves a session for the key cluster-wide, or returns the
+// refusal (limit.Admitter). With limits it may block for up to the store's
+// Timeout: never call it on netpoll's handler then. maxSessions or rate 0
+// means no such limit; a key without limits is only counted locally
+// (written in the background).
+func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refusal {
 	k := l.key(name)
 	if maxSessions <= 0 && rate <= 0 {
 		k.local.Add(1)
@@ -203,7 +207,10 @@ func (l *clusterLimiter) admit(name string, maxSessions int, rate float64) *http
 	return l.admitLocally(k, maxSessions, rate)
 }
 
-func (l *clusterLimiter) admitRedis(k *clusterKey, maxSessions int, rate float64) (*httpError, error) {
+// Waits implements limit.Admitter: a key with limits asks Redis.
+func (l *Limiter) Waits(maxSessions int, rate float64) bool { return maxSessions > 0 || rate > 0 }
+
+func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64) (*limit.Refusal, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.st.Timeout)
 	defer cancel()
 	mine := k.local.Add(1)
@@ -233,43 +240,42 @@ func (l *clusterLimiter) admitRedis(k *clusterKey, maxSessions int, rate float64
 	k.local.Add(-1)
 	l.markDirty(k)
 	if res[0] == 1 {
-		return sessionsExceeded(maxSessions), nil
+		return &limit.Refusal{Verdict: limit.Full, Limit: maxSessions, RetryAfter: 1}, nil
 	}
-	return rateExceeded(int(res[2]+999) / 1000), nil
+	return &limit.Refusal{Verdict: limit.Throttled, RetryAfter: max(int(res[2]+999)/1000, 1)}, nil
 }
 
 // admitLocally is the outage fallback: this instance's share of the limits.
-func (l *clusterLimiter) admitLocally(k *clusterKey, maxSessions int, rate float64) *httpError {
+func (l *Limiter) admitLocally(k *clusterKey, maxSessions int, rate float64) *limit.Refusal {
 	l.mFallback.Inc()
 	if maxSessions > 0 {
 		share := max(1, (maxSessions+l.instances-1)/l.instances)
 		if n := k.local.Add(1); n > int64(share) {
 			k.local.Add(-1)
-			return sessionsExceeded(share)
+			return &limit.Refusal{Verdict: limit.Full, Limit: share, RetryAfter: 1}
 		}
 	} else {
 		k.local.Add(1)
 	}
 	if rate > 0 {
-		if herr := l.fallback.admit(k.name, 0, rate/float64(l.instances), time.Now()); herr != nil {
+		if ok, wait := l.fallback.Take(k.name, rate/float64(l.instances), time.Now()); !ok {
 			k.local.Add(-1)
-			return herr
+			return &limit.Refusal{Verdict: limit.Throttled, RetryAfter: limit.RetryAfter(wait)}
 		}
-		l.fallback.release(k.name) // only its token bucket is used
 	}
 	k.dirty.Store(true)
 	return nil
 }
 
-// release gives back a session; it never waits on Redis (sessions end on
+// Release gives back a session; it never waits on Redis (sessions end on
 // netpoll's goroutines): the new count is written in the background.
-func (l *clusterLimiter) release(name string) {
+func (l *Limiter) Release(name string) {
 	k := l.key(name)
 	k.local.Add(-1)
 	l.markDirty(k)
 }
 
-func (l *clusterLimiter) markDirty(k *clusterKey) {
+func (l *Limiter) markDirty(k *clusterKey) {
 	k.dirty.Store(true)
 	select {
 	case l.wake <- struct{}{}:
@@ -278,7 +284,7 @@ func (l *clusterLimiter) markDirty(k *clusterKey) {
 }
 
 // outage switches to per-instance limits, once per outage.
-func (l *clusterLimiter) outage(err error) {
+func (l *Limiter) outage(err error) {
 	if l.down.CompareAndSwap(false, true) {
 		l.mUp.Set(0)
 		l.mOutages.Inc()
@@ -289,7 +295,7 @@ func (l *clusterLimiter) outage(err error) {
 
 // run writes dirty counts as they change, renews the lease every lease/5,
 // and while Redis is down probes it to come back.
-func (l *clusterLimiter) run() {
+func (l *Limiter) run() {
 	defer close(l.stopped)
 	refresh := time.NewTicker(max(l.lease/5, 100*time.Millisecond))
 	defer refresh.Stop()
@@ -320,7 +326,7 @@ func (l *clusterLimiter) run() {
 
 // sync renews the lease and writes the counts of dirty keys (all keys when
 // all is set).
-func (l *clusterLimiter) sync(all bool) error {
+func (l *Limiter) sync(all bool) error {
 	l.mu.Lock()
 	ks := make([]*clusterKey, 0, len(l.keys))
 	for _, k := range l.keys {
@@ -360,13 +366,16 @@ func (l *clusterLimiter) sync(all bool) error {
 	return nil
 }
 
-// close stops the background writer and takes this instance out of Redis
-// (its remaining sessions stop counting at once).
-func (l *clusterLimiter) close() {
+// Close stops the background writer, takes this instance out of Redis (its
+// remaining sessions stop counting at once) and closes the store's client
+// (limit.Admitter).
+func (l *Limiter) Close() {
 	l.closing.Do(l.leave)
 }
 
-func (l *clusterLimiter) leave() {
+var _ limit.Admitter = (*Limiter)(nil)
+
+func (l *Limiter) leave() {
 	close(l.done)
 	<-l.stopped
 	l.mu.Lock()
@@ -381,16 +390,4 @@ func (l *clusterLimiter) leave() {
 		l.log.Warn("could not remove this instance from redis; its lease runs out by itself", "err", err)
 	}
 	_ = l.st.Close()
-}
-
-func sessionsExceeded(limit int) *httpError {
-	return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "concurrent_sessions_exceeded",
-		message: "too many concurrent sessions for this key (limit " + strconv.Itoa(limit) + ")",
-		header:  http.Header{"Retry-After": {"1"}}}
-}
-
-func rateExceeded(wait int) *httpError {
-	return &httpError{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
-		message: "connect rate limit exceeded for this key",
-		header:  http.Header{"Retry-After": {strconv.Itoa(max(wait, 1))}}}
 }

@@ -1,4 +1,4 @@
-package server
+package admin
 
 // The live status page's data (/status.json). One goroutine takes a sample
 // of the gateway's own state every second into a ring of the last five
@@ -22,8 +22,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"rtgate/internal/every"
 )
 
 const (
@@ -76,17 +77,19 @@ func (b *statusBoard) history() []statusSample {
 
 // sampleStatus takes a sample every statusEvery until ctx ends.
 func (s *Server) sampleStatus(ctx context.Context) {
-	s.admin.board.add(s.takeSample(time.Now()))
-	everyTick(ctx, statusEvery, func(now time.Time) { s.admin.board.add(s.takeSample(now)) })
+	s.Sample(time.Now())
+	every.Tick(ctx, statusEvery, s.Sample)
 }
 
+// Sample takes a sample of the gateway now into the status ring (what the
+// sampler does each second).
+func (s *Server) Sample(now time.Time) { s.board.add(s.takeSample(now)) }
+
 func (s *Server) takeSample(now time.Time) statusSample {
-	s.sessMu.Lock()
-	open := len(s.sessions)
-	s.sessMu.Unlock()
+	open := s.gw.Sessions()
 	smp := statusSample{at: now, sessions: open, pool: map[string]poolCounters{}, models: map[string]modelTimings{}}
-	smp.started = float64(open) + sumCounter(s.metrics.sessionsTotal)
-	fams, _ := s.admin.reg.Gather() // errors only for inconsistent collectors; use what came
+	smp.started = float64(open) + s.gw.SessionsEnded()
+	fams, _ := s.reg.Gather() // errors only for inconsistent collectors; use what came
 	for _, f := range fams {
 		for _, m := range f.GetMetric() {
 			l := labelMap(m)
@@ -126,11 +129,11 @@ func (s *Server) takeSample(now time.Time) statusSample {
 	return smp
 }
 
-// gauges reads the pool's per-key gauges that Pool.Status does not carry
+// poolGauges reads the pool's per-key gauges that Pool.Status does not carry
 // (the dial limit, when the pool has one), by "model/id".
 func (s *Server) poolGauges() map[string]float64 {
 	out := map[string]float64{}
-	fams, _ := s.admin.reg.Gather()
+	fams, _ := s.reg.Gather()
 	for _, f := range fams {
 		if f.GetName() != "rtgate_pool_inflight_limit" {
 			continue
@@ -151,22 +154,8 @@ func labelMap(m *dto.Metric) map[string]string {
 	return out
 }
 
-// sumCounter adds up every series of a counter vector.
-func sumCounter(c prometheus.Collector) float64 {
-	ch := make(chan prometheus.Metric, 64)
-	go func() { c.Collect(ch); close(ch) }()
-	total := 0.0
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) == nil {
-			total += d.GetCounter().GetValue()
-		}
-	}
-	return total
-}
-
-// statusReport is /status.json.
-type statusReport struct {
+// Report is /status.json.
+type Report struct {
 	Version     string             `json:"version"`
 	GoVersion   string             `json:"go_version"`
 	StartedAt   time.Time          `json:"started_at"`
@@ -174,22 +163,22 @@ type statusReport struct {
 	Now         time.Time          `json:"now"`
 	Draining    bool               `json:"draining"`
 	Sessions    int                `json:"sessions"`
-	ByGroup     []namedCount       `json:"sessions_by_model_group"`
-	ByKey       []namedCount       `json:"sessions_by_key"`
+	ByGroup     []NamedCount       `json:"sessions_by_model_group"`
+	ByKey       []NamedCount       `json:"sessions_by_key"`
 	ConnectsPS  float64            `json:"connects_per_s"` // over the last sample interval
 	Connects1m  float64            `json:"connects_last_minute"`
 	PoolEnabled bool               `json:"pool_enabled"`
-	Pool        []poolKeyReport    `json:"pool"`
-	Deployments []deploymentReport `json:"deployments"`
-	History     historyReport      `json:"history"`
+	Pool        []PoolKeyReport    `json:"pool"`
+	Deployments []DeploymentReport `json:"deployments"`
+	History     HistoryReport      `json:"history"`
 }
 
-type namedCount struct {
+type NamedCount struct {
 	Name  string `json:"name"`
 	Count int    `json:"count"`
 }
 
-type poolKeyReport struct {
+type PoolKeyReport struct {
 	Model    string   `json:"model"`
 	Key      string   `json:"key"` // short hash, as in the metrics
 	Upstream string   `json:"upstream"`
@@ -209,7 +198,7 @@ type poolKeyReport struct {
 	DialFails float64  `json:"dial_failures_1m"`
 }
 
-type deploymentReport struct {
+type DeploymentReport struct {
 	Name     string   `json:"name"`
 	Group    string   `json:"model_group"`
 	State    string   `json:"state"` // healthy, ejected or probing
@@ -222,9 +211,9 @@ type deploymentReport struct {
 	Dials    int      `json:"dials"`
 }
 
-// historyReport are the sparklines' series, one point per sample, oldest
+// HistoryReport are the sparklines' series, one point per sample, oldest
 // first. HitRate is null for a second without connects.
-type historyReport struct {
+type HistoryReport struct {
 	IntervalS float64    `json:"interval_s"`
 	Sessions  []int      `json:"sessions"`
 	Connects  []float64  `json:"connects"`
@@ -234,14 +223,16 @@ type historyReport struct {
 func (s *Server) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(s.statusReport(time.Now()))
+	_ = json.NewEncoder(w).Encode(s.Report(time.Now()))
 }
 
-func (s *Server) statusReport(now time.Time) statusReport {
-	hist := s.admin.board.history()
-	r := statusReport{Version: buildVersion(), GoVersion: runtime.Version(), StartedAt: s.admin.started.UTC(),
-		UptimeS: now.Sub(s.admin.started).Seconds(), Now: now.UTC(), Draining: s.Draining(),
-		PoolEnabled: s.pool != nil, Pool: []poolKeyReport{}, Deployments: s.deploymentReports(now)}
+// Report is the status page's data now.
+func (s *Server) Report(now time.Time) Report {
+	hist := s.board.history()
+	pool := s.gw.Pool()
+	r := Report{Version: buildVersion(), GoVersion: runtime.Version(), StartedAt: s.started.UTC(),
+		UptimeS: now.Sub(s.started).Seconds(), Now: now.UTC(), Draining: s.gw.Draining(),
+		PoolEnabled: pool != nil, Pool: []PoolKeyReport{}, Deployments: s.deploymentReports()}
 	r.Sessions, r.ByGroup, r.ByKey = s.sessionCounts()
 	r.History = historyOf(hist)
 	if n := len(hist); n >= 2 {
@@ -249,10 +240,10 @@ func (s *Server) statusReport(now time.Time) statusReport {
 		r.ConnectsPS = rate(last.started-prev.started, last.at.Sub(prev.at))
 		r.Connects1m = last.started - hist[max(0, n-1-statusWindow)].started
 	}
-	if s.pool != nil {
+	if pool != nil {
 		limits := s.poolGauges()
-		for _, k := range s.pool.Status() {
-			pk := poolKeyReport{Model: k.Model, Key: k.ID, Upstream: k.Upstream, Warm: k.Warm, Target: k.Target,
+		for _, k := range pool.Status() {
+			pk := PoolKeyReport{Model: k.Model, Key: k.ID, Upstream: k.Upstream, Warm: k.Warm, Target: k.Target,
 				Dialing: k.Dialing, BackoffS: k.Backoff.Seconds()}
 			if v, ok := limits[k.Model+"/"+k.ID]; ok {
 				pk.Limit = &v
@@ -265,7 +256,7 @@ func (s *Server) statusReport(now time.Time) statusReport {
 }
 
 // fillMinute adds the last minute's counters to a pool key's row.
-func fillMinute(pk *poolKeyReport, hist []statusSample) {
+func fillMinute(pk *PoolKeyReport, hist []statusSample) {
 	n := len(hist)
 	if n < 2 {
 		return
@@ -290,8 +281,8 @@ func fillMinute(pk *poolKeyReport, hist []statusSample) {
 	}
 }
 
-func historyOf(hist []statusSample) historyReport {
-	h := historyReport{IntervalS: statusEvery.Seconds(), Sessions: make([]int, 0, len(hist)),
+func historyOf(hist []statusSample) HistoryReport {
+	h := HistoryReport{IntervalS: statusEvery.Seconds(), Sessions: make([]int, 0, len(hist)),
 		Connects: make([]float64, 0, len(hist)), HitRate: make([]*float64, 0, len(hist))}
 	for i, smp := range hist {
 		h.Sessions = append(h.Sessions, smp.sessions)
@@ -326,35 +317,30 @@ func rate(delta float64, d time.Duration) float64 {
 
 // sessionCounts walks the session registry once: the total and the counts
 // by model group and by key name (names only: no key is held in clear).
-func (s *Server) sessionCounts() (int, []namedCount, []namedCount) {
-	groups, keys := map[string]int{}, map[string]int{}
-	s.sessMu.Lock()
-	total := len(s.sessions)
-	for _, info := range s.sessions {
-		groups[info.group]++
-		if info.key != nil {
-			keys[info.key.Name]++
-		}
+func (s *Server) sessionCounts() (int, []NamedCount, []NamedCount) {
+	groups, keys := s.gw.SessionCounts()
+	total := 0
+	for _, n := range groups {
+		total += n
 	}
-	s.sessMu.Unlock()
 	return total, sortedCounts(groups), sortedCounts(keys)
 }
 
-func sortedCounts(m map[string]int) []namedCount {
-	out := make([]namedCount, 0, len(m))
+func sortedCounts(m map[string]int) []NamedCount {
+	out := make([]NamedCount, 0, len(m))
 	for name, n := range m {
-		out = append(out, namedCount{name, n})
+		out = append(out, NamedCount{name, n})
 	}
-	slices.SortFunc(out, func(a, b namedCount) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name)) })
+	slices.SortFunc(out, func(a, b NamedCount) int { return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name)) })
 	return out
 }
 
 // deploymentReports lists every deployment of the routes table with the
-// router's passive health (health.go) and the dial latency seen by client
+// balancer's state: passive health and the dial latency seen by client
 // connects.
-func (s *Server) deploymentReports(now time.Time) []deploymentReport {
-	table := s.routes.Load()
-	var out []deploymentReport
+func (s *Server) deploymentReports() []DeploymentReport {
+	table := s.gw.Routes()
+	var out []DeploymentReport
 	groups := make([]string, 0, len(table.Groups))
 	for g := range table.Groups {
 		groups = append(groups, g)
@@ -362,60 +348,12 @@ func (s *Server) deploymentReports(now time.Time) []deploymentReport {
 	slices.Sort(groups)
 	for _, g := range groups {
 		for _, d := range table.Groups[g] {
-			st := s.live.stateOf(d)
-			s.live.mu.Lock()
-			state, until := st.state, st.until
-			s.live.mu.Unlock()
-			dr := deploymentReport{Name: d.Name, Group: g, State: [...]string{"healthy", "ejected", "probing"}[state],
-				Ejected: state != healthy, Live: st.live.Load(), Dialing: st.dialing.Load()}
-			if state == ejected && until.After(now) {
-				dr.BackoffS = until.Sub(now).Seconds()
-			}
-			dr.DialMS, dr.DialAvg, dr.Dials = s.admin.dials.get(d.Name)
-			out = append(out, dr)
+			st := s.gw.Deployment(d)
+			out = append(out, DeploymentReport{Name: d.Name, Group: g, State: st.State, Ejected: st.State != "healthy",
+				BackoffS: st.BackoffS, Live: st.Live, Dialing: st.Dialing, DialMS: st.DialMS, DialAvg: st.DialAvg, Dials: st.Dials})
 		}
 	}
 	return out
-}
-
-// dialStats keep the latency of client dials per deployment: the last and
-// a moving average, since a deployment's health is mostly how fast it
-// answers.
-type dialStats struct {
-	mu sync.Mutex
-	by map[string]*dialStat
-}
-
-type dialStat struct {
-	lastMS, avgMS float64
-	n             int
-}
-
-func (d *dialStats) init() { d.by = map[string]*dialStat{} }
-
-// observe records one completed dial (upgrade done) to a deployment.
-func (d *dialStats) observe(deployment string, took time.Duration) {
-	ms := float64(took.Microseconds()) / 1000
-	d.mu.Lock()
-	st := d.by[deployment]
-	if st == nil {
-		st = &dialStat{avgMS: ms}
-		d.by[deployment] = st
-	}
-	st.lastMS, st.n = ms, st.n+1
-	st.avgMS += (ms - st.avgMS) * 0.2 // about the last ten dials
-	d.mu.Unlock()
-}
-
-func (d *dialStats) get(deployment string) (last, avg *float64, n int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	st := d.by[deployment]
-	if st == nil {
-		return nil, nil, 0
-	}
-	l, a := st.lastMS, st.avgMS
-	return &l, &a, st.n
 }
 
 // buildVersion is the module version and VCS revision the binary was built

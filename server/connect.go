@@ -1,0 +1,430 @@
+package server
+
+// A complete request head becomes a session here, in three steps:
+//
+//  1. decide (on the connection's handler, no I/O): the path, the method,
+//     the Origin, the credentials, the upgrade headers, the model group, the
+//     sideband's call owner when this process knows it, the key's models
+//     and budget, then admit (draining, MAX_CONNECTIONS, the key's limits
+//     when this instance decides them). The outcome is an upgrade or one
+//     refusal.
+//  2. the off-loop step, only when the decision needs I/O: the call owner
+//     from Redis, the key's limits from Redis. It runs in a goroutine of its
+//     own, never on netpoll's handler; bytes the client sends meanwhile are
+//     collected behind the head (pendingStep). It ends in a refusal or in
+//     open, exactly as the handler would have.
+//  3. open: a deployment is reserved (balance.Reserve), the 101 sent, and the
+//     session's upstream attached (warm socket, dial, or an app's own start).
+//
+// The request is decided once: a reload (SIGHUP) during the off-loop step
+// does not re-evaluate it.
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/bytebufferpool"
+
+	"rtgate/frames"
+	"rtgate/server/admin"
+	"rtgate/server/apps"
+	"rtgate/server/balance"
+	"rtgate/server/cluster"
+	"rtgate/server/limit"
+	"rtgate/server/routes"
+	"rtgate/server/usage"
+)
+
+// upgrade is a WebSocket connect as decided: who connects, to which model
+// group, and what the off-loop step must still do.
+type upgrade struct {
+	req      *http.Request
+	table    *routes.Table // the configuration it was decided by
+	key      *routes.ClientKey
+	grant    *apps.Grant // the client secret it connected with; nil for a key
+	accept   string      // Sec-WebSocket-Accept
+	protocol string      // the subprotocol answered ("" for none)
+	q        url.Values
+	group    string
+
+	// A sideband's call (?call_id=): lookup is set when its owner must be
+	// asked of Redis; made once known that the gateway made the call.
+	callID string
+	lookup bool
+	made   bool
+
+	maxSessions int     // the key's max_sessions (0: none)
+	rate        float64 // the key's connect_rate, a second (0: none)
+	admitted    bool    // admit reserved a session for it
+}
+
+// handle acts on a complete request head; rest holds bytes the client sent
+// behind it (frames, for a client that did not wait for the 101).
+func (s *Server) handle(c *clientConn, head, rest []byte) {
+	req, herr := parseRequest(head)
+	if herr != nil {
+		c.refuse(herr)
+		return
+	}
+	if s.startAPI(c, req, rest) {
+		return
+	}
+	switch req.URL.Path {
+	case "/health", "/health/liveliness", "/health/readiness":
+		c.setPhase(phaseDone)
+		if s.draining.Load() {
+			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
+				map[string]any{"status": "draining"}))
+		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
+			// Not ready until the pool holds its remembered demand
+			// (upstream/warming.go); alive all the same.
+			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
+				map[string]any{"status": "warming"}))
+		} else {
+			_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
+		}
+		c.ep.Close()
+		return
+	case "/v1/realtime", "/realtime":
+	default:
+		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
+			message: "no such endpoint: " + req.URL.Path})
+		return
+	}
+	if req.Method != http.MethodGet {
+		c.refuse(&refusal{status: http.StatusMethodNotAllowed, errType: "invalid_request_error", code: "method_not_allowed",
+			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
+		return
+	}
+	u, herr := s.decide(req)
+	if herr == nil && !u.waits(s.admitter) {
+		herr = s.admit(u)
+	}
+	if herr != nil {
+		c.refuse(herr)
+		return
+	}
+	if u.waits(s.admitter) {
+		s.decideOffLoop(c, u)
+		return
+	}
+	s.open(c, u, rest)
+}
+
+// decide checks an upgrade request as far as it can without I/O; what is
+// left (a call owner only Redis knows) is marked for the off-loop step.
+func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
+	if !s.origins.allow(req.Header.Get("Origin")) {
+		return nil, &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
+			message: "this Origin may not connect"}
+	}
+	u := &upgrade{req: req, table: s.routes.Load()}
+	creds := credentials(req.Header)
+	var herr *refusal
+	if u.key, u.grant, herr = s.authenticateConnect(u.table, creds.key); herr != nil {
+		return nil, herr
+	}
+	if u.accept, herr = checkUpgrade(req); herr != nil {
+		return nil, herr
+	}
+	if creds.offeredRealtime {
+		u.protocol = subprotocolRealtime
+	}
+	u.q = req.URL.Query()
+	// The key's own models are checked later (decideKey), after a
+	// sideband's call owner.
+	model, _ := s.proto.Model(u.q)
+	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
+	if u.group, herr = s.pickGroup(u.table, nil, ask); herr != nil {
+		return nil, herr
+	}
+	// The session keeps its group for its whole life; from the query it
+	// would keep the whole request line it points into.
+	u.group = strings.Clone(u.group)
+	if u.callID = u.q.Get("call_id"); u.callID != "" {
+		owner, known := s.calls.Known(u.callID)
+		if !known && s.calls.Remote() {
+			u.lookup = true // the rest is decided once Redis has answered
+			return u, nil
+		}
+		if herr = checkSideband(u, owner, known); herr != nil {
+			return nil, herr
+		}
+	}
+	return u, s.decideKey(u)
+}
+
+// decideKey applies what the key itself allows: its models and its budget,
+// and reads its limits for admit.
+func (s *Server) decideKey(u *upgrade) *refusal {
+	if !u.key.Allows(u.group) {
+		return modelNotAllowed(u.group)
+	}
+	if herr := s.budgets.check(u.key); herr != nil {
+		return herr
+	}
+	// A key's own limits win over the gateway-wide defaults.
+	u.maxSessions, u.rate = s.cfg.MaxSessionsPerKey, s.cfg.ConnectRatePerKey
+	if u.key.MaxSessions > 0 {
+		u.maxSessions = u.key.MaxSessions
+	}
+	if u.key.ConnectRate > 0 {
+		u.rate = u.key.ConnectRate
+	}
+	return nil
+}
+
+// waits reports whether deciding u needs I/O (with a limits admitter).
+func (u *upgrade) waits(a limit.Admitter) bool {
+	return u.lookup || a.Waits(u.maxSessions, u.rate)
+}
+
+// admit applies the instance-wide and per-key limits, reserving a session
+// slot; sessionEnded (or unadmit) gives it back. With limits in Redis it
+// waits on Redis: the off-loop step's only.
+func (s *Server) admit(u *upgrade) *refusal {
+	if s.stopping.Load() {
+		return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
+			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
+	}
+	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
+		s.sessionsOpen.Add(-1)
+		return tooManyConnections()
+	}
+	if r := s.admitter.Admit(u.key.Name, u.maxSessions, u.rate); r != nil {
+		s.sessionsOpen.Add(-1)
+		return keyRefused(r)
+	}
+	u.admitted = true
+	return nil
+}
+
+// unadmit gives back what admit reserved, for a connect refused after it.
+func (s *Server) unadmit(u *upgrade) {
+	if u.admitted {
+		u.admitted = false
+		s.admitter.Release(u.key.Name)
+		s.sessionsOpen.Add(-1)
+	}
+}
+
+// decideOffLoop finishes deciding u in a goroutine of its own (the call
+// owner from Redis, then the key's checks; the Redis admission), then
+// refuses or opens the session. Until it has, the connection's handler only
+// collects what the client sends (pendingStep).
+func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
+	w := &c.wait
+	w.pending.Store(true)
+	go func() {
+		var herr *refusal
+		if u.lookup {
+			if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
+				h.sidebandLookup()
+			}
+			owner, known := s.calls.Lookup(u.callID)
+			if herr = checkSideband(u, owner, known); herr == nil {
+				herr = s.decideKey(u)
+			}
+		}
+		if herr == nil {
+			herr = s.admit(u)
+		}
+		c.offLoop.Store(true)
+		defer c.goInline() // after the unlock below (startRelay)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if herr != nil {
+			c.refuse(herr)
+		} else {
+			end := headEnd(c.head.B)
+			s.open(c, u, c.head.B[end:])
+		}
+		w.pending.Store(false)
+		if w.gone.Load() && w.told.CompareAndSwap(false, true) && c.sess != nil {
+			s.clientLeft(c.sess) // the socket closed while the step was out
+		}
+	}()
+}
+
+// pendingStep is the connection's side of an off-loop step:
+//
+//	state       event                          next
+//	http        decision needs I/O             pending (goroutine started)
+//	pending     client bytes                   pending (appended behind head)
+//	pending     verdict                        done (refused) or relay (opened)
+//
+// netpoll's close callback does not wait for that goroutine, so while a step
+// is out it leaves telling the session to the goroutine (clientGone).
+type pendingStep struct {
+	pending atomic.Bool // set by the handler, cleared by the goroutine
+	mu      sync.Mutex  // held by the goroutine while it finishes the request
+	gone    atomic.Bool // the client's socket closed
+	told    atomic.Bool // the session was told so
+}
+
+// clientGone is the close callback's side: it reports whether the step's
+// goroutine tells the session instead (or already did).
+func (w *pendingStep) clientGone() bool {
+	w.gone.Store(true)
+	if w.pending.Load() {
+		return true
+	}
+	return !w.told.CompareAndSwap(false, true)
+}
+
+// bufferWhilePending collects what the client sends while its step is out,
+// and reports whether it did (false: the verdict is in, carry on).
+func (c *clientConn) bufferWhilePending() bool {
+	c.wait.mu.Lock()
+	defer c.wait.mu.Unlock()
+	if !c.wait.pending.Load() {
+		return false
+	}
+	err := c.ep.Read(func(src frames.Source) error {
+		p, err := src.Next(src.Len())
+		c.head.B = append(c.head.B, p...)
+		return err
+	})
+	if (err != nil && !errors.Is(err, net.ErrClosed)) || len(c.head.B) > c.srv.cfg.MaxHeaderBytes+c.srv.cfg.MaxPending {
+		_ = c.conn.Close()
+	}
+	return true
+}
+
+// open makes a decided and admitted upgrade a session: it reserves a
+// deployment, answers 101 and starts the upstream.
+func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
+	plan, busy := s.balancer.Reserve(u.table.Groups[u.group])
+	if busy != nil {
+		s.unadmit(u)
+		c.refuse(deploymentsBusy(busy))
+		return
+	}
+	c.answered()
+	info := &c.info
+	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
+	sess := &c.session
+	sess.Init(&s.sessCfg, c.ep)
+	s.budgets.meter(info, func(message string) {
+		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
+	})
+	c.watch = setupWatch{sessionInfo: info, srv: s}
+	sess.InspectUpstream(&c.watch)
+	c.startRelay(sess)
+	s.sessMu.Lock()
+	s.sessions[sess] = info
+	s.sessMu.Unlock()
+	s.metrics.sessionsOpen.Inc()
+	if err := c.ep.Send(upgradeResponse(u.accept, u.protocol)); err != nil {
+		sess.Cancel() // the client is gone before its 101: no upstream
+		// Its close callback may have run before the session existed (the
+		// TLS listener's first request is read off netpoll's handlers): end
+		// the client side here; ClientGone is idempotent.
+		sess.ClientGone()
+		c.ep.Close()
+		return
+	}
+	if len(rest) > 0 {
+		sess.ClientBytes(rest)
+	}
+	bytebufferpool.Put(c.head)
+	c.head = nil
+	if s.startApp(sess, info, u, plan.Cands) {
+		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
+	}
+	// Only the headers that go upstream outlive the handshake: the redial
+	// closure lives as long as the session, and the whole parsed header
+	// (about 1 KB) would too. Likewise the query is kept as its string and
+	// parsed again for a redial, which is rare: the parsed url.Values (a
+	// map, ~420 B) and the request line it points into would stay too.
+	upHeader := passThrough(u.req.Header)
+	rawQuery := strings.Clone(u.req.URL.RawQuery)
+	group, table := u.group, u.table
+	info.redial = func() {
+		defer s.pool.ClientDialing()()   // a client waits on this dial too
+		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
+		s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, upHeader)
+	}
+	cands, q := plan.Cands, u.q
+	hit, dialDone := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
+	if hit {
+		return
+	}
+	go func() {
+		defer dialDone() // the pool's refill yields until this dial ends
+		s.connectUpstream(sess, info, cands, q, upHeader)
+	}()
+}
+
+// deploymentsBusy is the refusal of a connect no deployment of its group
+// has room for: 429 with Retry-After.
+func deploymentsBusy(b *balance.Busy) *refusal {
+	code, msg := "deployment_rate_limited", "every deployment of this model is at its connect rate (rpm); try again shortly"
+	if b.Capped {
+		code, msg = "deployment_at_capacity", "every deployment of this model is at its session limit (max_parallel_requests); try again shortly"
+	}
+	return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: code, message: msg,
+		header: http.Header{"Retry-After": {strconv.Itoa(b.RetryAfter)}}}
+}
+
+// origins is ALLOWED_ORIGINS: which browser origins may connect and call
+// the API (any when empty; the admin port's own pages always, so that the
+// playground can connect).
+type origins struct {
+	allowed []string
+	admin   *admin.Server
+}
+
+func (o origins) allow(origin string) bool {
+	if origin == "" || len(o.allowed) == 0 || o.admin.IsOrigin(origin) {
+		return true
+	}
+	for _, a := range o.allowed {
+		if strings.EqualFold(a, origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// The per-key limits (max_sessions, connect_rate): which Admitter decides
+// them (this instance, or Redis with REDIS_URL), and how their refusals read.
+
+// keyRefused words a refusal of the per-key limits (max_sessions,
+// connect_rate), whether this instance or Redis decided it.
+func keyRefused(r *limit.Refusal) *refusal {
+	if r.Verdict == limit.Full {
+		return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "concurrent_sessions_exceeded",
+			message: "too many concurrent sessions for this key (limit " + strconv.Itoa(r.Limit) + ")",
+			header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
+	}
+	return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
+		message: "connect rate limit exceeded for this key",
+		header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
+}
+
+// newAdmitter decides where the per-key limits are kept: in Redis, shared
+// by the instances, when REDIS_URL is set (with the store, nil otherwise),
+// else on this instance.
+func newAdmitter(cfg Settings, log *slog.Logger, reg prometheus.Registerer) (limit.Admitter, *cluster.Store, error) {
+	if cfg.RedisURL == "" {
+		return limit.NewLocal(nil), nil, nil
+	}
+	st, err := cluster.NewStore(cfg.RedisURL, cfg.RedisTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("per-key limits are cluster-wide", "redis", cluster.RedactURL(cfg.RedisURL),
+		"instance", st.Instance, "lease", cfg.ClusterLease, "timeout", cfg.RedisTimeout)
+	return cluster.NewLimiter(st, cfg.ClusterLease, cfg.ClusterInstances, log, reg), st, nil
+}

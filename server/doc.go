@@ -1,0 +1,59 @@
+// Package server is the gateway's front door and session lifecycle: a
+// client connection becomes a session here. What a session needs that is
+// not its own lives in packages with one job each: balance (which
+// deployment, its health and slots, the hedged dial race), limit and
+// cluster (per-key limits on one instance or across a Redis), apps (client
+// secrets, call owners), protocol (what is specific to the voice protocol),
+// admin (the admin port), and routes, usage, spend, spenddb below them.
+//
+// The path of a connect, in order, file by file:
+//
+//	server.go     onPrepare: a clientConn (one allocation; its own netpoll
+//	              context), the HANDSHAKE_TIMEOUT timer; onRequest
+//	              dispatches on the connection's phase (connPhase)
+//	accept.go     frontDoor.accept: MAX_CONNECTIONS and the front door's
+//	              counts, or the canned 503 (refuseAtAccept)
+//	tlsaccept.go  collectTLS: the ClientHello is collected on the handler;
+//	              tlsHandshake runs in a goroutine (MAX_HANDSHAKES), then
+//	              reads the first request head
+//	server.go     readHead: the head is collected from netpoll's buffer,
+//	              bounded by MAX_HEADER_BYTES
+//	connect.go    handle: health, API requests (httpapi.go: client secrets
+//	              in clientsecrets.go, calls in calls.go), the path and the
+//	              method; then decide (no I/O):
+//	connect.go      origins.allow (ALLOWED_ORIGINS)
+//	upgrade.go      credentials, then checkUpgrade
+//	clientsecrets.go authenticateConnect (a key, or a client secret:
+//	                apps.Secrets.Verify)
+//	session.go      pickGroup (a secret's group, transcription routing,
+//	                the protocol's model, the default)
+//	apps.go         checkSideband (a call owner known here)
+//	connect.go      decideKey: the key's models; spendbudget.go budgets.check
+//	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
+//	                (limit.Local, or cluster.Limiter)
+//	connect.go    decideOffLoop, only when the decision needs I/O (a call
+//	              owner in Redis, the Redis admission): a goroutine, client
+//	              bytes buffered meanwhile (pendingStep)
+//	connect.go    open: balance.Reserve (the deployments to try, the probe
+//	              or the slot holder first), the 101, the session registered
+//	              (session.go: sessionInfo, setupWatch), spendbudget.go
+//	              budgets.meter, then the upstream:
+//	apps.go         startApp: a sideband's, a transcription session's
+//	                (session.go connectUpstream) or a client secret's
+//	                (sessionprime.go primeSession: the protocol's Prime)
+//	session.go      tryWarm (a warm pool socket), else connectUpstream
+//	session.go      dialFor: balance.Race (hedged dials, failover), the
+//	                dial tail shared by every attempt; attached
+//
+// And at the end of a session:
+//
+//	session.go    sessionEnded: out of the registry, the admitter's and the
+//	              balancer's slots given back, uncount, the metrics
+//	spend.go      records.record (USAGE_LOG, the spend log); metrics.countTokens
+//	apps.go       explainBeta
+//
+// Beside the path: drain.go (SIGTERM, Shutdown's hang-ups), watchdog.go (idle and stalled
+// sessions, the memory budget), listener.go (the client listener,
+// REUSEPORT), metrics.go (the gateway's metrics, the admin port's view of
+// the gateway), config.go (Settings from the environment).
+package server

@@ -1,0 +1,112 @@
+package protocol
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/url"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/server/usage"
+)
+
+// Realtime is OpenAI's Realtime API (/v1/realtime), the GA interface.
+type Realtime struct{}
+
+var _ Protocol = Realtime{}
+
+// Name implements Protocol.
+func (Realtime) Name() string { return "realtime" }
+
+// Model implements Protocol: the model query ("" for a transcription
+// session that names none: the gateway picks its group).
+func (Realtime) Model(q url.Values) (string, bool) { return q.Get("model"), false }
+
+// Warm implements Protocol: a session.created.
+func (Realtime) Warm(payload []byte) bool {
+	t, ok := usage.EventType(payload)
+	return ok && string(t) == "session.created"
+}
+
+// Prime implements Protocol: a session.update with config, whose model
+// (the URL's, the deployment's name for it) and read-only fields are
+// dropped.
+func (Realtime) Prime(config []byte) []byte {
+	var session map[string]json.RawMessage
+	_ = json.Unmarshal(config, &session)
+	for _, k := range []string{"model", "object", "id", "expires_at"} {
+		delete(session, k)
+	}
+	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": NewEventID(), "session": session})
+	return frames.AppendFrame(nil, ws.OpText, body, true)
+}
+
+// errorEvent is the shape of a Realtime error event.
+type errorEvent struct {
+	Type    string `json:"type"`
+	EventID string `json:"event_id"`
+	Error   struct {
+		Type    string  `json:"type"`
+		Code    string  `json:"code"`
+		Message string  `json:"message"`
+		Param   *string `json:"param"`
+		EventID *string `json:"event_id"`
+		Status  int     `json:"status,omitempty"`
+	} `json:"error"`
+}
+
+// Refusal implements Protocol: an error event of type server_error (an
+// unmasked frame, from the gateway as the server).
+func (Realtime) Refusal(code, message string, status int) []byte {
+	ev := errorEvent{Type: "error", EventID: NewEventID()}
+	ev.Error.Type = "server_error"
+	ev.Error.Code = code
+	ev.Error.Message = message
+	ev.Error.Status = status
+	body, _ := json.Marshal(ev)
+	return frames.AppendFrame(nil, ws.OpText, body, false)
+}
+
+// UsageEvent implements Protocol: response.done, and a transcription's
+// completed event.
+func (Realtime) UsageEvent(typ []byte) bool {
+	return string(typ) == usage.TypeResponseDone || string(typ) == usage.TypeTranscriptionComplete
+}
+
+// End implements Protocol: a close frame is enough.
+func (Realtime) End() []byte { return nil }
+
+// Turn implements Protocol.
+func (Realtime) Turn(typ []byte) TurnMark {
+	switch string(typ) {
+	case "input_audio_buffer.committed", "response.create":
+		return TurnStart
+	case "response.output_audio.delta", "response.output_text.delta":
+		return FirstOutput
+	case usage.TypeResponseDone:
+		return TurnEnd
+	}
+	return NotTurn
+}
+
+// Rebuild implements Protocol: Prime's session.update, then one
+// conversation.item.create per item.
+func (r Realtime) Rebuild(config []byte, items [][]byte) [][]byte {
+	out := [][]byte{r.Prime(config)}
+	for _, it := range items {
+		body, _ := json.Marshal(map[string]any{"type": "conversation.item.create", "event_id": NewEventID(),
+			"item": json.RawMessage(it)})
+		out = append(out, frames.AppendFrame(nil, ws.OpText, body, true))
+	}
+	return out
+}
+
+// NewEventID makes the id of an event the gateway itself sends, marked
+// event_gw_ so that nobody mistakes it for the upstream's.
+func NewEventID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "event_gw_" + hex.EncodeToString(b[:])
+}

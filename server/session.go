@@ -1,0 +1,455 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/poller"
+	"rtgate/server/apps"
+	"rtgate/server/balance"
+	"rtgate/server/cluster"
+	"rtgate/server/protocol"
+	"rtgate/server/routes"
+	"rtgate/server/usage"
+	"rtgate/upstream"
+)
+
+// passThroughHeaders are the client headers that go upstream; every other
+// client header (credentials, OpenAI-Organization, OpenAI-Project) stays.
+var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
+
+// sessionInfo is what the server knows of a session beyond the relay: who,
+// which model group, which deployment served it, and the tokens it used.
+// The meter is the session's inspector on the upstream's frames.
+type sessionInfo struct {
+	id    string // the gateway's session id (usage.NewSessionID)
+	key   *routes.ClientKey
+	group string
+	// depMu guards deployment and counted: a redial (its own goroutine)
+	// and the session's end may race over them.
+	depMu      sync.Mutex
+	deployment *routes.Deployment // nil until an upstream is attached
+	counted    bool               // deployment's live count includes this session
+	ended      bool               // the session ended: a late attach (a redial's) is not counted
+	meter      usage.Meter
+	start      time.Time          // when the client's upgrade completed
+	poolHit    bool               // the upstream came from the warm pool
+	redial     func()             // dials a fresh upstream after a dead warm one
+	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
+	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go)
+	grant      *apps.Grant        // the client secret it connected with; nil for a key
+
+	// The client leaving cancels the upstream attempt made for it.
+	dialMu     sync.Mutex
+	clientLeft bool
+	cancelDial context.CancelFunc
+}
+
+// dialContext is parent, cancelled as soon as the client leaves (at once if
+// it already has).
+func (i *sessionInfo) dialContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	i.dialMu.Lock()
+	i.cancelDial = cancel
+	if i.clientLeft {
+		cancel()
+	}
+	i.dialMu.Unlock()
+	return ctx, cancel
+}
+
+// attemptContext bounds one upstream attempt for the session: it ends with
+// parent (the server's), when the client leaves, and after timeout (the
+// dial timeout) when one is set.
+func (i *sessionInfo) attemptContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	clientCtx, cancelClient := i.dialContext(parent)
+	if timeout <= 0 {
+		return clientCtx, cancelClient
+	}
+	ctx, cancel := context.WithTimeout(clientCtx, timeout)
+	return ctx, func() { cancel(); cancelClient() }
+}
+
+// left reports whether the client left (it is only asked once
+// the upstream attempt is over).
+func (i *sessionInfo) left() bool {
+	i.dialMu.Lock()
+	defer i.dialMu.Unlock()
+	return i.clientLeft
+}
+
+// clientLeft is what the client socket closing means to the server: an
+// upstream still being dialed for it is no longer wanted (cancelled first),
+// then the session hears that its client is gone.
+func (s *Server) clientLeft(sess *poller.Session) {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	s.sessMu.Unlock()
+	if info != nil {
+		info.dialMu.Lock()
+		info.clientLeft = true
+		if info.cancelDial != nil {
+			info.cancelDial()
+		}
+		info.dialMu.Unlock()
+	}
+	sess.ClientGone()
+}
+
+// groupAsk is what a request says of the model group it wants.
+type groupAsk struct {
+	grant *apps.Grant // a client secret: the group it was minted for
+	model string      // a model the request names ("" for none)
+	// transcription: model is a transcription model (or ""), which may
+	// not be a group: TRANSCRIPTION_MODEL's group then, else the default.
+	transcription bool
+}
+
+// pickGroup is the one place a model group is chosen, for a connect, a
+// call and a client secret alike: the secret's group, else the
+// transcription routing, else the model named, else the default group. It
+// must exist (404 model_not_found) and, when key is given, key must be
+// allowed it (403 model_not_allowed).
+func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask groupAsk) (string, *refusal) {
+	var g string
+	switch {
+	case ask.grant != nil:
+		g = ask.grant.Claims.Group
+	case ask.transcription:
+		g = transcriptionGroup(table, s.cfg.TranscriptionModel, ask.model)
+	case ask.model != "":
+		g = ask.model
+	default:
+		g = table.Default
+	}
+	if _, ok := table.Groups[g]; !ok {
+		return "", &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
+			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
+	}
+	if key != nil && !key.Allows(g) {
+		return "", modelNotAllowed(g)
+	}
+	return g, nil
+}
+
+// modelNotAllowed refuses a key a group it may not use.
+func modelNotAllowed(group string) *refusal {
+	return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
+		message: fmt.Sprintf("This key may not use the model '%s'.", group)}
+}
+
+// target is the upstream request for deployment d: the client's query, the
+// deployment's credentials, and the client headers that pass through.
+func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
+	t := d.Target(q)
+	for _, name := range passThroughHeaders {
+		if v := h.Values(name); len(v) > 0 {
+			t.Header[name] = slices.Clone(v)
+		}
+	}
+	return t
+}
+
+// passThrough returns the client headers that go upstream, copied, or nil
+// when there are none: what target reads of h.
+func passThrough(h http.Header) http.Header {
+	var out http.Header
+	for _, name := range passThroughHeaders {
+		if v := h.Values(name); len(v) > 0 {
+			if out == nil {
+				out = make(http.Header, len(passThroughHeaders))
+			}
+			out[http.CanonicalHeaderKey(name)] = slices.Clone(v)
+		}
+	}
+	return out
+}
+
+// primePool warms every deployment's plain target (pool nil: off).
+func primePool(pool *upstream.Pool, r *routes.Table) {
+	if pool == nil {
+		return
+	}
+	for g, ds := range r.Groups {
+		for _, d := range ds {
+			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
+		}
+	}
+}
+
+// tryWarm hands the session a warm socket of its first-choice deployment.
+//
+// On a miss, dialDone must be called once the client's own dial has ended:
+// until then the pool's refill yields to it (upstream/yield.go).
+func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, dialDone func()) {
+	dialDone = func() {}
+	if s.pool == nil {
+		return false, dialDone
+	}
+	hit = sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		h, held, done := s.pool.TakeOrDial(t, info.group, o)
+		dialDone = done
+		if h != nil {
+			// before the held frame is forwarded
+			info.poolHit = true
+			info.attached(s.balancer, d)
+		}
+		return h, held
+	})
+	if hit {
+		// A socket past session.created is as good a sign of health as
+		// a dial (and answers a probe routed here).
+		s.balancer.Succeeded(d)
+	}
+	return hit, dialDone
+}
+
+// attached records that deployment d serves the session.
+func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
+	i.depMu.Lock()
+	count := !i.ended
+	i.deployment, i.counted = d, count
+	i.depMu.Unlock()
+	if count {
+		b.Attach(d)
+	}
+}
+
+// uncount takes the session out of its deployment's live count, once, and
+// returns the deployment it had (nil if none); forget drops it, for a redial
+// that will attach another, and otherwise the session has ended.
+func (i *sessionInfo) uncount(b *balance.Balancer, forget bool) *routes.Deployment {
+	i.depMu.Lock()
+	d, counted := i.deployment, i.counted
+	i.counted = false
+	if forget {
+		i.deployment = nil
+	} else {
+		i.ended = true
+	}
+	i.depMu.Unlock()
+	if counted {
+		b.Detach(d)
+	}
+	return d
+}
+
+// dialTo dials a deployment with dialer for a session that asked with
+// query q and pass-through headers h.
+func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.DialFunc {
+	return func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error) {
+		return dialer.Dial(ctx, target(d, q, h))
+	}
+}
+
+// currentDeployment is the deployment serving the session (nil if none yet).
+func (i *sessionInfo) currentDeployment() *routes.Deployment {
+	i.depMu.Lock()
+	defer i.depMu.Unlock()
+	return i.deployment
+}
+
+// connectUpstream dials the session's upstream and hands it to the session.
+// It runs in its own goroutine, which ends as soon as the socket is handed
+// to the reactor, the attempt fails, or the client leaves.
+//
+// The whole attempt, every dial of it, is bounded by the dial timeout. When
+// a dial has not completed its upgrade within the hedge delay, a second
+// dial to the next deployment starts beside it, and the first upgrade to
+// complete wins; a dial that fails is followed at once by the next
+// deployment's (nothing has reached the client from the upstream yet).
+// At most balance.MaxAttempts deployments are tried.
+func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
+	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+	defer cancel()
+	if conn, d := s.dialFor(ctx, sess, info, cands, q, h); conn != nil {
+		info.attached(s.balancer, d)
+		sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+	}
+}
+
+// dialFor is the dial tail every upstream attempt of a session shares (a
+// fresh connect, a redial, a primed session's): the hedged race over cands
+// and, when it gives nothing, the session's end: cancelled when its client
+// left (nobody to tell), else told that no upstream could be reached.
+func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
+	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
+	conn, d, status := s.balancer.Race(ctx, info.group, cands, dialTo(s.dialer, q, h))
+	switch {
+	case conn != nil:
+		return conn, d
+	case info.left():
+		sess.Cancel()
+	default:
+		dialFailed(s.proto, sess, status)
+	}
+	return nil, nil
+}
+
+// sessionEnded is SessionConfig.OnEnd: the session leaves the registry,
+// gives back its slots and counts, and its record is written.
+func (s *Server) sessionEnded(sess *poller.Session) {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	delete(s.sessions, sess)
+	s.sessMu.Unlock()
+	if info == nil {
+		s.sessionsOpen.Add(-1)
+		return
+	}
+	s.admitter.Release(info.key.Name)
+	s.balancer.Release(info.reserved)
+	deployment := ""
+	dep := info.uncount(s.balancer, false)
+	if dep != nil {
+		deployment = dep.Name
+	}
+	m := s.metrics
+	m.sessionsOpen.Dec()
+	fin, bin, fout, bout := sess.Counters()
+	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
+	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
+	m.frames.WithLabelValues("upstream_to_client").Add(float64(fout))
+	m.bytes.WithLabelValues("upstream_to_client").Add(float64(bout))
+
+	cl, from, ok := sess.FirstClose()
+	outcome := sessionOutcome(sess, cl, from, ok)
+	if dep == nil && info.left() {
+		outcome = "client_lost" // it left while its upstream was being dialed
+	}
+	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
+	u := info.meter.Usage
+	s.metrics.countTokens(info.group, info.key.Name, u)
+
+	rec := usage.Record{
+		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
+		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
+		PoolHit: info.poolHit, Outcome: outcome,
+		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
+		Usage: u,
+	}
+	if ok {
+		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
+	}
+	s.records.record(info, &rec)
+	explainBeta(s.log, rec)
+	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
+}
+
+// sessionOutcome classifies how a session ended, for metrics.
+func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok bool) string {
+	switch {
+	case sess.UpstreamUnavailable():
+		return "upstream_unavailable"
+	case !ok:
+		return "unknown"
+	case cl.Code == ws.StatusAbnormalClosure: // the socket dropped without a close frame
+		return from.String() + "_lost"
+	case cl.Code == ws.StatusProtocolError || cl.Code == ws.StatusInvalidFramePayloadData || cl.Code == ws.StatusMessageTooBig:
+		return from.String() + "_protocol_error"
+	}
+	return from.String() + "_closed"
+}
+
+// What the gateway tells a client, in its protocol's words (s.proto builds
+// the frames: server/protocol). The reactor (poller) relays frames and
+// reports events; the server decides what an event means to the client, and
+// keeps the per-session bookkeeping that feeds metrics (pool hit, setup
+// time).
+
+// dialFailed tells the client that no upstream could be reached (status is
+// the HTTP status of the last refusal, 0 when none answered).
+func dialFailed(p protocol.Protocol, sess *poller.Session, status int) {
+	msg := "the upstream could not be reached"
+	if status != 0 {
+		msg = fmt.Sprintf("the upstream refused the connection with HTTP %d", status)
+	}
+	sess.DialFailed(p.Refusal("upstream_unavailable", msg, status))
+}
+
+// terminate ends a session on the gateway's initiative with an error event
+// (errCode, message) and close code and reason.
+func terminate(p protocol.Protocol, sess *poller.Session, code ws.StatusCode, reason, errCode, message string) {
+	sess.Terminate(code, reason, p.Refusal(errCode, message, 0))
+}
+
+// sessionStart returns when the session's client upgrade completed.
+func (s *Server) sessionStart(sess *poller.Session) time.Time {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if info := s.sessions[sess]; info != nil {
+		return info.start
+	}
+	return time.Now()
+}
+
+// redial is SessionConfig.Redial: a warm socket died before the client sent
+// it anything, so the session gets a fresh upstream through the ordinary
+// connect path (failover included).
+func (s *Server) redial(sess *poller.Session) bool {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	s.sessMu.Unlock()
+	if info == nil || info.redial == nil {
+		return false
+	}
+	info.uncount(s.balancer, true)
+	s.metrics.warmRedials.Inc()
+	go info.redial()
+	return true
+}
+
+// setupWatch is the session's frames.Inspector: it records the session setup
+// time at the first upstream text frame (session.created) and passes every
+// frame on to the session's usage accounting.
+type setupWatch struct {
+	*sessionInfo
+	srv  *Server
+	seen bool // only the upstream read path touches it
+}
+
+// Wants implements frames.Inspector.
+func (w *setupWatch) Wants(prefix []byte) bool {
+	if !w.seen {
+		w.seen = true
+		label := "off"
+		if w.srv.pool != nil {
+			label = "miss"
+			if w.poolHit {
+				label = "hit"
+			}
+		}
+		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
+	}
+	return w.meter.Wants(prefix)
+}
+
+// Inspect implements frames.Inspector: the usage meter reads the event.
+func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
+
+// poolMemory is where the warm pool remembers demand across restarts: the
+// REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks
+// (upstream/memory.go); nil for neither.
+func poolMemory(cfg Settings, store *cluster.Store) upstream.DemandMemory {
+	var ms upstream.Memories
+	if cfg.PoolState != "" {
+		ms = append(ms, upstream.FileMemory{Path: cfg.PoolState})
+	}
+	if store != nil {
+		ms = append(ms, &upstream.RedisMemory{Client: store.Client, Instance: store.Instance,
+			InstancesKey: store.InstancesKey(), Prefix: store.Key("pool", "demand") + ":"})
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	return ms
+}
