@@ -281,6 +281,7 @@ func (e *Endpoint) commitLocked() {
 	if !e.writing && len(e.back) > 0 {
 		e.writing = true
 		e.stalledSince.Store(time.Now().UnixNano())
+		backlogged.Add(1)
 		go e.writeBacklog()
 	}
 }
@@ -314,6 +315,7 @@ func (e *Endpoint) writeBacklog() {
 			}
 			e.backlogLen.Store(0)
 			e.stalledSince.Store(0)
+			backlogged.Add(-1)
 			e.mu.Unlock()
 			e.wmu.Unlock()
 			if closeNow {

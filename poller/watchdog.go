@@ -15,6 +15,17 @@ func nowNano() int64 { return time.Now().UnixNano() }
 // A metric, process-wide: the only package-level state that changes.
 var writeTimeouts atomic.Uint64
 
+// backlogged counts the sockets whose writer goroutine runs: those with
+// bytes the kernel has not taken yet. A gauge, process-wide like
+// writeTimeouts: it lets the server's watchdog skip its walk over every
+// session for stalls while no socket anywhere has a backlog, which is
+// nearly always (an idle session must cost no CPU).
+var backlogged atomic.Int64
+
+// Backlogged returns how many sockets in this process have a backlog now
+// (bytes written to them that the kernel has not taken).
+func Backlogged() int64 { return backlogged.Load() }
+
 // WriteTimeouts returns how many sockets were dropped so far, in this
 // process, because the kernel took nothing from them for the connection's
 // write timeout (WRITE_TIMEOUT_SECS).

@@ -45,8 +45,8 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	clean := s.waitSessions(timeout)
 	if !clean {
 		s.stopping.Store(true)
-		for _, sess := range s.liveSessions() {
-			go terminate(s.proto, sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
+		for _, l := range s.liveSessions() {
+			go terminate(s.proto, l.sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
 				"The gateway is restarting; reconnect to continue.")
 		}
 		s.waitSessions(s.cfg.CloseTimeout + time.Second)
@@ -54,7 +54,9 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	// Connections accepted before the listener stopped may still be in
 	// their handshake; netpoll's Shutdown would close them unanswered. Each
 	// is answered or closed by its handshake deadline.
-	s.waitConns(time.Until(stopped.Add(s.cfg.HandshakeTimeout)))
+	answered, stop := context.WithDeadline(context.Background(), stopped.Add(s.cfg.HandshakeTimeout))
+	s.waitConns(answered)
+	stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = s.Shutdown(ctx)
@@ -75,18 +77,6 @@ func (s *Server) StopAccepting() {
 	queued, err := l.stop(time.Second)
 	if err != nil || queued > 0 {
 		s.log.Warn("stopping the listener", "err", err, "still_queued", queued)
-	}
-}
-
-// Draining reports whether Drain has started.
-func (s *Server) Draining() bool { return s.draining.Load() }
-
-// waitConns waits until every accepted client socket is closed, or timeout
-// passes.
-func (s *Server) waitConns(timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for s.clientConns.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -137,9 +127,9 @@ func (s *Server) hangUpClients() {
 	}
 }
 
-// waitConnsCtx waits until every accepted client socket is closed, or ctx
+// waitConns waits until every accepted client socket is closed, or ctx
 // ends.
-func (s *Server) waitConnsCtx(ctx context.Context) {
+func (s *Server) waitConns(ctx context.Context) {
 	for s.clientConns.Load() > 0 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}

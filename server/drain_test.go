@@ -37,7 +37,7 @@ func TestDrainSteps(t *testing.T) {
 
 			done := make(chan bool, 1)
 			go func() { done <- g.srv.Drain(time.Second) }()
-			waitFor(t, "draining", g.srv.Draining)
+			waitFor(t, "draining", g.srv.draining.Load)
 
 			req, _ := http.NewRequest("GET", "http://x/health", nil)
 			if status, body := httpDo(t, g, req); status != 503 || body["status"] != "draining" {
@@ -93,7 +93,7 @@ func TestDrainIsCleanWhenSessionsEnd(t *testing.T) {
 	done := make(chan bool, 1)
 	start := time.Now()
 	go func() { done <- g.srv.Drain(30 * time.Second) }()
-	waitFor(t, "draining", g.srv.Draining)
+	waitFor(t, "draining", g.srv.draining.Load)
 	_ = live.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "bye"))
 	closeOf(t, live)
 	select {

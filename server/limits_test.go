@@ -224,7 +224,7 @@ func metricValue(t testing.TB, g *gateway, series string) float64 {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", "/metrics", nil)
 	req.Host = "127.0.0.1" // the admin server answers loopback hosts only
-	g.srv.AdminHandler().ServeHTTP(rec, req)
+	g.srv.admin.Handler(g.srv.ctx).ServeHTTP(rec, req)
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)

@@ -77,14 +77,12 @@ func newReasonCounter(name, help string, reasons ...string) *prometheus.CounterV
 	return c
 }
 
-// AdminHandler serves /metrics (Prometheus text format), /debug/pprof/,
-// /status and /playground (server/admin), for loopback Hosts only.
-func (s *Server) AdminHandler() http.Handler { return s.admin.Handler(s.ctx) }
-
-// ServeAdmin serves AdminHandler on ln until the listener closes.
+// ServeAdmin serves the admin port on ln until the listener closes:
+// /metrics (Prometheus text format), /debug/pprof/, /status and
+// /playground (server/admin), for loopback Hosts only.
 func (s *Server) ServeAdmin(ln net.Listener) error {
 	s.admin.Listening(ln.Addr())
-	srv := &http.Server{Handler: s.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.admin.Handler(s.ctx), ReadHeaderTimeout: 10 * time.Second}
 	return srv.Serve(ln)
 }
 
@@ -92,7 +90,7 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 type adminView struct{ s *Server }
 
 func (v adminView) Routes() *routes.Table { return v.s.routes.Load() }
-func (v adminView) Draining() bool        { return v.s.Draining() }
+func (v adminView) Draining() bool        { return v.s.draining.Load() }
 func (v adminView) Pool() *upstream.Pool  { return v.s.pool }
 
 func (v adminView) Sessions() int {

@@ -272,7 +272,7 @@ func TestAdminMetricsEndpoint(t *testing.T) {
 		waitFor(t, "the setup of the hit to be observed", func() bool { return setupsObserved(t, g, "hit") == 1 })
 		req, _ := http.NewRequest("GET", "/metrics", nil)
 		rec := newRecorder()
-		g.srv.AdminHandler().ServeHTTP(rec, req)
+		g.srv.admin.Handler(g.srv.ctx).ServeHTTP(rec, req)
 		body := rec.String()
 		for _, want := range []string{"rtgate_pool_hits_total{", "rtgate_sessions_open 1", "rtgate_session_setup_seconds_bucket{pool=\"hit\"", "go_goroutines"} {
 			if !contains(body, want) {

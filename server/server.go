@@ -212,7 +212,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.loop, s.ln, s.listener = loop, ln, sl
 	s.mu.Unlock()
-	go s.watchdog(s.ctx)
+	go s.newWatchdog().run(s.ctx)
 	s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
 		"upstream", redactedURL(s.cfg.APIBase), "model", s.cfg.Model, "pool", poolDesc(s.cfg.Pool))
 	if s.pool != nil {
@@ -257,7 +257,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// invariant): hang them all up first, and let it find none.
 		s.StopAccepting()
 		s.hangUpClients()
-		s.waitConnsCtx(ctx)
+		s.waitConns(ctx)
 		if h := s.hooks.Load(); h != nil && h.loopShutdown != nil {
 			h.loopShutdown(s.clientConns.Load())
 		}

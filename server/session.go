@@ -382,16 +382,6 @@ func terminate(p protocol.Protocol, sess *poller.Session, code ws.StatusCode, re
 	sess.Terminate(code, reason, p.Refusal(errCode, message, 0))
 }
 
-// sessionStart returns when the session's client upgrade completed.
-func (s *Server) sessionStart(sess *poller.Session) time.Time {
-	s.sessMu.Lock()
-	defer s.sessMu.Unlock()
-	if info := s.sessions[sess]; info != nil {
-		return info.start
-	}
-	return time.Now()
-}
-
 // redial is SessionConfig.Redial: a warm socket died before the client sent
 // it anything, so the session gets a fresh upstream through the ordinary
 // connect path (failover included).
