@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
+	"github.com/valyala/bytebufferpool"
 	"golang.org/x/sys/unix"
 
 	"rtgate/frames"
@@ -82,6 +83,8 @@ type Endpoint struct {
 	// batch gathers one read's worth of forwarded frames; see output.go.
 	// Only the session side that writes to this endpoint touches it.
 	batch batch
+	// gather collects a TLS batch's records for one write (writeTLSGathered).
+	gather *bytebufferpool.ByteBuffer
 
 	plain frames.ByteSource // decrypted bytes of the current TLS read
 }
@@ -495,6 +498,7 @@ func (e *Endpoint) handlerBegin(onPoller bool) {
 	if onPoller {
 		e.ahead.Store(true)
 		if e.nb != nil {
+			e.nb.aheadReads = 0
 			e.nb.readAhead.Store(true)
 		}
 	}
