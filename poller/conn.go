@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
+	"github.com/valyala/bytebufferpool"
 )
 
 // errWouldBlock is what a non-blocking NBConn returns when no bytes are
@@ -58,6 +59,10 @@ type NBConn struct {
 	spillBuf           *[tlsReadChunk]byte
 	spillOff, spillEnd int32
 	aheadReads         uint8 // descriptor reads in this handler run (readAheadMax)
+
+	// gather, set under out.mu, collects a TLS batch's records for one
+	// write (Endpoint.writeTLSGathered).
+	gather *bytebufferpool.ByteBuffer
 }
 
 // recordCursor follows TLS record boundaries in the bytes Read hands to
@@ -188,7 +193,7 @@ func (c *NBConn) readSpill(p []byte) int {
 func (c *NBConn) Write(p []byte) (int, error) {
 	if e := c.out; e != nil {
 		e.mu.Lock()
-		if g := e.gather; g != nil {
+		if g := c.gather; g != nil {
 			g.B = append(g.B, p...) // writeTLSGathered sends it
 			e.mu.Unlock()
 			return len(p), nil

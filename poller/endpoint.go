@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
-	"github.com/valyala/bytebufferpool"
 	"golang.org/x/sys/unix"
 
 	"rtgate/frames"
@@ -83,8 +82,6 @@ type Endpoint struct {
 	// batch gathers one read's worth of forwarded frames; see output.go.
 	// Only the session side that writes to this endpoint touches it.
 	batch batch
-	// gather collects a TLS batch's records for one write (writeTLSGathered).
-	gather *bytebufferpool.ByteBuffer
 
 	plain frames.ByteSource // decrypted bytes of the current TLS read
 }

@@ -148,7 +148,7 @@ func (e *Endpoint) flushBatch() error {
 // writeTLSGathered is tls.Write of a batch with its records gathered into
 // one write(2): crypto/tls hands each record (at most 16 KiB of plaintext) to
 // NBConn.Write on its own, and a batch of audio frames is several. While
-// e.gather is set NBConn.Write appends records to it instead of writing;
+// e.nb.gather is set NBConn.Write appends records to it instead of writing;
 // another goroutine's record (Send) landing meanwhile goes behind ours under
 // mu, so the stream keeps crypto/tls's order.
 func (e *Endpoint) writeTLSGathered(p []byte) error {
@@ -159,11 +159,11 @@ func (e *Endpoint) writeTLSGathered(p []byte) error {
 	g := bytebufferpool.Get()
 	g.B = g.B[:0]
 	e.mu.Lock()
-	e.gather = g
+	e.nb.gather = g
 	e.mu.Unlock()
 	_, err := e.tls.Write(p)
 	e.mu.Lock()
-	e.gather = nil
+	e.nb.gather = nil
 	if werr := e.sendLocked(g.B); err == nil {
 		err = werr
 	}
