@@ -37,12 +37,12 @@ type sessionInfo struct {
 	deployment *routes.Deployment // nil until an upstream is attached
 	counted    bool               // deployment's live count includes this session
 	ended      bool               // the session ended: a late attach (a redial's) is not counted
+	poolHit    bool               // the upstream came from the warm pool
+	overBudget atomic.Bool        // ended by its key's budget (budget.go); beside the flags: one word
 	meter      usage.Meter
 	start      time.Time          // when the client's upgrade completed
-	poolHit    bool               // the upstream came from the warm pool
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (deplimits.go)
-	overBudget atomic.Bool        // ended by its key's budget (budget.go)
 	grant      *secretGrant       // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.

@@ -308,16 +308,15 @@ type clientConn struct {
 	// goroutine's hand-off from reading at the same time.
 	hs        *handshakeConn
 	hsStarted bool
+	left      bool        // the handshake count was given back (Server.leave); guarded by mu
+	relaying  atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner); beside hsStarted: one word
 	readMu    sync.Mutex
 
 	mu    sync.Mutex
 	timer *time.Timer // handshake deadline; nil once upgraded
-	left  bool        // the handshake count was given back (Server.leave)
 
 	wait clusterWait // a Redis admission check in flight (cluster_admit.go)
 	api  *apiRequest // an API request's body being collected (httpapi.go)
-
-	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
 
 	// The state a plain session keeps for its whole life lives here, in
 	// the connection's one allocation, rather than in five of its own
