@@ -113,13 +113,16 @@ const maxFrameStart = ws.MaxHeaderSize + ws.MaxControlFramePayloadSize
 // use: netpoll runs at most one OnRequest per connection at a time, which is
 // the only place a scanner is driven from.
 type Scanner struct {
-	dir        Direction
 	maxMessage uint64 // payload bytes per message; 0 means no limit
 
 	remaining  uint64 // bytes of the current frame still to pass through
 	message    uint64 // payload bytes of the current message so far
-	fragmented bool   // a fragmented data message is in progress
-	failed     bool   // a frame was refused: the stream can no longer be parsed
+	dir        Direction
+	fragmented bool // a fragmented data message is in progress
+	failed     bool // a frame was refused: the stream can no longer be parsed
+	// captureState sits with the flags above: one word for all four
+	// (a scanner is embedded twice in every session).
+	captureState uint8
 
 	// stash holds the start of a frame that arrived in pieces: a partial
 	// header, or a control frame not yet complete. Nil almost always.
@@ -129,10 +132,9 @@ type Scanner struct {
 	Frames uint64
 	Bytes  uint64
 
-	insp         Inspector
-	captureState uint8
-	captureLen   uint64 // payload length of the frame being captured
-	capture      *bytebufferpool.ByteBuffer
+	insp       Inspector
+	captureLen uint64 // payload length of the frame being captured
+	capture    *bytebufferpool.ByteBuffer
 }
 
 // SetInspector makes the scanner offer text frames to insp.

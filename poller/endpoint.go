@@ -532,6 +532,7 @@ func (e *Endpoint) handlerBegin(onPoller bool) {
 	if onPoller {
 		e.ahead.Store(true)
 		if e.nb != nil {
+			e.nb.aheadReads = 0
 			e.nb.readAhead.Store(true)
 		}
 	}

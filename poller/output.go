@@ -122,7 +122,7 @@ func (e *Endpoint) flushBatch() error {
 	var err error
 	if b.n > 0 {
 		if e.tls != nil {
-			_, err = e.tls.Write(b.stage.B)
+			err = e.writeTLSGathered(b.stage.B)
 		} else {
 			e.mu.Lock()
 			err = e.writevLocked(b.list.v[:b.cnt], b.n)
@@ -142,6 +142,33 @@ func (e *Endpoint) flushBatch() error {
 	if b.err != nil {
 		err, b.err = b.err, nil
 	}
+	return err
+}
+
+// writeTLSGathered is tls.Write of a batch with its records gathered into
+// one write(2): crypto/tls hands each record (at most 16 KiB of plaintext) to
+// NBConn.Write on its own, and a batch of audio frames is several. While
+// e.nb.gather is set NBConn.Write appends records to it instead of writing;
+// another goroutine's record (Send) landing meanwhile goes behind ours under
+// mu, so the stream keeps crypto/tls's order.
+func (e *Endpoint) writeTLSGathered(p []byte) error {
+	if len(p) <= tlsRecordMax {
+		_, err := e.tls.Write(p) // one record: nothing to gather
+		return err
+	}
+	g := bytebufferpool.Get()
+	g.B = g.B[:0]
+	e.mu.Lock()
+	e.nb.gather = g
+	e.mu.Unlock()
+	_, err := e.tls.Write(p)
+	e.mu.Lock()
+	e.nb.gather = nil
+	if werr := e.sendLocked(g.B); err == nil {
+		err = werr
+	}
+	e.mu.Unlock()
+	bytebufferpool.Put(g)
 	return err
 }
 

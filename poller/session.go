@@ -68,9 +68,9 @@ type side struct {
 	mu    sync.Mutex
 	ep    *Endpoint // nil while the upstream connects
 	state closeState
+	which Side         // beside state: one word for both (two sides per session)
 	got   frames.Close // the close frame that came from the socket
 	timer *time.Timer
-	which Side
 }
 
 // Session relays one client WebSocket to one upstream WebSocket.
@@ -99,10 +99,10 @@ type Session struct {
 	pending    *bytebufferpool.ByteBuffer // client frames that arrived before the upstream
 	warm       bool                       // the upstream came from the warm pool
 	wroteUp    bool                       // a client byte went to this upstream socket
-	redials    int                        // fresh upstreams dialed after a dead warm one
 	skipFirst  bool                       // consume the next upstream's first frame
-	skip       frameSkipper               // under the Handle's read lock
 	queuedStop bool                       // a close frame is queued behind pending
+	redials    int                        // fresh upstreams dialed after a dead warm one
+	skip       frameSkipper               // under the Handle's read lock
 
 	clientGone atomic.Bool
 	endOnce    sync.Once

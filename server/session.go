@@ -40,31 +40,44 @@ type sessionInfo struct {
 	deployment *routes.Deployment // nil until an upstream is attached
 	counted    bool               // deployment's live count includes this session
 	ended      bool               // the session ended: a late attach (a redial's) is not counted
+	poolHit    bool               // the upstream came from the warm pool
+	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
 	meter      usage.Meter
 	start      time.Time          // when the client's upgrade completed
-	poolHit    bool               // the upstream came from the warm pool
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
-	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
 	clientLeft bool
+	dialGen    uint32 // which attempt cancelDial belongs to
 	cancelDial context.CancelFunc
 }
 
 // dialContext is parent, cancelled as soon as the client leaves (at once if
-// it already has).
+// it already has). Its cancel also forgets the attempt: a session that kept
+// cancelDial after its dial held the context, its Done channel and the
+// closure for its whole life (~210 B of a plain session's ~2 KB of state,
+// MemProfileRate=1 heap profile, 2,000 idle sessions).
 func (i *sessionInfo) dialContext(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(parent)
 	i.dialMu.Lock()
+	i.dialGen++
+	gen := i.dialGen
 	i.cancelDial = cancel
 	if i.clientLeft {
 		cancel()
 	}
 	i.dialMu.Unlock()
-	return ctx, cancel
+	return ctx, func() {
+		cancel()
+		i.dialMu.Lock()
+		if i.dialGen == gen { // not a later attempt's (a redial)
+			i.cancelDial = nil
+		}
+		i.dialMu.Unlock()
+	}
 }
 
 // attemptContext bounds one upstream attempt for the session: it ends with

@@ -36,7 +36,7 @@ type Options struct {
 	VoiceSessions, TLSVoiceSessions           int
 	VoiceWarmup, VoiceDuration, VoiceInterval time.Duration
 	// Profile, when set, saves a CPU profile of rtgate (its admin
-	// /debug/pprof/profile) over each voice window into the run's folder. The
+	// /debug/pprof/profile) over each voice and throughput window into the run's folder. The
 	// profiler's own cost is in that run's CPU figure, so it is off by default.
 	Profile          bool
 	HoldParallel     int // handshakes in flight while opening them

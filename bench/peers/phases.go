@@ -178,12 +178,25 @@ func measureThroughput(ctx context.Context, o *Options, s *system, name string, 
 		return snap{c, f.sent.Load(), f.recv.Load()}, err
 	}
 	var a, b snap
+	var prof *profileTake
 	if harness.SleepUntil(ctx, time.Now().Add(o.Warmup)) {
-		if a, err = take(); err == nil && harness.SleepUntil(ctx, time.Now().Add(o.Duration)) {
-			b, err = take()
+		if a, err = take(); err == nil {
+			if o.Profile && s.admin != "" {
+				prof = startProfile(ctx, s.admin, o.Duration, filepath.Join(s.dir, "throughput-"+name+"-cpu.pprof"))
+			}
+			if harness.SleepUntil(ctx, time.Now().Add(o.Duration)) {
+				b, err = take()
+			}
 		}
 	}
 	t.Lost = f.finish(conns, 5*time.Second)
+	if prof != nil {
+		if perr := prof.wait(); perr != nil {
+			o.Log.Warn("throughput profile", "err", perr)
+		} else {
+			t.Profile = prof.path
+		}
+	}
 	t.BadLength = f.bad.Load()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

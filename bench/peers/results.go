@@ -151,6 +151,9 @@ type Throughput struct {
 	Attempts  int     `json:"attempts"`   // see Options.DisturbedCores
 	Lost      int64   `json:"lost"`       // echoes that never came back
 	BadLength int64   `json:"bad_length"` // echoes of the wrong size
+	// Profile is the file of the rtgate CPU profile taken over the window
+	// (Options.Profile).
+	Profile string `json:"profile,omitempty"`
 }
 
 // Voice is the sustained-voice figure: the relay's CPU while Opened sessions

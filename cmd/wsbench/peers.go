@@ -38,7 +38,7 @@ func parsePeersFlags(args []string, stderr io.Writer) (peers.Options, string, er
 	fs.IntVar(&o.TLSVoiceSessions, "tls-voice-n", d.TLSVoiceSessions, "sessions streaming audio in the voice phase, TLS upstream")
 	fs.DurationVar(&o.VoiceDuration, "voice-for", d.VoiceDuration, "voice phase: how long the sessions stream in the measured window")
 	fs.DurationVar(&o.VoiceWarmup, "voice-warmup", d.VoiceWarmup, "voice phase: streaming before the measured window (not counted)")
-	fs.BoolVar(&o.Profile, "profile", false, "save a CPU profile of rtgate over each voice window (voice-cpu.pprof in the run's folder; the profiler's cost is in that run's figure)")
+	fs.BoolVar(&o.Profile, "profile", false, "save a CPU profile of rtgate over each voice and throughput window (voice-cpu.pprof, throughput-<load>-cpu.pprof in the run's folder; the profiler's cost is in that run's figure)")
 	fs.DurationVar(&o.VoiceInterval, "voice-interval", d.VoiceInterval, "voice phase: one append up and one delta down every interval")
 	fs.IntVar(&o.HoldParallel, "hold-parallel", d.HoldParallel, "handshakes in flight while opening them")
 	fs.DurationVar(&o.HoldLimit, "hold-limit", d.HoldLimit, "time allowed to open them")
