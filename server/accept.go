@@ -117,10 +117,7 @@ type refusedKey struct{}
 // TLS one, or one beyond maxRefusing, is closed now; a plain one waits up to
 // refusalWait for its request's first bytes, which answerRefused answers.
 func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
-	if f.tls || f.refusing.Add(1) > maxRefusing {
-		if !f.tls {
-			f.refusing.Add(-1)
-		}
+	if f.tls || !f.takeRefusalSlot() {
 		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
 		return context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
 	}
@@ -134,6 +131,22 @@ func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
 	// closes itself in its handler, which netpoll cannot do on the poller.
 	ctx := context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
 	return context.WithValue(ctx, refusedKey{}, true)
+}
+
+// takeRefusalSlot counts one more refused connection waiting for its
+// request, unless maxRefusing already wait. A compare-and-swap rather than
+// an add and a take-back: the count never shows more than maxRefusing, even
+// for the moment between the two.
+func (f *frontDoor) takeRefusalSlot() bool {
+	for {
+		n := f.refusing.Load()
+		if n >= maxRefusing {
+			return false
+		}
+		if f.refusing.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // answerRefused writes the precomputed 503 to a refused connection whose
