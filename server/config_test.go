@@ -24,14 +24,9 @@ func TestHedgeAndDialTimeoutSettings(t *testing.T) {
 		{env: map[string]string{"UPSTREAM_HEDGE_MS": "0.5s"}, wantError: `UPSTREAM_HEDGE_MS: "0.5s" is not a whole number`},
 		{env: map[string]string{"UPSTREAM_DIAL_TIMEOUT_SECS": "0"}, wantError: "UPSTREAM_DIAL_TIMEOUT_SECS"},
 	} {
-		c, err := FromEnv(func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+		c, ok := settingsFromEnv(t, tc.env, tc.wantError)
 		switch {
-		case tc.wantError != "":
-			if err == nil || !strings.Contains(err.Error(), tc.wantError) {
-				t.Errorf("%v: err %v, want %q", tc.env, err, tc.wantError)
-			}
-		case err != nil:
-			t.Errorf("%v: %v", tc.env, err)
+		case !ok:
 		case c.HedgeDelay != tc.hedge || c.DialTimeout != tc.dial:
 			t.Errorf("%v: hedge %v dial %v, want %v %v", tc.env, c.HedgeDelay, c.DialTimeout, tc.hedge, tc.dial)
 		}
@@ -54,16 +49,30 @@ func TestPoolStateSettings(t *testing.T) {
 		{env: map[string]string{"POOL_WARMUP_SECS": "0"}, wantError: "POOL_WARMUP_SECS"},
 		{env: map[string]string{"POOL_WARMUP_SECS": "soon"}, wantError: "POOL_WARMUP_SECS"},
 	} {
-		c, err := FromEnv(func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+		c, ok := settingsFromEnv(t, tc.env, tc.wantError)
 		switch {
-		case tc.wantError != "":
-			if err == nil || !strings.Contains(err.Error(), tc.wantError) {
-				t.Errorf("%v: err %v, want %q", tc.env, err, tc.wantError)
-			}
-		case err != nil:
-			t.Errorf("%v: %v", tc.env, err)
+		case !ok:
 		case c.PoolState != tc.state || c.Pool.WarmupBound != tc.bound:
 			t.Errorf("%v: state %q bound %v, want %q %v", tc.env, c.PoolState, c.Pool.WarmupBound, tc.state, tc.bound)
 		}
 	}
+}
+
+// settingsFromEnv reads Settings from env. With wantError set it checks the
+// error names it and reports false; otherwise a failure to read is an error
+// of the test, also false.
+func settingsFromEnv(t *testing.T, env map[string]string, wantError string) (Settings, bool) {
+	t.Helper()
+	c, err := FromEnv(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
+	switch {
+	case wantError != "":
+		if err == nil || !strings.Contains(err.Error(), wantError) {
+			t.Errorf("%v: err %v, want %q", env, err, wantError)
+		}
+		return c, false
+	case err != nil:
+		t.Errorf("%v: %v", env, err)
+		return c, false
+	}
+	return c, true
 }
