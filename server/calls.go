@@ -305,7 +305,8 @@ func (m *callMeter) UpstreamGone() {
 		cm.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
 		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
 			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
-			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage}
+			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage,
+			Protocol: "realtime"}
 		cm.records.record(m.info, &rec)
 	})
 }

@@ -346,7 +346,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	rec := usage.Record{
 		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
 		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
-		PoolHit: info.poolHit, Outcome: outcome,
+		PoolHit: info.poolHit, Outcome: outcome, Protocol: "realtime",
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
 		Usage: u,
 	}

@@ -31,6 +31,22 @@ var migrations = []string{
 	)`,
 	// 2: what budgets and reports ask: a key's spend over a time range.
 	`CREATE INDEX session_usage_key_ended ON session_usage (key_name, ended_at)`,
+	// 3: the protocol and what the second round of features adds to a
+	// record (GPT-Live and translation seconds, unconfirmed or unmetered
+	// usage, session continuity's upstream sessions and resumes, turns and
+	// their first-audio percentiles). One migration for all of them, so an
+	// instance upgrades once. Old rows read as Realtime sessions on one
+	// upstream session with no turns measured.
+	`ALTER TABLE session_usage
+		ADD COLUMN protocol           text NOT NULL DEFAULT 'realtime',
+		ADD COLUMN seconds            double precision NOT NULL DEFAULT 0,
+		ADD COLUMN unconfirmed        boolean NOT NULL DEFAULT false,
+		ADD COLUMN unmetered          boolean NOT NULL DEFAULT false,
+		ADD COLUMN upstream_sessions  integer NOT NULL DEFAULT 1,
+		ADD COLUMN resumes            jsonb NOT NULL DEFAULT '[]',
+		ADD COLUMN turns              integer NOT NULL DEFAULT 0,
+		ADD COLUMN first_audio_p50_ms double precision,
+		ADD COLUMN first_audio_p95_ms double precision`,
 }
 
 // migrate brings the schema to the newest version. An advisory lock held

@@ -113,6 +113,7 @@ func Open(cfg Config) (*Writer, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 500
 	}
+	cfg.Batch = min(cfg.Batch, 65535/perRow) // Postgres takes at most 65,535 parameters a statement
 	if cfg.FlushEvery <= 0 {
 		cfg.FlushEvery = 200 * time.Millisecond
 	}
@@ -449,9 +450,10 @@ func tryRecv(c chan usage.Record) (usage.Record, bool) {
 
 // columns of session_usage that a record fills, in insert order.
 const columns = "session_id, key_name, model_group, deployment, started_at, ended_at, " +
-	"input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage"
+	"input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage, " +
+	"protocol, seconds, unconfirmed, unmetered, upstream_sessions, resumes, turns, first_audio_p50_ms, first_audio_p95_ms"
 
-const perRow = 12
+const perRow = 21
 
 // insert writes a batch as one multi-row insert, skipping records already
 // in (by session_id), and returns the rows added.
@@ -476,8 +478,24 @@ func (w *Writer) insert(ctx context.Context, batch []usage.Record) (int64, error
 		if err != nil {
 			return 0, fmt.Errorf("encoding usage: %w", err)
 		}
+		resumes := []byte("[]")
+		if len(r.Resumes) > 0 {
+			if resumes, err = json.Marshal(r.Resumes); err != nil {
+				return 0, fmt.Errorf("encoding resumes: %w", err)
+			}
+		}
+		protocol := r.Protocol
+		if protocol == "" {
+			protocol = "realtime"
+		}
+		upstreams := max(r.UpstreamSessions, 1)
+		var p50, p95 *float64 // NULL when no turn was measured
+		if r.Turns > 0 {
+			p50, p95 = &r.FirstAudioP50MS, &r.FirstAudioP95MS
+		}
 		args = append(args, r.SessionID, r.KeyName, r.ModelGroup, r.Deployment, r.StartedAt, r.EndedAt,
-			r.Usage.InputTokens, r.Usage.OutputTokens, r.Usage.TotalTokens, r.CostUSD, r.Outcome, string(u))
+			r.Usage.InputTokens, r.Usage.OutputTokens, r.Usage.TotalTokens, r.CostUSD, r.Outcome, string(u),
+			protocol, r.Seconds, r.Unconfirmed, r.Unmetered, upstreams, string(resumes), r.Turns, p50, p95)
 	}
 	q.WriteString(" ON CONFLICT (session_id) DO NOTHING")
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)

@@ -232,3 +232,79 @@ func TestSlowPostgres(t *testing.T) {
 		t.Fatalf("%d rows, %d distinct; want 600", rows, distinct)
 	}
 }
+
+// TestSecondRoundColumns upgrades a database left at schema version 2 with
+// a row in it, then writes records that use the columns migration 3 adds:
+// the old row reads as a Realtime session on one upstream session, the new
+// ones read back as written.
+func TestSecondRoundColumns(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	c := pg.Conn(t)
+	for v, m := range migrations[:2] {
+		if _, err := c.Exec(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if v == 0 {
+			if _, err := c.Exec(ctx, `CREATE TABLE rtgate_schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Exec(ctx, `INSERT INTO rtgate_schema_migrations (version) VALUES ($1)`, v+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := record(1)
+	if _, err := c.Exec(ctx, `INSERT INTO session_usage (session_id, key_name, model_group, started_at, ended_at,
+		input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage) VALUES ($1,'team-a','gpt-realtime',$2,$3,1,2,3,0,'client_closed','{}')`,
+		old.SessionID, old.StartedAt, old.EndedAt); err != nil {
+		t.Fatal(err)
+	}
+
+	live := record(2)
+	live.Protocol, live.Seconds, live.Unconfirmed = "live", 42.5, true
+	resumed := record(3)
+	resumed.UpstreamSessions, resumed.Turns, resumed.FirstAudioP50MS, resumed.FirstAudioP95MS = 2, 7, 310, 820
+	resumed.Resumes = []usage.Resume{{Cause: "session_expired", At: resumed.StartedAt.Add(time.Second), DurationMS: 180, Outcome: "ok"}}
+	webrtc := record(4)
+	webrtc.Protocol, webrtc.Seconds, webrtc.Unmetered = "live", 15, true
+
+	w := open(t, pg.URL, filepath.Join(t.TempDir(), "spool.jsonl"), nil)
+	for _, r := range []usage.Record{live, resumed, webrtc} {
+		w.Enqueue(r)
+	}
+	waitRows(t, pg, 4)
+
+	type row struct {
+		protocol         string
+		seconds          float64
+		unconfirmed      bool
+		unmetered        bool
+		upstreams, turns int
+		resumes          string
+		p50, p95         *float64
+	}
+	read := func(id string) row {
+		var r row
+		if err := c.QueryRow(ctx, `SELECT protocol, seconds, unconfirmed, unmetered, upstream_sessions, turns,
+			resumes::text, first_audio_p50_ms, first_audio_p95_ms FROM session_usage WHERE session_id = $1`, id).Scan(
+			&r.protocol, &r.seconds, &r.unconfirmed, &r.unmetered, &r.upstreams, &r.turns, &r.resumes, &r.p50, &r.p95); err != nil {
+			t.Fatalf("reading %s: %v", id, err)
+		}
+		return r
+	}
+	if r := read(old.SessionID); r.protocol != "realtime" || r.upstreams != 1 || r.turns != 0 || r.resumes != "[]" || r.p50 != nil {
+		t.Errorf("the row from before the upgrade reads %+v", r)
+	}
+	if r := read(live.SessionID); r.protocol != "live" || r.seconds != 42.5 || !r.unconfirmed || r.unmetered || r.upstreams != 1 {
+		t.Errorf("the Live record reads %+v", r)
+	}
+	if r := read(webrtc.SessionID); !r.unmetered || r.seconds != 15 {
+		t.Errorf("the unmetered record reads %+v", r)
+	}
+	r := read(resumed.SessionID)
+	if r.protocol != "realtime" || r.upstreams != 2 || r.turns != 7 || r.p50 == nil || *r.p50 != 310 || r.p95 == nil || *r.p95 != 820 ||
+		!strings.Contains(r.resumes, `"cause": "session_expired"`) || !strings.Contains(r.resumes, `"duration_ms": 180`) {
+		t.Errorf("the resumed record reads %+v", r)
+	}
+}

@@ -30,6 +30,44 @@ type Record struct {
 	BytesOut    uint64    `json:"bytes_out"`
 	Usage       Usage     `json:"usage"`
 	CostUSD     float64   `json:"cost_usd"`
+
+	// Protocol is the voice protocol the session spoke: "realtime" (also
+	// transcription sessions and calls), "live" (GPT-Live) or
+	// "translation".
+	Protocol string `json:"protocol,omitempty"`
+	// Seconds is session time billed by duration: GPT-Live's cumulative
+	// usage.seconds, a translation session's wall clock.
+	Seconds float64 `json:"seconds,omitempty"`
+	// Unconfirmed marks usage the upstream never confirmed (a GPT-Live
+	// session that ended without session.closed is billed its last
+	// reported seconds).
+	Unconfirmed bool `json:"unconfirmed,omitempty"`
+	// Unmetered marks a session whose events the gateway could not read (a
+	// WebRTC session with no sideband through it): billed a floor.
+	Unmetered bool `json:"unmetered,omitempty"`
+	// UpstreamSessions counts the upstream sessions the client's session
+	// ran on (more than one after a resume: session continuity); Resumes
+	// says when and why each new one was started.
+	UpstreamSessions int      `json:"upstream_sessions,omitempty"`
+	Resumes          []Resume `json:"resumes,omitempty"`
+	// Turns counts the session's turns; FirstAudioP50MS and
+	// FirstAudioP95MS are the percentiles of their time to first audio.
+	Turns           int     `json:"turns,omitempty"`
+	FirstAudioP50MS float64 `json:"first_audio_p50_ms,omitempty"`
+	FirstAudioP95MS float64 `json:"first_audio_p95_ms,omitempty"`
+}
+
+// Resume is one move of a client's session onto a fresh upstream session.
+type Resume struct {
+	// Cause is why: "upstream_lost", "upstream_closed", "session_expired",
+	// "rollover".
+	Cause string    `json:"cause"`
+	At    time.Time `json:"at"`
+	// DurationMS is how long the client waited: from the loss to the
+	// replayed session taking the client's frames again.
+	DurationMS int64 `json:"duration_ms"`
+	// Outcome is "ok" or "failed".
+	Outcome string `json:"outcome"`
 }
 
 // LogAttrs are the record as slog attributes, for the session's log line:
@@ -52,6 +90,24 @@ func (r Record) LogAttrs() []any {
 	}
 	if r.CloseSide != "" {
 		attrs = append(attrs, "close_code", r.CloseCode, "close_reason", r.CloseReason, "close_side", r.CloseSide)
+	}
+	if r.Protocol != "" && r.Protocol != "realtime" {
+		attrs = append(attrs, "protocol", r.Protocol)
+	}
+	if r.Seconds > 0 {
+		attrs = append(attrs, "seconds", r.Seconds)
+	}
+	if r.Unconfirmed {
+		attrs = append(attrs, "unconfirmed", true)
+	}
+	if r.Unmetered {
+		attrs = append(attrs, "unmetered", true)
+	}
+	if r.UpstreamSessions > 1 {
+		attrs = append(attrs, "upstream_sessions", r.UpstreamSessions)
+	}
+	if r.Turns > 0 {
+		attrs = append(attrs, "turns", r.Turns, "first_audio_p50_ms", r.FirstAudioP50MS, "first_audio_p95_ms", r.FirstAudioP95MS)
 	}
 	return attrs
 }
