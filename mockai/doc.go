@@ -130,6 +130,19 @@
 //
 // A bad fault or fault_after value is refused with HTTP 400 and a message naming it.
 //
+// # Continuity
+//
+// For a relay that carries a conversation onto a fresh upstream session
+// (cut.go): Config.Cut ends sessions after (or, with During, inside) their
+// Nth response, by a TCP drop, a close frame with a chosen code (1011,
+// 1012, ...) or half a frame then a drop, on the first Cut.Times sessions
+// only, so the replacement lives (cmd/mockai -cut, -cut-after, -cut-during,
+// -cut-code, -cut-times). Config.SessionCap is OpenAI's cap: expires_at in
+// session.created says it, and at the cap the session gets an error event
+// session_expired and close 1001 (cmd/mockai -session-cap 1m). What each
+// session received (its client events but appends, in order) is
+// [Server.Received], GET /mock/sessions/{id}/received.
+//
 // # GPT-Live
 //
 // The same server speaks GPT-Live (live.go and its siblings describe each

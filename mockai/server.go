@@ -96,6 +96,16 @@ type Config struct {
 	// Live is the GPT-Live side's schedule and Live-only faults (live.go).
 	Live LiveConfig
 
+	// Cut ends upstream sessions at a point of their conversation
+	// (cut.go): after or during their Nth response.
+	Cut Cut
+	// SessionCap is OpenAI's cap on a session's length (0: an hour, never
+	// enforced): expires_at in session.created says it, and when it passes
+	// the session gets an error event session_expired and close 1001
+	// "Your session hit the maximum duration of ...", whatever is in
+	// progress (cut.go).
+	SessionCap time.Duration
+
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger
 }
@@ -129,12 +139,17 @@ func (c Config) validate() error {
 		return fmt.Errorf("audio delta bytes %d: PCM16 needs an even number of bytes", c.AudioDeltaBytes)
 	case c.CloseAfterFrames < 0 || c.DropAfterFrames < 0 || c.MalformedAfterFrames < 0:
 		return errors.New("fault frame counts must not be negative")
+	case c.SessionCap < 0:
+		return errors.New("session cap must not be negative")
 	case c.CertFile != "" && !c.TLS:
 		return errors.New("a cert file needs TLS")
 	case c.Live.MediaInterval < 0 || c.Live.MaxDuration < 0 || c.Live.StartTimeout < 0:
 		return errors.New("live media interval, max duration and start timeout must not be negative")
 	case c.Live.MediaInterval > 0 && c.Live.MediaInterval < time.Millisecond:
 		return fmt.Errorf("live media interval %v: at least 1ms", c.Live.MediaInterval)
+	}
+	if err := c.Cut.validate(); err != nil {
+		return err
 	}
 	return c.Stream.validate(c.Echo)
 }
@@ -190,6 +205,7 @@ type Server struct {
 
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
 	audioAppends, audioBytes                                  atomic.Int64
+	cuts                                                      atomic.Int64 // sessions Config.Cut chose (cut.go)
 	// firstAudio is the first-audio delay (ns) of connections that did not
 	// set their own: Config.FirstAudioDelay until POST /mock/config.
 	firstAudio atomic.Int64
@@ -278,6 +294,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	s.mountLive(mux)
 	mux.HandleFunc("GET /mock/records", s.handleRecords)
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
+	mux.HandleFunc("GET /mock/sessions/{id}/received", s.handleReceived)
 	mux.HandleFunc("/mock/config", s.handleConfig)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -52,9 +52,13 @@ type session struct {
 	wmu     sync.Mutex
 	sent    int  // data frames sent
 	stopped bool // a close frame went out or a fault fired: send nothing more
+	// Config.Cut's count (cut.go)
+	responsesCreated, responsesDone int
+	deltaSeen, cutChecked           bool
 
 	// Used only by the handler goroutine.
 	model     string
+	createdAt time.Time
 	expiresAt int64
 	// overrides holds the session.update fields merged so far (nil until the first
 	// update); the full session object is rebuilt from it on demand, so an idle
@@ -93,8 +97,13 @@ func newSession(srv *Server, ws *websocket.Conn, model string) *session {
 		convID:    newID("conv_"),
 		faulted:   make(chan struct{}),
 		model:     model,
-		expiresAt: time.Now().Add(time.Hour).Unix(),
+		createdAt: time.Now(),
 	}
+	life := time.Hour
+	if srv.cfg.SessionCap > 0 {
+		life = srv.cfg.SessionCap
+	}
+	s.expiresAt = s.createdAt.Add(life).Unix()
 	s.ctx, s.cancel = context.WithCancel(srv.ctx)
 	ws.SetReadLimit(readLimit)
 	ws.SetCloseHandler(func(code int, text string) error {
@@ -159,6 +168,7 @@ func (s *session) run() {
 	if err := s.send(map[string]any{"type": "session.created", "event_id": newID("event_"), "session": s.sessionObject()}); err != nil {
 		return
 	}
+	defer s.startCap()()
 	if s.cfg.StopReading {
 		s.stall()
 		return
@@ -563,6 +573,9 @@ func (s *session) write(mt int, data []byte) error {
 		return err
 	}
 	s.injectFault()
+	if s.cutDue(data) {
+		s.cut()
+	}
 	return nil
 }
 
