@@ -1,0 +1,552 @@
+// Package continuity keeps what the gateway needs to carry a Realtime
+// conversation onto a fresh upstream session when the one serving it dies
+// or reaches its cap: the session's effective configuration and its
+// conversation as replayable items, with their original ids, bounded per
+// session and across the gateway.
+//
+// It reads only a few event types, picked out by the relay's type scan
+// (usage.EventType) before anything is decoded: the client's session.update
+// and conversation.item.truncate, and the upstream's item confirmations,
+// deletions, truncations, transcripts and the events that say whether a
+// response or a user's speech is in progress. Audio frames
+// (input_audio_buffer.append, the output deltas) are never parsed.
+//
+// What becomes a replayable item, from the upstream's confirmations
+// (conversation.item.done, or for the response's own items
+// response.output_item.done or response.done's output, whichever comes
+// first; later ones replace the kept body, so the final transcript wins):
+//
+//	user message, input_text              kept as it is
+//	user message, input_audio             its transcript as input_text, once
+//	                                      transcription gave one (else left out)
+//	assistant message, output_audio       output_text carrying its transcript
+//	assistant message, output_text        kept as it is
+//	system message                        kept as it is
+//	function_call, function_call_output   kept as they are
+//	anything else                         left out
+//
+// A truncated assistant item (the client's conversation.item.truncate, or
+// the upstream's conversation.item.truncated) is left out of every later
+// replay: its transcript holds words the user never heard. A truncate of an
+// item that was replayed (it is text on the new upstream) reaches the
+// upstream, whose error event the client gets; the item is left out of
+// later replays all the same.
+//
+// A session's State is nil until it keeps something (Keeper), so an idle
+// session with an empty conversation costs one pointer and a lock.
+package continuity
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+
+	"rtgate/server/usage"
+)
+
+// DefaultMaxBytes is CONTINUITY_MAX_BYTES' default: what one session keeps.
+const DefaultMaxBytes = 256 << 10
+
+// itemOverhead is what a kept item costs beyond its body and id (the
+// slice entry and the strings' headers), so that many tiny items count.
+const itemOverhead = 64
+
+// Budget is the gateway-wide cap on what every session keeps together
+// (CONTINUITY_GLOBAL_MAX_BYTES). A nil Budget caps nothing.
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget caps all sessions together at max bytes (0 or less: no cap).
+func NewBudget(max int64) *Budget {
+	if max <= 0 {
+		return nil
+	}
+	return &Budget{max: max}
+}
+
+// take reserves n bytes; false when the cap would be passed.
+func (b *Budget) take(n int) bool {
+	if b == nil {
+		return true
+	}
+	if b.used.Add(int64(n)) > b.max {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+func (b *Budget) give(n int) {
+	if b != nil && n != 0 {
+		b.used.Add(-int64(n))
+	}
+}
+
+// Used is what every session keeps now, in bytes.
+func (b *Budget) Used() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.used.Load()
+}
+
+// Limits are what a session may keep.
+type Limits struct {
+	MaxBytes int     // per session (0: DefaultMaxBytes)
+	Global   *Budget // every session together (nil: no cap)
+}
+
+// Keeper is a session's continuity state holder: a lock and a pointer, the
+// State made on the first thing worth keeping. Both read paths (client and
+// upstream) and the resume goroutine call it. The zero value is ready.
+type Keeper struct {
+	mu sync.Mutex
+	st *State
+}
+
+// ClientWants reports whether a client event of type typ is read.
+func ClientWants(typ []byte) bool {
+	switch string(typ) {
+	case "session.update", "conversation.item.truncate":
+		return true
+	}
+	return false
+}
+
+// UpstreamWants reports whether an upstream event of type typ is read.
+func UpstreamWants(typ []byte) bool {
+	switch string(typ) {
+	case "conversation.item.done", "conversation.item.created", "response.output_item.done", usage.TypeResponseDone,
+		"response.created", "conversation.item.deleted", "conversation.item.truncated",
+		usage.TypeTranscriptionComplete, "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped":
+		return true
+	}
+	return false
+}
+
+// Client reads a client event chosen by ClientWants (its unmasked payload).
+func (k *Keeper) Client(p []byte, lim Limits) {
+	typ, ok := usage.EventType(p)
+	if !ok {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch string(typ) {
+	case "session.update":
+		var ev struct {
+			Session json.RawMessage `json:"session"`
+		}
+		if json.Unmarshal(p, &ev) != nil || len(ev.Session) == 0 {
+			return
+		}
+		k.state(lim).mergeConfig(ev.Session)
+	case "conversation.item.truncate":
+		var ev struct {
+			ItemID string `json:"item_id"`
+		}
+		if json.Unmarshal(p, &ev) == nil && k.st != nil {
+			k.st.truncate(ev.ItemID)
+		}
+	}
+}
+
+// Upstream reads an upstream event chosen by UpstreamWants.
+func (k *Keeper) Upstream(p []byte, lim Limits) {
+	typ, ok := usage.EventType(p)
+	if !ok {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch string(typ) {
+	case "input_audio_buffer.speech_started":
+		k.state(lim).speaking = true
+		return
+	case "input_audio_buffer.speech_stopped":
+		if k.st != nil {
+			k.st.speaking = false
+		}
+		return
+	}
+	var ev upstreamEvent
+	if json.Unmarshal(p, &ev) != nil {
+		return
+	}
+	switch string(typ) {
+	case "response.created":
+		k.state(lim).response = ev.Response.ID
+	case usage.TypeResponseDone:
+		st := k.state(lim)
+		if st.response == ev.Response.ID {
+			st.response = ""
+		}
+		for _, it := range ev.Response.Output {
+			st.confirm(it, false)
+		}
+	case "conversation.item.done", "conversation.item.created", "response.output_item.done":
+		k.state(lim).confirm(ev.Item, true)
+	case "conversation.item.deleted":
+		if k.st != nil {
+			k.st.remove(ev.ItemID)
+		}
+	case "conversation.item.truncated":
+		if k.st != nil {
+			k.st.truncate(ev.ItemID)
+		}
+	case usage.TypeTranscriptionComplete:
+		if k.st != nil {
+			k.st.transcribed(ev.ItemID, ev.Transcript)
+		}
+	}
+}
+
+// upstreamEvent holds the fields of the upstream events Upstream reads.
+type upstreamEvent struct {
+	Item       json.RawMessage `json:"item"`
+	ItemID     string          `json:"item_id"`
+	Transcript string          `json:"transcript"`
+	Response   struct {
+		ID     string            `json:"id"`
+		Output []json.RawMessage `json:"output"`
+	} `json:"response"`
+}
+
+// SetBase seeds the configuration (a client secret's session config) under
+// what session.update adds.
+func (k *Keeper) SetBase(config []byte, lim Limits) {
+	if len(config) == 0 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.state(lim).mergeConfig(config)
+}
+
+// Snapshot is what a resume replays, and what it must tell the client.
+type Snapshot struct {
+	Config   []byte   // the merged session configuration (nil: none)
+	Items    [][]byte // the replayable items, oldest first, each a JSON object with its id
+	IDs      []string // their ids, in the same order
+	Response string   // the response in progress, "" when none
+	Dropped  int      // items left out for the caps since the session started
+}
+
+// Snapshot returns what to replay now. The in-flight response is forgotten:
+// it is lost with the upstream that was producing it.
+func (k *Keeper) Snapshot() Snapshot {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.st
+	if st == nil {
+		return Snapshot{}
+	}
+	snap := Snapshot{Config: st.config, Response: st.response, Dropped: st.dropped}
+	for _, it := range st.items {
+		if it.body == nil || it.truncated {
+			continue
+		}
+		snap.Items = append(snap.Items, it.body)
+		snap.IDs = append(snap.IDs, it.id)
+	}
+	st.response, st.speaking = "", false
+	return snap
+}
+
+// Quiet reports a quiet moment to roll a session over: no response in
+// progress and no speech started without its stop.
+func (k *Keeper) Quiet() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.st == nil || (k.st.response == "" && !k.st.speaking)
+}
+
+// Bytes is what the session keeps now.
+func (k *Keeper) Bytes() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.st == nil {
+		return 0
+	}
+	return k.st.bytes
+}
+
+// Release gives everything the session kept back to the global budget; the
+// session has ended.
+func (k *Keeper) Release() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.st != nil {
+		k.st.global.give(k.st.bytes)
+		k.st = nil
+	}
+}
+
+// state is the State, made now if need be. Callers hold mu.
+func (k *Keeper) state(lim Limits) *State {
+	if k.st == nil {
+		maxBytes := lim.MaxBytes
+		if maxBytes <= 0 {
+			maxBytes = DefaultMaxBytes
+		}
+		k.st = &State{max: maxBytes, global: lim.Global}
+	}
+	return k.st
+}
+
+// State is what the gateway keeps of one session.
+type State struct {
+	max    int
+	global *Budget
+	bytes  int // config plus items, as counted against max and global
+
+	config []byte // the merged session configuration, JSON
+	items  []item // in conversation order
+	// dropped counts items left out for the caps.
+	dropped int
+
+	response string // the response in progress
+	speaking bool   // speech_started without its speech_stopped
+}
+
+// item is one conversation item.
+type item struct {
+	id        string
+	body      []byte // replayable JSON; nil while a user's audio awaits its transcript
+	truncated bool
+}
+
+func (it *item) size() int { return len(it.id) + len(it.body) + itemOverhead }
+
+// resize accounts for a change of n bytes, dropping the oldest items while
+// the caps are passed. A change that cannot fit even alone is undone by
+// the caller (false).
+func (st *State) resize(n int) bool {
+	for n > 0 && (st.bytes+n > st.max || !st.global.take(n)) {
+		if len(st.items) == 0 {
+			return false
+		}
+		old := st.items[0]
+		st.items[0] = item{}
+		st.items = st.items[1:]
+		st.bytes -= old.size()
+		st.global.give(old.size())
+		st.dropped++
+	}
+	if n < 0 {
+		st.global.give(-n)
+	}
+	st.bytes += n
+	return true
+}
+
+// mergeConfig merges a session object into the kept configuration as the
+// upstream merges session.update: objects field by field, everything else
+// replaced.
+func (st *State) mergeConfig(upd []byte) {
+	var base, add map[string]any
+	if json.Unmarshal(upd, &add) != nil || add == nil {
+		return
+	}
+	if st.config != nil {
+		_ = json.Unmarshal(st.config, &base)
+	}
+	if base == nil {
+		base = map[string]any{}
+	}
+	mergeObject(base, add)
+	merged, err := json.Marshal(base)
+	if err != nil {
+		return
+	}
+	if !st.resize(len(merged) - len(st.config)) {
+		return
+	}
+	st.config = merged
+}
+
+func mergeObject(dst, src map[string]any) {
+	for k, v := range src {
+		sub, ok := v.(map[string]any)
+		cur, ok2 := dst[k].(map[string]any)
+		if ok && ok2 {
+			mergeObject(cur, sub)
+			continue
+		}
+		dst[k] = v
+	}
+}
+
+// find returns the index of the kept item id, -1 if none.
+func (st *State) find(id string) int {
+	for i := len(st.items) - 1; i >= 0; i-- {
+		if st.items[i].id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// confirm keeps (or updates) an item the upstream confirmed. replace says
+// an existing item's body is replaced (a later, fuller confirmation);
+// response.done's output only fills items not seen yet.
+func (st *State) confirm(raw json.RawMessage, replace bool) {
+	id, body, pending, ok := replayable(raw)
+	if !ok {
+		return
+	}
+	i := st.find(id)
+	if i >= 0 {
+		it := &st.items[i]
+		if (!replace && it.body != nil) || it.truncated || (pending && it.body != nil) {
+			return
+		}
+		if !st.resize(len(body) - len(it.body)) {
+			return
+		}
+		it.body = body
+		return
+	}
+	it := item{id: id, body: body}
+	if !st.resize(it.size()) {
+		st.dropped++
+		return
+	}
+	st.items = append(st.items, it)
+}
+
+func (st *State) remove(id string) {
+	if i := st.find(id); i >= 0 {
+		st.resize(-st.items[i].size())
+		st.items = append(st.items[:i], st.items[i+1:]...)
+	}
+}
+
+func (st *State) truncate(id string) {
+	if i := st.find(id); i >= 0 && !st.items[i].truncated {
+		it := &st.items[i]
+		st.resize(-len(it.body))
+		it.body, it.truncated = nil, true
+	}
+}
+
+// transcribed gives a user's audio item its transcript.
+func (st *State) transcribed(id, transcript string) {
+	i := st.find(id)
+	if i < 0 || st.items[i].body != nil || transcript == "" {
+		return
+	}
+	body := messageBody(id, "user", []map[string]string{{"type": "input_text", "text": transcript}})
+	if st.resize(len(body)) {
+		st.items[i].body = body
+	}
+}
+
+// wireItem is a conversation item as the upstream shows it.
+type wireItem struct {
+	ID        string        `json:"id"`
+	Type      string        `json:"type"`
+	Role      string        `json:"role"`
+	Content   []wireContent `json:"content"`
+	CallID    string        `json:"call_id"`
+	Name      string        `json:"name"`
+	Arguments string        `json:"arguments"`
+	Output    string        `json:"output"`
+}
+
+type wireContent struct {
+	Type       string  `json:"type"`
+	Text       *string `json:"text"`
+	Transcript *string `json:"transcript"`
+}
+
+// replayable turns an upstream item into the item a conversation.item.create
+// replays (see the package doc). pending: a user's audio whose transcript
+// has not come yet (kept in order, its body later).
+func replayable(raw json.RawMessage) (id string, body []byte, pending, ok bool) {
+	var it wireItem
+	if json.Unmarshal(raw, &it) != nil || it.ID == "" {
+		return "", nil, false, false
+	}
+	switch it.Type {
+	case "function_call":
+		body, _ = json.Marshal(struct {
+			ID        string `json:"id"`
+			Type      string `json:"type"`
+			CallID    string `json:"call_id"`
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		}{it.ID, it.Type, it.CallID, it.Name, it.Arguments})
+		return it.ID, body, false, true
+	case "function_call_output":
+		body, _ = json.Marshal(struct {
+			ID     string `json:"id"`
+			Type   string `json:"type"`
+			CallID string `json:"call_id"`
+			Output string `json:"output"`
+		}{it.ID, it.Type, it.CallID, it.Output})
+		return it.ID, body, false, true
+	case "message":
+	default:
+		return "", nil, false, false
+	}
+	var parts []map[string]string
+	audio := false
+	for _, c := range it.Content {
+		text := ""
+		switch {
+		case c.Text != nil:
+			text = *c.Text
+		case c.Transcript != nil:
+			text = *c.Transcript
+		}
+		switch c.Type {
+		case "input_audio":
+			audio = true
+			if text == "" {
+				continue
+			}
+			parts = append(parts, map[string]string{"type": "input_text", "text": text})
+		case "input_text":
+			parts = append(parts, map[string]string{"type": "input_text", "text": text})
+		case "output_audio", "output_text", "audio", "text":
+			if it.Role != "assistant" {
+				continue
+			}
+			parts = append(parts, map[string]string{"type": "output_text", "text": text})
+		}
+	}
+	switch it.Role {
+	case "user", "system", "assistant":
+	default:
+		return "", nil, false, false
+	}
+	if len(parts) == 0 {
+		if audio && it.Role == "user" {
+			return it.ID, nil, true, true // its transcript may follow
+		}
+		return "", nil, false, false
+	}
+	return it.ID, messageBody(it.ID, it.Role, parts), false, true
+}
+
+// messageBody is a message item with the given content parts.
+func messageBody(id, role string, parts []map[string]string) []byte {
+	body, _ := json.Marshal(struct {
+		ID      string              `json:"id"`
+		Type    string              `json:"type"`
+		Role    string              `json:"role"`
+		Content []map[string]string `json:"content"`
+	}{id, "message", role, parts})
+	return body
+}
+
+// IsSessionExpired reports whether an upstream event (its payload) is the
+// error OpenAI sends at its cap; it allocates nothing.
+func IsSessionExpired(p []byte) bool {
+	typ, ok := usage.EventType(p)
+	return ok && string(typ) == "error" && bytes.Contains(p, []byte(`"session_expired"`))
+}

@@ -1,0 +1,220 @@
+package continuity
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// ev is a side (c: client, u: upstream) and an event.
+type ev struct {
+	side byte
+	json string
+}
+
+func play(k *Keeper, lim Limits, evs []ev) {
+	for _, e := range evs {
+		if e.side == 'c' {
+			k.Client([]byte(e.json), lim)
+		} else {
+			k.Upstream([]byte(e.json), lim)
+		}
+	}
+}
+
+func TestReplay(t *testing.T) {
+	userText := `{"type":"conversation.item.done","item":{"id":"item_u1","object":"realtime.item","type":"message","role":"user","status":"completed","content":[{"type":"input_text","text":"hello"}]}}`
+	assistant := `{"type":"response.done","response":{"id":"resp_1","status":"completed","output":[{"id":"item_a1","type":"message","role":"assistant","status":"completed","content":[{"type":"output_audio","transcript":"Hi there."}]}]}}`
+	tests := []struct {
+		name     string
+		evs      []ev
+		config   string // "" for none
+		items    []string
+		response string
+	}{
+		{name: "nothing kept", evs: []ev{{'u', `{"type":"response.output_audio.delta","delta":"AAAA"}`}}},
+		{
+			name: "session.update merged field by field",
+			evs: []ev{
+				{'c', `{"type":"session.update","session":{"type":"realtime","instructions":"a","audio":{"output":{"voice":"marin"}}}}`},
+				{'c', `{"type":"session.update","session":{"instructions":"b","audio":{"input":{"turn_detection":null}}}}`},
+			},
+			config: `{"audio":{"input":{"turn_detection":null},"output":{"voice":"marin"}},"instructions":"b","type":"realtime"}`,
+		},
+		{
+			name:  "user text and assistant audio as output_text",
+			evs:   []ev{{'u', userText}, {'u', `{"type":"response.created","response":{"id":"resp_1"}}`}, {'u', assistant}},
+			items: []string{`{"id":"item_u1","type":"message","role":"user","content":[{"text":"hello","type":"input_text"}]}`, `{"id":"item_a1","type":"message","role":"assistant","content":[{"text":"Hi there.","type":"output_text"}]}`},
+		},
+		{
+			name:     "a response in flight is reported, its item not kept",
+			evs:      []ev{{'u', userText}, {'u', `{"type":"response.created","response":{"id":"resp_2"}}`}},
+			items:    []string{`{"id":"item_u1","type":"message","role":"user","content":[{"text":"hello","type":"input_text"}]}`},
+			response: "resp_2",
+		},
+		{
+			name: "user audio by its transcript, in its place",
+			evs: []ev{
+				{'u', `{"type":"conversation.item.done","item":{"id":"item_v","type":"message","role":"user","content":[{"type":"input_audio","transcript":null}]}}`},
+				{'u', userText},
+				{'u', `{"type":"conversation.item.input_audio_transcription.completed","item_id":"item_v","transcript":"spoken words"}`},
+			},
+			items: []string{`{"id":"item_v","type":"message","role":"user","content":[{"text":"spoken words","type":"input_text"}]}`, `{"id":"item_u1","type":"message","role":"user","content":[{"text":"hello","type":"input_text"}]}`},
+		},
+		{
+			name:  "user audio without transcription is left out",
+			evs:   []ev{{'u', `{"type":"conversation.item.done","item":{"id":"item_v","type":"message","role":"user","content":[{"type":"input_audio"}]}}`}},
+			items: nil,
+		},
+		{
+			name: "function call and output as they were",
+			evs: []ev{
+				{'u', `{"type":"response.output_item.done","item":{"id":"item_f","type":"function_call","status":"completed","call_id":"call_1","name":"lookup","arguments":"{\"q\":1}"}}`},
+				{'u', `{"type":"conversation.item.done","item":{"id":"item_o","type":"function_call_output","call_id":"call_1","output":"42"}}`},
+			},
+			items: []string{`{"id":"item_f","type":"function_call","call_id":"call_1","name":"lookup","arguments":"{\"q\":1}"}`, `{"id":"item_o","type":"function_call_output","call_id":"call_1","output":"42"}`},
+		},
+		{
+			name:  "deleted",
+			evs:   []ev{{'u', userText}, {'u', `{"type":"conversation.item.deleted","item_id":"item_u1"}`}},
+			items: nil,
+		},
+		{
+			name:  "truncated by the client: left out",
+			evs:   []ev{{'u', userText}, {'u', assistant}, {'c', `{"type":"conversation.item.truncate","item_id":"item_a1","content_index":0,"audio_end_ms":300}`}},
+			items: []string{`{"id":"item_u1","type":"message","role":"user","content":[{"text":"hello","type":"input_text"}]}`},
+		},
+		{
+			name:  "truncated by the upstream, then confirmed again: still left out",
+			evs:   []ev{{'u', assistant}, {'u', `{"type":"conversation.item.truncated","item_id":"item_a1","audio_end_ms":300}`}, {'u', assistant}},
+			items: nil,
+		},
+		{
+			name: "the fuller confirmation wins, response.done does not undo it",
+			evs: []ev{
+				{'u', `{"type":"response.output_item.done","item":{"id":"item_a1","type":"message","role":"assistant","content":[{"type":"output_audio","transcript":"Hi there, friend."}]}}`},
+				{'u', assistant},
+			},
+			items: []string{`{"id":"item_a1","type":"message","role":"assistant","content":[{"text":"Hi there, friend.","type":"output_text"}]}`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var k Keeper
+			play(&k, Limits{}, tt.evs)
+			snap := k.Snapshot()
+			if string(snap.Config) != tt.config {
+				t.Errorf("config %s, want %s", snap.Config, tt.config)
+			}
+			var got []string
+			for _, it := range snap.Items {
+				got = append(got, string(it))
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.items, "\n") {
+				t.Errorf("items\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.items, "\n"))
+			}
+			if snap.Response != tt.response {
+				t.Errorf("response %q, want %q", snap.Response, tt.response)
+			}
+			for i, it := range snap.Items {
+				var m map[string]any
+				if json.Unmarshal(it, &m) != nil || m["id"] != snap.IDs[i] {
+					t.Errorf("item %d %s does not carry id %s", i, it, snap.IDs[i])
+				}
+			}
+		})
+	}
+}
+
+// An idle session keeps no State at all.
+func TestIdleKeepsNothing(t *testing.T) {
+	var k Keeper
+	k.Upstream([]byte(`{"type":"response.output_audio.delta","delta":"AAAA"}`), Limits{})
+	k.Client([]byte(`{"type":"conversation.item.truncate","item_id":"x"}`), Limits{})
+	if k.st != nil {
+		t.Fatal("a State was made for nothing worth keeping")
+	}
+}
+
+// The caps drop the oldest items first; the global budget is given back.
+func TestCaps(t *testing.T) {
+	item := func(i int) string {
+		return `{"type":"conversation.item.done","item":{"id":"item_` + string(rune('a'+i)) + `","type":"message","role":"user","content":[{"type":"input_text","text":"` + strings.Repeat("x", 200) + `"}]}}`
+	}
+	tests := []struct {
+		name      string
+		lim       Limits
+		wantFirst string
+		wantN     int
+	}{
+		{"per session", Limits{MaxBytes: 2000}, "item_f", 5},
+		{"global", Limits{Global: NewBudget(1100)}, "item_h", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var k Keeper
+			for i := range 10 {
+				k.Upstream([]byte(item(i)), tt.lim)
+			}
+			snap := k.Snapshot()
+			if len(snap.IDs) != tt.wantN || snap.IDs[0] != tt.wantFirst || snap.Dropped != 10-tt.wantN {
+				t.Errorf("kept %v (dropped %d), want %d from %s", snap.IDs, snap.Dropped, tt.wantN, tt.wantFirst)
+			}
+			if max := tt.lim.MaxBytes; max > 0 && k.Bytes() > max {
+				t.Errorf("keeps %d bytes over the cap %d", k.Bytes(), max)
+			}
+			if g := tt.lim.Global; g != nil {
+				if g.Used() != int64(k.Bytes()) {
+					t.Errorf("global budget %d, session %d", g.Used(), k.Bytes())
+				}
+				k.Release()
+				if g.Used() != 0 {
+					t.Errorf("global budget %d after release", g.Used())
+				}
+			}
+		})
+	}
+}
+
+func TestQuiet(t *testing.T) {
+	tests := []struct {
+		evs  []ev
+		want bool
+	}{
+		{nil, true},
+		{[]ev{{'u', `{"type":"response.created","response":{"id":"r"}}`}}, false},
+		{[]ev{{'u', `{"type":"response.created","response":{"id":"r"}}`}, {'u', `{"type":"response.done","response":{"id":"r","output":[]}}`}}, true},
+		{[]ev{{'u', `{"type":"input_audio_buffer.speech_started"}`}}, false},
+		{[]ev{{'u', `{"type":"input_audio_buffer.speech_started"}`}, {'u', `{"type":"input_audio_buffer.speech_stopped"}`}}, true},
+	}
+	for i, tt := range tests {
+		var k Keeper
+		play(&k, Limits{}, tt.evs)
+		if got := k.Quiet(); got != tt.want {
+			t.Errorf("case %d: quiet %v, want %v", i, got, tt.want)
+		}
+	}
+}
+
+func TestWantsAndExpired(t *testing.T) {
+	for typ, want := range map[string]bool{"session.update": true, "input_audio_buffer.append": false, "conversation.item.truncate": true, "response.create": false} {
+		if ClientWants([]byte(typ)) != want {
+			t.Errorf("ClientWants(%s) != %v", typ, want)
+		}
+	}
+	for typ, want := range map[string]bool{"response.output_audio.delta": false, "response.done": true, "conversation.item.done": true, "session.created": false} {
+		if UpstreamWants([]byte(typ)) != want {
+			t.Errorf("UpstreamWants(%s) != %v", typ, want)
+		}
+	}
+	if !IsSessionExpired([]byte(`{"type":"error","error":{"type":"invalid_request_error","code":"session_expired"}}`)) ||
+		IsSessionExpired([]byte(`{"type":"error","error":{"code":"invalid_value"}}`)) ||
+		IsSessionExpired([]byte(`{"type":"response.done","x":"session_expired"}`)) {
+		t.Error("IsSessionExpired")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		_ = IsSessionExpired([]byte(`{"type":"response.output_audio.delta","delta":"AAAA"}`))
+	}); n != 0 {
+		t.Errorf("IsSessionExpired allocates %v times on a delta", n)
+	}
+}
