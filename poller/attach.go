@@ -89,7 +89,7 @@ func (l *upLink) readEnded() {
 // replaces a dead warm socket if it can, else the client learns it is gone.
 func (l *upLink) hangUp() {
 	l.goneOnce.Do(func() {
-		if l.s.redial() {
+		if l.s.redial() || l.s.resume(l, Loss{}) {
 			return
 		}
 		l.s.gone(&l.s.up)
@@ -128,6 +128,12 @@ func (s *Session) AttachUpstream(h *Handle, preface []byte) {
 // frames are forwarded first, then whatever the socket received meanwhile,
 // before any read event reaches the session.
 func (s *Session) AdoptWarm(take func(Owner) (*Handle, []byte)) bool {
+	return s.adopt(take, true)
+}
+
+// adopt is AdoptWarm's and AdoptResumed's work; warm says the socket came
+// from the pool (a dead one may be redialed).
+func (s *Session) adopt(take func(Owner) (*Handle, []byte), warm bool) bool {
 	l := &upLink{s: s}
 	h, held := take(l)
 	if h == nil {
@@ -136,7 +142,7 @@ func (s *Session) AdoptWarm(take func(Owner) (*Handle, []byte)) bool {
 	l.h = h
 	l.ready.Store(true)
 	s.up.mu.Lock()
-	s.warm = true
+	s.warm = warm
 	s.up.mu.Unlock()
 	s.attach(l, held)
 	h.FinishHandOver()
@@ -159,10 +165,10 @@ func (s *Session) attach(l *upLink, preface []byte) {
 		ep.Drop()
 		return
 	}
-	up.ep, s.handle = ep, l.h
+	up.ep, s.handle, s.cur = ep, l.h, l
 	s.upEP.Store(ep)
-	if s.redials > 0 {
-		s.skipFirst, s.skip = true, frameSkipper{}
+	if s.skipNext {
+		s.skipFirst, s.skip, s.skipNext = true, frameSkipper{}, false
 	}
 	var werr error
 	if s.pending != nil {
@@ -216,6 +222,7 @@ func (s *Session) redial() bool {
 		up.state == closeOpen && !s.u2c.MidFrame()
 	if ok {
 		s.redials++
+		s.skipNext = true
 		s.warm = false
 		s.upState = upConnecting
 		up.ep, s.handle = nil, nil
@@ -241,6 +248,12 @@ func (s *Session) Redials() int {
 // DialFailed reports that the upstream could not be reached. The client gets
 // notice (the server's error event, may be nil) and close 1011.
 func (s *Session) DialFailed(notice []byte) {
+	s.failUpstream(notice, ws.StatusInternalServerError, "upstream unavailable")
+}
+
+// failUpstream ends a session left without an upstream: the client gets
+// notice (may be nil) and a close frame with code and reason.
+func (s *Session) failUpstream(notice []byte, code ws.StatusCode, reason string) {
 	s.up.mu.Lock()
 	s.upState = upFailed
 	if s.pending != nil {
@@ -249,7 +262,7 @@ func (s *Session) DialFailed(notice []byte) {
 	}
 	s.up.state = closeGone
 	s.up.mu.Unlock()
-	s.sendClientNotice(notice, ws.StatusInternalServerError, "upstream unavailable")
+	s.sendClientNotice(notice, code, reason)
 	s.maybeEnd()
 }
 

@@ -117,7 +117,8 @@ func (s *Session) fromUpstream(src frames.Source) error {
 			werr = c.ep.flushBatch()
 		}
 		act := actNone
-		if cl != nil && dst != nil {
+		held := cl != nil && s.u2c.HeldClose()
+		if cl != nil && dst != nil && !held {
 			act = s.step(c, evSend)
 		}
 		c.mu.Unlock()
@@ -128,6 +129,16 @@ func (s *Session) fromUpstream(src frames.Source) error {
 		}
 		if pe, ok := err.(*frames.ProtocolError); ok {
 			s.upstreamProtocolError(pe)
+			continue
+		}
+		if held && err == nil {
+			if s.resumeHeld(*cl) {
+				return errResumed
+			}
+			// Not resumed after all: the client gets the close frame.
+			s.noteClose(*cl, UpstreamSide)
+			s.passHeldClose(*cl)
+			s.closeReceived(&s.up, *cl)
 			continue
 		}
 		if err != nil {
@@ -148,11 +159,19 @@ type pendingSink struct{ s *Session }
 
 func (p pendingSink) WriteBinary(b []byte) (int, error) {
 	s := p.s
+	n := len(b)
+	if s.discard > 0 { // the rest of a frame cut by a resume
+		k := int(min(uint64(len(b)), s.discard))
+		s.discard -= uint64(k)
+		if b = b[k:]; len(b) == 0 {
+			return n, nil
+		}
+	}
 	if s.pending == nil {
 		s.pending = bytebufferpoolGet()
 	}
 	s.pending.B = append(s.pending.B, b...)
-	return len(b), nil
+	return n, nil
 }
 
 // trimPendingToFrame drops a partial frame from the end of the queue, so

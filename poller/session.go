@@ -53,6 +53,14 @@ type SessionConfig struct {
 	// the dead warm socket (session.created), so that it is consumed rather
 	// than forwarded.
 	SameFirstFrame func(payload []byte) bool
+	// Resume, if set, is asked to carry the session onto a fresh upstream
+	// after a Loss (resume.go). It must not block: it dials elsewhere and
+	// then calls AdoptResumed (or ResumeFailed). It returns false to end
+	// the session as without it.
+	Resume func(*Session, Loss) bool
+	// MidFrameLost, if set, is told that an upstream was lost while a frame
+	// towards the client was half sent, which no resume can repair.
+	MidFrameLost func(*Session)
 }
 
 // upstream connection states, guarded by the upstream side's mu.
@@ -100,6 +108,10 @@ type Session struct {
 	warm       bool                       // the upstream came from the warm pool
 	wroteUp    bool                       // a client byte went to this upstream socket
 	skipFirst  bool                       // consume the next upstream's first frame
+	skipNext   bool                       // a redial: the next upstream attached skips its first frame
+	cur        *upLink                    // the upstream's link, once attached
+	resumes    int                        // upstreams let go of to resume (resume.go)
+	discard    uint64                     // the rest of a client frame cut by a resume, not to queue
 	queuedStop bool                       // a close frame is queued behind pending
 	redials    int                        // fresh upstreams dialed after a dead warm one
 	skip       frameSkipper               // under the Handle's read lock

@@ -64,6 +64,9 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 			q.Set("model", group)
 		}
 		info.redial = func() { s.primeSession(sess, info, s.balancer.Rank(table.Groups[group]), q, h) }
+		if info.resume != nil {
+			info.resume.rawQuery = q.Encode() // the group the secret was minted for
+		}
 		go s.primeSession(sess, info, cands, q, h)
 		return true
 	case isTranscription(q):

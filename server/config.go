@@ -79,6 +79,14 @@ type Settings struct {
 	// MaxSessionDuration ends a session this long after it started; 0
 	// disables it.
 	MaxSessionDuration time.Duration
+	// Continuity (SESSION_CONTINUITY, on by default) carries a session
+	// onto a fresh upstream session when its upstream is lost or reaches
+	// its cap (resume.go); ContinuityMaxBytes (CONTINUITY_MAX_BYTES) is
+	// what one session keeps for it, ContinuityGlobalMaxBytes
+	// (CONTINUITY_GLOBAL_MAX_BYTES) what all keep together.
+	Continuity               bool
+	ContinuityMaxBytes       int
+	ContinuityGlobalMaxBytes int64
 	// MaxStalledBytes is the ceiling on what may wait behind writes to one
 	// side that is still reading, only slower than the other side sends
 	// (a slow link in front of a long answer): past it the session is
@@ -178,6 +186,10 @@ func Defaults() Settings {
 		MaxBufferedBytes:   defaultMaxBufferedBytes(),
 		IdleTimeout:        15 * time.Minute,
 		MaxSessionDuration: 61 * time.Minute,
+		Continuity:         true,
+		ContinuityMaxBytes: 256 << 10,
+
+		ContinuityGlobalMaxBytes: 1 << 30,
 		MaxStalledBytes:    defaultMaxStalledBytes,
 		DrainTimeout:       60 * time.Second,
 		Pool: upstream.PoolConfig{
@@ -306,6 +318,23 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	set("CLOSE_TIMEOUT_SECS", secs(&c.CloseTimeout, 1))
 	set("IDLE_TIMEOUT_SECS", secs(&c.IdleTimeout, 0))
 	set("MAX_SESSION_SECS", secs(&c.MaxSessionDuration, 0))
+	set("SESSION_CONTINUITY", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not 1 or 0 (true or false)", v)
+		}
+		c.Continuity = b
+		return nil
+	})
+	set("CONTINUITY_MAX_BYTES", count(&c.ContinuityMaxBytes, 1024))
+	set("CONTINUITY_GLOBAL_MAX_BYTES", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a whole number of bytes (0: no global cap)", v)
+		}
+		c.ContinuityGlobalMaxBytes = n
+		return nil
+	})
 	set("DRAIN_TIMEOUT", secs(&c.DrainTimeout, 0))
 	set("MAX_HEADER_BYTES", count(&c.MaxHeaderBytes, 1024))
 	set("MAX_PENDING_BYTES", count(&c.MaxPending, 0))

@@ -40,6 +40,7 @@ import (
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
+	"rtgate/server/continuity"
 	"rtgate/server/limit"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -320,6 +321,11 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s}
 	sess.InspectUpstream(&c.watch)
+	if s.continuityOn(u.key) && u.callID == "" && isRealtimeModel(u.q) &&
+		(u.grant == nil || u.grant.Claims.Type != "transcription") {
+		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
+			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})
+	}
 	c.startRelay(sess)
 	s.sessMu.Lock()
 	s.sessions[sess] = info

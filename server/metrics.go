@@ -30,6 +30,8 @@ type metrics struct {
 	dialFailures   *prometheus.CounterVec
 	usageLogErrors prometheus.Counter
 	warmRedials    prometheus.Counter // registered in New (notices.go's redial)
+	resumes        *prometheus.CounterVec
+	resumeSeconds  prometheus.Histogram
 	spend          *prometheus.CounterVec
 }
 
@@ -148,4 +150,15 @@ func sumCounter(c prometheus.Collector) float64 {
 		}
 	}
 	return total
+}
+
+// registerResumes adds session continuity's metrics (resume.go).
+func (m *metrics) registerResumes() {
+	m.resumes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_session_resumes_total",
+		Help: "Sessions carried onto a fresh upstream session (session continuity), by cause (upstream_lost, upstream_closed, " +
+			"session_expired, rollover, mid_frame) and outcome (ok, failed, refused)."}, []string{"cause", "outcome"})
+	m.resumeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rtgate_session_resume_seconds",
+		Help:    "From the loss of a session's upstream to the fresh upstream taking the client's frames (resumes that succeeded).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}})
+	m.reg.MustRegister(m.resumes, m.resumeSeconds)
 }

@@ -26,6 +26,7 @@ import (
 	"rtgate/server/admin"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
+	"rtgate/server/continuity"
 	"rtgate/server/limit"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -56,6 +57,9 @@ type Server struct {
 	proto     protocol.Protocol // what the sessions speak: OpenAI's Realtime API
 	admitter  limit.Admitter    // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
 	store     *cluster.Store    // nil without REDIS_URL
+	// contGlobal is CONTINUITY_GLOBAL_MAX_BYTES: what every session keeps
+	// for continuity, together (resume.go).
+	contGlobal *continuity.Budget
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
@@ -172,6 +176,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
 	s.metrics.reg.MustRegister(s.metrics.warmRedials)
+	s.contGlobal = continuity.NewBudget(cfg.ContinuityGlobalMaxBytes)
+	s.metrics.registerResumes()
 	upstream.RegisterDialerMetrics(s.metrics.reg, s.dialer)
 	s.sessCfg = poller.SessionConfig{
 		MaxMessage:   cfg.MaxMessage,
@@ -182,6 +188,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 			return s.proto.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
 		},
 		Redial:         s.redial,
+		Resume:         s.resumeSession,
+		MidFrameLost:   s.midFrameLost,
 		SameFirstFrame: s.proto.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
 	}
 	return s, nil
@@ -364,6 +372,7 @@ type clientConn struct {
 	session poller.Session  // sess, once upgraded
 	info    sessionInfo
 	watch   setupWatch
+	cwatch  clientWatch // continuity's inspector on the client's frames (resume.go)
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {

@@ -17,6 +17,7 @@ import (
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
+	"rtgate/server/continuity"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -47,6 +48,12 @@ type sessionInfo struct {
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
+	// Session continuity (resume.go): nil when off for the session; the
+	// kept conversation (a nil State until something is kept); the
+	// resumes so far (under depMu).
+	resume  *resumeArgs
+	keep    continuity.Keeper
+	resumes []usage.Resume
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -350,6 +357,8 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
 		Usage: u,
 	}
+	info.resumeRecord(&rec)
+	info.keep.Release()
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
@@ -420,7 +429,8 @@ type setupWatch struct {
 	seen bool // only the upstream read path touches it
 }
 
-// Wants implements frames.Inspector.
+// Wants implements frames.Inspector: the usage events, and with continuity
+// the events that change the kept conversation.
 func (w *setupWatch) Wants(prefix []byte) bool {
 	if !w.seen {
 		w.seen = true
@@ -433,11 +443,25 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		}
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
-	return w.meter.Wants(prefix)
+	if w.resume == nil {
+		return w.meter.Wants(prefix)
+	}
+	t, ok := usage.EventType(prefix)
+	return ok && (string(t) == usage.TypeResponseDone || string(t) == usage.TypeTranscriptionComplete || continuity.UpstreamWants(t))
 }
 
-// Inspect implements frames.Inspector: the usage meter reads the event.
-func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
+// Inspect implements frames.Inspector: the usage meter reads the event,
+// and with continuity the kept conversation.
+func (w *setupWatch) Inspect(p []byte) {
+	if w.resume == nil {
+		w.meter.Inspect(p)
+		return
+	}
+	if w.meter.Wants(p) {
+		w.meter.Inspect(p)
+	}
+	w.keep.Upstream(p, w.resume.lim)
+}
 
 // poolMemory is where the warm pool remembers demand across restarts: the
 // REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks

@@ -30,6 +30,7 @@ package server
 //	done/rejected  more bytes                 same   (kept for the client, after the reply)
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -87,10 +88,16 @@ type primer struct {
 	errReason string // close reason after a rejection
 	why       string // what went wrong, when failed
 	settled   chan struct{}
+	// acks, for a resume's replay (>= 0), counts the replies still to
+	// come: every one is consumed, an error included (rejected items are
+	// counted in replayErrors and lost), and the socket is ready once the
+	// last came. -1 for a secret's session.
+	acks         int
+	replayErrors int
 }
 
-func newPrimer(state primeState) *primer {
-	return &primer{state: state, settled: make(chan struct{})}
+func newPrimer(state primeState, acks int) *primer {
+	return &primer{state: state, acks: acks, settled: make(chan struct{})}
 }
 
 // UpstreamReadable implements poller.Owner; it runs under the Handle's read
@@ -169,6 +176,10 @@ func (p *primer) event(frame, payload, rest []byte) {
 		p.step(evBroken, "the upstream sent an event that is not JSON")
 		return
 	}
+	if p.acks >= 0 {
+		p.replayEvent(ev.Type)
+		return
+	}
 	switch ev.Type {
 	case "session.created":
 		p.createdID = ev.EventID
@@ -191,6 +202,31 @@ func (p *primer) event(frame, payload, rest []byte) {
 		p.step(evError, "")
 	default:
 		p.step(evOther, "")
+	}
+}
+
+// replayEvent counts a resume's replies: session.created first, then one
+// reply per frame replayed (session.updated, conversation.item.done or the
+// beta conversation.item.created, or an error).
+func (p *primer) replayEvent(typ string) {
+	switch typ {
+	case "session.created":
+		p.step(evCreated, "")
+	case "error":
+		p.replayErrors++
+		p.acks--
+	case "session.updated", "conversation.item.done", "conversation.item.created":
+		p.acks--
+	default:
+		return
+	}
+	p.replayDone()
+}
+
+// replayDone settles a replay once every reply came. Callers hold mu.
+func (p *primer) replayDone() {
+	if p.acks == 0 && p.state == primeAwaitUpdated {
+		p.step(evUpdated, "")
 	}
 }
 
@@ -220,58 +256,12 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		sess.DialFailed(s.proto.Refusal("session_config_unavailable", apps.ErrSecretConfig.Error(), 0))
 		return
 	}
-	update := s.proto.Prime(info.grant.Config)
-
-	var p *primer
-	var d *routes.Deployment
-	if s.pool != nil && !isTranscription(q) { // the pool warms realtime sockets only
-		d = cands[0]
-		p = newPrimer(primeAwaitUpdated)
-		hd, held := s.pool.Take(target(d, q, h), info.group, p)
-		if hd != nil {
-			// Taken with its read lock held: send the config, note the
-			// session.created it holds, then let reads flow to the primer.
-			p.h = hd
-			if err := hd.Endpoint().Send(update); err != nil {
-				hd.FinishHandOver()
-				hd.Endpoint().Drop()
-				p = nil
-			} else {
-				p.feedCreated(held)
-				info.poolHit = true
-				hd.FinishHandOver()
-				s.balancer.Succeeded(d)
-			}
-		} else {
-			p = nil
-		}
-	}
+	info.keepBase(info.grant.Config)
+	p, d := s.primedUpstream(ctx, sess, info, cands, q, h, s.proto.Prime(info.grant.Config), -1)
 	if p == nil {
-		conn, dd := s.dialFor(ctx, sess, info, cands, q, h)
-		if conn == nil {
-			return
-		}
-		d = dd
-		p = newPrimer(primeAwaitCreated)
-		p.h = poller.NewHandle(conn.Endpoint)
-		if err := conn.Endpoint.Send(update); err != nil {
-			conn.Endpoint.Drop()
-			dialFailed(s.proto, sess, 0)
-			return
-		}
-		p.h.Start(p, func() { p.feed(conn.Preface) })
+		return
 	}
-
-	select {
-	case <-p.settled:
-	case <-ctx.Done():
-		p.mu.Lock()
-		p.step(evBroken, "no answer to the session config in time")
-		p.mu.Unlock()
-	}
-	p.mu.Lock()
-	state, why, reason := p.state, p.why, p.errReason
-	p.mu.Unlock()
+	state, why, reason := p.await(ctx)
 	if state == primeFailed {
 		p.h.Endpoint().Drop()
 		if info.left() {
@@ -282,7 +272,79 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		sess.DialFailed(s.proto.Refusal("upstream_unavailable", why, 0))
 		return
 	}
-	adopted := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+	if !s.adoptPrimed(sess, info, p, d, sess.AdoptWarm) {
+		sess.DialFailed(s.proto.Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
+		return
+	}
+	if state == primeRejected {
+		s.log.Info("upstream rejected the client secret's session config", "key", info.key.Name,
+			"secret_id", info.grant.Claims.ID, "error", reason)
+		sess.Terminate(4000, reason, nil)
+	}
+}
+
+// primedUpstream gets an upstream socket owned by a primer that has sent
+// it send (client frames): a warm socket of cands[0] when the pool has
+// one, else a fresh dial through the hedged race. acks is -1 to build the
+// client's session.created from the session.updated reply (a secret's
+// session), else the number of replies to send (a resume's replay: every
+// reply is consumed). On a nil primer the session was already told
+// (dialFor).
+func (s *Server) primedUpstream(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
+	q url.Values, h http.Header, send []byte, acks int) (*primer, *routes.Deployment) {
+	if s.pool != nil && !isTranscription(q) { // the pool warms realtime sockets only
+		d := cands[0]
+		p := newPrimer(primeAwaitUpdated, acks)
+		if hd, held := s.pool.Take(target(d, q, h), info.group, p); hd != nil {
+			// Taken with its read lock held: send, note the
+			// session.created it holds, then let reads flow to the primer.
+			p.h = hd
+			if err := hd.Endpoint().Send(send); err == nil {
+				p.feedCreated(held)
+				info.poolHit = true
+				hd.FinishHandOver()
+				s.balancer.Succeeded(d)
+				return p, d
+			}
+			hd.FinishHandOver()
+			hd.Endpoint().Drop()
+		}
+	}
+	conn, d := s.dialFor(ctx, sess, info, cands, q, h)
+	if conn == nil {
+		return nil, nil
+	}
+	p := newPrimer(primeAwaitCreated, acks)
+	p.h = poller.NewHandle(conn.Endpoint)
+	if err := conn.Endpoint.Send(send); err != nil {
+		conn.Endpoint.Drop()
+		dialFailed(s.proto, sess, 0)
+		return nil, nil
+	}
+	p.h.Start(p, func() { p.feed(conn.Preface) })
+	return p, d
+}
+
+// await waits until the primer settled or ctx ends, and returns how it
+// ended.
+func (p *primer) await(ctx context.Context) (state primeState, why, reason string) {
+	select {
+	case <-p.settled:
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.step(evBroken, "no answer to the session config in time")
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state, p.why, p.errReason
+}
+
+// adoptPrimed hands a primer's socket to the session with adopt
+// (AdoptWarm, AdoptResumed); false, the socket dropped, if it went away.
+func (s *Server) adoptPrimed(sess *poller.Session, info *sessionInfo, p *primer, d *routes.Deployment,
+	adopt func(func(poller.Owner) (*poller.Handle, []byte)) bool) bool {
+	adopted := adopt(func(o poller.Owner) (*poller.Handle, []byte) {
 		if !handOver(p.h, o) {
 			return nil, nil
 		}
@@ -293,14 +355,8 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 	})
 	if !adopted {
 		p.h.Endpoint().Drop()
-		sess.DialFailed(s.proto.Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
-		return
 	}
-	if state == primeRejected {
-		s.log.Info("upstream rejected the client secret's session config", "key", info.key.Name,
-			"secret_id", info.grant.Claims.ID, "error", reason)
-		sess.Terminate(4000, reason, nil)
-	}
+	return adopted
 }
 
 // feedCreated takes the warm socket's held session.created.
@@ -314,6 +370,11 @@ func (p *primer) feedCreated(held []byte) {
 			p.createdID = ev.EventID
 		}
 		held = held[hlen+int(h.Length):]
+	}
+	if p.acks >= 0 {
+		p.mu.Lock()
+		p.replayDone() // nothing replayed: ready already
+		p.mu.Unlock()
 	}
 	if len(held) > 0 {
 		p.feed(held)

@@ -485,6 +485,18 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 				}
 			}
 		}
+		if given(&e.Continuity) {
+			p := join(itemPath, "continuity")
+			if s, ok := l.str(&e.Continuity, p); ok {
+				b, err := strconv.ParseBool(s)
+				if err != nil {
+					l.fail(deref(&e.Continuity), p, "%q is not true or false", s)
+				}
+				k.Continuity = &b
+			}
+		}
+		l.wholeNumber(&e.MaxSessionSecs, join(itemPath, "max_session_secs"), &k.MaxSessionSecs,
+			"%q is not a whole number of seconds of at least 0")
 		if len(l.errs) > before {
 			continue
 		}

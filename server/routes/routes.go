@@ -148,6 +148,12 @@ type ClientKey struct {
 	// calls the gateway did not make; empty or SidebandOwn means only to
 	// its own calls.
 	Sideband string
+	// Continuity, when set, turns session continuity on or off for this
+	// key's sessions (continuity: false); nil follows SESSION_CONTINUITY.
+	Continuity *bool
+	// MaxSessionSecs, when above 0, caps this key's sessions (the
+	// gateway's own cap; max_session_secs), instead of MAX_SESSION_SECS.
+	MaxSessionSecs int
 }
 
 // Sideband settings of a key.

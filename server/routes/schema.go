@@ -88,6 +88,8 @@ type keyEntry struct {
 	MaxBudget      yaml.Node `yaml:"max_budget"`
 	BudgetDuration yaml.Node `yaml:"budget_duration"`
 	Sideband       yaml.Node `yaml:"sideband"`
+	Continuity     yaml.Node `yaml:"continuity"`
+	MaxSessionSecs yaml.Node `yaml:"max_session_secs"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means

@@ -1,0 +1,350 @@
+package server
+
+// Session continuity, the server's part (the relay's is poller/resume.go,
+// what is kept is server/continuity): when a session's upstream is lost in
+// a way a fresh upstream can repair, the session goes on over a new
+// upstream session of the same model group, with its configuration and its
+// conversation replayed, and the client's socket never closes.
+//
+//	loss (poller.Loss)                      cause             resumed?
+//	connection ended, no close frame        upstream_lost     yes
+//	close 1011, 1012, 1013                  upstream_closed   yes
+//	error session_expired, then close 1001  session_expired   yes
+//	the gateway before the cap (rollover)   rollover          yes
+//	a frame to the client half sent         mid_frame         no: ends as before
+//	close 1000, 1008, 4xxx, other 1001      -                 no: passes to the client
+//	a sideband, transcription, continuity   -                 no
+//	off, more than maxResumes in resumeWindow
+//
+// The resume: the in-flight response ends for the client as a
+// response.done with status "failed" (status_details.error says the
+// upstream was lost); a deployment whose connection failed is reported to
+// the balancer (its health rules apply) and the others are tried first; a
+// slot is reserved like a connect's; the warm pool may serve the socket;
+// a primer (sessionprime.go) owns it while the kept configuration
+// (session.update) and items (conversation.item.create, their original
+// ids) are replayed and every reply is consumed; then the client gets
+// EventResumed and the socket, its queued frames going up first.
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/poller"
+	"rtgate/server/continuity"
+	"rtgate/server/protocol"
+	"rtgate/server/routes"
+	"rtgate/server/usage"
+)
+
+// EventResumed is the gateway's own event that tells a client its session
+// continued on a fresh upstream session. Both official SDKs pass unknown
+// server event types through to the application.
+const EventResumed = "rtgate.session.resumed"
+
+// A session resumes at most maxResumes times within resumeWindow: an
+// upstream that keeps dying is not retried forever.
+const (
+	maxResumes   = 3
+	resumeWindow = time.Minute
+)
+
+// Close codes gobwas/ws does not name (RFC 6455's registry).
+const (
+	statusServiceRestart ws.StatusCode = 1012
+	statusTryAgainLater  ws.StatusCode = 1013
+)
+
+// Resume causes (the cause label and the usage record's Resume.Cause).
+const (
+	causeLost     = "upstream_lost"
+	causeClosed   = "upstream_closed"
+	causeExpired  = "session_expired"
+	causeRollover = "rollover"
+	causeMidFrame = "mid_frame"
+)
+
+// resumeArgs is what a resume needs of the connect, kept while the session
+// lives when continuity is on for it: the query and the headers that go
+// upstream, and the routes the session was admitted with.
+type resumeArgs struct {
+	rawQuery string
+	header   http.Header
+	table    *routes.Table
+	lim      continuity.Limits
+	expired  atomic.Bool // the upstream sent session_expired: its 1001 is a cap
+}
+
+// continuityOn says whether a session of key resumes.
+func (s *Server) continuityOn(key *routes.ClientKey) bool {
+	return s.cfg.Continuity && (key == nil || key.Continuity == nil || *key.Continuity)
+}
+
+// keepContinuity turns continuity on for a session: the client's
+// configuration events and the upstream's items are read, and the
+// upstream's session_expired and resumable closes are held back.
+func (c *clientConn) keepContinuity(sess *poller.Session, args *resumeArgs) {
+	info := &c.info
+	info.resume = args
+	c.cwatch = clientWatch{info: info, lim: args.lim}
+	sess.InspectClient(&c.cwatch)
+	sess.HoldUpstream(&c.watch)
+}
+
+// keepBase seeds the kept configuration (a client secret's).
+func (i *sessionInfo) keepBase(config []byte) {
+	if i.resume != nil {
+		i.keep.SetBase(config, i.resume.lim)
+	}
+}
+
+// clientWatch is the session's frames.Inspector on the client's frames
+// (continuity only): the configuration events, by the type scan.
+type clientWatch struct {
+	info *sessionInfo
+	lim  continuity.Limits
+}
+
+// Wants implements frames.Inspector.
+func (w *clientWatch) Wants(prefix []byte) bool {
+	t, ok := usage.EventType(prefix)
+	return ok && continuity.ClientWants(t)
+}
+
+// Inspect implements frames.Inspector.
+func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim) }
+
+// HoldText implements frames.Holder: OpenAI's session_expired error is held
+// back (the session goes on), and makes the 1001 that follows a cap.
+func (w *setupWatch) HoldText(p []byte) bool {
+	if !continuity.IsSessionExpired(p) {
+		return false
+	}
+	w.resume.expired.Store(true)
+	return true
+}
+
+// HoldClose implements frames.Holder: the closes a fresh upstream repairs.
+func (w *setupWatch) HoldClose(c frames.Close) bool {
+	switch c.Code {
+	case ws.StatusInternalServerError, statusServiceRestart, statusTryAgainLater:
+		return true
+	case ws.StatusGoingAway:
+		return w.resume.expired.Load()
+	}
+	return false
+}
+
+// resumeCause names a loss.
+func resumeCause(loss poller.Loss, args *resumeArgs) string {
+	switch {
+	case loss.Rollover:
+		return causeRollover
+	case loss.Close == nil:
+		return causeLost
+	case loss.Close.Code == ws.StatusGoingAway && args.expired.Load():
+		return causeExpired
+	}
+	return causeClosed
+}
+
+// resumeSession is SessionConfig.Resume.
+func (s *Server) resumeSession(sess *poller.Session, loss poller.Loss) bool {
+	s.sessMu.Lock()
+	info := s.sessions[sess]
+	s.sessMu.Unlock()
+	if info == nil || info.resume == nil {
+		return false
+	}
+	args := info.resume
+	cause := resumeCause(loss, args)
+	args.expired.Store(false)
+	at := time.Now()
+	if !info.mayResume(at) {
+		s.log.Warn("session not resumed: too many resumes", "session", info.id, "key", info.key.Name, "cause", cause)
+		s.metrics.resumes.WithLabelValues(cause, "refused").Inc()
+		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), Outcome: "failed"})
+		return false
+	}
+	snap := info.keep.Snapshot()
+	if snap.Response != "" {
+		sess.SendClient(failedResponse(snap.Response))
+	}
+	if loss.ClientCut {
+		sess.SendClient(s.proto.Refusal("client_event_lost",
+			"the upstream was lost while a client event was on its way to it; that event was not delivered: send it again", 0))
+	}
+	old := info.uncount(s.balancer, true)
+	if old != nil && (cause == causeLost || cause == causeClosed) {
+		s.balancer.Failed(old, "the upstream was lost mid-session ("+cause+")")
+	} else {
+		old = nil // not the deployment's fault: it may serve again
+	}
+	go s.resumeUpstream(sess, info, snap, cause, old, at)
+	return true
+}
+
+// resumeUpstream finds the session a fresh upstream and replays it there;
+// it runs in its own goroutine.
+func (s *Server) resumeUpstream(sess *poller.Session, info *sessionInfo, snap continuity.Snapshot, cause string,
+	failed *routes.Deployment, at time.Time) {
+	defer s.pool.ClientDialing()() // a client waits on this dial
+	args := info.resume
+	outcome := "failed"
+	defer func() {
+		took := time.Since(at)
+		s.metrics.resumes.WithLabelValues(cause, outcome).Inc()
+		if outcome == "ok" {
+			s.metrics.resumeSeconds.Observe(took.Seconds())
+		}
+		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), DurationMS: took.Milliseconds(), Outcome: outcome})
+	}()
+	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+	defer cancel()
+	plan, busy := s.balancer.Reserve(args.table.Groups[info.group])
+	if busy != nil {
+		s.log.Warn("session not resumed: every deployment is busy", "session", info.id, "cause", cause)
+		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the upstream was lost and no deployment has room to resume the session", 0))
+		return
+	}
+	info.depMu.Lock()
+	prev := info.reserved
+	info.reserved = plan.Reserved
+	info.depMu.Unlock()
+	s.balancer.Release(prev)
+	cands := plan.Cands
+	if failed != nil && len(cands) > 1 && cands[0] == failed {
+		cands = append(append([]*routes.Deployment{}, cands[1:]...), failed) // another deployment first
+	}
+
+	replay := s.proto.Rebuild(snap.Config, snap.Items)
+	if snap.Config == nil {
+		replay = replay[1:] // nothing to configure
+	}
+	var send []byte
+	for _, f := range replay {
+		send = append(send, f...)
+	}
+	q, _ := url.ParseQuery(args.rawQuery)
+	p, d := s.primedUpstream(ctx, sess, info, cands, q, args.header, send, len(replay))
+	if p == nil {
+		return // the session was told (dialFor)
+	}
+	state, why, _ := p.await(ctx)
+	if state != primeDone {
+		p.h.Endpoint().Drop()
+		if info.left() {
+			sess.Cancel()
+			return
+		}
+		s.log.Warn("session not resumed", "session", info.id, "deployment", d.Name, "cause", cause, "why", why)
+		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the upstream was lost and the session could not be resumed: "+why, 0))
+		return
+	}
+	if p.replayErrors > 0 {
+		s.log.Warn("resumed session: the upstream refused part of the replay", "session", info.id, "errors", p.replayErrors)
+	}
+	sess.SendClient(resumedEvent(cause, len(snap.Items), snap.Dropped+p.replayErrors, snap.Response, sess.Resumes()))
+	if !s.adoptPrimed(sess, info, p, d, sess.AdoptResumed) {
+		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
+		return
+	}
+	outcome = "ok"
+	s.log.Info("session resumed", "session", info.id, "key", info.key.Name, "deployment", d.Name, "cause", cause,
+		"items", len(snap.Items), "took", time.Since(at))
+}
+
+// midFrameLost is SessionConfig.MidFrameLost.
+func (s *Server) midFrameLost(*poller.Session) {
+	s.metrics.resumes.WithLabelValues(causeMidFrame, "failed").Inc()
+}
+
+// mayResume reports whether the session may resume once more at t.
+func (i *sessionInfo) mayResume(t time.Time) bool {
+	i.depMu.Lock()
+	defer i.depMu.Unlock()
+	n := 0
+	for _, r := range i.resumes {
+		if r.Outcome == "ok" && t.Sub(r.At) < resumeWindow {
+			n++
+		}
+	}
+	return n < maxResumes
+}
+
+// noteResume adds a resume to the session's record.
+func (i *sessionInfo) noteResume(r usage.Resume) {
+	i.depMu.Lock()
+	i.resumes = append(i.resumes, r)
+	i.depMu.Unlock()
+}
+
+// failedResponse is the response.done that ends, for the client, a
+// response the lost upstream was producing: OpenAI's own shape, status
+// "failed", with status_details.error saying why.
+func failedResponse(id string) []byte {
+	body, _ := json.Marshal(map[string]any{
+		"type":     "response.done",
+		"event_id": protocol.NewEventID(),
+		"response": map[string]any{
+			"object": "realtime.response",
+			"id":     id,
+			"status": "failed",
+			"status_details": map[string]any{
+				"type": "failed",
+				"error": map[string]any{"type": "server_error", "code": "upstream_lost",
+					"message": "The upstream was lost during this response; the session continues on a fresh upstream session."},
+			},
+			"output": []any{},
+			"usage":  nil,
+		},
+	})
+	return frames.AppendFrame(nil, ws.OpText, body, false)
+}
+
+// resumedEvent is EventResumed.
+func resumedEvent(cause string, items, dropped int, lostResponse string, resumes int) []byte {
+	ev := map[string]any{
+		"type":           EventResumed,
+		"event_id":       protocol.NewEventID(),
+		"cause":          cause,
+		"resumes":        resumes,
+		"replayed_items": items,
+		"dropped_items":  dropped,
+	}
+	if lostResponse != "" {
+		ev["lost_response_id"] = lostResponse
+	}
+	body, _ := json.Marshal(ev)
+	return frames.AppendFrame(nil, ws.OpText, body, false)
+}
+
+// resumeRecord fills the session record's continuity fields.
+func (i *sessionInfo) resumeRecord(rec *usage.Record) {
+	i.depMu.Lock()
+	defer i.depMu.Unlock()
+	if len(i.resumes) == 0 {
+		return
+	}
+	rec.Resumes = i.resumes
+	rec.UpstreamSessions = 1
+	for _, r := range i.resumes {
+		if r.Outcome == "ok" {
+			rec.UpstreamSessions++
+		}
+	}
+}
+
+// isRealtimeModel reports whether a plain connect's query names a model
+// session (not a sideband or a transcription session), the sessions that
+// resume.
+func isRealtimeModel(q url.Values) bool {
+	return q.Get("call_id") == "" && !isTranscription(q) && !strings.EqualFold(q.Get("intent"), "transcription")
+}
