@@ -190,8 +190,8 @@ func Defaults() Settings {
 		ContinuityMaxBytes: 256 << 10,
 
 		ContinuityGlobalMaxBytes: 1 << 30,
-		MaxStalledBytes:    defaultMaxStalledBytes,
-		DrainTimeout:       60 * time.Second,
+		MaxStalledBytes:          defaultMaxStalledBytes,
+		DrainTimeout:             60 * time.Second,
 		Pool: upstream.PoolConfig{
 			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 1024,
 			PingInterval: 5 * time.Second,
