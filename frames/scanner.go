@@ -54,7 +54,10 @@ type Source interface {
 }
 
 // Sink is the part of netpoll.Writer the scanner writes to. WriteBinary may
-// keep a reference to p until the caller flushes the sink.
+// keep a reference to p until the caller flushes the sink, except for
+// pieces of at most 139 bytes (the longest frame start: a header and a
+// control payload), which it must copy: the scanner writes its own
+// reused memory only in such pieces.
 type Sink interface {
 	WriteBinary(p []byte) (int, error)
 }
@@ -508,19 +511,23 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 	s.Frames++
 	total := uint64(hlen) + uint64(h.Length)
 	if fromStash {
-		// The stash holds the frame start only; WriteBinary copies short
-		// slices, so the stash can go back to the pool at once.
-		if err := write(dst, start); err != nil {
-			return nil, err
+		// The stash holds the frame start (or, for a Holder, a whole
+		// small frame). It goes back to the pool at once, so it is
+		// written in pieces of at most maxFrameStart bytes, which sinks
+		// copy rather than reference (Sink).
+		for off := 0; off < len(start); off += maxFrameStart {
+			if err := write(dst, start[off:min(off+maxFrameStart, len(start))]); err != nil {
+				return nil, err
+			}
 		}
 		s.Bytes += uint64(len(start))
 		s.remaining = total - uint64(len(start))
+		if h.Length > 0 {
+			s.startInspect(h, start[hlen:]) // copies what it keeps
+		}
 		if s.stash != nil {
 			bytebufferpool.Put(s.stash)
 			s.stash = nil
-		}
-		if s.remaining > 0 {
-			s.startInspect(h, start[hlen:])
 		}
 		return cl, nil
 	}

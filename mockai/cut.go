@@ -119,10 +119,11 @@ func (s *session) cut() {
 		s.writeClose(code, fmt.Sprintf("mock: cut after %d responses", c.AfterResponses))
 	case CutMidFrame:
 		s.stopped = true
-		// A text frame announcing 1,000 bytes, 10 of them, then the end:
-		// a relay that forwards frames as they arrive has passed on half
-		// a frame it can never complete.
-		_, _ = s.ws.UnderlyingConn().Write([]byte{0x81, 126, 0x03, 0xe8, '{', '"', 't', 'y', 'p', 'e', '"', ':', '"', 'r'})
+		// A text frame announcing 65,535 bytes (more than a relay holds
+		// back whole), 10 of them, then the end: a relay that forwards
+		// frames as they arrive has passed on half a frame it can never
+		// complete.
+		_, _ = s.ws.UnderlyingConn().Write([]byte{0x81, 126, 0xff, 0xff, '{', '"', 't', 'y', 'p', 'e', '"', ':', '"', 'r'})
 		_ = s.ws.UnderlyingConn().Close()
 	default:
 		s.stopped = true

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/mockai"
 )
@@ -126,5 +128,154 @@ func TestResumeBetweenTurns(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A response in flight when the upstream goes ends for the client as a
+// failed response.done, then the session continues.
+func TestResumeDuringResponse(t *testing.T) {
+	overBoth(t, mockai.Config{AudioDeltas: 50, AudioDeltaInterval: 5 * time.Millisecond,
+		Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1, During: true, Times: 1}},
+		func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+			g := startGateway(t, mock, trust)
+			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			read(t, c)
+			send(t, c, userItem("item_user1", "hello"))
+			readUntil(t, c, "conversation.item.done")
+			send(t, c, map[string]any{"type": "response.create"})
+			created, _ := readUntil(t, c, "response.created")
+			done, seen := readUntil(t, c, "response.done")
+			if done.str("response", "status") != "failed" || done.str("response", "id") != created.str("response", "id") ||
+				done.str("response", "status_details", "error", "code") != "upstream_lost" {
+				t.Fatalf("response.done %v after %v, want the response failed: upstream_lost", done, seen)
+			}
+			resumed := read(t, c)
+			if resumed.typ() != EventResumed || resumed.str("lost_response_id") != created.str("response", "id") || resumed.str("cause") != "upstream_lost" {
+				t.Fatalf("after the failed response: %v", resumed)
+			}
+			secondTurn(t, c)
+			// The lost response's item was never confirmed: only the user's items.
+			want := []string{"conversation.item.create item_user1 user input_text",
+				"conversation.item.create item_user2 user input_text", "response.create"}
+			if got := replayed(t, mock, 1); strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("the fresh upstream received\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+}
+
+// OpenAI's cap: session_expired and 1001 never reach the client, between
+// turns or during a response.
+func TestResumeAtTheCap(t *testing.T) {
+	for _, during := range []bool{false, true} {
+		name := "between turns"
+		if during {
+			name = "during a response"
+		}
+		t.Run(name, func(t *testing.T) {
+			cfg := mockai.Config{SessionCap: 700 * time.Millisecond, AudioDeltas: 2}
+			if during {
+				cfg.AudioDeltas, cfg.AudioDeltaInterval = 1000, 5*time.Millisecond
+			}
+			overBoth(t, cfg, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+				g := startGateway(t, mock, trust)
+				c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+				read(t, c)
+				send(t, c, userItem("item_user1", "hello"))
+				readUntil(t, c, "conversation.item.done")
+				if during {
+					send(t, c, map[string]any{"type": "response.create"})
+				}
+				var seen []string
+				for {
+					e := read(t, c)
+					seen = append(seen, e.typ())
+					if e.typ() == "error" {
+						t.Fatalf("the client got the upstream's error: %v", e)
+					}
+					if e.typ() == EventResumed {
+						if e.str("cause") != "session_expired" {
+							t.Errorf("resumed %v", e)
+						}
+						break
+					}
+				}
+				if during && !strings.Contains(strings.Join(seen, " "), "response.done") {
+					t.Errorf("no failed response.done before the resume: %v", seen)
+				}
+				send(t, c, userItem("item_user2", "still there?"))
+				if e, _ := readUntil(t, c, "conversation.item.done"); e.str("item", "id") != "item_user2" {
+					t.Fatalf("item done %v", e)
+				}
+				got := replayed(t, mock, 1)
+				if len(got) < 2 || got[0] != "conversation.item.create item_user1 user input_text" {
+					t.Errorf("the fresh upstream received %v", got)
+				}
+			})
+		})
+	}
+}
+
+// Half a frame towards the client cannot be repaired: the session ends as
+// before (1011, no close frame possible mid-frame: the connection drops).
+func TestMidFrameLossEnds(t *testing.T) {
+	overBoth(t, mockai.Config{AudioDeltas: 3, Cut: mockai.Cut{Kind: mockai.CutMidFrame, AfterResponses: 1, During: true, Times: 1}},
+		func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+			g := startGateway(t, mock, trust)
+			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			read(t, c)
+			send(t, c, map[string]any{"type": "response.create"})
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for {
+				_, p, err := c.ReadMessage()
+				if err != nil {
+					break
+				}
+				if strings.Contains(string(p), EventResumed) {
+					t.Fatal("resumed after a loss in the middle of a frame")
+				}
+			}
+			waitFor(t, "the session to end", func() bool { return g.srv.sessionsOpen.Load() == 0 })
+			if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("mid_frame", "failed")); n != 1 {
+				t.Errorf("mid_frame losses counted %v, want 1", n)
+			}
+		})
+}
+
+// Continuity off (SESSION_CONTINUITY=0, or a key's continuity: false): the
+// client gets the upstream's loss as before.
+func TestContinuityOff(t *testing.T) {
+	mock := startMock(t, mockai.Config{AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}})
+	g := startGateway(t, mock, func(s *Settings) { s.Continuity = false })
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	send(t, c, map[string]any{"type": "response.create"})
+	readUntil(t, c, "response.done")
+	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+		t.Errorf("close %v, want 1011 upstream connection lost", ce)
+	}
+}
+
+// A resume that finds no upstream ends the session: the upstream is gone
+// for good here (every session cut, the listener refusing afterwards).
+func TestResumeFails(t *testing.T) {
+	mock := startMock(t, mockai.Config{AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}})
+	g := startGateway(t, mock, func(s *Settings) { s.DialTimeout = 2 * time.Second })
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	// Every session is cut after its first response: the session resumes
+	// maxResumes times, then ends.
+	for i := range maxResumes + 1 {
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.done")
+		if i < maxResumes {
+			readUntil(t, c, EventResumed)
+		}
+	}
+	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+		t.Errorf("close %v, want 1011 upstream connection lost", ce)
+	}
+	waitFor(t, "the session to end", func() bool { return g.srv.sessionsOpen.Load() == 0 })
+	if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("upstream_lost", "refused")); n != 1 {
+		t.Errorf("refused resumes %v, want 1", n)
 	}
 }
