@@ -33,7 +33,7 @@ func ensureNodeModules(t *testing.T) string {
 	t.Helper()
 	dir, _ := filepath.Abs(filepath.Join("testdata", "node"))
 	nodeModules.once.Do(func() {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@openai", "agents-realtime", "package.json")); err == nil {
 			return
 		}
 		npm, err := exec.LookPath("npm")
