@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	coder "github.com/coder/websocket"
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -278,4 +281,70 @@ func TestResumeFails(t *testing.T) {
 	if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("upstream_lost", "refused")); n != 1 {
 		t.Errorf("refused resumes %v, want 1", n)
 	}
+}
+
+// coder/websocket, an independent client, across a resume over a TLS
+// upstream, with audio appended while the upstream is being replaced: every
+// append the client sent after the loss reaches the fresh upstream.
+func TestResumeCoderClient(t *testing.T) {
+	mock := startMock(t, mockai.Config{TLS: true, AudioDeltas: 2, UpgradeDelay: 30 * time.Millisecond,
+		Cut: mockai.Cut{Kind: mockai.CutClose, Code: 1011, AfterResponses: 1, Times: 1}})
+	roots := trustMock(t, mock)
+	g := startGateway(t, mock, func(c *Settings) { c.UpstreamRoots = roots })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, _, err := coder.Dial(ctx, g.url("model=gpt-realtime"), &coder.DialOptions{HTTPHeader: bearer(testMasterKey)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	readType := func() map[string]any {
+		_, p, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		var e map[string]any
+		if err := json.Unmarshal(p, &e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	until := func(typ string) map[string]any {
+		for range 1000 {
+			if e := readType(); e["type"] == typ {
+				return e
+			}
+		}
+		t.Fatalf("no %s", typ)
+		return nil
+	}
+	write := func(v any) {
+		b, _ := json.Marshal(v)
+		if err := c.Write(ctx, coder.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until("session.created")
+	write(map[string]any{"type": "response.create"})
+	until("response.done")
+	// The upstream closes 1011 right after that response.done; appends sent
+	// now queue while the fresh upstream connects (its upgrade is slowed).
+	audio := base64.StdEncoding.EncodeToString(make([]byte, 4800))
+	for range 10 {
+		write(map[string]any{"type": "input_audio_buffer.append", "audio": audio})
+	}
+	resumed := until(EventResumed)
+	if resumed["cause"] != "upstream_closed" {
+		t.Errorf("resumed %v", resumed)
+	}
+	write(map[string]any{"type": "response.create"})
+	done := until("response.done")
+	usage, _ := done["response"].(map[string]any)["usage"].(map[string]any)
+	details, _ := usage["input_token_details"].(map[string]any)
+	// 10 appends of 4,800 bytes: 100 audio tokens, all on the fresh upstream.
+	if details["audio_tokens"] != float64(100) {
+		t.Errorf("input audio tokens %v, want 100: every append reached the fresh upstream", details["audio_tokens"])
+	}
+	_ = c.Close(coder.StatusNormalClosure, "bye")
 }
