@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -347,4 +348,68 @@ func TestResumeCoderClient(t *testing.T) {
 		t.Errorf("input audio tokens %v, want 100: every append reached the fresh upstream", details["audio_tokens"])
 	}
 	_ = c.Close(coder.StatusNormalClosure, "bye")
+}
+
+// One record across upstream sessions; a key with continuity: false gets
+// the upstream's loss as before; another deployment serves the resume when
+// the first one's connection failed.
+func TestResumeRecordAndKeySwitch(t *testing.T) {
+	a := startMock(t, mockai.Config{AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}})
+	b := startMock(t, mockai.Config{AudioDeltas: 1})
+	t.Setenv("KEEP_KEY", "sk-keep-0123456789")
+	t.Setenv("NOKEEP_KEY", "sk-nokeep-0123456789")
+	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", a)+openaiEntry("gpt-realtime", b)+`
+keys:
+  - name: keep
+    key: os.environ/KEEP_KEY
+  - name: nokeep
+    key: os.environ/NOKEEP_KEY
+    continuity: false
+`+configTail)
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile, c.UsageLog, c.HedgeDelay = path, logPath, 0 })
+
+	// The first deployment ranks first until it fails.
+	c := g.dial(t, "model=gpt-realtime", bearer("sk-keep-0123456789"))
+	read(t, c)
+	for range 3 {
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.done")
+	}
+	// a drops every session after its first response: the session resumed
+	// once, on b (a was reported failed), and b answered the rest.
+	if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "bye")); err != nil {
+		t.Fatal(err)
+	}
+	closeOf(t, c)
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	_ = g.srv.Shutdown(context.Background())
+	recs := readRecords(t, logPath)
+	if len(recs) != 1 {
+		t.Fatalf("%d records", len(recs))
+	}
+	r := recs[0]
+	if r.UpstreamSessions != 2 || len(r.Resumes) != 1 || r.Resumes[0].Cause != "upstream_lost" || r.Resumes[0].Outcome != "ok" ||
+		r.Usage.Responses != 3 || !strings.Contains(r.Deployment, b.Addr()) {
+		t.Errorf("record %+v, want 2 upstream sessions, one resume, 3 responses, ending on %s", r, b.Addr())
+	}
+}
+
+func TestKeyContinuityOff(t *testing.T) {
+	a := startMock(t, mockai.Config{AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}})
+	t.Setenv("NOKEEP_KEY", "sk-nokeep-0123456789")
+	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", a)+`
+keys:
+  - name: nokeep
+    key: os.environ/NOKEEP_KEY
+    continuity: false
+`+configTail)
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
+	c := g.dial(t, "model=gpt-realtime", bearer("sk-nokeep-0123456789"))
+	read(t, c)
+	send(t, c, map[string]any{"type": "response.create"})
+	readUntil(t, c, "response.done")
+	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
+		t.Errorf("close %v, want 1011 upstream connection lost", ce)
+	}
 }
