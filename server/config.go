@@ -77,7 +77,10 @@ type Settings struct {
 	// this long; 0 disables it.
 	IdleTimeout time.Duration
 	// MaxSessionDuration ends a session this long after it started; 0
-	// disables it.
+	// disables it. With continuity it is the gateway's own cap on a
+	// client's session (default 4 hours: the upstream's own cap is rolled
+	// over); without, 61 minutes (past OpenAI's 60). A key's
+	// max_session_secs replaces it for the key's sessions.
 	MaxSessionDuration time.Duration
 	// Continuity (SESSION_CONTINUITY, on by default) carries a session
 	// onto a fresh upstream session when its upstream is lost or reaches
@@ -165,6 +168,13 @@ type Settings struct {
 }
 
 // Defaults returns the configuration with every default filled in.
+// MAX_SESSION_SECS' defaults: with continuity the gateway's own cap, well
+// past the upstream's 60 minutes; without, just past them.
+const (
+	continuityMaxSession = 4 * time.Hour
+	plainMaxSession      = 61 * time.Minute
+)
+
 func Defaults() Settings {
 	base, _ := url.Parse("wss://api.openai.com/v1")
 	return Settings{
@@ -185,7 +195,7 @@ func Defaults() Settings {
 		MaxHandshakes:      defaultMaxHandshakes,
 		MaxBufferedBytes:   defaultMaxBufferedBytes(),
 		IdleTimeout:        15 * time.Minute,
-		MaxSessionDuration: 61 * time.Minute,
+		MaxSessionDuration: continuityMaxSession,
 		Continuity:         true,
 		ContinuityMaxBytes: 256 << 10,
 
@@ -407,6 +417,9 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	})
 	if v, ok := lookup("ADMIN_ADDR"); ok {
 		c.AdminAddr = v // empty turns the admin listener off
+	}
+	if getenv("MAX_SESSION_SECS") == "" && !c.Continuity {
+		c.MaxSessionDuration = plainMaxSession // without continuity, the upstream's cap ends a session anyway
 	}
 	return c, errors.Join(append(errs, c.Validate())...)
 }

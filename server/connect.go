@@ -319,7 +319,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	s.budgets.meter(info, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
-	c.watch = setupWatch{sessionInfo: info, srv: s}
+	c.watch = setupWatch{sessionInfo: info, srv: s, sess: sess}
 	sess.InspectUpstream(&c.watch)
 	if s.continuityOn(u.key) && u.callID == "" && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {

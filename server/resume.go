@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,12 @@ type resumeArgs struct {
 	table    *routes.Table
 	lim      continuity.Limits
 	expired  atomic.Bool // the upstream sent session_expired: its 1001 is a cap
+
+	// The rollover before the upstream's cap (rollover.go).
+	rollMu    sync.Mutex
+	rollTimer *time.Timer
+	rollGen   int  // which upstream session the timer is for
+	stopped   bool // the session ended
 }
 
 // continuityOn says whether a session of key resumes.
@@ -251,12 +258,16 @@ func (s *Server) resumeUpstream(sess *poller.Session, info *sessionInfo, snap co
 	if p.replayErrors > 0 {
 		s.log.Warn("resumed session: the upstream refused part of the replay", "session", info.id, "errors", p.replayErrors)
 	}
+	created := s.upstreamCreated(info)
 	sess.SendClient(resumedEvent(cause, len(snap.Items), snap.Dropped+p.replayErrors, snap.Response, sess.Resumes()))
 	if !s.adoptPrimed(sess, info, p, d, sess.AdoptResumed) {
 		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
 		return
 	}
 	outcome = "ok"
+	if capAt, ok := upstreamCap(p.created, created, d); ok {
+		s.armRollover(sess, info, created, capAt)
+	}
 	s.log.Info("session resumed", "session", info.id, "key", info.key.Name, "deployment", d.Name, "cause", cause,
 		"items", len(snap.Items), "took", time.Since(at))
 }

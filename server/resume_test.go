@@ -438,3 +438,75 @@ keys:
 		t.Errorf("close %v, want 1011 upstream connection lost", ce)
 	}
 }
+
+// A session nearing its upstream's cap moves to a fresh upstream session at
+// a quiet moment, before the upstream ends it: the client never sees
+// session_expired.
+func TestRolloverBeforeTheCap(t *testing.T) {
+	overBoth(t, mockai.Config{SessionCap: 3 * time.Second, AudioDeltas: 2}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		assistant := converse(t, c)
+		e := read(t, c) // nothing else comes before the rollover
+		if e.typ() != EventResumed || e.str("cause") != "rollover" || e.str("lost_response_id") != "" {
+			t.Fatalf("got %v, want the rollover's %s", e, EventResumed)
+		}
+		secondTurn(t, c)
+		want := []string{"session.update be brief", "conversation.item.create item_user1 user input_text",
+			"conversation.item.create " + assistant + " assistant output_text",
+			"conversation.item.create item_user2 user input_text", "response.create"}
+		if got := replayed(t, mock, 1); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("the fresh upstream received\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("rollover", "ok")); n != 1 {
+			t.Errorf("rollovers counted %v", n)
+		}
+	})
+}
+
+func TestContinuitySettings(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		cont bool
+		max  time.Duration
+	}{
+		{nil, true, 4 * time.Hour},
+		{map[string]string{"SESSION_CONTINUITY": "0"}, false, 61 * time.Minute},
+		{map[string]string{"SESSION_CONTINUITY": "0", "MAX_SESSION_SECS": "7200"}, false, 2 * time.Hour},
+		{map[string]string{"MAX_SESSION_SECS": "600"}, true, 10 * time.Minute},
+	} {
+		c, err := FromEnv(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Continuity != tc.cont || c.MaxSessionDuration != tc.max {
+			t.Errorf("%v: continuity %v max %v, want %v %v", tc.env, c.Continuity, c.MaxSessionDuration, tc.cont, tc.max)
+		}
+	}
+	if _, err := FromEnv(func(k string) (string, bool) { return "maybe", k == "SESSION_CONTINUITY" }); err == nil ||
+		!strings.Contains(err.Error(), "SESSION_CONTINUITY") {
+		t.Errorf("a bad SESSION_CONTINUITY: %v", err)
+	}
+}
+
+// A key's max_session_secs is the gateway's own cap on its sessions.
+func TestKeyMaxSessionSecs(t *testing.T) {
+	m := startMock(t, mockai.Config{})
+	t.Setenv("SHORT_KEY", "sk-short-0123456789")
+	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", m)+`
+keys:
+  - name: short
+    key: os.environ/SHORT_KEY
+    max_session_secs: 1
+`+configTail)
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
+	c := g.dial(t, "model=gpt-realtime", bearer("sk-short-0123456789"))
+	read(t, c)
+	if e, _ := readUntil(t, c, "error"); e.str("error", "code") != "session_max_duration" {
+		t.Errorf("error %v", e)
+	}
+	if ce := closeOf(t, c); ce.Code != 1001 {
+		t.Errorf("close %v, want 1001", ce)
+	}
+}

@@ -358,6 +358,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		Usage: u,
 	}
 	info.resumeRecord(&rec)
+	info.stopRollover()
 	info.keep.Release()
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
@@ -425,8 +426,10 @@ func (s *Server) redial(sess *poller.Session) bool {
 // frame on to the session's usage accounting.
 type setupWatch struct {
 	*sessionInfo
-	srv  *Server
-	seen bool // only the upstream read path touches it
+	srv     *Server
+	sess    *poller.Session
+	seen    bool // only the upstream read path touches it
+	capSeen bool // the first upstream's session.created was read (rollover.go)
 }
 
 // Wants implements frames.Inspector: the usage events, and with continuity
@@ -447,7 +450,8 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		return w.meter.Wants(prefix)
 	}
 	t, ok := usage.EventType(prefix)
-	return ok && (string(t) == usage.TypeResponseDone || string(t) == usage.TypeTranscriptionComplete || continuity.UpstreamWants(t))
+	return ok && (string(t) == usage.TypeResponseDone || string(t) == usage.TypeTranscriptionComplete ||
+		continuity.UpstreamWants(t) || (!w.capSeen && string(t) == "session.created"))
 }
 
 // Inspect implements frames.Inspector: the usage meter reads the event,
@@ -459,6 +463,14 @@ func (w *setupWatch) Inspect(p []byte) {
 	}
 	if w.meter.Wants(p) {
 		w.meter.Inspect(p)
+	}
+	if !w.capSeen {
+		created := w.srv.upstreamCreated(w.sessionInfo)
+		if capAt, ok := upstreamCap(p, created, w.currentDeployment()); ok {
+			w.capSeen = true // later upstreams' caps come from their replay (resume.go)
+			w.srv.armRollover(w.sess, w.sessionInfo, created, capAt)
+			return
+		}
 	}
 	w.keep.Upstream(p, w.resume.lim)
 }

@@ -94,6 +94,7 @@ type primer struct {
 	// last came. -1 for a secret's session.
 	acks         int
 	replayErrors int
+	created      []byte // the upstream's session.created payload, for a replay (its cap)
 }
 
 func newPrimer(state primeState, acks int) *primer {
@@ -177,6 +178,9 @@ func (p *primer) event(frame, payload, rest []byte) {
 		return
 	}
 	if p.acks >= 0 {
+		if ev.Type == "session.created" {
+			p.created = append([]byte(nil), payload...)
+		}
 		p.replayEvent(ev.Type)
 		return
 	}
@@ -368,6 +372,9 @@ func (p *primer) feedCreated(held []byte) {
 		}
 		if json.Unmarshal(held[hlen:hlen+int(h.Length)], &ev) == nil {
 			p.createdID = ev.EventID
+		}
+		if p.acks >= 0 {
+			p.created = append([]byte(nil), held[hlen:hlen+int(h.Length)]...)
 		}
 		held = held[hlen+int(h.Length):]
 	}

@@ -151,7 +151,11 @@ func (w *watchdog) tick(now time.Time) {
 		if !limits {
 			continue
 		}
-		if d := w.maxDuration; d > 0 && now.Sub(l.start) > d {
+		d := w.maxDuration
+		if l.maxSecs > 0 {
+			d = time.Duration(l.maxSecs) * time.Second // the key's max_session_secs
+		}
+		if d > 0 && now.Sub(l.start) > d {
 			go terminate(w.proto, sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
 				"The session reached the gateway's maximum duration of "+d.String()+".")
 			continue
@@ -189,8 +193,9 @@ func (w *watchdog) enforceBudget(stalled []backlog, total int64) {
 // liveSession is a session that is not ending, and when its client's
 // upgrade completed.
 type liveSession struct {
-	sess  *poller.Session
-	start time.Time
+	sess    *poller.Session
+	start   time.Time
+	maxSecs int // the key's max_session_secs, 0 for MAX_SESSION_SECS
 }
 
 // liveSessions copies the registry so that a walk runs without the lock.
@@ -200,7 +205,7 @@ func (s *Server) liveSessions() []liveSession {
 	out := make([]liveSession, 0, len(s.sessions))
 	for sess, info := range s.sessions {
 		if !sess.Terminating() {
-			out = append(out, liveSession{sess, info.start})
+			out = append(out, liveSession{sess, info.start, info.key.MaxSessionSecs})
 		}
 	}
 	return out
