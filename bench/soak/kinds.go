@@ -196,14 +196,26 @@ type Expect struct {
 // wait in the gateway, the client reads it all afterwards, and the soak
 // checks it fits the kernel's buffers), a broken request gets an HTTP 4xx or is closed at
 // the handshake timeout.
+//
+// With session continuity (on by default) an upstream drop or 1011 close is
+// resumed on a fresh upstream session, which mockai faults the same way (the
+// fault is in the query the gateway passes on): the session may complete
+// there, or its response in flight fail (a failed response.done), or after
+// the gateway's limit of resumes end as before, or end with
+// upstream_unavailable when a fresh upstream faulted before the replay was
+// answered.
 func Expectations(p Plan) []Expect {
 	switch p.Kind {
 	case Normal:
 		return []Expect{{CauseCompleted, ""}}
-	case UpstreamDrop, UpstreamStall:
+	case UpstreamStall:
 		return []Expect{{"unexpected_close_1011", "upstream connection lost"}}
+	case UpstreamDrop:
+		return []Expect{{"unexpected_close_1011", "upstream connection lost"}, {CauseCompleted, ""}, {"response_failed", ""},
+			{"error_event_upstream_unavailable", ""}}
 	case UpstreamClose:
-		return []Expect{{"unexpected_close_1011", fmt.Sprintf("mock: closing after %d frames", p.After)}}
+		return []Expect{{"unexpected_close_1011", fmt.Sprintf("mock: closing after %d frames", p.After)}, {CauseCompleted, ""}, {"response_failed", ""},
+			{"error_event_upstream_unavailable", ""}}
 	case UpstreamMalformed:
 		return []Expect{{"error_event_upstream_protocol_error", ""}}
 	case Upstream401:

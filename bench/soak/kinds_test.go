@@ -21,7 +21,10 @@ func TestExplains(t *testing.T) {
 		{"normal closed by the upstream", Plan{Kind: Normal}, "unexpected_close_1011", lostDetail, false},
 		{"normal refused", Plan{Kind: Normal}, "handshake_503", "", false},
 		{"drop seen as lost upstream", Plan{Kind: UpstreamDrop, After: 2}, "unexpected_close_1011", lostDetail, true},
-		{"drop that never fired", Plan{Kind: UpstreamDrop, After: 2}, CauseCompleted, "", false},
+		// With session continuity a drop is resumed, and the session may complete on the fresh upstream.
+		{"drop resumed, then completed", Plan{Kind: UpstreamDrop, After: 2}, CauseCompleted, "", true},
+		{"drop resumed, its response failed", Plan{Kind: UpstreamDrop, After: 2}, "response_failed", "response.done status failed", true},
+		{"stall that completed", Plan{Kind: UpstreamStall}, CauseCompleted, "", false},
 		{"drop seen as another close", Plan{Kind: UpstreamDrop, After: 3}, "unexpected_close_1011", closeDetail, false},
 		{"close passed through", Plan{Kind: UpstreamClose, After: 3}, "unexpected_close_1011", closeDetail, true},
 		// The reason names the frame count: a close from another socket
