@@ -47,7 +47,7 @@ func startTLSMock(t *testing.T) *mockai.Server {
 
 // trustMock returns a root pool holding mock's certificate, for
 // Settings.UpstreamRoots.
-func trustMock(t *testing.T, mock *mockai.Server) *x509.CertPool {
+func trustMock(t testing.TB, mock *mockai.Server) *x509.CertPool {
 	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(mock.CertPEM()) {
