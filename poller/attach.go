@@ -210,15 +210,12 @@ func (s *Session) attach(l *upLink, preface []byte) {
 // session.created) is consumed, since the client has one already. It
 // reports whether a redial started. Runs in the dead socket's close callback.
 func (s *Session) redial() bool {
-	if s.cfg.Redial == nil || s.clientGone.Load() {
+	if s.cfg.Redial == nil || !s.clientOpen() {
 		return false
 	}
-	s.client.mu.Lock()
-	clientOpen := s.client.state == closeOpen
-	s.client.mu.Unlock()
 	up := &s.up
 	up.mu.Lock()
-	ok := clientOpen && s.warm && !s.wroteUp && s.redials == 0 && s.upState == upReady &&
+	ok := s.warm && !s.wroteUp && s.redials == 0 && s.upState == upReady &&
 		up.state == closeOpen && !s.u2c.MidFrame()
 	if ok {
 		s.redials++
@@ -236,6 +233,17 @@ func (s *Session) redial() bool {
 		s.DialFailed(nil)
 	}
 	return true
+}
+
+// clientOpen reports whether the client is there and no close passed it
+// yet: an upstream lost then may be replaced (redial, resume).
+func (s *Session) clientOpen() bool {
+	if s.clientGone.Load() {
+		return false
+	}
+	s.client.mu.Lock()
+	defer s.client.mu.Unlock()
+	return s.client.state == closeOpen
 }
 
 // Redials returns how many fresh upstreams replaced a dead warm one.

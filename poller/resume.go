@@ -49,15 +49,12 @@ var errResumed = errors.New("poller: the session resumed on another upstream")
 // It reports false, changing nothing, when the loss cannot be resumed; the
 // caller then ends the session as before.
 func (s *Session) resume(l *upLink, loss Loss) bool {
-	if s.cfg.Resume == nil || s.clientGone.Load() {
+	if s.cfg.Resume == nil || !s.clientOpen() {
 		return false
 	}
-	s.client.mu.Lock()
-	clientOpen := s.client.state == closeOpen
-	s.client.mu.Unlock()
 	up := &s.up
 	up.mu.Lock()
-	ok := clientOpen && s.upState == upReady && s.cur == l && !s.queuedStop && !s.terminating.Load() &&
+	ok := s.upState == upReady && s.cur == l && !s.queuedStop && !s.terminating.Load() &&
 		(up.state == closeOpen || (loss.Close != nil && up.state == closeRecv))
 	if ok && s.u2c.MidFrame() {
 		up.mu.Unlock()

@@ -59,6 +59,18 @@ func secondTurn(t *testing.T, c *websocket.Conn) {
 	}
 }
 
+// wantReplay checks the second upstream session got converse's session
+// config and items, with assistant's id, then secondTurn's item and response.
+func wantReplay(t *testing.T, mock *mockai.Server, assistant string) {
+	t.Helper()
+	want := []string{"session.update be brief", "conversation.item.create item_user1 user input_text",
+		"conversation.item.create " + assistant + " assistant output_text",
+		"conversation.item.create item_user2 user input_text", "response.create"}
+	if got := replayed(t, mock, 1); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the fresh upstream received\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // replayed is what the n-th upstream session received, as types (with the
 // item id for item creates, and the instructions for session.update).
 func replayed(t *testing.T, mock *mockai.Server, n int) []string {
@@ -119,12 +131,7 @@ func TestResumeBetweenTurns(t *testing.T) {
 					t.Errorf("resumed event %v", resumed)
 				}
 				secondTurn(t, c)
-				want := []string{"session.update be brief", "conversation.item.create item_user1 user input_text",
-					"conversation.item.create " + assistant + " assistant output_text",
-					"conversation.item.create item_user2 user input_text", "response.create"}
-				if got := replayed(t, mock, 1); strings.Join(got, "\n") != strings.Join(want, "\n") {
-					t.Errorf("the fresh upstream received\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-				}
+				wantReplay(t, mock, assistant)
 				if err := c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "bye")); err != nil {
 					t.Fatal(err)
 				}
@@ -251,7 +258,14 @@ func TestMidFrameLossEnds(t *testing.T) {
 func TestContinuityOff(t *testing.T) {
 	mock := startMock(t, mockai.Config{AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}})
 	g := startGateway(t, mock, func(s *Settings) { s.Continuity = false })
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	lostAsBefore(t, g, testMasterKey)
+}
+
+// lostAsBefore has one turn on a session whose upstream drops after it, and
+// expects the session to end as without continuity.
+func lostAsBefore(t *testing.T, g *gateway, key string) {
+	t.Helper()
+	c := g.dial(t, "model=gpt-realtime", bearer(key))
 	read(t, c)
 	send(t, c, map[string]any{"type": "response.create"})
 	readUntil(t, c, "response.done")
@@ -430,13 +444,7 @@ keys:
     continuity: false
 `+configTail)
 	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile = path })
-	c := g.dial(t, "model=gpt-realtime", bearer("sk-nokeep-0123456789"))
-	read(t, c)
-	send(t, c, map[string]any{"type": "response.create"})
-	readUntil(t, c, "response.done")
-	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
-		t.Errorf("close %v, want 1011 upstream connection lost", ce)
-	}
+	lostAsBefore(t, g, "sk-nokeep-0123456789")
 }
 
 // A session nearing its upstream's cap moves to a fresh upstream session at
@@ -453,12 +461,7 @@ func TestRolloverBeforeTheCap(t *testing.T) {
 			t.Fatalf("got %v, want the rollover's %s", e, EventResumed)
 		}
 		secondTurn(t, c)
-		want := []string{"session.update be brief", "conversation.item.create item_user1 user input_text",
-			"conversation.item.create " + assistant + " assistant output_text",
-			"conversation.item.create item_user2 user input_text", "response.create"}
-		if got := replayed(t, mock, 1); strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("the fresh upstream received\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-		}
+		wantReplay(t, mock, assistant)
 		if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("rollover", "ok")); n != 1 {
 			t.Errorf("rollovers counted %v", n)
 		}

@@ -129,13 +129,12 @@ func UpstreamWants(typ []byte) bool {
 
 // Client reads a client event chosen by ClientWants (its unmasked payload).
 func (k *Keeper) Client(p []byte, lim Limits) {
-	typ, ok := usage.EventType(p)
+	typ, ok := k.lock(p)
 	if !ok {
 		return
 	}
-	k.mu.Lock()
 	defer k.mu.Unlock()
-	switch string(typ) {
+	switch typ {
 	case "session.update":
 		var ev struct {
 			Session json.RawMessage `json:"session"`
@@ -156,13 +155,12 @@ func (k *Keeper) Client(p []byte, lim Limits) {
 
 // Upstream reads an upstream event chosen by UpstreamWants.
 func (k *Keeper) Upstream(p []byte, lim Limits) {
-	typ, ok := usage.EventType(p)
+	typ, ok := k.lock(p)
 	if !ok {
 		return
 	}
-	k.mu.Lock()
 	defer k.mu.Unlock()
-	switch string(typ) {
+	switch typ {
 	case "input_audio_buffer.speech_started":
 		k.state(lim).speaking = true
 		return
@@ -176,7 +174,7 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 	if json.Unmarshal(p, &ev) != nil {
 		return
 	}
-	switch string(typ) {
+	switch typ {
 	case "response.created":
 		k.state(lim).response = ev.Response.ID
 	case usage.TypeResponseDone:
@@ -202,6 +200,16 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 			k.st.transcribed(ev.ItemID, ev.Transcript)
 		}
 	}
+}
+
+// lock reads an event's type and, when it has one, takes the lock.
+func (k *Keeper) lock(p []byte) (typ string, ok bool) {
+	t, ok := usage.EventType(p)
+	if !ok {
+		return "", false
+	}
+	k.mu.Lock()
+	return string(t), true
 }
 
 // upstreamEvent holds the fields of the upstream events Upstream reads.
