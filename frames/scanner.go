@@ -80,46 +80,6 @@ type Close struct {
 	Reason string
 }
 
-// Inspector looks inside selected text frames as they pass, without holding
-// them up: usage accounting reads response.done this way. Only unfragmented
-// text frames of at most MaxInspect bytes are offered; a masked (client)
-// frame's payload is unmasked in a copy, never in the stream.
-type Inspector interface {
-	// Wants sees the first InspectPrefix bytes of a frame's payload (all
-	// of a shorter one) and says whether to see the whole payload.
-	Wants(prefix []byte) bool
-	// Inspect gets the whole payload of a frame Wants chose, once the
-	// frame has been forwarded. It must not keep p.
-	Inspect(p []byte)
-}
-
-// Holder holds back upstream frames the relay must not pass on: a few
-// events and close frames the gateway acts on itself (session continuity).
-// Only unfragmented, unmasked text frames of at most MaxHold bytes are
-// offered, whole (the scanner waits for the whole frame before forwarding
-// any of it), and every close frame.
-type Holder interface {
-	// HoldText sees a small text frame's payload and says whether to
-	// consume it instead of forwarding it. It must not keep p.
-	HoldText(p []byte) bool
-	// HoldClose says whether to consume a close frame rather than forward
-	// it; Forward still returns it, and HeldClose then reports true.
-	HoldClose(c Close) bool
-}
-
-// MaxHold bounds the text frames a Holder is offered: a frame held whole
-// before it is forwarded costs its size in the stash and a little latency,
-// so only small events are; audio deltas are larger and stream through.
-const MaxHold = 1024
-
-const (
-	// InspectPrefix is how much of a frame Inspector.Wants sees.
-	InspectPrefix = 256
-	// MaxInspect bounds the frames an Inspector is offered: only they are
-	// ever copied aside.
-	MaxInspect = 1 << 20
-)
-
 // capture states
 const (
 	captureNone   = iota
@@ -162,18 +122,6 @@ type Scanner struct {
 	masked     bool
 	heldClose  bool // the last close frame was held back (Holder)
 	hold       Holder
-}
-
-// SetHolder makes the scanner offer small text frames and close frames to
-// h, which may hold them back.
-func (s *Scanner) SetHolder(h Holder) { s.hold = h }
-
-// HeldClose reports whether the close frame Forward just returned was held
-// back rather than forwarded, and forgets it.
-func (s *Scanner) HeldClose() bool {
-	held := s.heldClose
-	s.heldClose = false
-	return held
 }
 
 // Remaining is how many bytes of the current frame are still to pass: the
@@ -227,78 +175,6 @@ func (s *Scanner) endCapture() {
 		s.capture = nil
 	}
 	s.captureState = captureNone
-}
-
-// startInspect offers a text frame whose first payload bytes are p (perhaps
-// not all of them yet) to the inspector, copying aside only what it must.
-func (s *Scanner) startInspect(h ws.Header, p []byte) {
-	if s.insp == nil || h.OpCode != ws.OpText || !h.Fin || h.Length > MaxInspect {
-		return
-	}
-	s.captureLen = uint64(h.Length)
-	s.masked, s.mask = h.Masked, h.Mask
-	prefix := min(int(h.Length), InspectPrefix)
-	if h.Masked {
-		// A client frame: look at an unmasked copy, from the first byte.
-		s.captureState = capturePrefix
-		s.capture = bytebufferpool.Get()
-		s.capture.B = s.capture.B[:0]
-		s.continueInspect(p, uint64(len(p)) == s.captureLen)
-		return
-	}
-	if len(p) >= prefix {
-		// The common case: the prefix is at hand, no copy needed.
-		if !s.insp.Wants(p[:prefix]) {
-			return
-		}
-		if uint64(len(p)) == s.captureLen {
-			s.insp.Inspect(p)
-			return
-		}
-		s.captureState = captureWhole
-	} else {
-		s.captureState = capturePrefix
-	}
-	s.capture = bytebufferpool.Get()
-	s.capture.B = append(s.capture.B[:0], p...)
-}
-
-// continueInspect adds payload bytes of the frame being captured; last says
-// they end the frame.
-func (s *Scanner) continueInspect(p []byte, last bool) {
-	if s.captureState == capturePrefix {
-		// Only the prefix is copied until Wants has said yes: a client's
-		// audio frame is never copied whole.
-		prefix := min(int(s.captureLen), InspectPrefix)
-		n := min(len(p), prefix-len(s.capture.B))
-		s.appendCapture(p[:n])
-		p = p[n:]
-		if len(s.capture.B) < prefix {
-			if last {
-				s.endCapture()
-			}
-			return
-		}
-		if !s.insp.Wants(s.capture.B[:prefix]) {
-			s.endCapture()
-			return
-		}
-		s.captureState = captureWhole
-	}
-	s.appendCapture(p)
-	if last {
-		s.insp.Inspect(s.capture.B)
-		s.endCapture()
-	}
-}
-
-// appendCapture adds payload bytes to the capture, unmasked.
-func (s *Scanner) appendCapture(p []byte) {
-	off := len(s.capture.B)
-	s.capture.B = append(s.capture.B, p...)
-	if s.masked {
-		ws.Cipher(s.capture.B[off:], s.mask, off)
-	}
 }
 
 // Forward consumes everything src holds, writing complete frame headers and
@@ -430,17 +306,6 @@ func (s *Scanner) frameStart(src Source) (start []byte, fromStash bool, err erro
 		}
 	}
 	return nil, false, nil
-}
-
-// holdLen is the whole length of a frame whose header b holds, when a
-// Holder is to see it whole (a small unfragmented unmasked text frame),
-// else 0.
-func (s *Scanner) holdLen(b []byte) int {
-	h, hlen, err := parseHeader(b)
-	if err != nil || h.OpCode != ws.OpText || !h.Fin || h.Masked || h.Length > MaxHold {
-		return 0
-	}
-	return hlen + int(h.Length)
 }
 
 // need says how many bytes of a frame must be at hand before the scanner acts

@@ -21,7 +21,9 @@
 //   - session.go: the Session and its accessors; relay.go forwards frames;
 //     attach.go connects the upstream (fresh, warm, or redialed); close.go
 //     holds the close state table; ends.go ends a session on the gateway's
-//     initiative; watchdog.go answers the server's watchdog.
+//     initiative; watchdog.go answers the server's watchdog; resume.go lets
+//     go of a lost upstream (or one near its cap) and takes a fresh one,
+//     the relay's part of session continuity.
 //
 // # Writes never block
 //

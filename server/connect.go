@@ -321,7 +321,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s, sess: sess}
 	sess.InspectUpstream(&c.watch)
-	if s.continuityOn(u.key) && u.callID == "" && isRealtimeModel(u.q) &&
+	if continuityOn(s.cfg, u.key) && u.callID == "" && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
 			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})

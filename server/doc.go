@@ -41,9 +41,18 @@
 //	apps.go         startApp: a sideband's, a transcription session's
 //	                (session.go connectUpstream) or a client secret's
 //	                (sessionprime.go primeSession: the protocol's Prime)
+//	connect.go      keepContinuity (resume.go), for a Realtime model session
 //	session.go      tryWarm (a warm pool socket), else connectUpstream
 //	session.go      dialFor: balance.Race (hedged dials, failover), the
 //	                dial tail shared by every attempt; attached
+//
+// During a session, when its upstream is lost or nears its cap:
+//
+//	resume.go     session continuity (server/continuity keeps the
+//	              conversation): keepContinuity at open; resumer.resume
+//	              (SessionConfig.Resume) and resumer.upstream: a slot, a
+//	              primed upstream (sessionprime.go resumer.primed: the
+//	              replay), AdoptResumed; armRollover before the cap
 //
 // And at the end of a session:
 //

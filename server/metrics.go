@@ -62,6 +62,7 @@ func newMetrics() *metrics {
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_relay_frames_total",
 			Help: "Frames relayed, counted when sessions end."}, []string{"direction"}),
 	}
+	m.registerResumes()
 	reg.MustRegister(m.sessionsOpen, m.sessionsTotal, m.sessionSetup, m.bytes, m.frames,
 		m.tokens, m.dialFailures, m.usageLogErrors, m.spend,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -90,9 +90,15 @@ type resumeArgs struct {
 }
 
 // continuityOn says whether a session of key resumes.
-func (s *Server) continuityOn(key *routes.ClientKey) bool {
-	return s.cfg.Continuity && (key == nil || key.Continuity == nil || *key.Continuity)
+func continuityOn(cfg Settings, key *routes.ClientKey) bool {
+	return cfg.Continuity && (key == nil || key.Continuity == nil || *key.Continuity)
 }
+
+// resumer is the server's part of a resume (its own type, not more of
+// Server's methods): SessionConfig.Resume, the resume's goroutine, and the
+// primed upstream a resume and a client secret's session share
+// (sessionprime.go).
+type resumer struct{ s *Server }
 
 // keepContinuity turns continuity on for a session: the client's
 // configuration events and the upstream's items are read, and the
@@ -162,8 +168,9 @@ func resumeCause(loss poller.Loss, args *resumeArgs) string {
 	return causeClosed
 }
 
-// resumeSession is SessionConfig.Resume.
-func (s *Server) resumeSession(sess *poller.Session, loss poller.Loss) bool {
+// resume is SessionConfig.Resume.
+func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
+	s := r.s
 	s.sessMu.Lock()
 	info := s.sessions[sess]
 	s.sessMu.Unlock()
@@ -194,14 +201,15 @@ func (s *Server) resumeSession(sess *poller.Session, loss poller.Loss) bool {
 	} else {
 		old = nil // not the deployment's fault: it may serve again
 	}
-	go s.resumeUpstream(sess, info, snap, cause, old, at)
+	go r.upstream(sess, info, snap, cause, old, at)
 	return true
 }
 
-// resumeUpstream finds the session a fresh upstream and replays it there;
-// it runs in its own goroutine.
-func (s *Server) resumeUpstream(sess *poller.Session, info *sessionInfo, snap continuity.Snapshot, cause string,
+// upstream finds the session a fresh upstream and replays it there; it
+// runs in its own goroutine.
+func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continuity.Snapshot, cause string,
 	failed *routes.Deployment, at time.Time) {
+	s := r.s
 	defer s.pool.ClientDialing()() // a client waits on this dial
 	args := info.resume
 	outcome := "failed"
@@ -240,7 +248,7 @@ func (s *Server) resumeUpstream(sess *poller.Session, info *sessionInfo, snap co
 		send = append(send, f...)
 	}
 	q, _ := url.ParseQuery(args.rawQuery)
-	p, d := s.primedUpstream(ctx, sess, info, cands, q, args.header, send, len(replay))
+	p, d := r.primed(ctx, sess, info, cands, q, args.header, send, len(replay))
 	if p == nil {
 		return // the session was told (dialFor)
 	}
@@ -258,23 +266,23 @@ func (s *Server) resumeUpstream(sess *poller.Session, info *sessionInfo, snap co
 	if p.replayErrors > 0 {
 		s.log.Warn("resumed session: the upstream refused part of the replay", "session", info.id, "errors", p.replayErrors)
 	}
-	created := s.upstreamCreated(info)
+	created := upstreamCreated(s.cfg, info)
 	sess.SendClient(resumedEvent(cause, len(snap.Items), snap.Dropped+p.replayErrors, snap.Response, sess.Resumes()))
-	if !s.adoptPrimed(sess, info, p, d, sess.AdoptResumed) {
+	if !adoptPrimed(s.balancer, info, p, d, sess.AdoptResumed) {
 		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
 		return
 	}
 	outcome = "ok"
 	if capAt, ok := upstreamCap(p.created, created, d); ok {
-		s.armRollover(sess, info, created, capAt)
+		armRollover(sess, info, created, capAt)
 	}
 	s.log.Info("session resumed", "session", info.id, "key", info.key.Name, "deployment", d.Name, "cause", cause,
 		"items", len(snap.Items), "took", time.Since(at))
 }
 
 // midFrameLost is SessionConfig.MidFrameLost.
-func (s *Server) midFrameLost(*poller.Session) {
-	s.metrics.resumes.WithLabelValues(causeMidFrame, "failed").Inc()
+func (r resumer) midFrameLost(*poller.Session) {
+	r.s.metrics.resumes.WithLabelValues(causeMidFrame, "failed").Inc()
 }
 
 // mayResume reports whether the session may resume once more at t.
@@ -358,4 +366,124 @@ func (i *sessionInfo) resumeRecord(rec *usage.Record) {
 // resume.
 func isRealtimeModel(q url.Values) bool {
 	return q.Get("call_id") == "" && !isTranscription(q) && !strings.EqualFold(q.Get("intent"), "transcription")
+}
+
+// Rollover: a session nearing its upstream session's cap (OpenAI ends a
+// session after 60 minutes, Azure after 30) moves to a fresh upstream
+// session before the cap, at a quiet moment, through the same resume as a
+// loss (resume.go), so that a two-hour call runs through.
+//
+// The cap is the upstream session.created's expires_at when it has one,
+// else the upstream session's creation plus 60 minutes (30 on Azure); a
+// warm pool socket's session may be older than its hand-over, by at most
+// the pool's POOL_MAX_IDLE, so that much is taken off. From rolloverLead
+// before the cap the session rolls over at the first quiet moment (no
+// response in progress, no speech started and not stopped: the kept
+// conversation's events say); from rolloverDeadline before it, it rolls
+// over whatever is in progress (an in-flight response is lost as in a
+// failure). One timer per continuity session, armed when the upstream's
+// session.created is seen.
+
+// Upstream session lifetimes when session.created names no expires_at.
+const (
+	openAISessionLife = 60 * time.Minute
+	azureSessionLife  = 30 * time.Minute
+)
+
+// rolloverLead and rolloverDeadline, as parts of the upstream session's
+// life (at most 5 minutes and 30 seconds before the cap): 6 s and 1.5 s
+// for a one-minute cap.
+func rolloverLead(life time.Duration) time.Duration { return min(life/10, 5*time.Minute) }
+func rolloverDeadline(life time.Duration) time.Duration {
+	return min(life/40, 30*time.Second)
+}
+
+// rolloverPoll is how often a session past its lead looks for a quiet
+// moment.
+const rolloverPoll = 50 * time.Millisecond
+
+// upstreamCap reads an upstream's session.created (its payload) for the
+// session's cap: expires_at, else created plus the deployment's lifetime.
+// ok is false when p is not a session.created.
+func upstreamCap(p []byte, created time.Time, d *routes.Deployment) (capAt time.Time, ok bool) {
+	if t, okType := usage.EventType(p); !okType || string(t) != "session.created" {
+		return time.Time{}, false
+	}
+	var ev struct {
+		Session struct {
+			ExpiresAt int64 `json:"expires_at"`
+		} `json:"session"`
+	}
+	_ = json.Unmarshal(p, &ev)
+	if ev.Session.ExpiresAt > 0 {
+		return time.Unix(ev.Session.ExpiresAt, 0), true
+	}
+	life := openAISessionLife
+	if d != nil && d.Kind == routes.KindAzure {
+		life = azureSessionLife
+	}
+	return created.Add(life), true
+}
+
+// armRollover schedules the session's rollover before capAt; the upstream
+// session was created at created (when the gateway saw it, less the pool's
+// idle bound for a warm socket).
+func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Time) {
+	args := info.resume
+	life := capAt.Sub(created)
+	if life <= 0 {
+		life = time.Second
+	}
+	lead, deadline := rolloverLead(life), capAt.Add(-rolloverDeadline(life))
+	args.rollMu.Lock()
+	defer args.rollMu.Unlock()
+	if args.rollTimer != nil {
+		args.rollTimer.Stop()
+	}
+	args.rollGen++
+	gen := args.rollGen
+	var check func()
+	check = func() {
+		args.rollMu.Lock()
+		if args.rollGen != gen || args.stopped {
+			args.rollMu.Unlock()
+			return // a later upstream's, or the session ended
+		}
+		args.rollMu.Unlock()
+		now := time.Now()
+		if (info.keep.Quiet() || !now.Before(deadline)) && sess.Rollover() {
+			return
+		}
+		args.rollMu.Lock()
+		if args.rollGen == gen && !args.stopped {
+			args.rollTimer = time.AfterFunc(rolloverPoll, check)
+		}
+		args.rollMu.Unlock()
+	}
+	args.rollTimer = time.AfterFunc(time.Until(capAt.Add(-lead)), check)
+}
+
+// stopRollover disarms the session's rollover; it ended.
+func (i *sessionInfo) stopRollover() {
+	if i.resume == nil {
+		return
+	}
+	a := i.resume
+	a.rollMu.Lock()
+	a.stopped = true
+	if a.rollTimer != nil {
+		a.rollTimer.Stop()
+	}
+	a.rollMu.Unlock()
+}
+
+// upstreamCreated is when the session's current upstream session was
+// created, as far as the gateway knows: now, less the pool's idle bound
+// for a warm socket (its session.created may be that old).
+func upstreamCreated(cfg Settings, info *sessionInfo) time.Time {
+	now := time.Now()
+	if info.poolHit && cfg.Pool.MaxIdle > 0 {
+		return now.Add(-cfg.Pool.MaxIdle)
+	}
+	return now
 }

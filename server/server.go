@@ -50,16 +50,14 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	pool      *upstream.Pool // nil when the pool is off
-	metrics   *metrics
-	front     frontDoor         // admission at accept (accept.go)
-	memBudget memoryBudget      // the global bound on bytes held for slow peers (watchdog.go)
-	proto     protocol.Protocol // what the sessions speak: OpenAI's Realtime API
-	admitter  limit.Admitter    // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
-	store     *cluster.Store    // nil without REDIS_URL
-	// contGlobal is CONTINUITY_GLOBAL_MAX_BYTES: what every session keeps
-	// for continuity, together (resume.go).
-	contGlobal *continuity.Budget
+	pool       *upstream.Pool // nil when the pool is off
+	metrics    *metrics
+	front      frontDoor          // admission at accept (accept.go)
+	memBudget  memoryBudget       // the global bound on bytes held for slow peers (watchdog.go)
+	proto      protocol.Protocol  // what the sessions speak: OpenAI's Realtime API
+	admitter   limit.Admitter     // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
+	store      *cluster.Store     // nil without REDIS_URL
+	contGlobal *continuity.Budget // CONTINUITY_GLOBAL_MAX_BYTES: what all sessions keep (resume.go)
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
@@ -177,21 +175,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
 	s.metrics.reg.MustRegister(s.metrics.warmRedials)
 	s.contGlobal = continuity.NewBudget(cfg.ContinuityGlobalMaxBytes)
-	s.metrics.registerResumes()
 	upstream.RegisterDialerMetrics(s.metrics.reg, s.dialer)
-	s.sessCfg = poller.SessionConfig{
-		MaxMessage:   cfg.MaxMessage,
-		MaxPending:   cfg.MaxPending,
-		CloseTimeout: cfg.CloseTimeout,
-		OnEnd:        s.sessionEnded,
-		UpstreamInvalid: func(reason string) []byte {
-			return s.proto.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
-		},
-		Redial:         s.redial,
-		Resume:         s.resumeSession,
-		MidFrameLost:   s.midFrameLost,
-		SameFirstFrame: s.proto.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
-	}
+	s.sessCfg = sessionConfig(s)
 	return s, nil
 }
 

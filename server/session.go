@@ -315,6 +315,24 @@ func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessio
 	return nil, nil
 }
 
+// sessionConfig is what every session of s shares: the limits, and the
+// server's answers to the relay's events.
+func sessionConfig(s *Server) poller.SessionConfig {
+	return poller.SessionConfig{
+		MaxMessage:   s.cfg.MaxMessage,
+		MaxPending:   s.cfg.MaxPending,
+		CloseTimeout: s.cfg.CloseTimeout,
+		OnEnd:        s.sessionEnded,
+		UpstreamInvalid: func(reason string) []byte {
+			return s.proto.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
+		},
+		Redial:         s.redial,
+		Resume:         resumer{s}.resume,
+		MidFrameLost:   resumer{s}.midFrameLost,
+		SameFirstFrame: s.proto.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
+	}
+}
+
 // sessionEnded is SessionConfig.OnEnd: the session leaves the registry,
 // gives back its slots and counts, and its record is written.
 func (s *Server) sessionEnded(sess *poller.Session) {
@@ -465,10 +483,10 @@ func (w *setupWatch) Inspect(p []byte) {
 		w.meter.Inspect(p)
 	}
 	if !w.capSeen {
-		created := w.srv.upstreamCreated(w.sessionInfo)
+		created := upstreamCreated(w.srv.cfg, w.sessionInfo)
 		if capAt, ok := upstreamCap(p, created, w.currentDeployment()); ok {
 			w.capSeen = true // later upstreams' caps come from their replay (resume.go)
-			w.srv.armRollover(w.sess, w.sessionInfo, created, capAt)
+			armRollover(w.sess, w.sessionInfo, created, capAt)
 			return
 		}
 	}

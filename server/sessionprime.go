@@ -42,6 +42,7 @@ import (
 	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/apps"
+	"rtgate/server/balance"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 )
@@ -261,7 +262,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		return
 	}
 	info.keepBase(info.grant.Config)
-	p, d := s.primedUpstream(ctx, sess, info, cands, q, h, s.proto.Prime(info.grant.Config), -1)
+	p, d := resumer{s}.primed(ctx, sess, info, cands, q, h, s.proto.Prime(info.grant.Config), -1)
 	if p == nil {
 		return
 	}
@@ -276,7 +277,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		sess.DialFailed(s.proto.Refusal("upstream_unavailable", why, 0))
 		return
 	}
-	if !s.adoptPrimed(sess, info, p, d, sess.AdoptWarm) {
+	if !adoptPrimed(s.balancer, info, p, d, sess.AdoptWarm) {
 		sess.DialFailed(s.proto.Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
 		return
 	}
@@ -287,15 +288,16 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 	}
 }
 
-// primedUpstream gets an upstream socket owned by a primer that has sent
+// primed gets an upstream socket owned by a primer that has sent
 // it send (client frames): a warm socket of cands[0] when the pool has
 // one, else a fresh dial through the hedged race. acks is -1 to build the
 // client's session.created from the session.updated reply (a secret's
 // session), else the number of replies to send (a resume's replay: every
 // reply is consumed). On a nil primer the session was already told
 // (dialFor).
-func (s *Server) primedUpstream(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
+func (r resumer) primed(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header, send []byte, acks int) (*primer, *routes.Deployment) {
+	s := r.s
 	if s.pool != nil && !isTranscription(q) { // the pool warms realtime sockets only
 		d := cands[0]
 		p := newPrimer(primeAwaitUpdated, acks)
@@ -346,13 +348,13 @@ func (p *primer) await(ctx context.Context) (state primeState, why, reason strin
 
 // adoptPrimed hands a primer's socket to the session with adopt
 // (AdoptWarm, AdoptResumed); false, the socket dropped, if it went away.
-func (s *Server) adoptPrimed(sess *poller.Session, info *sessionInfo, p *primer, d *routes.Deployment,
+func adoptPrimed(b *balance.Balancer, info *sessionInfo, p *primer, d *routes.Deployment,
 	adopt func(func(poller.Owner) (*poller.Handle, []byte)) bool) bool {
 	adopted := adopt(func(o poller.Owner) (*poller.Handle, []byte) {
 		if !handOver(p.h, o) {
 			return nil, nil
 		}
-		info.attached(s.balancer, d) // before the first frame reaches the client
+		info.attached(b, d) // before the first frame reaches the client
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.h, p.out
