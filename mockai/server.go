@@ -105,6 +105,9 @@ type Config struct {
 	// "Your session hit the maximum duration of ...", whatever is in
 	// progress (cut.go).
 	SessionCap time.Duration
+	// NoExpiresAt leaves expires_at out of the session object (it is
+	// optional in GA): a relay then cannot see the cap coming.
+	NoExpiresAt bool
 
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger

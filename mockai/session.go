@@ -155,6 +155,9 @@ func (s *session) sessionObject() map[string]any {
 	for k, v := range s.overrides {
 		obj[k] = v
 	}
+	if s.cfg.NoExpiresAt {
+		delete(obj, "expires_at")
+	}
 	return obj
 }
 

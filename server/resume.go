@@ -415,8 +415,10 @@ func upstreamCap(p []byte, created time.Time, d *routes.Deployment) (capAt time.
 		} `json:"session"`
 	}
 	_ = json.Unmarshal(p, &ev)
-	if ev.Session.ExpiresAt > 0 {
-		return time.Unix(ev.Session.ExpiresAt, 0), true
+	// An expires_at already past (whole seconds, a clock apart from the
+	// gateway's) says nothing usable: the default life then.
+	if exp := time.Unix(ev.Session.ExpiresAt, 0); ev.Session.ExpiresAt > 0 && exp.After(created) {
+		return exp, true
 	}
 	life := openAISessionLife
 	if d != nil && d.Kind == routes.KindAzure {
@@ -451,7 +453,8 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		}
 		args.rollMu.Unlock()
 		now := time.Now()
-		if (info.keep.Quiet() || !now.Before(deadline)) && sess.Rollover() {
+		// A session out of resumes keeps its upstream until the cap.
+		if (info.keep.Quiet() || !now.Before(deadline)) && info.mayResume(now) && sess.Rollover() {
 			return
 		}
 		args.rollMu.Lock()

@@ -184,7 +184,9 @@ func TestResumeAtTheCap(t *testing.T) {
 			name = "during a response"
 		}
 		t.Run(name, func(t *testing.T) {
-			cfg := mockai.Config{SessionCap: 700 * time.Millisecond, AudioDeltas: 2}
+			// No expires_at: the gateway cannot see the cap coming (no
+			// rollover), so the upstream's own cap ends the session.
+			cfg := mockai.Config{SessionCap: 700 * time.Millisecond, NoExpiresAt: true, AudioDeltas: 2}
 			if during {
 				cfg.AudioDeltas, cfg.AudioDeltaInterval = 1000, 5*time.Millisecond
 			}
@@ -301,10 +303,12 @@ func TestResumeFails(t *testing.T) {
 
 // coder/websocket, an independent client, across a resume over a TLS
 // upstream, with audio appended while the upstream is being replaced: every
-// append the client sent after the loss reaches the fresh upstream.
+// append the client sent after it learnt of the loss (the failed
+// response.done) reaches the fresh upstream, queued meanwhile.
 func TestResumeCoderClient(t *testing.T) {
-	mock := startMock(t, mockai.Config{TLS: true, AudioDeltas: 2, UpgradeDelay: 30 * time.Millisecond,
-		Cut: mockai.Cut{Kind: mockai.CutClose, Code: 1011, AfterResponses: 1, Times: 1}})
+	mock := startMock(t, mockai.Config{TLS: true, AudioDeltas: 100, AudioDeltaInterval: 5 * time.Millisecond,
+		UpgradeDelay: 30 * time.Millisecond,
+		Cut: mockai.Cut{Kind: mockai.CutClose, Code: 1011, AfterResponses: 1, During: true, Times: 1}})
 	roots := trustMock(t, mock)
 	g := startGateway(t, mock, func(c *Settings) { c.UpstreamRoots = roots })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -343,9 +347,11 @@ func TestResumeCoderClient(t *testing.T) {
 	}
 	until("session.created")
 	write(map[string]any{"type": "response.create"})
-	until("response.done")
-	// The upstream closes 1011 right after that response.done; appends sent
-	// now queue while the fresh upstream connects (its upgrade is slowed).
+	if done := until("response.done"); done["response"].(map[string]any)["status"] != "failed" {
+		t.Fatalf("response.done %v, want the response failed", done)
+	}
+	// The upstream closed 1011 during the response; appends sent now queue
+	// while the fresh upstream connects (its upgrade is slowed).
 	audio := base64.StdEncoding.EncodeToString(make([]byte, 4800))
 	for range 10 {
 		write(map[string]any{"type": "input_audio_buffer.append", "audio": audio})
