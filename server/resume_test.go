@@ -308,7 +308,7 @@ func TestResumeFails(t *testing.T) {
 func TestResumeCoderClient(t *testing.T) {
 	mock := startMock(t, mockai.Config{TLS: true, AudioDeltas: 100, AudioDeltaInterval: 5 * time.Millisecond,
 		UpgradeDelay: 30 * time.Millisecond,
-		Cut: mockai.Cut{Kind: mockai.CutClose, Code: 1011, AfterResponses: 1, During: true, Times: 1}})
+		Cut:          mockai.Cut{Kind: mockai.CutClose, Code: 1011, AfterResponses: 1, During: true, Times: 1}})
 	roots := trustMock(t, mock)
 	g := startGateway(t, mock, func(c *Settings) { c.UpstreamRoots = roots })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
