@@ -519,3 +519,28 @@ keys:
 		t.Errorf("close %v, want 1001", ce)
 	}
 }
+
+// A resume that finds no upstream (the only deployment is gone for good)
+// ends the session with upstream_unavailable and 1011, within the dial
+// budget.
+func TestResumeNoUpstream(t *testing.T) {
+	overBoth(t, mockai.Config{AudioDeltas: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, mock, func(c *Settings) { trust(c); c.DialTimeout = 2 * time.Second })
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.done")
+		_ = mock.Close() // its sockets drop, and nothing listens any more
+		e, _ := readUntil(t, c, "error")
+		if e.str("error", "code") != "upstream_unavailable" {
+			t.Errorf("error %v, want upstream_unavailable", e)
+		}
+		if ce := closeOf(t, c); ce.Code != 1011 {
+			t.Errorf("close %v, want 1011", ce)
+		}
+		waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+		if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("upstream_lost", "failed")); n != 1 {
+			t.Errorf("failed resumes %v, want 1", n)
+		}
+	})
+}
