@@ -230,9 +230,15 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 		return
 	}
 	info.depMu.Lock()
-	prev := info.reserved
-	info.reserved = plan.Reserved
+	prev, ended := info.reserved, info.ended
+	if !ended {
+		info.reserved = plan.Reserved
+	}
 	info.depMu.Unlock()
+	if ended { // the client left meanwhile: sessionEnded gave back the old slot
+		s.balancer.Release(plan.Reserved)
+		return
+	}
 	s.balancer.Release(prev)
 	cands := plan.Cands
 	if failed != nil && len(cands) > 1 && cands[0] == failed {

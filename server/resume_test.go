@@ -544,3 +544,50 @@ func TestResumeNoUpstream(t *testing.T) {
 		}
 	})
 }
+
+// A client secret's session resumes configured as the secret said: its
+// config, under what the client's session.update changed, is replayed
+// (the pool serving the resume too).
+func TestResumeClientSecret(t *testing.T) {
+	mock := startMock(t, mockai.Config{TLS: true, AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1, Times: 1}})
+	g := startAppGateway(t, mock, func(c *Settings) { c.Pool.Size = 2 })
+	waitFor(t, "warm sockets", func() bool { return mock.Stats().Sessions >= 2 })
+	ek, _ := mint(t, g, testMasterKey, map[string]any{
+		"session": map[string]any{"type": "realtime", "instructions": "Speak like a pirate.", "output_modalities": []string{"audio"}}})
+	c := g.dial(t, "", bearer(ek))
+	if first := read(t, c); first.str("session", "instructions") != "Speak like a pirate." {
+		t.Fatalf("first event %v", first)
+	}
+	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "tool_choice": "none"}})
+	readUntil(t, c, "session.updated")
+	send(t, c, map[string]any{"type": "response.create"})
+	readUntil(t, c, "response.done")
+	readUntil(t, c, EventResumed)
+	var cut string
+	for _, r := range mock.Records() {
+		for _, e := range mock.Received(r.SessionID) {
+			if e.Type == "response.create" {
+				cut = r.SessionID
+			}
+		}
+	}
+	var replay *mockai.EventRecord
+	for _, r := range mock.Records() {
+		if r.SessionID == "" || r.SessionID == cut {
+			continue
+		}
+		if got := mock.Received(r.SessionID); len(got) > 0 && got[0].Type == "session.update" {
+			replay = &got[0]
+		}
+	}
+	if replay == nil {
+		t.Fatal("no upstream session got the replayed configuration")
+	}
+	var ev struct {
+		Session map[string]any `json:"session"`
+	}
+	_ = json.Unmarshal(replay.Event, &ev)
+	if ev.Session["instructions"] != "Speak like a pirate." || ev.Session["tool_choice"] != "none" || ev.Session["model"] != nil {
+		t.Errorf("replayed configuration %v, want the secret's instructions, the client's tool_choice, no model", ev.Session)
+	}
+}

@@ -345,9 +345,13 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		return
 	}
 	s.admitter.Release(info.key.Name)
-	s.balancer.Release(info.reserved)
 	deployment := ""
 	dep := info.uncount(s.balancer, false)
+	info.depMu.Lock() // a resume may have swapped it (resume.go)
+	reserved := info.reserved
+	info.reserved = nil
+	info.depMu.Unlock()
+	s.balancer.Release(reserved)
 	if dep != nil {
 		deployment = dep.Name
 	}
