@@ -55,7 +55,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.MalformedAfterFrames, "malformed-after", 0, "fault: write a malformed frame after N sent frames (0 = off)")
 	fs.DurationVar(&o.cfg.SessionCap, "session-cap", 0, "OpenAI's cap on a session: after this long, error session_expired and close 1001 (0 = an hour, not enforced); expires_at says it")
 	fs.StringVar(&o.cfg.Cut.Kind, "cut", "", "fault: end sessions at a point of the conversation: drop, close or midframe (with -cut-after)")
-	fs.IntVar(&o.cfg.Cut.AfterResponses, "cut-after", 1, "with -cut: after the Nth response.done (or during the Nth response with -cut-during)")
+	fs.IntVar(&o.cfg.Cut.AfterResponses, "cut-after", 0, "with -cut: after the Nth response.done (or during the Nth response with -cut-during); 0 = 1")
 	fs.BoolVar(&o.cfg.Cut.During, "cut-during", false, "with -cut: cut during the response, after its first output delta")
 	fs.IntVar(&o.cfg.Cut.Code, "cut-code", 0, "with -cut close: the close code (0 = 1011)")
 	fs.IntVar(&o.cfg.Cut.Times, "cut-times", 0, "with -cut: cut only this many sessions (0 = every one)")
@@ -77,6 +77,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if o.cfg.Cut.Kind != "" && o.cfg.Cut.AfterResponses == 0 {
+		o.cfg.Cut.AfterResponses = 1
 	}
 	if o.cfg.AudioDeltas < -1 {
 		return o, fmt.Errorf("-deltas %d: must be -1 (none), 0 (default) or more", o.cfg.AudioDeltas)
