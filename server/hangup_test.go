@@ -24,9 +24,13 @@ import (
 // still pending for a socket that just closed can be delivered to the next
 // socket that reuses its fd, and closes it. Letting each session end first
 // keeps that out of this test (see TestScaleManyConcurrentSessions).
+//
+// Without session continuity: with it, such a session is resumed (and
+// every fresh upstream drops too, until the resume fails), which
+// TestResume* cover.
 func TestFramesBeforeUpstreamHangupReachClient(t *testing.T) {
 	overBoth(t, mockai.Config{DropAfterFrames: 1}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		g := startGateway(t, mock, trust)
+		g := startGateway(t, mock, func(c *Settings) { trust(c); c.Continuity = false })
 		const sessions = 100
 		lost := 0
 		for i := range sessions {

@@ -396,10 +396,11 @@ func TestDeadWarmSocketIsRedialed(t *testing.T) {
 }
 
 // TestDeadWarmSocketAfterClientFramesIsNotRedialed: once a client frame went
-// to the warm socket, a redial would lose it: the client gets 1011 as before.
+// to the warm socket, a redial would lose it: without session continuity
+// the client gets 1011 as before (with it, the session resumes instead).
 func TestDeadWarmSocketAfterClientFramesIsNotRedialed(t *testing.T) {
 	up := startScriptedUpstream(t, false)
-	g := startGateway(t, nil, withPool(1, up.config))
+	g := startGateway(t, nil, withPool(1, func(c *Settings) { up.config(c); c.Continuity = false }))
 	waitWarm(t, g, 1)
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)

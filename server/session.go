@@ -418,7 +418,12 @@ func dialFailed(p protocol.Protocol, sess *poller.Session, status int) {
 	if status != 0 {
 		msg = fmt.Sprintf("the upstream refused the connection with HTTP %d", status)
 	}
-	sess.DialFailed(p.Refusal("upstream_unavailable", msg, status))
+	notice := p.Refusal("upstream_unavailable", msg, status)
+	if sess.Resumes() > 0 {
+		sess.ResumeFailed(notice) // a resume's dial: the session had an upstream
+		return
+	}
+	sess.DialFailed(notice)
 }
 
 // terminate ends a session on the gateway's initiative with an error event
