@@ -272,7 +272,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	if p.replayErrors > 0 {
 		s.log.Warn("resumed session: the upstream refused part of the replay", "session", info.id, "errors", p.replayErrors)
 	}
-	created := upstreamCreated(s.cfg, info)
+	created := upstreamCreated(s.cfg, p.warm)
 	sess.SendClient(resumedEvent(cause, len(snap.Items), snap.Dropped+p.replayErrors, snap.Response, sess.Resumes()))
 	if !adoptPrimed(s.balancer, info, p, d, sess.AdoptResumed) {
 		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
@@ -489,9 +489,9 @@ func (i *sessionInfo) stopRollover() {
 // upstreamCreated is when the session's current upstream session was
 // created, as far as the gateway knows: now, less the pool's idle bound
 // for a warm socket (its session.created may be that old).
-func upstreamCreated(cfg Settings, info *sessionInfo) time.Time {
+func upstreamCreated(cfg Settings, warm bool) time.Time {
 	now := time.Now()
-	if info.poolHit && cfg.Pool.MaxIdle > 0 {
+	if warm && cfg.Pool.MaxIdle > 0 {
 		return now.Add(-cfg.Pool.MaxIdle)
 	}
 	return now

@@ -492,7 +492,7 @@ func (w *setupWatch) Inspect(p []byte) {
 		w.meter.Inspect(p)
 	}
 	if !w.capSeen {
-		created := upstreamCreated(w.srv.cfg, w.sessionInfo)
+		created := upstreamCreated(w.srv.cfg, w.poolHit)
 		if capAt, ok := upstreamCap(p, created, w.currentDeployment()); ok {
 			w.capSeen = true // later upstreams' caps come from their replay (resume.go)
 			armRollover(w.sess, w.sessionInfo, created, capAt)

@@ -96,6 +96,7 @@ type primer struct {
 	acks         int
 	replayErrors int
 	created      []byte // the upstream's session.created payload, for a replay (its cap)
+	warm         bool   // the socket came from the warm pool
 }
 
 func newPrimer(state primeState, acks int) *primer {
@@ -307,7 +308,10 @@ func (r resumer) primed(ctx context.Context, sess *poller.Session, info *session
 			p.h = hd
 			if err := hd.Endpoint().Send(send); err == nil {
 				p.feedCreated(held)
-				info.poolHit = true
+				p.warm = true
+				if acks < 0 {
+					info.poolHit = true // a resume's socket is not the connect's
+				}
 				hd.FinishHandOver()
 				s.balancer.Succeeded(d)
 				return p, d
