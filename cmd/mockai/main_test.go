@@ -30,7 +30,7 @@ func TestParseFlags(t *testing.T) {
 				AudioDeltas: -1, AudioDeltaBytes: 960, AudioDeltaInterval: 8 * time.Millisecond,
 				CloseAfterFrames: 1, DropAfterFrames: 2, MalformedAfterFrames: 3, StopReading: true, StatusCode: 429, Echo: true,
 				StallFor: 9 * time.Second, FaultsFromQuery: true, OneSegment: true,
-				Live: mockai.LiveConfig{UsageInterval: 30 * time.Second, MediaInterval: 20 * time.Millisecond, MaxDuration: 2 * time.Minute, NoClosed: true, StartTimeout: 15 * time.Second},
+				Live:       mockai.LiveConfig{UsageInterval: 30 * time.Second, MediaInterval: 20 * time.Millisecond, MaxDuration: 2 * time.Minute, NoClosed: true, StartTimeout: 15 * time.Second},
 				SessionCap: time.Minute, Cut: mockai.Cut{Kind: "close", Code: 1012, AfterResponses: 1, During: true, Times: 2}},
 		},
 		{args: []string{"-deltas", "-2"}, wantErr: "-deltas -2"},
