@@ -125,6 +125,11 @@ type groupAsk struct {
 	// transcription: model is a transcription model (or ""), which may
 	// not be a group: TRANSCRIPTION_MODEL's group then, else the default.
 	transcription bool
+	// protocol is the protocol the route speaks (routes.ProtocolLive for
+	// the GPT-Live routes; "" for Realtime): a group of the other
+	// protocol is refused (400 invalid_model), as OpenAI refuses a Live
+	// model on /v1/realtime.
+	protocol string
 }
 
 // pickGroup is the one place a model group is chosen, for a connect, a
@@ -148,10 +153,32 @@ func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask group
 		return "", &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
 			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
 	}
+	if herr := wrongProtocol(table, g, ask.protocol); herr != nil {
+		return "", herr
+	}
 	if key != nil && !key.Allows(g) {
 		return "", modelNotAllowed(g)
 	}
 	return g, nil
+}
+
+// wrongProtocol refuses group g on a route of protocol want ("" is
+// Realtime) when its deployments speak the other protocol, saying where the
+// model is served.
+func wrongProtocol(table *routes.Table, g, want string) *refusal {
+	if want == "" {
+		want = routes.ProtocolRealtime
+	}
+	switch have := table.Protocol(g); {
+	case have == want:
+		return nil
+	case have == routes.ProtocolLive:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a GPT-Live model: open a session at /v1/live/sessions (its session.start names the model).", g)}
+	default:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a Realtime model: connect to /v1/realtime?model=%s.", g, g)}
+	}
 }
 
 // modelNotAllowed refuses a key a group it may not use.
@@ -194,6 +221,9 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 	}
 	for g, ds := range r.Groups {
 		for _, d := range ds {
+			if d.Protocol != routes.ProtocolRealtime {
+				continue // a Live socket is warm before session.start: not this pool's kind
+			}
 			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
 		}
 	}
