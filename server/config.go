@@ -55,6 +55,9 @@ type Settings struct {
 	TLSCert, TLSKey string
 
 	HandshakeTimeout time.Duration // client TCP accept to complete upgrade request
+	// LiveStartTimeout is how long a GPT-Live client has after its upgrade
+	// to send session.start (LIVE_START_TIMEOUT_SECS).
+	LiveStartTimeout time.Duration
 	DialTimeout      time.Duration // a client's whole upstream attempt: every dial, hedge and failover
 	WriteTimeout     time.Duration // a socket whose kernel takes nothing for this long is closed (the rule for a side that stopped reading)
 	CloseTimeout     time.Duration // wait for a close frame's answer
@@ -171,6 +174,7 @@ func Defaults() Settings {
 		LiveModel:        "gpt-live-1",
 		APIBase:          base,
 		HandshakeTimeout: 10 * time.Second,
+		LiveStartTimeout: 15 * time.Second,
 		DialTimeout:      10 * time.Second,
 		HedgeDelay:       500 * time.Millisecond,
 		WriteTimeout:     10 * time.Second,
@@ -302,6 +306,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		return nil
 	})
 	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
+	set("LIVE_START_TIMEOUT_SECS", secs(&c.LiveStartTimeout, 1))
 	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
 	set("UPSTREAM_HEDGE_MS", func(v string) error {
 		n, err := strconv.Atoi(v)

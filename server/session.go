@@ -47,6 +47,7 @@ type sessionInfo struct {
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
+	live       *liveState       // a GPT-Live session's own (live.go); nil for Realtime
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -114,6 +115,9 @@ func (s *Server) clientLeft(sess *poller.Session) {
 			info.cancelDial()
 		}
 		info.dialMu.Unlock()
+		if info.live != nil {
+			info.live.clientLeft()
+		}
 	}
 	sess.ClientGone()
 }
@@ -383,6 +387,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
+	if info.live != nil {
+		info.live.fill(&rec)
+	}
 	s.records.record(info, &rec)
 	explainBeta(s.log, rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
@@ -463,11 +470,20 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		}
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
+	if w.live != nil {
+		return w.live.meter.Wants(prefix)
+	}
 	return w.meter.Wants(prefix)
 }
 
 // Inspect implements frames.Inspector: the usage meter reads the event.
-func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
+func (w *setupWatch) Inspect(p []byte) {
+	if w.live != nil {
+		w.live.meter.Inspect(p)
+		return
+	}
+	w.meter.Inspect(p)
+}
 
 // poolMemory is where the warm pool remembers demand across restarts: the
 // REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks
