@@ -337,13 +337,14 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	c.watch = setupWatch{sessionInfo: info, srv: s}
 	sess.InspectUpstream(&c.watch)
 	if u.live {
-		s.openLive(sess, info, u) // before any client frame: the first is held
+		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
 	}
 	c.startRelay(sess)
 	s.sessMu.Lock()
 	s.sessions[sess] = info
 	s.sessMu.Unlock()
 	s.metrics.sessionsOpen.Inc()
+	s.metrics.protocolOpen.WithLabelValues(info.protocol()).Inc()
 	if err := c.ep.Send(upgradeResponse(u.accept, u.protocol)); err != nil {
 		sess.Cancel() // the client is gone before its 101: no upstream
 		// Its close callback may have run before the session existed (the

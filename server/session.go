@@ -47,7 +47,7 @@ type sessionInfo struct {
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
-	live       *liveState       // a GPT-Live session's own (live.go); nil for Realtime
+	live       *liveState         // a GPT-Live session's own (live.go); nil for Realtime
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -298,6 +298,14 @@ func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.DialFu
 	}
 }
 
+// protocol names the protocol the session speaks, for metrics.
+func (i *sessionInfo) protocol() string {
+	if i.live != nil {
+		return routes.ProtocolLive
+	}
+	return routes.ProtocolRealtime
+}
+
 // currentDeployment is the deployment serving the session (nil if none yet).
 func (i *sessionInfo) currentDeployment() *routes.Deployment {
 	i.depMu.Lock()
@@ -362,6 +370,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m := s.metrics
 	m.sessionsOpen.Dec()
+	m.protocolOpen.WithLabelValues(info.protocol()).Dec()
 	fin, bin, fout, bout := sess.Counters()
 	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
 	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
@@ -375,6 +384,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.meter.Usage
+	if info.live != nil {
+		u = info.live.meter.Usage // the backend tokens
+	}
 	s.metrics.countTokens(info.group, info.key.Name, u)
 
 	rec := usage.Record{
@@ -389,8 +401,13 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	if info.live != nil {
 		info.live.fill(&rec)
+		m.liveSeconds.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.Seconds)
+		if rec.Unconfirmed {
+			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
+		}
 	}
 	s.records.record(info, &rec)
+	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
 	explainBeta(s.log, rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
@@ -459,6 +476,12 @@ type setupWatch struct {
 
 // Wants implements frames.Inspector.
 func (w *setupWatch) Wants(prefix []byte) bool {
+	if !w.seen && w.live != nil {
+		// A Live session's first event answers the client's own
+		// session.start: timed from it, in its own histogram.
+		w.seen = true
+		w.srv.metrics.liveStart.Observe(time.Since(w.live.startAt).Seconds())
+	}
 	if !w.seen {
 		w.seen = true
 		label := "off"
