@@ -480,3 +480,29 @@ func TestLiveStatusAndMetrics(t *testing.T) {
 		t.Fatalf("ended live sessions: %v", v)
 	}
 }
+
+// TestLiveDrain: a Live session still open at the end of a drain gets the
+// shutdown's error event, then its session.closed (the gateway asked for it
+// with session.close) and close 1001; its final usage is booked.
+func TestLiveDrain(t *testing.T) {
+	m := startMock(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: 20 * time.Millisecond}})
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	g := startGateway(t, m, func(c *Settings) { c.UsageLog, c.DrainGrace = logPath, 10*time.Millisecond })
+	c := g.dialLive(t, testMasterKey)
+	send(t, c, liveStart("gpt-live-1", nil))
+	appendAudio(t, c, liveSecond)
+	untilSeconds(t, c, 1)
+	go g.srv.Drain(100 * time.Millisecond)
+	e, _ := readUntil(t, c, "error")
+	if e.str("error", "code") != "server_shutting_down" {
+		t.Fatalf("error %v", e)
+	}
+	readUntil(t, c, "session.closed")
+	if ce := closeOf(t, c); ce.Code != websocket.CloseGoingAway {
+		t.Fatalf("close %v, want 1001", ce)
+	}
+	rec := waitRecords(t, logPath, 1)[0]
+	if rec.Unconfirmed || rec.Seconds != 1 || m.LiveSessions()[0].Reason != "close_requested" {
+		t.Fatalf("record %+v, mockai %+v: want 1 confirmed second, ended by session.close", rec, m.LiveSessions())
+	}
+}
