@@ -506,3 +506,17 @@ func TestLiveDrain(t *testing.T) {
 		t.Fatalf("record %+v, mockai %+v: want 1 confirmed second, ended by session.close", rec, m.LiveSessions())
 	}
 }
+
+// TestLiveAzureRoute: Azure's client route and credential header serve the
+// same sessions.
+func TestLiveAzureRoute(t *testing.T) {
+	m := startMock(t, mockai.Config{})
+	g := startGateway(t, m, nil)
+	c := dialWith(t, dialer(), "ws://"+g.addr+"/openai/v1/live/sessions", http.Header{"Api-Key": {testMasterKey}})
+	send(t, c, liveStart("gpt-live-1", nil))
+	if e := read(t, c); e.typ() != "session.started" || e.str("session", "model") != "gpt-live-1" {
+		t.Fatalf("first event %v", e)
+	}
+	send(t, c, map[string]any{"type": "session.close"})
+	readUntil(t, c, "session.closed")
+}
