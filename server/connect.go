@@ -64,6 +64,8 @@ type upgrade struct {
 	lookup bool
 	made   bool
 
+	live bool // a GPT-Live session: no group until its session.start (live.go)
+
 	maxSessions int     // the key's max_sessions (0: none)
 	rate        float64 // the key's connect_rate, a second (0: none)
 	admitted    bool    // admit reserved a session for it
@@ -80,6 +82,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	if s.startAPI(c, req, rest) {
 		return
 	}
+	live := false // a GPT-Live route (live.go)
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
 		c.setPhase(phaseDone)
@@ -97,6 +100,8 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		c.ep.Close()
 		return
 	case "/v1/realtime", "/realtime":
+	case livePaths[0], livePaths[1], livePaths[2]:
+		live = true
 	default:
 		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
@@ -107,7 +112,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
 		return
 	}
-	u, herr := s.decide(req)
+	u, herr := s.decide(req, live)
 	if herr == nil && !u.waits(s.admitter) {
 		herr = s.admit(u)
 	}
@@ -124,14 +129,17 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 
 // decide checks an upgrade request as far as it can without I/O; what is
 // left (a call owner only Redis knows) is marked for the off-loop step.
-func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
+func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	if !s.origins.allow(req.Header.Get("Origin")) {
 		return nil, &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
 			message: "this Origin may not connect"}
 	}
-	u := &upgrade{req: req, table: s.routes.Load()}
+	u := &upgrade{req: req, table: s.routes.Load(), live: live}
 	creds := credentials(req.Header)
 	var herr *refusal
+	if live && isLiveSecret(u.table, creds.key) {
+		return nil, refuseLiveSecret()
+	}
 	if u.key, u.grant, herr = s.authenticateConnect(u.table, creds.key); herr != nil {
 		return nil, herr
 	}
@@ -142,6 +150,11 @@ func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
 		u.protocol = subprotocolRealtime
 	}
 	u.q = req.URL.Query()
+	if live {
+		// The model comes with session.start, after the upgrade: the
+		// key's models are checked then (live.go).
+		return u, s.decideKey(u)
+	}
 	// The key's own models are checked later (decideKey), after a
 	// sideband's call owner.
 	model, _ := s.proto.Model(u.q)
@@ -168,7 +181,7 @@ func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
 // decideKey applies what the key itself allows: its models and its budget,
 // and reads its limits for admit.
 func (s *Server) decideKey(u *upgrade) *refusal {
-	if !u.key.Allows(u.group) {
+	if !u.live && !u.key.Allows(u.group) {
 		return modelNotAllowed(u.group)
 	}
 	if herr := s.budgets.check(u.key); herr != nil {
@@ -305,11 +318,14 @@ func (c *clientConn) bufferWhilePending() bool {
 // open makes a decided and admitted upgrade a session: it reserves a
 // deployment, answers 101 and starts the upstream.
 func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
-	plan, busy := s.balancer.Reserve(u.table.Groups[u.group])
-	if busy != nil {
-		s.unadmit(u)
-		c.refuse(deploymentsBusy(busy))
-		return
+	var plan balance.Plan
+	if !u.live { // a Live session reserves once its session.start names the model
+		var busy *balance.Busy
+		if plan, busy = s.balancer.Reserve(u.table.Groups[u.group]); busy != nil {
+			s.unadmit(u)
+			c.refuse(deploymentsBusy(busy))
+			return
+		}
 	}
 	c.answered()
 	info := &c.info
@@ -321,7 +337,9 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s, sess: sess}
 	sess.InspectUpstream(&c.watch)
-	if continuityOn(s.cfg, u.key) && u.callID == "" && isRealtimeModel(u.q) &&
+	if u.live {
+		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
+	} else if continuityOn(s.cfg, u.key) && u.callID == "" && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
 			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})
@@ -331,6 +349,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	s.sessions[sess] = info
 	s.sessMu.Unlock()
 	s.metrics.sessionsOpen.Inc()
+	s.metrics.protocolOpen.WithLabelValues(info.protocol()).Inc()
 	if err := c.ep.Send(upgradeResponse(u.accept, u.protocol)); err != nil {
 		sess.Cancel() // the client is gone before its 101: no upstream
 		// Its close callback may have run before the session existed (the
@@ -345,6 +364,9 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
+	if u.live {
+		return // its session.start starts it (live.go)
+	}
 	if s.startApp(sess, info, u, plan.Cands) {
 		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
 	}

@@ -48,6 +48,7 @@ type sessionInfo struct {
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
+	live       *liveState         // a GPT-Live session's own (live.go); nil for Realtime
 	// Session continuity (resume.go): nil when off for the session; the
 	// kept conversation (a nil State until something is kept); the
 	// resumes so far (under depMu).
@@ -121,6 +122,9 @@ func (s *Server) clientLeft(sess *poller.Session) {
 			info.cancelDial()
 		}
 		info.dialMu.Unlock()
+		if info.live != nil {
+			info.live.clientLeft()
+		}
 	}
 	sess.ClientGone()
 }
@@ -132,6 +136,11 @@ type groupAsk struct {
 	// transcription: model is a transcription model (or ""), which may
 	// not be a group: TRANSCRIPTION_MODEL's group then, else the default.
 	transcription bool
+	// protocol is the protocol the route speaks (routes.ProtocolLive for
+	// the GPT-Live routes; "" for Realtime): a group of the other
+	// protocol is refused (400 invalid_model), as OpenAI refuses a Live
+	// model on /v1/realtime.
+	protocol string
 }
 
 // pickGroup is the one place a model group is chosen, for a connect, a
@@ -155,10 +164,32 @@ func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask group
 		return "", &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
 			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
 	}
+	if herr := wrongProtocol(table, g, ask.protocol); herr != nil {
+		return "", herr
+	}
 	if key != nil && !key.Allows(g) {
 		return "", modelNotAllowed(g)
 	}
 	return g, nil
+}
+
+// wrongProtocol refuses group g on a route of protocol want ("" is
+// Realtime) when its deployments speak the other protocol, saying where the
+// model is served.
+func wrongProtocol(table *routes.Table, g, want string) *refusal {
+	if want == "" {
+		want = routes.ProtocolRealtime
+	}
+	switch have := table.Protocol(g); {
+	case have == want:
+		return nil
+	case have == routes.ProtocolLive:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a GPT-Live model: open a session at /v1/live/sessions (its session.start names the model).", g)}
+	default:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a Realtime model: connect to /v1/realtime?model=%s.", g, g)}
+	}
 }
 
 // modelNotAllowed refuses a key a group it may not use.
@@ -201,6 +232,9 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 	}
 	for g, ds := range r.Groups {
 		for _, d := range ds {
+			if d.Protocol != routes.ProtocolRealtime {
+				continue // a Live socket is warm before session.start: not this pool's kind
+			}
 			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
 		}
 	}
@@ -269,6 +303,14 @@ func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.DialFu
 	return func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error) {
 		return dialer.Dial(ctx, target(d, q, h))
 	}
+}
+
+// protocol names the protocol the session speaks, for metrics.
+func (i *sessionInfo) protocol() string {
+	if i.live != nil {
+		return routes.ProtocolLive
+	}
+	return routes.ProtocolRealtime
 }
 
 // currentDeployment is the deployment serving the session (nil if none yet).
@@ -357,6 +399,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m := s.metrics
 	m.sessionsOpen.Dec()
+	m.protocolOpen.WithLabelValues(info.protocol()).Dec()
 	fin, bin, fout, bout := sess.Counters()
 	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
 	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
@@ -370,6 +413,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.meter.Usage
+	if info.live != nil {
+		u = info.live.meter.Usage // the backend tokens
+	}
 	s.metrics.countTokens(info.group, info.key.Name, u)
 
 	rec := usage.Record{
@@ -385,7 +431,15 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
+	if info.live != nil {
+		info.live.fill(&rec)
+		m.liveSeconds.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.Seconds)
+		if rec.Unconfirmed {
+			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
+		}
+	}
 	s.records.record(info, &rec)
+	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
 	explainBeta(s.log, rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
@@ -462,6 +516,12 @@ type setupWatch struct {
 // Wants implements frames.Inspector: the usage events, and with continuity
 // the events that change the kept conversation.
 func (w *setupWatch) Wants(prefix []byte) bool {
+	if !w.seen && w.live != nil {
+		// A Live session's first event answers the client's own
+		// session.start: timed from it, in its own histogram.
+		w.seen = true
+		w.srv.metrics.liveStart.Observe(time.Since(w.live.startAt).Seconds())
+	}
 	if !w.seen {
 		w.seen = true
 		label := "off"
@@ -472,6 +532,9 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 			}
 		}
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
+	}
+	if w.live != nil {
+		return w.live.meter.Wants(prefix)
 	}
 	if w.resume == nil {
 		return w.meter.Wants(prefix)
@@ -484,6 +547,10 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 // Inspect implements frames.Inspector: the usage meter reads the event,
 // and with continuity the kept conversation.
 func (w *setupWatch) Inspect(p []byte) {
+	if w.live != nil {
+		w.live.meter.Inspect(p)
+		return
+	}
 	if w.resume == nil {
 		w.meter.Inspect(p)
 		return

@@ -90,7 +90,11 @@ func (r *records) record(info *sessionInfo, rec *usage.Record) {
 	// Postgres keeps microseconds: so do the log line and the JSON line,
 	// so that the three read alike.
 	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
-	rec.CostUSD = prices(info.currentDeployment()).Cost(rec.Usage)
+	if info.live != nil {
+		rec.CostUSD = info.live.cost() // seconds, and backend tokens at their own model's prices
+	} else {
+		rec.CostUSD = prices(info.currentDeployment()).Cost(rec.Usage)
+	}
 	if info.overBudget.Load() {
 		rec.Outcome = "budget_exceeded"
 	}

@@ -252,7 +252,8 @@ func TestConfigExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the example config does not load: %v", err)
 	}
-	if len(r.Groups["gpt-realtime"]) != 2 || len(r.Groups["gpt-4o-realtime"]) != 1 || len(r.Keys) != 2 {
+	if len(r.Groups["gpt-realtime"]) != 2 || len(r.Groups["gpt-4o-realtime"]) != 1 || len(r.Keys) != 2 ||
+		len(r.Groups["gpt-live"]) != 2 || r.Protocol("gpt-live") != ProtocolLive {
 		t.Errorf("example: groups %v, %d keys", r.Groups, len(r.Keys))
 	}
 	for key, name := range map[string]string{"sk-web": "web-app", "sk-batch-example": "batch", "sk-master": "master"} {
@@ -368,7 +369,7 @@ func TestSingle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Single("gpt-realtime", base, "sk-up", "sk-m")
+	r := Single("gpt-realtime", "", base, "sk-up", "sk-m")
 	if r.Default != "gpt-realtime" || len(r.Keys) != 0 {
 		t.Errorf("Default = %q, %d keys", r.Default, len(r.Keys))
 	}
@@ -385,7 +386,7 @@ func TestSingle(t *testing.T) {
 	}
 
 	// No keys at all: no credentials upstream, nobody admitted.
-	r = Single("m", base, "", "")
+	r = Single("m", "", base, "", "")
 	checkTarget(t, only(t, r, "m"), nil, "ws://127.0.0.1:8089/v1/realtime?model=m", "", "")
 	for _, k := range []string{"", "sk-m", "anything"} {
 		if _, ok := r.Authenticate(k); ok {

@@ -33,6 +33,7 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 		"cache_read_input_token_cost":       &info.CacheReadInputTokenCost,
 		"cache_read_input_audio_token_cost": &info.CacheReadInputAudioTokenCost,
 		"input_cost_per_image_token":        &info.InputCostPerImageToken,
+		"input_cost_per_second":             &info.InputCostPerSecond,
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -48,9 +49,13 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 			info.BaseModel = s
 			continue
 		}
+		unit, example := "token", "0.000032"
+		if k.Value == "input_cost_per_second" {
+			unit, example = "second", "0.00083"
+		}
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-			l.fail(deref(v), p, "%q is not a price in USD per token (a number of at least 0, such as 0.000032)", s)
+			l.fail(deref(v), p, "%q is not a price in USD per %s (a number of at least 0, such as %s)", s, unit, example)
 			continue
 		}
 		*prices[k.Value] = &f
@@ -59,6 +64,9 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 		return false
 	}
 	d.Prices, d.Priced = info.Resolve(d.Model)
+	if sp, ok := info.SecondPrice(d.Model); ok {
+		d.SecondPrice, d.Priced = sp, true
+	}
 	return true
 }
 

@@ -37,12 +37,15 @@ type ModelInfo struct {
 	CacheReadInputTokenCost      *float64 `yaml:"cache_read_input_token_cost"`
 	CacheReadInputAudioTokenCost *float64 `yaml:"cache_read_input_audio_token_cost"`
 	InputCostPerImageToken       *float64 `yaml:"input_cost_per_image_token"`
+	// InputCostPerSecond is LiteLLM's price of session time, USD per
+	// second: what GPT-Live bills (see SecondPrice).
+	InputCostPerSecond *float64 `yaml:"input_cost_per_second"`
 }
 
 // PriceFields are the model_info fields ModelInfo reads.
 var PriceFields = []string{"base_model", "input_cost_per_token", "output_cost_per_token", "input_cost_per_audio_token",
 	"output_cost_per_audio_token", "cache_read_input_token_cost", "cache_read_input_audio_token_cost",
-	"input_cost_per_image_token"}
+	"input_cost_per_image_token", "input_cost_per_second"}
 
 // perM is a price per million tokens, as OpenAI's pricing page states them.
 func perM(usd float64) float64 { return usd / 1e6 }
@@ -69,6 +72,31 @@ var DefaultPrices = map[string]Prices{
 	"gpt-4o-mini-realtime-preview": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.30), perM(0.30), 0},
 }
 
+// DefaultSecondPrices are OpenAI's list prices of the models billed by
+// session time, in USD per second, from the same pricing page and the model
+// pages, read on 2026-12-01. gpt-live-1: $0.05 per minute. gpt-live-1.1:
+// $0.05 per active minute and $0.02 per standby minute; standby time is not
+// reported in any event SDK 7.59 knows, so every second is billed as active
+// (an upper bound; model_info.input_cost_per_second overrides it).
+var DefaultSecondPrices = map[string]float64{
+	"gpt-live-1":   0.05 / 60,
+	"gpt-live-1.1": 0.05 / 60,
+}
+
+// SecondPrice is the price per second of session time of a deployment of
+// model: info's input_cost_per_second, else the built-in price of
+// info.BaseModel (or of model); known is false when neither prices it.
+func (info ModelInfo) SecondPrice(model string) (usd float64, known bool) {
+	if info.InputCostPerSecond != nil {
+		return *info.InputCostPerSecond, true
+	}
+	name := model
+	if info.BaseModel != "" {
+		name = info.BaseModel
+	}
+	return lookupIn(DefaultSecondPrices, name)
+}
+
 // snapshot matches a dated snapshot suffix (gpt-realtime-2025-08-28): a
 // snapshot costs what its model costs unless it is listed itself.
 var snapshot = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}$`)
@@ -76,14 +104,18 @@ var snapshot = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}$`)
 // Lookup returns the built-in prices of an upstream model name ("openai/"
 // and similar provider prefixes and dated snapshot suffixes are looked
 // through), and whether there are any.
-func Lookup(model string) (Prices, bool) {
+func Lookup(model string) (Prices, bool) { return lookupIn(DefaultPrices, model) }
+
+// lookupIn finds model in a built-in table, looking through a provider
+// prefix and a dated snapshot suffix.
+func lookupIn[T any](table map[string]T, model string) (T, bool) {
 	if i := strings.LastIndexByte(model, '/'); i >= 0 {
 		model = model[i+1:]
 	}
-	if p, ok := DefaultPrices[model]; ok {
+	if p, ok := table[model]; ok {
 		return p, true
 	}
-	p, ok := DefaultPrices[snapshot.ReplaceAllString(model, "")]
+	p, ok := table[snapshot.ReplaceAllString(model, "")]
 	return p, ok
 }
 
