@@ -31,6 +31,9 @@ const MaxHold = 1024
 // h, which may hold them back.
 func (s *Scanner) SetHolder(h Holder) { s.hold = h }
 
+// Holding reports whether a Holder is set.
+func (s *Scanner) Holding() bool { return s.hold != nil }
+
 // HeldClose reports whether the close frame Forward just returned was held
 // back rather than forwarded, and forgets it.
 func (s *Scanner) HeldClose() bool {

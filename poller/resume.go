@@ -49,7 +49,9 @@ var errResumed = errors.New("poller: the session resumed on another upstream")
 // It reports false, changing nothing, when the loss cannot be resumed; the
 // caller then ends the session as before.
 func (s *Session) resume(l *upLink, loss Loss) bool {
-	if s.cfg.Resume == nil || !s.clientOpen() {
+	// Only a session the server keeps for continuity (HoldUpstream) is
+	// resumed; any other ends exactly as it did before continuity.
+	if s.cfg.Resume == nil || !s.u2c.Holding() || !s.clientOpen() {
 		return false
 	}
 	up := &s.up
@@ -178,7 +180,8 @@ func (s *Session) Resumes() int {
 }
 
 // HoldUpstream lets h hold back upstream frames (the server's continuity
-// Holder); call it before an upstream is attached.
+// Holder); call it before an upstream is attached. Only a session with a
+// Holder is resumed.
 func (s *Session) HoldUpstream(h frames.Holder) { s.u2c.SetHolder(h) }
 
 // InspectClient offers the client's text frames to insp (unmasked copies);
