@@ -13,6 +13,7 @@ import (
 	"rtgate/server/admin"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
+	"rtgate/server/turns"
 	"rtgate/upstream"
 )
 
@@ -31,6 +32,7 @@ type metrics struct {
 	usageLogErrors prometheus.Counter
 	warmRedials    prometheus.Counter // registered in New (notices.go's redial)
 	spend          *prometheus.CounterVec
+	turns          *turns.Metrics
 }
 
 func newMetrics() *metrics {
@@ -63,6 +65,7 @@ func newMetrics() *metrics {
 	reg.MustRegister(m.sessionsOpen, m.sessionsTotal, m.sessionSetup, m.bytes, m.frames,
 		m.tokens, m.dialFailures, m.usageLogErrors, m.spend,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.turns = turns.NewMetrics(reg)
 	return m
 }
 

@@ -19,6 +19,7 @@ import (
 	"rtgate/server/cluster"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
+	"rtgate/server/turns"
 	"rtgate/server/usage"
 	"rtgate/upstream"
 )
@@ -43,6 +44,7 @@ type sessionInfo struct {
 	poolHit    bool               // the upstream came from the warm pool
 	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
 	meter      usage.Meter
+	turns      turns.Watch // the session's turns (turnwatch.go)
 	start      time.Time          // when the client's upgrade completed
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
@@ -353,6 +355,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
+	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
 	s.records.record(info, &rec)
 	explainBeta(s.log, rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
@@ -413,11 +416,13 @@ func (s *Server) redial(sess *poller.Session) bool {
 
 // setupWatch is the session's frames.Inspector: it records the session setup
 // time at the first upstream text frame (session.created) and passes every
-// frame on to the session's usage accounting.
+// frame on to the session's usage accounting and turn measurement
+// (turnwatch.go), reading each event's type once for both.
 type setupWatch struct {
 	*sessionInfo
-	srv  *Server
-	seen bool // only the upstream read path touches it
+	srv       *Server
+	seen      bool // only the upstream read path touches it
+	wantUsage bool // the frame Inspect gets carries usage
 }
 
 // Wants implements frames.Inspector.
@@ -433,11 +438,22 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		}
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
-	return w.meter.Wants(prefix)
+	typ, ok := usage.EventType(prefix)
+	if !ok {
+		return false
+	}
+	w.wantUsage = w.meter.WantsType(typ)
+	return w.seeTurn(typ) || w.wantUsage
 }
 
-// Inspect implements frames.Inspector: the usage meter reads the event.
-func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
+// Inspect implements frames.Inspector: the usage meter and the turns read
+// the event.
+func (w *setupWatch) Inspect(p []byte) {
+	if w.wantUsage {
+		w.meter.Inspect(p)
+	}
+	w.inspectTurn(p)
+}
 
 // poolMemory is where the warm pool remembers demand across restarts: the
 // REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks

@@ -1,0 +1,37 @@
+package turns
+
+import "rtgate/server/protocol"
+
+// Watch is a session's Tracker as its inspector on the upstream's frames
+// drives it: See with each event's type (from the frame's first bytes), and
+// Inspect with the whole event when See asked for it.
+type Watch struct {
+	Tracker
+	whole protocol.TurnMark // the mark whose event Inspect gets
+}
+
+// See moves the tracker on an event of type typ; whole reports that the
+// event must be passed to Inspect (its status or configuration is read).
+// For an audio delta it reads no clock and allocates nothing.
+func (w *Watch) See(p protocol.Protocol, typ []byte) (ev Event, whole bool) {
+	m := p.Turn(typ)
+	if Wants(m) {
+		w.whole = m
+		return ev, true
+	}
+	w.whole = protocol.NotTurn
+	return w.Mark(m), false
+}
+
+// Inspect reads the whole event See asked for.
+func (w *Watch) Inspect(payload []byte) (ev Event) {
+	m := w.whole
+	w.whole = protocol.NotTurn
+	switch m {
+	case protocol.TurnEnd:
+		return w.Done(payload)
+	case protocol.TurnConfig:
+		w.Config(payload)
+	}
+	return ev
+}
