@@ -44,7 +44,7 @@ type sessionInfo struct {
 	poolHit    bool               // the upstream came from the warm pool
 	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
 	meter      usage.Meter
-	turns      turns.Watch // the session's turns (turnwatch.go)
+	turns      turns.Watch        // the session's turns (turnwatch.go)
 	start      time.Time          // when the client's upgrade completed
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
