@@ -144,7 +144,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.front.init(cfg, s.tlsConfig != nil, &s.sessionsOpen, s.metrics.reg)
 	s.memBudget.init(cfg, s.metrics.reg)
 	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
-		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures})
+		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures,
+		Router: func() routes.Router { return s.routes.Load().Router }})
 	records, err := openRecords(cfg, s.metrics, log)
 	if err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import "rtgate/server/turns"
 func (w *setupWatch) seeTurn(typ []byte) bool {
 	ev, whole := w.turns.See(w.srv.proto, typ)
 	if ev != (turns.Event{}) {
-		w.srv.metrics.observeTurn(w.sessionInfo, ev)
+		w.observeTurn(ev)
 	}
 	return whole
 }
@@ -20,18 +20,23 @@ func (w *setupWatch) seeTurn(typ []byte) bool {
 // inspectTurn reads a whole event seeTurn asked for.
 func (w *setupWatch) inspectTurn(p []byte) {
 	if ev := w.turns.Inspect(p); ev != (turns.Event{}) {
-		w.srv.metrics.observeTurn(w.sessionInfo, ev)
+		w.observeTurn(ev)
 	}
 }
 
 // observeTurn exports a turn's measure under its session's model group and
-// deployment.
-func (m *metrics) observeTurn(info *sessionInfo, ev turns.Event) {
+// deployment, and gives its first audio to the balancer (latency-based
+// routing, the status page).
+func (w *setupWatch) observeTurn(ev turns.Event) {
 	dep := ""
-	if d := info.currentDeployment(); d != nil {
+	d := w.currentDeployment()
+	if d != nil {
 		dep = d.Name
 	}
-	m.turns.Observe(info.group, dep, ev)
+	w.srv.metrics.turns.Observe(w.group, dep, ev)
+	if ev.HasFirstAudio && d != nil {
+		w.srv.balancer.ObserveFirstAudio(d, ev.FirstAudio)
+	}
 }
 
 // endTurns closes the session's turns when it ends (a turn still open is

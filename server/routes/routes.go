@@ -65,6 +65,9 @@ type Deployment struct {
 	// limit.
 	RPM         float64
 	MaxSessions int
+	// Weight (litellm_params.weight) and TPM (tpm) weigh simple-shuffle
+	// routing; 0 is none.
+	Weight, TPM float64
 
 	header http.Header // upstream credentials; never logged
 	path   string      // Base.Path plus the kind's realtime path
@@ -184,6 +187,8 @@ type Table struct {
 	// Notices are what the gateway says once at start-up (and reload)
 	// about the file: LiteLLM fields it ignores, entries it does not serve.
 	Notices []string
+	// Router is router_settings' routing strategy (router.go).
+	Router Router
 
 	master *ClientKey // nil when no master key is set
 }
@@ -228,7 +233,7 @@ func Single(model string, base *url.URL, upstreamKey, masterKey string) *Table {
 		h.Set("Authorization", "Bearer "+upstreamKey)
 	}
 	d := newDeployment(model, 0, KindOpenAI, base, model, "", h)
-	t := &Table{Groups: map[string][]*Deployment{model: {d}}, Default: model}
+	t := &Table{Groups: map[string][]*Deployment{model: {d}}, Default: model, Router: DefaultRouter()}
 	if masterKey != "" {
 		t.master = &ClientKey{Name: MasterKeyName, hash: hashKey(masterKey)}
 	}
