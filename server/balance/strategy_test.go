@@ -63,8 +63,10 @@ func TestStrategies(t *testing.T) {
 			},
 			want: []float64{0.05, 0.95}},
 		{name: "latency: unmeasured first", router: latency(nil),
-			setup: func(b *Balancer, ds []*routes.Deployment, _ *time.Time) { b.ObserveFirstAudio(ds[1], 80*time.Millisecond) },
-			want:  []float64{0.95, 0.05}},
+			setup: func(b *Balancer, ds []*routes.Deployment, _ *time.Time) {
+				b.ObserveFirstAudio(ds[1], 80*time.Millisecond)
+			},
+			want: []float64{0.95, 0.05}},
 		{name: "latency: the mean of the newest max_latency_list_size", router: latency(func(r *routes.Router) { r.MaxLatencyListSize = 2 }),
 			setup: func(b *Balancer, ds []*routes.Deployment, _ *time.Time) {
 				b.ObserveFirstAudio(ds[0], 100*time.Millisecond)
