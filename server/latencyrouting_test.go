@@ -1,0 +1,84 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"rtgate/mockai"
+)
+
+// setFirstAudioDelay turns mockai's run-time knob (POST /mock/config).
+func setFirstAudioDelay(t *testing.T, m *mockai.Server, roots *x509.CertPool, d time.Duration) {
+	t.Helper()
+	base := strings.Replace(strings.Replace(m.BaseURL(), "wss://", "https://", 1), "ws://", "http://", 1)
+	base = strings.TrimSuffix(base, "/v1")
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	resp, err := c.Post(base+"/mock/config?first_audio_delay="+d.String(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /mock/config: %s", resp.Status)
+	}
+}
+
+// TestLatencyBasedRouting: two deployments, one answering with its first
+// audio after 20 ms, the other after 300 ms. With latency-based routing
+// most sessions go to the faster one; when the two swap speeds (mockai's
+// run-time knob), traffic moves to the one that is now faster. Plain and
+// TLS upstreams.
+func TestLatencyBasedRouting(t *testing.T) {
+	const fast, slow = 20 * time.Millisecond, 300 * time.Millisecond
+	poolSchemes(t, func(t *testing.T, tlsUp bool) {
+		a := startPoolMock(t, mockai.Config{FirstAudioDelay: fast}, tlsUp)
+		b := startPoolMock(t, mockai.Config{FirstAudioDelay: slow}, tlsUp)
+		var roots *x509.CertPool
+		if tlsUp {
+			roots = trustMock(t, a)
+			roots.AppendCertsFromPEM(b.CertPEM())
+		}
+		path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", a)+openaiEntry("gpt-realtime", b)+`
+router_settings:
+  routing_strategy: latency-based-routing
+  routing_strategy_args: {max_latency_list_size: 3, lowest_latency_buffer: 0.5}`+configTail)
+		g := startGateway(t, nil, func(c *Settings) {
+			c.RoutesFile = path
+			c.UpstreamRoots = roots
+		})
+		// sessions runs n one-turn sessions, one after another, and
+		// returns how many of the last `last` went to a.
+		sessions := func(n, last int) int {
+			onA := 0
+			for i := range n {
+				before := a.Stats().Sessions
+				c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+				readUntil(t, c, "session.created")
+				send(t, c, map[string]any{"type": "response.create"})
+				readUntil(t, c, "response.done")
+				if i >= n-last && a.Stats().Sessions > before {
+					onA++
+				}
+				_ = c.Close()
+				waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			}
+			return onA
+		}
+		if onA := sessions(30, 30); onA < 22 {
+			t.Fatalf("%d of 30 sessions on the faster deployment, want most (at least 22)", onA)
+		}
+		setFirstAudioDelay(t, a, roots, slow)
+		setFirstAudioDelay(t, b, roots, fast)
+		if onA := sessions(40, 20); onA > 6 {
+			t.Fatalf("after the swap, %d of the last 20 sessions still on the deployment now slower, want at most 6", onA)
+		}
+		st := g.srv.balancer.Snapshot(g.srv.routes.Load().Groups["gpt-realtime"][1])
+		if st.Turns == 0 || st.FirstAudioP50MS == nil || *st.FirstAudioP50MS < float64(fast.Milliseconds()) {
+			t.Errorf("status of b: %d turns, p50 %v", st.Turns, st.FirstAudioP50MS)
+		}
+	})
+}
