@@ -42,6 +42,10 @@ type Settings struct {
 	// NoUpstreamTLSResumption turns off TLS session resumption for wss://
 	// upstream dials (UPSTREAM_TLS_RESUMPTION=0); resumption is on by default.
 	NoUpstreamTLSResumption bool
+	// NoTurnMetrics turns per-turn measurement off (TURN_METRICS=0): no
+	// turn metrics, first-audio routing data, record percentiles or
+	// generation spans; for an A/B of its cost.
+	NoTurnMetrics bool
 	// UpstreamRoots, if set, replaces the roots for wss:// upstreams (tests
 	// use it to trust mockai's certificate without a file).
 	UpstreamRoots *x509.CertPool
@@ -355,6 +359,14 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 			return fmt.Errorf("%q is not 1, 0, true or false", v)
 		}
 		c.NoUpstreamTLSResumption = !b
+		return nil
+	})
+	set("TURN_METRICS", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not 1, 0, true or false", v)
+		}
+		c.NoTurnMetrics = !b
 		return nil
 	})
 	set("REUSEPORT", func(v string) error {

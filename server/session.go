@@ -19,6 +19,7 @@ import (
 	"rtgate/server/cluster"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
+	"rtgate/server/tracing"
 	"rtgate/server/turns"
 	"rtgate/server/usage"
 	"rtgate/upstream"
@@ -45,6 +46,7 @@ type sessionInfo struct {
 	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
 	meter      usage.Meter
 	turns      turns.Watch        // the session's turns (turnwatch.go)
+	trace      *tracing.Session   // its spans; nil with tracing off
 	start      time.Time          // when the client's upgrade completed
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
@@ -237,6 +239,7 @@ func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
 	if count {
 		b.Attach(d)
 	}
+	i.trace.Attached(traceWhere(d), i.poolHit)
 }
 
 // uncount takes the session out of its deployment's live count, once, and
@@ -298,13 +301,15 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 // left (nobody to tell), else told that no upstream could be reached.
 func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
-	conn, d, status := s.balancer.Race(ctx, info.group, cands, dialTo(s.dialer, q, h))
+	conn, d, status := s.balancer.Race(info.trace.Context(ctx), info.group, cands, dialTo(s.dialer, q, h))
 	switch {
 	case conn != nil:
 		return conn, d
 	case info.left():
+		info.trace.Failed("the client left during the dial")
 		sess.Cancel()
 	default:
+		info.trace.Failed("no upstream could be reached")
 		dialFailed(s.proto, sess, status)
 	}
 	return nil, nil
@@ -356,6 +361,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
 	}
 	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
+	info.trace.End()
 	s.records.record(info, &rec)
 	explainBeta(s.log, rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done

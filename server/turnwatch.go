@@ -1,16 +1,27 @@
 package server
 
-import "rtgate/server/turns"
+import (
+	"rtgate/server/routes"
+	"rtgate/server/tracing"
+	"rtgate/server/turns"
+)
 
-// Per-turn latency: the session's inspector (setupWatch) gives each upstream
-// event's type to the session's turns.Watch, which says what the protocol
-// makes of it; what a mark measures goes to the turn metrics (and, with
-// latency-based routing, to the balancer). The rules are in server/turns.
+// Per-turn latency and traces: the session's inspector (setupWatch) reads
+// each upstream event's type once, the protocol says what it is to a turn
+// (protocol.TurnMark), and the mark moves the session's turns.Watch and, with
+// tracing on, its tracing.Session. What a turn measures goes to the turn
+// metrics and, for latency-based routing and the status page, to the
+// balancer. The rules are in server/turns and server/tracing.
 
-// seeTurn moves the session's turns on an event of type typ, and reports
-// whether the whole event is wanted (inspectTurn).
+// seeTurn moves the session's turns and spans on an event of type typ, and
+// reports whether the whole event is wanted (inspectTurn).
 func (w *setupWatch) seeTurn(typ []byte) bool {
-	ev, whole := w.turns.See(w.srv.proto, typ)
+	if w.srv.cfg.NoTurnMetrics {
+		return false
+	}
+	m := w.srv.proto.Turn(typ)
+	w.trace.Mark(m)
+	ev, whole := w.turns.See(m)
 	if ev != (turns.Event{}) {
 		w.observeTurn(ev)
 	}
@@ -19,9 +30,11 @@ func (w *setupWatch) seeTurn(typ []byte) bool {
 
 // inspectTurn reads a whole event seeTurn asked for.
 func (w *setupWatch) inspectTurn(p []byte) {
+	m := w.turns.Pending()
 	if ev := w.turns.Inspect(p); ev != (turns.Event{}) {
 		w.observeTurn(ev)
 	}
+	w.trace.Event(m, p)
 }
 
 // observeTurn exports a turn's measure under its session's model group and
@@ -47,4 +60,13 @@ func (m *metrics) endTurns(info *sessionInfo, deployment string) (n int, p50MS, 
 	}
 	n, p50, p95 := info.turns.Summary()
 	return n, float64(p50.Microseconds()) / 1000, float64(p95.Microseconds()) / 1000
+}
+
+// traceWhere is deployment d as the session's spans name it.
+func traceWhere(d *routes.Deployment) tracing.Where {
+	provider := "openai"
+	if d.Kind == routes.KindAzure {
+		provider = "azure.ai.openai"
+	}
+	return tracing.Where{Group: d.Group, Deployment: d.Name, Provider: provider, Model: d.Model, Host: d.Base.Host}
 }

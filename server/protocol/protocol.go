@@ -118,4 +118,5 @@ const (
 	TurnEnd              // the response is done (whole event wanted: its status)
 	SpeechEnd            // server VAD heard the end of speech (after its silence window)
 	TurnConfig           // the session's configuration (whole event wanted: the VAD window)
+	SpeechStart          // server VAD heard speech start (the user-speech span)
 )

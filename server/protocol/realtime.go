@@ -88,6 +88,8 @@ func (Realtime) Turn(typ []byte) TurnMark {
 		return TurnStart
 	case "input_audio_buffer.speech_stopped":
 		return SpeechEnd
+	case "input_audio_buffer.speech_started":
+		return SpeechStart
 	case usage.TypeResponseDone:
 		return TurnEnd
 	case "session.created", "session.updated":

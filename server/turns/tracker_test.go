@@ -48,7 +48,7 @@ func run(t *testing.T, steps []step) ([]Event, *Watch) {
 		if !ok {
 			t.Fatalf("no type in %s", s.event)
 		}
-		ev, whole := w.See(protocol.Realtime{}, typ)
+		ev, whole := w.See(protocol.Realtime{}.Turn(typ))
 		if whole {
 			ev = w.Inspect([]byte(s.event))
 		}
@@ -208,7 +208,7 @@ func (in *benchInspector) Wants(prefix []byte) bool {
 		return false
 	}
 	in.wantUsage = in.meter.WantsType(typ)
-	_, whole := in.turns.See(protocol.Realtime{}, typ)
+	_, whole := in.turns.See(protocol.Realtime{}.Turn(typ))
 	return whole || in.wantUsage
 }
 

@@ -10,11 +10,11 @@ type Watch struct {
 	whole protocol.TurnMark // the mark whose event Inspect gets
 }
 
-// See moves the tracker on an event of type typ; whole reports that the
-// event must be passed to Inspect (its status or configuration is read).
-// For an audio delta it reads no clock and allocates nothing.
-func (w *Watch) See(p protocol.Protocol, typ []byte) (ev Event, whole bool) {
-	m := p.Turn(typ)
+// See moves the tracker on an event that is m to a turn (the protocol's
+// Turn of its type); whole reports that the event must be passed to Inspect
+// (its status or configuration is read). For an audio delta it reads no
+// clock and allocates nothing.
+func (w *Watch) See(m protocol.TurnMark) (ev Event, whole bool) {
 	if Wants(m) {
 		w.whole = m
 		return ev, true
@@ -22,6 +22,9 @@ func (w *Watch) See(p protocol.Protocol, typ []byte) (ev Event, whole bool) {
 	w.whole = protocol.NotTurn
 	return w.Mark(m), false
 }
+
+// Pending is the mark of the event Inspect is to get.
+func (w *Watch) Pending() protocol.TurnMark { return w.whole }
 
 // Inspect reads the whole event See asked for.
 func (w *Watch) Inspect(payload []byte) (ev Event) {
