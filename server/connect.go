@@ -315,6 +315,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info := &c.info
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
 	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
+	info.turns.Off = s.cfg.NoTurnMetrics
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.budgets.meter(info, func(message string) {

@@ -155,3 +155,23 @@ func TestTurnMetrics(t *testing.T) {
 		}
 	})
 }
+
+// TestTurnMetricsOff: with TURN_METRICS=0 no turn is measured or recorded.
+func TestTurnMetricsOff(t *testing.T) {
+	mock := startMock(t, mockai.Config{FaultsFromQuery: true})
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	g := startGateway(t, mock, func(c *Settings) { c.UsageLog, c.NoTurnMetrics = logPath, true })
+	turnSessions(t, g)
+	waitFor(t, "the sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	if got := metricSum(t, g, "rtgate_turns_total"); got != 0 {
+		t.Errorf("%v turns counted with TURN_METRICS=0", got)
+	}
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	_ = g.srv.Shutdown(ctx)
+	for _, r := range readRecords(t, logPath) {
+		if r.Turns != 0 || r.FirstAudioP50MS != 0 || r.Usage.Responses == 0 {
+			t.Errorf("record with turns off: turns %d p50 %v responses %d", r.Turns, r.FirstAudioP50MS, r.Usage.Responses)
+		}
+	}
+}

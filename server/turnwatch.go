@@ -16,16 +16,13 @@ import (
 // seeTurn moves the session's turns and spans on an event of type typ, and
 // reports whether the whole event is wanted (inspectTurn).
 func (w *setupWatch) seeTurn(typ []byte) bool {
-	if w.srv.cfg.NoTurnMetrics {
-		return false
-	}
 	m := w.srv.proto.Turn(typ)
 	w.trace.Mark(m)
 	ev, whole := w.turns.See(m)
 	if ev != (turns.Event{}) {
 		w.observeTurn(ev)
 	}
-	return whole
+	return whole && (!w.turns.Off || w.trace != nil)
 }
 
 // inspectTurn reads a whole event seeTurn asked for.

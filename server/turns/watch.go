@@ -7,6 +7,9 @@ import "rtgate/server/protocol"
 // Inspect with the whole event when See asked for it.
 type Watch struct {
 	Tracker
+	// Off skips the tracker (TURN_METRICS=0): See and Inspect still
+	// say which events are whole, for the session's spans.
+	Off   bool
 	whole protocol.TurnMark // the mark whose event Inspect gets
 }
 
@@ -20,6 +23,9 @@ func (w *Watch) See(m protocol.TurnMark) (ev Event, whole bool) {
 		return ev, true
 	}
 	w.whole = protocol.NotTurn
+	if w.Off {
+		return ev, false
+	}
 	return w.Mark(m), false
 }
 
@@ -30,6 +36,9 @@ func (w *Watch) Pending() protocol.TurnMark { return w.whole }
 func (w *Watch) Inspect(payload []byte) (ev Event) {
 	m := w.whole
 	w.whole = protocol.NotTurn
+	if w.Off {
+		return ev
+	}
 	switch m {
 	case protocol.TurnEnd:
 		return w.Done(payload)
