@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"crypto/x509"
 	"net/http"
 	"strings"
@@ -76,9 +77,27 @@ router_settings:
 		if onA := sessions(40, 20); onA > 6 {
 			t.Fatalf("after the swap, %d of the last 20 sessions still on the deployment now slower, want at most 6", onA)
 		}
-		st := g.srv.balancer.Snapshot(g.srv.routes.Load().Groups["gpt-realtime"][1])
-		if st.Turns == 0 || st.FirstAudioP50MS == nil || *st.FirstAudioP50MS < float64(fast.Milliseconds()) {
-			t.Errorf("status of b: %d turns, p50 %v", st.Turns, st.FirstAudioP50MS)
+		// The status page's first-audio columns: every turn, on both.
+		var status struct {
+			Deployments []struct {
+				Name  string   `json:"name"`
+				P50   *float64 `json:"first_audio_ms_p50_5m"`
+				P95   *float64 `json:"first_audio_ms_p95_5m"`
+				Turns int      `json:"turns_5m"`
+			} `json:"deployments"`
+		}
+		if err := json.Unmarshal([]byte(httpGet(t, "http://"+g.serveAdmin(t)+"/status.json", nil)), &status); err != nil {
+			t.Fatal(err)
+		}
+		turns := 0
+		for _, d := range status.Deployments {
+			if d.P50 == nil || d.P95 == nil || *d.P50 < float64(fast.Milliseconds()) || *d.P95 < *d.P50 {
+				t.Errorf("status.json deployment %s: p50 %v p95 %v", d.Name, d.P50, d.P95)
+			}
+			turns += d.Turns
+		}
+		if len(status.Deployments) != 2 || turns != 70 {
+			t.Errorf("status.json: %d deployments, %d turns in 5 minutes, want 2 and 70", len(status.Deployments), turns)
 		}
 	})
 }
