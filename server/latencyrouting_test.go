@@ -2,8 +2,8 @@ package server
 
 import (
 	"crypto/tls"
-	"encoding/json"
 	"crypto/x509"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
