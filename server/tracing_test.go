@@ -146,17 +146,7 @@ func TestTracesToOTLP(t *testing.T) {
 		// A manual response, then a server-VAD turn.
 		send(t, c, map[string]any{"type": "response.create"})
 		readUntil(t, c, "response.done")
-		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-			"audio": map[string]any{"input": map[string]any{"turn_detection": map[string]any{
-				"type": "server_vad", "silence_duration_ms": 100}}}}})
-		readUntil(t, c, "session.updated")
-		for i := range 5 + 8 {
-			audio := turnSpeech
-			if i >= 5 {
-				audio = turnSilence
-			}
-			send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": audio})
-		}
+		vadTurn(t, c, 100)
 		readUntil(t, c, "response.done")
 		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
 		closeOf(t, c)
@@ -259,12 +249,7 @@ func TestTracingNeverHoldsTheRelay(t *testing.T) {
 	g := startGateway(t, mock, nil)
 	t.Cleanup(func() { close(recv.release) }) // before the gateway's shutdown
 	for range 6 {
-		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-		readUntil(t, c, "session.created")
-		send(t, c, map[string]any{"type": "response.create"})
-		readUntil(t, c, "response.done")
-		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
-		closeOf(t, c)
+		oneResponseSession(t, g, "model=gpt-realtime")
 	}
 	waitFor(t, "the sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
 	if got := metricSum(t, g, "rtgate_trace_spans_dropped_total"); got < 12-4 {
@@ -276,12 +261,7 @@ func TestTracingNeverHoldsTheRelay(t *testing.T) {
 // traced, and sessions run as ever.
 func TestTracingOffByDefault(t *testing.T) {
 	g := startGateway(t, startMock(t, mockai.Config{}), nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	readUntil(t, c, "session.created")
-	send(t, c, map[string]any{"type": "response.create"})
-	readUntil(t, c, "response.done")
-	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
-	closeOf(t, c)
+	oneResponseSession(t, g, "model=gpt-realtime")
 	if g.srv.tracer != nil {
 		t.Fatal("tracing is on with no OTEL_* environment")
 	}

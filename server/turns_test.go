@@ -10,6 +10,7 @@ import (
 	prom "github.com/prometheus/client_model/go"
 
 	"rtgate/mockai"
+	"rtgate/server/usage"
 )
 
 // turnAudio is 20 ms chunks of what mockai's server VAD hears as speech
@@ -18,6 +19,45 @@ var (
 	turnSpeech  = base64.StdEncoding.EncodeToString(mockai.PCMPattern(960))
 	turnSilence = base64.StdEncoding.EncodeToString(make([]byte, 960))
 )
+
+// vadTurn turns server VAD on with a silence window of silenceMS and
+// speaks: 100 ms of speech, then enough silence to end it.
+func vadTurn(t *testing.T, c *websocket.Conn, silenceMS int) {
+	t.Helper()
+	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+		"audio": map[string]any{"input": map[string]any{"turn_detection": map[string]any{
+			"type": "server_vad", "silence_duration_ms": silenceMS, "prefix_padding_ms": 20}}}}})
+	readUntil(t, c, "session.updated")
+	for i := range 5 + silenceMS/20 + 1 {
+		audio := turnSpeech
+		if i >= 5 {
+			audio = turnSilence
+		}
+		send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": audio})
+	}
+}
+
+// oneResponseSession runs a session of one response.create through g and
+// ends it with a close frame.
+func oneResponseSession(t *testing.T, g *gateway, query string) {
+	t.Helper()
+	c := g.dial(t, query, bearer(testMasterKey))
+	readUntil(t, c, "session.created")
+	send(t, c, map[string]any{"type": "response.create"})
+	readUntil(t, c, "response.done")
+	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+	closeOf(t, c)
+}
+
+// recordsAfterShutdown stops g, so that every record is written, and reads
+// its USAGE_LOG.
+func recordsAfterShutdown(t *testing.T, g *gateway, logPath string) []usage.Record {
+	t.Helper()
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	_ = g.srv.Shutdown(ctx)
+	return readRecords(t, logPath)
+}
 
 // turnSessions runs one client session per kind of turn through g: a manual
 // turn, a server-VAD turn (silence window 300 ms), a tool-call chain, and
@@ -28,27 +68,12 @@ func turnSessions(t *testing.T, g *gateway) {
 		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
 		closeOf(t, c)
 	}
-	// Manual.
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	readUntil(t, c, "session.created")
-	send(t, c, map[string]any{"type": "response.create"})
-	readUntil(t, c, "response.done")
-	end(c)
+	oneResponseSession(t, g, "model=gpt-realtime") // manual
 
 	// Server VAD: speech, then the silence window, and the upstream answers.
-	c = g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	readUntil(t, c, "session.created")
-	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-		"audio": map[string]any{"input": map[string]any{"turn_detection": map[string]any{
-			"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 20}}}}})
-	readUntil(t, c, "session.updated")
-	for i := range 5 + 16 {
-		audio := turnSpeech
-		if i >= 5 {
-			audio = turnSilence
-		}
-		send(t, c, map[string]any{"type": "input_audio_buffer.append", "audio": audio})
-	}
+	vadTurn(t, c, 300)
 	readUntil(t, c, "input_audio_buffer.speech_stopped")
 	readUntil(t, c, "response.done")
 	end(c)
@@ -132,10 +157,7 @@ func TestTurnMetrics(t *testing.T) {
 		if got := metricWith(t, g, "rtgate_turns_total", "deployment", g.srv.routes.Load().Groups["gpt-realtime"][0].Name); got != 4 {
 			t.Errorf("turns labelled with the deployment %v, want 4", got)
 		}
-		ctx, cancel := contextWithTimeout(5 * time.Second)
-		defer cancel()
-		_ = g.srv.Shutdown(ctx)
-		recs := readRecords(t, logPath)
+		recs := recordsAfterShutdown(t, g, logPath)
 		if len(recs) != 4 {
 			t.Fatalf("%d records, want 4", len(recs))
 		}
@@ -166,10 +188,7 @@ func TestTurnMetricsOff(t *testing.T) {
 	if got := metricSum(t, g, "rtgate_turns_total"); got != 0 {
 		t.Errorf("%v turns counted with TURN_METRICS=0", got)
 	}
-	ctx, cancel := contextWithTimeout(5 * time.Second)
-	defer cancel()
-	_ = g.srv.Shutdown(ctx)
-	for _, r := range readRecords(t, logPath) {
+	for _, r := range recordsAfterShutdown(t, g, logPath) {
 		if r.Turns != 0 || r.FirstAudioP50MS != 0 || r.Usage.Responses == 0 {
 			t.Errorf("record with turns off: turns %d p50 %v responses %d", r.Turns, r.FirstAudioP50MS, r.Usage.Responses)
 		}
