@@ -353,30 +353,9 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	})
 	set("REDIS_LEASE_SECS", secs(&c.ClusterLease, 1))
 	set("CLUSTER_INSTANCES", count(&c.ClusterInstances, 1))
-	set("UPSTREAM_TLS_RESUMPTION", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not 1, 0, true or false", v)
-		}
-		c.NoUpstreamTLSResumption = !b
-		return nil
-	})
-	set("TURN_METRICS", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not 1, 0, true or false", v)
-		}
-		c.NoTurnMetrics = !b
-		return nil
-	})
-	set("REUSEPORT", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not 1, 0, true or false", v)
-		}
-		c.ReusePort = b
-		return nil
-	})
+	set("UPSTREAM_TLS_RESUMPTION", boolean(func(b bool) { c.NoUpstreamTLSResumption = !b }))
+	set("TURN_METRICS", boolean(func(b bool) { c.NoTurnMetrics = !b }))
+	set("REUSEPORT", boolean(func(b bool) { c.ReusePort = b }))
 	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
 	set("CLIENT_SECRET_KEY", list(&c.ClientSecretKeys))
 	set("TRANSCRIPTION_MODEL", func(v string) error { c.TranscriptionModel = v; return nil })
@@ -471,4 +450,16 @@ const defaultMaxStalledBytes = 64 << 20
 // refused for the pool's sake.
 func defaultMaxConnections() int {
 	return max((openFileLimit()-fdReserve)/2, 1)
+}
+
+// boolean reads a 1/0/true/false setting into set.
+func boolean(set func(bool)) func(string) error {
+	return func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not 1, 0, true or false", v)
+		}
+		set(b)
+		return nil
+	}
 }
