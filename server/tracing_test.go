@@ -272,3 +272,33 @@ func TestTracingOffByDefault(t *testing.T) {
 		t.Fatalf("spans exported with tracing off: %v", got)
 	}
 }
+
+// TestUnsampledTraceparent: a client whose traceparent says "not sampled"
+// gets no spans (the parent-based sampler follows it); the next session,
+// without one, is traced.
+func TestUnsampledTraceparent(t *testing.T) {
+	recv := startOTLPReceiver(t, false)
+	tracingEnv(t, recv)
+	g := startGateway(t, startMock(t, mockai.Config{}), nil)
+	h := bearer(testMasterKey)
+	h.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
+	c := g.dial(t, "model=gpt-realtime", h)
+	readUntil(t, c, "session.created")
+	send(t, c, map[string]any{"type": "response.create"})
+	readUntil(t, c, "response.done")
+	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+	closeOf(t, c)
+	oneResponseSession(t, g, "model=gpt-realtime")
+	waitFor(t, "the sampled session's spans", func() bool { return len(recv.named("realtime_inference")) >= 1 })
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	_ = g.srv.Shutdown(ctx) // every span exported
+	connects := recv.named("rtgate.connect")
+	if len(connects) != 1 || len(recv.named("realtime_inference")) != 1 {
+		t.Fatalf("%d connect and %d generation spans, want 1 each (the unsampled session's none)",
+			len(connects), len(recv.named("realtime_inference")))
+	}
+	if hex.EncodeToString(connects[0].GetTraceId()) == "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatal("the unsampled session was traced")
+	}
+}

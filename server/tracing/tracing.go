@@ -192,6 +192,12 @@ func (t *Tracer) Start(h http.Header, start time.Time, sessionID, group string) 
 	ctx, span := t.tracer.Start(parent, "rtgate.connect "+group, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithTimestamp(start), trace.WithAttributes(
 			attribute.String("rtgate.session.id", sessionID), attribute.String("rtgate.model_group", group)))
-	s := &Session{t: t, connect: span, ctx: ctx}
-	return s
+	if !span.IsRecording() {
+		// Not sampled (OTEL_TRACES_SAMPLER, or the client's traceparent
+		// said so): the session's other spans share the trace's verdict,
+		// so the session costs nothing more.
+		span.End()
+		return nil
+	}
+	return &Session{t: t, connect: span, ctx: ctx}
 }
