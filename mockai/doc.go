@@ -78,6 +78,9 @@
 //     0 to 1m, else HTTP 400), so a test can swap which of two mockai
 //     deployments is faster. With FaultsFromQuery a connection may pin its
 //     own with ?first_audio_delay=250ms, which the admin knob then leaves alone.
+//   - An OTLP/HTTP trace sink, POST /v1/traces: the export is read, counted
+//     (Stats.TraceBytes) and answered 200, so a benchmark can point a
+//     gateway's OTEL_EXPORTER_OTLP_ENDPOINT at mockai.
 //
 // With Config.Echo (cmd/mockai -echo) the conversation is replaced by an echo: after
 // session.created, every data message is sent back verbatim with its type (text or

@@ -184,6 +184,8 @@ type Stats struct {
 	// that reached the upstream without a record per frame.
 	AudioAppends int64 `json:"audio_appends"`
 	AudioBytes   int64 `json:"audio_bytes"`
+	// TraceBytes counts OTLP trace exports received (POST /v1/traces).
+	TraceBytes int64 `json:"trace_bytes,omitempty"`
 }
 
 // Server is a running mock upstream. It is safe for concurrent use.
@@ -209,6 +211,7 @@ type Server struct {
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
 	audioAppends, audioBytes                                  atomic.Int64
 	cuts                                                      atomic.Int64 // sessions Config.Cut chose (cut.go)
+	traceBytes                                                atomic.Int64 // handleTraces
 	// firstAudio is the first-audio delay (ns) of connections that did not
 	// set their own: Config.FirstAudioDelay until POST /mock/config.
 	firstAudio atomic.Int64
@@ -299,6 +302,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
 	mux.HandleFunc("GET /mock/sessions/{id}/received", s.handleReceived)
 	mux.HandleFunc("/mock/config", s.handleConfig)
+	mux.HandleFunc("POST /v1/traces", s.handleTraces)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -357,6 +361,7 @@ func (s *Server) Stats() Stats {
 
 		AudioAppends: s.audioAppends.Load(),
 		AudioBytes:   s.audioBytes.Load(),
+		TraceBytes:   s.traceBytes.Load(),
 	}
 }
 

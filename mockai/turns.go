@@ -408,3 +408,19 @@ func (r *response) modalities() []string {
 	}
 	return []string{"audio"}
 }
+
+// handleTraces is an OTLP/HTTP trace sink (POST /v1/traces): it reads and
+// discards the export and answers an empty ExportTraceServiceResponse, so a
+// benchmark can measure a gateway's tracing cost against a receiver that
+// costs it nothing (OTEL_EXPORTER_OTLP_ENDPOINT=http://mockai-address).
+// The bytes received are counted in Stats.TraceBytes.
+func (s *Server) handleTraces(w http.ResponseWriter, r *http.Request) {
+	n, err := io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		writeHTTPError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", "mock: reading the export: "+err.Error())
+		return
+	}
+	s.traceBytes.Add(n)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(http.StatusOK) // an empty message is zero bytes
+}

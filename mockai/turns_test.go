@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -427,5 +428,28 @@ func TestFirstAudioDelayQueryNeedsFaultsFromQuery(t *testing.T) {
 	expect(t, c, "session.created")
 	if firstOutput(t, c, true) {
 		t.Error("first_audio_delay in the query applied without FaultsFromQuery")
+	}
+}
+
+// TestTraceSink: POST /v1/traces takes an OTLP export, answers 200 and
+// counts its bytes; other methods are not routed there.
+func TestTraceSink(t *testing.T) {
+	srv := start(t, mockai.Config{})
+	base := "http://" + srv.Addr()
+	resp, err := http.Post(base+"/v1/traces", "application/x-protobuf", strings.NewReader("0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || srv.Stats().TraceBytes != 10 {
+		t.Fatalf("POST /v1/traces: %s, %d bytes counted, want 200 and 10", resp.Status, srv.Stats().TraceBytes)
+	}
+	resp, err = http.Get(base + "/v1/traces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Fatal("GET /v1/traces answered 200")
 	}
 }

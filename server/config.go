@@ -47,6 +47,10 @@ type Settings struct {
 	// NoUpstreamTLSResumption turns off TLS session resumption for wss://
 	// upstream dials (UPSTREAM_TLS_RESUMPTION=0); resumption is on by default.
 	NoUpstreamTLSResumption bool
+	// NoTurnMetrics turns per-turn measurement off (TURN_METRICS=0): no
+	// turn metrics, first-audio routing data, record percentiles or
+	// generation spans; for an A/B of its cost.
+	NoTurnMetrics bool
 	// UpstreamRoots, if set, replaces the roots for wss:// upstreams (tests
 	// use it to trust mockai's certificate without a file).
 	UpstreamRoots *x509.CertPool
@@ -402,22 +406,9 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	})
 	set("REDIS_LEASE_SECS", secs(&c.ClusterLease, 1))
 	set("CLUSTER_INSTANCES", count(&c.ClusterInstances, 1))
-	set("UPSTREAM_TLS_RESUMPTION", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not 1, 0, true or false", v)
-		}
-		c.NoUpstreamTLSResumption = !b
-		return nil
-	})
-	set("REUSEPORT", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not 1, 0, true or false", v)
-		}
-		c.ReusePort = b
-		return nil
-	})
+	set("UPSTREAM_TLS_RESUMPTION", boolean(func(b bool) { c.NoUpstreamTLSResumption = !b }))
+	set("TURN_METRICS", boolean(func(b bool) { c.NoTurnMetrics = !b }))
+	set("REUSEPORT", boolean(func(b bool) { c.ReusePort = b }))
 	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
 	set("CLIENT_SECRET_KEY", list(&c.ClientSecretKeys))
 	set("TRANSCRIPTION_MODEL", func(v string) error { c.TranscriptionModel = v; return nil })
@@ -518,4 +509,16 @@ const defaultMaxStalledBytes = 64 << 20
 // refused for the pool's sake.
 func defaultMaxConnections() int {
 	return max((openFileLimit()-fdReserve)/2, 1)
+}
+
+// boolean reads a 1/0/true/false setting into set.
+func boolean(set func(bool)) func(string) error {
+	return func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not 1, 0, true or false", v)
+		}
+		set(b)
+		return nil
+	}
 }

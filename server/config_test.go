@@ -76,3 +76,22 @@ func settingsFromEnv(t *testing.T, env map[string]string, wantError string) (Set
 	}
 	return c, true
 }
+
+// TestTurnMetricsSetting: TURN_METRICS is on by default, 0 turns it off, and
+// a bad value is refused.
+func TestTurnMetricsSetting(t *testing.T) {
+	for _, tc := range []struct {
+		env       map[string]string
+		off       bool
+		wantError string
+	}{
+		{env: nil},
+		{env: map[string]string{"TURN_METRICS": "0"}, off: true},
+		{env: map[string]string{"TURN_METRICS": "true"}},
+		{env: map[string]string{"TURN_METRICS": "some"}, wantError: `TURN_METRICS: "some" is not 1, 0, true or false`},
+	} {
+		if c, ok := settingsFromEnv(t, tc.env, tc.wantError); ok && c.NoTurnMetrics != tc.off {
+			t.Errorf("%v: off %v, want %v", tc.env, c.NoTurnMetrics, tc.off)
+		}
+	}
+}

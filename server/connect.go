@@ -66,9 +66,10 @@ type upgrade struct {
 
 	live bool // a GPT-Live session: no group until its session.start (live.go)
 
-	maxSessions int     // the key's max_sessions (0: none)
-	rate        float64 // the key's connect_rate, a second (0: none)
-	admitted    bool    // admit reserved a session for it
+	maxSessions int       // the key's max_sessions (0: none)
+	rate        float64   // the key's connect_rate, a second (0: none)
+	admitted    bool      // admit reserved a session for it
+	arrived     time.Time // when its head was read: the connect span's start
 }
 
 // handle acts on a complete request head; rest holds bytes the client sent
@@ -134,7 +135,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		return nil, &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
 			message: "this Origin may not connect"}
 	}
-	u := &upgrade{req: req, table: s.routes.Load(), live: live}
+	u := &upgrade{req: req, table: s.routes.Load(), live: live, arrived: time.Now()}
 	creds := credentials(req.Header)
 	var herr *refusal
 	if live && isLiveSecret(u.table, creds.key) {
@@ -330,6 +331,8 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	c.answered()
 	info := &c.info
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
+	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
+	info.turns.Off = s.cfg.NoTurnMetrics
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.budgets.meter(info, func(message string) {

@@ -1,7 +1,8 @@
 // Package server is the gateway's front door and session lifecycle: a
 // client connection becomes a session here. What a session needs that is
 // not its own lives in packages with one job each: balance (which
-// deployment, its health and slots, the hedged dial race), limit and
+// deployment, its health and slots, the routing strategies, the hedged dial
+// race), turns (per-turn latency), tracing (OpenTelemetry spans), limit and
 // cluster (per-key limits on one instance or across a Redis), apps (client
 // secrets, call owners), protocol (what is specific to the voice protocol),
 // admin (the admin port), and routes, usage, spend, spenddb below them.
@@ -37,9 +38,12 @@
 //	              owner in Redis, the Redis admission): a goroutine, client
 //	              bytes buffered meanwhile (pendingStep)
 //	connect.go    open: balance.Reserve (the deployments to try, the probe
-//	              or the slot holder first), the 101, the session registered
-//	              (session.go: sessionInfo, setupWatch), spendbudget.go
-//	              budgets.meter, then the upstream:
+//	              or the slot holder first, in the routing strategy's
+//	              order: balance/strategy.go), the connect span
+//	              (server/tracing), the 101, the session registered
+//	              (session.go: sessionInfo, setupWatch: the upstream's
+//	              events read for usage, and in turnwatch.go for turns and
+//	              spans), spendbudget.go budgets.meter, then the upstream:
 //	live.go         a GPT-Live session: the first message held
 //	                (poller.HoldFirst) and read (protocol.ReadStart),
 //	                then pickGroup, balance.Reserve, dialFor, the
@@ -64,7 +68,8 @@
 // And at the end of a session:
 //
 //	session.go    sessionEnded: out of the registry, the admitter's and the
-//	              balancer's slots given back, uncount, the metrics
+//	              balancer's slots given back, uncount, the metrics, the
+//	              turns' summary (turnwatch.go endTurns)
 //	spend.go      records.record (USAGE_LOG, the spend log); metrics.countTokens
 //	apps.go       explainBeta
 //

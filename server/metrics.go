@@ -13,6 +13,7 @@ import (
 	"rtgate/server/admin"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
+	"rtgate/server/turns"
 	"rtgate/upstream"
 )
 
@@ -43,6 +44,7 @@ type metrics struct {
 	liveSeconds     *prometheus.CounterVec
 	liveUnconfirmed *prometheus.CounterVec
 	liveStart       prometheus.Histogram
+	turns          *turns.Metrics
 }
 
 func newMetrics() *metrics {
@@ -93,6 +95,7 @@ func newMetrics() *metrics {
 		m.tokens, m.dialFailures, m.usageLogErrors, m.spend,
 		m.protocolOpen, m.protocolTotal, m.liveSeconds, m.liveUnconfirmed, m.liveStart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.turns = turns.NewMetrics(reg)
 	return m
 }
 

@@ -306,13 +306,20 @@ func TestPlaygroundStreamsMicrophoneInChromium(t *testing.T) {
 			logText := `document.getElementById("log").innerText`
 			b.waitFor("response.done in the playground's log", logText+`.includes("response.done")`, `document.body.innerText`, 30*time.Second)
 			log := eval[string](b, logText)
-			for _, want := range []string{"client secret minted", "connect (realtime)", "session.created", "first audio", "response.done completed"} {
+			for _, want := range []string{"client secret minted", "connect (realtime)", "session.created", "first audio", "turn 1: first audio after", "response.done completed"} {
 				if !strings.Contains(log, want) {
 					t.Fatalf("the playground's log lacks %q:\n%s", want, log)
 				}
 			}
 			// The response was played (its PCM decoded and scheduled) and
 			// its transcript shown.
+			// Each turn's time to first audio is shown.
+			if turns := eval[int](b, `window.playground.turns.length`); turns != 1 {
+				t.Fatalf("the page measured %d turns, want 1", turns)
+			}
+			if tt := eval[string](b, `document.getElementById("tTurns").innerText`); !strings.HasSuffix(tt, " ms") {
+				t.Fatalf("first audio per turn shows %q", tt)
+			}
 			if played := eval[int](b, `window.playground.played`); played == 0 {
 				t.Fatal("the page played no response audio")
 			}

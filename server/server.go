@@ -30,6 +30,7 @@ import (
 	"rtgate/server/limit"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
+	"rtgate/server/tracing"
 	"rtgate/upstream"
 )
 
@@ -74,6 +75,7 @@ type Server struct {
 	sessions map[*poller.Session]*sessionInfo
 
 	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	tracer   *tracing.Tracer              // OpenTelemetry spans; nil when off (server/tracing)
 	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
 	records  *records                     // where ended sessions' records go (spend.go)
 	budgets  *budgets                     // spendbudget.go
@@ -145,8 +147,14 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.origins = origins{allowed: cfg.AllowedOrigins, admin: s.admin}
 	s.front.init(cfg, s.tlsConfig != nil, &s.sessionsOpen, s.metrics.reg)
 	s.memBudget.init(cfg, s.metrics.reg)
+	tracer, err := tracing.FromEnv(s.ctx, s.metrics.reg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.tracer = tracer
 	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
-		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures})
+		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures,
+		Router: func() routes.Router { return s.routes.Load().Router }})
 	records, err := openRecords(cfg, s.metrics, log)
 	if err != nil {
 		return nil, err
@@ -260,6 +268,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.budgets.close(ctx)
 	s.meters.close()
 	s.admitter.Close()
+	if terr := s.tracer.Shutdown(ctx); terr != nil {
+		s.log.Warn("tracing: spans not exported at shutdown", "err", terr)
+	}
 	return err
 }
 

@@ -20,6 +20,8 @@ import (
 	"rtgate/server/continuity"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
+	"rtgate/server/tracing"
+	"rtgate/server/turns"
 	"rtgate/server/usage"
 	"rtgate/upstream"
 )
@@ -44,6 +46,8 @@ type sessionInfo struct {
 	poolHit    bool               // the upstream came from the warm pool
 	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
 	meter      usage.Meter
+	turns      turns.Watch        // the session's turns (turnwatch.go)
+	trace      *tracing.Session   // its spans; nil with tracing off
 	start      time.Time          // when the client's upgrade completed
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
@@ -276,6 +280,7 @@ func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
 	if count {
 		b.Attach(d)
 	}
+	i.trace.Attached(traceWhere(d), i.poolHit)
 }
 
 // uncount takes the session out of its deployment's live count, once, and
@@ -345,13 +350,15 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 // left (nobody to tell), else told that no upstream could be reached.
 func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
-	conn, d, status := s.balancer.Race(ctx, info.group, cands, dialTo(s.dialer, q, h))
+	conn, d, status := s.balancer.Race(info.trace.Context(ctx), info.group, cands, dialTo(s.dialer, q, h))
 	switch {
 	case conn != nil:
 		return conn, d
 	case info.left():
+		info.trace.Failed("the client left during the dial")
 		sess.Cancel()
 	default:
+		info.trace.Failed("no upstream could be reached")
 		dialFailed(s.proto, sess, status)
 	}
 	return nil, nil
@@ -438,6 +445,8 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
 		}
 	}
+	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
+	info.trace.End()
 	s.records.record(info, &rec)
 	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
 	explainBeta(s.log, rec)
@@ -504,17 +513,21 @@ func (s *Server) redial(sess *poller.Session) bool {
 
 // setupWatch is the session's frames.Inspector: it records the session setup
 // time at the first upstream text frame (session.created) and passes every
-// frame on to the session's usage accounting.
+// frame on to the session's usage accounting and turn measurement
+// (turnwatch.go), reading each event's type once for both.
 type setupWatch struct {
 	*sessionInfo
-	srv     *Server
-	sess    *poller.Session
-	seen    bool // only the upstream read path touches it
-	capSeen bool // the first upstream's session.created was read (rollover.go)
+	srv       *Server
+	sess      *poller.Session
+	seen      bool // only the upstream read path touches it
+	capSeen   bool // the first upstream's session.created was read (rollover.go)
+	wantUsage bool // the frame Inspect gets carries usage
+	wantKeep  bool // the frame Inspect gets changes the kept conversation (continuity)
 }
 
-// Wants implements frames.Inspector: the usage events, and with continuity
-// the events that change the kept conversation.
+// Wants implements frames.Inspector: the usage events, the turns' marks,
+// and with continuity the events that change the kept conversation. The
+// event type is read once for all three.
 func (w *setupWatch) Wants(prefix []byte) bool {
 	if !w.seen && w.live != nil {
 		// A Live session's first event answers the client's own
@@ -536,27 +549,28 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 	if w.live != nil {
 		return w.live.meter.Wants(prefix)
 	}
-	if w.resume == nil {
-		return w.meter.Wants(prefix)
+	typ, ok := usage.EventType(prefix)
+	if !ok {
+		return false
 	}
-	t, ok := usage.EventType(prefix)
-	return ok && (string(t) == usage.TypeResponseDone || string(t) == usage.TypeTranscriptionComplete ||
-		continuity.UpstreamWants(t) || (!w.capSeen && string(t) == "session.created"))
+	w.wantUsage = w.meter.WantsType(typ)
+	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created"))
+	return w.seeTurn(typ) || w.wantUsage || w.wantKeep
 }
 
-// Inspect implements frames.Inspector: the usage meter reads the event,
-// and with continuity the kept conversation.
+// Inspect implements frames.Inspector: the usage meter, the turns and, with
+// continuity, the kept conversation read the event.
 func (w *setupWatch) Inspect(p []byte) {
 	if w.live != nil {
 		w.live.meter.Inspect(p)
 		return
 	}
-	if w.resume == nil {
+	if w.wantUsage {
 		w.meter.Inspect(p)
-		return
 	}
-	if w.meter.Wants(p) {
-		w.meter.Inspect(p)
+	w.inspectTurn(p)
+	if !w.wantKeep {
+		return
 	}
 	if !w.capSeen {
 		created := upstreamCreated(w.srv.cfg, w.poolHit)

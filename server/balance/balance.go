@@ -42,6 +42,10 @@ type Host struct {
 	health health
 	slots  *limit.Use // rpm and max_parallel_requests; nil until first limited
 	dial   dialStat
+	// Turns' time to first audio: the recent samples latency-based
+	// routing ranks by, and a sketch per minute for the status page.
+	latency    latencies
+	firstAudio firstAudioWindow
 }
 
 // dialStat is the latency of client dials that completed: the last and a
@@ -62,6 +66,9 @@ type Config struct {
 	// (rtgate_upstream_dial_failures_total, registered by its owner).
 	DialFailures *prometheus.CounterVec
 	Now          func() time.Time // time.Now when nil
+	// Router is the routing strategy in force (router_settings of the
+	// current routes table); nil is least-busy.
+	Router func() routes.Router
 }
 
 // Balancer holds every deployment's Host.
@@ -104,31 +111,48 @@ func (b *Balancer) hostOf(d *routes.Deployment) *Host {
 
 // rank orders ds for a connect: first an ejected deployment whose backoff
 // is over (the probe, returned as due, not yet claimed), then the healthy
-// ones, then the other ejected ones as a last resort; within each, fewest
-// live sessions and dials in flight first (counting dials spreads a burst
-// of connects that arrive together, and keeps a deployment that is slow to
+// ones in the routing strategy's order (strategy.go; least-busy by
+// default), then the other ejected ones as a last resort, fewest live
+// sessions and dials in flight first (counting dials spreads a burst of
+// connects that arrive together, and keeps a deployment that is slow to
 // answer from collecting them), ties in random order. Callers hold mu.
 func (b *Balancer) rank(ds []*routes.Deployment, now time.Time) (out []*routes.Deployment, due *routes.Deployment) {
 	out = slices.Clone(ds)
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	rank := make(map[*routes.Deployment]int, len(out))
-	load := make(map[*routes.Deployment]int64, len(out))
+	tier := make(map[*routes.Deployment]int, len(out))
+	healthyN := 0
 	for _, d := range out {
 		h := b.host(d)
 		switch {
 		case h.health.state == healthy:
-			rank[d] = 1
+			tier[d] = 1
+			healthyN++
 		case due == nil && h.health.due(now):
-			due, rank[d] = d, 0
+			due, tier[d] = d, 0
 		default:
-			rank[d] = 2
+			tier[d] = 2
 		}
-		load[d] = h.live.Load() + h.dialing.Load()
 	}
 	slices.SortStableFunc(out, func(x, y *routes.Deployment) int {
-		return cmp.Or(cmp.Compare(rank[x], rank[y]), cmp.Compare(load[x], load[y]))
+		if c := cmp.Compare(tier[x], tier[y]); c != 0 || tier[x] != 2 {
+			return c
+		}
+		return cmp.Compare(b.load(x), b.load(y)) // the last resorts
 	})
+	first := 0
+	if due != nil {
+		first = 1
+	}
+	b.order(out[first:first+healthyN], b.router(), now)
 	return out, due
+}
+
+// router is the routing strategy in force (least-busy when none is set).
+func (b *Balancer) router() routes.Router {
+	if b.cfg.Router == nil {
+		return routes.DefaultRouter()
+	}
+	return b.cfg.Router()
 }
 
 // Rank returns the deployments of a group in the order a connect should try
@@ -240,6 +264,10 @@ type HostStatus struct {
 	// The latency of completed client dials, nil before the first.
 	DialMS, DialAvg *float64
 	Dials           int
+	// Turns' time to first audio over the last 5 minutes (Turns of them;
+	// the percentiles nil when none).
+	FirstAudioP50MS, FirstAudioP95MS *float64
+	Turns                            int
 }
 
 // Snapshot is d's state now.
@@ -256,8 +284,14 @@ func (b *Balancer) Snapshot(d *routes.Deployment) HostStatus {
 		last, avg := h.dial.lastMS, h.dial.avgMS
 		st.DialMS, st.DialAvg = &last, &avg
 	}
+	if fa := h.firstAudio.recent(now); fa.Count() > 0 {
+		p50, p95 := ms(fa.Quantile(0.5)), ms(fa.Quantile(0.95))
+		st.FirstAudioP50MS, st.FirstAudioP95MS, st.Turns = &p50, &p95, fa.Count()
+	}
 	return st
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // observeDial records one completed dial (upgrade done) to d.
 func (b *Balancer) observeDial(d *routes.Deployment, took time.Duration) {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"rtgate/frames"
 	"rtgate/server/routes"
@@ -132,6 +134,7 @@ func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deplo
 				continue
 			}
 			b.m.hedgesStarted.WithLabelValues(group).Inc()
+			traceDial(ctx, "dial.hedge", pending[k].Name, nil)
 			b.log.Debug("upstream dial slow; hedging", "deployment", dials[len(dials)-1].d.Name,
 				"next", pending[k].Name, "after_ms", b.cfg.HedgeDelay.Milliseconds())
 			start(k, true)
@@ -156,6 +159,7 @@ func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deplo
 				}
 				b.Succeeded(dl.d)
 				b.observeDial(dl.d, time.Since(dl.started))
+				traceDial(ctx, "dial.done", dl.d.Name, nil)
 				stop()
 				return r.conn, dl.d, 0
 			}
@@ -170,6 +174,7 @@ func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deplo
 			b.log.Warn("upstream dial failed", "deployment", dl.d.Name, "attempt", r.i+1, "status", status,
 				"after_ms", time.Since(dl.started).Milliseconds(), "err", r.err)
 			b.Failed(dl.d, "dial failed")
+			traceDial(ctx, "dial.failed", dl.d.Name, r.err)
 			if inflight == 0 && len(pending) > 0 && ctx.Err() == nil {
 				start(0, false) // fail over at once
 				armHedge()
@@ -208,4 +213,18 @@ func closeLate(results <-chan dialResult, n int) {
 			ep.Close()
 		}
 	}
+}
+
+// traceDial adds an event to the connect span ctx carries (none: tracing is
+// off, and this costs an interface call).
+func traceDial(ctx context.Context, what, deployment string, err error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{attribute.String("rtgate.deployment", deployment)}
+	if err != nil {
+		attrs = append(attrs, attribute.String("error.message", err.Error()))
+	}
+	span.AddEvent(what, trace.WithAttributes(attrs...))
 }

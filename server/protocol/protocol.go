@@ -50,12 +50,26 @@
 //   - GPT-Live: session.close, then wait for session.closed, which carries
 //     the final usage (End; the reactor's farewell, poller.SetFarewell).
 //
-// Which events mark a turn (for per-turn latency).
-//   - Realtime: a turn starts when the input is committed
-//     (input_audio_buffer.committed, or a client response.create), its
-//     first output is the first response.output_audio.delta or
-//     response.output_text.delta, and it ends at response.done (Turn).
-//   - GPT-Live: input/output transcript deltas carry start_ms/end_ms.
+// Which events mark a turn (for per-turn latency; server/turns follows
+// them).
+//   - Realtime: a turn starts at the upstream's response.created, or, with
+//     server VAD, at input_audio_buffer.speech_stopped less the session's
+//     silence_duration_ms (read from session.created/session.updated: the
+//     upstream sends speech_stopped only after that much silence, which the
+//     user waited too); its first output is the first
+//     response.output_audio.delta (response.output_text.delta for a
+//     text-only response); it ends at response.done, unless that response
+//     was a tool call without output (the chain goes on to the response
+//     after the client's function_call_output). Turn.
+//   - GPT-Live (nearest equivalents its events allow; not built yet): it
+//     sends no response or done events, so a turn starts at the last
+//     session.input_transcript.delta before output (its end_ms, on the
+//     input audio's clock, is the end of speech), its first output is the
+//     next session.output_audio.delta, and it ends when the next input
+//     transcript delta arrives; an input delta while output deltas still
+//     come is the interruption. Time to first audio is then measured from
+//     the arrival of that input delta, which lags the end of speech by the
+//     upstream's transcription (not observable from the events).
 //
 // How to rebuild a session on a fresh upstream (session continuity).
 //   - Realtime: session.update with the kept configuration, then one
@@ -102,7 +116,10 @@ type TurnMark int
 
 const (
 	NotTurn     TurnMark = iota
-	TurnStart            // the input is complete: the model's work starts
-	FirstOutput          // the first output of the response
-	TurnEnd              // the response is done
+	TurnStart            // a response starts (the turn starts unless one is open)
+	FirstOutput          // output of the response (the first one counts)
+	TurnEnd              // the response is done (whole event wanted: its status)
+	SpeechEnd            // server VAD heard the end of speech (after its silence window)
+	TurnConfig           // the session's configuration (whole event wanted: the VAD window)
+	SpeechStart          // server VAD heard speech start (the user-speech span)
 )

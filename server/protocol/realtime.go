@@ -78,15 +78,22 @@ func (Realtime) UsageEvent(typ []byte) bool {
 // End implements Protocol: a close frame is enough.
 func (Realtime) End() []byte { return nil }
 
-// Turn implements Protocol.
+// Turn implements Protocol. The beta names of the deltas are read too:
+// they cost nothing, and an upstream still speaking them is measured.
 func (Realtime) Turn(typ []byte) TurnMark {
 	switch string(typ) {
-	case "input_audio_buffer.committed", "response.create":
-		return TurnStart
-	case "response.output_audio.delta", "response.output_text.delta":
+	case "response.output_audio.delta", "response.output_text.delta", "response.audio.delta", "response.text.delta":
 		return FirstOutput
+	case "response.created":
+		return TurnStart
+	case "input_audio_buffer.speech_stopped":
+		return SpeechEnd
+	case "input_audio_buffer.speech_started":
+		return SpeechStart
 	case usage.TypeResponseDone:
 		return TurnEnd
+	case "session.created", "session.updated":
+		return TurnConfig
 	}
 	return NotTurn
 }

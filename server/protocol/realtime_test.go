@@ -58,9 +58,10 @@ func TestRealtime(t *testing.T) {
 			t.Errorf("UsageEvent(%s) = %v", typ, !want)
 		}
 	}
-	for typ, want := range map[string]TurnMark{"input_audio_buffer.committed": TurnStart, "response.create": TurnStart,
+	for typ, want := range map[string]TurnMark{"response.created": TurnStart, "input_audio_buffer.speech_stopped": SpeechEnd,
+		"input_audio_buffer.committed": NotTurn, "session.created": TurnConfig, "response.audio.delta": FirstOutput,
 		"response.output_audio.delta": FirstOutput, "response.output_text.delta": FirstOutput,
-		"response.done": TurnEnd, "session.updated": NotTurn} {
+		"response.done": TurnEnd, "session.updated": TurnConfig, "response.output_audio_transcript.delta": NotTurn} {
 		if got := p.Turn([]byte(typ)); got != want {
 			t.Errorf("Turn(%s) = %v, want %v", typ, got, want)
 		}

@@ -1,7 +1,9 @@
 package routes
 
 // LiteLLM compatibility: a LiteLLM proxy config.yaml loads as it is. Of
-// litellm_params, rpm, max_parallel_requests and organization are honoured;
+// litellm_params, rpm, max_parallel_requests and organization are honoured,
+// weight and tpm weigh simple-shuffle routing; of router_settings, the
+// routing strategy (router.go);
 // the fields that mean nothing to a realtime relay (schema.go, tagged
 // rtgate:"ignored") are accepted and named in one notice; anything else is
 // still a typo and stops the load. Entries for providers rtgate does not
@@ -93,6 +95,8 @@ func (l *loader) litellmExtras(p *litellmParams, path string, d *Deployment) {
 		"%q is not a number of connects per minute (at least 0)")
 	l.wholeNumber(&p.MaxParallelRequests, join(path, "max_parallel_requests"), &d.MaxSessions,
 		"%q is not a whole number of sessions (at least 0)")
+	l.number(&p.Weight, join(path, "weight"), &d.Weight, "%q is not a weight (a number, at least 0)")
+	l.number(&p.TPM, join(path, "tpm"), &d.TPM, "%q is not a number of tokens per minute (at least 0)")
 	if given(&p.Organization) {
 		if org, ok := l.env(&p.Organization, join(path, "organization")); ok && org != "" {
 			d.header.Set("OpenAI-Organization", org)
@@ -111,14 +115,22 @@ func (l *loader) noteIgnored(dst any) {
 			continue
 		}
 		if n := v.Field(i).Addr().Interface().(*yaml.Node); given(n) {
-			if l.ignored == nil {
-				l.ignored = map[string][]int{}
-			}
 			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			l.ignored[name] = append(l.ignored[name], deref(n).Line)
+			l.noteIgnoredField(name, deref(n).Line)
 		}
 	}
 }
+
+// noteIgnoredField notes one accepted and ignored field, for the notice.
+func (l *loader) noteIgnoredField(name string, line int) {
+	if l.ignored == nil {
+		l.ignored = map[string][]int{}
+	}
+	l.ignored[name] = append(l.ignored[name], line)
+}
+
+// typeOf is the struct type dst (a pointer to it) decodes into.
+func typeOf(dst any) reflect.Type { return reflect.TypeOf(dst).Elem() }
 
 // notices are the load's notes, each one line.
 func (l *loader) notices() []string {

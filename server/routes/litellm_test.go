@@ -107,7 +107,7 @@ func TestRealisticLiteLLMConfig(t *testing.T) {
 	}
 	notices := strings.Join(r.Notices, "\n")
 	for _, want := range []string{
-		"LiteLLM fields accepted and ignored", "timeout (line 8, 32)", "tpm (line 7, 33)", "stream_timeout (line 9, 44)",
+		"LiteLLM fields accepted and ignored", "timeout (line 8, 32)", "router_settings.redis_host (line 49)", "stream_timeout (line 9, 44)",
 		"max_retries (line 10)", "region_name (line 43)", "database_url (line 58)", "alerting (line 59)",
 		"not served: claude-sonnet (model_list[1]: anthropic/", "titan (model_list[2]: bedrock/",
 		"text-embedding-3-small (model_list[3]: model_info.mode is embedding)",

@@ -137,6 +137,7 @@ func (l *loader) table(root *yaml.Node) *Table {
 	if t.master == nil && len(t.Keys) == 0 && len(l.errs) == 0 {
 		l.fail(root, "", "no client can connect: add a keys section or general_settings.master_key (or set LITELLM_MASTER_KEY)")
 	}
+	l.router(&doc.RouterSettings, "router_settings", t)
 	t.Notices = l.notices()
 	return t
 }

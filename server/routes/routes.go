@@ -88,6 +88,9 @@ type Deployment struct {
 	// limit.
 	RPM         float64
 	MaxSessions int
+	// Weight (litellm_params.weight) and TPM (tpm) weigh simple-shuffle
+	// routing; 0 is none.
+	Weight, TPM float64
 
 	header http.Header // upstream credentials; never logged
 	path   string      // Base.Path plus the kind's and protocol's path
@@ -235,6 +238,8 @@ type Table struct {
 	// Notices are what the gateway says once at start-up (and reload)
 	// about the file: LiteLLM fields it ignores, entries it does not serve.
 	Notices []string
+	// Router is router_settings' routing strategy (router.go).
+	Router Router
 
 	master *ClientKey // nil when no master key is set
 }
@@ -290,7 +295,7 @@ func Single(model, liveModel string, base *url.URL, upstreamKey, masterKey strin
 	}
 	d := newDeployment(model, 0, KindOpenAI, base, model, "", h)
 	d.setProtocol(ProtocolRealtime) // whatever its name: OPENAI_REALTIME_MODEL is the Realtime model
-	t := &Table{Groups: map[string][]*Deployment{model: {d}}, Default: model}
+	t := &Table{Groups: map[string][]*Deployment{model: {d}}, Default: model, Router: DefaultRouter()}
 	if liveModel != "" && liveModel != model {
 		ld := newDeployment(liveModel, 0, KindOpenAI, base, liveModel, "", h.Clone())
 		ld.setProtocol(ProtocolLive)

@@ -23,11 +23,13 @@ type fileDoc struct {
 	ModelList       yaml.Node `yaml:"model_list"`
 	Keys            yaml.Node `yaml:"keys"`
 	GeneralSettings yaml.Node `yaml:"general_settings"`
-	// LiteLLM's own tuning (callbacks, retries, routing strategy). Accepted
-	// and ignored whole, so that users can point rtgate at the config file
-	// their LiteLLM proxy already uses.
+	// LiteLLM's own tuning (callbacks, retries). Accepted and ignored
+	// whole, so that users can point rtgate at the config file their
+	// LiteLLM proxy already uses.
 	LiteLLMSettings yaml.Node `yaml:"litellm_settings"`
-	RouterSettings  yaml.Node `yaml:"router_settings"`
+	// The routing strategy and its arguments are read (router.go); the
+	// rest is accepted and named in the start-up notice.
+	RouterSettings yaml.Node `yaml:"router_settings"`
 }
 
 // modelEntry is one model_list item: one deployment of a model group.
@@ -51,6 +53,9 @@ type litellmParams struct {
 	RPM                 yaml.Node `yaml:"rpm"`
 	MaxParallelRequests yaml.Node `yaml:"max_parallel_requests"`
 	Organization        yaml.Node `yaml:"organization"`
+	// Weights of simple-shuffle routing (router.go).
+	Weight yaml.Node `yaml:"weight"`
+	TPM    yaml.Node `yaml:"tpm"`
 
 	// LiteLLM's fields that mean nothing to a realtime relay: accepted, so
 	// that a LiteLLM config loads as it is, and named in one start-up
@@ -58,10 +63,8 @@ type litellmParams struct {
 	// no connect budget.)
 	Timeout             yaml.Node `yaml:"timeout" rtgate:"ignored"`
 	StreamTimeout       yaml.Node `yaml:"stream_timeout" rtgate:"ignored"`
-	TPM                 yaml.Node `yaml:"tpm" rtgate:"ignored"`
 	MaxRetries          yaml.Node `yaml:"max_retries" rtgate:"ignored"`
 	RegionName          yaml.Node `yaml:"region_name" rtgate:"ignored"`
-	Weight              yaml.Node `yaml:"weight" rtgate:"ignored"`
 	Order               yaml.Node `yaml:"order" rtgate:"ignored"`
 	DropParams          yaml.Node `yaml:"drop_params" rtgate:"ignored"`
 	CustomLLMProvider   yaml.Node `yaml:"custom_llm_provider" rtgate:"ignored"`

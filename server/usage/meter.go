@@ -17,7 +17,12 @@ type Meter struct {
 // Wants picks the usage-bearing events out of the upstream's text frames.
 func (m *Meter) Wants(prefix []byte) bool {
 	t, ok := EventType(prefix)
-	return ok && (string(t) == TypeResponseDone || string(t) == TypeTranscriptionComplete)
+	return ok && m.WantsType(t)
+}
+
+// WantsType is Wants for an event whose type was already read.
+func (m *Meter) WantsType(t []byte) bool {
+	return string(t) == TypeResponseDone || string(t) == TypeTranscriptionComplete
 }
 
 // Inspect implements frames.Inspector: it books the event's usage. An event
