@@ -120,6 +120,7 @@ type Pool struct {
 	clientDials int
 	warmDials   int
 	yielded     bool // a refill dialed less because clients were dialing
+	pace        pace // the refill after a burst
 
 	// Remembered demand (memory.go): what was loaded, by key digest, the
 	// next write, and until when the pool may report Warming.
@@ -416,6 +417,9 @@ func (p *Pool) Close() {
 		p.saver.Stop()
 	}
 	p.closed = true
+	if p.pace.timer != nil {
+		p.pace.timer.Stop()
+	}
 	if p.janitor != nil {
 		p.janitor.Stop()
 	}
@@ -526,6 +530,10 @@ func (p *Pool) refill(kp *keyPool) {
 	if room := p.yieldRoomLocked(); want > room {
 		want = room
 		p.yielded = true
+	}
+	want = p.paceRoomLocked(now, want)
+	if want > 0 && !p.pace.from.IsZero() {
+		p.pace.started += want
 	}
 	for range max(want, 0) {
 		kp.warming++

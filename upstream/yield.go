@@ -1,5 +1,10 @@
 package upstream
 
+import (
+	"math"
+	"time"
+)
+
 // The yield rule: a miss is never slower than going direct. A client whose
 // connect missed the pool dials fresh, and so does the pool behind it to
 // refill; in a first burst (hundreds of clients at once against a pool at its
@@ -19,7 +24,78 @@ const (
 	// yieldShare: besides the floor, one warm-up dial per yieldShare client
 	// dials in flight.
 	yieldShare = 8
+	// refillSpread is how long the refill after a burst takes to start
+	// all its dials; paceTick how often the paced refill looks again.
+	refillSpread = time.Second
+	paceTick     = 20 * time.Millisecond
 )
+
+// pace is the refill after a burst (guarded by Pool.mu): from, the
+// deficit to start over refillSpread, and how many it has started.
+type pace struct {
+	from    time.Time
+	deficit int
+	started int
+	timer   Timer
+}
+
+// paceRoom is how many warm-up dials the pace lets start at elapsed since
+// the burst passed: the deficit's share of the time so far, a tick ahead,
+// plus the yield floor (what the pool could dial during the burst), less
+// what it started. Past refillSpread there is no limit.
+func paceRoom(deficit, started int, elapsed time.Duration) int {
+	if elapsed >= refillSpread || deficit <= 0 {
+		return int(^uint(0) >> 1)
+	}
+	share := (elapsed + paceTick).Seconds() / refillSpread.Seconds()
+	return yieldFloor + int(math.Ceil(float64(deficit)*min(share, 1))) - started
+}
+
+// startPaceLocked begins the paced refill after a burst: now, over the
+// deficit of every key. Callers hold Pool.mu.
+func (p *Pool) startPaceLocked(now time.Time) {
+	deficit := 0
+	for _, kp := range p.keys {
+		p.updateSizeLocked(kp, now)
+		deficit += max(0, kp.size-len(kp.warm)-kp.warming)
+	}
+	if p.pace.timer != nil {
+		p.pace.timer.Stop()
+	}
+	p.pace = pace{from: now, deficit: deficit}
+}
+
+// paceRoomLocked is paceRoom for the pool now; when it holds a refill
+// back it makes sure a tick will look again. Callers hold Pool.mu.
+func (p *Pool) paceRoomLocked(now time.Time, want int) int {
+	if p.pace.from.IsZero() {
+		return want
+	}
+	elapsed := now.Sub(p.pace.from)
+	room := paceRoom(p.pace.deficit, p.pace.started, elapsed)
+	if elapsed >= refillSpread {
+		p.pace = pace{}
+		return want
+	}
+	if want > room && p.pace.timer == nil {
+		p.pace.timer = p.clock.AfterFunc(paceTick, p.paceTurn)
+	}
+	return min(want, room)
+}
+
+// paceTurn refills every key as far as the pace now allows.
+func (p *Pool) paceTurn() {
+	p.mu.Lock()
+	p.pace.timer = nil
+	keys := make([]*keyPool, 0, len(p.keys))
+	for _, kp := range p.keys {
+		keys = append(keys, kp)
+	}
+	p.mu.Unlock()
+	for _, kp := range keys {
+		p.refill(kp)
+	}
+}
 
 // yieldRoom is how many more warm-up dials the yield rule lets start now,
 // or a large number when no client is dialing.
@@ -49,13 +125,14 @@ func (p *Pool) ClientDialing() (done func()) {
 }
 
 // clientDialDone ends one client dial; when it was the last and a refill
-// held back for it, every key refills as fast as it may.
+// held back for it, every key refills, at the pace after a burst.
 func (p *Pool) clientDialDone() {
 	p.mu.Lock()
 	p.clientDials--
 	resume := p.clientDials == 0 && p.yielded
 	if resume {
 		p.yielded = false
+		p.startPaceLocked(p.now())
 	}
 	var keys []*keyPool
 	if resume {
@@ -65,6 +142,6 @@ func (p *Pool) clientDialDone() {
 	}
 	p.mu.Unlock()
 	for _, kp := range keys {
-		p.refill(kp) // the burst has passed: grow as fast as the key allows
+		p.refill(kp) // the burst has passed: grow at the pace
 	}
 }

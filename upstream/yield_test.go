@@ -32,8 +32,8 @@ func TestYieldRoom(t *testing.T) {
 // TestPoolYieldsToClientDials: a burst that misses raises the target at
 // once, but while a client's own dial is in flight the pool dials only the
 // yield floor beside it (against a slow upstream, so the dials are still in
-// flight when counted); the moment the client's dial ends, the pool grows
-// to its target as fast as its in-flight limit allows.
+// flight when counted); once the client's dial ends, the pool grows to its
+// target at the pace after a burst, evenly over refillSpread.
 func TestPoolYieldsToClientDials(t *testing.T) { eachScheme(t, testPoolYieldsToClientDials) }
 
 func testPoolYieldsToClientDials(t *testing.T, tls bool) {
@@ -89,11 +89,45 @@ func testPoolYieldsToClientDials(t *testing.T, tls bool) {
 	if n := p.Dialing(ta); n > yieldFloor {
 		t.Fatalf("%d warm-up dials beside one client dial, want at most %d", n, yieldFloor)
 	}
-	dones[0]() // the burst has passed
-	if n := p.Dialing(ta); n <= yieldFloor {
-		t.Fatalf("%d warm-up dials once no client dials, want the pool to grow past %d at once", n, yieldFloor)
+	before := p.Dialing(ta)
+	dones[0]() // the burst has passed: the refill is spread over refillSpread
+	// The deficit is at most the target (which may still grow a little as
+	// the first refill times are measured).
+	if n, most := p.Dialing(ta), before+paceRoom(p.Target(ta), 0, 0); n > most {
+		t.Fatalf("%d warm-up dials the instant the burst passed, want at most %d (the pace's first tick)", n, most)
+	}
+	clk.Advance(refillSpread / 2)
+	half := p.Warm(ta) + p.Dialing(ta)
+	if half < target/3 || half >= target {
+		t.Fatalf("%d warm or dialing half way through the spread, want about half of the target %d", half, target)
+	}
+	clk.Advance(refillSpread / 2)
+	if n := p.Warm(ta) + p.Dialing(ta); n < target {
+		t.Fatalf("%d warm or dialing once the spread has passed, want the whole target %d started", n, target)
 	}
 	testwait.For(t, "the pool to reach its target", func() bool { return p.Warm(ta) >= target })
+}
+
+func TestPaceRoom(t *testing.T) {
+	big := int(^uint(0) >> 1)
+	for _, tc := range []struct {
+		name             string
+		deficit, started int
+		elapsed          time.Duration
+		want             int
+	}{
+		{"nothing to refill", 0, 0, 0, big},
+		{"the first tick: the floor and a tick's share", 500, 0, 0, yieldFloor + 10},
+		{"half way, nothing started yet", 500, 0, refillSpread/2 - paceTick, yieldFloor + 250},
+		{"half way, on pace", 500, 250, refillSpread/2 - paceTick, yieldFloor},
+		{"the spread has passed", 500, 100, refillSpread, big},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := paceRoom(tc.deficit, tc.started, tc.elapsed); got != tc.want {
+				t.Fatalf("paceRoom(%d, %d, %v) = %d, want %d", tc.deficit, tc.started, tc.elapsed, got, tc.want)
+			}
+		})
+	}
 }
 
 // TestClientDialingCountsUntilDone: a client dial the pool did not offer to
@@ -109,8 +143,12 @@ func TestClientDialingCountsUntilDone(t *testing.T) {
 		t.Fatalf("%d warm-up dials beside a client dial, want the floor %d", n, yieldFloor)
 	}
 	done()
-	if n := p.Dialing(ta); n != 20 {
-		t.Fatalf("%d warm-up dials once the client dial ended, want all 20 at once", n)
+	if n := p.Dialing(ta); n >= 20 {
+		t.Fatalf("%d warm-up dials the instant the client dial ended, want the refill spread", n)
+	}
+	clk.Advance(refillSpread)
+	if n := p.Warm(ta) + p.Dialing(ta); n != 20 {
+		t.Fatalf("%d warm or dialing once the spread has passed, want all 20", n)
 	}
 	if (*Pool)(nil).ClientDialing() == nil {
 		t.Fatal("a nil pool's ClientDialing returned no func")
