@@ -90,7 +90,8 @@ func (r *records) record(info *sessionInfo, rec *usage.Record) {
 	// Postgres keeps microseconds: so do the log line and the JSON line,
 	// so that the three read alike.
 	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
-	rec.CostUSD = prices(info.currentDeployment()).Cost(rec.Usage)
+	p := prices(info.currentDeployment())
+	rec.CostUSD = p.Cost(rec.Usage) + p.SecondsCost(rec.Seconds)
 	if info.overBudget.Load() {
 		rec.Outcome = "budget_exceeded"
 	}

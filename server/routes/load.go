@@ -281,6 +281,10 @@ func (l *loader) modelList(n *yaml.Node, path string, t *Table) {
 		if given(&e.ModelInfo) && !l.modelInfo(&e.ModelInfo, join(itemPath, "model_info"), d) {
 			continue
 		}
+		if ds := t.Groups[group]; len(ds) > 0 && ds[0].Translation != d.Translation {
+			l.fail(deref(item), itemPath, "model group %q mixes Realtime translation deployments (%s) with others: a group serves one route", group, TranslationModel)
+			continue
+		}
 		if t.Default == "" {
 			t.Default = group
 		}

@@ -65,6 +65,9 @@ type Deployment struct {
 	// limit.
 	RPM         float64
 	MaxSessions int
+	// Translation marks a deployment of a Realtime translation model: it
+	// connects to /realtime/translations (translation.go).
+	Translation bool
 
 	header http.Header // upstream credentials; never logged
 	path   string      // Base.Path plus the kind's realtime path
@@ -84,6 +87,7 @@ func newDeployment(group string, index int, kind string, base *url.URL, model, a
 	default:
 		d.path = base.Path + "/realtime"
 	}
+	d.markTranslation(model)
 	return d
 }
 

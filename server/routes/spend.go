@@ -33,6 +33,7 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 		"cache_read_input_token_cost":       &info.CacheReadInputTokenCost,
 		"cache_read_input_audio_token_cost": &info.CacheReadInputAudioTokenCost,
 		"input_cost_per_image_token":        &info.InputCostPerImageToken,
+		"input_cost_per_second":             &info.InputCostPerSecond,
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -50,7 +51,7 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 		}
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-			l.fail(deref(v), p, "%q is not a price in USD per token (a number of at least 0, such as 0.000032)", s)
+			l.fail(deref(v), p, "%q is not a price in USD per token or second (a number of at least 0, such as 0.000032)", s)
 			continue
 		}
 		*prices[k.Value] = &f
@@ -59,6 +60,7 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 		return false
 	}
 	d.Prices, d.Priced = info.Resolve(d.Model)
+	d.markTranslation(info.BaseModel)
 	return true
 }
 
