@@ -50,6 +50,15 @@ func newAppState(cfg Settings, store *cluster.Store, upTLS *tls.Config, meters *
 func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, cands []*routes.Deployment) bool {
 	group, table, q, h := info.group, u.table, u.q, u.req.Header
 	switch {
+	case u.translation:
+		// Never pooled, never redialed: billed by the minute (translation.go).
+		info.redial = nil
+		if info.grant != nil {
+			go s.primeSession(sess, info, cands, q, h)
+		} else {
+			go s.connectUpstream(sess, info, cands, q, h)
+		}
+		return true
 	case u.callID != "":
 		info.redial = nil // a sideband holds no session of its own to redo
 		if u.made {

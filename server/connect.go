@@ -63,6 +63,8 @@ type upgrade struct {
 	lookup bool
 	made   bool
 
+	translation bool // a Realtime translation session (translation.go)
+
 	maxSessions int     // the key's max_sessions (0: none)
 	rate        float64 // the key's connect_rate, a second (0: none)
 	admitted    bool    // admit reserved a session for it
@@ -95,7 +97,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		}
 		c.ep.Close()
 		return
-	case "/v1/realtime", "/realtime":
+	case "/v1/realtime", "/realtime", "/v1/realtime/translations", "/realtime/translations":
 	default:
 		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
@@ -141,11 +143,19 @@ func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
 		u.protocol = subprotocolRealtime
 	}
 	u.q = req.URL.Query()
+	if u.translation = isTranslationPath(req.URL.Path); u.translation {
+		if herr = translationAsk(u.q, u.grant); herr != nil {
+			return nil, herr
+		}
+	}
 	// The key's own models are checked later (decideKey), after a
 	// sideband's call owner.
 	model, _ := s.proto.Model(u.q)
-	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
+	ask := groupAsk{grant: u.grant, model: model, transcription: !u.translation && isTranscription(u.q) && model == ""}
 	if u.group, herr = s.pickGroup(u.table, nil, ask); herr != nil {
+		return nil, herr
+	}
+	if herr = checkRoute(u.table, u); herr != nil {
 		return nil, herr
 	}
 	// The session keeps its group for its whole life; from the query it
@@ -313,6 +323,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	c.answered()
 	info := &c.info
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
+	info.translation = u.translation
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.budgets.meter(info, func(message string) {

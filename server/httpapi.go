@@ -45,6 +45,7 @@ const maxAPIBody = apps.MaxBody
 var apiPaths = map[string]string{
 	"/v1/realtime/client_secrets": "client_secrets", "/realtime/client_secrets": "client_secrets",
 	"/v1/realtime/calls": "calls", "/realtime/calls": "calls",
+	"/v1/realtime/translations/client_secrets": "translation_secrets", "/realtime/translations/client_secrets": "translation_secrets",
 }
 
 // apiRequest is an API request whose body is being collected.
@@ -241,7 +242,7 @@ func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiA
 		return a
 	}
 	switch endpoint {
-	case "client_secrets":
+	case "client_secrets", "translation_secrets":
 		return s.mintClientSecret(req, body)
 	case "calls":
 		return s.createCall(req, body)

@@ -36,17 +36,18 @@ type sessionInfo struct {
 	group string
 	// depMu guards deployment and counted: a redial (its own goroutine)
 	// and the session's end may race over them.
-	depMu      sync.Mutex
-	deployment *routes.Deployment // nil until an upstream is attached
-	counted    bool               // deployment's live count includes this session
-	ended      bool               // the session ended: a late attach (a redial's) is not counted
-	poolHit    bool               // the upstream came from the warm pool
-	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
-	meter      usage.Meter
-	start      time.Time          // when the client's upgrade completed
-	redial     func()             // dials a fresh upstream after a dead warm one
-	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
-	grant      *apps.Grant        // the client secret it connected with; nil for a key
+	depMu       sync.Mutex
+	deployment  *routes.Deployment // nil until an upstream is attached
+	counted     bool               // deployment's live count includes this session
+	ended       bool               // the session ended: a late attach (a redial's) is not counted
+	poolHit     bool               // the upstream came from the warm pool
+	translation bool               // a Realtime translation session: billed by wall clock
+	overBudget  atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
+	meter       usage.Meter
+	start       time.Time          // when the client's upgrade completed
+	redial      func()             // dials a fresh upstream after a dead warm one
+	reserved    *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
+	grant       *apps.Grant        // the client secret it connected with; nil for a key
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -194,6 +195,9 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 	}
 	for g, ds := range r.Groups {
 		for _, d := range ds {
+			if d.Translation {
+				continue // billed by the minute: never opened ahead (translation.go)
+			}
 			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
 		}
 	}
@@ -346,9 +350,13 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	rec := usage.Record{
 		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
 		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
-		PoolHit: info.poolHit, Outcome: outcome, Protocol: "realtime",
+		PoolHit: info.poolHit, Outcome: outcome,
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
 		Usage: u,
+	}
+	rec.Protocol, rec.Seconds = translationSeconds(info, rec.DurationMS)
+	if dep == nil {
+		rec.Seconds = 0 // never reached an upstream: nothing billed
 	}
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()

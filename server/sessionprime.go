@@ -224,7 +224,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 
 	var p *primer
 	var d *routes.Deployment
-	if s.pool != nil && !isTranscription(q) { // the pool warms realtime sockets only
+	if s.pool != nil && !isTranscription(q) && !info.translation { // the pool warms realtime sockets only
 		d = cands[0]
 		p = newPrimer(primeAwaitUpdated)
 		hd, held := s.pool.Take(target(d, q, h), info.group, p)
