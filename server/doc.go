@@ -27,6 +27,8 @@
 //	                apps.Secrets.Verify)
 //	session.go      pickGroup (a secret's group, transcription routing,
 //	                the protocol's model, the default)
+//	translation.go  translationAsk, checkRoute (a translation route and a
+//	                translation group go together)
 //	apps.go         checkSideband (a call owner known here)
 //	connect.go      decideKey: the key's models; spendbudget.go budgets.check
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
@@ -38,7 +40,8 @@
 //	              or the slot holder first), the 101, the session registered
 //	              (session.go: sessionInfo, setupWatch), spendbudget.go
 //	              budgets.meter, then the upstream:
-//	apps.go         startApp: a sideband's, a transcription session's
+//	apps.go         startApp: a translation session's, a sideband's, a
+//	                transcription session's
 //	                (session.go connectUpstream) or a client secret's
 //	                (sessionprime.go primeSession: the protocol's Prime)
 //	session.go      tryWarm (a warm pool socket), else connectUpstream
