@@ -120,6 +120,7 @@ type Scanner struct {
 	dir        Direction
 	fragmented bool // a fragmented data message is in progress
 	failed     bool // a frame was refused: the stream can no longer be parsed
+	holdClose  bool // close frames are returned, not written (HoldCloses)
 	// captureState sits with the flags above: one word for all four
 	// (a scanner is embedded twice in every session).
 	captureState uint8
@@ -157,6 +158,16 @@ func (s *Scanner) Init(dir Direction, maxMessage int64) {
 		s.maxMessage = uint64(maxMessage)
 	}
 }
+
+// HoldCloses makes Forward return close frames without writing them to
+// dst (they are still validated and counted): for a relay that answers a
+// close on the protocol's terms first (GPT-Live: session.close, then
+// session.closed carrying the final usage) and sends the close frame itself.
+// Call it before the first Forward.
+func (s *Scanner) HoldCloses() { s.holdClose = true }
+
+// HoldsCloses reports whether HoldCloses was called.
+func (s *Scanner) HoldsCloses() bool { return s.holdClose }
 
 // MidFrame reports whether part of a frame has been forwarded and the rest has
 // not. A relay must not inject a frame of its own into the stream then. A
@@ -407,6 +418,9 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 	}
 	s.Frames++
 	total := uint64(hlen) + uint64(h.Length)
+	if cl != nil && s.holdClose {
+		dst = nil // a whole control frame: nothing of it is written
+	}
 	if fromStash {
 		// The stash holds the frame start only; WriteBinary copies short
 		// slices, so the stash can go back to the pool at once.

@@ -224,10 +224,19 @@ func (s *Session) tellGone(o *side, lost Side) {
 	} else {
 		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "client connection lost"}, ClientSide)
 	}
+	if lost == ClientSide && (s.farewellPending() || s.startFarewellLocked(ws.StatusGoingAway, "client went away")) {
+		o.mu.Unlock() // the upstream closes once the farewell is answered
+		return
+	}
 	var frame []byte
 	drop := false
+	fwEnds := lost == UpstreamSide && s.farewellPending() && s.fw.done.CompareAndSwap(false, true)
 	if o.mayWrite() {
 		switch {
+		case fwEnds && !s.u2c.MidFrame():
+			// The upstream went while the farewell waited: the client
+			// gets the end's own code.
+			frame = frames.AppendClose(nil, s.fw.code, s.fw.reason, false)
 		case lost == ClientSide && s.c2u.MidFrame(), lost == UpstreamSide && s.u2c.MidFrame():
 			drop = true // a close frame now would be read as the rest of a frame
 		case lost == ClientSide:

@@ -94,8 +94,14 @@ func (s *Session) sendClientNotice(notice []byte, closeCode ws.StatusCode, close
 // event; may be nil) and a close frame with code and reason, the upstream a
 // close frame too; each socket closes once it answers, or after
 // CloseTimeout.
+//
+// With a farewell (SetFarewell) the upstream gets the farewell instead, and
+// both close frames wait for its answer (farewell.go).
 func (s *Session) Terminate(code ws.StatusCode, reason string, notice []byte) {
 	s.terminating.Store(true)
+	if s.terminateGracefully(code, reason, notice) {
+		return
+	}
 	s.sendClientNotice(notice, code, reason)
 	s.closeUpstream(code, reason)
 }

@@ -61,14 +61,22 @@ func (s *Session) fromClient(src frames.Source) error {
 			werr = up.ep.flushBatch()
 		}
 		act := actNone
-		if cl != nil && dst != nil {
+		held := cl != nil && s.c2u.HoldsCloses() // not written: clientClosed decides
+		if cl != nil && dst != nil && !held {
 			if queued {
 				s.queuedStop = true // its clock starts at attach
 			} else {
 				act = s.step(up, evSend)
 			}
 		}
-		overflow := queued && s.pending != nil && len(s.pending.B) > s.cfg.MaxPending
+		var first []byte
+		take := s.hold
+		if queued && err == nil {
+			if first = s.takeHeld(); first != nil {
+				s.hold = nil
+			}
+		}
+		overflow := queued && s.pending != nil && len(s.pending.B) > s.cfg.MaxPending+s.holdAllowance()
 		if overflow && err == nil {
 			err = &frames.ProtocolError{Code: ws.StatusMessageTooBig, Reason: "too much data before the upstream connected"}
 			s.c2u.Reset()
@@ -80,6 +88,9 @@ func (s *Session) fromClient(src frames.Source) error {
 		if werr != nil {
 			ep.Drop()
 		}
+		if first != nil {
+			take(first)
+		}
 		if pe, ok := err.(*frames.ProtocolError); ok { // not errors.As: no allocation per read
 			s.clientProtocolError(pe)
 			continue // the scanner now discards the rest
@@ -90,6 +101,9 @@ func (s *Session) fromClient(src frames.Source) error {
 		if cl != nil {
 			s.noteClose(*cl, ClientSide)
 			s.closeReceived(&s.client, *cl)
+			if held {
+				s.clientClosed(*cl)
+			}
 		}
 	}
 	return nil
@@ -118,7 +132,16 @@ func (s *Session) fromUpstream(src frames.Source) error {
 		}
 		act := actNone
 		if cl != nil && dst != nil {
-			act = s.step(c, evSend)
+			switch {
+			case !s.u2c.HoldsCloses():
+				act = s.step(c, evSend)
+			case !s.farewellPending():
+				// Held only for a farewell: forwarded as it came.
+				if werr == nil {
+					werr = c.ep.Send(closeFrame(*cl, false))
+				}
+				act = s.step(c, evSend)
+			}
 		}
 		c.mu.Unlock()
 
@@ -136,8 +159,12 @@ func (s *Session) fromUpstream(src frames.Source) error {
 		if cl != nil {
 			s.noteClose(*cl, UpstreamSide)
 			s.closeReceived(&s.up, *cl)
+			if s.farewellPending() {
+				s.finishFarewell() // the upstream ended: nothing more to wait for
+			}
 		}
 	}
+	s.afterUpstreamRead()
 	return nil
 }
 

@@ -103,6 +103,9 @@ type Session struct {
 	queuedStop bool                       // a close frame is queued behind pending
 	redials    int                        // fresh upstreams dialed after a dead warm one
 	skip       frameSkipper               // under the Handle's read lock
+	hold       func(msg []byte)           // takes the client's first message (HoldFirst)
+
+	fw *farewell // the protocol's graceful end (SetFarewell); nil for none
 
 	clientGone atomic.Bool
 	endOnce    sync.Once

@@ -269,8 +269,11 @@ func TestStatusJSONCountsSessions(t *testing.T) {
 	if r.Connects1m != 3 {
 		t.Fatalf("connects in the last minute: %v, want 3", r.Connects1m)
 	}
-	if len(r.Deployments) != 1 || r.Deployments[0].Live != 3 || r.Deployments[0].Dials != 3 || r.Deployments[0].DialMS == nil {
-		t.Fatalf("deployments: %+v, want one with 3 live sessions and 3 timed dials", r.Deployments)
+	// The environment path serves GPT-Live (LIVE_MODEL) beside Realtime:
+	// two deployments, the Realtime one with the sessions.
+	if len(r.Deployments) != 2 || r.Deployments[1].Group != "gpt-realtime" || r.Deployments[1].Live != 3 ||
+		r.Deployments[1].Dials != 3 || r.Deployments[1].DialMS == nil || r.Deployments[0].Group != "gpt-live-1" || r.Deployments[0].Live != 0 {
+		t.Fatalf("deployments: %+v, want gpt-live-1 idle and gpt-realtime with 3 live sessions and 3 timed dials", r.Deployments)
 	}
 	if r.PoolEnabled || r.Draining || r.UptimeS <= 0 {
 		t.Fatalf("pool %v, draining %v, uptime %v", r.PoolEnabled, r.Draining, r.UptimeS)

@@ -76,6 +76,9 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 	}
 	session["type"] = typ
 	ask := groupAsk{transcription: typ == "transcription"}
+	if translation {
+		ask.protocol = routes.ProtocolTranslation
+	}
 	if ask.transcription {
 		ask.model = transcriptionModelOf(session)
 	} else {
@@ -84,9 +87,6 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 	group, herr := s.pickGroup(table, key, ask)
 	if herr != nil {
 		return herr.answer()
-	}
-	if table.IsTranslation(group) != translation {
-		return checkRoute(table, &upgrade{group: group, translation: translation}).answer()
 	}
 	if typ != "transcription" {
 		session["model"] = group

@@ -29,6 +29,11 @@ type Settings struct {
 
 	// Model is the model name clients ask for (and the one sent upstream).
 	Model string
+	// LiveModel is the GPT-Live model of the environment-only setup
+	// (LIVE_MODEL): the model session.start names, served at
+	// /v1/live/sessions and dialed at OPENAI_API_BASE + /live/sessions.
+	// Empty serves no GPT-Live (a routes file's model_list decides instead).
+	LiveModel string
 	// APIBase is the upstream's base URL, e.g. wss://api.openai.com/v1;
 	// /realtime is appended.
 	APIBase *url.URL
@@ -50,6 +55,9 @@ type Settings struct {
 	TLSCert, TLSKey string
 
 	HandshakeTimeout time.Duration // client TCP accept to complete upgrade request
+	// LiveStartTimeout is how long a GPT-Live client has after its upgrade
+	// to send session.start (LIVE_START_TIMEOUT_SECS).
+	LiveStartTimeout time.Duration
 	DialTimeout      time.Duration // a client's whole upstream attempt: every dial, hedge and failover
 	WriteTimeout     time.Duration // a socket whose kernel takes nothing for this long is closed (the rule for a side that stopped reading)
 	CloseTimeout     time.Duration // wait for a close frame's answer
@@ -163,8 +171,10 @@ func Defaults() Settings {
 		Host:             "127.0.0.1",
 		Port:             4001,
 		Model:            "gpt-realtime",
+		LiveModel:        "gpt-live-1",
 		APIBase:          base,
 		HandshakeTimeout: 10 * time.Second,
+		LiveStartTimeout: 15 * time.Second,
 		DialTimeout:      10 * time.Second,
 		HedgeDelay:       500 * time.Millisecond,
 		WriteTimeout:     10 * time.Second,
@@ -232,6 +242,9 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	c.MasterKey = getenv("LITELLM_MASTER_KEY")
 	c.UpstreamKey = getenv("OPENAI_API_KEY")
 	set("OPENAI_REALTIME_MODEL", func(v string) error { c.Model = v; return nil })
+	if v, ok := lookup("LIVE_MODEL"); ok {
+		c.LiveModel = strings.TrimSpace(v) // empty: no GPT-Live on the environment path
+	}
 	set("OPENAI_API_BASE", func(v string) error {
 		u, err := ParseAPIBase(v)
 		c.APIBase = u
@@ -293,6 +306,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		return nil
 	})
 	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
+	set("LIVE_START_TIMEOUT_SECS", secs(&c.LiveStartTimeout, 1))
 	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
 	set("UPSTREAM_HEDGE_MS", func(v string) error {
 		n, err := strconv.Atoi(v)
@@ -389,7 +403,7 @@ func ParseAPIBase(v string) (*url.URL, error) { return routes.ParseAPIBase(v) }
 // routesFromSettings is the zero-config routing table: the single model,
 // upstream and master key of the environment.
 func routesFromSettings(c Settings) *routes.Table {
-	return routes.Single(c.Model, c.APIBase, c.UpstreamKey, c.MasterKey)
+	return routes.Single(c.Model, c.LiveModel, c.APIBase, c.UpstreamKey, c.MasterKey)
 }
 
 // Validate checks the combination of settings.
@@ -402,6 +416,9 @@ func (c Settings) Validate() error {
 	}
 	if c.Model == "" {
 		errs = append(errs, errors.New("OPENAI_REALTIME_MODEL is empty"))
+	}
+	if c.LiveModel != "" && c.LiveModel == c.Model {
+		errs = append(errs, fmt.Errorf("LIVE_MODEL and OPENAI_REALTIME_MODEL are both %q: a model group speaks one protocol", c.Model))
 	}
 	if c.APIBase == nil {
 		errs = append(errs, errors.New("OPENAI_API_BASE is not set"))

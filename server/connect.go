@@ -63,6 +63,7 @@ type upgrade struct {
 	lookup bool
 	made   bool
 
+	live        bool // a GPT-Live session: no group until its session.start (live.go)
 	translation bool // a Realtime translation session (translation.go)
 
 	maxSessions int     // the key's max_sessions (0: none)
@@ -81,6 +82,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	if s.startAPI(c, req, rest) {
 		return
 	}
+	live := false // a GPT-Live route (live.go)
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
 		c.setPhase(phaseDone)
@@ -98,6 +100,8 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		c.ep.Close()
 		return
 	case "/v1/realtime", "/realtime", "/v1/realtime/translations", "/realtime/translations":
+	case livePaths[0], livePaths[1], livePaths[2]:
+		live = true
 	default:
 		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
@@ -108,7 +112,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
 		return
 	}
-	u, herr := s.decide(req)
+	u, herr := s.decide(req, live)
 	if herr == nil && !u.waits(s.admitter) {
 		herr = s.admit(u)
 	}
@@ -125,14 +129,17 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 
 // decide checks an upgrade request as far as it can without I/O; what is
 // left (a call owner only Redis knows) is marked for the off-loop step.
-func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
+func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	if !s.origins.allow(req.Header.Get("Origin")) {
 		return nil, &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
 			message: "this Origin may not connect"}
 	}
-	u := &upgrade{req: req, table: s.routes.Load()}
+	u := &upgrade{req: req, table: s.routes.Load(), live: live}
 	creds := credentials(req.Header)
 	var herr *refusal
+	if live && isLiveSecret(u.table, creds.key) {
+		return nil, refuseLiveSecret()
+	}
 	if u.key, u.grant, herr = s.authenticateConnect(u.table, creds.key); herr != nil {
 		return nil, herr
 	}
@@ -143,19 +150,22 @@ func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
 		u.protocol = subprotocolRealtime
 	}
 	u.q = req.URL.Query()
-	if u.translation = isTranslationPath(req.URL.Path); u.translation {
-		if herr = translationAsk(u.q, u.grant); herr != nil {
-			return nil, herr
-		}
+	if live {
+		// The model comes with session.start, after the upgrade: the
+		// key's models are checked then (live.go).
+		return u, s.decideKey(u)
 	}
 	// The key's own models are checked later (decideKey), after a
 	// sideband's call owner.
 	model, _ := s.proto.Model(u.q)
-	ask := groupAsk{grant: u.grant, model: model, transcription: !u.translation && isTranscription(u.q) && model == ""}
-	if u.group, herr = s.pickGroup(u.table, nil, ask); herr != nil {
-		return nil, herr
+	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
+	if u.translation = isTranslationPath(req.URL.Path); u.translation {
+		if herr = translationAsk(u.q, u.grant); herr != nil {
+			return nil, herr
+		}
+		ask.protocol, ask.transcription = routes.ProtocolTranslation, false
 	}
-	if herr = checkRoute(u.table, u); herr != nil {
+	if u.group, herr = s.pickGroup(u.table, nil, ask); herr != nil {
 		return nil, herr
 	}
 	// The session keeps its group for its whole life; from the query it
@@ -177,7 +187,7 @@ func (s *Server) decide(req *http.Request) (*upgrade, *refusal) {
 // decideKey applies what the key itself allows: its models and its budget,
 // and reads its limits for admit.
 func (s *Server) decideKey(u *upgrade) *refusal {
-	if !u.key.Allows(u.group) {
+	if !u.live && !u.key.Allows(u.group) {
 		return modelNotAllowed(u.group)
 	}
 	if herr := s.budgets.check(u.key); herr != nil {
@@ -314,11 +324,14 @@ func (c *clientConn) bufferWhilePending() bool {
 // open makes a decided and admitted upgrade a session: it reserves a
 // deployment, answers 101 and starts the upstream.
 func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
-	plan, busy := s.balancer.Reserve(u.table.Groups[u.group])
-	if busy != nil {
-		s.unadmit(u)
-		c.refuse(deploymentsBusy(busy))
-		return
+	var plan balance.Plan
+	if !u.live { // a Live session reserves once its session.start names the model
+		var busy *balance.Busy
+		if plan, busy = s.balancer.Reserve(u.table.Groups[u.group]); busy != nil {
+			s.unadmit(u)
+			c.refuse(deploymentsBusy(busy))
+			return
+		}
 	}
 	c.answered()
 	info := &c.info
@@ -331,6 +344,9 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s}
 	sess.InspectUpstream(&c.watch)
+	if u.live {
+		s.openLive(sess, info, u) // before any client frame: the first is held
+	}
 	c.startRelay(sess)
 	s.sessMu.Lock()
 	s.sessions[sess] = info
@@ -350,6 +366,9 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	}
 	bytebufferpool.Put(c.head)
 	c.head = nil
+	if u.live {
+		return // its session.start starts it (live.go)
+	}
 	if s.startApp(sess, info, u, plan.Cands) {
 		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
 	}

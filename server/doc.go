@@ -27,8 +27,7 @@
 //	                apps.Secrets.Verify)
 //	session.go      pickGroup (a secret's group, transcription routing,
 //	                the protocol's model, the default)
-//	translation.go  translationAsk, checkRoute (a translation route and a
-//	                translation group go together)
+//	translation.go  translationAsk (a translation connect names its model)
 //	apps.go         checkSideband (a call owner known here)
 //	connect.go      decideKey: the key's models; spendbudget.go budgets.check
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits

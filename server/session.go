@@ -41,13 +41,14 @@ type sessionInfo struct {
 	counted     bool               // deployment's live count includes this session
 	ended       bool               // the session ended: a late attach (a redial's) is not counted
 	poolHit     bool               // the upstream came from the warm pool
-	translation bool               // a Realtime translation session: billed by wall clock
 	overBudget  atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
 	meter       usage.Meter
 	start       time.Time          // when the client's upgrade completed
 	redial      func()             // dials a fresh upstream after a dead warm one
 	reserved    *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant       *apps.Grant        // the client secret it connected with; nil for a key
+	live        *liveState         // a GPT-Live session's own (live.go); nil for Realtime
+	translation bool               // a Realtime translation session: billed by wall clock (translation.go)
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -115,6 +116,9 @@ func (s *Server) clientLeft(sess *poller.Session) {
 			info.cancelDial()
 		}
 		info.dialMu.Unlock()
+		if info.live != nil {
+			info.live.clientLeft()
+		}
 	}
 	sess.ClientGone()
 }
@@ -126,6 +130,11 @@ type groupAsk struct {
 	// transcription: model is a transcription model (or ""), which may
 	// not be a group: TRANSCRIPTION_MODEL's group then, else the default.
 	transcription bool
+	// protocol is the protocol the route speaks (routes.ProtocolLive for
+	// the GPT-Live routes; "" for Realtime): a group of the other
+	// protocol is refused (400 invalid_model), as OpenAI refuses a Live
+	// model on /v1/realtime.
+	protocol string
 }
 
 // pickGroup is the one place a model group is chosen, for a connect, a
@@ -149,10 +158,38 @@ func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask group
 		return "", &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
 			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
 	}
+	if herr := wrongProtocol(table, g, ask.protocol); herr != nil {
+		return "", herr
+	}
 	if key != nil && !key.Allows(g) {
 		return "", modelNotAllowed(g)
 	}
 	return g, nil
+}
+
+// wrongProtocol refuses group g on a route of protocol want ("" is
+// Realtime) when its deployments speak the other protocol, saying where the
+// model is served.
+func wrongProtocol(table *routes.Table, g, want string) *refusal {
+	if want == "" {
+		want = routes.ProtocolRealtime
+	}
+	switch have := table.Protocol(g); {
+	case have == want:
+		return nil
+	case have == routes.ProtocolTranslation:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a Realtime translation model: connect to /v1/realtime/translations?model=%s.", g, g)}
+	case want == routes.ProtocolTranslation:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is not a Realtime translation model; translation sessions use %s.", g, routes.TranslationModel)}
+	case have == routes.ProtocolLive:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a GPT-Live model: open a session at /v1/live/sessions (its session.start names the model).", g)}
+	default:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a Realtime model: connect to /v1/realtime?model=%s.", g, g)}
+	}
 }
 
 // modelNotAllowed refuses a key a group it may not use.
@@ -195,8 +232,8 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 	}
 	for g, ds := range r.Groups {
 		for _, d := range ds {
-			if d.Translation {
-				continue // billed by the minute: never opened ahead (translation.go)
+			if d.Protocol != routes.ProtocolRealtime {
+				continue // a Live socket is warm before session.start: not this pool's kind
 			}
 			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
 		}
@@ -350,16 +387,18 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	rec := usage.Record{
 		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
 		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
-		PoolHit: info.poolHit, Outcome: outcome,
+		PoolHit: info.poolHit, Outcome: outcome, Protocol: "realtime",
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
 		Usage: u,
 	}
-	rec.Protocol, rec.Seconds = translationSeconds(info, rec.DurationMS)
-	if dep == nil {
-		rec.Seconds = 0 // never reached an upstream: nothing billed
-	}
 	if ok {
 		rec.CloseCode, rec.CloseReason, rec.CloseSide = int(cl.Code), cl.Reason, from.String()
+	}
+	if info.live != nil {
+		info.live.fill(&rec)
+	}
+	if info.translation && dep != nil {
+		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (translation.go)
 	}
 	s.records.record(info, &rec)
 	explainBeta(s.log, rec)
@@ -441,11 +480,20 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		}
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
+	if w.live != nil {
+		return w.live.meter.Wants(prefix)
+	}
 	return w.meter.Wants(prefix)
 }
 
 // Inspect implements frames.Inspector: the usage meter reads the event.
-func (w *setupWatch) Inspect(p []byte) { w.meter.Inspect(p) }
+func (w *setupWatch) Inspect(p []byte) {
+	if w.live != nil {
+		w.live.meter.Inspect(p)
+		return
+	}
+	w.meter.Inspect(p)
+}
 
 // poolMemory is where the warm pool remembers demand across restarts: the
 // REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks

@@ -174,6 +174,57 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 	}
 }
 
+// liveWindow is the stretch of session time a GPT-Live session is admitted
+// for at a time: as its seconds cross each window, the next window's cost
+// must still fit the key's budget (as Bifrost meters Live).
+const liveWindow = 30.0
+
+// meterLive books a GPT-Live session's cost against its key as its usage
+// events arrive (the growth of its seconds, each delegated response's
+// tokens), and ends the session (end, in a goroutine of its own) once its
+// key is over budget, or when the session's next liveWindow of seconds would
+// take it over. end goes through GPT-Live's session.close, so that the
+// final usage is booked too.
+func (b *budgets) meterLive(info *sessionInfo, ls *liveState, end func(message string)) {
+	bud := info.key.Budget
+	if bud.Max <= 0 {
+		return
+	}
+	ended := false // only the read path touches these
+	window := 0.0  // the liveWindow the session's seconds are in
+	book := func(usd float64) {
+		total := b.ledger.Book(info.key.Name, bud, usd, time.Now())
+		next := 0.0
+		if w := float64(int(ls.meter.Seconds / liveWindow)); w > window {
+			window = w
+			if d := info.currentDeployment(); d != nil {
+				next = liveWindow * d.SecondPrice
+			}
+		}
+		if ended || ls.meter.Closed || total+next < bud.Max {
+			return // under budget, or the session already ended on its own
+		}
+		ended = true
+		info.overBudget.Store(true)
+		b.ended.WithLabelValues(info.key.Name).Inc()
+		go end(fmt.Sprintf("This key has reached its budget of $%s; the session ends (its final usage is still booked).",
+			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
+	}
+	ls.meter.OnSeconds = func(add float64) {
+		var perSecond float64
+		if d := info.currentDeployment(); d != nil {
+			perSecond = d.SecondPrice
+		}
+		book(add * perSecond)
+	}
+	onTokens := ls.meter.OnTokens
+	ls.meter.OnTokens = func(model string, add usage.Usage) {
+		before := ls.backendUSD
+		onTokens(model, add)
+		book(ls.backendUSD - before)
+	}
+}
+
 // close saves or syncs the ledger a last time at shutdown.
 func (b *budgets) close(ctx context.Context) {
 	if b == nil {

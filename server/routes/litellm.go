@@ -31,9 +31,9 @@ var otherProviders = []string{"anthropic", "bedrock", "bedrock_converse", "verte
 	"friendliai", "github", "sambanova", "litellm_proxy", "custom_openai", "openai_like"}
 
 // notServed reports whether a model_list entry is one rtgate loads but does
-// not serve, noting why.
+// not serve, noting why. The modes served are realtime and live (GPT-Live).
 func (l *loader) notServed(e *modelEntry, itemPath, group string) bool {
-	if mode := scalarField(&e.ModelInfo, "mode"); mode != "" && mode != "realtime" {
+	if mode := scalarField(&e.ModelInfo, "mode"); mode != "" && mode != "realtime" && mode != "live" {
 		l.skipped = append(l.skipped, fmt.Sprintf("%s (%s: model_info.mode is %s)", group, itemPath, mode))
 		return true
 	}
@@ -43,6 +43,35 @@ func (l *loader) notServed(e *modelEntry, itemPath, group string) bool {
 		return true
 	}
 	return false
+}
+
+// protocolOf decides which protocol a served entry's deployment d speaks:
+// GPT-Live when model_info.mode is live, or when its model (or
+// model_info.base_model, for an Azure deployment name) is a GPT-Live model;
+// Realtime translation when either is a translation model; Realtime
+// otherwise. It reports false for a contradiction, noted.
+func (l *loader) protocolOf(e *modelEntry, itemPath string, d *Deployment) bool {
+	mode := scalarField(&e.ModelInfo, "mode")
+	live := mode == "live" || IsLiveModel(d.Model) || IsLiveModel(scalarField(&e.ModelInfo, "base_model"))
+	switch {
+	case live && mode == "realtime":
+		l.fail(deref(&e.ModelInfo), join(itemPath, "model_info.mode"),
+			"%q is a GPT-Live model: its mode is live (or leave mode out)", d.Model)
+		return false
+	case live && d.Kind == KindAzure && d.APIVersion != "":
+		l.fail(deref(&e.LiteLLMParams), join(itemPath, "litellm_params.api_version"),
+			"GPT-Live on Azure is served at /openai/v1/live/sessions only: drop api_version")
+		return false
+	}
+	switch {
+	case live:
+		d.setProtocol(ProtocolLive)
+	case IsTranslationModel(d.Model) || IsTranslationModel(scalarField(&e.ModelInfo, "base_model")):
+		d.setProtocol(ProtocolTranslation) // Realtime translation (translation.go)
+	default:
+		d.setProtocol(ProtocolRealtime)
+	}
+	return true
 }
 
 // scalarField is the text of mapping n's scalar field name, or "".

@@ -104,7 +104,7 @@ func (l *loader) table(root *yaml.Node) *Table {
 	} else {
 		l.modelList(&doc.ModelList, "model_list", t)
 		if len(t.Groups) == 0 && len(l.skipped) > 0 && len(l.errs) == 0 {
-			l.fail(&doc.ModelList, "model_list", "no entry is a realtime model rtgate serves: %s", strings.Join(l.skipped, "; "))
+			l.fail(&doc.ModelList, "model_list", "no entry is a Realtime or GPT-Live model rtgate serves: %s", strings.Join(l.skipped, "; "))
 		}
 	}
 
@@ -281,11 +281,15 @@ func (l *loader) modelList(n *yaml.Node, path string, t *Table) {
 		if given(&e.ModelInfo) && !l.modelInfo(&e.ModelInfo, join(itemPath, "model_info"), d) {
 			continue
 		}
-		if ds := t.Groups[group]; len(ds) > 0 && ds[0].Translation != d.Translation {
-			l.fail(deref(item), itemPath, "model group %q mixes Realtime translation deployments (%s) with others: a group serves one route", group, TranslationModel)
+		if !l.protocolOf(&e, itemPath, d) {
 			continue
 		}
-		if t.Default == "" {
+		if others := t.Groups[group]; len(others) > 0 && others[0].Protocol != d.Protocol {
+			l.fail(deref(item), itemPath, "model group %q mixes Realtime and GPT-Live deployments (%s is %s, %s is %s): give each protocol its own model_name",
+				group, others[0].Name, others[0].Protocol, d.Name, d.Protocol)
+			continue
+		}
+		if t.Default == "" && d.Protocol == ProtocolRealtime {
 			t.Default = group
 		}
 		t.Groups[group] = append(t.Groups[group], d)

@@ -368,7 +368,7 @@ func TestSingle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Single("gpt-realtime", base, "sk-up", "sk-m")
+	r := Single("gpt-realtime", "", base, "sk-up", "sk-m")
 	if r.Default != "gpt-realtime" || len(r.Keys) != 0 {
 		t.Errorf("Default = %q, %d keys", r.Default, len(r.Keys))
 	}
@@ -385,7 +385,7 @@ func TestSingle(t *testing.T) {
 	}
 
 	// No keys at all: no credentials upstream, nobody admitted.
-	r = Single("m", base, "", "")
+	r = Single("m", "", base, "", "")
 	checkTarget(t, only(t, r, "m"), nil, "ws://127.0.0.1:8089/v1/realtime?model=m", "", "")
 	for _, k := range []string{"", "sk-m", "anything"} {
 		if _, ok := r.Authenticate(k); ok {

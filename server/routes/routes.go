@@ -33,6 +33,25 @@ const (
 	KindAzure  = "azure"  // api-key header, Azure's /openai/... paths
 )
 
+// Protocols a deployment speaks.
+const (
+	ProtocolRealtime = "realtime" // OpenAI's Realtime API: /realtime?model=
+	ProtocolLive     = "live"     // GPT-Live: /live/sessions, the model in session.start
+	// ProtocolTranslation is Realtime translation: /realtime/translations?model=
+	// (translation.go).
+	ProtocolTranslation = "translation"
+)
+
+// IsLiveModel reports whether model (a provider prefix and a dated suffix
+// looked through) is a GPT-Live model: gpt-live-1, gpt-live-1.1, ... but not
+// gpt-live-transcribe, a per-minute transcription model of the Realtime API.
+func IsLiveModel(model string) bool {
+	if i := strings.LastIndexByte(model, '/'); i >= 0 {
+		model = model[i+1:]
+	}
+	return strings.HasPrefix(model, "gpt-live-") && !strings.HasPrefix(model, "gpt-live-transcribe")
+}
+
 // MasterKeyName is the ClientKey name of the master key, for limits and
 // logs.
 const MasterKeyName = "master"
@@ -50,6 +69,10 @@ type Deployment struct {
 	Base *url.URL
 	// Model is the upstream model (OpenAI) or deployment name (Azure).
 	Model string
+	// Protocol is ProtocolRealtime or ProtocolLive: which client route
+	// serves the deployment's group, and which upstream path it dials
+	// (/realtime, or /live/sessions; Azure /openai/v1/live/sessions).
+	Protocol string
 	// APIVersion, for Azure only, selects the preview form
 	// /openai/realtime?api-version=V&deployment=D; empty means the GA form
 	// /openai/v1/realtime?model=D.
@@ -60,17 +83,17 @@ type Deployment struct {
 	// when nothing prices the deployment (its sessions cost 0).
 	Prices spend.Prices
 	Priced bool
+	// SecondPrice is what a second of session time costs, in USD (GPT-Live:
+	// the built-in price of Model, or model_info's input_cost_per_second).
+	SecondPrice float64
 	// RPM (litellm_params.rpm) bounds connects a minute to this deployment
 	// and MaxSessions (max_parallel_requests) its live sessions; 0 is no
 	// limit.
 	RPM         float64
 	MaxSessions int
-	// Translation marks a deployment of a Realtime translation model: it
-	// connects to /realtime/translations (translation.go).
-	Translation bool
 
 	header http.Header // upstream credentials; never logged
-	path   string      // Base.Path plus the kind's realtime path
+	path   string      // Base.Path plus the kind's and protocol's path
 }
 
 func newDeployment(group string, index int, kind string, base *url.URL, model, apiVersion string, header http.Header) *Deployment {
@@ -79,16 +102,40 @@ func newDeployment(group string, index int, kind string, base *url.URL, model, a
 		Base: base, Model: model, APIVersion: apiVersion, header: header,
 	}
 	d.Prices, d.Priced = spend.ModelInfo{}.Resolve(model)
-	switch {
-	case kind == KindAzure && apiVersion != "":
-		d.path = base.Path + "/openai/realtime"
-	case kind == KindAzure:
-		d.path = base.Path + "/openai/v1/realtime"
-	default:
-		d.path = base.Path + "/realtime"
+	if sp, ok := (spend.ModelInfo{}).SecondPrice(model); ok {
+		d.SecondPrice, d.Priced = sp, true
 	}
-	d.markTranslation(model)
+	protocol := ProtocolRealtime
+	if IsLiveModel(model) {
+		protocol = ProtocolLive
+	} else if IsTranslationModel(model) {
+		protocol = ProtocolTranslation
+	}
+	d.setProtocol(protocol)
 	return d
+}
+
+// setProtocol sets the protocol the deployment speaks, and with it its
+// upstream path.
+func (d *Deployment) setProtocol(p string) {
+	d.Protocol = p
+	base := d.Base.Path
+	switch {
+	case p == ProtocolLive && d.Kind == KindAzure:
+		d.path = base + "/openai/v1/live/sessions"
+	case p == ProtocolLive:
+		d.path = base + "/live/sessions"
+	case p == ProtocolTranslation && d.Kind == KindAzure:
+		d.path = base + "/openai/v1/realtime/translations"
+	case p == ProtocolTranslation:
+		d.path = base + "/realtime/translations"
+	case d.Kind == KindAzure && d.APIVersion != "":
+		d.path = base + "/openai/realtime"
+	case d.Kind == KindAzure:
+		d.path = base + "/openai/v1/realtime"
+	default:
+		d.path = base + "/realtime"
+	}
 }
 
 // String, GoString and LogValue show only the name, so that printing or
@@ -113,7 +160,8 @@ func (d *Deployment) Target(clientQuery url.Values) upstream.Target {
 		}
 		q[k] = append([]string(nil), v...)
 	}
-	named := clientQuery.Get("model") != "" || (clientQuery.Get("call_id") == "" && clientQuery.Get("intent") == "")
+	named := d.Protocol != ProtocolLive &&
+		(clientQuery.Get("model") != "" || (clientQuery.Get("call_id") == "" && clientQuery.Get("intent") == ""))
 	if d.Kind == KindAzure && d.APIVersion != "" {
 		q.Set("api-version", d.APIVersion)
 		if named {
@@ -179,8 +227,10 @@ func hashKey(k string) keyHash { return sha256.Sum256([]byte(k)) }
 type Table struct {
 	// Groups maps the model name a client asks for to its deployments.
 	Groups map[string][]*Deployment
-	// Default is the group for a client that names no model: the first
-	// model_list entry's (the configured model on the environment path).
+	// Default is the group for a Realtime client that names no model: the
+	// first Realtime model_list entry's (the configured model on the
+	// environment path). GPT-Live has no default: session.start names its
+	// model.
 	Default string
 	// Keys are the client keys, in file order; the master key is not
 	// among them.
@@ -217,13 +267,23 @@ func (t *Table) Authenticate(key string) (*ClientKey, bool) {
 	return found, found != nil
 }
 
-// Single is the zero-config table: one group, model, going to the
-// OpenAI-style upstream at base (wss://api.openai.com/v1 when nil) with
-// upstreamKey as Bearer (nothing when it is empty), and masterKey as the only
-// client key (none when it is empty, which refuses everyone). The server
-// builds it from OPENAI_REALTIME_MODEL, OPENAI_API_BASE, OPENAI_API_KEY and
-// LITELLM_MASTER_KEY.
-func Single(model string, base *url.URL, upstreamKey, masterKey string) *Table {
+// Protocol is the protocol group g's deployments speak ("" for no such
+// group). A group never mixes protocols (Load refuses it).
+func (t *Table) Protocol(g string) string {
+	if ds := t.Groups[g]; len(ds) > 0 {
+		return ds[0].Protocol
+	}
+	return ""
+}
+
+// Single is the zero-config table: the Realtime group model and, unless
+// liveModel is empty, the GPT-Live group liveModel, both going to the
+// OpenAI-style upstream at base (wss://api.openai.com/v1 when nil: /realtime
+// and /live/sessions under it) with upstreamKey as Bearer (nothing when it is
+// empty), and masterKey as the only client key (none when it is empty, which
+// refuses everyone). The server builds it from OPENAI_REALTIME_MODEL,
+// LIVE_MODEL, OPENAI_API_BASE, OPENAI_API_KEY and LITELLM_MASTER_KEY.
+func Single(model, liveModel string, base *url.URL, upstreamKey, masterKey string) *Table {
 	if base == nil {
 		base, _ = ParseAPIBase(defaultAPIBase)
 	}
@@ -232,7 +292,13 @@ func Single(model string, base *url.URL, upstreamKey, masterKey string) *Table {
 		h.Set("Authorization", "Bearer "+upstreamKey)
 	}
 	d := newDeployment(model, 0, KindOpenAI, base, model, "", h)
+	d.setProtocol(ProtocolRealtime) // whatever its name: OPENAI_REALTIME_MODEL is the Realtime model
 	t := &Table{Groups: map[string][]*Deployment{model: {d}}, Default: model}
+	if liveModel != "" && liveModel != model {
+		ld := newDeployment(liveModel, 0, KindOpenAI, base, liveModel, "", h.Clone())
+		ld.setProtocol(ProtocolLive)
+		t.Groups[liveModel] = []*Deployment{ld}
+	}
 	if masterKey != "" {
 		t.master = &ClientKey{Name: MasterKeyName, hash: hashKey(masterKey)}
 	}

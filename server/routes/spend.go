@@ -49,9 +49,13 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 			info.BaseModel = s
 			continue
 		}
+		unit, example := "token", "0.000032"
+		if k.Value == "input_cost_per_second" {
+			unit, example = "second", "0.00083"
+		}
 		f, err := strconv.ParseFloat(s, 64)
 		if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-			l.fail(deref(v), p, "%q is not a price in USD per token or second (a number of at least 0, such as 0.000032)", s)
+			l.fail(deref(v), p, "%q is not a price in USD per %s (a number of at least 0, such as %s)", s, unit, example)
 			continue
 		}
 		*prices[k.Value] = &f
@@ -60,7 +64,9 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 		return false
 	}
 	d.Prices, d.Priced = info.Resolve(d.Model)
-	d.markTranslation(info.BaseModel)
+	if sp, ok := info.SecondPrice(d.Model); ok {
+		d.SecondPrice, d.Priced = sp, true
+	}
 	return true
 }
 

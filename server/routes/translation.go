@@ -2,9 +2,9 @@ package routes
 
 // Realtime translation deployments: a deployment of a translation model
 // (gpt-realtime-translate, or an Azure deployment whose model_info.base_model
-// is one) connects to the translation route (/realtime/translations) instead
-// of /realtime, and only serves clients that connected to the gateway's
-// translation route.
+// is one) speaks ProtocolTranslation: it connects to the translation route
+// (/realtime/translations) instead of /realtime, and its group only serves
+// clients that connected to the gateway's translation route.
 
 import "strings"
 
@@ -18,21 +18,4 @@ func IsTranslationModel(model string) bool {
 		model = model[i+1:]
 	}
 	return model == TranslationModel || strings.HasPrefix(model, TranslationModel+"-")
-}
-
-// markTranslation makes d a translation deployment when model names a
-// translation model.
-func (d *Deployment) markTranslation(model string) {
-	if d.Translation || !IsTranslationModel(model) {
-		return
-	}
-	d.Translation = true
-	d.path += "/translations"
-}
-
-// IsTranslation reports whether group's deployments are translation
-// deployments (a group is one or the other: its first deployment says).
-func (t *Table) IsTranslation(group string) bool {
-	ds := t.Groups[group]
-	return len(ds) > 0 && ds[0].Translation
 }

@@ -22,10 +22,6 @@ type Prices struct {
 	CacheReadInputTokenCost      float64 `json:"cache_read_input_token_cost" yaml:"cache_read_input_token_cost"`
 	CacheReadInputAudioTokenCost float64 `json:"cache_read_input_audio_token_cost" yaml:"cache_read_input_audio_token_cost"`
 	InputCostPerImageToken       float64 `json:"input_cost_per_image_token" yaml:"input_cost_per_image_token"`
-	// InputCostPerSecond prices session time, for the models OpenAI bills
-	// by the minute (translation, per-minute transcription): LiteLLM's
-	// name for it.
-	InputCostPerSecond float64 `json:"input_cost_per_second" yaml:"input_cost_per_second"`
 }
 
 // ModelInfo is the price part of a model_list entry's model_info: each
@@ -41,7 +37,9 @@ type ModelInfo struct {
 	CacheReadInputTokenCost      *float64 `yaml:"cache_read_input_token_cost"`
 	CacheReadInputAudioTokenCost *float64 `yaml:"cache_read_input_audio_token_cost"`
 	InputCostPerImageToken       *float64 `yaml:"input_cost_per_image_token"`
-	InputCostPerSecond           *float64 `yaml:"input_cost_per_second"`
+	// InputCostPerSecond is LiteLLM's price of session time, USD per
+	// second: what GPT-Live bills (see SecondPrice).
+	InputCostPerSecond *float64 `yaml:"input_cost_per_second"`
 }
 
 // PriceFields are the model_info fields ModelInfo reads.
@@ -61,38 +59,63 @@ func perM(usd float64) float64 { return usd / 1e6 }
 var DefaultPrices = map[string]Prices{
 	// gpt-realtime, and gpt-realtime-1.5 at the same prices: text $4 in,
 	// $0.40 cached, $16 out; audio $32 in, $0.40 cached, $64 out; image $5.
-	"gpt-realtime":     {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5), 0},
-	"gpt-realtime-1.5": {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5), 0},
+	"gpt-realtime":     {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	"gpt-realtime-1.5": {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
 	// gpt-realtime-2: as gpt-realtime but text out $24.
-	"gpt-realtime-2": {perM(4), perM(24), perM(32), perM(64), perM(0.40), perM(0.40), perM(5), 0},
-	// gpt-realtime-2.1: text $4 in, $0.40 cached, $24 out; audio $32 in,
-	// $0.40 cached, $64 out; image $5 ($0.50 cached).
-	"gpt-realtime-2.1": {perM(4), perM(24), perM(32), perM(64), perM(0.40), perM(0.40), perM(5), 0},
-	// gpt-realtime-2.1-mini: text $0.60 in, $0.06 cached, $2.40 out; audio
-	// $10 in, $0.30 cached, $20 out; image $0.80 ($0.08 cached).
-	"gpt-realtime-2.1-mini": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.06), perM(0.30), perM(0.80), 0},
+	"gpt-realtime-2": {perM(4), perM(24), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	// gpt-realtime-2.1 (read 2026-12-01): text $4 in, $0.40 cached, $24
+	// out; audio $32 in, $0.40 cached, $64 out; image $5 ($0.50 cached).
+	"gpt-realtime-2.1": {perM(4), perM(24), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	// gpt-realtime-2.1-mini (read 2026-12-01): text $0.60 in, $0.06 cached,
+	// $2.40 out; audio $10 in, $0.30 cached, $20 out; image $0.80 ($0.08
+	// cached).
+	"gpt-realtime-2.1-mini": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.06), perM(0.30), perM(0.80)},
 	// gpt-realtime-mini: text $0.60 in, $0.06 cached, $2.40 out; audio $10
 	// in, $0.30 cached, $20 out; image $0.80.
-	"gpt-realtime-mini": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.06), perM(0.30), perM(0.80), 0},
+	"gpt-realtime-mini": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.06), perM(0.30), perM(0.80)},
 	// The previews, still served: text $5/$2.50/$20, audio $40/$2.50/$80;
 	// mini text $0.60/$0.30/$2.40, audio $10/$0.30/$20. No image input.
-	"gpt-4o-realtime-preview":      {perM(5), perM(20), perM(40), perM(80), perM(2.50), perM(2.50), 0, 0},
-	"gpt-4o-mini-realtime-preview": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.30), perM(0.30), 0, 0},
+	"gpt-4o-realtime-preview":      {perM(5), perM(20), perM(40), perM(80), perM(2.50), perM(2.50), 0},
+	"gpt-4o-mini-realtime-preview": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.30), perM(0.30), 0},
 }
 
-// perMinute is a price per minute, as OpenAI states the duration-billed
-// models' prices, in USD per second.
-func perMinute(usd float64) float64 { return usd / 60 }
-
-// DefaultSecondPrices are the built-in prices of the models OpenAI bills
-// by session time, in USD per second, from the same pricing page, read on
-// 2026-12-01: Realtime translation (gpt-realtime-translate, $0.034 a
-// minute of session) and the per-minute transcription models
-// (gpt-realtime-whisper and gpt-live-transcribe, $0.017 a minute of audio).
+// DefaultSecondPrices are OpenAI's list prices of the models billed by
+// session time, in USD per second, from the same pricing page and the model
+// pages, read on 2026-12-01. gpt-live-1: $0.05 per minute. gpt-live-1.1:
+// $0.05 per active minute and $0.02 per standby minute; standby time is not
+// reported in any event SDK 7.59 knows, so every second is billed as active
+// (an upper bound; model_info.input_cost_per_second overrides it).
+// gpt-realtime-translate (Realtime translation sessions): $0.034 per minute
+// of session. gpt-realtime-whisper and gpt-live-transcribe (per-minute
+// transcription on /v1/realtime?intent=transcription): $0.017 per minute of
+// audio, the seconds the transcription events report.
 var DefaultSecondPrices = map[string]float64{
-	"gpt-realtime-translate": perMinute(0.034),
-	"gpt-realtime-whisper":   perMinute(0.017),
-	"gpt-live-transcribe":    perMinute(0.017),
+	"gpt-live-1":             0.05 / 60,
+	"gpt-live-1.1":           0.05 / 60,
+	"gpt-realtime-translate": 0.034 / 60,
+	"gpt-realtime-whisper":   0.017 / 60,
+	"gpt-live-transcribe":    0.017 / 60,
+}
+
+// SecondPrice is the price per second of session time of a deployment of
+// model: info's input_cost_per_second, else the built-in price of
+// info.BaseModel (or of model); known is false when neither prices it.
+func (info ModelInfo) SecondPrice(model string) (usd float64, known bool) {
+	if info.InputCostPerSecond != nil {
+		return *info.InputCostPerSecond, true
+	}
+	name := model
+	if info.BaseModel != "" {
+		name = info.BaseModel
+	}
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+	if p, ok := DefaultSecondPrices[name]; ok {
+		return p, true
+	}
+	p, ok := DefaultSecondPrices[snapshot.ReplaceAllString(name, "")]
+	return p, ok
 }
 
 // snapshot matches a dated snapshot suffix (gpt-realtime-2025-08-28): a
@@ -106,15 +129,11 @@ func Lookup(model string) (Prices, bool) {
 	if i := strings.LastIndexByte(model, '/'); i >= 0 {
 		model = model[i+1:]
 	}
-	for _, name := range []string{model, snapshot.ReplaceAllString(model, "")} {
-		p, ok := DefaultPrices[name]
-		perSecond, timed := DefaultSecondPrices[name]
-		if ok || timed {
-			p.InputCostPerSecond = perSecond
-			return p, true
-		}
+	if p, ok := DefaultPrices[model]; ok {
+		return p, true
 	}
-	return Prices{}, false
+	p, ok := DefaultPrices[snapshot.ReplaceAllString(model, "")]
+	return p, ok
 }
 
 // Resolve is the price list of a deployment of model: the built-in prices
@@ -138,7 +157,6 @@ func (info ModelInfo) Resolve(model string) (p Prices, known bool) {
 		{&p.CacheReadInputTokenCost, info.CacheReadInputTokenCost},
 		{&p.CacheReadInputAudioTokenCost, info.CacheReadInputAudioTokenCost},
 		{&p.InputCostPerImageToken, info.InputCostPerImageToken},
-		{&p.InputCostPerSecond, info.InputCostPerSecond},
 	} {
 		if f.src != nil {
 			*f.dst = *f.src
@@ -181,8 +199,8 @@ func (info ModelInfo) Resolve(model string) (p Prices, known bool) {
 //
 // LiteLLM has no field for cached image tokens; OpenAI prices them at the
 // image rate times text's cache ratio (gpt-realtime: $5 and $0.50 a million).
-// Duration-billed transcription (TranscriptionSeconds, the per-minute
-// transcription models) is priced at input_cost_per_second.
+// Duration-billed transcription (TranscriptionSeconds) is priced per second
+// (a deployment's SecondPrice), not here.
 //
 // Reasoning tokens, which newer models report, are part of the output text
 // tokens (output_token_details.text_tokens): they are priced there, once.
@@ -199,10 +217,5 @@ func (p Prices) Cost(u usage.Usage) float64 {
 		float64(max(in.ImageTokens-c.ImageTokens, 0))*p.InputCostPerImageToken +
 		float64(c.ImageTokens)*imageCached +
 		float64(out.TextTokens)*p.OutputCostPerToken +
-		float64(out.AudioTokens)*p.OutputCostPerAudioToken +
-		u.TranscriptionSeconds*p.InputCostPerSecond
+		float64(out.AudioTokens)*p.OutputCostPerAudioToken
 }
-
-// SecondsCost is the price in USD of seconds of session time billed by
-// duration (usage.Record's Seconds: a translation session's wall clock).
-func (p Prices) SecondsCost(seconds float64) float64 { return seconds * p.InputCostPerSecond }

@@ -153,25 +153,22 @@ func TestCostNewModels(t *testing.T) {
 		{"gpt-realtime-whisper", 0.017},
 		{"gpt-live-transcribe", 0.017},
 	} {
-		p, ok := Lookup(tc.model)
+		perSecond, ok := ModelInfo{}.SecondPrice(tc.model)
 		if !ok {
 			t.Fatalf("%s has no built-in price", tc.model)
 		}
-		// Ten minutes of session (translation) and of transcribed audio.
-		if got := p.SecondsCost(600); math.Abs(got-10*tc.perMinute) > 1e-9 {
+		// Ten minutes of session (translation) or of transcribed audio.
+		if got := 600 * perSecond; math.Abs(got-10*tc.perMinute) > 1e-9 {
 			t.Errorf("%s: 10 minutes cost %.6f USD, want %.6f", tc.model, got, 10*tc.perMinute)
-		}
-		if got := p.Cost(usage.Usage{TranscriptionSeconds: 600}); math.Abs(got-10*tc.perMinute) > 1e-9 {
-			t.Errorf("%s: 10 minutes of transcription cost %.6f USD, want %.6f", tc.model, got, 10*tc.perMinute)
 		}
 	}
 	// A token-priced model bills no time.
-	if rt, _ := Lookup("gpt-realtime"); rt.SecondsCost(600) != 0 {
-		t.Errorf("gpt-realtime bills %.6f USD for 10 minutes of session", rt.SecondsCost(600))
+	if _, ok := (ModelInfo{}).SecondPrice("gpt-realtime-2.1"); ok {
+		t.Error("gpt-realtime-2.1 has a price per second")
 	}
 	// model_info's input_cost_per_second overrides the built-in rate.
-	if p, _ := (ModelInfo{InputCostPerSecond: ptr(0.001)}).Resolve("gpt-realtime-translate"); p.SecondsCost(60) != 0.06 {
-		t.Errorf("overridden: a minute costs %.6f USD, want 0.06", p.SecondsCost(60))
+	if p, _ := (ModelInfo{InputCostPerSecond: ptr(0.001)}).SecondPrice("gpt-realtime-translate"); p != 0.001 {
+		t.Errorf("overridden: %v USD a second, want 0.001", p)
 	}
 }
 

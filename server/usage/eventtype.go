@@ -31,45 +31,69 @@ func EventType(p []byte) (typ []byte, ok bool) {
 	if len(p) > eventTypeScan {
 		p = p[:eventTypeScan]
 	}
+	i, ok := valueOf(p, "type")
+	if !ok || i >= len(p) || p[i] != '"' {
+		return nil, false
+	}
+	end, escaped := scanString(p, i)
+	if end < 0 || escaped || !utf8.Valid(p[i+1:end]) {
+		return nil, false
+	}
+	return p[i+1 : end], true
+}
+
+// valueOf returns where the value of the top-level key of the JSON object p
+// starts, walking the keys in order and skipping each value whole; ok is
+// false when the key is not found within p (or p is not an object, or a key
+// before it holds an escape).
+func valueOf(p []byte, key string) (int, bool) {
 	i := skipSpace(p, 0)
 	if i >= len(p) || p[i] != '{' {
-		return nil, false
+		return 0, false
 	}
 	i++
 	for {
 		i = skipSpace(p, i)
 		if i >= len(p) || p[i] != '"' {
-			return nil, false // the end of the object, or not JSON
+			return 0, false // the end of the object, or not JSON
 		}
 		end, escaped := scanString(p, i)
 		if end < 0 || escaped {
-			return nil, false
+			return 0, false
 		}
-		key := p[i+1 : end]
+		k := p[i+1 : end]
 		i = skipSpace(p, end+1)
 		if i >= len(p) || p[i] != ':' {
-			return nil, false
+			return 0, false
 		}
 		i = skipSpace(p, i+1)
-		if string(key) == "type" {
-			if i >= len(p) || p[i] != '"' {
-				return nil, false
-			}
-			end, escaped := scanString(p, i)
-			if end < 0 || escaped || !utf8.Valid(p[i+1:end]) {
-				return nil, false
-			}
-			return p[i+1 : end], true
+		if string(k) == key {
+			return i, true
 		}
 		if i = skipValue(p, i); i < 0 {
-			return nil, false
+			return 0, false
 		}
 		i = skipSpace(p, i)
 		if i >= len(p) || p[i] != ',' {
-			return nil, false
+			return 0, false
 		}
 		i++
 	}
+}
+
+// InnerType is the type of the event a wrapper event carries in its
+// top-level field key (GPT-Live's response.event wraps a Responses event in
+// "event"), under EventType's rules and bound: ok is false when it is not
+// within the first 256 bytes.
+func InnerType(p []byte, key string) (typ []byte, ok bool) {
+	if len(p) > eventTypeScan {
+		p = p[:eventTypeScan]
+	}
+	i, ok := valueOf(p, key)
+	if !ok {
+		return nil, false
+	}
+	return EventType(p[i:])
 }
 
 func skipSpace(p []byte, i int) int {

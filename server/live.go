@@ -1,0 +1,271 @@
+package server
+
+// GPT-Live sessions (WebSocket /v1/live/sessions, Azure's
+// /openai/v1/live/sessions). The key is checked, and refused, before the
+// upgrade as for Realtime; but the model is in the client's first event,
+// session.start, so the session is opened (the 101 sent) with no model
+// group and no deployment, and the reactor holds the client's first message
+// for the server (poller's HoldFirst) instead of queuing it for an upstream
+// that does not exist yet. Then, in a goroutine of its own:
+//
+//	state     event                                next
+//	waiting   first message: session.start         starting (group, deployment, dial; the
+//	          naming a model                       rewritten session.start goes first)
+//	waiting   first message: anything else         done (error session_not_started, close 4000)
+//	waiting   no first message in LiveStartTimeout done (error session_start_timeout, close 4000)
+//	waiting   client closes or leaves              done (no upstream ever)
+//	starting  unknown model, model not allowed,    done (error event with the HTTP refusal's
+//	          no deployment with room              code, close 1008)
+//
+// Once started the session relays like any other; its end goes through
+// GPT-Live's own (poller's SetFarewell): a client leaving, a budget running
+// out or a shutdown sends the upstream session.close, and the close follows
+// session.closed (which carries the final usage) or liveCloseWait.
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/poller"
+	"rtgate/server/apps"
+	"rtgate/server/protocol"
+	"rtgate/server/routes"
+	"rtgate/server/spend"
+	"rtgate/server/usage"
+)
+
+// livePaths are the routes of GPT-Live WebSocket sessions.
+var livePaths = []string{"/v1/live/sessions", "/openai/v1/live/sessions", "/live/sessions"}
+
+// liveCloseWait bounds the wait for session.closed after session.close.
+const liveCloseWait = 5 * time.Second
+
+// Live start states.
+const (
+	liveWaiting int32 = iota
+	liveStarting
+	liveDone
+)
+
+// liveState is what a GPT-Live session adds to its sessionInfo.
+type liveState struct {
+	srv   *Server
+	sess  *poller.Session
+	info  *sessionInfo
+	table *routes.Table
+	hdr   http.Header // the client headers that go upstream
+	state atomic.Int32
+	timer *time.Timer
+
+	// Written on the upstream's read path (the meter's callbacks), read
+	// once the session has ended.
+	meter      usage.LiveMeter
+	backendUSD float64 // delegated responses' tokens, priced per backend model
+	// refused is the code of a refusal after the upgrade ("" for none).
+	mu      sync.Mutex
+	refused string
+}
+
+// refuseLiveSecret refuses one of rtgate's client secrets on a Live route:
+// GPT-Live has none (browsers reach it by WebRTC through the app's server).
+func refuseLiveSecret() *refusal {
+	return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "client_secret_not_supported",
+		message: "GPT-Live has no ephemeral client secrets: connect with an API key from a server, " +
+			"or have the app's server create a WebRTC session (POST /v1/live/sessions) for the browser."}
+}
+
+// isLiveSecret reports whether presented is a client secret (and not a key).
+func isLiveSecret(table *routes.Table, presented string) bool {
+	_, isKey := table.Authenticate(presented)
+	return !isKey && strings.HasPrefix(presented, apps.SecretPrefix)
+}
+
+// openLive prepares an opened Live session, before its relay starts: the
+// farewell, the hold on the first message and its deadline, and the meter.
+func (s *Server) openLive(sess *poller.Session, info *sessionInfo, u *upgrade) {
+	ls := &liveState{srv: s, sess: sess, info: info, table: u.table, hdr: passThrough(u.req.Header)}
+	info.live = ls
+	sess.SetFarewell(protocol.Live{}.End(), liveCloseWait)
+	ls.meter.OnClosed = sess.Farewelled
+	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	s.budgets.meterLive(info, ls, func(message string) {
+		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
+	})
+	sess.HoldFirst(ls.take)
+	ls.timer = time.AfterFunc(s.cfg.LiveStartTimeout, ls.timeout)
+}
+
+// take is the hold's: the client's first message (nil: it closed first).
+func (ls *liveState) take(msg []byte) {
+	if !ls.state.CompareAndSwap(liveWaiting, liveStarting) {
+		return
+	}
+	ls.timer.Stop()
+	if msg == nil {
+		ls.state.Store(liveDone)
+		ls.sess.Terminate(ws.StatusNormalClosure, "no session was started", nil)
+		ls.sess.Cancel()
+		return
+	}
+	go ls.start(msg)
+}
+
+// timeout ends a session whose client sent nothing in time.
+func (ls *liveState) timeout() {
+	if ls.state.CompareAndSwap(liveWaiting, liveDone) {
+		ls.end(protocol.ErrorEvent("invalid_request_error", "session_start_timeout",
+			"No session.start within "+ls.srv.cfg.LiveStartTimeout.String()+": the first client event must be session.start.", ""),
+			4000, "invalid_request_error.session_start_timeout", "session_start_timeout")
+	}
+}
+
+// clientLeft is the client socket closing: before the first message, the
+// session ends here (no upstream will ever be dialed).
+func (ls *liveState) clientLeft() {
+	if ls.state.CompareAndSwap(liveWaiting, liveDone) {
+		ls.timer.Stop()
+		ls.sess.Cancel()
+	}
+}
+
+// end refuses the session after its upgrade: notice, close code and
+// reason to the client; no upstream.
+func (ls *liveState) end(notice []byte, code ws.StatusCode, reason, refused string) {
+	ls.state.Store(liveDone)
+	ls.mu.Lock()
+	ls.refused = refused
+	ls.mu.Unlock()
+	ls.sess.Terminate(code, reason, notice)
+	ls.sess.Cancel()
+}
+
+// start reads the first message, routes the session by its model and dials.
+func (ls *liveState) start(msg []byte) {
+	s, info := ls.srv, ls.info
+	payload, text := unmaskMessage(msg)
+	st, err := protocol.ReadStart(payload, text)
+	switch err {
+	case nil:
+	case protocol.ErrMissingModel:
+		ls.end(protocol.ErrorEvent("invalid_request_error", err.Error(),
+			"Missing required parameter: 'session.model'.", st.EventID),
+			4000, "invalid_request_error."+err.Error(), err.Error())
+		return
+	default:
+		ls.end(protocol.ErrorEvent("invalid_request_error", err.Error(),
+			"The session has not started: the first client event must be session.start (a JSON text frame).", st.EventID),
+			4000, "invalid_request_error."+err.Error(), err.Error())
+		return
+	}
+	group, herr := s.pickGroup(ls.table, info.key, groupAsk{model: st.Model, protocol: routes.ProtocolLive})
+	if herr != nil {
+		ls.refuse(herr, st.EventID)
+		return
+	}
+	plan, busy := s.balancer.Reserve(ls.table.Groups[group])
+	if busy != nil {
+		ls.refuse(deploymentsBusy(busy), st.EventID)
+		return
+	}
+	// The session's group and slot are published under the registry's
+	// lock: a session that ended meanwhile gives the slot back here.
+	s.sessMu.Lock()
+	registered := s.sessions[ls.sess] == info
+	if registered {
+		info.group, info.reserved = group, plan.Reserved
+	}
+	s.sessMu.Unlock()
+	if !registered {
+		s.balancer.Release(plan.Reserved)
+		return
+	}
+	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+	defer cancel()
+	conn, d := s.dialFor(ctx, ls.sess, info, plan.Cands, nil, ls.hdr)
+	if conn == nil {
+		return
+	}
+	// session.start first, with the deployment's name for the model; the
+	// client's frames queued meanwhile follow (AttachUpstream).
+	if err := conn.Endpoint.Send(st.For(d.Model)); err != nil {
+		conn.Endpoint.Drop()
+		dialFailed(s.proto, ls.sess, 0)
+		return
+	}
+	info.attached(s.balancer, d)
+	ls.sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+}
+
+// refuse ends the session with the error event of an HTTP refusal (its
+// type, code and message) and close 1008.
+func (ls *liveState) refuse(herr *refusal, clientEventID string) {
+	ls.end(protocol.ErrorEvent(herr.errType, herr.code, herr.message, clientEventID),
+		ws.StatusPolicyViolation, herr.code, herr.code)
+}
+
+// unmaskMessage joins the payloads of a client message's data frames
+// (masked, as they came; control frames among them are skipped) and says
+// whether it is text.
+func unmaskMessage(msg []byte) (payload []byte, text bool) {
+	first := true
+	for len(msg) > 0 {
+		h, hlen, ok, err := frames.ParseHeader(msg)
+		if !ok || err != nil || int64(len(msg)-hlen) < h.Length {
+			break
+		}
+		p := append([]byte(nil), msg[hlen:hlen+int(h.Length)]...)
+		msg = msg[hlen+int(h.Length):]
+		if h.OpCode.IsControl() {
+			continue
+		}
+		if first {
+			text, first = h.OpCode == ws.OpText, false
+		}
+		if h.Masked {
+			ws.Cipher(p, h.Mask, 0)
+		}
+		payload = append(payload, p...)
+	}
+	return payload, text
+}
+
+// backendPrices are the token prices of a delegated response's model: its
+// built-in prices, else the Live deployment's own model_info token prices
+// (which price nothing else on a Live deployment).
+func (ls *liveState) backendPrices(model string) spend.Prices {
+	if p, ok := spend.Lookup(model); ok {
+		return p
+	}
+	return prices(ls.info.currentDeployment())
+}
+
+// cost is the session's cost: its seconds at the deployment's price per
+// second, and its backend tokens.
+func (ls *liveState) cost() float64 {
+	var perSecond float64
+	if d := ls.info.currentDeployment(); d != nil {
+		perSecond = d.SecondPrice
+	}
+	return ls.meter.Seconds*perSecond + ls.backendUSD
+}
+
+// fill completes an ended Live session's record: protocol, seconds,
+// backend tokens, whether the final usage was confirmed, and a refusal's
+// outcome.
+func (ls *liveState) fill(rec *usage.Record) {
+	rec.Protocol = routes.ProtocolLive
+	rec.Seconds = ls.meter.Seconds
+	rec.Usage = ls.meter.Usage
+	rec.Unconfirmed = rec.Deployment != "" && !ls.meter.Closed
+	ls.mu.Lock()
+	if ls.refused != "" {
+		rec.Outcome = "refused"
+	}
+	ls.mu.Unlock()
+}

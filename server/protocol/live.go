@@ -1,0 +1,154 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"net/url"
+
+	"github.com/gobwas/ws"
+
+	"rtgate/frames"
+	"rtgate/server/usage"
+)
+
+// Live is OpenAI's GPT-Live protocol (/v1/live/sessions): the model is in
+// the client's first event, session.start; usage is session time.
+type Live struct{}
+
+var _ Protocol = Live{}
+
+// Name implements Protocol.
+func (Live) Name() string { return "live" }
+
+// Model implements Protocol: never in the URL; session.start names it
+// (Start reads it).
+func (Live) Model(url.Values) (string, bool) { return "", true }
+
+// Warm implements Protocol: a Live socket is warm once upgraded, before any
+// event (no frame of the upstream's makes it so).
+func (Live) Warm([]byte) bool { return false }
+
+// Prime implements Protocol: session.start with config as its session.
+func (Live) Prime(config []byte) []byte {
+	body, _ := json.Marshal(map[string]any{"type": "session.start", "session": json.RawMessage(config)})
+	return frames.AppendFrame(nil, ws.OpText, body, true)
+}
+
+// Refusal implements Protocol: the same error event as Realtime's.
+func (Live) Refusal(code, message string, status int) []byte {
+	return Realtime{}.Refusal(code, message, status)
+}
+
+// UsageEvent implements Protocol: the events usage.LiveMeter reads.
+func (Live) UsageEvent(typ []byte) bool {
+	switch string(typ) {
+	case usage.TypeLiveUsage, usage.TypeLiveClosed, usage.TypeLiveResponse:
+		return true
+	}
+	return false
+}
+
+// End implements Protocol: session.close, answered by session.closed with
+// the final usage.
+func (Live) End() []byte {
+	return frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"session.close"}`), true)
+}
+
+// Turn implements Protocol: the output's first audio. (A Live turn has no
+// committed input nor a done event: its transcript deltas carry
+// start_ms/end_ms instead.)
+func (Live) Turn(typ []byte) TurnMark {
+	if string(typ) == "session.output_audio.delta" {
+		return FirstOutput
+	}
+	return NotTurn
+}
+
+// Rebuild implements Protocol: one session.start with the configuration and
+// the kept items as its input.
+func (Live) Rebuild(config []byte, items [][]byte) [][]byte {
+	var session map[string]json.RawMessage
+	_ = json.Unmarshal(config, &session)
+	if session == nil {
+		session = map[string]json.RawMessage{}
+	}
+	input := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		input[i] = it
+	}
+	session["input"], _ = json.Marshal(input)
+	body, _ := json.Marshal(map[string]any{"type": "session.start", "session": session})
+	return [][]byte{frames.AppendFrame(nil, ws.OpText, body, true)}
+}
+
+// Start is a client's held session.start: the model it names, and the
+// event, to be sent upstream with the deployment's model in its place.
+type Start struct {
+	Model   string // session.model as the client wrote it
+	EventID string // the client's event_id, for the error events answering it
+	event   map[string]json.RawMessage
+	session map[string]json.RawMessage
+}
+
+// Errors reading a first event; their codes are OpenAI's.
+var (
+	ErrNotStarted   = errors.New("session_not_started")
+	ErrMissingModel = errors.New("missing_required_parameter")
+)
+
+// ReadStart reads the client's first message, its payload unmasked (text
+// false for a binary message). Anything but a session.start naming a model
+// is an error: ErrNotStarted (another event, binary, not JSON) or
+// ErrMissingModel; the Start holds the event_id when known.
+func ReadStart(payload []byte, text bool) (Start, error) {
+	var st Start
+	if !text {
+		return st, ErrNotStarted
+	}
+	if json.Unmarshal(payload, &st.event) != nil || st.event == nil {
+		return st, ErrNotStarted
+	}
+	var typ string
+	_ = json.Unmarshal(st.event["event_id"], &st.EventID)
+	if json.Unmarshal(st.event["type"], &typ) != nil || typ != "session.start" {
+		return st, ErrNotStarted
+	}
+	if json.Unmarshal(st.event["session"], &st.session) != nil || st.session == nil {
+		return st, ErrMissingModel
+	}
+	if json.Unmarshal(st.session["model"], &st.Model) != nil || st.Model == "" {
+		return st, ErrMissingModel
+	}
+	return st, nil
+}
+
+// For is the session.start to send a deployment whose name for the model is
+// model: the client's event with session.model replaced, as a masked frame.
+// Every other field goes as the client wrote it.
+func (st Start) For(model string) []byte {
+	session := make(map[string]json.RawMessage, len(st.session))
+	for k, v := range st.session {
+		session[k] = v
+	}
+	session["model"], _ = json.Marshal(model)
+	event := make(map[string]json.RawMessage, len(st.event))
+	for k, v := range st.event {
+		event[k] = v
+	}
+	event["session"], _ = json.Marshal(session)
+	body, _ := json.Marshal(event)
+	return frames.AppendFrame(nil, ws.OpText, body, true)
+}
+
+// ErrorEvent is an error event (unmasked, from the gateway as the server)
+// of error type errType, for a refusal the client caused: the same shape as
+// Refusal's, with the client's event id when known.
+func ErrorEvent(errType, code, message, clientEventID string) []byte {
+	ev := errorEvent{Type: "error", EventID: NewEventID()}
+	ev.Error.Type, ev.Error.Code, ev.Error.Message = errType, code, message
+	if clientEventID != "" {
+		ev.Error.EventID = &clientEventID
+	}
+	body, _ := json.Marshal(ev)
+	return frames.AppendFrame(nil, ws.OpText, body, false)
+}

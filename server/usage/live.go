@@ -1,0 +1,166 @@
+package usage
+
+import (
+	"encoding/json"
+	"math"
+)
+
+// GPT-Live's usage (../shared/live-protocol.md): session time as a
+// cumulative usage.seconds in session.usage.updated and, final, in
+// session.closed; and, with Responses delegation, the backend model's tokens
+// in the response.completed (incomplete, failed) that response.event wraps.
+const (
+	TypeLiveUsage    = "session.usage.updated"
+	TypeLiveClosed   = "session.closed"
+	TypeLiveResponse = "response.event"
+)
+
+// maxLiveResponseIDs bounds the response ids a LiveMeter remembers to book
+// each once (a terminal event repeated later than that many responses
+// would count twice; the upstream sends one per response).
+const maxLiveResponseIDs = 256
+
+// LiveMeter is a GPT-Live session's frames.Inspector on the upstream's
+// frames, as Meter is a Realtime session's: it picks the usage events out
+// with EventType and InnerType, allocating nothing for the frames it passes
+// over (audio and transcript deltas, the wrapped Responses deltas), and
+// keeps the session's seconds and backend tokens. Written only from the
+// upstream's read path, read once the session has ended (or from the
+// callbacks, on that path).
+type LiveMeter struct {
+	// Seconds is the last cumulative usage.seconds reported.
+	Seconds float64
+	// Closed says session.closed came: Seconds is final. Reason is its
+	// reason (close_requested, expired, content, remote_hangup,
+	// connection_lost).
+	Closed bool
+	Reason string
+	// Usage is the backend tokens of delegated responses, in Realtime's
+	// shape: input and output tokens as text, cached input apart
+	// (reasoning tokens are inside the output tokens, as the Responses
+	// API counts them); Responses counts the responses.
+	Usage Usage
+
+	// OnSeconds, if set, gets each growth of Seconds; OnTokens each
+	// response's backend usage and model; OnClosed session.closed. They
+	// run on the read path, after the event went to the client, and must
+	// not block.
+	OnSeconds func(add float64)
+	OnTokens  func(model string, add Usage)
+	OnClosed  func()
+
+	booked []string // response ids already booked
+}
+
+// Wants picks the usage events out of the upstream's text frames. A
+// response.event whose wrapped type is not within the prefix is looked at
+// whole rather than missed.
+func (m *LiveMeter) Wants(prefix []byte) bool {
+	t, ok := EventType(prefix)
+	if !ok {
+		return false
+	}
+	switch string(t) {
+	case TypeLiveUsage, TypeLiveClosed:
+		return true
+	case TypeLiveResponse:
+		inner, ok := InnerType(prefix, "event")
+		return !ok || terminalResponse(string(inner))
+	}
+	return false
+}
+
+func terminalResponse(t string) bool {
+	return t == "response.completed" || t == "response.incomplete" || t == "response.failed"
+}
+
+// liveEvent is the part of a Live usage event the meter reads.
+type liveEvent struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason"`
+	Usage  *struct {
+		Seconds *float64 `json:"seconds"`
+	} `json:"usage"`
+	Event *struct {
+		Type     string `json:"type"`
+		Response *struct {
+			ID    string          `json:"id"`
+			Model string          `json:"model"`
+			Usage *responsesUsage `json:"usage"`
+		} `json:"response"`
+	} `json:"event"`
+}
+
+// responsesUsage is a Responses API response's usage.
+type responsesUsage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens int64 `json:"output_tokens"`
+	TotalTokens  int64 `json:"total_tokens"`
+}
+
+// Inspect implements frames.Inspector. An event that does not parse, or
+// reports negative or shrinking figures, adds nothing.
+func (m *LiveMeter) Inspect(p []byte) {
+	var ev liveEvent
+	if json.Unmarshal(p, &ev) != nil {
+		return
+	}
+	switch ev.Type {
+	case TypeLiveUsage, TypeLiveClosed:
+		if ev.Usage != nil && ev.Usage.Seconds != nil {
+			m.seconds(*ev.Usage.Seconds)
+		}
+		if ev.Type == TypeLiveClosed && !m.Closed {
+			m.Closed, m.Reason = true, ev.Reason
+			if m.OnClosed != nil {
+				m.OnClosed()
+			}
+		}
+	case TypeLiveResponse:
+		if ev.Event == nil || !terminalResponse(ev.Event.Type) || ev.Event.Response == nil {
+			return
+		}
+		m.tokens(ev.Event.Response.ID, ev.Event.Response.Model, ev.Event.Response.Usage)
+	}
+}
+
+// seconds takes a cumulative figure: its growth, never the sum.
+func (m *LiveMeter) seconds(s float64) {
+	if math.IsNaN(s) || math.IsInf(s, 0) || s <= m.Seconds {
+		return
+	}
+	add := s - m.Seconds
+	m.Seconds = s
+	if m.OnSeconds != nil {
+		m.OnSeconds(add)
+	}
+}
+
+// tokens books a response's backend usage once per response id.
+func (m *LiveMeter) tokens(id, model string, u *responsesUsage) {
+	for _, seen := range m.booked {
+		if seen == id && id != "" {
+			return
+		}
+	}
+	if len(m.booked) == maxLiveResponseIDs {
+		m.booked = append(m.booked[:0], m.booked[1:]...)
+	}
+	m.booked = append(m.booked, id)
+	add := Usage{Responses: 1}
+	if u != nil && u.InputTokens >= 0 && u.OutputTokens >= 0 && u.TotalTokens >= 0 &&
+		u.InputTokensDetails.CachedTokens >= 0 && u.InputTokensDetails.CachedTokens <= u.InputTokens {
+		add.InputTokens, add.OutputTokens, add.TotalTokens = u.InputTokens, u.OutputTokens, u.TotalTokens
+		add.InputTokenDetails.TextTokens = u.InputTokens
+		add.InputTokenDetails.CachedTokens = u.InputTokensDetails.CachedTokens
+		add.InputTokenDetails.CachedTokensDetails.TextTokens = u.InputTokensDetails.CachedTokens
+		add.OutputTokenDetails.TextTokens = u.OutputTokens
+	}
+	m.Usage.Add(add)
+	if m.OnTokens != nil {
+		m.OnTokens(model, add)
+	}
+}
