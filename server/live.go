@@ -185,6 +185,9 @@ func (ls *liveState) start(msg []byte) {
 		s.balancer.Release(plan.Reserved)
 		return
 	}
+	if ls.fromPool(plan.Cands[0], group, st) {
+		return // a warm unstarted socket of its first-choice deployment (livepool.go)
+	}
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
 	conn, d := s.dialFor(ctx, ls.sess, info, plan.Cands, nil, ls.hdr)

@@ -50,6 +50,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	pool      *upstream.Pool // nil when the pool is off
+	livePool  *upstream.Pool // GPT-Live's unstarted sockets (livepool.go); nil when off
 	metrics   *metrics
 	front     frontDoor         // admission at accept (accept.go)
 	memBudget memoryBudget      // the global bound on bytes held for slow peers (watchdog.go)
@@ -169,6 +170,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		pc.Memory = poolMemory(cfg, s.store)
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
 	}
+	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.metrics.reg)
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
 	s.metrics.reg.MustRegister(s.metrics.warmRedials)
@@ -220,6 +222,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		// first client arrives.
 		primePool(s.pool, s.routes.Load())
 	}
+	primeLivePool(s.livePool, s.routes.Load())
 	err = loop.Serve(sl)
 	if sl.stopped.Load() {
 		return nil // Drain stopped accepting: that is how serving ends
@@ -245,6 +248,9 @@ func poolDesc(c upstream.PoolConfig) string {
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.pool != nil {
 		s.pool.Close()
+	}
+	if s.livePool != nil {
+		s.livePool.Close()
 	}
 	s.cancel()
 	s.mu.Lock()
@@ -285,6 +291,7 @@ func (s *Server) Reload() error {
 	s.routes.Store(r)
 	logTableNotices(s.log, r)
 	primePool(s.pool, r)
+	primeLivePool(s.livePool, r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
 		groups = append(groups, g)
