@@ -76,7 +76,9 @@ func firstEvent(b []byte) string {
 // socket gets the client's session.start first and the session starts on
 // it, with session.started kept for the session that adopts it; idle ones
 // are pinged and their pongs consumed.
-func TestLivePoolHoldsUnstartedSockets(t *testing.T) { eachScheme(t, testLivePoolHoldsUnstartedSockets) }
+func TestLivePoolHoldsUnstartedSockets(t *testing.T) {
+	eachScheme(t, testLivePoolHoldsUnstartedSockets)
+}
 
 func testLivePoolHoldsUnstartedSockets(t *testing.T, tls bool) {
 	m := startLiveMock(t, mockai.Config{}, tls)
