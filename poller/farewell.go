@@ -151,10 +151,10 @@ func (s *Session) clientClosed(cl frames.Close) {
 // false when there is none or the upstream cannot take it. Callers hold
 // up.mu.
 func (s *Session) startFarewellLocked(code ws.StatusCode, reason string) bool {
-	fw := s.fw
-	if fw == nil || s.upState != upReady || s.up.ep == nil || s.up.state != closeOpen || s.c2u.MidFrame() || fw.started.Load() {
+	if !s.canFarewellLocked() {
 		return false
 	}
+	fw := s.fw
 	fw.code, fw.reason = code, reason
 	if err := s.up.ep.Send(fw.frame); err != nil {
 		return false
@@ -166,6 +166,13 @@ func (s *Session) startFarewellLocked(code ws.StatusCode, reason string) bool {
 		go s.finishFarewell() // the upstream had already ended (expired, say)
 	}
 	return true
+}
+
+// canFarewellLocked reports whether the farewell can go upstream now.
+// Callers hold up.mu.
+func (s *Session) canFarewellLocked() bool {
+	return s.fw != nil && !s.fw.started.Load() && s.upState == upReady && s.up.ep != nil &&
+		s.up.state == closeOpen && !s.c2u.MidFrame()
 }
 
 // farewellPending reports whether a farewell is waiting for its answer.
@@ -217,27 +224,36 @@ func closeFrame(cl frames.Close, mask bool) []byte {
 }
 
 // terminateGracefully is Terminate for a session with a farewell: notice
-// goes to the client now, the farewell upstream, and the close (code,
+// goes to the client now, then the farewell upstream, and the close (code,
 // reason) to both once it is answered. False when the upstream cannot take
 // a farewell (not open yet, or gone): Terminate closes at once then.
 func (s *Session) terminateGracefully(code ws.StatusCode, reason string, notice []byte) bool {
 	if s.fw == nil {
 		return false
 	}
+	if s.fw.started.Load() {
+		return true // already ending the Live way
+	}
 	s.up.mu.Lock()
-	pending := s.fw.started.Load()
-	started := !pending && s.startFarewellLocked(code, reason)
+	can := s.canFarewellLocked()
 	s.up.mu.Unlock()
-	if !pending && !started {
+	if !can {
 		return false
 	}
-	if started && notice != nil {
-		c := &s.client
-		c.mu.Lock()
-		if c.mayWrite() && !s.u2c.MidFrame() {
-			_ = c.ep.Send(notice)
-		}
-		c.mu.Unlock()
+	// The notice goes first: the farewell's answer must not overtake it.
+	c := &s.client
+	c.mu.Lock()
+	if notice != nil && c.mayWrite() && !s.u2c.MidFrame() {
+		_ = c.ep.Send(notice)
+	}
+	c.mu.Unlock()
+	s.up.mu.Lock()
+	started := s.startFarewellLocked(code, reason)
+	s.up.mu.Unlock()
+	if !started && !s.fw.started.Load() {
+		// The upstream went meanwhile: close as Terminate would.
+		s.sendClientNotice(nil, code, reason)
+		s.closeUpstream(code, reason)
 	}
 	return true
 }

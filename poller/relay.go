@@ -131,6 +131,9 @@ func (s *Session) fromUpstream(src frames.Source) error {
 			werr = c.ep.flushBatch()
 		}
 		act := actNone
+		// A close held for a farewell goes no further: the client gets
+		// the end's own close (finishFarewell), which is the one noted.
+		swallowed := cl != nil && s.u2c.HoldsCloses() && s.farewellPending()
 		if cl != nil && dst != nil {
 			switch {
 			case !s.u2c.HoldsCloses():
@@ -157,9 +160,11 @@ func (s *Session) fromUpstream(src frames.Source) error {
 			return err
 		}
 		if cl != nil {
-			s.noteClose(*cl, UpstreamSide)
+			if !swallowed {
+				s.noteClose(*cl, UpstreamSide)
+			}
 			s.closeReceived(&s.up, *cl)
-			if s.farewellPending() {
+			if swallowed {
 				s.finishFarewell() // the upstream ended: nothing more to wait for
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"rtgate/mockai"
+	"rtgate/server/usage"
 )
 
 // The official SDK and a real browser against the gateway, with mockai as a
@@ -143,5 +145,121 @@ func TestNodeSDK(t *testing.T) {
 	evs := mockEvents(t, mock, roots)
 	if len(evs) == 0 || evs[0].Type != "session.update" || !strings.Contains(string(evs[0].Event), "From the SDK.") {
 		t.Fatalf("the upstream did not get the secret's config first: %+v", evs)
+	}
+}
+
+// TestLiveNodeSDK: the official SDK's LiveWS unchanged against the gateway,
+// over plain ws:// (gateway and mockai) and over TLS (the gateway's
+// listener and a mockai -tls upstream): testdata/node/live.mjs. A session
+// routed by its session.start reaches mockai with the upstream key, audio
+// and a delegated response come back, session.close gets session.closed and
+// close 1000, and the usage record holds the seconds, the backend tokens
+// and their cost; the upstream's strict-config error and the gateway's
+// model_not_found refusal reach the SDK as error events.
+func TestLiveNodeSDK(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed (apt-get install -y nodejs npm)")
+	}
+	dir := ensureNodeModules(t)
+	for _, tlsOn := range []bool{false, true} {
+		name := "ws"
+		if tlsOn {
+			name = "wss"
+		}
+		t.Run(name, func(t *testing.T) {
+			logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+			var mock *mockaiProcess
+			var roots *x509.CertPool
+			var lc listenerCert
+			if tlsOn {
+				mock, roots = tlsMockaiProcess(t)
+				lc = newListenerCert(t)
+			} else {
+				mock = startMockaiProcess(t)
+			}
+			g := startGateway(t, nil, func(c *Settings) {
+				c.APIBase, _ = ParseAPIBase(mock.baseURL)
+				c.UpstreamRoots = roots
+				c.UsageLog = logPath
+				if tlsOn {
+					c.TLSCert, c.TLSKey = lc.certFile, lc.keyFile
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "live.mjs")
+			cmd.Dir = dir
+			base := "http://" + g.addr + "/v1"
+			cmd.Env = append(os.Environ(), "GATEWAY_KEY="+testMasterKey)
+			if tlsOn {
+				base = "https://" + g.addr + "/v1"
+				cmd.Env = append(cmd.Env, "NODE_EXTRA_CA_CERTS="+lc.certFile)
+			}
+			cmd.Env = append(cmd.Env, "GATEWAY_BASE="+base)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("node live.mjs: %v (%s)", err, out)
+			}
+			var got struct {
+				LiveURL            string `json:"live_url"`
+				SessionID          string `json:"session_id"`
+				Model              string `json:"model"`
+				ClientEventID      string `json:"client_event_id"`
+				OutputAudioBytes   int    `json:"output_audio_bytes"`
+				BackendTotalTokens int    `json:"backend_total_tokens"`
+				Closed             struct {
+					Reason  string  `json:"reason"`
+					Seconds float64 `json:"seconds"`
+				} `json:"closed"`
+				LiveClose int `json:"live_close"`
+				Strict    struct {
+					Code  string `json:"code"`
+					Param string `json:"param"`
+				} `json:"strict"`
+				Unknown struct {
+					Code  string `json:"code"`
+					Close int    `json:"close"`
+				} `json:"unknown"`
+				Error string `json:"error"`
+			}
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("live.mjs printed %q: %v", out, err)
+			}
+			scheme := map[bool]string{false: "ws://", true: "wss://"}[tlsOn]
+			switch {
+			case got.Error != "":
+				t.Fatalf("the SDK failed: %s", got.Error)
+			case got.LiveURL != scheme+"HOST/v1/live/sessions" || !strings.HasPrefix(got.SessionID, "live_") ||
+				got.Model != "gpt-live-1" || got.ClientEventID != "evt_sdk":
+				t.Fatalf("LiveWS session.started: %+v", got)
+			case got.OutputAudioBytes == 0 || got.BackendTotalTokens != 150:
+				t.Fatalf("audio and response.event: %+v", got)
+			case got.Closed.Reason != "close_requested" || got.Closed.Seconds != 0.1 || got.LiveClose != 1000:
+				t.Fatalf("session.close: %+v", got)
+			case got.Strict.Code != "unknown_parameter" || got.Strict.Param != "session.voice":
+				t.Fatalf("strict config: %+v", got.Strict)
+			case got.Unknown.Code != "model_not_found" || got.Unknown.Close != 1008:
+				t.Fatalf("unknown model: %+v", got.Unknown)
+			}
+			// Three sessions: the metered one, the strict-config one (no
+			// seconds), the refused one (no upstream).
+			recs := waitRecords(t, logPath, 3)
+			var metered *usage.Record
+			for i := range recs {
+				if recs[i].Seconds > 0 {
+					metered = &recs[i]
+				}
+			}
+			// 0.1 s at $0.05 a minute; 120 backend input tokens (20
+			// cached) and 30 output at gpt-realtime-mini's text prices
+			// ($0.60, $0.06, $2.40 a million).
+			want := 0.1*0.05/60 + 100*0.60e-6 + 20*0.06e-6 + 30*2.40e-6
+			if metered == nil || metered.Protocol != "live" || metered.Unconfirmed || metered.Usage.TotalTokens != 150 ||
+				math.Abs(metered.CostUSD-want) > 1e-12 {
+				t.Fatalf("records %+v, want a confirmed live record of 0.1 s and 150 backend tokens costing %v", recs, want)
+			}
+			t.Logf("the SDK's session: %v s, %d backend tokens, %v USD", metered.Seconds, metered.Usage.TotalTokens, metered.CostUSD)
+		})
 	}
 }
