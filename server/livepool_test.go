@@ -11,9 +11,6 @@ import (
 	"rtgate/upstream"
 )
 
-// liveURL is the gateway's GPT-Live route.
-func (g *gateway) liveURL() string { return "ws://" + g.addr + "/v1/live/sessions" }
-
 // livePoolTarget is the pooled target of the environment setup's GPT-Live
 // deployment.
 func livePoolTarget(g *gateway) upstream.Target {
