@@ -50,6 +50,9 @@ func newAppState(cfg Settings, store *cluster.Store, upTLS *tls.Config, meters *
 func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, cands []*routes.Deployment) bool {
 	group, table, q, h := info.group, u.table, u.q, u.req.Header
 	switch {
+	case u.liveAttach:
+		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband (liveapps.go)
+		return true
 	case u.translation:
 		// Never pooled, never redialed: billed by the minute (translation.go).
 		info.redial = nil
@@ -116,13 +119,13 @@ func checkSideband(u *upgrade, owner string, made bool) *refusal {
 		return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
 	}
 	if u.made = made; made {
-		if owner == key.Name {
-			return nil
+		if parseLiveOwner(owner).key == key.Name { // a Live owner is "key\ndeployment"
+			return resolveLiveAttach(u, owner, made)
 		}
 		return forbidden("This call was made with another key.")
 	}
 	if key.Name == routes.MasterKeyName || key.Sideband == routes.SidebandAny {
-		return nil
+		return resolveLiveAttach(u, owner, made)
 	}
 	return forbidden("This key may attach only to calls it made through the gateway (give it `sideband: any` for others).")
 }

@@ -65,6 +65,10 @@ type upgrade struct {
 
 	live        bool // a GPT-Live session: no group until its session.start (live.go)
 	translation bool // a Realtime translation session (translation.go)
+	// A GPT-Live sideband (/v1/live/sessions/{id}/attach, liveapps.go):
+	// callID is the session's id, attachTo the deployment that serves it.
+	liveAttach bool
+	attachTo   *routes.Deployment
 
 	maxSessions int     // the key's max_sessions (0: none)
 	rate        float64 // the key's connect_rate, a second (0: none)
@@ -103,6 +107,9 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	case livePaths[0], livePaths[1], livePaths[2]:
 		live = true
 	default:
+		if _, op, ok := liveSubPath(req.URL.Path); ok && op == "attach" {
+			break // a GPT-Live sideband (liveapps.go)
+		}
 		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
 		return
@@ -150,6 +157,21 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		u.protocol = subprotocolRealtime
 	}
 	u.q = req.URL.Query()
+	if id, op, ok := liveSubPath(req.URL.Path); ok && op == "attach" {
+		if u.grant != nil {
+			return nil, refuseLiveSecret()
+		}
+		u.callID, u.liveAttach = id, true
+		owner, known := s.calls.Known(id)
+		if !known && s.calls.Remote() {
+			u.lookup = true // the rest is decided once Redis has answered
+			return u, nil
+		}
+		if herr = checkSideband(u, owner, known); herr != nil {
+			return nil, herr
+		}
+		return u, s.decideKey(u)
+	}
 	if live {
 		// The model comes with session.start, after the upgrade: the
 		// key's models are checked then (live.go).
