@@ -5,12 +5,15 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"rtgate/mockai"
 	"rtgate/server/redistest"
+	"rtgate/server/usage"
 )
 
 // liveAppsGateway is a gateway in front of mock with liveAppsConfig's
@@ -208,4 +211,51 @@ func createUpstream(t *testing.T, mock *mockai.Server) string {
 		t.Fatalf("creating a session upstream: HTTP %d %s", resp.StatusCode, b)
 	}
 	return id
+}
+
+// TestLiveWebRTCUnmetered: an upstream that refuses the gateway's own
+// sideband (mockai's MaxSidebands < 0) leaves the session unmetered: it is
+// billed the 15 s floor at once, marked unmetered (not unconfirmed), at the
+// Live price; ws:// and wss:// upstreams.
+func TestLiveWebRTCUnmetered(t *testing.T) {
+	for _, up := range upstreams {
+		t.Run(up.name, func(t *testing.T) {
+			cfg := up.cfg
+			cfg.Live.MaxSidebands = -1
+			mock := startMock(t, cfg)
+			path := liveAppsConfig(t, mock.BaseURL())
+			logPath := t.TempDir() + "/usage.jsonl"
+			g := startAppGateway(t, mock, func(c *Settings) { c.RoutesFile, c.UsageLog = path, logPath })
+			newWebRTCSession(t, g, keyA)
+			var rec *usage.Record
+			waitFor(t, "the floor record", func() bool {
+				for _, r := range readRecordsSoFar(logPath) {
+					if r.Protocol == "live" {
+						rec = &r
+						return true
+					}
+				}
+				return false
+			})
+			if !rec.Unmetered || rec.Unconfirmed || rec.Seconds != 15 || rec.KeyName != "app-a" || rec.Outcome != "unmetered" {
+				t.Fatalf("record %+v: want unmetered, 15 s, app-a", rec)
+			}
+			if want := 15 * 0.05 / 60; math.Abs(rec.CostUSD-want) > 1e-12 {
+				t.Fatalf("cost %v, want %v", rec.CostUSD, want)
+			}
+		})
+	}
+}
+
+// readRecordsSoFar reads USAGE_LOG's records without waiting for the end.
+func readRecordsSoFar(path string) []usage.Record {
+	var out []usage.Record
+	b, _ := os.ReadFile(path)
+	for _, line := range strings.Split(string(b), "\n") {
+		var r usage.Record
+		if json.Unmarshal([]byte(line), &r) == nil && r.SessionID != "" {
+			out = append(out, r)
+		}
+	}
+	return out
 }

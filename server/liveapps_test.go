@@ -183,14 +183,12 @@ func TestNodeSDKLiveApps(t *testing.T) {
 	}
 }
 
-// liveRecords reads the Live session records in USAGE_LOG so far.
+// liveRecords reads the metered Live session records in USAGE_LOG so far.
 func liveRecords(t *testing.T, path string) []usage.Record {
 	t.Helper()
 	var out []usage.Record
-	b, _ := os.ReadFile(path)
-	for _, line := range strings.Split(string(b), "\n") {
-		var r usage.Record
-		if json.Unmarshal([]byte(line), &r) == nil && r.Protocol == "live" && r.Outcome == "call_ended" {
+	for _, r := range readRecordsSoFar(path) {
+		if r.Protocol == "live" && r.Outcome == "call_ended" {
 			out = append(out, r)
 		}
 	}
