@@ -36,19 +36,20 @@ type sessionInfo struct {
 	group string
 	// depMu guards deployment and counted: a redial (its own goroutine)
 	// and the session's end may race over them.
-	depMu       sync.Mutex
-	deployment  *routes.Deployment // nil until an upstream is attached
-	counted     bool               // deployment's live count includes this session
-	ended       bool               // the session ended: a late attach (a redial's) is not counted
-	poolHit     bool               // the upstream came from the warm pool
-	overBudget  atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
-	meter       usage.Meter
-	start       time.Time          // when the client's upgrade completed
-	redial      func()             // dials a fresh upstream after a dead warm one
-	reserved    *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
-	grant       *apps.Grant        // the client secret it connected with; nil for a key
-	live        *liveState         // a GPT-Live session's own (live.go); nil for Realtime
-	translation bool               // a Realtime translation session: billed by wall clock (translation.go)
+	depMu        sync.Mutex
+	deployment   *routes.Deployment // nil until an upstream is attached
+	counted      bool               // deployment's live count includes this session
+	ended        bool               // the session ended: a late attach (a redial's) is not counted
+	poolHit      bool               // the upstream came from the warm pool
+	overBudget   atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
+	meter        usage.Meter
+	start        time.Time          // when the client's upgrade completed
+	redial       func()             // dials a fresh upstream after a dead warm one
+	reserved     *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
+	grant        *apps.Grant        // the client secret it connected with; nil for a key
+	live         *liveState         // a GPT-Live session's own (live.go); nil for Realtime
+	translation  bool               // a Realtime translation session: billed by wall clock (translation.go)
+	liveSideband bool               // a GPT-Live sideband (liveapps.go): its record says protocol live
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -396,6 +397,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	if info.live != nil {
 		info.live.fill(&rec)
+	}
+	if info.liveSideband {
+		rec.Protocol = routes.ProtocolLive // relayed, not metered: the gateway's own sideband meters the session
 	}
 	if info.translation && dep != nil {
 		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (translation.go)
