@@ -232,3 +232,33 @@ func TestInspectorSeesChosenFramesWhole(t *testing.T) {
 		}
 	}
 }
+
+// HoldCloses: a close frame is returned, counted and not written, whether
+// it arrives whole or byte by byte; the frames around it are written.
+func TestScannerHoldsCloses(t *testing.T) {
+	text := AppendFrame(nil, ws.OpText, []byte(`{"type":"x"}`), true)
+	cl := AppendClose(nil, ws.StatusNormalClosure, "bye", true)
+	for _, chunk := range []int{1, 3, 1000} {
+		s := NewScanner(FromClient, 0)
+		s.HoldCloses()
+		sink := &sliceSink{}
+		var got []Close
+		stream := append(append([]byte(nil), text...), cl...)
+		for off := 0; off < len(stream); off += chunk {
+			src := NewByteSource(stream[off:min(off+chunk, len(stream))])
+			for src.Len() > 0 {
+				c, err := s.Forward(src, sink)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c != nil {
+					got = append(got, *c)
+				}
+			}
+		}
+		if string(sink.b) != string(text) || len(got) != 1 || got[0].Code != ws.StatusNormalClosure || got[0].Reason != "bye" ||
+			s.Frames != 2 || s.Bytes != uint64(len(stream)) || !s.HoldsCloses() {
+			t.Fatalf("chunk %d: wrote %q, closes %v, counted %d frames %d bytes", chunk, sink.b, got, s.Frames, s.Bytes)
+		}
+	}
+}

@@ -51,7 +51,6 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 	group, table, q, h := info.group, u.table, u.q, u.req.Header
 	switch {
 	case u.liveAttach:
-		info.liveSideband = true
 		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband (liveapps.go)
 		return true
 	case u.translation:

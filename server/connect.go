@@ -358,7 +358,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	c.answered()
 	info := &c.info
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
-	info.translation = u.translation
+	info.translation, info.liveSideband = u.translation, u.liveAttach
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.budgets.meter(info, func(message string) {
@@ -367,13 +367,14 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	c.watch = setupWatch{sessionInfo: info, srv: s}
 	sess.InspectUpstream(&c.watch)
 	if u.live {
-		s.openLive(sess, info, u) // before any client frame: the first is held
+		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
 	}
 	c.startRelay(sess)
 	s.sessMu.Lock()
 	s.sessions[sess] = info
 	s.sessMu.Unlock()
 	s.metrics.sessionsOpen.Inc()
+	s.metrics.protocolOpen.WithLabelValues(info.protocol()).Inc()
 	if err := c.ep.Send(upgradeResponse(u.accept, u.protocol)); err != nil {
 		sess.Cancel() // the client is gone before its 101: no upstream
 		// Its close callback may have run before the session existed (the

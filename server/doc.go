@@ -32,6 +32,8 @@
 //	connect.go      decideKey: the key's models; spendbudget.go budgets.check
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
 //	                (limit.Local, or cluster.Limiter)
+//	live.go         a GPT-Live route: no group yet (its session.start
+//	                names it); rtgate's client secrets refused
 //	connect.go    decideOffLoop, only when the decision needs I/O (a call
 //	              owner in Redis, the Redis admission): a goroutine, client
 //	              bytes buffered meanwhile (pendingStep)
@@ -39,6 +41,11 @@
 //	              or the slot holder first), the 101, the session registered
 //	              (session.go: sessionInfo, setupWatch), spendbudget.go
 //	              budgets.meter, then the upstream:
+//	live.go         a GPT-Live session: the first message held
+//	                (poller.HoldFirst) and read (protocol.ReadStart),
+//	                then pickGroup, balance.Reserve, dialFor, the
+//	                rewritten session.start first; session.close as its
+//	                end (poller.SetFarewell); usage.LiveMeter
 //	apps.go         startApp: a translation session's, a sideband's, a
 //	                transcription session's
 //	                (session.go connectUpstream) or a client secret's

@@ -55,13 +55,14 @@ const (
 
 // liveState is what a GPT-Live session adds to its sessionInfo.
 type liveState struct {
-	srv   *Server
-	sess  *poller.Session
-	info  *sessionInfo
-	table *routes.Table
-	hdr   http.Header // the client headers that go upstream
-	state atomic.Int32
-	timer *time.Timer
+	srv     *Server
+	sess    *poller.Session
+	info    *sessionInfo
+	table   *routes.Table
+	hdr     http.Header // the client headers that go upstream
+	state   atomic.Int32
+	timer   *time.Timer
+	startAt time.Time // when the session.start arrived (before the dial)
 
 	// Written on the upstream's read path (the meter's callbacks), read
 	// once the session has ended.
@@ -86,11 +87,11 @@ func isLiveSecret(table *routes.Table, presented string) bool {
 	return !isKey && strings.HasPrefix(presented, apps.SecretPrefix)
 }
 
-// openLive prepares an opened Live session, before its relay starts: the
-// farewell, the hold on the first message and its deadline, and the meter.
-func (s *Server) openLive(sess *poller.Session, info *sessionInfo, u *upgrade) {
+// newLiveState prepares an opened Live session, before its relay starts:
+// the farewell, the hold on the first message and its deadline, and the
+// meter.
+func newLiveState(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) *liveState {
 	ls := &liveState{srv: s, sess: sess, info: info, table: u.table, hdr: passThrough(u.req.Header)}
-	info.live = ls
 	sess.SetFarewell(protocol.Live{}.End(), liveCloseWait)
 	ls.meter.OnClosed = sess.Farewelled
 	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
@@ -99,6 +100,7 @@ func (s *Server) openLive(sess *poller.Session, info *sessionInfo, u *upgrade) {
 	})
 	sess.HoldFirst(ls.take)
 	ls.timer = time.AfterFunc(s.cfg.LiveStartTimeout, ls.timeout)
+	return ls
 }
 
 // take is the hold's: the client's first message (nil: it closed first).
@@ -107,6 +109,7 @@ func (ls *liveState) take(msg []byte) {
 		return
 	}
 	ls.timer.Stop()
+	ls.startAt = time.Now()
 	if msg == nil {
 		ls.state.Store(liveDone)
 		ls.sess.Terminate(ws.StatusNormalClosure, "no session was started", nil)

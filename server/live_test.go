@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/admin"
 	"rtgate/server/usage"
 )
 
@@ -424,4 +425,52 @@ func TestLiveBackendTokens(t *testing.T) {
 	}
 	t.Logf("record: %v s, %d backend input (%d cached), %d output tokens, %v USD", rec.Seconds, u.InputTokens,
 		u.InputTokenDetails.CachedTokens, u.OutputTokens, rec.CostUSD)
+}
+
+// TestLiveStatusAndMetrics: the status page counts Live sessions beside
+// Realtime ones (by protocol, and each deployment's protocol), and the
+// metrics have them by protocol, with the Live seconds billed.
+func TestLiveStatusAndMetrics(t *testing.T) {
+	m := startMock(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: 20 * time.Millisecond}})
+	g := startGateway(t, m, nil)
+	addr := g.serveAdmin(t)
+	rt := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, rt)
+	c := g.dialLive(t, testMasterKey)
+	send(t, c, liveStart("gpt-live-1", nil))
+	read(t, c)
+	var r admin.Report
+	waitFor(t, "both sessions on the status page", func() bool {
+		if err := json.Unmarshal([]byte(httpGet(t, "http://"+addr+"/status.json", nil)), &r); err != nil {
+			t.Fatal(err)
+		}
+		return len(r.ByProtocol) == 2
+	})
+	want := []admin.NamedCount{{Name: "live", Count: 1}, {Name: "realtime", Count: 1}}
+	if r.ByProtocol[0] != want[0] || r.ByProtocol[1] != want[1] {
+		t.Fatalf("sessions_by_protocol %v, want %v", r.ByProtocol, want)
+	}
+	protocols := map[string]string{}
+	for _, d := range r.Deployments {
+		protocols[d.Group] = d.Protocol
+	}
+	if protocols["gpt-live-1"] != "live" || protocols["gpt-realtime"] != "realtime" {
+		t.Fatalf("deployments' protocols %v", protocols)
+	}
+	if v := metricValue(t, g, `rtgate_protocol_sessions_open{protocol="live"}`); v != 1 {
+		t.Fatalf("live sessions open: %v", v)
+	}
+	appendAudio(t, c, liveSecond)
+	untilSeconds(t, c, 1)
+	send(t, c, map[string]any{"type": "session.close"})
+	closeOf(t, c)
+	waitFor(t, "the Live session's end in the metrics", func() bool {
+		return metricValue(t, g, `rtgate_protocol_sessions_open{protocol="live"}`) == 0
+	})
+	if v := metricValue(t, g, `rtgate_live_seconds_total{key="master",model_group="gpt-live-1"}`); v != 1 {
+		t.Fatalf("live seconds: %v, want 1", v)
+	}
+	if v := metricValue(t, g, `rtgate_protocol_sessions_total{outcome="upstream_closed",protocol="live"}`); v != 1 {
+		t.Fatalf("ended live sessions: %v", v)
+	}
 }

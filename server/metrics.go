@@ -31,6 +31,16 @@ type metrics struct {
 	usageLogErrors prometheus.Counter
 	warmRedials    prometheus.Counter // registered in New (notices.go's redial)
 	spend          *prometheus.CounterVec
+
+	// Sessions by protocol (realtime, live): new series beside the totals
+	// above, whose labels stay as they were.
+	protocolOpen  *prometheus.GaugeVec
+	protocolTotal *prometheus.CounterVec
+	// GPT-Live's own: billed seconds, sessions without session.closed, and
+	// session.start to session.started.
+	liveSeconds     *prometheus.CounterVec
+	liveUnconfirmed *prometheus.CounterVec
+	liveStart       prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -60,8 +70,25 @@ func newMetrics() *metrics {
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_relay_frames_total",
 			Help: "Frames relayed, counted when sessions end."}, []string{"direction"}),
 	}
+	m.protocolOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_protocol_sessions_open",
+		Help: "Sessions relaying now, by protocol (realtime, live); rtgate_sessions_open is their sum."}, []string{"protocol"})
+	m.protocolTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_protocol_sessions_total",
+		Help: "Ended sessions by protocol (realtime, live) and outcome."}, []string{"protocol", "outcome"})
+	m.liveSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_live_seconds_total",
+		Help: "GPT-Live session seconds billed (the upstream's usage.seconds), by model group and client key name."},
+		[]string{"model_group", "key"})
+	m.liveUnconfirmed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_live_unconfirmed_sessions_total",
+		Help: "GPT-Live sessions that ended without session.closed: billed their last reported seconds."},
+		[]string{"model_group"})
+	m.liveStart = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rtgate_live_session_start_seconds",
+		Help:    "GPT-Live: from the client's session.start reaching the gateway to the upstream's first event (session.started) sent to it.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}})
+	for _, p := range []string{routes.ProtocolRealtime, routes.ProtocolLive} {
+		m.protocolOpen.WithLabelValues(p)
+	}
 	reg.MustRegister(m.sessionsOpen, m.sessionsTotal, m.sessionSetup, m.bytes, m.frames,
 		m.tokens, m.dialFailures, m.usageLogErrors, m.spend,
+		m.protocolOpen, m.protocolTotal, m.liveSeconds, m.liveUnconfirmed, m.liveStart,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -99,8 +126,8 @@ func (v adminView) Sessions() int {
 	return len(v.s.sessions)
 }
 
-func (v adminView) SessionCounts() (byGroup, byKey map[string]int) {
-	byGroup, byKey = map[string]int{}, map[string]int{}
+func (v adminView) SessionCounts() (byGroup, byKey, byProtocol map[string]int) {
+	byGroup, byKey, byProtocol = map[string]int{}, map[string]int{}, map[string]int{}
 	v.s.sessMu.Lock()
 	defer v.s.sessMu.Unlock()
 	for _, info := range v.s.sessions {
@@ -108,8 +135,9 @@ func (v adminView) SessionCounts() (byGroup, byKey map[string]int) {
 		if info.key != nil {
 			byKey[info.key.Name]++
 		}
+		byProtocol[info.protocol()]++
 	}
-	return byGroup, byKey
+	return byGroup, byKey, byProtocol
 }
 
 func (v adminView) SessionsEnded() float64 { return sumCounter(v.s.metrics.sessionsTotal) }

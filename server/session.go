@@ -306,6 +306,17 @@ func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.DialFu
 	}
 }
 
+// protocol names the protocol the session speaks, for metrics.
+func (i *sessionInfo) protocol() string {
+	switch {
+	case i.live != nil, i.liveSideband:
+		return routes.ProtocolLive
+	case i.translation:
+		return routes.ProtocolTranslation
+	}
+	return routes.ProtocolRealtime
+}
+
 // currentDeployment is the deployment serving the session (nil if none yet).
 func (i *sessionInfo) currentDeployment() *routes.Deployment {
 	i.depMu.Lock()
@@ -370,6 +381,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m := s.metrics
 	m.sessionsOpen.Dec()
+	m.protocolOpen.WithLabelValues(info.protocol()).Dec()
 	fin, bin, fout, bout := sess.Counters()
 	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
 	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
@@ -383,6 +395,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
 	u := info.meter.Usage
+	if info.live != nil {
+		u = info.live.meter.Usage // the backend tokens
+	}
 	s.metrics.countTokens(info.group, info.key.Name, u)
 
 	rec := usage.Record{
@@ -397,6 +412,10 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	if info.live != nil {
 		info.live.fill(&rec)
+		m.liveSeconds.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.Seconds)
+		if rec.Unconfirmed {
+			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
+		}
 	}
 	if info.liveSideband {
 		rec.Protocol = routes.ProtocolLive // relayed, not metered: the gateway's own sideband meters the session
@@ -405,6 +424,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (translation.go)
 	}
 	s.records.record(info, &rec)
+	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
 	explainBeta(s.log, rec)
 	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
@@ -473,6 +493,12 @@ type setupWatch struct {
 
 // Wants implements frames.Inspector.
 func (w *setupWatch) Wants(prefix []byte) bool {
+	if !w.seen && w.live != nil {
+		// A Live session's first event answers the client's own
+		// session.start: timed from it, in its own histogram.
+		w.seen = true
+		w.srv.metrics.liveStart.Observe(time.Since(w.live.startAt).Seconds())
+	}
 	if !w.seen {
 		w.seen = true
 		label := "off"

@@ -27,10 +27,13 @@ package upstream
 // never sees it.
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"rtgate/frames"
 	"rtgate/poller"
@@ -144,11 +147,18 @@ func (l *LiveHold) Handle() *poller.Handle { return l.h }
 // Adopt makes o the socket's owner and returns the socket with the bytes
 // the upstream sent since session.start, in the shape poller.Session's
 // AdoptWarm takes (the caller then calls FinishHandOver); nil when the
-// socket died meanwhile (the caller drops it and dials fresh). A read of
+// socket died meanwhile, or the upstream gave up on it (gaveUp): the
+// caller drops it and dials fresh. A read of
 // the hold may have the lock for a moment, so it retries briefly: call it
 // from a session's start goroutine, never on a poller.
 func (l *LiveHold) Adopt(o poller.Owner) (*poller.Handle, []byte) {
 	for range 1000 {
+		l.mu.Lock()
+		refused := gaveUp(l.buf)
+		l.mu.Unlock()
+		if refused {
+			return nil, nil // it gave up on the socket before session.start reached it
+		}
 		if l.h.TryHandOver(o) {
 			l.mu.Lock()
 			b := l.buf
@@ -165,4 +175,25 @@ func (l *LiveHold) Adopt(o poller.Owner) (*poller.Handle, []byte) {
 		time.Sleep(time.Millisecond)
 	}
 	return nil, nil
+}
+
+// gaveUp reports whether what an unstarted socket sent before the answer to
+// session.start shows the upstream gave up on it: a close frame, or an
+// error event (say session_start_timeout) as its first frame. Handing such a
+// socket over would give the client that error; a fresh dial (with a fresh
+// session.start) answers a genuine refusal of the session.start the same
+// way, so nothing is hidden.
+func gaveUp(b []byte) bool {
+	h, hlen, ok, err := frames.ParseHeader(b)
+	if err != nil || !ok {
+		return false
+	}
+	if h.OpCode == ws.OpClose {
+		return true
+	}
+	if h.OpCode != ws.OpText || int64(len(b)-hlen) < h.Length {
+		return false
+	}
+	var ev struct{ Type string }
+	return json.Unmarshal(b[hlen:hlen+int(h.Length)], &ev) == nil && ev.Type == "error"
 }

@@ -47,9 +47,11 @@ type Gateway interface {
 	// Routes is the configuration in force.
 	Routes() *routes.Table
 	// Sessions is the number of sessions in the registry now, and
-	// SessionCounts the same by model group and by key name (a walk).
+	// SessionCounts the same by model group, by key name and by protocol
+	// (realtime, live; a walk). A Live session counts under the model
+	// group "" until its session.start names the model.
 	Sessions() int
-	SessionCounts() (byGroup, byKey map[string]int)
+	SessionCounts() (byGroup, byKey, byProtocol map[string]int)
 	// SessionsEnded is the number of sessions ended so far.
 	SessionsEnded() float64
 	Draining() bool

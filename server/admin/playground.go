@@ -33,6 +33,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"rtgate/server/routes"
 )
 
 const (
@@ -66,7 +68,9 @@ func (s *Server) servePlayground(w http.ResponseWriter, r *http.Request) {
 	table := s.gw.Routes()
 	cfg := playgroundConfig{Token: s.PageToken(time.Now()), Default: table.Default, Scheme: "ws", Port: s.clientPort}
 	for g := range table.Groups {
-		cfg.Groups = append(cfg.Groups, g)
+		if table.Protocol(g) == routes.ProtocolRealtime { // the playground speaks Realtime only
+			cfg.Groups = append(cfg.Groups, g)
+		}
 	}
 	slices.Sort(cfg.Groups)
 	addr, tls := s.gw.ClientListener()

@@ -165,7 +165,8 @@ type Report struct {
 	Sessions    int                `json:"sessions"`
 	ByGroup     []NamedCount       `json:"sessions_by_model_group"`
 	ByKey       []NamedCount       `json:"sessions_by_key"`
-	ConnectsPS  float64            `json:"connects_per_s"` // over the last sample interval
+	ByProtocol  []NamedCount       `json:"sessions_by_protocol"` // realtime, live
+	ConnectsPS  float64            `json:"connects_per_s"`       // over the last sample interval
 	Connects1m  float64            `json:"connects_last_minute"`
 	PoolEnabled bool               `json:"pool_enabled"`
 	Pool        []PoolKeyReport    `json:"pool"`
@@ -201,7 +202,8 @@ type PoolKeyReport struct {
 type DeploymentReport struct {
 	Name     string   `json:"name"`
 	Group    string   `json:"model_group"`
-	State    string   `json:"state"` // healthy, ejected or probing
+	Protocol string   `json:"protocol"` // realtime or live
+	State    string   `json:"state"`    // healthy, ejected or probing
 	Ejected  bool     `json:"ejected"`
 	BackoffS float64  `json:"backoff_left_s"`
 	Live     int64    `json:"live"`
@@ -233,7 +235,7 @@ func (s *Server) Report(now time.Time) Report {
 	r := Report{Version: buildVersion(), GoVersion: runtime.Version(), StartedAt: s.started.UTC(),
 		UptimeS: now.Sub(s.started).Seconds(), Now: now.UTC(), Draining: s.gw.Draining(),
 		PoolEnabled: pool != nil, Pool: []PoolKeyReport{}, Deployments: s.deploymentReports()}
-	r.Sessions, r.ByGroup, r.ByKey = s.sessionCounts()
+	r.Sessions, r.ByGroup, r.ByKey, r.ByProtocol = s.sessionCounts()
 	r.History = historyOf(hist)
 	if n := len(hist); n >= 2 {
 		last, prev := hist[n-1], hist[n-2]
@@ -316,14 +318,15 @@ func rate(delta float64, d time.Duration) float64 {
 }
 
 // sessionCounts walks the session registry once: the total and the counts
-// by model group and by key name (names only: no key is held in clear).
-func (s *Server) sessionCounts() (int, []NamedCount, []NamedCount) {
-	groups, keys := s.gw.SessionCounts()
+// by model group, by key name (names only: no key is held in clear) and by
+// protocol.
+func (s *Server) sessionCounts() (int, []NamedCount, []NamedCount, []NamedCount) {
+	groups, keys, protocols := s.gw.SessionCounts()
 	total := 0
 	for _, n := range groups {
 		total += n
 	}
-	return total, sortedCounts(groups), sortedCounts(keys)
+	return total, sortedCounts(groups), sortedCounts(keys), sortedCounts(protocols)
 }
 
 func sortedCounts(m map[string]int) []NamedCount {
@@ -349,7 +352,7 @@ func (s *Server) deploymentReports() []DeploymentReport {
 	for _, g := range groups {
 		for _, d := range table.Groups[g] {
 			st := s.gw.Deployment(d)
-			out = append(out, DeploymentReport{Name: d.Name, Group: g, State: st.State, Ejected: st.State != "healthy",
+			out = append(out, DeploymentReport{Name: d.Name, Group: g, Protocol: d.Protocol, State: st.State, Ejected: st.State != "healthy",
 				BackoffS: st.BackoffS, Live: st.Live, Dialing: st.Dialing, DialMS: st.DialMS, DialAvg: st.DialAvg, Dials: st.Dials})
 		}
 	}

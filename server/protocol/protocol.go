@@ -2,17 +2,18 @@
 // and the voice protocol the session speaks. The front door, the balancer,
 // the pool and the relay are the same for every protocol; what differs is
 // behind Protocol, with OpenAI's Realtime API as its first implementation
-// (realtime.go). The answers, per protocol:
+// (realtime.go) and GPT-Live as its second (live.go; the session side is
+// server/live.go). The answers, per protocol:
 //
 // Where the model comes from.
 //   - Realtime: the URL, before the upgrade: ?model= names a model group;
 //     a transcription session (?intent=transcription) names none, and is
 //     routed by TRANSCRIPTION_MODEL or the default group; a client secret
 //     carries the group it was minted for.
-//   - GPT-Live (next): the client's first event, session.start's
+//   - GPT-Live: the client's first event, session.start's
 //     session.model, after the upgrade: the gateway holds that event,
 //     checks and rewrites the model before the upstream exists
-//     (Model's fromFirstEvent).
+//     (Model's fromFirstEvent; ReadStart and Start.For).
 //
 // What makes a pooled socket warm.
 //   - Realtime: the upstream's session.created, the first frame of every
@@ -39,13 +40,15 @@
 //     scanner that picks them out is usage.Meter (allocation-free, kept
 //     hand-written); UsageEvent names the events.
 //   - GPT-Live: session.usage.updated and session.closed carry cumulative
-//     usage.seconds (take its growth), priced per second.
+//     usage.seconds (take its growth), priced per second; response.event
+//     wrapping a terminal Responses event carries the backend model's
+//     tokens, priced at that model's token prices (usage.LiveMeter).
 //   - Translation sessions: wall-clock seconds.
 //
 // How to end the upstream gracefully.
 //   - Realtime: a close frame; no final event is owed (End returns nil).
 //   - GPT-Live: session.close, then wait for session.closed, which carries
-//     the final usage.
+//     the final usage (End; the reactor's farewell, poller.SetFarewell).
 //
 // Which events mark a turn (for per-turn latency).
 //   - Realtime: a turn starts when the input is committed

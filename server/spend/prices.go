@@ -108,14 +108,7 @@ func (info ModelInfo) SecondPrice(model string) (usd float64, known bool) {
 	if info.BaseModel != "" {
 		name = info.BaseModel
 	}
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	if p, ok := DefaultSecondPrices[name]; ok {
-		return p, true
-	}
-	p, ok := DefaultSecondPrices[snapshot.ReplaceAllString(name, "")]
-	return p, ok
+	return lookupIn(DefaultSecondPrices, name)
 }
 
 // snapshot matches a dated snapshot suffix (gpt-realtime-2025-08-28): a
@@ -125,14 +118,18 @@ var snapshot = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}$`)
 // Lookup returns the built-in prices of an upstream model name ("openai/"
 // and similar provider prefixes and dated snapshot suffixes are looked
 // through), and whether there are any.
-func Lookup(model string) (Prices, bool) {
+func Lookup(model string) (Prices, bool) { return lookupIn(DefaultPrices, model) }
+
+// lookupIn finds model in a built-in table, looking through a provider
+// prefix and a dated snapshot suffix.
+func lookupIn[T any](table map[string]T, model string) (T, bool) {
 	if i := strings.LastIndexByte(model, '/'); i >= 0 {
 		model = model[i+1:]
 	}
-	if p, ok := DefaultPrices[model]; ok {
+	if p, ok := table[model]; ok {
 		return p, true
 	}
-	p, ok := DefaultPrices[snapshot.ReplaceAllString(model, "")]
+	p, ok := table[snapshot.ReplaceAllString(model, "")]
 	return p, ok
 }
 
