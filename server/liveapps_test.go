@@ -21,7 +21,7 @@ import (
 // liveAppsConfig is a routes file with the Live alias group gpt-live
 // (openai/gpt-live-1 on base), a Realtime group, and keys app-a, app-b and
 // ops (sideband: any).
-func liveAppsConfig(t *testing.T, base string) string {
+func liveAppsConfig(t testing.TB, base string) string {
 	t.Helper()
 	t.Setenv("APP_A_KEY", keyA)
 	t.Setenv("APP_B_KEY", keyB)
