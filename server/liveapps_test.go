@@ -1,14 +1,11 @@
 package server
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"math"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,16 +27,7 @@ func liveAppsConfig(t testing.TB, base string) string {
 		return "\n  - model_name: " + group + "\n    litellm_params:\n      model: openai/" + model +
 			"\n      api_base: " + base + "\n      api_key: os.environ/RTGATE_TEST_UPSTREAM"
 	}
-	return writeConfig(t, "model_list:"+entry("gpt-realtime", "gpt-realtime")+entry("gpt-live", "gpt-live-1")+configTail+`
-keys:
-  - name: app-a
-    key: os.environ/APP_A_KEY
-  - name: app-b
-    key: os.environ/APP_B_KEY
-  - name: ops
-    key: os.environ/OPS_KEY
-    sideband: any
-`)
+	return writeConfig(t, "model_list:"+entry("gpt-realtime", "gpt-realtime")+entry("gpt-live", "gpt-live-1")+configTail+appKeys)
 }
 
 // mockHTTP is a mockai process's http(s) root, and a client trusting it.
@@ -58,20 +46,9 @@ func mockHTTP(p *mockaiProcess, roots *x509.CertPool) (string, *http.Client) {
 // metered each session: records of protocol live, at least the 15 s floor,
 // priced at $0.05 a minute.
 func TestNodeSDKLiveApps(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("node is not installed (apt-get install -y nodejs npm)")
-	}
-	dir := ensureNodeModules(t)
 	for _, up := range []string{"ws", "wss"} {
 		t.Run(up, func(t *testing.T) {
-			var mock *mockaiProcess
-			var roots *x509.CertPool
-			if up == "wss" {
-				mock, roots = tlsMockaiProcess(t)
-			} else {
-				mock = startMockaiProcess(t)
-			}
+			mock, roots := mockaiOver(t, up)
 			hooks, hc := mockHTTP(mock, roots)
 			logPath := filepath.Join(t.TempDir(), "usage.jsonl")
 			lc := newListenerCert(t)
@@ -88,16 +65,8 @@ func TestNodeSDKLiveApps(t *testing.T) {
 			_ = json.NewDecoder(resp.Body).Decode(&incoming)
 			resp.Body.Close()
 
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, "liveapps.mjs")
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_KEY="+testMasterKey,
+			out := runNode(t, "liveapps.mjs", "GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_KEY="+testMasterKey,
 				"NODE_EXTRA_CA_CERTS="+lc.certFile, "SDP_OFFER="+sdpOffer, "SIP_CALL="+incoming.ID)
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("node liveapps.mjs: %v", err)
-			}
 			var got struct {
 				WebRTC struct {
 					ID           string `json:"id"`

@@ -1,15 +1,10 @@
 package server
 
 import (
-	"context"
-	"crypto/x509"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestNodeSDKTranslation: the official openai package's translation API
@@ -20,20 +15,9 @@ import (
 // translates, and finish() ends it with session.closed; the gateway books
 // one translation record.
 func TestNodeSDKTranslation(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("node is not installed (apt-get install -y nodejs npm)")
-	}
-	dir := ensureNodeModules(t)
 	for _, up := range []string{"ws", "wss"} {
 		t.Run(up, func(t *testing.T) {
-			var mock *mockaiProcess
-			var roots *x509.CertPool
-			if up == "wss" {
-				mock, roots = tlsMockaiProcess(t)
-			} else {
-				mock = startMockaiProcess(t)
-			}
+			mock, roots := mockaiOver(t, up)
 			entry := func(group string) string {
 				return "\n  - model_name: " + group + "\n    litellm_params:\n      model: openai/" + group +
 					"\n      api_base: " + mock.baseURL + "\n      api_key: os.environ/RTGATE_TEST_UPSTREAM"
@@ -46,16 +30,8 @@ func TestNodeSDKTranslation(t *testing.T) {
 				c.UpstreamRoots = roots
 				c.TLSCert, c.TLSKey = lc.certFile, lc.keyFile
 			})
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, "translation.mjs")
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_KEY="+testMasterKey,
+			out := runNode(t, "translation.mjs", "GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_KEY="+testMasterKey,
 				"NODE_EXTRA_CA_CERTS="+lc.certFile)
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("node translation.mjs: %v", err)
-			}
 			var got struct {
 				SecretIsEK        bool     `json:"secret_is_ek"`
 				SecretSessionType string   `json:"secret_session_type"`

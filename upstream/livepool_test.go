@@ -16,6 +16,7 @@ import (
 	"rtgate/frames"
 	"rtgate/internal/testwait"
 	"rtgate/mockai"
+	"rtgate/poller"
 )
 
 // liveTarget is mockai's GPT-Live route with key.
@@ -99,14 +100,10 @@ func testLivePoolHoldsUnstartedSockets(t *testing.T, tls bool) {
 	if err != nil {
 		t.Fatalf("TakeLive: %v", err)
 	}
-	r := &recorder{}
-	h, held := hold.Adopt(r)
+	r, h := adopt(hold)
 	if h == nil {
 		t.Fatal("the taken socket could not be adopted")
 	}
-	r.h = h
-	r.got = append(r.got, held...)
-	h.FinishHandOver()
 	testwait.For(t, "session.started", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -147,14 +144,10 @@ func testLivePoolReplacesSocketsTheUpstreamDrops(t *testing.T, tls bool) {
 			// the caller dials fresh. A dead socket is not.
 			continue
 		}
-		r := &recorder{}
-		h, held := hold.Adopt(r)
+		r, h := adopt(hold)
 		if h == nil {
 			continue // died after session.start: the caller dials fresh
 		}
-		r.h = h
-		r.got = append(r.got, held...)
-		h.FinishHandOver()
 		testwait.For(t, "a first event", func() bool {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -178,4 +171,19 @@ func testLivePoolReplacesSocketsTheUpstreamDrops(t *testing.T, tls bool) {
 	if p.sum(t, "rtgate_pool_dials_total") < 3 {
 		t.Fatalf("the pool dialed %v sockets, want replacements", p.sum(t, "rtgate_pool_dials_total"))
 	}
+}
+
+// adopt makes a recorder the owner of a held Live socket, as a session's
+// AdoptWarm does: what the upstream sent meanwhile first (nil h: the hold
+// could not hand it over).
+func adopt(hold *LiveHold) (*recorder, *poller.Handle) {
+	r := &recorder{}
+	h, held := hold.Adopt(r)
+	if h == nil {
+		return nil, nil
+	}
+	r.h = h
+	r.got = append(r.got, held...)
+	h.FinishHandOver()
+	return r, h
 }
