@@ -162,15 +162,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 			return nil, refuseLiveSecret()
 		}
 		u.callID, u.liveAttach = id, true
-		owner, known := s.calls.Known(id)
-		if !known && s.calls.Remote() {
-			u.lookup = true // the rest is decided once Redis has answered
-			return u, nil
-		}
-		if herr = checkSideband(u, owner, known); herr != nil {
-			return nil, herr
-		}
-		return u, s.decideKey(u)
+		return decideSideband(s, u)
 	}
 	if live {
 		// The model comes with session.start, after the upgrade: the
@@ -194,14 +186,21 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	// would keep the whole request line it points into.
 	u.group = strings.Clone(u.group)
 	if u.callID = u.q.Get("call_id"); u.callID != "" {
-		owner, known := s.calls.Known(u.callID)
-		if !known && s.calls.Remote() {
-			u.lookup = true // the rest is decided once Redis has answered
-			return u, nil
-		}
-		if herr = checkSideband(u, owner, known); herr != nil {
-			return nil, herr
-		}
+		return decideSideband(s, u)
+	}
+	return u, s.decideKey(u)
+}
+
+// decideSideband decides a sideband's connect (u.callID set): its call's
+// owner known here, or left to the off-loop step when only Redis knows.
+func decideSideband(s *Server, u *upgrade) (*upgrade, *refusal) {
+	owner, known := s.calls.Known(u.callID)
+	if !known && s.calls.Remote() {
+		u.lookup = true // the rest is decided once Redis has answered
+		return u, nil
+	}
+	if herr := checkSideband(u, owner, known); herr != nil {
+		return nil, herr
 	}
 	return u, s.decideKey(u)
 }
