@@ -281,7 +281,7 @@ func (m *callMeter) Wants(prefix []byte) bool {
 // does.
 func (m *callMeter) Inspect(p []byte) {
 	if ls := m.info.live; ls != nil {
-		ls.meter.Inspect(p) // GPT-Live: seconds, backend tokens (livemeter.go)
+		ls.meter.Inspect(p) // GPT-Live: seconds, backend tokens (liveapps.go)
 		return
 	}
 	if add, ok := m.info.meter.Book(p); ok {

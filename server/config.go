@@ -108,7 +108,7 @@ type Settings struct {
 	Pool upstream.PoolConfig
 	// LivePool configures GPT-Live's warm pool of upgraded, unstarted
 	// sockets (LIVE_POOL_SIZE, off by default; LIVE_POOL_MAX_IDLE_SECS);
-	// see upstream/livepool.go and server/livepool.go.
+	// see upstream/livepool.go and server/live.go.
 	LivePool upstream.LivePoolConfig
 	// PoolState (REALTIME_POOL_STATE), if set, is the file where `auto`
 	// remembers each key's demand across restarts (upstream/memory.go).

@@ -64,7 +64,7 @@ type upgrade struct {
 	made   bool
 
 	live        bool // a GPT-Live session: no group until its session.start (live.go)
-	translation bool // a Realtime translation session (translation.go)
+	translation bool // a Realtime translation session (apps.go)
 	// A GPT-Live sideband (/v1/live/sessions/{id}/attach, liveapps.go):
 	// callID is the session's id, attachTo the deployment that serves it.
 	liveAttach bool

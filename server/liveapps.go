@@ -8,7 +8,7 @@ package server
 //	                                       by session.model (a Live group), session.model rewritten
 //	                                       to the deployment's; 201 {session: {id}, transport: {sdp}}
 //	                                       unchanged. The owner (key, deployment) is remembered and the
-//	                                       gateway's own sideband meters the session (livemeter.go).
+//	                                       gateway's own sideband meters the session (liveapps.go).
 //	WS   /v1/live/sessions/{id}/attach     a sideband: owner-checked, relayed to the owning
 //	                                       deployment (graceful_close passed through), never pooled
 //	POST /v1/live/sessions/{id}/accept     SIP call controls, owner-checked, to the owning deployment;
@@ -36,10 +36,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"rtgate/poller"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
+	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -488,7 +490,7 @@ func resolveLiveAttach(u *upgrade, owner string, made bool) *refusal {
 // startLiveAttach connects a GPT-Live sideband to the deployment that
 // serves its session, never from a pool; it runs in its own goroutine. Its
 // frames are not metered: the gateway's own sideband meters the session
-// (livemeter.go).
+// (liveapps.go).
 func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) {
 	info.redial = nil
 	sess.InspectUpstream(unmetered{})
@@ -509,4 +511,56 @@ func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgr
 	}
 	info.attached(s.balancer, u.attachTo)
 	sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+}
+
+// Metering GPT-Live's WebRTC sessions. Their events travel between the
+// browser and OpenAI, outside the gateway, so the gateway attaches its own
+// sideband (…/{id}/attach?graceful_close=true) to each session it created
+// (or whose SIP call it accepted, or forked) and reads the usage there, as
+// it meters Realtime WebRTC calls (calls.go's callMeter): cumulative
+// usage.seconds in session.usage.updated and session.closed, backend tokens
+// in response.event. The sideband also carries the session's reflected
+// audio both ways (about 128 KB/s of base64): the scanner only looks at
+// each frame's first bytes for its type, and skips the rest.
+//
+// A WebRTC session is billed at least 15 s (OpenAI bills 15 s at creation,
+// credited against the duration). If the gateway's sideband cannot attach
+// (the upstream refuses a second sideband, or cannot be reached), the
+// session is billed that floor at once and its record marked unmetered:
+// the app's own sideband through the gateway is relayed but not metered
+// (not implemented: see the README).
+
+// liveWebRTCFloor is the least a WebRTC session is billed, in seconds.
+const liveWebRTCFloor = 15.0
+
+// startLive holds the gateway's own sideband to Live session id on d and
+// meters it against key until it ends.
+func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string) {
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
+	ls := &liveState{info: info}
+	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	info.live = ls
+	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
+	defer cancel()
+	conn, err := cm.dialer.Dial(ctx, d.LiveTarget("/"+id+"/attach", url.Values{"graceful_close": {"true"}}))
+	if err != nil {
+		cm.log.Warn("Live session not metered: the gateway's sideband did not attach; billing the 15 s floor, unmetered",
+			"session", id, "deployment", d.Name, "err", err)
+		cm.metrics.dialFailures.WithLabelValues(d.Group).Inc()
+		rec := usage.Record{SessionID: info.id, KeyName: key.Name, ModelGroup: d.Group, Deployment: d.Name,
+			StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), Outcome: "unmetered", Unmetered: true}
+		ls.fillWebRTC(&rec)
+		cm.records.record(info, &rec)
+		return
+	}
+	cm.watch(info, id, conn)
+}
+
+// fillWebRTC completes a WebRTC session's record: as a WebSocket session's
+// (fill), with the 15 s floor; an unmetered one is not unconfirmed, it is
+// marked as what it is.
+func (ls *liveState) fillWebRTC(rec *usage.Record) {
+	ls.meter.Seconds = max(ls.meter.Seconds, liveWebRTCFloor)
+	ls.fill(rec)
+	rec.Unconfirmed = rec.Unconfirmed && !rec.Unmetered
 }

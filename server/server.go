@@ -50,7 +50,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	pool      *upstream.Pool // nil when the pool is off
-	livePool  *upstream.Pool // GPT-Live's unstarted sockets (livepool.go); nil when off
+	livePool  *upstream.Pool // GPT-Live's unstarted sockets (live.go); nil when off
 	metrics   *metrics
 	front     frontDoor         // admission at accept (accept.go)
 	memBudget memoryBudget      // the global bound on bytes held for slow peers (watchdog.go)
@@ -246,12 +246,7 @@ func poolDesc(c upstream.PoolConfig) string {
 // Shutdown stops accepting connections, ends every client connection and
 // closes the warm pool's sockets with close 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.pool != nil {
-		s.pool.Close()
-	}
-	if s.livePool != nil {
-		s.livePool.Close()
-	}
+	closePools(s.pool, s.livePool)
 	s.cancel()
 	s.mu.Lock()
 	loop := s.loop

@@ -48,7 +48,7 @@ type sessionInfo struct {
 	reserved     *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant        *apps.Grant        // the client secret it connected with; nil for a key
 	live         *liveState         // a GPT-Live session's own (live.go); nil for Realtime
-	translation  bool               // a Realtime translation session: billed by wall clock (translation.go)
+	translation  bool               // a Realtime translation session: billed by wall clock (apps.go)
 	liveSideband bool               // a GPT-Live sideband (liveapps.go): its record says protocol live
 
 	// The client leaving cancels the upstream attempt made for it.
@@ -421,7 +421,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		rec.Protocol = routes.ProtocolLive // relayed, not metered: the gateway's own sideband meters the session
 	}
 	if info.translation && dep != nil {
-		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (translation.go)
+		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (apps.go)
 	}
 	s.records.record(info, &rec)
 	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
