@@ -161,11 +161,17 @@ func TestLiveSession(t *testing.T) {
 // the gateway sends session.close, mockai answers session.closed (not
 // connection_lost), and the usage is booked as confirmed.
 func TestLiveClientLeaves(t *testing.T) {
-	for _, how := range []string{"drop", "close frame"} {
+	for _, how := range []string{"drop", "close frame", "drop, wss upstream", "close frame, wss upstream"} {
 		t.Run(how, func(t *testing.T) {
-			m := startMock(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: 50 * time.Millisecond}})
+			tlsUp := strings.HasSuffix(how, "wss upstream")
+			m := startMock(t, mockai.Config{TLS: tlsUp, Live: mockai.LiveConfig{UsageInterval: 50 * time.Millisecond}})
 			logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-			g := startGateway(t, m, func(c *Settings) { c.UsageLog = logPath })
+			g := startGateway(t, m, func(c *Settings) {
+				c.UsageLog = logPath
+				if tlsUp {
+					c.UpstreamRoots = trustMock(t, m)
+				}
+			})
 			c := g.dialLive(t, testMasterKey)
 			send(t, c, liveStart("gpt-live-1", nil))
 			if e := read(t, c); e.typ() != "session.started" {
@@ -173,7 +179,7 @@ func TestLiveClientLeaves(t *testing.T) {
 			}
 			appendAudio(t, c, liveSecond)
 			untilSeconds(t, c, 1)
-			if how == "drop" {
+			if strings.HasPrefix(how, "drop") {
 				_ = c.UnderlyingConn().Close()
 			} else {
 				_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
@@ -197,10 +203,10 @@ func TestLiveClientLeaves(t *testing.T) {
 // drops, or answers session.close with a bare close) leaves the last
 // reported seconds billed and the record marked unconfirmed.
 func TestLiveUnconfirmed(t *testing.T) {
-	t.Run("upstream drops", func(t *testing.T) {
-		m := startMock(t, mockai.Config{DropAfterFrames: 8, Live: mockai.LiveConfig{UsageInterval: 20 * time.Millisecond}})
+	t.Run("wss upstream drops", func(t *testing.T) {
+		m := startMock(t, mockai.Config{TLS: true, DropAfterFrames: 8, Live: mockai.LiveConfig{UsageInterval: 20 * time.Millisecond}})
 		logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-		g := startGateway(t, m, func(c *Settings) { c.UsageLog = logPath })
+		g := startGateway(t, m, func(c *Settings) { c.UsageLog, c.UpstreamRoots = logPath, trustMock(t, m) })
 		c := g.dialLive(t, testMasterKey)
 		send(t, c, liveStart("gpt-live-1", nil))
 		appendAudio(t, c, liveSecond)
@@ -472,5 +478,31 @@ func TestLiveStatusAndMetrics(t *testing.T) {
 	}
 	if v := metricValue(t, g, `rtgate_protocol_sessions_total{outcome="upstream_closed",protocol="live"}`); v != 1 {
 		t.Fatalf("ended live sessions: %v", v)
+	}
+}
+
+// TestLiveDrain: a Live session still open at the end of a drain gets the
+// shutdown's error event, then its session.closed (the gateway asked for it
+// with session.close) and close 1001; its final usage is booked.
+func TestLiveDrain(t *testing.T) {
+	m := startMock(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: 20 * time.Millisecond}})
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	g := startGateway(t, m, func(c *Settings) { c.UsageLog, c.DrainGrace = logPath, 10*time.Millisecond })
+	c := g.dialLive(t, testMasterKey)
+	send(t, c, liveStart("gpt-live-1", nil))
+	appendAudio(t, c, liveSecond)
+	untilSeconds(t, c, 1)
+	go g.srv.Drain(100 * time.Millisecond)
+	e, _ := readUntil(t, c, "error")
+	if e.str("error", "code") != "server_shutting_down" {
+		t.Fatalf("error %v", e)
+	}
+	readUntil(t, c, "session.closed")
+	if ce := closeOf(t, c); ce.Code != websocket.CloseGoingAway {
+		t.Fatalf("close %v, want 1001", ce)
+	}
+	rec := waitRecords(t, logPath, 1)[0]
+	if rec.Unconfirmed || rec.Seconds != 1 || m.LiveSessions()[0].Reason != "close_requested" {
+		t.Fatalf("record %+v, mockai %+v: want 1 confirmed second, ended by session.close", rec, m.LiveSessions())
 	}
 }

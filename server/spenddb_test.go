@@ -106,3 +106,46 @@ func TestSpendLogPostgresOutage(t *testing.T) {
 	t.Logf("sessions: %d, rows after recovery: %d (distinct %d), spooled during the outage: %v; spend USD: log %.6f, metric %.6f, Postgres %.6f",
 		sessions, rows, distinct, metricSum(t, g, "rtgate_spend_db_spooled_total"), logSum, metric, pgSum)
 }
+
+// TestLiveSessionInPostgres: a metered GPT-Live session (1 s of audio, one
+// delegated response; wss:// upstream) lands in session_usage with its
+// protocol, seconds, backend tokens and cost, as its usage log line says.
+func TestLiveSessionInPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	m := startMock(t, mockai.Config{TLS: true, Live: mockai.LiveConfig{UsageInterval: -1}})
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	g := startGateway(t, m, func(c *Settings) {
+		c.UsageLog, c.DatabaseURL, c.UpstreamRoots = logPath, pg.URL, trustMock(t, m)
+	})
+	c := g.dialLive(t, testMasterKey)
+	send(t, c, liveStart("gpt-live-1", map[string]any{"delegation": map[string]any{"type": "responses",
+		"responses": map[string]any{"model": "gpt-realtime-mini"}}}))
+	send(t, c, map[string]any{"type": "response.create"})
+	appendAudio(t, c, liveSecond)
+	readUntil(t, c, "session.output_audio.delta")
+	send(t, c, map[string]any{"type": "session.close"})
+	readUntil(t, c, "session.closed")
+	rec := waitRecords(t, logPath, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil { // flushes the spend log
+		t.Fatal(err)
+	}
+	var protocol string
+	var seconds, cost float64
+	var unconfirmed bool
+	var in, out int64
+	err := pg.Conn(t).QueryRow(context.Background(), `SELECT protocol, seconds, unconfirmed, input_tokens, output_tokens, cost_usd
+		FROM session_usage WHERE session_id = $1`, rec.SessionID).Scan(&protocol, &seconds, &unconfirmed, &in, &out, &cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1 s at $0.05 a minute; 120 backend input tokens (20 cached) and 30
+	// output at gpt-realtime-mini's text prices.
+	want := 0.05/60 + 100*0.60e-6 + 20*0.06e-6 + 30*2.40e-6
+	if protocol != "live" || seconds != 1 || unconfirmed || in != 120 || out != 30 || math.Abs(cost-want) > 1e-12 || cost != rec.CostUSD {
+		t.Fatalf("row: %s, %v s, unconfirmed %v, %d/%d tokens, %v USD; want live, 1 s, 120/30, %v USD (log line %v)",
+			protocol, seconds, unconfirmed, in, out, cost, want, rec.CostUSD)
+	}
+	t.Logf("session_usage row: protocol %s, %v s, %d backend input and %d output tokens, %.9f USD", protocol, seconds, in, out, cost)
+}

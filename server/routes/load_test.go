@@ -252,7 +252,8 @@ func TestConfigExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the example config does not load: %v", err)
 	}
-	if len(r.Groups["gpt-realtime"]) != 2 || len(r.Groups["gpt-4o-realtime"]) != 1 || len(r.Keys) != 2 {
+	if len(r.Groups["gpt-realtime"]) != 2 || len(r.Groups["gpt-4o-realtime"]) != 1 || len(r.Keys) != 2 ||
+		len(r.Groups["gpt-live"]) != 2 || r.Protocol("gpt-live") != ProtocolLive {
 		t.Errorf("example: groups %v, %d keys", r.Groups, len(r.Keys))
 	}
 	for key, name := range map[string]string{"sk-web": "web-app", "sk-batch-example": "batch", "sk-master": "master"} {
