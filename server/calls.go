@@ -226,6 +226,10 @@ type callMeters struct {
 	metrics *metrics
 	records *records
 	live    sync.Map // *callMeter → struct{}
+	// A GPT-Live WebRTC session's budget (liveapps.go): the ledger, and how
+	// a session over budget is ended (its call hung up upstream).
+	budgets *budgets
+	hangUp  func(d *routes.Deployment, id string)
 }
 
 // start holds the gateway's own sideband to a call and counts its

@@ -134,10 +134,16 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 	if herr != nil {
 		return herr.answer()
 	}
+	id, op, _ := liveSubPath(req.URL.Path)
+	if endpoint == "live_create" || op == "fork" || op == "accept" {
+		// A key at its budget starts no session (it may still end one).
+		if herr := a.s.budgets.check(key); herr != nil {
+			return herr.answer()
+		}
+	}
 	if endpoint == "live_create" {
 		return a.create(req.Context(), table, key, body)
 	}
-	id, op, _ := liveSubPath(req.URL.Path)
 	owner, d, herr := a.owned(table, key, id, op, body)
 	if herr != nil {
 		return herr.answer()
@@ -160,6 +166,13 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 		}
 	}
 	return ans
+}
+
+// hangUp ends session id on d (a WebRTC session over its key's budget).
+func (a liveAPI) hangUp(d *routes.Deployment, id string) {
+	if _, status, err := a.forward(a.s.ctx, d, http.MethodPost, "/"+id+"/hangup", nil); err != nil || status != http.StatusOK {
+		a.s.log.Warn("Live session over budget not hung up", "session", id, "deployment", d.Name, "status", status, "err", err)
+	}
 }
 
 // key authenticates a Live API request: a gateway key (GPT-Live has no
@@ -540,6 +553,10 @@ func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id 
 	ls := &liveState{info: info}
 	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
 	info.live = ls
+	// Booked against the key's budget as the seconds grow, in GPT-Live's
+	// 30 s windows; over it, the call is hung up upstream, and the
+	// session.closed that follows books the final usage.
+	cm.budgets.meterLive(info, ls, func(string) { cm.hangUp(d, id) })
 	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
 	defer cancel()
 	conn, err := cm.dialer.Dial(ctx, d.LiveTarget("/"+id+"/attach", url.Values{"graceful_close": {"true"}}))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"rtgate/mockai"
 	"rtgate/server/redistest"
@@ -250,4 +251,56 @@ func readRecordsSoFar(path string) []usage.Record {
 		}
 	}
 	return out
+}
+
+// TestLiveWebRTCBudget: a WebRTC session's seconds, read by the gateway's
+// own sideband, are booked against its key as they grow; a key that
+// reaches its budget mid-session has the session hung up upstream, its
+// final usage booked (outcome budget_exceeded), and its next create is
+// refused 429 before anything reaches the upstream; ws:// and wss://.
+func TestLiveWebRTCBudget(t *testing.T) {
+	for _, up := range upstreams {
+		t.Run(up.name, func(t *testing.T) {
+			cfg := up.cfg
+			cfg.Live.UsageInterval = 100 * time.Millisecond // media: 100 ms of audio every 100 ms
+			mock := startMock(t, cfg)
+			t.Setenv("APP_A_KEY", keyA)
+			entry := "\n  - model_name: gpt-live\n    litellm_params:\n      model: openai/gpt-live-1\n      api_base: " +
+				mock.BaseURL() + "\n      api_key: os.environ/RTGATE_TEST_UPSTREAM"
+			path := writeConfig(t, "model_list:"+entry+configTail+`
+keys:
+  - name: app-a
+    key: os.environ/APP_A_KEY
+    max_budget: 0.001
+`)
+			logPath := t.TempDir() + "/usage.jsonl"
+			g := startAppGateway(t, mock, func(c *Settings) { c.RoutesFile, c.UsageLog = path, logPath })
+			id := newWebRTCSession(t, g, keyA)
+			var rec *usage.Record
+			waitFor(t, "the session over budget to be hung up and booked", func() bool {
+				for _, r := range readRecordsSoFar(logPath) {
+					if r.Protocol == "live" && r.Outcome == "budget_exceeded" {
+						rec = &r
+						return true
+					}
+				}
+				return false
+			})
+			if rec.Unconfirmed || rec.Seconds < 15 {
+				t.Fatalf("record %+v: want its final usage confirmed, billed at least 15 s", rec)
+			}
+			for _, s := range mock.LiveSessions() {
+				if s.ID == id && (s.State != "closed" || s.Reason != "close_requested") {
+					t.Fatalf("upstream session %s: %s %s, want closed by the hangup", id, s.State, s.Reason)
+				}
+			}
+			before := len(mock.LiveSessions())
+			if status, b := createLive(t, g, keyA, ""); status != http.StatusTooManyRequests || !bytes.Contains(b, []byte("budget_exceeded")) {
+				t.Fatalf("a create over budget: HTTP %d %s", status, b)
+			}
+			if len(mock.LiveSessions()) != before {
+				t.Fatal("a create over budget reached the upstream")
+			}
+		})
+	}
 }

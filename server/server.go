@@ -159,7 +159,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	}
 	go s.budgets.run(s.ctx)
 	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
-		log: log, metrics: s.metrics, records: s.records}, log)
+		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: liveAPI{s}.hangUp}, log)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
