@@ -506,3 +506,45 @@ func TestLiveDrain(t *testing.T) {
 		t.Fatalf("record %+v, mockai %+v: want 1 confirmed second, ended by session.close", rec, m.LiveSessions())
 	}
 }
+
+// TestLiveAzureRoute: Azure's client route and credential header serve the
+// same sessions.
+func TestLiveAzureRoute(t *testing.T) {
+	m := startMock(t, mockai.Config{})
+	g := startGateway(t, m, nil)
+	c := dialWith(t, dialer(), "ws://"+g.addr+"/openai/v1/live/sessions", http.Header{"Api-Key": {testMasterKey}})
+	send(t, c, liveStart("gpt-live-1", nil))
+	if e := read(t, c); e.typ() != "session.started" || e.str("session", "model") != "gpt-live-1" {
+		t.Fatalf("first event %v", e)
+	}
+	send(t, c, map[string]any{"type": "session.close"})
+	readUntil(t, c, "session.closed")
+}
+
+// TestLiveBudgetWindow: as a session's seconds cross into a new 30 s
+// window, that window's cost must still fit the budget: at $0.001 a second
+// and a $0.05 budget, 31 s ($0.031) leave less than the next window's $0.03,
+// so the session ends though its spend is under the budget.
+func TestLiveBudgetWindow(t *testing.T) {
+	m := startMock(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: 20 * time.Millisecond}})
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "usage.jsonl")
+	g := startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile = liveConfig(t, m, "\n    model_info: {input_cost_per_second: 0.001}",
+			"\n    max_budget: 0.05\n    budget_duration: 30d")
+		c.UsageLog, c.SpendState = logPath, filepath.Join(dir, "budgets.json")
+	})
+	c := g.dialLive(t, "sk-team-a-test")
+	send(t, c, liveStart("gpt-live", nil))
+	appendAudio(t, c, 31*liveSecond)
+	if e, seen := readUntil(t, c, "error"); e.str("error", "code") != "budget_exceeded" {
+		t.Fatalf("error %v after %v", e, seen)
+	}
+	if ce := closeOf(t, c); ce.Code != websocket.ClosePolicyViolation {
+		t.Fatalf("close %v, want 1008", ce)
+	}
+	rec := waitRecords(t, logPath, 1)[0]
+	if rec.Outcome != "budget_exceeded" || rec.Seconds != 31 || math.Abs(rec.CostUSD-0.031) > 1e-12 {
+		t.Fatalf("record %+v, want budget_exceeded at 31 s, 0.031 USD", rec)
+	}
+}
