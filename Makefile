@@ -19,7 +19,7 @@ SOAK_ARGS ?=
 PEERS_ARGS ?=
 HUGE_ARGS ?=
 
-.PHONY: all build test vet run bench bench-peers bench-huge soak clean screenshots
+.PHONY: all build test vet run bench bench-live bench-peers bench-huge soak clean screenshots
 
 all: build
 
@@ -63,6 +63,12 @@ bench: build
 	@[ "$(INSTANCES)" = 1 ] || command -v haproxy >/dev/null || \
 		{ apt-get update -q && apt-get install -y -q haproxy; }
 	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway -instances $(INSTANCES) $(BENCH_ARGS)
+
+# GPT-Live beside it: the same legs with Live calls (/v1/live/sessions), the
+# pool-on leg with LIVE_POOL_SIZE (= -c unless -live-pool N). `make bench
+# bench-live` runs Realtime and then Live on the same settings.
+bench-live: build
+	$(BIN)/wsbench compare -protocol live -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(BENCH_ARGS)
 
 # The peer comparison (bench/peers, `wsbench peers`): nginx and HAProxy as WebSocket
 # proxies, direct, and the gateway with the pool off and on, same load, first over a

@@ -160,7 +160,16 @@
 // session.started), FirstAudioDelay (before the first output delta), the
 // frame faults (session.started is frame 1), StopReading (session.start is
 // never read), StatusCode, the key checks and FaultsFromQuery; LiveConfig adds
-// the usage and media schedule, expiry, a start timeout and NoClosed. GET /mock/live/sessions
+// the usage and media schedule, expiry, a start timeout, NoClosed and
+// MaxSidebands (a sideband beyond it refused 409; negative refuses all). GET /mock/live/sessions
 // lists the sessions with their usage, and /mock/live/incoming,
 // /mock/live/sessions/{id}/respond and …/end play what OpenAI's side would do.
+//
+// # Realtime translation
+//
+// WS /v1/realtime/translations?model=… (and Azure's
+// /openai/v1/realtime/translations): session.created of type translation,
+// session.update of the audio settings, appended audio answered with
+// transcript and audio deltas, session.close answered by session.closed
+// (translation.go). No event carries usage.
 package mockai

@@ -52,6 +52,12 @@ type LiveConfig struct {
 	// session.closed, so the final usage is never confirmed (what a relay must
 	// book as unconfirmed). Also fault=no_closed in the query.
 	NoClosed bool
+	// MaxSidebands, if positive, is how many sidebands a session may have
+	// attached at once; one more is refused 409 too_many_sidebands (whether
+	// OpenAI limits sidebands is not documented: a relay that attaches its
+	// own metering sideband is tested against this). Negative refuses
+	// every sideband.
+	MaxSidebands int
 }
 
 const (

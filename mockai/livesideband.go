@@ -46,8 +46,14 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		if ls = s.liveOr404(w, r); ls == nil {
 			return false
 		}
-		if ls.record().State == liveClosed {
+		rec := ls.record()
+		if rec.State == liveClosed {
 			writeHTTPError(w, http.StatusConflict, "invalid_request_error", "session_closed", "The Live session has ended.")
+			return false
+		}
+		if m := s.cfg.Live.MaxSidebands; m < 0 || (m > 0 && rec.Sidebands >= m) {
+			writeHTTPError(w, http.StatusConflict, "invalid_request_error", "too_many_sidebands",
+				fmt.Sprintf("The Live session already has %d sideband(s) attached.", rec.Sidebands))
 			return false
 		}
 		return true

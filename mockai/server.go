@@ -298,6 +298,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 	}
 	s.mountApps(mux)
 	s.mountLive(mux)
+	s.mountTranslation(mux)
 	mux.HandleFunc("GET /mock/records", s.handleRecords)
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
 	mux.HandleFunc("GET /mock/sessions/{id}/received", s.handleReceived)

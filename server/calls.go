@@ -226,6 +226,10 @@ type callMeters struct {
 	metrics *metrics
 	records *records
 	live    sync.Map // *callMeter → struct{}
+	// A GPT-Live WebRTC session's budget (liveapps.go): the ledger, and how
+	// a session over budget is ended (its call hung up upstream).
+	budgets *budgets
+	hangUp  func(d *routes.Deployment, id string)
 }
 
 // start holds the gateway's own sideband to a call and counts its
@@ -239,8 +243,13 @@ func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deplo
 		cm.metrics.dialFailures.WithLabelValues(group).Inc()
 		return
 	}
-	m := &callMeter{meters: cm, info: &sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()},
-		callID: callID, h: poller.NewHandle(conn.Endpoint)}
+	cm.watch(&sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()}, callID, conn)
+}
+
+// watch makes conn, the gateway's own sideband to call (or Live session)
+// callID, meter it for info until it ends.
+func (cm *callMeters) watch(info *sessionInfo, callID string, conn *upstream.Upgraded) {
+	m := &callMeter{meters: cm, info: info, callID: callID, h: poller.NewHandle(conn.Endpoint)}
 	m.sc.Init(frames.FromServer, 0)
 	m.sc.SetInspector(m)
 	cm.live.Store(m, struct{}{})
@@ -264,12 +273,21 @@ type callMeter struct {
 }
 
 // Wants implements frames.Inspector: the events that carry usage.
-func (m *callMeter) Wants(prefix []byte) bool { return m.info.meter.Wants(prefix) }
+func (m *callMeter) Wants(prefix []byte) bool {
+	if ls := m.info.live; ls != nil {
+		return ls.meter.Wants(prefix)
+	}
+	return m.info.meter.Wants(prefix)
+}
 
 // Inspect implements frames.Inspector: a call can last an hour, so its usage
 // reaches the metrics as each response ends, and the usage log when the call
 // does.
 func (m *callMeter) Inspect(p []byte) {
+	if ls := m.info.live; ls != nil {
+		ls.meter.Inspect(p) // GPT-Live: seconds, backend tokens (liveapps.go)
+		return
+	}
 	if add, ok := m.info.meter.Book(p); ok {
 		m.meters.metrics.countTokens(m.info.group, m.info.key.Name, add)
 	}
@@ -307,6 +325,9 @@ func (m *callMeter) UpstreamGone() {
 			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
 			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage,
 			Protocol: "realtime"}
+		if ls := m.info.live; ls != nil {
+			ls.fillWebRTC(&rec)
+		}
 		cm.records.record(m.info, &rec)
 	})
 }

@@ -53,16 +53,7 @@ func appsGatewayOn(t *testing.T, rt, tr *mockai.Server, mutate func(*Settings)) 
 			"\n      api_base: " + m.BaseURL() + "\n      api_key: os.environ/RTGATE_TEST_UPSTREAM"
 	}
 	path := writeConfig(t, "model_list:"+entry("gpt-realtime", "gpt-realtime", rt)+
-		entry("gpt-realtime-mini", "gpt-realtime-mini-2025", rt)+entry("gpt-4o-transcribe", "gpt-4o-transcribe", tr)+configTail+`
-keys:
-  - name: app-a
-    key: os.environ/APP_A_KEY
-  - name: app-b
-    key: os.environ/APP_B_KEY
-  - name: ops
-    key: os.environ/OPS_KEY
-    sideband: any
-`)
+		entry("gpt-realtime-mini", "gpt-realtime-mini-2025", rt)+entry("gpt-4o-transcribe", "gpt-4o-transcribe", tr)+configTail+appKeys)
 	return startGateway(t, nil, func(c *Settings) {
 		c.RoutesFile = path
 		c.TranscriptionModel = "gpt-4o-transcribe"
@@ -75,6 +66,19 @@ keys:
 		}
 	})
 }
+
+// appKeys are the keys app-a, app-b and ops (sideband: any) of a routes
+// file, from APP_A_KEY, APP_B_KEY and OPS_KEY.
+const appKeys = `
+keys:
+  - name: app-a
+    key: os.environ/APP_A_KEY
+  - name: app-b
+    key: os.environ/APP_B_KEY
+  - name: ops
+    key: os.environ/OPS_KEY
+    sideband: any
+`
 
 // multipartOffer is OpenAI's form: sdp and session parts.
 func multipartOffer(t *testing.T, session map[string]any) (string, []byte) {

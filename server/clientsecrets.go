@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -26,7 +27,8 @@ type clientSecretRequest struct {
 	Session json.RawMessage `json:"session"`
 }
 
-// mintClientSecret answers POST /v1/realtime/client_secrets.
+// mintClientSecret answers POST /v1/realtime/client_secrets and POST
+// /v1/realtime/translations/client_secrets.
 func (s *Server) mintClientSecret(req *http.Request, body []byte) apiAnswer {
 	table := s.routes.Load()
 	creds := credentials(req.Header)
@@ -35,12 +37,13 @@ func (s *Server) mintClientSecret(req *http.Request, body []byte) apiAnswer {
 		return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Incorrect or missing API key. Mint client secrets with a gateway key as Authorization: Bearer.")
 	}
-	return s.mintSecretFor(req.Context(), table, key, body)
+	return s.mintSecretFor(req.Context(), table, key, body, apiPaths[req.URL.Path] == "translation_secrets")
 }
 
 // mintSecretFor mints a client secret for key, already authenticated (the
-// admin playground mints for the master key without holding it in clear).
-func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) apiAnswer {
+// admin playground mints for the master key without holding it in clear);
+// translation: for a Realtime translation session.
+func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte, translation bool) apiAnswer {
 	var r clientSecretRequest
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := json.Unmarshal(body, &r); err != nil {
@@ -67,16 +70,15 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 			return paramError("session", "Invalid 'session': expected an object.")
 		}
 	}
-	typ, _ := session["type"].(string)
-	switch typ {
-	case "":
-		typ = "realtime"
-	case "realtime", "transcription":
-	default:
-		return paramError("session.type", "Invalid value for 'session.type': expected 'realtime' or 'transcription'.")
+	typ, herr := secretType(session, translation)
+	if herr != nil {
+		return herr.answer()
 	}
 	session["type"] = typ
 	ask := groupAsk{transcription: typ == "transcription"}
+	if translation {
+		ask.protocol = routes.ProtocolTranslation
+	}
 	if ask.transcription {
 		ask.model = transcriptionModelOf(session)
 	} else {
@@ -86,10 +88,18 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 	if herr != nil {
 		return herr.answer()
 	}
-	if typ == "realtime" {
+	if typ != "transcription" {
 		session["model"] = group
 	}
-	cfg, _ := json.Marshal(session) // map keys sorted: the digest is stable
+	applied := session
+	if translation {
+		// A translation session's type and model are fixed at its
+		// creation: the session.update that applies the secret carries
+		// only its settings.
+		applied = maps.Clone(session)
+		delete(applied, "type")
+	}
+	cfg, _ := json.Marshal(applied) // map keys sorted: the digest is stable
 	now := time.Now()
 	c := apps.Claims{Version: 1, ID: apps.RandomID(), Key: key.Name, Group: group, Type: typ,
 		IssuedAt: now.Unix(), Expires: now.Add(time.Duration(ttl) * time.Second).Unix(), Digest: apps.DigestOf(cfg)}
@@ -113,8 +123,37 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 		out[k] = v
 	}
 	out["object"] = "realtime.session"
+	if translation {
+		out["object"] = "realtime.translation_session"
+	}
 	out["expires_at"] = c.Expires
 	return jsonAnswer(http.StatusOK, map[string]any{"value": token, "expires_at": c.Expires, "session": out})
+}
+
+// secretType is a secret's session.type: realtime (the default) or
+// transcription on /v1/realtime/client_secrets, translation (the default
+// and only) on the translation route.
+func secretType(session map[string]any, translation bool) (string, *refusal) {
+	typ, _ := session["type"].(string)
+	bad := func(want string) *refusal {
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_value",
+			message: "Invalid value for 'session.type': expected " + want + ".", param: "session.type"}
+	}
+	switch {
+	case translation && (typ == "" || typ == secretTypeTranslation):
+		if m, _ := session["model"].(string); m == "" {
+			return "", &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "missing_required_parameter",
+				message: "Missing required parameter: 'session.model'.", param: "session.model"}
+		}
+		return secretTypeTranslation, nil
+	case translation:
+		return "", bad("'translation'")
+	case typ == "":
+		return "realtime", nil
+	case typ == "realtime" || typ == "transcription":
+		return typ, nil
+	}
+	return "", bad("'realtime' or 'transcription'")
 }
 
 func configPlace(store string) string {

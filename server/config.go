@@ -121,6 +121,10 @@ type Settings struct {
 
 	// Pool configures the warm upstream pool; see upstream.PoolConfig.
 	Pool upstream.PoolConfig
+	// LivePool configures GPT-Live's warm pool of upgraded, unstarted
+	// sockets (LIVE_POOL_SIZE, off by default; LIVE_POOL_MAX_IDLE_SECS);
+	// see upstream/livepool.go and server/live.go.
+	LivePool upstream.LivePoolConfig
 	// PoolState (REALTIME_POOL_STATE), if set, is the file where `auto`
 	// remembers each key's demand across restarts (upstream/memory.go).
 	PoolState string
@@ -220,6 +224,7 @@ func Defaults() Settings {
 			Size: 4, Min: 2, Max: 512, MaxIdle: 30 * time.Second, MaxTotal: 2048, MaxInflight: 1024,
 			PingInterval: 5 * time.Second,
 		},
+		LivePool:  upstream.LivePoolConfig{MaxIdle: 30 * time.Second, MaxTotal: 2048},
 		AdminAddr: "127.0.0.1:4002",
 
 		RedisTimeout:     5 * time.Millisecond,
@@ -320,6 +325,8 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		}
 	}
 	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
+	set("LIVE_POOL_SIZE", count(&c.LivePool.Size, 0))
+	set("LIVE_POOL_MAX_IDLE_SECS", secs(&c.LivePool.MaxIdle, 1))
 	set("REALTIME_POOL_STATE", func(v string) error { c.PoolState = v; return nil })
 	set("POOL_WARMUP_SECS", secs(&c.Pool.WarmupBound, 1))
 	set("REALTIME_POOL_PING_SECS", func(v string) error {

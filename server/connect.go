@@ -64,7 +64,12 @@ type upgrade struct {
 	lookup bool
 	made   bool
 
-	live bool // a GPT-Live session: no group until its session.start (live.go)
+	live        bool // a GPT-Live session: no group until its session.start (live.go)
+	translation bool // a Realtime translation session (apps.go)
+	// A GPT-Live sideband (/v1/live/sessions/{id}/attach, liveapps.go):
+	// callID is the session's id, attachTo the deployment that serves it.
+	liveAttach bool
+	attachTo   *routes.Deployment
 
 	maxSessions int       // the key's max_sessions (0: none)
 	rate        float64   // the key's connect_rate, a second (0: none)
@@ -100,10 +105,13 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		}
 		c.ep.Close()
 		return
-	case "/v1/realtime", "/realtime":
+	case "/v1/realtime", "/realtime", "/v1/realtime/translations", "/realtime/translations":
 	case livePaths[0], livePaths[1], livePaths[2]:
 		live = true
 	default:
+		if _, op, ok := liveSubPath(req.URL.Path); ok && op == "attach" {
+			break // a GPT-Live sideband (liveapps.go)
+		}
 		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
 		return
@@ -151,6 +159,13 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		u.protocol = subprotocolRealtime
 	}
 	u.q = req.URL.Query()
+	if id, op, ok := liveSubPath(req.URL.Path); ok && op == "attach" {
+		if u.grant != nil {
+			return nil, refuseLiveSecret()
+		}
+		u.callID, u.liveAttach = id, true
+		return decideSideband(s, u)
+	}
 	if live {
 		// The model comes with session.start, after the upgrade: the
 		// key's models are checked then (live.go).
@@ -160,6 +175,12 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	// sideband's call owner.
 	model, _ := s.proto.Model(u.q)
 	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
+	if u.translation = isTranslationPath(req.URL.Path); u.translation {
+		if herr = translationAsk(u.q, u.grant); herr != nil {
+			return nil, herr
+		}
+		ask.protocol, ask.transcription = routes.ProtocolTranslation, false
+	}
 	if u.group, herr = s.pickGroup(u.table, nil, ask); herr != nil {
 		return nil, herr
 	}
@@ -167,14 +188,21 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	// would keep the whole request line it points into.
 	u.group = strings.Clone(u.group)
 	if u.callID = u.q.Get("call_id"); u.callID != "" {
-		owner, known := s.calls.Known(u.callID)
-		if !known && s.calls.Remote() {
-			u.lookup = true // the rest is decided once Redis has answered
-			return u, nil
-		}
-		if herr = checkSideband(u, owner, known); herr != nil {
-			return nil, herr
-		}
+		return decideSideband(s, u)
+	}
+	return u, s.decideKey(u)
+}
+
+// decideSideband decides a sideband's connect (u.callID set): its call's
+// owner known here, or left to the off-loop step when only Redis knows.
+func decideSideband(s *Server, u *upgrade) (*upgrade, *refusal) {
+	owner, known := s.calls.Known(u.callID)
+	if !known && s.calls.Remote() {
+		u.lookup = true // the rest is decided once Redis has answered
+		return u, nil
+	}
+	if herr := checkSideband(u, owner, known); herr != nil {
+		return nil, herr
 	}
 	return u, s.decideKey(u)
 }
@@ -333,6 +361,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
 	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
 	info.turns.Off = s.cfg.NoTurnMetrics
+	info.translation, info.liveSideband = u.translation, u.liveAttach
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.budgets.meter(info, func(message string) {
@@ -342,7 +371,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	sess.InspectUpstream(&c.watch)
 	if u.live {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
-	} else if continuityOn(s.cfg, u.key) && u.callID == "" && isRealtimeModel(u.q) &&
+	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
 			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})

@@ -20,15 +20,19 @@
 //	server.go     readHead: the head is collected from netpoll's buffer,
 //	              bounded by MAX_HEADER_BYTES
 //	connect.go    handle: health, API requests (httpapi.go: client secrets
-//	              in clientsecrets.go, calls in calls.go), the path and the
-//	              method; then decide (no I/O):
+//	              in clientsecrets.go, calls in calls.go, GPT-Live's WebRTC
+//	              create, call controls, forks and recordings in
+//	              liveapps.go), the path and the method; then decide (no I/O):
 //	connect.go      origins.allow (ALLOWED_ORIGINS)
 //	upgrade.go      credentials, then checkUpgrade
 //	clientsecrets.go authenticateConnect (a key, or a client secret:
 //	                apps.Secrets.Verify)
 //	session.go      pickGroup (a secret's group, transcription routing,
 //	                the protocol's model, the default)
-//	apps.go         checkSideband (a call owner known here)
+//	apps.go         translationAsk (a translation connect names its model)
+//	connect.go      decideSideband; apps.go checkSideband (a call owner
+//	                known here; a GPT-Live sideband's deployment:
+//	                liveapps.go resolveLiveAttach)
 //	connect.go      decideKey: the key's models; spendbudget.go budgets.check
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
 //	                (limit.Local, or cluster.Limiter)
@@ -47,9 +51,12 @@
 //	live.go         a GPT-Live session: the first message held
 //	                (poller.HoldFirst) and read (protocol.ReadStart),
 //	                then pickGroup, balance.Reserve, dialFor, the
-//	                rewritten session.start first; session.close as its
-//	                end (poller.SetFarewell); usage.LiveMeter
-//	apps.go         startApp: a sideband's, a transcription session's
+//	                rewritten session.start first (on a pooled unstarted
+//	                socket with LIVE_POOL_SIZE: fromPool); session.close
+//	                as its end (poller.SetFarewell); usage.LiveMeter
+//	apps.go         startApp: a translation session's, a GPT-Live
+//	                sideband's (liveapps.go startLiveAttach), a sideband's,
+//	                a transcription session's
 //	                (session.go connectUpstream) or a client secret's
 //	                (sessionprime.go primeSession: the protocol's Prime)
 //	connect.go      keepContinuity (resume.go), for a Realtime model session
@@ -76,5 +83,8 @@
 // Beside the path: drain.go (SIGTERM, Shutdown's hang-ups), watchdog.go (idle and stalled
 // sessions, the memory budget), listener.go (the client listener,
 // REUSEPORT), metrics.go (the gateway's metrics, the admin port's view of
-// the gateway), config.go (Settings from the environment).
+// the gateway), config.go (Settings from the environment), calls.go and
+// liveapps.go (the gateway's own metering sidebands to WebRTC calls and
+// GPT-Live WebRTC sessions), live.go (GPT-Live's warm pool, primed for
+// every Live deployment).
 package server

@@ -45,6 +45,7 @@ const maxAPIBody = apps.MaxBody
 var apiPaths = map[string]string{
 	"/v1/realtime/client_secrets": "client_secrets", "/realtime/client_secrets": "client_secrets",
 	"/v1/realtime/calls": "calls", "/realtime/calls": "calls",
+	"/v1/realtime/translations/client_secrets": "translation_secrets", "/realtime/translations/client_secrets": "translation_secrets",
 }
 
 // apiRequest is an API request whose body is being collected.
@@ -52,6 +53,7 @@ type apiRequest struct {
 	req      *http.Request
 	endpoint string
 	body     *bytebufferpool.ByteBuffer // raw body bytes as sent (chunked included)
+	limit    int                        // the body's bound: maxAPIBody, or a Live request's maxLiveBody
 }
 
 // apiAnswer is a response to an API request: a body, or a refusal.
@@ -101,18 +103,22 @@ func (a apiAnswer) render(extra http.Header) []byte {
 // any other path (the WebSocket path carries on).
 func (s *Server) startAPI(c *clientConn, req *http.Request, rest []byte) bool {
 	endpoint, ok := apiPaths[req.URL.Path]
+	limit := maxAPIBody
 	if !ok {
-		return false
+		if endpoint = liveEndpoint(req); endpoint == "" {
+			return false
+		}
+		limit = maxLiveBody // SDP plus a whole session config (liveapps.go)
 	}
 	c.setPhase(phaseBody)
-	c.api = &apiRequest{req: req, endpoint: endpoint, body: bytebufferpool.Get()}
+	c.api = &apiRequest{req: req, endpoint: endpoint, body: bytebufferpool.Get(), limit: limit}
 	c.api.body.B = append(c.api.body.B[:0], rest...)
 	bytebufferpool.Put(c.head)
 	c.head = nil
 	switch {
-	case req.ContentLength > maxAPIBody:
+	case req.ContentLength > int64(limit):
 		c.answerEarly(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-			"The request body is larger than "+strconv.Itoa(maxAPIBody)+" bytes."))
+			"The request body is larger than "+strconv.Itoa(limit)+" bytes."))
 		return true
 	case req.ContentLength < 0 && !isChunked(req):
 		if req.Method == http.MethodPost {
@@ -158,12 +164,12 @@ func (c *clientConn) bodyProgress() {
 	var body []byte
 	switch {
 	case isChunked(a.req):
-		if len(a.body.B) > 2*maxAPIBody {
+		if len(a.body.B) > 2*a.limit {
 			c.answerNow(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-				"The request body is larger than "+strconv.Itoa(maxAPIBody)+" bytes."))
+				"The request body is larger than "+strconv.Itoa(a.limit)+" bytes."))
 			return
 		}
-		b, err := io.ReadAll(io.LimitReader(httputil.NewChunkedReader(bytes.NewReader(a.body.B)), maxAPIBody+1))
+		b, err := io.ReadAll(io.LimitReader(httputil.NewChunkedReader(bytes.NewReader(a.body.B)), int64(a.limit)+1))
 		if errors.Is(err, io.ErrUnexpectedEOF) || (err == nil && !chunkedEnded(a.body.B)) {
 			return // more to come
 		}
@@ -171,9 +177,9 @@ func (c *clientConn) bodyProgress() {
 			c.answerNow(errorAnswer(http.StatusBadRequest, "invalid_request_error", "bad_request", "malformed chunked body"))
 			return
 		}
-		if len(b) > maxAPIBody {
+		if len(b) > a.limit {
 			c.answerNow(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-				"The request body is larger than "+strconv.Itoa(maxAPIBody)+" bytes."))
+				"The request body is larger than "+strconv.Itoa(a.limit)+" bytes."))
 			return
 		}
 		body = b
@@ -224,6 +230,10 @@ func (c *clientConn) answerNow(a apiAnswer) {
 
 // serveAPI answers a whole API request; it runs in its own goroutine.
 func (s *Server) serveAPI(c *clientConn, req *http.Request, endpoint string, body []byte) {
+	if endpoint == "live_content" && req.Method != http.MethodOptions {
+		liveAPI{s}.streamContent(c, req) // streamed, never held whole
+		return
+	}
 	c.answerNow(s.apiAnswer(req, endpoint, body))
 }
 
@@ -235,13 +245,16 @@ func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiA
 	if !s.origins.allow(origin) {
 		return errorAnswer(http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "this Origin may not call the gateway")
 	}
+	if strings.HasPrefix(endpoint, "live_") {
+		return liveAPI{s}.answer(req, endpoint, body) // liveapps.go
+	}
 	if req.Method != http.MethodPost {
 		a := errorAnswer(http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use POST")
 		a.header = http.Header{"Allow": {"POST, OPTIONS"}}
 		return a
 	}
 	switch endpoint {
-	case "client_secrets":
+	case "client_secrets", "translation_secrets":
 		return s.mintClientSecret(req, body)
 	case "calls":
 		return s.createCall(req, body)

@@ -23,6 +23,7 @@ package server
 // session.closed (which carries the final usage) or liveCloseWait.
 
 import (
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/frames"
 	"rtgate/poller"
@@ -38,6 +40,7 @@ import (
 	"rtgate/server/routes"
 	"rtgate/server/spend"
 	"rtgate/server/usage"
+	"rtgate/upstream"
 )
 
 // livePaths are the routes of GPT-Live WebSocket sessions.
@@ -188,6 +191,9 @@ func (ls *liveState) start(msg []byte) {
 		s.balancer.Release(plan.Reserved)
 		return
 	}
+	if ls.fromPool(plan.Cands[0], group, st) {
+		return // a warm unstarted socket of its first-choice deployment (live.go)
+	}
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
 	conn, d := s.dialFor(ctx, ls.sess, info, plan.Cands, nil, ls.hdr)
@@ -271,4 +277,92 @@ func (ls *liveState) fill(rec *usage.Record) {
 		rec.Outcome = "refused"
 	}
 	ls.mu.Unlock()
+}
+
+// GPT-Live's warm pool on the session path (LIVE_POOL_SIZE, off by
+// default). The pool itself (upstream/livepool.go) holds upgraded,
+// unstarted sockets per upstream URL and header set; here the gateway
+// fills it for every Live deployment, and a Live session whose
+// session.start has named its model takes one for its first-choice
+// deployment instead of dialing: session.start is written on it first
+// (Pool.TakeLive), and a socket found dead before that write is replaced by
+// the next one, or by the ordinary dial, without the client seeing it.
+//
+// Off by default because two things cannot be measured offline: how long
+// OpenAI keeps an upgraded socket on which no session.start came (not
+// documented; LIVE_POOL_MAX_IDLE_SECS should stay below it), and whether
+// unstarted sockets count against the per-model concurrent-session cap.
+
+// closePools closes the warm pools that are on (nil: off), the Realtime
+// pool's and GPT-Live's, at shutdown.
+func closePools(pools ...*upstream.Pool) {
+	for _, p := range pools {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
+
+// liveTakeTries bounds the pooled sockets a session tries before it dials.
+const liveTakeTries = 3
+
+// newLivePool makes the Live pool when LIVE_POOL_SIZE is set (nil
+// otherwise): pinged as the Realtime pool's sockets are, within the
+// descriptors sessions leave free, its metrics rtgate_live_pool_*.
+func newLivePool(cfg Settings, d *upstream.Dialer, sessions *atomic.Int64, log *slog.Logger, reg prometheus.Registerer) *upstream.Pool {
+	lc := cfg.LivePool
+	if lc.Size <= 0 {
+		return nil
+	}
+	lc.PingInterval, lc.PongTimeout = cfg.Pool.PingInterval, cfg.Pool.PongTimeout
+	fdLimit := openFileLimit()
+	lc.Spare = func() int { return fdLimit - fdReserve - 2*int(sessions.Load()) }
+	log.Info("GPT-Live warm pool on", "size", lc.Size, "max_idle", lc.MaxIdle)
+	return upstream.NewLivePool(d, lc, log, upstream.NewPoolMetricsNamed(reg, "rtgate_live_pool"))
+}
+
+// primeLivePool fills the Live pool for every Live deployment (pool nil:
+// off).
+func primeLivePool(pool *upstream.Pool, r *routes.Table) {
+	if pool == nil {
+		return
+	}
+	for g, ds := range r.Groups {
+		for _, d := range ds {
+			if d.Protocol == routes.ProtocolLive {
+				pool.Prime(target(d, nil, nil), g)
+			}
+		}
+	}
+}
+
+// fromPool starts the session on a pooled socket of deployment d, writing
+// st (rewritten for d) first; it reports false when the pool is off or
+// gave nothing, and the caller dials.
+func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.Start) bool {
+	s, info := ls.srv, ls.info
+	if s.livePool == nil {
+		return false
+	}
+	hold, err := s.livePool.TakeLive(target(d, nil, ls.hdr), group, st.For(d.Model), liveTakeTries)
+	if err != nil {
+		return false
+	}
+	adopted := ls.sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		h, held := hold.Adopt(o)
+		if h != nil {
+			info.poolHit = true
+			info.attached(s.balancer, d) // before its first frame reaches the client
+		}
+		return h, held
+	})
+	if !adopted {
+		// It died after session.start went, before the session owned
+		// it: nothing reached the client, so the ordinary dial (and a
+		// fresh session.start) follows.
+		hold.Handle().Endpoint().Drop()
+		return false
+	}
+	s.balancer.Succeeded(d)
+	return true
 }

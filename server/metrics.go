@@ -163,7 +163,7 @@ func (v adminView) ClientListener() (net.Addr, bool) {
 }
 
 func (v adminView) MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
-	a := v.s.mintSecretFor(ctx, table, key, body)
+	a := v.s.mintSecretFor(ctx, table, key, body, false)
 	if r := a.refused; r != nil {
 		return admin.Answer{Status: r.status, ErrType: r.errType, ErrCode: r.code, ErrMsg: r.message}
 	}

@@ -59,7 +59,7 @@ func ensureNodeModules(t *testing.T) string {
 
 // tlsMockaiProcess starts mockai -tls as a process and returns it with a
 // pool trusting its certificate; args are more mockai flags.
-func tlsMockaiProcess(t *testing.T, args ...string) (*mockaiProcess, *x509.CertPool) {
+func tlsMockaiProcess(t testing.TB, args ...string) (*mockaiProcess, *x509.CertPool) {
 	t.Helper()
 	certFile := filepath.Join(t.TempDir(), "mockai.pem")
 	p := startMockaiProcess(t, append([]string{"-tls", "-cert-out", certFile}, args...)...)

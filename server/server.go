@@ -52,6 +52,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	pool       *upstream.Pool // nil when the pool is off
+	livePool   *upstream.Pool // GPT-Live's unstarted sockets (live.go); nil when off
 	metrics    *metrics
 	front      frontDoor          // admission at accept (accept.go)
 	memBudget  memoryBudget       // the global bound on bytes held for slow peers (watchdog.go)
@@ -168,7 +169,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	}
 	go s.budgets.run(s.ctx)
 	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
-		log: log, metrics: s.metrics, records: s.records}, log)
+		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: liveAPI{s}.hangUp}, log)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -179,6 +180,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		pc.Memory = poolMemory(cfg, s.store)
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
 	}
+	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.metrics.reg)
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
 	s.metrics.reg.MustRegister(s.metrics.warmRedials)
@@ -221,6 +223,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		// first client arrives.
 		primePool(s.pool, s.routes.Load())
 	}
+	primeLivePool(s.livePool, s.routes.Load())
 	err = loop.Serve(sl)
 	if sl.stopped.Load() {
 		return nil // Drain stopped accepting: that is how serving ends
@@ -244,9 +247,7 @@ func poolDesc(c upstream.PoolConfig) string {
 // Shutdown stops accepting connections, ends every client connection and
 // closes the warm pool's sockets with close 1000.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.pool != nil {
-		s.pool.Close()
-	}
+	closePools(s.pool, s.livePool)
 	s.cancel()
 	s.mu.Lock()
 	loop := s.loop
@@ -289,6 +290,7 @@ func (s *Server) Reload() error {
 	s.routes.Store(r)
 	logTableNotices(s.log, r)
 	primePool(s.pool, r)
+	primeLivePool(s.livePool, r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
 		groups = append(groups, g)

@@ -53,6 +53,10 @@ type sessionInfo struct {
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
 	live       *liveState         // a GPT-Live session's own (live.go); nil for Realtime
+	// translation: a Realtime translation session, billed by wall clock
+	// (apps.go); liveSideband: a GPT-Live sideband (liveapps.go), whose
+	// record says protocol live.
+	translation, liveSideband bool
 	// Session continuity (resume.go): nil when off for the session; the
 	// kept conversation (a nil State until something is kept); the
 	// resumes so far (under depMu).
@@ -187,6 +191,12 @@ func wrongProtocol(table *routes.Table, g, want string) *refusal {
 	switch have := table.Protocol(g); {
 	case have == want:
 		return nil
+	case have == routes.ProtocolTranslation:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is a Realtime translation model: connect to /v1/realtime/translations?model=%s.", g, g)}
+	case want == routes.ProtocolTranslation:
+		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
+			message: fmt.Sprintf("The model '%s' is not a Realtime translation model; translation sessions use %s.", g, routes.TranslationModel)}
 	case have == routes.ProtocolLive:
 		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
 			message: fmt.Sprintf("The model '%s' is a GPT-Live model: open a session at /v1/live/sessions (its session.start names the model).", g)}
@@ -312,8 +322,11 @@ func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.DialFu
 
 // protocol names the protocol the session speaks, for metrics.
 func (i *sessionInfo) protocol() string {
-	if i.live != nil {
+	switch {
+	case i.live != nil, i.liveSideband:
 		return routes.ProtocolLive
+	case i.translation:
+		return routes.ProtocolTranslation
 	}
 	return routes.ProtocolRealtime
 }
@@ -447,6 +460,12 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
 	info.trace.End()
+	if info.liveSideband {
+		rec.Protocol = routes.ProtocolLive // relayed, not metered: the gateway's own sideband meters the session
+	}
+	if info.translation && dep != nil {
+		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (apps.go)
+	}
 	s.records.record(info, &rec)
 	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
 	explainBeta(s.log, rec)

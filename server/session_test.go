@@ -25,7 +25,7 @@ import (
 )
 
 // writeConfig writes a config file and the environment it names.
-func writeConfig(t *testing.T, body string) string {
+func writeConfig(t testing.TB, body string) string {
 	t.Helper()
 	t.Setenv("RTGATE_TEST_MASTER", testMasterKey)
 	t.Setenv("RTGATE_TEST_UPSTREAM", testUpstreamKey)

@@ -299,7 +299,7 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 func (r resumer) primed(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header, send []byte, acks int) (*primer, *routes.Deployment) {
 	s := r.s
-	if s.pool != nil && !isTranscription(q) { // the pool warms realtime sockets only
+	if s.pool != nil && !isTranscription(q) && !info.translation { // the pool warms realtime sockets only
 		d := cands[0]
 		p := newPrimer(primeAwaitUpdated, acks)
 		if hd, held := s.pool.Take(target(d, q, h), info.group, p); hd != nil {

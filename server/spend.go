@@ -29,6 +29,15 @@ func prices(d *routes.Deployment) spend.Prices {
 	return d.Prices
 }
 
+// secondPrice is deployment d's price of a second of session time (0 for
+// nil).
+func secondPrice(d *routes.Deployment) float64 {
+	if d == nil {
+		return 0
+	}
+	return d.SecondPrice
+}
+
 // logTableNotices says once per load what the routes file's LiteLLM fields
 // did not do, and which deployments have no prices (their sessions cost 0).
 func logTableNotices(log *slog.Logger, t *routes.Table) {
@@ -93,7 +102,10 @@ func (r *records) record(info *sessionInfo, rec *usage.Record) {
 	if info.live != nil {
 		rec.CostUSD = info.live.cost() // seconds, and backend tokens at their own model's prices
 	} else {
-		rec.CostUSD = prices(info.currentDeployment()).Cost(rec.Usage)
+		// Tokens, and the time billed by duration: a translation
+		// session's wall clock, a per-minute transcription model's audio.
+		d := info.currentDeployment()
+		rec.CostUSD = prices(d).Cost(rec.Usage) + secondPrice(d)*(rec.Seconds+rec.Usage.TranscriptionSeconds)
 	}
 	if info.overBudget.Load() {
 		rec.Outcome = "budget_exceeded"

@@ -27,6 +27,12 @@ type PoolMetrics struct {
 
 // NewPoolMetrics creates the metrics and registers them with reg.
 func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
+	return NewPoolMetricsNamed(reg, "rtgate_pool")
+}
+
+// NewPoolMetricsNamed is NewPoolMetrics with another name prefix: the Live
+// pool's are rtgate_live_pool_* (livepool.go).
+func NewPoolMetricsNamed(reg prometheus.Registerer, prefix string) *PoolMetrics {
 	labels := []string{"model", "key"}
 	auto := promauto.With(reg)
 	gauge := func(name, help string) *prometheus.GaugeVec {
@@ -36,25 +42,25 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 		return auto.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
 	return &PoolMetrics{
-		Warm:   gauge("rtgate_pool_warm_sockets", "Upstream sockets held warm (past session.created)."),
-		Target: gauge("rtgate_pool_target_sockets", "Warm sockets the pool aims to hold (fixed, or adaptive with REALTIME_POOL_SIZE=auto)."),
-		Inflight: gauge("rtgate_pool_inflight_limit",
+		Warm:   gauge(prefix+"_warm_sockets", "Upstream sockets held warm (past session.created)."),
+		Target: gauge(prefix+"_target_sockets", "Warm sockets the pool aims to hold (fixed, or adaptive with REALTIME_POOL_SIZE=auto)."),
+		Inflight: gauge(prefix+"_inflight_limit",
 			"Concurrent warm-up dials the key may run now: twice connect rate × refill time (Little's law), within [64, REALTIME_POOL_MAX_INFLIGHT]."),
-		Hits:       counter("rtgate_pool_hits_total", "Client connects served from a warm socket."),
-		Misses:     counter("rtgate_pool_misses_total", "Client connects that found no warm socket and dialed fresh."),
-		DeadOnTake: counter("rtgate_pool_dead_on_take_total", "Warm sockets found dead when a client came for them."),
-		Dials: auto.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_pool_dials_total",
+		Hits:       counter(prefix+"_hits_total", "Client connects served from a warm socket."),
+		Misses:     counter(prefix+"_misses_total", "Client connects that found no warm socket and dialed fresh."),
+		DeadOnTake: counter(prefix+"_dead_on_take_total", "Warm sockets found dead when a client came for them."),
+		Dials: auto.NewCounterVec(prometheus.CounterOpts{Name: prefix + "_dials_total",
 			Help: "Warm-pool dials by result (ok means session.created arrived)."}, append(labels, "result")),
-		Backoff: gauge("rtgate_pool_backoff_seconds", "Current refill backoff after failed dials; 0 when healthy."),
-		WarmAge: auto.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_warm_age_seconds",
+		Backoff: gauge(prefix+"_backoff_seconds", "Current refill backoff after failed dials; 0 when healthy."),
+		WarmAge: auto.NewHistogramVec(prometheus.HistogramOpts{Name: prefix + "_warm_age_seconds",
 			Help:    "Age of a warm socket when handed to a client.",
 			Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 20, 30, 60}}, []string{"model"}),
-		Refill: auto.NewHistogramVec(prometheus.HistogramOpts{Name: "rtgate_pool_refill_seconds",
+		Refill: auto.NewHistogramVec(prometheus.HistogramOpts{Name: prefix + "_refill_seconds",
 			Help:    "Time from dial start to session.created for a warm socket.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"model"}),
-		Pings: counter("rtgate_pool_pings_total", "WebSocket pings sent to idle warm sockets to check they are alive."),
-		Pongs: counter("rtgate_pool_pongs_total", "Pongs that answered those pings in time (consumed by the pool, never relayed)."),
-		MissedPongs: counter("rtgate_pool_missed_pongs_total",
+		Pings: counter(prefix+"_pings_total", "WebSocket pings sent to idle warm sockets to check they are alive."),
+		Pongs: counter(prefix+"_pongs_total", "Pongs that answered those pings in time (consumed by the pool, never relayed)."),
+		MissedPongs: counter(prefix+"_missed_pongs_total",
 			"Idle warm sockets retired (and replaced) because they did not answer a ping in time."),
 	}
 }

@@ -68,6 +68,11 @@ type PoolConfig struct {
 	// WarmupBound bounds how long a pool with remembered demand reports
 	// Warming; 0 means 10 s.
 	WarmupBound time.Duration
+	// Unstarted pools sockets whose upstream sends nothing before the
+	// client's first event (GPT-Live: no session exists until
+	// session.start): a socket is ready once upgraded, holds no frame, and
+	// any frame but a pong makes it unusable. See livepool.go.
+	Unstarted bool
 }
 
 // Enabled reports whether the pool dials anything ahead.
@@ -609,6 +614,9 @@ func (p *Pool) dialWarm(kp *keyPool) (*warmConn, error) {
 		return nil, err
 	}
 	w := &warmConn{h: poller.NewHandle(c.Endpoint), pool: p, kp: kp, ready: make(chan struct{})}
+	if p.cfg.Unstarted {
+		w.markUnstarted()
+	}
 	// The preface goes in before any read can append to it, then one read
 	// by hand (crypto/tls may already hold session.created decrypted: 101
 	// and session.created as two records in one segment, and netpoll never

@@ -121,6 +121,12 @@ type Config struct {
 	// FirstBurst is how many of each run's first calls are reported apart
 	// from the rest (burst.go); 0 means Concurrency, the first wave.
 	FirstBurst int
+	// Protocol is what the calls speak: Realtime (the default) or GPT-Live
+	// (-protocol live: /v1/live/sessions, the pool-on leg with
+	// LIVE_POOL_SIZE=LivePool, the hit rate from rtgate_live_pool_*).
+	Protocol load.Protocol
+	// LivePool is LIVE_POOL_SIZE for a Live pool-on leg (0: Concurrency).
+	LivePool int
 	// Restart restarts each gateway leg's gateway before every run after
 	// the first (SIGTERM, drain, start again), with REALTIME_POOL_STATE
 	// kept: run 2's first burst is then the first burst after a restart
@@ -150,6 +156,12 @@ func (c Config) validate() error {
 	}
 	if c.FirstBurst < 0 {
 		errs = append(errs, fmt.Errorf("-first-burst %d: want 0 (the concurrency) or more", c.FirstBurst))
+	}
+	if c.Protocol == load.ProtocolLive && (c.Instances > 1 || c.Restart) {
+		errs = append(errs, errors.New("-protocol live runs one gateway without -restart"))
+	}
+	if c.LivePool < 0 {
+		errs = append(errs, fmt.Errorf("-live-pool %d: want 0 (the concurrency) or more", c.LivePool))
 	}
 	if c.Restart && c.Instances > 1 {
 		errs = append(errs, errors.New("-restart runs one gateway; for a rolling restart behind HAProxy see TestRollingRestartBehindHAProxy"))
@@ -274,7 +286,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstreamKey, masterKey, dir string,
 	say harness.Say) (*LegResult, error) {
 	leg := &LegResult{ID: id, Name: legNames[id]}
+	live := cfg.Protocol == load.ProtocolLive
 	target, key, tlsConf := mock.RealtimeURL(), upstreamKey, mock.TLSConfig()
+	if live {
+		target = mock.LiveURL()
+	}
 	var metricsURLs []string
 	usageLog := ""                  // the single gateway's usage log, if any
 	var restart func(run int) error // with -restart: a new gateway on the same pool state
@@ -288,6 +304,15 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		}
 		set := proc.GatewaySettings(mock, upstreamKey, masterKey, cfg.GatewayLogLevel)
 		set["REALTIME_POOL_SIZE"] = pool
+		if live {
+			// The Realtime pool stays off: only Live sockets are pooled
+			// (pool on) or none (pool off).
+			set["REALTIME_POOL_SIZE"], pool = "0", "0"
+			if id == LegPoolOn {
+				pool = strconv.Itoa(cmp.Or(cfg.LivePool, cfg.Concurrency))
+			}
+			set["LIVE_POOL_SIZE"] = pool
+		}
 		if cfg.Instances == 1 {
 			// Which sessions were pool hits, in start order (burst.go).
 			usageLog = filepath.Join(dir, "usage-"+id+".jsonl")
@@ -312,7 +337,10 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			}
 			defer func() { gw.Stop(10 * time.Second) }() // the one running at the end
 			target, key, metricsURLs, tlsConf = gw.URL(), masterKey, []string{gw.MetricsURL()}, nil
-			say("%s: gateway pid %d at %s (REALTIME_POOL_SIZE=%s)", leg.Name, gw.PID(), gw.URL(), pool)
+			if live {
+				target = gw.LiveURL()
+			}
+			say("%s: gateway pid %d at %s (%s pool size %s)", leg.Name, gw.PID(), target, cfg.Protocol, pool)
 			if cfg.Restart {
 				restart = func(run int) error {
 					_ = gw.Stop(30 * time.Second) // SIGTERM: drains and writes the pool state
@@ -335,11 +363,15 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	}
 	newClient := func() (*load.Client, error) {
 		return load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
-			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf})
+			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf, Protocol: cfg.Protocol})
 	}
 	client, err := newClient()
 	if err != nil {
 		return nil, err
+	}
+	prefix := poolPrefix
+	if live {
+		prefix = livePoolPrefix
 	}
 	var all []load.Sample
 	var cpu, wall time.Duration
@@ -362,7 +394,7 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 				}
 			}
 		}
-		before := readAllPoolCounters(ctx, metricsURLs)
+		before := readAllPoolCounters(ctx, metricsURLs, prefix)
 		if run == 0 {
 			hitsBefore = before
 		}
@@ -378,7 +410,7 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		after := readAllPoolCounters(ctx, metricsURLs)
+		after := readAllPoolCounters(ctx, metricsURLs, prefix)
 		hitsAfter = after
 		b, a := sumCounters(before), sumCounters(after)
 		restarted = poolCounters{Hits: restarted.Hits + a.Hits - b.Hits, Misses: restarted.Misses + a.Misses - b.Misses,

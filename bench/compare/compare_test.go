@@ -359,3 +359,13 @@ func compareAllLegs(t *testing.T, up proc.Upstream) {
 		}
 	}
 }
+
+// The Live pool's counters are read by their own names, and the Realtime
+// pool's are not taken for them.
+func TestParseLivePoolCounters(t *testing.T) {
+	text := "rtgate_pool_hits_total 9\nrtgate_pool_misses_total 9\nrtgate_live_pool_hits_total{model=\"gpt-live-1\",key=\"ab\"} 7\nrtgate_live_pool_misses_total{model=\"gpt-live-1\",key=\"ab\"} 3\n"
+	h, m, err := parsePoolCountersOf(strings.NewReader(text), livePoolPrefix)
+	if err != nil || h != 7 || m != 3 {
+		t.Fatalf("live: hits %v misses %v err %v, want 7 and 3", h, m, err)
+	}
+}

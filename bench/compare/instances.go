@@ -111,11 +111,12 @@ func haproxyConfig(addr string, gws []*proc.Gateway) string {
 	return h.Config()
 }
 
-// readAllPoolCounters reads every instance's pool counters.
-func readAllPoolCounters(ctx context.Context, urls []string) []poolCounters {
+// readAllPoolCounters reads every instance's counters of the pool whose
+// metrics are named prefix_*.
+func readAllPoolCounters(ctx context.Context, urls []string, prefix string) []poolCounters {
 	out := make([]poolCounters, len(urls))
 	for i, u := range urls {
-		out[i] = readPoolCounters(ctx, u)
+		out[i] = readPoolCounters(ctx, u, prefix)
 	}
 	return out
 }

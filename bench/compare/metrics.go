@@ -9,10 +9,11 @@ import (
 	"rtgate/bench/harness"
 )
 
-// Gateway pool counters, when its admin /metrics exposes them.
+// Gateway pool counters, when its admin /metrics exposes them: the
+// Realtime pool's, and (-protocol live) the Live pool's.
 const (
-	metricPoolHits   = "rtgate_pool_hits_total"
-	metricPoolMisses = "rtgate_pool_misses_total"
+	poolPrefix     = "rtgate_pool"
+	livePoolPrefix = "rtgate_live_pool"
 )
 
 // poolCounters is one reading of the gateway's pool counters.
@@ -23,7 +24,7 @@ type poolCounters struct {
 
 // readPoolCounters scrapes url (Prometheus text format). A missing
 // endpoint or missing metrics is not an error: the row shows "n/a".
-func readPoolCounters(ctx context.Context, url string) poolCounters {
+func readPoolCounters(ctx context.Context, url, prefix string) poolCounters {
 	if url == "" {
 		return poolCounters{}
 	}
@@ -41,7 +42,7 @@ func readPoolCounters(ctx context.Context, url string) poolCounters {
 	if resp.StatusCode != http.StatusOK {
 		return poolCounters{}
 	}
-	hits, misses, err := parsePoolCounters(resp.Body)
+	hits, misses, err := parsePoolCountersOf(resp.Body, prefix)
 	if err != nil || hits < 0 || misses < 0 {
 		return poolCounters{}
 	}
@@ -51,15 +52,21 @@ func readPoolCounters(ctx context.Context, url string) poolCounters {
 // parsePoolCounters sums every series of the hit and miss counters
 // (labels, if any, are added up). It returns -1 for a metric that is absent.
 func parsePoolCounters(r io.Reader) (hits, misses float64, err error) {
+	return parsePoolCountersOf(r, poolPrefix)
+}
+
+// parsePoolCountersOf is parsePoolCounters for the pool whose metrics are
+// named prefix_hits_total and prefix_misses_total.
+func parsePoolCountersOf(r io.Reader, prefix string) (hits, misses float64, err error) {
 	m, err := harness.ParseMetrics(r)
 	if err != nil {
 		return 0, 0, err
 	}
 	hits, misses = -1, -1
-	if v, ok := m.Sum(metricPoolHits); ok {
+	if v, ok := m.Sum(prefix + "_hits_total"); ok {
 		hits = v
 	}
-	if v, ok := m.Sum(metricPoolMisses); ok {
+	if v, ok := m.Sum(prefix + "_misses_total"); ok {
 		misses = v
 	}
 	return hits, misses, nil

@@ -128,7 +128,7 @@ func writeFile(path string, fill func(*os.File) error) error {
 func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 	p := cfg.Profile
 	page := report.Page{
-		Title:     "rtgate comparison: direct vs gateway, " + cfg.Upstream.Describe() + " upstream",
+		Title:     "rtgate comparison: direct vs gateway, " + protocolName(cfg.Protocol) + ", " + cfg.Upstream.Describe() + " upstream",
 		Generated: r.Generated,
 		Notes: []string{
 			fmt.Sprintf("%d calls per run, %d concurrent, %d runs per leg, per-call timeout %v, pool-on REALTIME_POOL_SIZE=%s, input audio %v.",
@@ -212,4 +212,12 @@ func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 		page.Charts = append(page.Charts, chart)
 	}
 	return page
+}
+
+// protocolName names the calls' protocol in the report's title.
+func protocolName(p load.Protocol) string {
+	if p == load.ProtocolLive {
+		return "GPT-Live (pool on: LIVE_POOL_SIZE)"
+	}
+	return "Realtime"
 }

@@ -20,6 +20,10 @@ type Gateway struct {
 // URL is the Realtime endpoint clients dial.
 func (g *Gateway) URL() string { return "ws://" + g.Addr + "/v1/realtime?model=gpt-realtime" }
 
+// LiveURL is the GPT-Live endpoint clients dial (the model, gpt-live-1 on
+// the environment path, comes in session.start).
+func (g *Gateway) LiveURL() string { return "ws://" + g.Addr + "/v1/live/sessions" }
+
 // MetricsURL is the admin listener's Prometheus endpoint.
 func (g *Gateway) MetricsURL() string { return "http://" + g.Admin + "/metrics" }
 

@@ -166,6 +166,9 @@ func (m *Mockai) TLSConfig() *tls.Config {
 // RealtimeURL is the endpoint a client dials to reach mockai directly.
 func (m *Mockai) RealtimeURL() string { return m.Base + "/realtime?model=gpt-realtime" }
 
+// LiveURL is mockai's GPT-Live endpoint (the model comes in session.start).
+func (m *Mockai) LiveURL() string { return m.Base + "/live/sessions" }
+
 // MockStats are the counters mockai serves at GET /mock/stats.
 type MockStats struct {
 	Upgrades  int64 `json:"upgrades"`

@@ -70,6 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.Live.MediaInterval, "live-media-interval", 0, "GPT-Live: a WebRTC/SIP session's simulated media tick, reflected to sidebands (0 = 100ms)")
 	fs.DurationVar(&o.cfg.Live.MaxDuration, "live-max-duration", 0, "GPT-Live: session length before session.closed reason expired (0 = 1h)")
 	fs.DurationVar(&o.cfg.Live.StartTimeout, "live-start-timeout", 0, "GPT-Live: an upgraded socket without session.start this long gets an error and close 4000 (0 = never)")
+	fs.IntVar(&o.cfg.Live.MaxSidebands, "live-max-sidebands", 0, "GPT-Live: refuse (409 too_many_sidebands) a sideband beyond this many attached to one session (0: no limit)")
 	fs.BoolVar(&o.cfg.Live.NoClosed, "live-no-closed", false, "GPT-Live fault: answer session.close with close 1000 but no session.closed")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {

@@ -23,6 +23,8 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "runs per leg (samples are combined)")
 	timeoutS := fs.Float64("t", cfg.Timeout.Seconds(), "per-call timeout, seconds")
 	fs.StringVar(&cfg.Pool, "pool", cfg.Pool, "REALTIME_POOL_SIZE for the pool-on leg: auto or a number")
+	protocol := fs.String("protocol", "realtime", "realtime, or live: GPT-Live calls (/v1/live/sessions); the pool-on leg sets LIVE_POOL_SIZE (-live-pool) instead of REALTIME_POOL_SIZE")
+	fs.IntVar(&cfg.LivePool, "live-pool", 0, "with -protocol live: LIVE_POOL_SIZE for the pool-on leg (0: -c)")
 	fs.StringVar(&cfg.GatewayLogLevel, "gateway-log-level", cfg.GatewayLogLevel, "LOG_LEVEL for the gateway")
 	fs.BoolVar(&cfg.Audio, "audio", false, "stream 1 s of real-time input audio per call")
 	sourceIPs := fs.String("source-ips", "", "local source addresses for wsbench, e.g. 127.0.0.1-127.0.0.8")
@@ -41,6 +43,7 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	if err := parseHarness(fs, args); err != nil {
 		return cfg, false, err
 	}
+	var err0 error
 	if cfg.Instances > 1 {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -52,6 +55,9 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 		}
 	}
 	cfg.Legs = splitList(*legs)
+	if cfg.Protocol, err0 = load.ParseProtocol(*protocol); err0 != nil {
+		return cfg, false, fmt.Errorf("-protocol: %w", err0)
+	}
 	cfg.Timeout = time.Duration(*timeoutS * float64(time.Second))
 	var err error
 	if cfg.SourceIPs, err = load.ParseSourceIPs(*sourceIPs); err != nil {
@@ -73,9 +79,11 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "wsbench", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%d calls x %d runs per leg, %d concurrent, %s upstream\n\n", cfg.N, cfg.Runs, cfg.Concurrency, cfg.Upstream.Describe())
+	fmt.Fprintf(stdout, "%s calls: %d x %d runs per leg, %d concurrent, %s upstream\n\n", cfg.Protocol, cfg.N, cfg.Runs, cfg.Concurrency, cfg.Upstream.Describe())
 	fmt.Fprint(stdout, out.Comparison.Markdown())
-	if d := out.Comparison.Direct; d != nil && d.Summary.Total.N > 0 {
+	// The floor is a Realtime call's (its deltas); a Live call's audio
+	// follows mockai's Live media schedule instead.
+	if d := out.Comparison.Direct; d != nil && d.Summary.Total.N > 0 && cfg.Protocol != load.ProtocolLive {
 		floor := cfg.Profile.Floor()
 		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
 			report.FormatMS(floor), report.FormatMS(d.Summary.Total.P50-floor))

@@ -50,7 +50,8 @@ func (l *loader) notServed(e *modelEntry, itemPath, group string) bool {
 // protocolOf decides which protocol a served entry's deployment d speaks:
 // GPT-Live when model_info.mode is live, or when its model (or
 // model_info.base_model, for an Azure deployment name) is a GPT-Live model;
-// Realtime otherwise. It reports false for a contradiction, noted.
+// Realtime translation when either is a translation model; Realtime
+// otherwise. It reports false for a contradiction, noted.
 func (l *loader) protocolOf(e *modelEntry, itemPath string, d *Deployment) bool {
 	mode := scalarField(&e.ModelInfo, "mode")
 	live := mode == "live" || IsLiveModel(d.Model) || IsLiveModel(scalarField(&e.ModelInfo, "base_model"))
@@ -64,9 +65,12 @@ func (l *loader) protocolOf(e *modelEntry, itemPath string, d *Deployment) bool 
 			"GPT-Live on Azure is served at /openai/v1/live/sessions only: drop api_version")
 		return false
 	}
-	if live {
+	switch {
+	case live:
 		d.setProtocol(ProtocolLive)
-	} else {
+	case IsTranslationModel(d.Model) || IsTranslationModel(scalarField(&e.ModelInfo, "base_model")):
+		d.setProtocol(ProtocolTranslation) // Realtime translation (translation.go)
+	default:
 		d.setProtocol(ProtocolRealtime)
 	}
 	return true

@@ -37,6 +37,9 @@ const (
 const (
 	ProtocolRealtime = "realtime" // OpenAI's Realtime API: /realtime?model=
 	ProtocolLive     = "live"     // GPT-Live: /live/sessions, the model in session.start
+	// ProtocolTranslation is Realtime translation: /realtime/translations?model=
+	// (translation.go).
+	ProtocolTranslation = "translation"
 )
 
 // IsLiveModel reports whether model (a provider prefix and a dated suffix
@@ -108,6 +111,8 @@ func newDeployment(group string, index int, kind string, base *url.URL, model, a
 	protocol := ProtocolRealtime
 	if IsLiveModel(model) {
 		protocol = ProtocolLive
+	} else if IsTranslationModel(model) {
+		protocol = ProtocolTranslation
 	}
 	d.setProtocol(protocol)
 	return d
@@ -123,6 +128,10 @@ func (d *Deployment) setProtocol(p string) {
 		d.path = base + "/openai/v1/live/sessions"
 	case p == ProtocolLive:
 		d.path = base + "/live/sessions"
+	case p == ProtocolTranslation && d.Kind == KindAzure:
+		d.path = base + "/openai/v1/realtime/translations"
+	case p == ProtocolTranslation:
+		d.path = base + "/realtime/translations"
 	case d.Kind == KindAzure && d.APIVersion != "":
 		d.path = base + "/openai/realtime"
 	case d.Kind == KindAzure:

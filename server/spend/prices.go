@@ -63,6 +63,13 @@ var DefaultPrices = map[string]Prices{
 	"gpt-realtime-1.5": {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
 	// gpt-realtime-2: as gpt-realtime but text out $24.
 	"gpt-realtime-2": {perM(4), perM(24), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	// gpt-realtime-2.1 (read 2026-12-01): text $4 in, $0.40 cached, $24
+	// out; audio $32 in, $0.40 cached, $64 out; image $5 ($0.50 cached).
+	"gpt-realtime-2.1": {perM(4), perM(24), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
+	// gpt-realtime-2.1-mini (read 2026-12-01): text $0.60 in, $0.06 cached,
+	// $2.40 out; audio $10 in, $0.30 cached, $20 out; image $0.80 ($0.08
+	// cached).
+	"gpt-realtime-2.1-mini": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.06), perM(0.30), perM(0.80)},
 	// gpt-realtime-mini: text $0.60 in, $0.06 cached, $2.40 out; audio $10
 	// in, $0.30 cached, $20 out; image $0.80.
 	"gpt-realtime-mini": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.06), perM(0.30), perM(0.80)},
@@ -78,9 +85,16 @@ var DefaultPrices = map[string]Prices{
 // $0.05 per active minute and $0.02 per standby minute; standby time is not
 // reported in any event SDK 7.59 knows, so every second is billed as active
 // (an upper bound; model_info.input_cost_per_second overrides it).
+// gpt-realtime-translate (Realtime translation sessions): $0.034 per minute
+// of session. gpt-realtime-whisper and gpt-live-transcribe (per-minute
+// transcription on /v1/realtime?intent=transcription): $0.017 per minute of
+// audio, the seconds the transcription events report.
 var DefaultSecondPrices = map[string]float64{
-	"gpt-live-1":   0.05 / 60,
-	"gpt-live-1.1": 0.05 / 60,
+	"gpt-live-1":             0.05 / 60,
+	"gpt-live-1.1":           0.05 / 60,
+	"gpt-realtime-translate": 0.034 / 60,
+	"gpt-realtime-whisper":   0.017 / 60,
+	"gpt-live-transcribe":    0.017 / 60,
 }
 
 // SecondPrice is the price per second of session time of a deployment of
@@ -182,7 +196,11 @@ func (info ModelInfo) Resolve(model string) (p Prices, known bool) {
 //
 // LiteLLM has no field for cached image tokens; OpenAI prices them at the
 // image rate times text's cache ratio (gpt-realtime: $5 and $0.50 a million).
-// Duration-billed transcription (TranscriptionSeconds) is not priced.
+// Duration-billed transcription (TranscriptionSeconds) is priced per second
+// (a deployment's SecondPrice), not here.
+//
+// Reasoning tokens, which newer models report, are part of the output text
+// tokens (output_token_details.text_tokens): they are priced there, once.
 func (p Prices) Cost(u usage.Usage) float64 {
 	in, c, out := u.InputTokenDetails, u.InputTokenDetails.CachedTokensDetails, u.OutputTokenDetails
 	imageCached := 0.0

@@ -105,3 +105,96 @@ func TestResolve(t *testing.T) {
 		})
 	}
 }
+
+// TestCostNewModels prices a million tokens of each kind on the
+// gpt-realtime-2.1 models, each expectation the list price read off the
+// pricing page on 2026-12-01, and the per-minute models by the minute.
+func TestCostNewModels(t *testing.T) {
+	r21, ok := Lookup("openai/gpt-realtime-2.1")
+	mini21, ok2 := Lookup("gpt-realtime-2.1-mini-2026-11-20")
+	if !ok || !ok2 {
+		t.Fatalf("gpt-realtime-2.1 (%v) or its mini (%v) has no built-in prices", ok, ok2)
+	}
+	for _, tc := range []struct {
+		name   string
+		p      Prices
+		u      usage.Usage
+		wantUS float64
+	}{
+		{"2.1 text in", r21, tokens(1e6, 0, 0, 0, 0, 0, 0, 0), 4},
+		{"2.1 cached text in", r21, tokens(1e6, 0, 0, 1e6, 0, 0, 0, 0), 0.40},
+		{"2.1 text out", r21, tokens(0, 0, 0, 0, 0, 0, 1e6, 0), 24},
+		{"2.1 audio in", r21, tokens(0, 1e6, 0, 0, 0, 0, 0, 0), 32},
+		{"2.1 cached audio in", r21, tokens(0, 1e6, 0, 0, 1e6, 0, 0, 0), 0.40},
+		{"2.1 audio out", r21, tokens(0, 0, 0, 0, 0, 0, 0, 1e6), 64},
+		{"2.1 image in", r21, tokens(0, 0, 1e6, 0, 0, 0, 0, 0), 5},
+		{"2.1 cached image in", r21, tokens(0, 0, 1e6, 0, 0, 1e6, 0, 0), 0.50},
+		{"2.1-mini text in", mini21, tokens(1e6, 0, 0, 0, 0, 0, 0, 0), 0.60},
+		{"2.1-mini cached text in", mini21, tokens(1e6, 0, 0, 1e6, 0, 0, 0, 0), 0.06},
+		{"2.1-mini text out", mini21, tokens(0, 0, 0, 0, 0, 0, 1e6, 0), 2.40},
+		{"2.1-mini audio in", mini21, tokens(0, 1e6, 0, 0, 0, 0, 0, 0), 10},
+		{"2.1-mini cached audio in", mini21, tokens(0, 1e6, 0, 0, 1e6, 0, 0, 0), 0.30},
+		{"2.1-mini audio out", mini21, tokens(0, 0, 0, 0, 0, 0, 0, 1e6), 20},
+		{"2.1-mini image in", mini21, tokens(0, 0, 1e6, 0, 0, 0, 0, 0), 0.80},
+		{"2.1-mini cached image in", mini21, tokens(0, 0, 1e6, 0, 0, 1e6, 0, 0), 0.08},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.Cost(tc.u); math.Abs(got-tc.wantUS) > 1e-9 {
+				t.Fatalf("Cost = %.9f USD, want %.9f", got, tc.wantUS)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		model     string
+		perMinute float64
+	}{
+		{"gpt-realtime-translate", 0.034},
+		{"openai/gpt-realtime-translate-2026-10-01", 0.034},
+		{"gpt-realtime-whisper", 0.017},
+		{"gpt-live-transcribe", 0.017},
+	} {
+		perSecond, ok := ModelInfo{}.SecondPrice(tc.model)
+		if !ok {
+			t.Fatalf("%s has no built-in price", tc.model)
+		}
+		// Ten minutes of session (translation) or of transcribed audio.
+		if got := 600 * perSecond; math.Abs(got-10*tc.perMinute) > 1e-9 {
+			t.Errorf("%s: 10 minutes cost %.6f USD, want %.6f", tc.model, got, 10*tc.perMinute)
+		}
+	}
+	// A token-priced model bills no time.
+	if _, ok := (ModelInfo{}).SecondPrice("gpt-realtime-2.1"); ok {
+		t.Error("gpt-realtime-2.1 has a price per second")
+	}
+	// model_info's input_cost_per_second overrides the built-in rate.
+	if p, _ := (ModelInfo{InputCostPerSecond: ptr(0.001)}).SecondPrice("gpt-realtime-translate"); p != 0.001 {
+		t.Errorf("overridden: %v USD a second, want 0.001", p)
+	}
+}
+
+// TestReasoningCountedOnce: newer models report reasoning tokens, and nest
+// them inside the output text tokens (output_token_details.text_tokens
+// includes output_tokens_details.reasoning_tokens). A response.done
+// carrying both must be billed its text tokens once, not text plus
+// reasoning.
+func TestReasoningCountedOnce(t *testing.T) {
+	r21, _ := Lookup("gpt-realtime-2.1")
+	// 1,000 text out of which 600 reasoning, 2,000 audio out; 500 text in.
+	done := []byte(`{"type":"response.done","event_id":"event_1","response":{"id":"resp_1","status":"completed","usage":{
+		"total_tokens":3500,"input_tokens":500,"output_tokens":3000,
+		"input_token_details":{"text_tokens":500,"audio_tokens":0,"image_tokens":0,"cached_tokens":0},
+		"output_token_details":{"text_tokens":1000,"audio_tokens":2000,"reasoning_tokens":600},
+		"output_tokens_details":{"reasoning_tokens":600}}}}`)
+	u, err := usage.Parse(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.OutputTokens != 3000 || u.OutputTokenDetails.TextTokens != 1000 || u.OutputTokenDetails.AudioTokens != 2000 {
+		t.Fatalf("parsed %+v: want 3,000 out, 1,000 of them text and 2,000 audio", u)
+	}
+	// 500 × $4 + 1,000 × $24 + 2,000 × $64, a million each.
+	want := (500*4.0 + 1000*24 + 2000*64) / 1e6
+	if got := r21.Cost(u); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("Cost = %.9f USD, want %.9f (reasoning counted once, inside text)", got, want)
+	}
+}

@@ -1,0 +1,583 @@
+package server
+
+// GPT-Live beyond the WebSocket session: WebRTC sessions, sidebands, SIP
+// call controls, forks and recordings, relayed to the deployment that owns
+// each session.
+//
+//	POST /v1/live/sessions                 WebRTC: {session, transport: {type: webrtc, sdp}}, routed
+//	                                       by session.model (a Live group), session.model rewritten
+//	                                       to the deployment's; 201 {session: {id}, transport: {sdp}}
+//	                                       unchanged. The owner (key, deployment) is remembered and the
+//	                                       gateway's own sideband meters the session (liveapps.go).
+//	WS   /v1/live/sessions/{id}/attach     a sideband: owner-checked, relayed to the owning
+//	                                       deployment (graceful_close passed through), never pooled
+//	POST /v1/live/sessions/{id}/accept     SIP call controls, owner-checked, to the owning deployment;
+//	     …/reject, …/refer, …/hangup       an accept of a session the gateway never saw (an inbound
+//	                                       SIP call announced to the app by live.transport.incoming)
+//	                                       is routed by its session.model and remembered from then on
+//	POST /v1/live/sessions/{id}/fork       a stored session continued over WebRTC: a new session,
+//	                                       remembered and metered as a create's
+//	GET  /v1/live/sessions/{id}/content    the recording, streamed through (never held whole)
+//
+// Owners are kept with the Realtime call owners (apps.Calls: this process
+// and, with REDIS_URL, Redis) as "key\ndeployment". The owner check is the
+// sideband's: the key that made the session (or a client of it: none, as
+// GPT-Live has no client secrets), else the master key or a key with
+// `sideband: any` for sessions the gateway did not make.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"rtgate/poller"
+	"rtgate/server/balance"
+	"rtgate/server/routes"
+	"rtgate/server/usage"
+	"rtgate/upstream"
+)
+
+// maxLiveBody bounds the body of a Live API request: a WebRTC create
+// carries an SDP offer and a whole session config (16k tokens of
+// instructions, 8k of input), past the 64 KiB of the other API requests.
+const maxLiveBody = 1 << 20
+
+// liveOps are the operations under /v1/live/sessions/{id}/, and whether
+// each is a POST with a body (else a GET: content; attach and a fork's
+// WebSocket are upgrades).
+var liveOps = map[string]bool{"accept": true, "reject": true, "refer": true, "hangup": true, "fork": true, "content": false,
+	"attach": false}
+
+// liveSubPath splits /v1/live/sessions/{id}/{op} (and the Azure and
+// unversioned forms) into the session id and the operation.
+func liveSubPath(p string) (id, op string, ok bool) {
+	for _, base := range livePaths {
+		rest, found := strings.CutPrefix(p, base+"/")
+		if !found {
+			continue
+		}
+		id, op, found = strings.Cut(rest, "/")
+		if _, known := liveOps[op]; !found || !known || !validLiveID(id) {
+			return "", "", false
+		}
+		return id, op, true
+	}
+	return "", "", false
+}
+
+// validLiveID accepts OpenAI's ids (live_…): letters, digits, _ and -.
+func validLiveID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// liveEndpoint is the API endpoint of a Live HTTP request ("" for none: a
+// Live WebSocket, or not Live at all).
+func liveEndpoint(req *http.Request) string {
+	if isUpgrade(req) {
+		return ""
+	}
+	for _, p := range livePaths {
+		if req.URL.Path == p && (req.Method == http.MethodPost || req.Method == http.MethodOptions) {
+			return "live_create"
+		}
+	}
+	if _, op, ok := liveSubPath(req.URL.Path); ok && op != "attach" {
+		return "live_" + op
+	}
+	return ""
+}
+
+// isUpgrade reports whether req asks for a WebSocket.
+func isUpgrade(req *http.Request) bool {
+	return strings.EqualFold(req.Header.Get("Upgrade"), "websocket")
+}
+
+// liveOwner is who owns a Live session: the key that made it and the
+// deployment that serves it.
+type liveOwner struct{ key, deployment string }
+
+func (o liveOwner) String() string { return o.key + "\n" + o.deployment }
+
+func parseLiveOwner(s string) liveOwner {
+	k, d, _ := strings.Cut(s, "\n")
+	return liveOwner{key: k, deployment: d}
+}
+
+// liveAPI answers the Live HTTP requests for its server.
+type liveAPI struct{ s *Server }
+
+// answer answers a whole Live API request (not content, which streams).
+func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnswer {
+	if req.Method != http.MethodPost {
+		ans := errorAnswer(http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use POST")
+		ans.header = http.Header{"Allow": {"POST, OPTIONS"}}
+		return ans
+	}
+	table := a.s.routes.Load()
+	key, herr := a.key(table, req)
+	if herr != nil {
+		return herr.answer()
+	}
+	id, op, _ := liveSubPath(req.URL.Path)
+	if endpoint == "live_create" || op == "fork" || op == "accept" {
+		// A key at its budget starts no session (it may still end one).
+		if herr := a.s.budgets.check(key); herr != nil {
+			return herr.answer()
+		}
+	}
+	if endpoint == "live_create" {
+		return a.create(req.Context(), table, key, body)
+	}
+	owner, d, herr := a.owned(table, key, id, op, body)
+	if herr != nil {
+		return herr.answer()
+	}
+	if op == "accept" {
+		body = withModel(body, d.Model)
+	}
+	ans, status, err := a.forward(req.Context(), d, http.MethodPost, "/"+id+"/"+op, body)
+	if err != nil {
+		return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable", "the upstream could not be reached: "+err.Error())
+	}
+	switch {
+	case op == "accept" && status == http.StatusOK && owner.key == "":
+		// An inbound SIP session the gateway never saw: it is this key's
+		// from now on, and metered as a session made here.
+		a.remember(key.Name, d, id, table)
+	case op == "fork" && status == http.StatusCreated:
+		if newID := sessionIDOf(ans.body); newID != "" {
+			a.remember(key.Name, d, newID, table)
+		}
+	}
+	return ans
+}
+
+// hangUp ends session id on d (a WebRTC session over its key's budget).
+func (a liveAPI) hangUp(d *routes.Deployment, id string) {
+	if _, status, err := a.forward(a.s.ctx, d, http.MethodPost, "/"+id+"/hangup", nil); err != nil || status != http.StatusOK {
+		a.s.log.Warn("Live session over budget not hung up", "session", id, "deployment", d.Name, "status", status, "err", err)
+	}
+}
+
+// key authenticates a Live API request: a gateway key (GPT-Live has no
+// client secrets).
+func (a liveAPI) key(table *routes.Table, req *http.Request) (*routes.ClientKey, *refusal) {
+	presented := credentials(req.Header).key
+	if isLiveSecret(table, presented) {
+		return nil, refuseLiveSecret()
+	}
+	key, ok := table.Authenticate(presented)
+	if !ok {
+		return nil, &refusal{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key",
+			message: "Incorrect or missing API key. Send a gateway key as Authorization: Bearer."}
+	}
+	return key, nil
+}
+
+// create answers POST /v1/live/sessions: the offer goes to the group's
+// deployments in the balancer's order until one answers (below 500).
+func (a liveAPI) create(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) apiAnswer {
+	var req struct {
+		Session   map[string]any  `json:"session"`
+		Transport json.RawMessage `json:"transport"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return errorAnswer(http.StatusBadRequest, "invalid_request_error", "invalid_json", "The body is not a valid JSON object.")
+	}
+	model, _ := req.Session["model"].(string)
+	if model == "" {
+		return (&refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "missing_required_parameter",
+			message: "Missing required parameter: 'session.model'.", param: "session.model"}).answer()
+	}
+	s := a.s
+	group, herr := s.pickGroup(table, key, groupAsk{model: model, protocol: routes.ProtocolLive})
+	if herr != nil {
+		return herr.answer()
+	}
+	var last string
+	for i, d := range s.balancer.Rank(table.Groups[group]) {
+		if i == balance.MaxAttempts {
+			break
+		}
+		ans, status, err := a.forward(ctx, d, http.MethodPost, "", withModel(body, d.Model))
+		if err != nil || status >= 500 {
+			last = fmt.Sprint(err, " ", status)
+			s.balancer.Failed(d, "live create failed")
+			continue
+		}
+		s.balancer.Succeeded(d)
+		if id := sessionIDOf(ans.body); status == http.StatusCreated && id != "" {
+			a.remember(key.Name, d, id, table)
+		}
+		return ans
+	}
+	return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
+		"the upstream Live endpoint could not be reached: "+strings.TrimSpace(last))
+}
+
+// remember records the owner of a new session made through the gateway and
+// starts its metering sideband.
+func (a liveAPI) remember(keyName string, d *routes.Deployment, id string, table *routes.Table) {
+	s := a.s
+	if err := s.calls.Remember(context.Background(), id, liveOwner{keyName, d.Name}.String()); err != nil {
+		s.log.Warn("Live session owner not stored in Redis; only this instance knows it", "session", id, "err", err)
+	}
+	key := keyNamed(table, keyName)
+	if key == nil {
+		return
+	}
+	s.log.Info("Live WebRTC session created", "key", keyName, "model_group", d.Group, "deployment", d.Name, "session", id)
+	go s.meters.startLive(key, d, id)
+}
+
+// owned finds the deployment that serves session id for key, with the
+// sideband's owner check. A session the gateway does not know is routed by
+// the model of an accept's body (an inbound SIP call), else refused 404.
+func (a liveAPI) owned(table *routes.Table, key *routes.ClientKey, id, op string, body []byte) (liveOwner, *routes.Deployment, *refusal) {
+	s := a.s
+	raw, known := s.calls.Lookup(id)
+	owner := liveOwner{}
+	if known {
+		owner = parseLiveOwner(raw)
+	}
+	if herr := checkSideband(&upgrade{key: key}, owner.key, known); herr != nil {
+		return owner, nil, herr
+	}
+	if known {
+		if d := table.Named(owner.deployment); d != nil {
+			return owner, d, nil
+		}
+		return owner, nil, &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found",
+			message: "The deployment that served this session is no longer configured."}
+	}
+	if op != "accept" {
+		return owner, nil, &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found",
+			message: "The gateway does not know this Live session: create it, or accept its call, through the gateway."}
+	}
+	var acc struct {
+		Session struct {
+			Model string `json:"model"`
+		} `json:"session"`
+	}
+	_ = json.Unmarshal(body, &acc)
+	if acc.Session.Model == "" {
+		return owner, nil, &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "missing_required_parameter",
+			message: "Missing required parameter: 'session.model' (it routes a call the gateway did not see).", param: "session.model"}
+	}
+	group, herr := s.pickGroup(table, key, groupAsk{model: acc.Session.Model, protocol: routes.ProtocolLive})
+	if herr != nil {
+		return owner, nil, herr
+	}
+	return owner, s.balancer.Rank(table.Groups[group])[0], nil
+}
+
+// forward sends one request to deployment d's Live endpoint (suffix under
+// its sessions path) and returns the answer as the upstream gave it.
+func (a liveAPI) forward(ctx context.Context, d *routes.Deployment, method, suffix string, body []byte) (apiAnswer, int, error) {
+	resp, err := a.do(ctx, d, method, suffix, body)
+	if err != nil {
+		return apiAnswer{}, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxLiveBody))
+	if err != nil {
+		return apiAnswer{}, 0, fmt.Errorf("reading the answer: %w", err)
+	}
+	return apiAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: b}, resp.StatusCode, nil
+}
+
+// do sends the request; the caller closes the response's body.
+func (a liveAPI) do(ctx context.Context, d *routes.Deployment, method, suffix string, body []byte) (*http.Response, error) {
+	t := d.LiveTarget(suffix, nil)
+	u := routes.HTTPURL(t.URL)
+	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.DialTimeout)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	for k, v := range t.Header {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.s.httpClient.Do(req)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("%s %s: %w", method, redactedURL(u), err)
+	}
+	resp.Body = cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
+
+// streamContent answers GET …/{id}/content: the recording is copied to the
+// client as it arrives (a stored session's WAV can run to hundreds of MB),
+// never held whole. It runs in the request's own goroutine.
+func (a liveAPI) streamContent(c *clientConn, req *http.Request) {
+	if req.Method != http.MethodGet {
+		ans := errorAnswer(http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use GET")
+		ans.header = http.Header{"Allow": {"GET"}}
+		c.answerNow(ans)
+		return
+	}
+	table := a.s.routes.Load()
+	key, herr := a.key(table, req)
+	if herr != nil {
+		c.answerNow(herr.answer())
+		return
+	}
+	id, op, _ := liveSubPath(req.URL.Path)
+	_, d, herr := a.owned(table, key, id, op, nil)
+	if herr != nil {
+		c.answerNow(herr.answer())
+		return
+	}
+	// The whole transfer may take longer than a dial: bounded by the
+	// server's life, not the dial timeout.
+	resp, err := a.doStream(d, "/"+id+"/content")
+	if err != nil {
+		c.answerNow(errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable", "the upstream could not be reached: "+err.Error()))
+		return
+	}
+	defer resp.Body.Close()
+	var head bytes.Buffer
+	head.WriteString("HTTP/1.1 " + strconv.Itoa(resp.StatusCode) + " " + http.StatusText(resp.StatusCode) + "\r\n")
+	for _, h := range []string{"Content-Type", "Content-Length", "Content-Disposition"} {
+		if v := resp.Header.Get(h); v != "" {
+			head.WriteString(h + ": " + v + "\r\n")
+		}
+	}
+	chunked := resp.ContentLength < 0
+	if chunked {
+		head.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	for k, vs := range a.s.origins.corsHeaders(req) {
+		for _, v := range vs {
+			head.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	head.WriteString("Connection: close\r\n\r\n")
+	c.setPhase(phaseDone)
+	if err := c.ep.Send(head.Bytes()); err != nil {
+		c.ep.Close()
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			out := buf[:n]
+			if chunked {
+				out = append(append([]byte(strconv.FormatInt(int64(n), 16)+"\r\n"), out...), "\r\n"...)
+			}
+			if err := c.ep.Send(out); err != nil {
+				break // the client left
+			}
+		}
+		if rerr != nil {
+			if rerr == io.EOF && chunked {
+				_ = c.ep.Send([]byte("0\r\n\r\n"))
+			}
+			break
+		}
+	}
+	c.ep.Close()
+}
+
+// doStream is do for a GET whose body may take long: bounded by the
+// server's context and the HTTP client's timeouts, not the dial timeout.
+func (a liveAPI) doStream(d *routes.Deployment, suffix string) (*http.Response, error) {
+	t := d.LiveTarget(suffix, nil)
+	u := routes.HTTPURL(t.URL)
+	req, err := http.NewRequestWithContext(a.s.ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range t.Header {
+		req.Header[k] = v
+	}
+	resp, err := a.s.httpClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", redactedURL(u), err)
+	}
+	return resp, nil
+}
+
+// withModel is a JSON body whose session.model is model (the body as it
+// was when it is not a JSON object with a session object).
+func withModel(body []byte, model string) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return body
+	}
+	var sess map[string]json.RawMessage
+	if json.Unmarshal(m["session"], &sess) != nil || sess == nil {
+		return body
+	}
+	sess["model"], _ = json.Marshal(model)
+	m["session"], _ = json.Marshal(sess)
+	out, _ := json.Marshal(m)
+	return out
+}
+
+// sessionIDOf reads session.id from a create's (or fork's) answer.
+func sessionIDOf(body []byte) string {
+	var ans struct {
+		Session struct {
+			ID string `json:"id"`
+		} `json:"session"`
+	}
+	if json.Unmarshal(body, &ans) != nil || !validLiveID(ans.Session.ID) {
+		return ""
+	}
+	return ans.Session.ID
+}
+
+// liveAttachTarget is the upstream of a sideband to session id on d, with
+// the client's graceful_close passed through.
+func liveAttachTarget(d *routes.Deployment, id string, q url.Values) upstream.Target {
+	up := url.Values{}
+	if g := q.Get("graceful_close"); g != "" {
+		up.Set("graceful_close", g)
+	}
+	return d.LiveTarget("/"+id+"/attach", up)
+}
+
+// resolveLiveAttach finds where a GPT-Live sideband goes once its owner
+// check passed (u not a Live sideband: nothing to do): the deployment that
+// serves the session when the gateway made it, else the first deployment of
+// the Live group its ?model= names (a session the gateway never saw), else
+// 404.
+func resolveLiveAttach(u *upgrade, owner string, made bool) *refusal {
+	if !u.liveAttach {
+		return nil
+	}
+	notFound := func(msg string) *refusal {
+		return &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found", message: msg}
+	}
+	if made {
+		d := u.table.Named(parseLiveOwner(owner).deployment)
+		if d == nil {
+			return notFound("The deployment that served this session is no longer configured.")
+		}
+		u.group, u.attachTo = d.Group, d
+		return nil
+	}
+	g := u.q.Get("model")
+	if g == "" || u.table.Protocol(g) != routes.ProtocolLive {
+		return notFound("The gateway does not know this Live session; name its model group (?model=) to attach to a session made elsewhere.")
+	}
+	u.group, u.attachTo = g, u.table.Groups[g][0]
+	return nil
+}
+
+// startLiveAttach connects a GPT-Live sideband to the deployment that
+// serves its session, never from a pool; it runs in its own goroutine. Its
+// frames are not metered: the gateway's own sideband meters the session
+// (liveapps.go).
+func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) {
+	info.redial = nil
+	sess.InspectUpstream(unmetered{})
+	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+	defer cancel()
+	conn, err := s.dialer.Dial(ctx, liveAttachTarget(u.attachTo, u.callID, u.q))
+	if err != nil {
+		if info.left() {
+			sess.Cancel()
+			return
+		}
+		status := 0
+		if ue, ok := errors.AsType[*upstream.Error](err); ok {
+			status = ue.Status
+		}
+		dialFailed(s.proto, sess, status)
+		return
+	}
+	info.attached(s.balancer, u.attachTo)
+	sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+}
+
+// Metering GPT-Live's WebRTC sessions. Their events travel between the
+// browser and OpenAI, outside the gateway, so the gateway attaches its own
+// sideband (…/{id}/attach?graceful_close=true) to each session it created
+// (or whose SIP call it accepted, or forked) and reads the usage there, as
+// it meters Realtime WebRTC calls (calls.go's callMeter): cumulative
+// usage.seconds in session.usage.updated and session.closed, backend tokens
+// in response.event. The sideband also carries the session's reflected
+// audio both ways (about 128 KB/s of base64): the scanner only looks at
+// each frame's first bytes for its type, and skips the rest.
+//
+// A WebRTC session is billed at least 15 s (OpenAI bills 15 s at creation,
+// credited against the duration). If the gateway's sideband cannot attach
+// (the upstream refuses a second sideband, or cannot be reached), the
+// session is billed that floor at once and its record marked unmetered:
+// the app's own sideband through the gateway is relayed but not metered
+// (not implemented: see the README).
+
+// liveWebRTCFloor is the least a WebRTC session is billed, in seconds.
+const liveWebRTCFloor = 15.0
+
+// startLive holds the gateway's own sideband to Live session id on d and
+// meters it against key until it ends.
+func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string) {
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
+	ls := &liveState{info: info}
+	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	info.live = ls
+	// Booked against the key's budget as the seconds grow, in GPT-Live's
+	// 30 s windows; over it, the call is hung up upstream, and the
+	// session.closed that follows books the final usage.
+	cm.budgets.meterLive(info, ls, func(string) { cm.hangUp(d, id) })
+	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
+	defer cancel()
+	conn, err := cm.dialer.Dial(ctx, d.LiveTarget("/"+id+"/attach", url.Values{"graceful_close": {"true"}}))
+	if err != nil {
+		cm.log.Warn("Live session not metered: the gateway's sideband did not attach; billing the 15 s floor, unmetered",
+			"session", id, "deployment", d.Name, "err", err)
+		cm.metrics.dialFailures.WithLabelValues(d.Group).Inc()
+		rec := usage.Record{SessionID: info.id, KeyName: key.Name, ModelGroup: d.Group, Deployment: d.Name,
+			StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), Outcome: "unmetered", Unmetered: true}
+		ls.fillWebRTC(&rec)
+		cm.records.record(info, &rec)
+		return
+	}
+	cm.watch(info, id, conn)
+}
+
+// fillWebRTC completes a WebRTC session's record: as a WebSocket session's
+// (fill), with the 15 s floor; an unmetered one is not unconfirmed, it is
+// marked as what it is.
+func (ls *liveState) fillWebRTC(rec *usage.Record) {
+	ls.meter.Seconds = max(ls.meter.Seconds, liveWebRTCFloor)
+	ls.fill(rec)
+	rec.Unconfirmed = rec.Unconfirmed && !rec.Unmetered
+}
