@@ -153,7 +153,7 @@ type Settings struct {
 	// (default: USAGE_LOG with ".budgets.json" appended).
 	SpendState string
 
-	// Scale-out (server/cluster, listener.go, drain.go).
+	// Scale-out (server/cluster, accept.go, drain.go).
 	// RedisURL, if set, makes per-key limits hold across every instance
 	// sharing that Redis.
 	RedisURL string
@@ -172,7 +172,7 @@ type Settings struct {
 	// are still served, before the listener closes.
 	DrainGrace time.Duration
 
-	// Browser and phone apps (clientsecrets.go, calls.go, transcription.go).
+	// Browser and phone apps (clientsecrets.go, apps.go, transcription.go).
 	// ClientSecretKeys (CLIENT_SECRET_KEY, comma-separated) sign client
 	// secrets: the first signs, all verify. Empty means a random key per
 	// process.

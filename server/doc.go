@@ -20,7 +20,7 @@
 //	server.go     readHead: the head is collected from netpoll's buffer,
 //	              bounded by MAX_HEADER_BYTES
 //	connect.go    handle: health, API requests (httpapi.go: client secrets
-//	              in clientsecrets.go, calls in calls.go, GPT-Live's WebRTC
+//	              in clientsecrets.go, calls in apps.go, GPT-Live's WebRTC
 //	              create, call controls, forks and recordings in
 //	              liveapps.go), the path and the method; then decide (no I/O):
 //	connect.go      origins.allow (ALLOWED_ORIGINS)
@@ -33,7 +33,7 @@
 //	connect.go      decideSideband; apps.go checkSideband (a call owner
 //	                known here; a GPT-Live sideband's deployment:
 //	                liveapps.go resolveLiveAttach)
-//	connect.go      decideKey: the key's models; spendbudget.go budgets.check
+//	connect.go      decideKey: the key's models; spend.go budgets.check
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
 //	                (limit.Local, or cluster.Limiter)
 //	live.go         a GPT-Live route: no group yet (its session.start
@@ -46,8 +46,8 @@
 //	              order: balance/strategy.go), the connect span
 //	              (server/tracing), the 101, the session registered
 //	              (session.go: sessionInfo, setupWatch: the upstream's
-//	              events read for usage, and in turnwatch.go for turns and
-//	              spans), spendbudget.go budgets.meter, then the upstream:
+//	              events read for usage, and in watch.go for turns and
+//	              spans), spend.go budgets.meter, then the upstream:
 //	live.go         a GPT-Live session: the first message held
 //	                (poller.HoldFirst) and read (protocol.ReadStart),
 //	                then pickGroup, balance.Reserve, dialFor, the
@@ -76,14 +76,14 @@
 //
 //	session.go    sessionEnded: out of the registry, the admitter's and the
 //	              balancer's slots given back, uncount, the metrics, the
-//	              turns' summary (turnwatch.go endTurns)
+//	              turns' summary (watch.go endTurns)
 //	spend.go      records.record (USAGE_LOG, the spend log); metrics.countTokens
 //	apps.go       explainBeta
 //
 // Beside the path: drain.go (SIGTERM, Shutdown's hang-ups), watchdog.go (idle and stalled
-// sessions, the memory budget), listener.go (the client listener,
+// sessions, the memory budget), accept.go (the client listener,
 // REUSEPORT), metrics.go (the gateway's metrics, the admin port's view of
-// the gateway), config.go (Settings from the environment), calls.go and
+// the gateway), config.go (Settings from the environment), apps.go and
 // liveapps.go (the gateway's own metering sidebands to WebRTC calls and
 // GPT-Live WebRTC sessions), live.go (GPT-Live's warm pool, primed for
 // every Live deployment).

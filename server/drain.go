@@ -19,7 +19,7 @@ import (
 //	         Kubernetes readiness probe) stop sending clients, while connects
 //	         that still arrive are served normally; lasts DrainGrace.
 //	stopped  the listener stops accepting once netpoll has taken everything
-//	         queued (listener.go); the warm pool's sockets are closed (close
+//	         queued (accept.go); the warm pool's sockets are closed (close
 //	         1000); live sessions continue until they end or timeout passes.
 //	closing  sessions still open get an error event and close 1001, new
 //	         upgrades on connections accepted earlier get 503, and Drain waits

@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -293,4 +294,13 @@ func (o origins) corsHeaders(req *http.Request) http.Header {
 		"Access-Control-Expose-Headers": {"Location"},
 		"Vary":                          {"Origin"},
 	}
+}
+
+// redactedURL is a URL fit for logs: no user info, no query (which may carry
+// identifiers).
+func redactedURL(u *url.URL) string {
+	r := *u
+	r.User = nil
+	r.RawQuery = ""
+	return r.String()
 }

@@ -530,7 +530,7 @@ func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgr
 // browser and OpenAI, outside the gateway, so the gateway attaches its own
 // sideband (…/{id}/attach?graceful_close=true) to each session it created
 // (or whose SIP call it accepted, or forked) and reads the usage there, as
-// it meters Realtime WebRTC calls (calls.go's callMeter): cumulative
+// it meters Realtime WebRTC calls (apps.go's callMeter): cumulative
 // usage.seconds in session.usage.updated and session.closed, backend tokens
 // in response.event. The sideband also carries the session's reflected
 // audio both ways (about 128 KB/s of base64): the scanner only looks at

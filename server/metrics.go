@@ -44,7 +44,7 @@ type metrics struct {
 	liveSeconds     *prometheus.CounterVec
 	liveUnconfirmed *prometheus.CounterVec
 	liveStart       prometheus.Histogram
-	turns          *turns.Metrics
+	turns           *turns.Metrics
 }
 
 func newMetrics() *metrics {

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -79,7 +78,7 @@ type Server struct {
 	tracer   *tracing.Tracer              // OpenTelemetry spans; nil when off (server/tracing)
 	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
 	records  *records                     // where ended sessions' records go (spend.go)
-	budgets  *budgets                     // spendbudget.go
+	budgets  *budgets                     // spend.go
 
 	appState // client secrets, calls, sidebands (apps.go)
 
@@ -208,7 +207,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if err != nil {
 		return fmt.Errorf("creating event loop: %w", err)
 	}
-	sl, err := newStoppableListener(ln) // listener.go: Drain stops accepting through it
+	sl, err := newStoppableListener(ln) // accept.go: Drain stops accepting through it
 	if err != nil {
 		return err
 	}
@@ -591,13 +590,4 @@ func (c *clientConn) onClose(netpoll.Connection) error {
 		c.srv.clientLeft(sess)
 	}
 	return nil
-}
-
-// redactedURL is a URL fit for logs: no user info, no query (which may carry
-// identifiers).
-func redactedURL(u *url.URL) string {
-	r := *u
-	r.User = nil
-	r.RawQuery = ""
-	return r.String()
 }

@@ -44,9 +44,9 @@ type sessionInfo struct {
 	counted    bool               // deployment's live count includes this session
 	ended      bool               // the session ended: a late attach (a redial's) is not counted
 	poolHit    bool               // the upstream came from the warm pool
-	overBudget atomic.Bool        // ended by its key's spend budget (spendbudget.go); beside the flags: one word
+	overBudget atomic.Bool        // ended by its key's spend budget (spend.go); beside the flags: one word
 	meter      usage.Meter
-	turns      turns.Watch        // the session's turns (turnwatch.go)
+	turns      turns.Watch        // the session's turns (watch.go)
 	trace      *tracing.Session   // its spans; nil with tracing off
 	start      time.Time          // when the client's upgrade completed
 	redial     func()             // dials a fresh upstream after a dead warm one
@@ -528,78 +528,6 @@ func (s *Server) redial(sess *poller.Session) bool {
 	s.metrics.warmRedials.Inc()
 	go info.redial()
 	return true
-}
-
-// setupWatch is the session's frames.Inspector: it records the session setup
-// time at the first upstream text frame (session.created) and passes every
-// frame on to the session's usage accounting and turn measurement
-// (turnwatch.go), reading each event's type once for both.
-type setupWatch struct {
-	*sessionInfo
-	srv       *Server
-	sess      *poller.Session
-	seen      bool // only the upstream read path touches it
-	capSeen   bool // the first upstream's session.created was read (rollover.go)
-	wantUsage bool // the frame Inspect gets carries usage
-	wantKeep  bool // the frame Inspect gets changes the kept conversation (continuity)
-}
-
-// Wants implements frames.Inspector: the usage events, the turns' marks,
-// and with continuity the events that change the kept conversation. The
-// event type is read once for all three.
-func (w *setupWatch) Wants(prefix []byte) bool {
-	if !w.seen && w.live != nil {
-		// A Live session's first event answers the client's own
-		// session.start: timed from it, in its own histogram.
-		w.seen = true
-		w.srv.metrics.liveStart.Observe(time.Since(w.live.startAt).Seconds())
-	}
-	if !w.seen {
-		w.seen = true
-		label := "off"
-		if w.srv.pool != nil {
-			label = "miss"
-			if w.poolHit {
-				label = "hit"
-			}
-		}
-		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
-	}
-	if w.live != nil {
-		return w.live.meter.Wants(prefix)
-	}
-	typ, ok := usage.EventType(prefix)
-	if !ok {
-		return false
-	}
-	w.wantUsage = w.meter.WantsType(typ)
-	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created"))
-	return w.seeTurn(typ) || w.wantUsage || w.wantKeep
-}
-
-// Inspect implements frames.Inspector: the usage meter, the turns and, with
-// continuity, the kept conversation read the event.
-func (w *setupWatch) Inspect(p []byte) {
-	if w.live != nil {
-		w.live.meter.Inspect(p)
-		return
-	}
-	if w.wantUsage {
-		w.meter.Inspect(p)
-	}
-	w.inspectTurn(p)
-	if !w.wantKeep {
-		return
-	}
-	if !w.capSeen {
-		created := upstreamCreated(w.srv.cfg, w.poolHit)
-		if capAt, ok := upstreamCap(p, created, w.currentDeployment()); ok {
-			w.capSeen = true // later upstreams' caps come from their replay (resume.go)
-			armRollover(w.sess, w.sessionInfo, created, capAt)
-			return
-		}
-	}
-	w.keep.Upstream(p, w.resume.lim)
 }
 
 // poolMemory is where the warm pool remembers demand across restarts: the

@@ -7,13 +7,18 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/internal/every"
+	"rtgate/server/cluster"
 	"rtgate/server/routes"
 	"rtgate/server/spend"
 	"rtgate/server/spenddb"
@@ -146,4 +151,232 @@ func (s *Server) ReopenLogs() error {
 	}
 	s.log.Info("USAGE_LOG reopened")
 	return nil
+}
+
+// Budgets per key (max_budget, budget_duration): spend is booked as each
+// response ends, from the relay's read path, into a spend.Ledger; a connect
+// from a key at its budget is refused with 429, and a live session whose
+// response takes the key over it is ended once that response has reached
+// the client (error event, close 1008). With REDIS_URL the ledger is synced
+// with Redis every budgetSync, so every instance sees the cluster's spend
+// within that; without it the ledger is this instance's and is saved to
+// SPEND_STATE, so a restart does not reset a budget.
+
+const (
+	budgetSync = 250 * time.Millisecond // with Redis
+	budgetSave = time.Second            // without: the state file
+)
+
+// budgets are the per-key spend budgets: the ledger and how it is kept.
+type budgets struct {
+	log    *slog.Logger
+	routes func() *routes.Table // the keys in force, for their budgets
+
+	ledger  *spend.Ledger
+	state   string        // the state file; "" with Redis
+	shared  *spend.Shared // nil without Redis
+	refused *prometheus.CounterVec
+	ended   *prometheus.CounterVec
+	failed  prometheus.Counter
+}
+
+// newBudgets makes the ledger: shared through Redis when the cluster store
+// is there, else loaded from (and saved to) the state file (SPEND_STATE, or
+// beside USAGE_LOG).
+func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, reg prometheus.Registerer, log *slog.Logger) (*budgets, error) {
+	b := &budgets{log: log, routes: table,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_refused_total",
+			Help: "Connects refused with 429 budget_exceeded, by client key name."}, []string{"key"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_ended_sessions_total",
+			Help: "Live sessions ended (close 1008) after a response took their key over its budget."}, []string{"key"}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_budget_sync_failures_total",
+			Help: "Failed budget syncs with Redis or saves of the budget state file."}),
+	}
+	reg.MustRegister(b.refused, b.ended, b.failed)
+	if store != nil {
+		b.ledger = spend.NewLedger()
+		b.shared = &spend.Shared{Client: store.Client, Prefix: store.Prefix}
+		return b, nil
+	}
+	b.state = cfg.SpendState
+	if b.state == "" && cfg.UsageLog != "" {
+		b.state = cfg.UsageLog + ".budgets.json"
+	}
+	if b.state == "" {
+		for _, k := range table().Keys {
+			if k.Budget.Max > 0 {
+				return nil, fmt.Errorf("key %q has max_budget: set SPEND_STATE (or USAGE_LOG, or REDIS_URL) so that a restart does not reset its spend", k.Name)
+			}
+		}
+		b.ledger = spend.NewLedger()
+		return b, nil
+	}
+	l, err := spend.LoadLedger(b.state)
+	if err != nil {
+		return nil, fmt.Errorf("SPEND_STATE: %w", err)
+	}
+	b.ledger = l
+	return b, nil
+}
+
+// budgeted are the keys with a budget, now.
+func (b *budgets) budgeted() map[string]spend.Budget {
+	out := map[string]spend.Budget{}
+	for _, k := range b.routes().Keys {
+		if k.Budget.Max > 0 {
+			out[k.Name] = k.Budget
+		}
+	}
+	return out
+}
+
+// run syncs or saves the ledger every budgetSync or budgetSave until ctx
+// ends; close saves a last time at shutdown.
+func (b *budgets) run(ctx context.Context) {
+	period := budgetSave
+	if b.shared != nil {
+		period = budgetSync
+	}
+	var lastWarn time.Time
+	every.Tick(ctx, period, func(time.Time) {
+		if err := b.persist(ctx); err != nil {
+			b.failed.Inc()
+			if time.Since(lastWarn) > 10*time.Second {
+				b.log.Warn("budget spend is not being shared or saved; enforcing with what this instance knows", "err", err)
+				lastWarn = time.Now()
+			}
+		}
+	})
+}
+
+func (b *budgets) persist(ctx context.Context) error {
+	if b.shared != nil {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return b.ledger.Sync(cctx, *b.shared, b.budgeted(), time.Now())
+	}
+	if b.state != "" {
+		return b.ledger.Save(b.state)
+	}
+	return nil
+}
+
+// check refuses a connect from a key at or over its budget.
+func (b *budgets) check(key *routes.ClientKey) *refusal {
+	bud := key.Budget
+	if bud.Max <= 0 {
+		return nil
+	}
+	now := time.Now()
+	spent := b.ledger.Spent(key.Name, bud, now)
+	if spent < bud.Max {
+		return nil
+	}
+	b.refused.WithLabelValues(key.Name).Inc()
+	msg := fmt.Sprintf("This key has reached its budget: $%.4f spent of $%s", spent, strconv.FormatFloat(bud.Max, 'f', -1, 64))
+	h := http.Header{}
+	if anchor, ok := b.ledger.Anchor(key.Name); ok && bud.Every > 0 {
+		wait := bud.ResetsIn(anchor, now)
+		msg += fmt.Sprintf(" in the current %s window, which resets at %s.", windowName(bud.Every), now.Add(wait).UTC().Format(time.RFC3339))
+		h.Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+	} else {
+		msg += " (a lifetime budget)."
+	}
+	return &refusal{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
+		message: msg, header: h}
+}
+
+// meter books each response's cost against the session's key as it ends,
+// and ends the session (end, in a goroutine of its own) once its key is
+// over budget. It runs on the relay's read path, after the response.done
+// went to the client: the response the client paid for is never cut short.
+func (b *budgets) meter(info *sessionInfo, end func(message string)) {
+	bud := info.key.Budget
+	if bud.Max <= 0 {
+		return
+	}
+	ended := false // only the read path touches it
+	info.meter.OnEvent = func(add usage.Usage) {
+		total := b.ledger.Book(info.key.Name, bud, prices(info.currentDeployment()).Cost(add), time.Now())
+		if total < bud.Max || ended {
+			return
+		}
+		ended = true
+		info.overBudget.Store(true)
+		b.ended.WithLabelValues(info.key.Name).Inc()
+		go end(fmt.Sprintf("This key has reached its budget of $%s; the session ends after the response it was given.",
+			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
+	}
+}
+
+// liveWindow is the stretch of session time a GPT-Live session is admitted
+// for at a time: as its seconds cross each window, the next window's cost
+// must still fit the key's budget (as Bifrost meters Live).
+const liveWindow = 30.0
+
+// meterLive books a GPT-Live session's cost against its key as its usage
+// events arrive (the growth of its seconds, each delegated response's
+// tokens), and ends the session (end, in a goroutine of its own) once its
+// key is over budget, or when the session's next liveWindow of seconds would
+// take it over. end goes through GPT-Live's session.close, so that the
+// final usage is booked too.
+func (b *budgets) meterLive(info *sessionInfo, ls *liveState, end func(message string)) {
+	bud := info.key.Budget
+	if bud.Max <= 0 {
+		return
+	}
+	ended := false // only the read path touches these
+	window := 0.0  // the liveWindow the session's seconds are in
+	book := func(usd float64) {
+		total := b.ledger.Book(info.key.Name, bud, usd, time.Now())
+		next := 0.0
+		if w := float64(int(ls.meter.Seconds / liveWindow)); w > window {
+			window = w
+			if d := info.currentDeployment(); d != nil {
+				next = liveWindow * d.SecondPrice
+			}
+		}
+		if ended || ls.meter.Closed || total+next < bud.Max {
+			return // under budget, or the session already ended on its own
+		}
+		ended = true
+		info.overBudget.Store(true)
+		b.ended.WithLabelValues(info.key.Name).Inc()
+		go end(fmt.Sprintf("This key has reached its budget of $%s; the session ends (its final usage is still booked).",
+			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
+	}
+	ls.meter.OnSeconds = func(add float64) {
+		var perSecond float64
+		if d := info.currentDeployment(); d != nil {
+			perSecond = d.SecondPrice
+		}
+		book(add * perSecond)
+	}
+	onTokens := ls.meter.OnTokens
+	ls.meter.OnTokens = func(model string, add usage.Usage) {
+		before := ls.backendUSD
+		onTokens(model, add)
+		book(ls.backendUSD - before)
+	}
+}
+
+// close saves or syncs the ledger a last time at shutdown.
+func (b *budgets) close(ctx context.Context) {
+	if b == nil {
+		return
+	}
+	if err := b.persist(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		b.log.Warn("saving budget spend at shutdown failed", "err", err)
+	}
+}
+
+// windowName writes a budget window as budget_duration would: 30d, 12h.
+func windowName(d time.Duration) string {
+	switch day := 24 * time.Hour; {
+	case d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return d.String()
 }

@@ -2,7 +2,7 @@ package apps
 
 // Sideband connections: GET /v1/realtime?call_id=... attaches a WebSocket to
 // a live WebRTC or SIP call. The gateway remembers which key made each call
-// it forwarded (server/calls.go), in this process and, with REDIS_URL, in Redis so
+// it forwarded (server/apps.go), in this process and, with REDIS_URL, in Redis so
 // that every instance knows; a sideband for such a call is relayed only for
 // that key (a client secret stands for the key that minted it). Calls the
 // gateway did not make (SIP calls accepted through OpenAI's webhook) are
