@@ -63,10 +63,11 @@ bench: build
 	@[ "$(INSTANCES)" = 1 ] || command -v haproxy >/dev/null || \
 		{ apt-get update -q && apt-get install -y -q haproxy; }
 	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway -instances $(INSTANCES) $(BENCH_ARGS)
+	@[ "$(INSTANCES)" != 1 ] || $(MAKE) --no-print-directory bench-live BENCH_ARGS="$(filter-out -restart,$(BENCH_ARGS))"
 
-# GPT-Live beside it: the same legs with Live calls (/v1/live/sessions), the
-# pool-on leg with LIVE_POOL_SIZE (= -c unless -live-pool N). `make bench
-# bench-live` runs Realtime and then Live on the same settings.
+# GPT-Live beside it (make bench runs it after Realtime, one instance, without
+# -restart, which the Live legs do not take): the same legs with Live calls
+# (/v1/live/sessions), the pool-on leg with LIVE_POOL_SIZE (= -c unless -live-pool N).
 bench-live: build
 	$(BIN)/wsbench compare -protocol live -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(BENCH_ARGS)
 
