@@ -548,3 +548,51 @@ func TestLiveBudgetWindow(t *testing.T) {
 		t.Fatalf("record %+v, want budget_exceeded at 31 s, 0.031 USD", rec)
 	}
 }
+
+// TestLiveTurns: a GPT-Live session's turns are measured from its input
+// transcript and output audio deltas (it has no response events): three
+// appends heard and answered are three completed turns, in the metrics and
+// in the record, the first one's first audio at least mockai's delay.
+func TestLiveTurns(t *testing.T) {
+	for _, tlsUp := range []bool{false, true} {
+		name := "ws"
+		if tlsUp {
+			name = "wss"
+		}
+		t.Run(name, func(t *testing.T) {
+			m := startMock(t, mockai.Config{TLS: tlsUp, FirstAudioDelay: 50 * time.Millisecond})
+			logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+			g := startGateway(t, nil, func(c *Settings) {
+				c.RoutesFile, c.UsageLog = liveConfig(t, m, "", ""), logPath
+				if tlsUp {
+					c.UpstreamRoots = trustMock(t, m)
+				}
+			})
+			c := g.dialLive(t, "sk-team-a-test")
+			send(t, c, liveStart("gpt-live", nil))
+			if e := read(t, c); e.typ() != "session.started" {
+				t.Fatalf("first event %v", e)
+			}
+			for range 3 { // each append is heard, then answered
+				appendAudio(t, c, liveSecond/10)
+				readUntil(t, c, "session.output_audio.delta")
+			}
+			send(t, c, map[string]any{"type": "session.close"})
+			readUntil(t, c, "session.closed")
+			rec := waitRecords(t, logPath, 1)[0]
+			if rec.Turns != 3 || rec.FirstAudioP95MS < 50 {
+				t.Fatalf("record: %d turns, first audio p50 %v p95 %v ms; want 3, p95 at least the 50 ms delay",
+					rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS)
+			}
+			if got := metricWith(t, g, "rtgate_turns_total", "model_group", "gpt-live"); got != 3 {
+				t.Fatalf("rtgate_turns_total for gpt-live %v, want 3 completed", got)
+			}
+			if got := metricWith(t, g, "rtgate_turns_total", "outcome", "completed"); got != 3 {
+				t.Fatalf("completed turns %v, want 3", got)
+			}
+			if got := histogramCount(t, g, "rtgate_turn_first_audio_seconds"); got != 3 {
+				t.Fatalf("first-audio observations %v, want 3", got)
+			}
+		})
+	}
+}

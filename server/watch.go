@@ -10,6 +10,7 @@ import (
 
 	"rtgate/poller"
 	"rtgate/server/continuity"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
 	"rtgate/server/turns"
@@ -52,6 +53,11 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
 	if w.live != nil {
+		// GPT-Live's turn marks never need the whole event: the type is
+		// enough (seeTurn), and only the meter reads events whole.
+		if typ, ok := usage.EventType(prefix); ok {
+			w.seeTurn(typ)
+		}
 		return w.live.meter.Wants(prefix)
 	}
 	typ, ok := usage.EventType(prefix)
@@ -99,6 +105,9 @@ func (w *setupWatch) Inspect(p []byte) {
 // reports whether the whole event is wanted (inspectTurn).
 func (w *setupWatch) seeTurn(typ []byte) bool {
 	m := w.srv.proto.Turn(typ)
+	if w.live != nil {
+		m = protocol.Live{}.Turn(typ)
+	}
 	w.trace.Mark(m)
 	ev, whole := w.turns.See(m)
 	if ev != (turns.Event{}) {

@@ -58,8 +58,11 @@ func (Live) End() []byte {
 // committed input nor a done event: its transcript deltas carry
 // start_ms/end_ms instead.)
 func (Live) Turn(typ []byte) TurnMark {
-	if string(typ) == "session.output_audio.delta" {
+	switch string(typ) {
+	case "session.output_audio.delta":
 		return FirstOutput
+	case "session.input_transcript.delta":
+		return InputSpeech
 	}
 	return NotTurn
 }

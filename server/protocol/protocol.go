@@ -61,15 +61,15 @@
 //     text-only response); it ends at response.done, unless that response
 //     was a tool call without output (the chain goes on to the response
 //     after the client's function_call_output). Turn.
-//   - GPT-Live (nearest equivalents its events allow; not built yet): it
+//   - GPT-Live (the nearest equivalents its events allow; Live.Turn): it
 //     sends no response or done events, so a turn starts at the last
-//     session.input_transcript.delta before output (its end_ms, on the
-//     input audio's clock, is the end of speech), its first output is the
-//     next session.output_audio.delta, and it ends when the next input
-//     transcript delta arrives; an input delta while output deltas still
-//     come is the interruption. Time to first audio is then measured from
-//     the arrival of that input delta, which lags the end of speech by the
-//     upstream's transcription (not observable from the events).
+//     session.input_transcript.delta before output (InputSpeech), its
+//     first output is the next session.output_audio.delta, and it ends
+//     (completed) when the next input transcript delta arrives or the
+//     session ends. Time to first audio is measured from the arrival of
+//     that input delta, which lags the end of speech by the upstream's
+//     transcription (not observable from the events). Interruptions are
+//     not told apart: that would need a clock read per audio delta.
 //
 // How to rebuild a session on a fresh upstream (session continuity).
 //   - Realtime: session.update with the kept configuration, then one
@@ -122,4 +122,9 @@ const (
 	SpeechEnd            // server VAD heard the end of speech (after its silence window)
 	TurnConfig           // the session's configuration (whole event wanted: the VAD window)
 	SpeechStart          // server VAD heard speech start (the user-speech span)
+	// InputSpeech: GPT-Live's input transcript delta, the user speaking.
+	// Before the turn's output it moves the turn's start (the user is
+	// still talking); after it, the turn that spoke ends and the next
+	// starts (GPT-Live sends no response or done events).
+	InputSpeech
 )

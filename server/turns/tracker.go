@@ -18,6 +18,21 @@
 //	open      response.done, otherwise            idle      duration = now - start; outcome
 //	open      the session ends                    -         outcome unfinished
 //
+// A turn, per GPT-Live (no response or done events; InputSpeech is an
+// input transcript delta, FirstOutput an output audio delta):
+//
+//	idle      InputSpeech                         open      start = now
+//	open      InputSpeech, no output              open      start = now (the user is still talking)
+//	open      FirstOutput                         open      first audio = now - start
+//	open      InputSpeech after output            open      the turn that spoke ends, completed;
+//	                                                        the next starts, start = now
+//	open      the session ends, after output      -         outcome completed (unfinished without)
+//
+// A GPT-Live turn is timed from the last input transcript delta before the
+// answer (the last words heard), so the transcription's own lag is inside
+// it. Interruptions are not told apart: telling whether output was still
+// streaming when the user spoke would need a clock read per audio delta.
+//
 // The silence window is the session's server VAD silence_duration_ms, read
 // from session.created and session.updated (TurnConfig): the upstream sends
 // speech_stopped only after that much silence, which the user waited too.
@@ -66,6 +81,7 @@ type Tracker struct {
 	output      bool // the open turn's first output was seen
 	turns       int
 	firstAudio  *Sketch // nil until the first turn with output
+	bySpeech    bool    // GPT-Live: turns end at the next speech (InputSpeech)
 }
 
 func (t *Tracker) now() time.Time {
@@ -99,6 +115,18 @@ func (t *Tracker) Mark(m protocol.TurnMark) (ev Event) {
 				start = t.now()
 			}
 			t.begin(start)
+		}
+	case protocol.InputSpeech:
+		t.bySpeech = true
+		now := t.now()
+		switch {
+		case !t.open:
+			t.begin(now)
+		case !t.output:
+			t.start = now
+		default:
+			ev = t.end(Completed)
+			t.begin(now)
 		}
 	case protocol.SpeechEnd:
 		start := t.now().Add(-t.silence)
@@ -220,6 +248,9 @@ func (t *Tracker) Close() Event {
 		return Event{}
 	}
 	t.next = time.Time{}
+	if t.bySpeech && t.output {
+		return t.end(Completed) // a GPT-Live turn that spoke ends with the session
+	}
 	return t.end(Unfinished)
 }
 

@@ -38,6 +38,12 @@ const (
 // and returns every event it measured.
 func run(t *testing.T, steps []step) ([]Event, *Watch) {
 	t.Helper()
+	return runProto(t, protocol.Realtime{}, steps)
+}
+
+// runProto is run for the protocol p's marks.
+func runProto(t *testing.T, p protocol.Protocol, steps []step) ([]Event, *Watch) {
+	t.Helper()
 	epoch := time.Unix(1000, 0)
 	var now time.Time
 	w := &Watch{Tracker: Tracker{Now: func() time.Time { return now }}}
@@ -48,7 +54,7 @@ func run(t *testing.T, steps []step) ([]Event, *Watch) {
 		if !ok {
 			t.Fatalf("no type in %s", s.event)
 		}
-		ev, whole := w.See(protocol.Realtime{}.Turn(typ))
+		ev, whole := w.See(p.Turn(typ))
 		if whole {
 			ev = w.Inspect([]byte(s.event))
 		}
@@ -238,4 +244,53 @@ func TestDeltaAllocatesNothing(t *testing.T) {
 	if allocs := testing.AllocsPerRun(1000, func() { forward(delta) }); allocs != 0 {
 		t.Fatalf("%v allocations per delta", allocs)
 	}
+}
+
+// TestLiveTurns: GPT-Live's turns, from input transcript and output audio
+// deltas (the table in the package doc).
+func TestLiveTurns(t *testing.T) {
+	const (
+		heard  = `{"type":"session.input_transcript.delta","delta":"hi","start_ms":0,"end_ms":100}`
+		spoken = `{"type":"session.output_audio.delta","delta":"AAAA"}`
+		usageU = `{"type":"session.usage.updated","usage":{"seconds":1}}`
+	)
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		want  []Event
+	}{
+		{"one answer, ended with the session", []step{{0, heard}, {100, heard}, {350, spoken}, {400, spoken}, {900, usageU}},
+			[]Event{first(250), ended(Completed, 800)}}, // timed from the last speech heard
+		{"the next speech ends the turn that spoke", []step{{0, heard}, {200, spoken}, {1000, heard}, {1300, spoken}},
+			[]Event{first(200), ended(Completed, 1000), first(300), ended(Completed, 300)}},
+		{"speech never answered is unfinished", []step{{0, heard}, {500, heard}},
+			[]Event{ended(Unfinished, 0)}}, // the clock moved with the speech
+		{"output with no speech heard is no turn", []step{{0, spoken}, {40, spoken}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, w := runProto(t, protocol.Live{}, tc.steps)
+			if len(got) != len(tc.want) {
+				t.Fatalf("events %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("event %d: %+v, want %+v (all: %+v)", i, got[i], tc.want[i], got)
+				}
+			}
+			if n, _, _ := w.Summary(); n != countStarts(tc.want) {
+				t.Fatalf("%d turns counted, want %d", n, countStarts(tc.want))
+			}
+		})
+	}
+}
+
+// countStarts is how many turns the events say were begun.
+func countStarts(evs []Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Outcome != "" {
+			n++
+		}
+	}
+	return n
 }
