@@ -65,7 +65,11 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 	group, table, q, h := info.group, u.table, u.q, u.req.Header
 	switch {
 	case u.liveAttach:
-		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband (liveapps.go)
+		if !u.liveFork { // its frames meter the session only if the gateway's own sideband cannot (watch.go)
+			info.sideband = s.meters.sidebandOf(u.callID, u.made)
+			sess.InspectUpstream(info.sideband.inspector())
+		}
+		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband or WebSocket fork (liveapps.go)
 		return true
 	case u.translation:
 		// Never pooled, never redialed: billed by the minute (apps.go).

@@ -510,12 +510,7 @@ func resolveLiveAttach(u *upgrade, owner string, made bool) *refusal {
 // way for it.
 func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) {
 	info.redial = nil
-	var sb *appSideband
-	if !u.liveFork {
-		sb = s.meters.sidebandOf(u.callID, u.made)
-		sess.InspectUpstream(sb.inspector())
-		info.sideband = sb
-	}
+	sb := info.sideband // nil for a fork, or a sideband that meters nothing
 	target := liveAttachTarget(u.attachTo, u.callID, u.liveFork, u.q)
 	dial := func() (*upstream.Upgraded, error) {
 		ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)

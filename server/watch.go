@@ -232,12 +232,25 @@ func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id 
 
 // attachOwn attaches the gateway's own sideband to meter the session; when
 // it cannot, an app's sideband open through the gateway meters, else the
-// session is done.
+// session is done. A refusal (409) is tried again a few times while no
+// app's sideband is open: the upstream may still count one that just left.
 func (lm *liveMetering) attachOwn() {
 	cm := lm.cm
 	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
 	defer cancel()
-	conn, err := cm.dialer.Dial(ctx, lm.d.LiveTarget("/"+lm.id+"/attach", url.Values{"graceful_close": {"true"}}))
+	var conn *upstream.Upgraded
+	var err error
+	for i := range liveTakeOverTries {
+		conn, err = cm.dialer.Dial(ctx, lm.d.LiveTarget("/"+lm.id+"/attach", url.Values{"graceful_close": {"true"}}))
+		ue, refused := errors.AsType[*upstream.Error](err)
+		lm.mu.Lock()
+		others := len(lm.open) > 0
+		lm.mu.Unlock()
+		if !refused || ue.Status != http.StatusConflict || others || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(i+1) * 20 * time.Millisecond)
+	}
 	lm.mu.Lock()
 	if err == nil && !lm.done {
 		lm.metered = true
@@ -329,8 +342,9 @@ func (ls *liveState) fillWebRTC(rec *usage.Record) {
 // session's meter while on. A nil *appSideband meters nothing (a session
 // the gateway does not meter).
 type appSideband struct {
-	lm *liveMetering
-	on atomic.Bool
+	lm   *liveMetering
+	on   atomic.Bool
+	left bool // its session ended (under lm.mu)
 }
 
 // sidebandOf is the metering side of an app's sideband to session id (nil
@@ -419,13 +433,19 @@ func (sb *appSideband) attached() {
 	lm := sb.lm
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
-	if lm.done {
-		return
-	}
-	lm.open[sb] = struct{}{}
-	if lm.handing == sb {
+	switch {
+	case lm.done:
+	case sb.left: // its client left during the dial: the gateway's own meters on
+		if lm.handing == sb {
+			lm.handing = nil
+			go lm.attachOwn()
+		}
+	case lm.handing == sb:
 		lm.handing = nil
+		lm.open[sb] = struct{}{}
 		lm.adopt(sb)
+	default:
+		lm.open[sb] = struct{}{}
 	}
 }
 
@@ -456,6 +476,7 @@ func (sb *appSideband) ended() {
 	}
 	lm := sb.lm
 	lm.mu.Lock()
+	sb.left = true
 	delete(lm.open, sb)
 	if lm.app != sb || lm.done {
 		lm.mu.Unlock()
