@@ -8,9 +8,14 @@ package server
 //	                                       by session.model (a Live group), session.model rewritten
 //	                                       to the deployment's; 201 {session: {id}, transport: {sdp}}
 //	                                       unchanged. The owner (key, deployment) is remembered and the
-//	                                       gateway's own sideband meters the session (liveapps.go).
+//	                                       session metered from a sideband (watch.go), its 15 s floor
+//	                                       booked against the key's budget at once.
 //	WS   /v1/live/sessions/{id}/attach     a sideband: owner-checked, relayed to the owning
-//	                                       deployment (graceful_close passed through), never pooled
+//	                                       deployment (graceful_close passed through), never pooled;
+//	                                       it meters the session when the gateway's own cannot
+//	WS   /v1/live/sessions/{id}/fork       a stored session continued over WebSocket: owner-checked
+//	                                       as a sideband, relayed to the owning deployment, never
+//	                                       pooled; a Live session of its own, metered as one (live.go)
 //	POST /v1/live/sessions/{id}/accept     SIP call controls, owner-checked, to the owning deployment;
 //	     …/reject, …/refer, …/hangup       an accept of a session the gateway never saw (an inbound
 //	                                       SIP call announced to the app by live.transport.incoming)
