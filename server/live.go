@@ -113,10 +113,25 @@ func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState 
 	sess.SetFarewell(protocol.Live{}.End(), liveCloseWait)
 	ls.meter.OnClosed = sess.Farewelled
 	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	ls.meter.OnStarted = func(id string) { go rememberLiveOwner(s, info, id) }
 	s.budgets.meterLive(info, ls, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
 	return ls
+}
+
+// rememberLiveOwner records that the session's key and deployment own Live
+// session id (named by its session.started), as a WebRTC create's are: its
+// owner may then attach a sideband to it, or fork it once it is stored and
+// closed. It runs in a goroutine of its own (Redis may be asked).
+func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
+	d := info.currentDeployment()
+	if d == nil || !validLiveID(id) {
+		return
+	}
+	if err := s.calls.Remember(s.ctx, id, liveOwner{info.key.Name, d.Name}.String()); err != nil {
+		s.log.Warn("Live session owner not stored in Redis; only this instance knows it", "session", id, "err", err)
+	}
 }
 
 // newLiveFork prepares a WebSocket fork (WS /v1/live/sessions/{id}/fork,

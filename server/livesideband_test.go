@@ -145,16 +145,28 @@ func TestLiveForkWebSocket(t *testing.T) {
 				t.Fatalf("hangup upstream: HTTP %d %s", status, b)
 			}
 
+			// And a stored WebSocket session app-a ran through the gateway.
+			c := g.dialLive(t, keyA)
+			send(t, c, liveStart("gpt-live", map[string]any{"store": true}))
+			wsParent := read(t, c).str("session", "id")
+			appendAudio(t, c, 2*liveSecond)
+			untilSeconds(t, c, 2)
+			send(t, c, map[string]any{"type": "session.close"})
+			readUntil(t, c, "session.closed")
+			closeOf(t, c)
+
 			base := "ws://" + g.addr
 			refusedWith(t, base+"/v1/live/sessions/"+parent+"/fork", keyB, http.StatusForbidden, "call_not_allowed")
 			refusedWith(t, base+"/v1/live/sessions/"+elsewhere+"/fork", keyA, http.StatusForbidden, "call_not_allowed")
 			refusedWith(t, base+"/v1/live/sessions/live_nosuch/fork", testMasterKey, http.StatusNotFound, "session_not_found")
 			before := len(mockLive(t, mock, roots))
 
+			var forks []string // the forks app-a made
 			for _, tc := range []struct {
 				url, key, name string
 			}{
 				{base + "/v1/live/sessions/" + parent + "/fork", keyA, "app-a"},
+				{base + "/v1/live/sessions/" + wsParent + "/fork", keyA, "app-a"},
 				{base + "/openai/v1/live/sessions/" + elsewhere + "/fork?model=gpt-live", keyOps, "ops"},
 			} {
 				c := dialWith(t, dialer(), tc.url, bearer(tc.key))
@@ -179,22 +191,37 @@ func TestLiveForkWebSocket(t *testing.T) {
 				if s.ForkedOf == "" || s.Key != testUpstreamKey || s.Transport != "websocket" || s.Model != "gpt-live-1" {
 					t.Fatalf("%s: upstream fork %+v, want a WebSocket fork with the upstream's key", tc.name, s)
 				}
-				var rec *usage.Record
-				waitFor(t, "the fork's record", func() bool {
-					for _, r := range readRecordsSoFar(logPath) {
-						if r.Protocol == "live" && r.KeyName == tc.name && r.Outcome != "call_ended" {
-							rec = &r
-							return true
-						}
-					}
-					return false
-				})
-				if rec.Seconds != 1 || rec.Unconfirmed || rec.ModelGroup != "gpt-live" || math.Abs(rec.CostUSD-0.05/60) > 1e-12 {
-					t.Fatalf("%s: fork record %+v, want 1 s confirmed at $0.05 a minute", tc.name, rec)
+				if tc.key == keyA {
+					forks = append(forks, id)
 				}
 			}
-			if n := len(mockLive(t, mock, roots)); n != before+2 {
-				t.Fatalf("upstream has %d sessions, want the %d before and the two forks (refusals reach nothing)", n, before)
+			if n := len(mockLive(t, mock, roots)); n != before+3 {
+				t.Fatalf("upstream has %d sessions, want the %d before and the three forks (refusals reach nothing)", n, before)
+			}
+			// Each fork is metered as a Live session of the key that forked.
+			want := map[string]int{"app-a": 2, "ops": 1}
+			waitFor(t, "the forks' records", func() bool {
+				got := map[string]int{}
+				for _, r := range readRecordsSoFar(logPath) {
+					if r.Protocol == "live" && r.Seconds == 1 && r.Outcome != "call_ended" {
+						if r.Unconfirmed || r.ModelGroup != "gpt-live" || math.Abs(r.CostUSD-0.05/60) > 1e-12 {
+							t.Fatalf("fork record %+v, want 1 s confirmed at $0.05 a minute", r)
+						}
+						got[r.KeyName]++
+					}
+				}
+				return got["app-a"] == want["app-a"] && got["ops"] == want["ops"]
+			})
+			// A fork made over WebSocket is its key's: that key may fork
+			// it again (here over WebRTC), another may not.
+			for _, f := range forks {
+				if status, _, b := post(t, g, "/v1/live/sessions/"+f+"/fork", keyB, "application/json", webrtcBody("gpt-live", false), nil); status != http.StatusForbidden {
+					t.Fatalf("app-b forking app-a's fork: HTTP %d %s", status, b)
+				}
+				if status, _, b := post(t, g, "/v1/live/sessions/"+f+"/fork", keyA, "application/json",
+					[]byte(`{"transport":{"type":"webrtc","sdp":`+strconvQuote(sdpOffer)+`}}`), nil); status != http.StatusCreated {
+					t.Fatalf("app-a forking its own fork: HTTP %d %s", status, b)
+				}
 			}
 		})
 	}
@@ -206,6 +233,9 @@ func ownSidebands(g *gateway) int {
 	g.srv.meters.live.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// strconvQuote is s as a JSON string.
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // liveFloorUSD is the 15 s WebRTC floor at gpt-live-1's $0.05 a minute.
 const liveFloorUSD = 15 * 0.05 / 60
