@@ -445,7 +445,7 @@ func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deplo
 		cm.metrics.dialFailures.WithLabelValues(group).Inc()
 		return
 	}
-	cm.watch(&sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()}, callID, conn, nil)
+	cm.watch(&sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()}, callID, conn, nil).start(conn.Preface)
 }
 
 // watch makes conn, the gateway's own sideband to call (or Live session, lm
@@ -455,12 +455,17 @@ func (cm *callMeters) watch(info *sessionInfo, callID string, conn *upstream.Upg
 	m.sc.Init(frames.FromServer, 0)
 	m.sc.SetInspector(m)
 	cm.live.Store(m, struct{}{})
+	return m
+}
+
+// start starts reading the sideband, preface (what came with the upgrade's
+// answer) first.
+func (m *callMeter) start(preface []byte) {
 	m.h.Start(m, func() {
-		if len(conn.Preface) > 0 {
-			m.scan(frames.NewByteSource(conn.Preface))
+		if len(preface) > 0 {
+			m.scan(frames.NewByteSource(preface))
 		}
 	})
-	return m
 }
 
 // callMeter is the poller.Owner of a call's metering sideband: it reads the

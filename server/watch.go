@@ -253,9 +253,10 @@ func (lm *liveMetering) attachOwn() {
 	}
 	lm.mu.Lock()
 	if err == nil && !lm.done {
-		lm.metered = true
-		lm.own = cm.watch(lm.info, lm.id, conn, lm)
+		own := cm.watch(lm.info, lm.id, conn, lm)
+		lm.metered, lm.own = true, own
 		lm.mu.Unlock()
+		own.start(conn.Preface) // not under lm.mu: its end (ownGone) takes it
 		return
 	}
 	if err == nil { // done meanwhile (a shutdown)
