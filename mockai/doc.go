@@ -160,7 +160,7 @@
 // session.started), FirstAudioDelay (before the first output delta), the
 // frame faults (session.started is frame 1), StopReading (session.start is
 // never read), StatusCode, the key checks and FaultsFromQuery; LiveConfig adds
-// the usage and media schedule, expiry, a start timeout, NoClosed and
+// the usage and media schedule (MediaChunk: seconds faster than real time), expiry, a start timeout, NoClosed and
 // MaxSidebands (a sideband beyond it refused 409; negative refuses all). GET /mock/live/sessions
 // lists the sessions with their usage, and /mock/live/incoming,
 // /mock/live/sessions/{id}/respond and …/end play what OpenAI's side would do.

@@ -11,8 +11,8 @@ package mockai
 //
 // Usage is what tests can predict: usage.seconds is the duration of the input
 // audio the session received (decoded bytes over the input format's bytes per
-// second). A WebRTC or SIP session's simulated media adds MediaInterval of
-// audio per tick, as if someone were talking.
+// second). A WebRTC or SIP session's simulated media adds MediaChunk of
+// audio (MediaInterval by default) per tick, as if someone were talking.
 //
 // The files:
 //
@@ -40,6 +40,10 @@ type LiveConfig struct {
 	// each tick adds that much audio to the session's seconds and reflects one
 	// input and one output chunk to its sidebands (0: 100ms).
 	MediaInterval time.Duration
+	// MediaChunk is the audio each media tick adds and reflects (0:
+	// MediaInterval, as if in real time): larger, a session's seconds grow
+	// faster than the wall clock (a test of billing past the 15 s floor).
+	MediaChunk time.Duration
 	// MaxDuration is how long a session may last: expires_at in
 	// session.started, and then session.closed with reason "expired" (0: 1h).
 	MaxDuration time.Duration
@@ -76,6 +80,9 @@ func (c LiveConfig) withDefaults() LiveConfig {
 	}
 	if c.MediaInterval == 0 {
 		c.MediaInterval = defaultLiveMediaInterval
+	}
+	if c.MediaChunk == 0 {
+		c.MediaChunk = c.MediaInterval
 	}
 	if c.MaxDuration == 0 {
 		c.MaxDuration = defaultLiveMaxDuration
@@ -318,7 +325,7 @@ func (ls *liveSession) schedule() {
 		defer t.Stop()
 		media = t.C
 	}
-	chunk := PCMPattern(int(cfg.MediaInterval.Milliseconds()) * bytesPerMilli)
+	chunk := PCMPattern(int(cfg.MediaChunk.Milliseconds()) * bytesPerMilli)
 	audio := encodeAudio(chunk)
 	for {
 		select {

@@ -65,7 +65,11 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 	group, table, q, h := info.group, u.table, u.q, u.req.Header
 	switch {
 	case u.liveAttach:
-		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband (liveapps.go)
+		if !u.liveFork { // its frames meter the session only if the gateway's own sideband cannot (watch.go)
+			info.sideband = s.meters.sidebandOf(u.callID, u.made)
+			sess.InspectUpstream(info.sideband.inspector())
+		}
+		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband or WebSocket fork (liveapps.go)
 		return true
 	case u.translation:
 		// Never pooled, never redialed: billed by the minute (apps.go).
@@ -421,6 +425,9 @@ type callMeters struct {
 	metrics *metrics
 	records *records
 	live    sync.Map // *callMeter → struct{}
+	// sessions are the GPT-Live WebRTC sessions being metered, by id
+	// (*liveMetering, watch.go).
+	sessions sync.Map
 	// A GPT-Live WebRTC session's budget (liveapps.go): the ledger, and how
 	// a session over budget is ended (its call hung up upstream).
 	budgets *budgets
@@ -438,19 +445,25 @@ func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deplo
 		cm.metrics.dialFailures.WithLabelValues(group).Inc()
 		return
 	}
-	cm.watch(&sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()}, callID, conn)
+	cm.watch(&sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()}, callID, conn, nil).start(conn.Preface)
 }
 
-// watch makes conn, the gateway's own sideband to call (or Live session)
-// callID, meter it for info until it ends.
-func (cm *callMeters) watch(info *sessionInfo, callID string, conn *upstream.Upgraded) {
-	m := &callMeter{meters: cm, info: info, callID: callID, h: poller.NewHandle(conn.Endpoint)}
+// watch makes conn, the gateway's own sideband to call (or Live session, lm
+// not nil) callID, meter it for info until it ends.
+func (cm *callMeters) watch(info *sessionInfo, callID string, conn *upstream.Upgraded, lm *liveMetering) *callMeter {
+	m := &callMeter{meters: cm, info: info, callID: callID, h: poller.NewHandle(conn.Endpoint), lm: lm, gone: make(chan struct{})}
 	m.sc.Init(frames.FromServer, 0)
 	m.sc.SetInspector(m)
 	cm.live.Store(m, struct{}{})
+	return m
+}
+
+// start starts reading the sideband, preface (what came with the upgrade's
+// answer) first.
+func (m *callMeter) start(preface []byte) {
 	m.h.Start(m, func() {
-		if len(conn.Preface) > 0 {
-			m.scan(frames.NewByteSource(conn.Preface))
+		if len(preface) > 0 {
+			m.scan(frames.NewByteSource(preface))
 		}
 	})
 }
@@ -465,6 +478,8 @@ type callMeter struct {
 	h      *poller.Handle
 	sc     frames.Scanner // under the Handle's read lock
 	once   sync.Once
+	lm     *liveMetering // a GPT-Live session's (watch.go); nil for a Realtime call
+	gone   chan struct{} // closed once it has ended
 }
 
 // Wants implements frames.Inspector: the events that carry usage.
@@ -515,14 +530,16 @@ func (m *callMeter) UpstreamGone() {
 	m.once.Do(func() {
 		cm := m.meters
 		cm.live.Delete(m)
+		defer close(m.gone)
+		if m.lm != nil {
+			m.lm.ownGone(m) // its session's record, unless it made way for the app's sideband
+			return
+		}
 		cm.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
 		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
 			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),
 			DurationMS: time.Since(m.info.start).Milliseconds(), Outcome: "call_ended", Usage: m.info.meter.Usage,
 			Protocol: "realtime"}
-		if ls := m.info.live; ls != nil {
-			ls.fillWebRTC(&rec)
-		}
 		cm.records.record(m.info, &rec)
 	})
 }

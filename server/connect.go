@@ -68,8 +68,10 @@ type upgrade struct {
 	translation bool // a Realtime translation session (apps.go)
 	// A GPT-Live sideband (/v1/live/sessions/{id}/attach, liveapps.go):
 	// callID is the session's id, attachTo the deployment that serves it.
-	liveAttach bool
-	attachTo   *routes.Deployment
+	// A WebSocket fork (…/{id}/fork) is decided as one (liveFork), but is
+	// a Live session of its own.
+	liveAttach, liveFork bool
+	attachTo             *routes.Deployment
 
 	maxSessions int       // the key's max_sessions (0: none)
 	rate        float64   // the key's connect_rate, a second (0: none)
@@ -109,8 +111,8 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	case livePaths[0], livePaths[1], livePaths[2]:
 		live = true
 	default:
-		if _, op, ok := liveSubPath(req.URL.Path); ok && op == "attach" {
-			break // a GPT-Live sideband (liveapps.go)
+		if _, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
+			break // a GPT-Live sideband or WebSocket fork (liveapps.go)
 		}
 		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
@@ -159,11 +161,11 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		u.protocol = subprotocolRealtime
 	}
 	u.q = req.URL.Query()
-	if id, op, ok := liveSubPath(req.URL.Path); ok && op == "attach" {
+	if id, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
 		if u.grant != nil {
 			return nil, refuseLiveSecret()
 		}
-		u.callID, u.liveAttach = id, true
+		u.callID, u.liveAttach, u.liveFork = id, true, op == "fork"
 		return decideSideband(s, u)
 	}
 	if live {
@@ -361,7 +363,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
 	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
 	info.turns.Off = s.cfg.NoTurnMetrics
-	info.translation, info.liveSideband = u.translation, u.liveAttach
+	info.translation, info.liveSideband = u.translation, u.liveAttach && !u.liveFork
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	s.budgets.meter(info, func(message string) {
@@ -371,6 +373,8 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	sess.InspectUpstream(&c.watch)
 	if u.live {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
+	} else if u.liveFork {
+		info.live = newLiveFork(s, sess, info) // metered as a Live session (live.go)
 	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),

@@ -31,8 +31,8 @@
 //	                the protocol's model, the default)
 //	apps.go         translationAsk (a translation connect names its model)
 //	connect.go      decideSideband; apps.go checkSideband (a call owner
-//	                known here; a GPT-Live sideband's deployment:
-//	                liveapps.go resolveLiveAttach)
+//	                known here; a GPT-Live sideband's or WebSocket fork's
+//	                deployment: liveapps.go resolveLiveAttach)
 //	connect.go      decideKey: the key's models; spend.go budgets.check
 //	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
 //	                (limit.Local, or cluster.Limiter)
@@ -54,8 +54,12 @@
 //	                rewritten session.start first (on a pooled unstarted
 //	                socket with LIVE_POOL_SIZE: fromPool); session.close
 //	                as its end (poller.SetFarewell); usage.LiveMeter
+//	live.go         a GPT-Live WebSocket fork: newLiveFork (metered and
+//	                ended as a Live session, its session.start relayed)
 //	apps.go         startApp: a translation session's, a GPT-Live
-//	                sideband's (liveapps.go startLiveAttach), a sideband's,
+//	                sideband's or fork's (liveapps.go startLiveAttach; a
+//	                sideband's frames meter its session when the gateway's
+//	                own sideband cannot: watch.go appSideband), a sideband's,
 //	                a transcription session's
 //	                (session.go connectUpstream) or a client secret's
 //	                (sessionprime.go primeSession: the protocol's Prime)
@@ -76,15 +80,16 @@
 //
 //	session.go    sessionEnded: out of the registry, the admitter's and the
 //	              balancer's slots given back, uncount, the metrics, the
-//	              turns' summary (watch.go endTurns)
+//	              turns' summary (watch.go endTurns); a GPT-Live sideband
+//	              that metered hands the metering back (watch.go ended)
 //	spend.go      records.record (USAGE_LOG, the spend log); metrics.countTokens
 //	apps.go       explainBeta
 //
 // Beside the path: drain.go (SIGTERM, Shutdown's hang-ups), watchdog.go (idle and stalled
 // sessions, the memory budget), accept.go (the client listener,
 // REUSEPORT), metrics.go (the gateway's metrics, the admin port's view of
-// the gateway), config.go (Settings from the environment), apps.go and
-// liveapps.go (the gateway's own metering sidebands to WebRTC calls and
-// GPT-Live WebRTC sessions), live.go (GPT-Live's warm pool, primed for
+// the gateway), config.go (Settings from the environment), apps.go (the
+// gateway's own metering sidebands to WebRTC calls) and watch.go (which
+// sideband meters a GPT-Live WebRTC session: liveMetering), live.go (GPT-Live's warm pool, primed for
 // every Live deployment).
 package server

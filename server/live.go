@@ -71,6 +71,10 @@ type liveState struct {
 	// once the session has ended.
 	meter      usage.LiveMeter
 	backendUSD float64 // delegated responses' tokens, priced per backend model
+	// floor is the session time billed ahead, at creation (a WebRTC
+	// session's 15 s; 0 for a WebSocket session): booked against the
+	// budget then, and only the seconds beyond it as they are reported.
+	floor float64
 	// refused is the code of a refusal after the upgrade ("" for none).
 	mu      sync.Mutex
 	refused string
@@ -94,15 +98,52 @@ func isLiveSecret(table *routes.Table, presented string) bool {
 // the farewell, the hold on the first message and its deadline, and the
 // meter.
 func newLiveState(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) *liveState {
-	ls := &liveState{srv: s, sess: sess, info: info, table: u.table, hdr: passThrough(u.req.Header)}
+	ls := relayedLive(s, sess, info)
+	ls.table, ls.hdr = u.table, passThrough(u.req.Header)
+	sess.HoldFirst(ls.take)
+	ls.timer = time.AfterFunc(s.cfg.LiveStartTimeout, ls.timeout)
+	return ls
+}
+
+// relayedLive is the state of a Live session whose events the gateway
+// relays: its farewell (session.close, then wait for session.closed), its
+// meter, and its budget.
+func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState {
+	ls := &liveState{srv: s, sess: sess, info: info}
 	sess.SetFarewell(protocol.Live{}.End(), liveCloseWait)
 	ls.meter.OnClosed = sess.Farewelled
 	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	ls.meter.OnStarted = func(id string) { go rememberLiveOwner(s, info, id) }
 	s.budgets.meterLive(info, ls, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
-	sess.HoldFirst(ls.take)
-	ls.timer = time.AfterFunc(s.cfg.LiveStartTimeout, ls.timeout)
+	return ls
+}
+
+// rememberLiveOwner records that the session's key and deployment own Live
+// session id (named by its session.started), as a WebRTC create's are: its
+// owner may then attach a sideband to it, or fork it once it is stored and
+// closed. It runs in a goroutine of its own (Redis may be asked).
+func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
+	d := info.currentDeployment()
+	if d == nil || !validLiveID(id) {
+		return
+	}
+	if err := s.calls.Remember(s.ctx, id, liveOwner{info.key.Name, d.Name}.String()); err != nil {
+		s.log.Warn("Live session owner not stored in Redis; only this instance knows it", "session", id, "err", err)
+	}
+}
+
+// newLiveFork prepares a WebSocket fork (WS /v1/live/sessions/{id}/fork,
+// liveapps.go): a new Live session, relayed to the deployment that served
+// the stored one, whose own session.start (which names no model: the fork
+// continues the stored session's) is relayed as the client sent it. Its
+// upstream is dialed at once, so nothing of the first message is held; it
+// is metered, budgeted and ended as any Live WebSocket session.
+func newLiveFork(s *Server, sess *poller.Session, info *sessionInfo) *liveState {
+	ls := relayedLive(s, sess, info)
+	ls.state.Store(liveDone) // no first message to wait for
+	ls.startAt = time.Now()
 	return ls
 }
 

@@ -8,9 +8,14 @@ package server
 //	                                       by session.model (a Live group), session.model rewritten
 //	                                       to the deployment's; 201 {session: {id}, transport: {sdp}}
 //	                                       unchanged. The owner (key, deployment) is remembered and the
-//	                                       gateway's own sideband meters the session (liveapps.go).
+//	                                       session metered from a sideband (watch.go), its 15 s floor
+//	                                       booked against the key's budget at once.
 //	WS   /v1/live/sessions/{id}/attach     a sideband: owner-checked, relayed to the owning
-//	                                       deployment (graceful_close passed through), never pooled
+//	                                       deployment (graceful_close passed through), never pooled;
+//	                                       it meters the session when the gateway's own cannot
+//	WS   /v1/live/sessions/{id}/fork       a stored session continued over WebSocket: owner-checked
+//	                                       as a sideband, relayed to the owning deployment, never
+//	                                       pooled; a Live session of its own, metered as one (live.go)
 //	POST /v1/live/sessions/{id}/accept     SIP call controls, owner-checked, to the owning deployment;
 //	     …/reject, …/refer, …/hangup       an accept of a session the gateway never saw (an inbound
 //	                                       SIP call announced to the app by live.transport.incoming)
@@ -36,12 +41,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"rtgate/poller"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
-	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -243,7 +246,7 @@ func (a liveAPI) remember(keyName string, d *routes.Deployment, id string, table
 		return
 	}
 	s.log.Info("Live WebRTC session created", "key", keyName, "model_group", d.Group, "deployment", d.Name, "session", id)
-	go s.meters.startLive(key, d, id)
+	s.meters.startLive(key, d, id) // the floor booked now, its sideband attached in the background (watch.go)
 }
 
 // owned finds the deployment that serves session id for key, with the
@@ -462,9 +465,12 @@ func sessionIDOf(body []byte) string {
 	return ans.Session.ID
 }
 
-// liveAttachTarget is the upstream of a sideband to session id on d, with
-// the client's graceful_close passed through.
-func liveAttachTarget(d *routes.Deployment, id string, q url.Values) upstream.Target {
+// liveAttachTarget is the upstream of a sideband (or a WebSocket fork) of
+// session id on d: a sideband's graceful_close passed through.
+func liveAttachTarget(d *routes.Deployment, id string, fork bool, q url.Values) upstream.Target {
+	if fork {
+		return d.LiveTarget("/"+id+"/fork", nil)
+	}
 	up := url.Values{}
 	if g := q.Get("graceful_close"); g != "" {
 		up.Set("graceful_close", g)
@@ -500,22 +506,36 @@ func resolveLiveAttach(u *upgrade, owner string, made bool) *refusal {
 	return nil
 }
 
-// startLiveAttach connects a GPT-Live sideband to the deployment that
-// serves its session, never from a pool; it runs in its own goroutine. Its
-// frames are not metered: the gateway's own sideband meters the session
-// (liveapps.go).
+// startLiveAttach connects a GPT-Live sideband (or WebSocket fork) to the
+// deployment that serves its session, never from a pool; it runs in its
+// own goroutine. A fork is a Live session of its own, metered from its
+// frames (live.go's newLiveFork). A sideband's frames meter its session
+// only when the gateway's own sideband cannot (watch.go's liveMetering):
+// the upstream allowing one sideband per session, the gateway's own makes
+// way for it.
 func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) {
 	info.redial = nil
-	sess.InspectUpstream(unmetered{})
-	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
-	defer cancel()
-	conn, err := s.dialer.Dial(ctx, liveAttachTarget(u.attachTo, u.callID, u.q))
+	sb := info.sideband // nil for a fork, or a sideband that meters nothing
+	target := liveAttachTarget(u.attachTo, u.callID, u.liveFork, u.q)
+	dial := func() (*upstream.Upgraded, error) {
+		ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+		defer cancel()
+		return s.dialer.Dial(ctx, target)
+	}
+	conn, err := dial()
+	status := 0
+	if ue, ok := errors.AsType[*upstream.Error](err); ok {
+		status = ue.Status
+	}
+	if status == http.StatusConflict && !info.left() && sb.takeOver() {
+		conn, err = sb.redial(dial)
+	}
 	if err != nil {
+		sb.failed()
 		if info.left() {
 			sess.Cancel()
 			return
 		}
-		status := 0
 		if ue, ok := errors.AsType[*upstream.Error](err); ok {
 			status = ue.Status
 		}
@@ -523,61 +543,6 @@ func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgr
 		return
 	}
 	info.attached(s.balancer, u.attachTo)
+	sb.attached()
 	sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
-}
-
-// Metering GPT-Live's WebRTC sessions. Their events travel between the
-// browser and OpenAI, outside the gateway, so the gateway attaches its own
-// sideband (…/{id}/attach?graceful_close=true) to each session it created
-// (or whose SIP call it accepted, or forked) and reads the usage there, as
-// it meters Realtime WebRTC calls (apps.go's callMeter): cumulative
-// usage.seconds in session.usage.updated and session.closed, backend tokens
-// in response.event. The sideband also carries the session's reflected
-// audio both ways (about 128 KB/s of base64): the scanner only looks at
-// each frame's first bytes for its type, and skips the rest.
-//
-// A WebRTC session is billed at least 15 s (OpenAI bills 15 s at creation,
-// credited against the duration). If the gateway's sideband cannot attach
-// (the upstream refuses a second sideband, or cannot be reached), the
-// session is billed that floor at once and its record marked unmetered:
-// the app's own sideband through the gateway is relayed but not metered
-// (not implemented: see the README).
-
-// liveWebRTCFloor is the least a WebRTC session is billed, in seconds.
-const liveWebRTCFloor = 15.0
-
-// startLive holds the gateway's own sideband to Live session id on d and
-// meters it against key until it ends.
-func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string) {
-	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
-	ls := &liveState{info: info}
-	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
-	info.live = ls
-	// Booked against the key's budget as the seconds grow, in GPT-Live's
-	// 30 s windows; over it, the call is hung up upstream, and the
-	// session.closed that follows books the final usage.
-	cm.budgets.meterLive(info, ls, func(string) { cm.hangUp(d, id) })
-	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
-	defer cancel()
-	conn, err := cm.dialer.Dial(ctx, d.LiveTarget("/"+id+"/attach", url.Values{"graceful_close": {"true"}}))
-	if err != nil {
-		cm.log.Warn("Live session not metered: the gateway's sideband did not attach; billing the 15 s floor, unmetered",
-			"session", id, "deployment", d.Name, "err", err)
-		cm.metrics.dialFailures.WithLabelValues(d.Group).Inc()
-		rec := usage.Record{SessionID: info.id, KeyName: key.Name, ModelGroup: d.Group, Deployment: d.Name,
-			StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), Outcome: "unmetered", Unmetered: true}
-		ls.fillWebRTC(&rec)
-		cm.records.record(info, &rec)
-		return
-	}
-	cm.watch(info, id, conn)
-}
-
-// fillWebRTC completes a WebRTC session's record: as a WebSocket session's
-// (fill), with the 15 s floor; an unmetered one is not unconfirmed, it is
-// marked as what it is.
-func (ls *liveState) fillWebRTC(rec *usage.Record) {
-	ls.meter.Seconds = max(ls.meter.Seconds, liveWebRTCFloor)
-	ls.fill(rec)
-	rec.Unconfirmed = rec.Unconfirmed && !rec.Unmetered
 }

@@ -41,7 +41,7 @@ func mockHTTP(p *mockaiProcess, roots *x509.CertPool) (string, *http.Client) {
 // client.live.create routed by the alias group and rewritten to the
 // deployment's model, SidebandWS through the gateway (session.started,
 // reflected audio, session.close, graceful close 1000), the recording
-// streamed, a fork, and an inbound SIP call the gateway never saw accepted
+// streamed, a fork (POST, and ForksWS over WebSocket), and an inbound SIP call the gateway never saw accepted
 // by its model, then referred and hung up. The gateway's own sideband
 // metered each session: records of protocol live, at least the 15 s floor,
 // priced at $0.05 a minute.
@@ -88,6 +88,11 @@ func TestNodeSDKLiveApps(t *testing.T) {
 					IDPrefix     string `json:"id_prefix"`
 					AnswerStarts string `json:"answer_starts"`
 				}
+				WSFork struct {
+					IDPrefix string `json:"id_prefix"`
+					Distinct bool
+					Closed   string
+				} `json:"ws_fork"`
 				SIPOK bool `json:"sip_ok"`
 				Error string
 			}
@@ -107,6 +112,8 @@ func TestNodeSDKLiveApps(t *testing.T) {
 				t.Fatalf("downloadRecording: %s", out)
 			case got.Fork.IDPrefix != "live_" || got.Fork.AnswerStarts != "v=0\r\n" || !got.SIPOK:
 				t.Fatalf("fork or SIP: %s", out)
+			case got.WSFork.IDPrefix != "live_" || !got.WSFork.Distinct || got.WSFork.Closed != "close_requested":
+				t.Fatalf("ForksWS through the gateway: %s", out)
 			}
 
 			// Upstream: the alias rewritten to the deployment's model, the

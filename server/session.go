@@ -57,6 +57,7 @@ type sessionInfo struct {
 	// (apps.go); liveSideband: a GPT-Live sideband (liveapps.go), whose
 	// record says protocol live.
 	translation, liveSideband bool
+	sideband                  *appSideband // a Live sideband's metering side (watch.go); nil: it meters nothing
 	// Session continuity (resume.go): nil when off for the session; the
 	// kept conversation (a nil State until something is kept); the
 	// resumes so far (under depMu).
@@ -461,7 +462,8 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
 	info.trace.End()
 	if info.liveSideband {
-		rec.Protocol = routes.ProtocolLive // relayed, not metered: the gateway's own sideband meters the session
+		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (watch.go), not this one's
+		info.sideband.ended()
 	}
 	if info.translation && dep != nil {
 		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (apps.go)

@@ -345,12 +345,17 @@ func (b *budgets) meterLive(info *sessionInfo, ls *liveState, end func(message s
 		go end(fmt.Sprintf("This key has reached its budget of $%s; the session ends (its final usage is still booked).",
 			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
 	}
-	ls.meter.OnSeconds = func(add float64) {
-		var perSecond float64
-		if d := info.currentDeployment(); d != nil {
-			perSecond = d.SecondPrice
-		}
-		book(add * perSecond)
+	// A WebRTC session's floor is billed at creation: booked now, and of
+	// the seconds read later only those beyond it (the floor is credited
+	// against the duration, never counted twice).
+	billed := ls.floor
+	if billed > 0 {
+		b.ledger.Book(info.key.Name, bud, billed*secondPrice(info.currentDeployment()), time.Now())
+	}
+	ls.meter.OnSeconds = func(float64) {
+		add := max(ls.meter.Seconds-billed, 0)
+		billed = max(billed, ls.meter.Seconds)
+		book(add * secondPrice(info.currentDeployment())) // even 0: the check, and the next window's
 	}
 	onTokens := ls.meter.OnTokens
 	ls.meter.OnTokens = func(model string, add usage.Usage) {

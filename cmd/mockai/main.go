@@ -68,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.Stream.Bytes, "stream-bytes", 0, "with -stream: PCM bytes per delta (0 = 24 kHz for one interval, 960 for 20ms)")
 	fs.DurationVar(&o.cfg.Live.UsageInterval, "live-usage-interval", 0, "GPT-Live: session.usage.updated every interval (0 = 1s, negative = never)")
 	fs.DurationVar(&o.cfg.Live.MediaInterval, "live-media-interval", 0, "GPT-Live: a WebRTC/SIP session's simulated media tick, reflected to sidebands (0 = 100ms)")
+	fs.DurationVar(&o.cfg.Live.MediaChunk, "live-media-chunk", 0, "GPT-Live: the audio each media tick adds to a WebRTC/SIP session's seconds and reflects (0 = the interval: real time)")
 	fs.DurationVar(&o.cfg.Live.MaxDuration, "live-max-duration", 0, "GPT-Live: session length before session.closed reason expired (0 = 1h)")
 	fs.DurationVar(&o.cfg.Live.StartTimeout, "live-start-timeout", 0, "GPT-Live: an upgraded socket without session.start this long gets an error and close 4000 (0 = never)")
 	fs.IntVar(&o.cfg.Live.MaxSidebands, "live-max-sidebands", 0, "GPT-Live: refuse (409 too_many_sidebands) a sideband beyond this many attached to one session (0: no limit)")

@@ -13,6 +13,9 @@ const (
 	TypeLiveUsage    = "session.usage.updated"
 	TypeLiveClosed   = "session.closed"
 	TypeLiveResponse = "response.event"
+	// TypeLiveStarted names the session (session.id): read once, when
+	// OnStarted is set.
+	TypeLiveStarted = "session.started"
 )
 
 // maxLiveResponseIDs bounds the response ids a LiveMeter remembers to book
@@ -48,6 +51,11 @@ type LiveMeter struct {
 	OnSeconds func(add float64)
 	OnTokens  func(model string, add Usage)
 	OnClosed  func()
+	// OnStarted, if set, gets the session's id from the first
+	// session.started (the gateway remembers who owns it).
+	OnStarted func(id string)
+
+	started bool // session.started was read
 
 	booked []string // response ids already booked
 }
@@ -63,6 +71,8 @@ func (m *LiveMeter) Wants(prefix []byte) bool {
 	switch string(t) {
 	case TypeLiveUsage, TypeLiveClosed:
 		return true
+	case TypeLiveStarted:
+		return m.OnStarted != nil && !m.started
 	case TypeLiveResponse:
 		inner, ok := InnerType(prefix, "event")
 		return !ok || terminalResponse(string(inner))
@@ -76,9 +86,12 @@ func terminalResponse(t string) bool {
 
 // liveEvent is the part of a Live usage event the meter reads.
 type liveEvent struct {
-	Type   string `json:"type"`
-	Reason string `json:"reason"`
-	Usage  *struct {
+	Type    string `json:"type"`
+	Reason  string `json:"reason"`
+	Session *struct {
+		ID string `json:"id"`
+	} `json:"session"`
+	Usage *struct {
 		Seconds *float64 `json:"seconds"`
 	} `json:"usage"`
 	Event *struct {
@@ -109,6 +122,11 @@ func (m *LiveMeter) Inspect(p []byte) {
 		return
 	}
 	switch ev.Type {
+	case TypeLiveStarted:
+		if !m.started && m.OnStarted != nil && ev.Session != nil && ev.Session.ID != "" {
+			m.started = true
+			m.OnStarted(ev.Session.ID)
+		}
 	case TypeLiveUsage, TypeLiveClosed:
 		if ev.Usage != nil && ev.Usage.Seconds != nil {
 			m.seconds(*ev.Usage.Seconds)

@@ -12,12 +12,15 @@ func TestLiveMeter(t *testing.T) {
 	var grew []float64
 	var models []string
 	closed := 0
+	var started []string
+	m.OnStarted = func(id string) { started = append(started, id) }
 	m.OnSeconds = func(add float64) { grew = append(grew, add) }
 	m.OnTokens = func(model string, _ Usage) { models = append(models, model) }
 	m.OnClosed = func() { closed++ }
 	completed := `{"type":"response.event","event_id":"e","delegation_id":"d","event":{"type":"response.completed","response":{"id":"resp_1","model":"gpt-5-mini","usage":{"input_tokens":120,"input_tokens_details":{"cached_tokens":20},"output_tokens":30,"output_tokens_details":{"reasoning_tokens":10},"total_tokens":150}}}}`
 	events := []string{
 		`{"type":"session.started","session":{"id":"live_1"}}`,
+		`{"type":"session.started","session":{"id":"live_2"}}`, // only the first names the session
 		`{"type":"session.usage.updated","usage":{"seconds":1.5},"context_window":{"usage_ratio":0.1}}`,
 		`{"type":"session.usage.updated","usage":{"seconds":3.0}}`,
 		`{"type":"session.usage.updated","usage":{"seconds":2.0}}`, // shrinking: ignored
@@ -35,6 +38,9 @@ func TestLiveMeter(t *testing.T) {
 	}
 	if m.Seconds != 4.25 || !m.Closed || m.Reason != "close_requested" || closed != 1 {
 		t.Fatalf("seconds %v closed %v (%d) reason %q", m.Seconds, m.Closed, closed, m.Reason)
+	}
+	if len(started) != 1 || started[0] != "live_1" {
+		t.Errorf("started %v, want [live_1]", started)
 	}
 	if len(grew) != 3 || grew[0] != 1.5 || grew[1] != 1.5 || grew[2] != 1.25 {
 		t.Errorf("growth %v, want [1.5 1.5 1.25]", grew)

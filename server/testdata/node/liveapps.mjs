@@ -9,6 +9,7 @@
 //   NODE_EXTRA_CA_CERTS  the gateway's (and mockai's) test certificates
 import OpenAI from 'openai';
 import { SidebandWS } from 'openai/resources/live/sideband/ws';
+import { ForksWS } from 'openai/resources/live/forks/ws';
 
 const offer = process.env.SDP_OFFER;
 const out = {};
@@ -46,6 +47,16 @@ try {
   const forked = await client.live.sessions.fork(rtc.session.id, { transport: { type: 'webrtc', sdp: offer } });
   out.fork = { id_prefix: forked.session.id.slice(0, 5), answer_starts: forked.transport.sdp.slice(0, 5) };
   await client.live.sessions.hangup(forked.session.id);
+
+  // The same stored session forked over WebSocket (ForksWS): a Live
+  // session of its own through the gateway, closed with session.close.
+  const fws = new ForksWS(client, { session_id: rtc.session.id });
+  fws.send({ type: 'session.start', session: {} });
+  const fstarted = await next(fws, 'session.started');
+  const fclosedP = next(fws, 'session.closed');
+  fws.send({ type: 'session.close' });
+  out.ws_fork = { id_prefix: fstarted.session.id.slice(0, 5), distinct: fstarted.session.id !== rtc.session.id,
+    closed: (await fclosedP).reason };
 
   // An inbound SIP call the gateway never saw: accepted by model, then its own.
   const call = process.env.SIP_CALL;
