@@ -167,6 +167,8 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 		if newID := sessionIDOf(ans.body); newID != "" {
 			a.remember(key.Name, d, newID, table)
 		}
+	case (op == "hangup" || op == "reject") && status == http.StatusOK:
+		a.s.meters.endedByRequest(id) // its end is known even if no sideband attached in time
 	}
 	return ans
 }

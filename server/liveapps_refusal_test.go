@@ -304,3 +304,38 @@ keys:
 		})
 	}
 }
+
+// TestLiveWebRTCHungUpBeforeMetering: a WebRTC session the app hangs up
+// through the gateway before the gateway's own sideband could attach (the
+// upstream then refuses the attach: 409 session_closed) is billed its 15 s
+// floor as an ended call, not marked unmetered: its end is known. mockai's
+// slow upgrades (the attach is one) make the hang-up come first.
+func TestLiveWebRTCHungUpBeforeMetering(t *testing.T) {
+	for _, up := range upstreams {
+		t.Run(up.name, func(t *testing.T) {
+			cfg := up.cfg
+			cfg.UpgradeDelay = 400 * time.Millisecond
+			mock := startMock(t, cfg)
+			path := liveAppsConfig(t, mock.BaseURL())
+			logPath := t.TempDir() + "/usage.jsonl"
+			g := startAppGateway(t, mock, func(c *Settings) { c.RoutesFile, c.UsageLog = path, logPath })
+			id := newWebRTCSession(t, g, keyA)
+			if status, _, b := post(t, g, "/v1/live/sessions/"+id+"/hangup", keyA, "application/json", nil, nil); status != http.StatusOK {
+				t.Fatalf("hangup: HTTP %d %s", status, b)
+			}
+			var rec *usage.Record
+			waitFor(t, "the session's record", func() bool {
+				for _, r := range readRecordsSoFar(logPath) {
+					if r.Protocol == "live" {
+						rec = &r
+						return true
+					}
+				}
+				return false
+			})
+			if rec.Unmetered || rec.Outcome != "call_ended" || rec.Seconds != 15 || rec.KeyName != "app-a" {
+				t.Fatalf("record %+v: want an ended call billed the 15 s floor, not unmetered", rec)
+			}
+		})
+	}
+}

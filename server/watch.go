@@ -220,6 +220,24 @@ type liveMetering struct {
 	open    map[*appSideband]struct{} // the app's sidebands attached through the gateway
 	metered bool                      // some sideband has metered the session
 	done    bool
+	// endedAt: the app ended the session through the gateway (hangup or
+	// reject) before any sideband metered it: its seconds are known.
+	endedAt time.Time
+}
+
+// endedByRequest notes that the app ended session id through the gateway,
+// so that a session hung up before the gateway's sideband could attach (the
+// upstream then refuses it: 409 session_closed) is billed its floor or its
+// time to the hang-up, not marked unmetered.
+func (cm *callMeters) endedByRequest(id string) {
+	if v, ok := cm.sessions.Load(id); ok {
+		lm := v.(*liveMetering)
+		lm.mu.Lock()
+		if !lm.metered && lm.endedAt.IsZero() {
+			lm.endedAt = time.Now()
+		}
+		lm.mu.Unlock()
+	}
 }
 
 // startLive meters Live session id on d against key until it ends: the
@@ -280,7 +298,7 @@ func (lm *liveMetering) attachOwn() {
 			"session", lm.id, "deployment", lm.d.Name, "err", err)
 		return
 	}
-	metered := lm.metered
+	metered := lm.metered || !lm.endedAt.IsZero()
 	lm.mu.Unlock()
 	if !metered {
 		cm.log.Warn("Live session not metered: the gateway's sideband did not attach and no sideband of the app's goes "+
@@ -323,9 +341,15 @@ func (lm *liveMetering) finish() {
 	for sb := range lm.open {
 		sb.on.Store(false)
 	}
-	metered := lm.metered
+	metered, endedAt := lm.metered, lm.endedAt
 	lm.mu.Unlock()
 	cm, info := lm.cm, lm.info
+	if !metered && !endedAt.IsZero() {
+		// Ended by the app's request before a sideband metered it: its
+		// seconds are its time to that request (at least the floor).
+		metered = true
+		info.live.meter.Seconds = max(info.live.meter.Seconds, endedAt.Sub(info.start).Seconds())
+	}
 	cm.sessions.CompareAndDelete(lm.id, lm)
 	rec := usage.Record{SessionID: info.id, KeyName: info.key.Name, ModelGroup: lm.d.Group, Deployment: lm.d.Name,
 		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
