@@ -580,8 +580,10 @@ func TestLiveTurns(t *testing.T) {
 			send(t, c, map[string]any{"type": "session.close"})
 			readUntil(t, c, "session.closed")
 			rec := waitRecords(t, logPath, 1)[0]
-			if rec.Turns != 3 || rec.FirstAudioP95MS < 50 {
-				t.Fatalf("record: %d turns, first audio p50 %v p95 %v ms; want 3, p95 at least the 50 ms delay",
+			// The record's percentiles come from a log-bucket sketch, within
+			// 9 % of the true value (server/turns).
+			if rec.Turns != 3 || rec.FirstAudioP95MS < 50*0.91 {
+				t.Fatalf("record: %d turns, first audio p50 %v p95 %v ms; want 3, p95 at least the 50 ms delay (less the sketch's 9 %%)",
 					rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS)
 			}
 			if got := metricWith(t, g, "rtgate_turns_total", "model_group", "gpt-live"); got != 3 {
