@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -205,19 +206,48 @@ func listen(cfg Settings) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", cfg.Addr())
 }
 
-// stoppableListener is the client listener as netpoll sees it, plus a way to
-// stop accepting without closing the descriptor netpoll watches: closing it
-// under netpoll (which keeps a duplicate and later detaches and closes that
-// number) risks acting on a reused descriptor, and netpoll's own Shutdown
-// would also close live sessions. shutdown(SHUT_RD) on a listening socket
-// takes it out of the listening hash (and out of its SO_REUSEPORT group), so
-// the kernel sends new connections elsewhere or refuses them, while the
-// descriptor stays ours until Shutdown closes it.
+// stoppableListener is the client listener as netpoll sees it: the listening
+// socket itself (netpoll polls its descriptor and calls Accept when it is
+// readable), plus a way to stop accepting without closing the descriptor
+// netpoll watches. shutdown(SHUT_RD) on a listening socket takes it out of
+// the listening hash (and out of its SO_REUSEPORT group), so the kernel sends
+// new connections elsewhere or refuses them, while the descriptor stays ours
+// until netpoll's Shutdown, having stopped polling it, calls Close.
+//
+// It is netpoll.Listener written here rather than netpoll.ConvertListener's,
+// which (v0.7.2) does two things a front door must not:
+//   - It polls a duplicate of the socket (os.File) and its Close closes that
+//     number twice (syscall.Close of the number, then the File's Close: seen
+//     with strace as close(6) = 0, close(6) = EBADF). Whatever descriptor the
+//     process opens between the two (a client socket just accepted, a dial,
+//     the spend log's database connection) gets that number and is closed
+//     under its owner: at every gateway's Shutdown. Here the socket is closed
+//     once, by the net.Listener that opened it.
+//   - It accepts without SOCK_CLOEXEC, so every client socket open when the
+//     process starts a child (the tests' mockai, redis-server, PostgreSQL) is
+//     inherited by it and outlives the gateway's close: the client never
+//     sees its FIN. Here accept4 sets SOCK_CLOEXEC (and SOCK_NONBLOCK).
+//
+// Who closes it: netpoll's Shutdown, after it stopped polling it; but a
+// Shutdown that comes before netpoll's Serve has taken the listener (Serve
+// runs in its own goroutine, and a test may end at once) finds nothing to
+// close, and that Serve then polls the socket, sees it shut and returns. Left
+// open, the socket would be closed by its finalizer at some garbage
+// collection, by number, long after that number went to another socket. So
+// whichever of the two ends last (shutDown, served) closes it then.
 type stoppableListener struct {
-	netpoll.Listener // netpoll's conversion of the socket
-	raw              syscall.RawConn
-	stopped          atomic.Bool
+	ln      net.Listener    // the socket as opened; Close closes it, once
+	raw     syscall.RawConn // ln's descriptor, for shutdown and TCP_INFO
+	fd      int             // ln's descriptor number, which netpoll polls
+	stopped atomic.Bool
+
+	mu       sync.Mutex
+	closed   bool // Close ran
+	served   bool // netpoll's Serve returned: it polls the descriptor no more
+	orphaned bool // netpoll's Shutdown ran and did not close it
 }
+
+var _ netpoll.Listener = (*stoppableListener)(nil)
 
 func newStoppableListener(ln net.Listener) (*stoppableListener, error) {
 	sc, ok := ln.(syscall.Conn)
@@ -228,20 +258,109 @@ func newStoppableListener(ln net.Listener) (*stoppableListener, error) {
 	if err != nil {
 		return nil, err
 	}
-	npln, err := netpoll.ConvertListener(ln)
-	if err != nil {
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
 		return nil, fmt.Errorf("adopting the listener: %w", err)
 	}
-	return &stoppableListener{Listener: npln, raw: raw}, nil
+	// The number stays this socket's until Close: only Close closes it,
+	// and netpoll calls Close after it stopped polling it.
+	return &stoppableListener{ln: ln, raw: raw, fd: fd}, nil
 }
 
-// Accept is netpoll's, until the listener is stopped (then "nothing to
-// accept", so netpoll does not log the shut socket's EINVAL).
-func (l *stoppableListener) Accept() (net.Conn, error) {
-	if l.stopped.Load() {
-		return nil, nil
+// Fd is the descriptor netpoll polls for incoming connections.
+func (l *stoppableListener) Fd() int { return l.fd }
+
+// Addr is the address the listener is bound to.
+func (l *stoppableListener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close closes the listening socket, once. netpoll's Shutdown calls it once
+// it stopped polling the descriptor.
+func (l *stoppableListener) Close() error {
+	l.mu.Lock()
+	already := l.closed
+	l.closed = true
+	l.mu.Unlock()
+	if already {
+		return nil
 	}
-	return l.Listener.Accept()
+	return l.ln.Close()
+}
+
+// serveEnded says netpoll's Serve returned; shutDown says the server's
+// Shutdown has run netpoll's. The later of the two closes the socket if
+// netpoll did not.
+func (l *stoppableListener) serveEnded() { l.end(func() { l.served = true }) }
+func (l *stoppableListener) shutDown()   { l.end(func() { l.orphaned = !l.closed }) }
+
+func (l *stoppableListener) end(mark func()) {
+	l.mu.Lock()
+	mark()
+	orphan := l.served && l.orphaned && !l.closed
+	l.mu.Unlock()
+	if orphan {
+		_ = l.Close()
+	}
+}
+
+// Accept takes one connection the kernel completed, or returns nil and no
+// error when there is none (netpoll waits for the next readiness) or the
+// listener is stopped (so that netpoll does not log the shut socket's
+// EINVAL). Errors go to netpoll, which backs off on EMFILE and ENFILE.
+func (l *stoppableListener) Accept() (net.Conn, error) {
+	for !l.stopped.Load() {
+		fd, sa, err := unix.Accept4(l.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		switch err {
+		case nil:
+			// What netpoll sets on the sockets its own listener accepts.
+			_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+			return &acceptedConn{fd: fd, local: l.ln.Addr(), remote: sockaddrTCP(sa)}, nil
+		case unix.EINTR, unix.ECONNABORTED:
+			continue // a signal, or a client that reset while queued: the next one
+		case unix.EAGAIN:
+			return nil, nil
+		}
+		return nil, err
+	}
+	return nil, nil
+}
+
+// acceptedConn hands netpoll an accepted socket. netpoll keeps only its
+// descriptor and addresses (and owns the descriptor from then on: its
+// connection closes it); nothing reads, writes or closes through this value.
+type acceptedConn struct {
+	fd            int
+	local, remote net.Addr
+}
+
+// errAdopted answers any use of an acceptedConn other than netpoll's
+// adoption of its descriptor.
+var errAdopted = errors.New("accepted socket: owned by its netpoll connection")
+
+func (a *acceptedConn) Fd() int                          { return a.fd }
+func (a *acceptedConn) LocalAddr() net.Addr              { return a.local }
+func (a *acceptedConn) RemoteAddr() net.Addr             { return a.remote }
+func (a *acceptedConn) Read([]byte) (int, error)         { return 0, errAdopted }
+func (a *acceptedConn) Write([]byte) (int, error)        { return 0, errAdopted }
+func (a *acceptedConn) Close() error                     { return errAdopted }
+func (a *acceptedConn) SetDeadline(time.Time) error      { return errAdopted }
+func (a *acceptedConn) SetReadDeadline(time.Time) error  { return errAdopted }
+func (a *acceptedConn) SetWriteDeadline(time.Time) error { return errAdopted }
+
+// sockaddrTCP is an accepted peer's address as net reports it.
+func sockaddrTCP(sa unix.Sockaddr) net.Addr {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]).To16(), Port: sa.Port}
+	case *unix.SockaddrInet6:
+		var zone string
+		if sa.ZoneId != 0 {
+			if ifi, err := net.InterfaceByIndex(int(sa.ZoneId)); err == nil {
+				zone = ifi.Name
+			}
+		}
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]), Port: sa.Port, Zone: zone}
+	}
+	return &net.TCPAddr{}
 }
 
 // acceptQueueLen is the number of connections the kernel has completed and

@@ -99,6 +99,7 @@ type testHooks struct {
 	headRead           func(*clientConn) // readHead is about to read the request
 	sidebandLookup     func()            // a sideband's call is about to be looked up in Redis
 	request            func(*clientConn) // at the start of each read handler of an accepted connection
+	serve              func()            // Serve is about to hand the listener to netpoll
 }
 
 // New prepares a server; Serve starts it.
@@ -223,7 +224,11 @@ func (s *Server) Serve(ln net.Listener) error {
 		primePool(s.pool, s.routes.Load())
 	}
 	primeLivePool(s.livePool, s.routes.Load())
+	if h := s.hooks.Load(); h != nil && h.serve != nil {
+		h.serve() // a Shutdown that comes before netpoll's Serve
+	}
 	err = loop.Serve(sl)
+	sl.serveEnded() // the socket's closer, if Shutdown came first (accept.go)
 	if sl.stopped.Load() {
 		return nil // Drain stopped accepting: that is how serving ends
 	}
@@ -249,7 +254,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	closePools(s.pool, s.livePool)
 	s.cancel()
 	s.mu.Lock()
-	loop := s.loop
+	loop, sl := s.loop, s.listener
 	s.mu.Unlock()
 	var err error
 	if loop != nil {
@@ -263,6 +268,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			h.loopShutdown(s.clientConns.Load())
 		}
 		err = loop.Shutdown(ctx)
+		sl.shutDown()
 	}
 	s.records.close(ctx)
 	s.budgets.close(ctx)

@@ -1,0 +1,276 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"rtgate/mockai"
+)
+
+// headStyle is one way a client's upgrade request reaches the gateway: whole,
+// or in pieces at awkward moments.
+type headStyle struct {
+	name  string
+	write func(conn net.Conn, head []byte) error
+}
+
+// headStyles are the ways a request head may arrive that the front door must
+// all answer: in one write; split anywhere, with or without a pause between
+// the pieces (a piece may land while the previous one is being handled, or
+// after its handler returned); its last bytes alone; a byte at a time; and
+// followed at once by a frame the client did not wait to send.
+var headStyles = []headStyle{
+	{"whole", func(conn net.Conn, head []byte) error { _, err := conn.Write(head); return err }},
+	{"split in two", func(conn net.Conn, head []byte) error { return writePieces(conn, head, 0, len(head)/2) }},
+	{"split in two, paused", func(conn net.Conn, head []byte) error {
+		return writePieces(conn, head, time.Millisecond, len(head)/2)
+	}},
+	{"last CRLF alone", func(conn net.Conn, head []byte) error { return writePieces(conn, head, 0, len(head)-2) }},
+	{"last byte alone, paused", func(conn net.Conn, head []byte) error {
+		return writePieces(conn, head, time.Millisecond, len(head)-1)
+	}},
+	{"in many pieces", func(conn net.Conn, head []byte) error {
+		return writePieces(conn, head, 0, 1, 7, 40, 41, 90, len(head)-3, len(head)-1)
+	}},
+	{"with a frame behind it", func(conn net.Conn, head []byte) error {
+		_, err := conn.Write(append(append([]byte(nil), head...), clientFrame(0x81, sessionUpdate(1), true)...))
+		return err
+	}},
+}
+
+// writePieces writes head cut at the given offsets, pausing between pieces.
+func writePieces(conn net.Conn, head []byte, pause time.Duration, cuts ...int) error {
+	prev := 0
+	for _, c := range append(cuts, len(head)) {
+		if _, err := conn.Write(head[prev:c]); err != nil {
+			return err
+		}
+		prev = c
+		if pause > 0 && c < len(head) {
+			time.Sleep(pause)
+		}
+	}
+	return nil
+}
+
+// Every upgrade request is answered, however its head arrives and however
+// many arrive at once: rounds of connections opened together, each sending its
+// head in one of headStyles, each waiting (bounded, generously: a hang, not
+// speed, is what fails) for its 101. An answer that never comes is the
+// front door losing a request (a read event nobody handled, a connection
+// nobody accepted).
+func TestFrontDoorAnswersEveryUpgrade(t *testing.T) {
+	const rounds, perRound = 6, 40
+	mock := startMock(t, mockai.Config{})
+	g := startGateway(t, mock, nil)
+	head := requestHead("GET /v1/realtime?model=gpt-realtime HTTP/1.1", upgradeHeaders...)
+
+	for round := range rounds {
+		var wg sync.WaitGroup
+		failures := make(chan string, perRound)
+		var conns []net.Conn
+		var mu sync.Mutex
+		for i := range perRound {
+			style := headStyles[(round+i)%len(headStyles)]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				conn, err := net.Dial("tcp", g.addr)
+				if err != nil {
+					failures <- fmt.Sprintf("%s: connect: %v", style.name, err)
+					return
+				}
+				mu.Lock()
+				conns = append(conns, conn)
+				mu.Unlock()
+				_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+				if err := style.write(conn, head); err != nil {
+					failures <- fmt.Sprintf("%s: writing the head: %v", style.name, err)
+					return
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				switch {
+				case err != nil:
+					failures <- fmt.Sprintf("%s (local %s): no answer: %v", style.name, conn.LocalAddr(), err)
+				case resp.StatusCode != http.StatusSwitchingProtocols:
+					failures <- fmt.Sprintf("%s: HTTP %d, want 101", style.name, resp.StatusCode)
+				}
+			}()
+		}
+		wg.Wait()
+		close(failures)
+		var msgs []string
+		for f := range failures {
+			msgs = append(msgs, f)
+		}
+		if len(msgs) > 0 {
+			t.Fatalf("round %d: %d of %d upgrades failed:\n%s", round, len(msgs), perRound, strings.Join(msgs, "\n"))
+		}
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		waitFor(t, "the round's sessions to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	}
+}
+
+// socketOf is descriptor fd's socket as /proc names it ("socket:[inode]").
+func socketOf(t *testing.T, fd int) string {
+	t.Helper()
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil || !strings.HasPrefix(target, "socket:") {
+		t.Fatalf("descriptor %d: %q, %v; want a socket", fd, target, err)
+	}
+	return target
+}
+
+// socketsOf counts the process's descriptors that refer to the same socket
+// as descriptor fd.
+func socketsOf(t *testing.T, fd int) int { return descriptorsOf(t, socketOf(t, fd)) }
+
+// descriptorsOf counts the process's descriptors that refer to target.
+func descriptorsOf(t *testing.T, target string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == target {
+			n++
+		}
+	}
+	return n
+}
+
+// The listening socket is held by one descriptor, closed once at Shutdown.
+// netpoll's own listener polled a duplicate and closed that number twice,
+// closing whatever descriptor the process had opened in between (a client
+// socket, a dial, the spend log's connection) under its owner.
+func TestFrontDoorListenerHeldOnce(t *testing.T) {
+	g := startGateway(t, nil, nil)
+	var l *stoppableListener
+	waitFor(t, "the gateway to serve", func() bool {
+		g.srv.mu.Lock()
+		defer g.srv.mu.Unlock()
+		l = g.srv.listener
+		return l != nil
+	})
+	if n := socketsOf(t, l.Fd()); n != 1 {
+		t.Fatalf("%d descriptors hold the listening socket, want 1 (netpoll's duplicate is closed twice at Shutdown)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(l.Fd())); err == nil {
+		// The number may have been reused since: only a listening socket
+		// on the gateway's port would be the listener left open.
+		if c, err := net.DialTimeout("tcp", g.addr, time.Second); err == nil {
+			_ = c.Close()
+			t.Fatal("the listening socket is still open after Shutdown")
+		}
+	}
+}
+
+// A client socket is the gateway's alone: a child process the gateway's
+// process starts (the tests' mockai, redis-server, PostgreSQL, or anything an
+// operator's wrapper runs) does not inherit it, so when the gateway closes
+// it the client sees the end. netpoll's listener accepted without
+// SOCK_CLOEXEC: the child kept the socket open and the refused client waited
+// for a FIN that came only when the child exited.
+func TestFrontDoorSocketsNotInherited(t *testing.T) {
+	g := startGateway(t, nil, nil)
+	conn := g.rawDial(t)
+	if _, err := conn.Write([]byte("GET /no-such-endpoint HTTP/1.1\r\nHost: gateway\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the connection to be accepted", func() bool { return g.srv.clientConns.Load() == 1 })
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatalf("starting a child process: %v", err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+
+	if _, err := conn.Write([]byte("\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading the refusal: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("HTTP %d, want 404", resp.StatusCode)
+	}
+	if n, err := br.Read(make([]byte, 1)); n > 0 || !connEnded(err) {
+		t.Fatalf("after the 404 the connection stayed open (%d bytes, %v): a child process holds the gateway's socket", n, err)
+	}
+}
+
+// A gateway shut down before netpoll's Serve has taken its listener (Serve
+// runs in its own goroutine; a test, or a drain, may end at once) still
+// closes the listening socket: netpoll's Shutdown finds nothing to close
+// then, and the socket, left open, would be closed by its finalizer at some
+// later garbage collection, by number, when that number belongs to another
+// socket.
+func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
+	cfg := Defaults()
+	cfg.MasterKey, cfg.UpstreamKey, cfg.AdminAddr = testMasterKey, testUpstreamKey, ""
+	cfg.Pool.Size = 0
+	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := socketOf(t, listenerFd(t, ln))
+	shutDown, serving := make(chan struct{}), make(chan struct{})
+	srv.hooks.Store(&testHooks{serve: func() { close(serving); <-shutDown }})
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ln); close(done) }()
+	<-serving
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	close(shutDown)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after Shutdown")
+	}
+	if n := descriptorsOf(t, sock); n != 0 {
+		t.Fatalf("after Shutdown and Serve's return %d descriptors still hold the listening socket", n)
+	}
+}
+
+// listenerFd is ln's descriptor number.
+func listenerFd(t *testing.T, ln net.Listener) int {
+	t.Helper()
+	raw, err := ln.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
