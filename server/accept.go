@@ -245,6 +245,8 @@ type stoppableListener struct {
 	closed   bool // Close ran
 	served   bool // netpoll's Serve returned: it polls the descriptor no more
 	orphaned bool // netpoll's Shutdown ran and did not close it
+
+	serveDone chan struct{} // closed when netpoll's Serve returned
 }
 
 var _ netpoll.Listener = (*stoppableListener)(nil)
@@ -264,7 +266,7 @@ func newStoppableListener(ln net.Listener) (*stoppableListener, error) {
 	}
 	// The number stays this socket's until Close: only Close closes it,
 	// and netpoll calls Close after it stopped polling it.
-	return &stoppableListener{ln: ln, raw: raw, fd: fd}, nil
+	return &stoppableListener{ln: ln, raw: raw, fd: fd, serveDone: make(chan struct{})}, nil
 }
 
 // Fd is the descriptor netpoll polls for incoming connections.
@@ -289,8 +291,11 @@ func (l *stoppableListener) Close() error {
 // serveEnded says netpoll's Serve returned; shutDown says the server's
 // Shutdown has run netpoll's. The later of the two closes the socket if
 // netpoll did not.
-func (l *stoppableListener) serveEnded() { l.end(func() { l.served = true }) }
-func (l *stoppableListener) shutDown()   { l.end(func() { l.orphaned = !l.closed }) }
+func (l *stoppableListener) serveEnded() {
+	close(l.serveDone)
+	l.end(func() { l.served = true })
+}
+func (l *stoppableListener) shutDown() { l.end(func() { l.orphaned = !l.closed }) }
 
 func (l *stoppableListener) end(mark func()) {
 	l.mu.Lock()
@@ -396,5 +401,18 @@ func (l *stoppableListener) stop(wait time.Duration) (int, error) {
 	if cerr := l.raw.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_RD) }); cerr != nil {
 		return queued, cerr
 	}
+	// The poller reports the shut socket as a hang-up and netpoll's Serve
+	// returns once it has handled it. Until then the socket is not closed:
+	// with the race detector netpoll finds a socket's handler by descriptor
+	// number, so a hang-up still on its way when the number went to a new
+	// client socket would be taken as that client's and end it.
+	select {
+	case <-l.serveDone:
+	case <-time.After(serveEndWait):
+	}
 	return queued, errors.Join(err, serr)
 }
+
+// serveEndWait bounds stop's wait for netpoll's Serve to see the shut
+// socket: Serve may not have handed it to netpoll yet (serveEnded).
+const serveEndWait = time.Second
