@@ -86,8 +86,8 @@
 //	apps.go       explainBeta
 //
 // Beside the path: drain.go (SIGTERM, Shutdown's hang-ups), watchdog.go (idle and stalled
-// sessions, the memory budget), accept.go (the client listener,
-// REUSEPORT), metrics.go (the gateway's metrics, the admin port's view of
+// sessions, the memory budget), accept.go (the client listener netpoll polls,
+// accepted from and closed by the gateway itself; REUSEPORT), metrics.go (the gateway's metrics, the admin port's view of
 // the gateway), config.go (Settings from the environment), apps.go (the
 // gateway's own metering sidebands to WebRTC calls) and watch.go (which
 // sideband meters a GPT-Live WebRTC session: liveMetering), live.go (GPT-Live's warm pool, primed for
