@@ -111,12 +111,7 @@ func TestFrontDoorAnswersEveryUpgrade(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		close(failures)
-		var msgs []string
-		for f := range failures {
-			msgs = append(msgs, f)
-		}
-		if len(msgs) > 0 {
+		if msgs := collected(failures); len(msgs) > 0 {
 			t.Fatalf("round %d: %d of %d upgrades failed:\n%s", round, len(msgs), perRound, strings.Join(msgs, "\n"))
 		}
 		for _, c := range conns {
@@ -231,17 +226,7 @@ func TestFrontDoorSocketsNotInherited(t *testing.T) {
 // later garbage collection, by number, when that number belongs to another
 // socket.
 func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
-	cfg := Defaults()
-	cfg.MasterKey, cfg.UpstreamKey, cfg.AdminAddr = testMasterKey, testUpstreamKey, ""
-	cfg.Pool.Size = 0
-	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ln := newUnservedGateway(t)
 	sock := socketOf(t, listenerFd(t, ln))
 	shutDown, serving := make(chan struct{}), make(chan struct{})
 	srv.hooks.Store(&testHooks{serve: func() { close(serving); <-shutDown }})
@@ -316,12 +301,7 @@ func TestFrontDoorNeighbourShutdowns(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	close(failures)
-	var msgs []string
-	for f := range failures {
-		msgs = append(msgs, f)
-	}
-	if len(msgs) > 0 {
+	if msgs := collected(failures); len(msgs) > 0 {
 		t.Fatalf("%d of %d requests failed while %d gateways started and shut down beside it:\n%s",
 			len(msgs), requests.Load(), neighbours, strings.Join(msgs, "\n"))
 	}
@@ -352,17 +332,7 @@ func healthOnce(addr string) error {
 // as soon as it serves.
 func startAndShutDown(t *testing.T) {
 	t.Helper()
-	cfg := Defaults()
-	cfg.MasterKey, cfg.UpstreamKey, cfg.AdminAddr = testMasterKey, testUpstreamKey, ""
-	cfg.Pool.Size = 0
-	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ln := newUnservedGateway(t)
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ln); close(done) }()
 	waitFor(t, "the neighbour to serve", func() bool {
@@ -378,4 +348,32 @@ func startAndShutDown(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a neighbour's Serve did not return after Shutdown")
 	}
+}
+
+// newUnservedGateway is a gateway with no upstream and a fresh loopback
+// listener, not yet serving; the caller serves it and shuts it down.
+func newUnservedGateway(t *testing.T) (*Server, net.Listener) {
+	t.Helper()
+	cfg := Defaults()
+	cfg.MasterKey, cfg.UpstreamKey, cfg.AdminAddr = testMasterKey, testUpstreamKey, ""
+	cfg.Pool.Size = 0
+	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, ln
+}
+
+// collected closes ch, whose senders are done, and returns what it holds.
+func collected(ch chan string) []string {
+	close(ch)
+	var out []string
+	for m := range ch {
+		out = append(out, m)
+	}
+	return out
 }
