@@ -123,6 +123,12 @@ type Scanner struct {
 	masked     bool
 	heldClose  bool // the last close frame was held back (Holder)
 	hold       Holder
+
+	// KeepCut: the part forwarded so far of a frame that a read ended in
+	// the middle of, while the frame is at most keepMax bytes long. Nil
+	// almost always: a frame forwarded within one read keeps nothing.
+	keepMax uint32
+	cut     *bytebufferpool.ByteBuffer
 }
 
 // Remaining is how many bytes of the current frame are still to pass: the
@@ -178,6 +184,49 @@ func (s *Scanner) Reset() {
 		s.stash = nil
 	}
 	s.endCapture()
+	s.endCut()
+}
+
+// KeepCut makes the scanner keep a copy of what it forwarded of a frame
+// that does not end within the read that started it (the rest of it is
+// still to come), for frames of at most max bytes, header included: a
+// relay that loses its destination then can send that frame whole
+// elsewhere (TakeCut). A frame forwarded within one read (the common case)
+// costs nothing. Call it before the first Forward.
+func (s *Scanner) KeepCut(max int) { s.keepMax = uint32(min(max, 1<<31)) }
+
+// TakeCut hands over what was forwarded so far of the frame in progress
+// (MidFrame), the scanner no longer keeping it; its rest passes through
+// Forward as usual. Nil when nothing is in progress, or the frame is too
+// long to have been kept. The caller owns the buffer (bytebufferpool).
+func (s *Scanner) TakeCut() *bytebufferpool.ByteBuffer {
+	cut := s.cut
+	s.cut = nil
+	if s.remaining == 0 {
+		if cut != nil {
+			bytebufferpool.Put(cut)
+		}
+		return nil
+	}
+	return cut
+}
+
+// startCut begins keeping a frame of total bytes whose start p was
+// forwarded and whose rest is still to come.
+func (s *Scanner) startCut(total uint64, p []byte) {
+	s.endCut()
+	if total > uint64(s.keepMax) {
+		return
+	}
+	s.cut = bytebufferpool.Get()
+	s.cut.B = append(s.cut.B[:0], p...)
+}
+
+func (s *Scanner) endCut() {
+	if s.cut != nil {
+		bytebufferpool.Put(s.cut)
+		s.cut = nil
+	}
 }
 
 func (s *Scanner) endCapture() {
@@ -230,6 +279,12 @@ func (s *Scanner) forward(src Source, dst Sink) (*Close, error) {
 				return nil, err
 			}
 			s.remaining -= uint64(n)
+			if s.cut != nil {
+				s.cut.B = append(s.cut.B, p...)
+				if s.remaining == 0 {
+					s.endCut()
+				}
+			}
 			if s.captureState != captureNone {
 				s.continueInspect(p, s.remaining == 0)
 			}
@@ -401,6 +456,9 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 		}
 		s.Bytes += uint64(len(start))
 		s.remaining = total - uint64(len(start))
+		if s.remaining > 0 && s.keepMax > 0 && dst != nil {
+			s.startCut(total, start)
+		}
 		if h.Length > 0 {
 			s.startInspect(h, start[hlen:]) // copies what it keeps
 		}
@@ -423,6 +481,9 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 	}
 	s.Bytes += n
 	s.remaining = total - n
+	if s.remaining > 0 && s.keepMax > 0 && dst != nil {
+		s.startCut(total, p)
+	}
 	s.startInspect(h, p[hlen:])
 	return cl, nil
 }

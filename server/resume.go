@@ -106,7 +106,7 @@ type resumer struct{ s *Server }
 func (c *clientConn) keepContinuity(sess *poller.Session, args *resumeArgs) {
 	info := &c.info
 	info.resume = args
-	c.cwatch = clientWatch{info: info, lim: args.lim}
+	c.cwatch = clientWatch{info: info, lim: args.lim, sess: sess}
 	sess.InspectClient(&c.cwatch)
 	sess.HoldUpstream(&c.watch)
 }
@@ -123,6 +123,7 @@ func (i *sessionInfo) keepBase(config []byte) {
 type clientWatch struct {
 	info *sessionInfo
 	lim  continuity.Limits
+	sess *poller.Session
 }
 
 // Wants implements frames.Inspector.
@@ -132,7 +133,7 @@ func (w *clientWatch) Wants(prefix []byte) bool {
 }
 
 // Inspect implements frames.Inspector.
-func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim) }
+func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim, w.sess.ClientQueued()) }
 
 // HoldText implements frames.Holder: OpenAI's session_expired error is held
 // back (the session goes on), and makes the 1001 that follows a cap.
@@ -252,6 +253,13 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	var send []byte
 	for _, f := range replay {
 		send = append(send, f...)
+	}
+	if snap.Asked != nil {
+		// The client's response.create the lost upstream never answered:
+		// asked again after the replay, not counted among its replies
+		// (the upstream answers in order), so the response reaches the
+		// client.
+		send = frames.AppendFrame(send, ws.OpText, snap.Asked, true)
 	}
 	q, _ := url.ParseQuery(args.rawQuery)
 	p, d := r.primed(ctx, sess, info, cands, q, args.header, send, len(replay))
@@ -459,8 +467,14 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		}
 		args.rollMu.Unlock()
 		now := time.Now()
-		// A session out of resumes keeps its upstream until the cap.
-		if (info.keep.Quiet() || !now.Before(deadline)) && info.mayResume(now) && sess.Rollover() {
+		// Quiet is asked again by the relay, with the session's reads
+		// held off (Rollover); past the deadline any moment will do. A
+		// session out of resumes keeps its upstream until the cap.
+		quiet := info.keep.Quiet
+		if !now.Before(deadline) {
+			quiet = nil
+		}
+		if (quiet == nil || quiet()) && info.mayResume(now) && sess.Rollover(quiet) {
 			return
 		}
 		args.rollMu.Lock()

@@ -15,7 +15,7 @@ type ev struct {
 func play(k *Keeper, lim Limits, evs []ev) {
 	for _, e := range evs {
 		if e.side == 'c' {
-			k.Client([]byte(e.json), lim)
+			k.Client([]byte(e.json), lim, false)
 		} else {
 			k.Upstream([]byte(e.json), lim)
 		}
@@ -130,7 +130,7 @@ func TestReplay(t *testing.T) {
 func TestIdleKeepsNothing(t *testing.T) {
 	var k Keeper
 	k.Upstream([]byte(`{"type":"response.output_audio.delta","delta":"AAAA"}`), Limits{})
-	k.Client([]byte(`{"type":"conversation.item.truncate","item_id":"x"}`), Limits{})
+	k.Client([]byte(`{"type":"conversation.item.truncate","item_id":"x"}`), Limits{}, false)
 	if k.st != nil {
 		t.Fatal("a State was made for nothing worth keeping")
 	}
