@@ -127,8 +127,9 @@ type Scanner struct {
 	// KeepCut: the part forwarded so far of a frame that a read ended in
 	// the middle of, while the frame is at most keepMax bytes long. Nil
 	// almost always: a frame forwarded within one read keeps nothing.
-	keepMax uint32
-	cut     *bytebufferpool.ByteBuffer
+	keepMax  uint32
+	dropRest bool // DropRest: the current frame's rest is written nowhere
+	cut      *bytebufferpool.ByteBuffer
 }
 
 // Remaining is how many bytes of the current frame are still to pass: the
@@ -211,6 +212,15 @@ func (s *Scanner) TakeCut() *bytebufferpool.ByteBuffer {
 	return cut
 }
 
+// DropRest makes the rest of the frame in progress (MidFrame) pass
+// unwritten, whatever the sink: its start went where the rest cannot follow
+// (a relay lost that destination and could not keep the frame, TakeCut).
+// It is still scanned and counted.
+func (s *Scanner) DropRest() {
+	s.endCut()
+	s.dropRest = s.remaining > 0
+}
+
 // startCut begins keeping a frame of total bytes whose start p was
 // forwarded and whose rest is still to come.
 func (s *Scanner) startCut(total uint64, p []byte) {
@@ -275,10 +285,17 @@ func (s *Scanner) forward(src Source, dst Sink) (*Close, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := write(dst, p); err != nil {
+			to := dst
+			if s.dropRest {
+				to = nil
+			}
+			if err := write(to, p); err != nil {
 				return nil, err
 			}
 			s.remaining -= uint64(n)
+			if s.remaining == 0 {
+				s.dropRest = false
+			}
 			if s.cut != nil {
 				s.cut.B = append(s.cut.B, p...)
 				if s.remaining == 0 {

@@ -90,7 +90,7 @@ func (s *Session) resume(l *upLink, loss Loss, quiet func() bool) bool {
 			s.pending = cut // first to the fresh upstream; the frame's rest queues behind it
 		} else {
 			loss.ClientCut = true
-			s.discard = s.c2u.Remaining()
+			s.c2u.DropRest() // wherever it would go: it cannot be completed
 		}
 	}
 	up.mu.Unlock()

@@ -81,6 +81,10 @@ type resumeArgs struct {
 	table    *routes.Table
 	lim      continuity.Limits
 	expired  atomic.Bool // the upstream sent session_expired: its 1001 is a cap
+	// heldExpired is that session_expired event (a text frame for the
+	// client), held back: the client gets it if the session is not
+	// resumed after all (too many resumes), before the upstream's 1001.
+	heldExpired atomic.Pointer[[]byte]
 
 	// The rollover before the upstream's cap (rollover.go).
 	rollMu    sync.Mutex
@@ -142,6 +146,8 @@ func (w *setupWatch) HoldText(p []byte) bool {
 		return false
 	}
 	w.resume.expired.Store(true)
+	held := frames.AppendFrame(nil, ws.OpText, p, false)
+	w.resume.heldExpired.Store(&held)
 	return true
 }
 
@@ -181,11 +187,17 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 	args := info.resume
 	cause := resumeCause(loss, args)
 	args.expired.Store(false)
+	held := args.heldExpired.Swap(nil)
 	at := time.Now()
 	if !info.mayResume(at) {
 		s.log.Warn("session not resumed: too many resumes", "session", info.id, "key", info.key.Name, "cause", cause)
 		s.metrics.resumes.WithLabelValues(cause, "refused").Inc()
 		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), Outcome: "failed"})
+		if held != nil && cause == causeExpired {
+			// The session ends as without continuity: the upstream's
+			// own session_expired, then its 1001 (lostForGood).
+			sess.SendClient(*held)
+		}
 		return false
 	}
 	snap := info.keep.Snapshot()
