@@ -122,14 +122,14 @@ type Scanner struct {
 	mask       [4]byte // the captured frame's mask, when masked
 	masked     bool
 	heldClose  bool // the last close frame was held back (Holder)
+	dropRest   bool // DropRest: the current frame's rest is written nowhere
 	hold       Holder
 
 	// KeepCut: the part forwarded so far of a frame that a read ended in
 	// the middle of, while the frame is at most keepMax bytes long. Nil
 	// almost always: a frame forwarded within one read keeps nothing.
-	keepMax  uint32
-	dropRest bool // DropRest: the current frame's rest is written nowhere
-	cut      *bytebufferpool.ByteBuffer
+	keepMax uint32
+	cut     *bytebufferpool.ByteBuffer
 }
 
 // Remaining is how many bytes of the current frame are still to pass: the
