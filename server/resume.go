@@ -85,6 +85,9 @@ type resumeArgs struct {
 	// client), held back: the client gets it if the session is not
 	// resumed after all (too many resumes), before the upstream's 1001.
 	heldExpired atomic.Pointer[[]byte]
+	// resuming counts resumes started and not yet in the record: the
+	// fresh upstream can be lost again before the record says ok.
+	resuming atomic.Int32
 
 	// The rollover before the upstream's cap (rollover.go).
 	rollMu    sync.Mutex
@@ -208,6 +211,7 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		sess.SendClient(s.proto.Refusal("client_event_lost",
 			"the upstream was lost while a client event was on its way to it; that event was not delivered: send it again", 0))
 	}
+	args.resuming.Add(1)
 	old := info.uncount(s.balancer, true)
 	if old != nil && (cause == causeLost || cause == causeClosed) {
 		s.balancer.Failed(old, "the upstream was lost mid-session ("+cause+")")
@@ -233,6 +237,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 			s.metrics.resumeSeconds.Observe(took.Seconds())
 		}
 		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), DurationMS: took.Milliseconds(), Outcome: outcome})
+		args.resuming.Add(-1)
 	}()
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
@@ -311,11 +316,15 @@ func (r resumer) midFrameLost(*poller.Session) {
 	r.s.metrics.resumes.WithLabelValues(causeMidFrame, "failed").Inc()
 }
 
-// mayResume reports whether the session may resume once more at t.
+// mayResume reports whether the session may resume once more at t; a
+// resume still being recorded counts.
 func (i *sessionInfo) mayResume(t time.Time) bool {
 	i.depMu.Lock()
 	defer i.depMu.Unlock()
 	n := 0
+	if i.resume != nil {
+		n = int(i.resume.resuming.Load())
+	}
 	for _, r := range i.resumes {
 		if r.Outcome == "ok" && t.Sub(r.At) < resumeWindow {
 			n++
