@@ -32,14 +32,8 @@
 // upstream, whose error event the client gets; the item is left out of
 // later replays all the same.
 //
-// A response asked for and not started yet (the client's response.create
-// forwarded, or server VAD's speech_stopped, with no response.created or
-// error since) makes the session busy (Quiet): a rollover then would leave
-// the request on the upstream let go of, and the client would wait for an
-// answer that never comes. The client's last such response.create (up to
-// MaxAsked bytes) is kept until it is answered, so that a resume (a loss,
-// or a rollover forced at its deadline) asks the fresh upstream again
-// (Snapshot.Asked).
+// A response asked for and not started yet makes the session busy, and an
+// unanswered response.create is asked again of a fresh upstream (asked.go).
 //
 // A session's State is nil until it keeps something (Keeper), so an idle
 // session with an empty conversation costs one pointer and a lock.
@@ -116,10 +110,6 @@ type Keeper struct {
 	st *State
 }
 
-// MaxAsked bounds a kept response.create (its payload): a larger one is
-// not asked again after a resume, though it still makes the session busy.
-const MaxAsked = 16 << 10
-
 // ClientWants reports whether a client event of type typ is read.
 func ClientWants(typ []byte) bool {
 	switch string(typ) {
@@ -167,15 +157,7 @@ func (k *Keeper) Client(p []byte, lim Limits, queued bool) {
 			k.st.truncate(ev.ItemID)
 		}
 	case "response.create":
-		st := k.state(lim)
-		st.waiting = true
-		if queued {
-			return // an earlier request still unanswered is asked first
-		}
-		st.asked = nil
-		if len(p) <= MaxAsked {
-			st.asked = append([]byte(nil), p...)
-		}
+		k.state(lim).ask(p, queued)
 	}
 }
 
@@ -191,17 +173,11 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 		k.state(lim).speaking = true
 		return
 	case "input_audio_buffer.speech_stopped":
-		// Server VAD commits the speech and, unless create_response is
-		// off, starts a response: busy until it starts.
-		st := k.state(lim)
-		st.speaking, st.waiting = false, true
+		k.state(lim).speechStopped()
 		return
 	case "error":
-		// An error answers a client event, most likely the request a
-		// response waits for (an active response already, a bad
-		// parameter); OpenAI's cap is no answer to anything.
-		if k.st != nil && !IsSessionExpired(p) {
-			k.st.answered()
+		if k.st != nil {
+			k.st.refused(p)
 		}
 		return
 	}
@@ -297,9 +273,7 @@ func (k *Keeper) Snapshot() Snapshot {
 		return Snapshot{}
 	}
 	snap := Snapshot{Config: st.config, Response: st.response, Dropped: st.dropped}
-	if st.waiting {
-		snap.Asked = st.asked
-	}
+	snap.Asked = st.askAgain()
 	for _, it := range st.items {
 		if it.body == nil || it.truncated {
 			continue
@@ -308,7 +282,6 @@ func (k *Keeper) Snapshot() Snapshot {
 		snap.IDs = append(snap.IDs, it.id)
 	}
 	st.response, st.speaking = "", false
-	st.waiting = st.waiting && st.asked != nil
 	return snap
 }
 
@@ -369,13 +342,9 @@ type State struct {
 
 	response string // the response in progress
 	speaking bool   // speech_started without its speech_stopped
-	waiting  bool   // a response asked for (response.create, speech_stopped) and not started
+	waiting  bool   // a response asked for and not started (asked.go)
 	asked    []byte // the client's response.create while waiting; nil when too large or none
 }
-
-// answered ends the wait for a response: it started, or the request was
-// refused.
-func (st *State) answered() { st.waiting, st.asked = false, nil }
 
 // item is one conversation item.
 type item struct {
