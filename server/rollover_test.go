@@ -267,17 +267,8 @@ func TestResumeRefusedAfterExpired(t *testing.T) {
 // and its item's id, or its length when mockai kept only that.
 func receivedBy(t *testing.T, mock *mockai.Server, n int) []string {
 	t.Helper()
-	var ids []string
-	for _, r := range mock.Records() {
-		if r.SessionID != "" {
-			ids = append(ids, r.SessionID)
-		}
-	}
-	if len(ids) <= n {
-		t.Fatalf("%d upstream sessions, want more than %d", len(ids), n)
-	}
 	var got []string
-	for _, e := range mock.Received(ids[n]) {
+	for _, e := range mock.Received(upstreamSession(t, mock, n)) {
 		var ev struct {
 			Truncated int `json:"truncated"`
 			Item      struct {
@@ -295,4 +286,20 @@ func receivedBy(t *testing.T, mock *mockai.Server, n int) []string {
 		}
 	}
 	return got
+}
+
+// upstreamSession is the id of the n-th upstream session mockai served
+// (from 0).
+func upstreamSession(t *testing.T, mock *mockai.Server, n int) string {
+	t.Helper()
+	var ids []string
+	for _, r := range mock.Records() {
+		if r.SessionID != "" {
+			ids = append(ids, r.SessionID)
+		}
+	}
+	if len(ids) <= n {
+		t.Fatalf("%d upstream sessions, want more than %d", len(ids), n)
+	}
+	return ids[n]
 }
