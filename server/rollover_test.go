@@ -303,3 +303,47 @@ func upstreamSession(t *testing.T, mock *mockai.Server, n int) string {
 	}
 	return ids[n]
 }
+
+// TestResumeAsksAgain: the upstream drops right after each response.done,
+// and the client asks for its next response at once. The request reaches
+// the dying upstream (which never answers it) or the queue for the fresh
+// one; either way the client gets its answer: an unanswered
+// response.create is asked again after the replay. The old relay left a
+// request the dying upstream had taken unanswered.
+func TestResumeAsksAgain(t *testing.T) {
+	// Every upstream session drops after its first response, which lasts
+	// long enough for a resume's hand-over to come first.
+	overBoth(t, mockai.Config{AudioDeltas: 3, AudioDeltaInterval: 20 * time.Millisecond,
+		Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}},
+		func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+			g := startGateway(t, mock, trust)
+			c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+			read(t, c)
+			// Each turn's upstream is lost after it: maxResumes resumes,
+			// then the last turn's loss ends the session.
+			for turn := 1; turn <= maxResumes+1; turn++ {
+				send(t, c, map[string]any{"type": "response.create"})
+				for done := false; !done; {
+					_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					_, p, err := c.ReadMessage()
+					if err != nil {
+						t.Fatalf("turn %d got no answer: %v", turn, err)
+					}
+					var e event
+					_ = json.Unmarshal(p, &e)
+					switch e.typ() {
+					case "error":
+						t.Fatalf("turn %d: %v", turn, e)
+					case "response.done":
+						if e.str("response", "status") != "completed" {
+							t.Fatalf("turn %d: %v", turn, e)
+						}
+						done = true
+					}
+				}
+			}
+			if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues(causeLost, "ok")); n != maxResumes {
+				t.Errorf("%v resumes, want %d", n, maxResumes)
+			}
+		})
+}
