@@ -122,7 +122,14 @@ type Scanner struct {
 	mask       [4]byte // the captured frame's mask, when masked
 	masked     bool
 	heldClose  bool // the last close frame was held back (Holder)
+	dropRest   bool // DropRest: the current frame's rest is written nowhere
 	hold       Holder
+
+	// KeepCut: the part forwarded so far of a frame that a read ended in
+	// the middle of, while the frame is at most keepMax bytes long. Nil
+	// almost always: a frame forwarded within one read keeps nothing.
+	keepMax uint32
+	cut     *bytebufferpool.ByteBuffer
 }
 
 // Remaining is how many bytes of the current frame are still to pass: the
@@ -178,6 +185,7 @@ func (s *Scanner) Reset() {
 		s.stash = nil
 	}
 	s.endCapture()
+	s.endCut()
 }
 
 func (s *Scanner) endCapture() {
@@ -226,10 +234,23 @@ func (s *Scanner) forward(src Source, dst Sink) (*Close, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := write(dst, p); err != nil {
+			to := dst
+			if s.dropRest {
+				to = nil
+			}
+			if err := write(to, p); err != nil {
 				return nil, err
 			}
 			s.remaining -= uint64(n)
+			if s.remaining == 0 {
+				s.dropRest = false
+			}
+			if s.cut != nil {
+				s.cut.B = append(s.cut.B, p...)
+				if s.remaining == 0 {
+					s.endCut()
+				}
+			}
 			if s.captureState != captureNone {
 				s.continueInspect(p, s.remaining == 0)
 			}
@@ -401,6 +422,9 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 		}
 		s.Bytes += uint64(len(start))
 		s.remaining = total - uint64(len(start))
+		if s.remaining > 0 && s.keepMax > 0 && dst != nil {
+			s.startCut(total, start)
+		}
 		if h.Length > 0 {
 			s.startInspect(h, start[hlen:]) // copies what it keeps
 		}
@@ -423,6 +447,9 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 	}
 	s.Bytes += n
 	s.remaining = total - n
+	if s.remaining > 0 && s.keepMax > 0 && dst != nil {
+		s.startCut(total, p)
+	}
 	s.startInspect(h, p[hlen:])
 	return cl, nil
 }

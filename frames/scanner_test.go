@@ -262,3 +262,98 @@ func TestScannerHoldsCloses(t *testing.T) {
 		}
 	}
 }
+
+// KeepCut keeps what was forwarded of a frame a read ended in the middle
+// of, up to its bound, so a relay that loses its destination can send the
+// frame whole elsewhere; a frame forwarded within one read keeps nothing.
+func TestScannerKeepsCutFrame(t *testing.T) {
+	small := text(string(bytes.Repeat([]byte("s"), 3000)), true)
+	big := text(string(bytes.Repeat([]byte("b"), 9000)), true)
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		split []int // where the reads end
+		kept  bool  // TakeCut after the last read holds the frame's start
+	}{
+		{"header only", small, []int{8}, true},
+		{"header in two reads", small, []int{3, 8, 20}, true},
+		{"header and some payload", small, []int{1000}, true},
+		{"over several reads", small, []int{1, 2, 500, 2000}, true},
+		{"too long", big, []int{4000}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewScanner(FromClient, 0)
+			s.KeepCut(8 << 10)
+			sink := &sliceSink{}
+			off := 0
+			for _, end := range tc.split {
+				if _, err := s.Forward(NewByteSource(tc.frame[off:end]), sink); err != nil {
+					t.Fatal(err)
+				}
+				off = end
+			}
+			cut := s.TakeCut()
+			if !tc.kept {
+				if cut != nil {
+					t.Fatalf("kept %d bytes of a frame over the bound", len(cut.B))
+				}
+				return
+			}
+			if cut == nil || !bytes.Equal(cut.B, tc.frame[:off]) {
+				t.Fatalf("kept %v, want the %d bytes forwarded", cut, off)
+			}
+			// The rest still passes to whatever sink comes next, and the
+			// scanner keeps no more of it.
+			rest := &sliceSink{}
+			if _, err := s.Forward(NewByteSource(tc.frame[off:]), rest); err != nil {
+				t.Fatal(err)
+			}
+			if whole := append(cut.B, rest.b...); !bytes.Equal(whole, tc.frame) || s.MidFrame() || s.cut != nil {
+				t.Fatalf("kept start and rest make %d bytes, want the %d of the frame", len(whole), len(tc.frame))
+			}
+		})
+	}
+
+	// Whole frames in one read: nothing kept, nothing allocated.
+	s := NewScanner(FromClient, 0)
+	s.KeepCut(8 << 10)
+	stream := bytes.Repeat(small, 4)
+	src := NewByteSource(nil)
+	allocs := testing.AllocsPerRun(100, func() {
+		src.Reset(stream)
+		if _, err := s.Forward(src, discard{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || s.TakeCut() != nil {
+		t.Errorf("whole frames: %v allocations per read, kept %v", allocs, s.cut)
+	}
+}
+
+type discard struct{}
+
+func (discard) WriteBinary(p []byte) (int, error) { return len(p), nil }
+
+// DropRest sends the rest of a frame cut in two nowhere, whatever the sink,
+// and the next frame goes through as usual.
+func TestScannerDropsRest(t *testing.T) {
+	first := text(string(bytes.Repeat([]byte("x"), 2000)), true)
+	next := text("next", true)
+	s := NewScanner(FromClient, 0)
+	if _, err := s.Forward(NewByteSource(first[:100]), &sliceSink{}); err != nil {
+		t.Fatal(err)
+	}
+	s.DropRest()
+	sink := &sliceSink{}
+	for _, part := range [][]byte{first[100:1000], append(first[1000:len(first):len(first)], next...)} {
+		if _, err := s.Forward(NewByteSource(part), sink); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(sink.b, next) {
+		t.Fatalf("forwarded %d bytes, want only the next frame's %d", len(sink.b), len(next))
+	}
+	if s.Frames != 2 || s.MidFrame() {
+		t.Errorf("counted %d frames, mid-frame %v", s.Frames, s.MidFrame())
+	}
+}

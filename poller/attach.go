@@ -89,7 +89,7 @@ func (l *upLink) readEnded() {
 // replaces a dead warm socket if it can, else the client learns it is gone.
 func (l *upLink) hangUp() {
 	l.goneOnce.Do(func() {
-		if l.s.redial() || l.s.resume(l, Loss{}) {
+		if l.s.redial() || l.s.resume(l, Loss{}, nil) {
 			return
 		}
 		l.s.gone(&l.s.up)

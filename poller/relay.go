@@ -194,13 +194,6 @@ type pendingSink struct{ s *Session }
 func (p pendingSink) WriteBinary(b []byte) (int, error) {
 	s := p.s
 	n := len(b)
-	if s.discard > 0 { // the rest of a frame cut by a resume
-		k := int(min(uint64(len(b)), s.discard))
-		s.discard -= uint64(k)
-		if b = b[k:]; len(b) == 0 {
-			return n, nil
-		}
-	}
 	if s.pending == nil {
 		s.pending = bytebufferpoolGet()
 	}

@@ -24,8 +24,11 @@ import (
 // client holds part of a frame that cannot be completed: the session ends
 // as before, and MidFrameLost counts it), a loss after either side started
 // a close, a client that left. A client frame half sent to the lost
-// upstream is not kept (that would mean copying every audio frame): its
-// rest is discarded and Loss.ClientCut says so.
+// upstream is sent whole to the fresh one, first of the queued frames: the
+// client scanner keeps what it forwarded of a frame that a read ended in
+// the middle of (frames.Scanner.KeepCut), up to MaxCutKept bytes; a frame
+// forwarded within one read, the common case, costs nothing. A longer one
+// cannot be re-sent: its rest is discarded and Loss.ClientCut says so.
 //
 // Swaps follow the inline rule (doc.go): the old socket is let go with
 // Drop, a hang-up, never netpoll's Close.
@@ -37,18 +40,27 @@ type Loss struct {
 	Close *frames.Close
 	// Rollover: the gateway let go of a healthy upstream itself.
 	Rollover bool
-	// ClientCut: part of a client frame had gone to the lost upstream;
-	// its rest is discarded.
+	// ClientCut: part of a client frame longer than MaxCutKept had gone
+	// to the lost upstream; its rest is discarded.
 	ClientCut bool
 }
+
+// MaxCutKept bounds the client frame a resume re-sends whole after it was
+// half sent to the lost upstream (header included): 64 KiB holds a 1 s
+// input_audio_buffer.append of 24 kHz PCM16 (64,000 base64 characters) and
+// any control event, and a session copies it only while such a frame is
+// in the middle of arriving.
+const MaxCutKept = 64 << 10
 
 // errResumed ends a read of an upstream the session let go of.
 var errResumed = errors.New("poller: the session resumed on another upstream")
 
 // resume lets go of l's socket and asks the server for a fresh upstream.
 // It reports false, changing nothing, when the loss cannot be resumed; the
-// caller then ends the session as before.
-func (s *Session) resume(l *upLink, loss Loss) bool {
+// caller then ends the session as before. For a rollover, quiet (nil: any
+// moment) is asked with the upstream's reads and the client's forwarding
+// held off, and a client frame half forwarded also refuses it.
+func (s *Session) resume(l *upLink, loss Loss, quiet func() bool) bool {
 	// Only a session the server keeps for continuity (HoldUpstream) is
 	// resumed; any other ends exactly as it did before continuity.
 	if s.cfg.Resume == nil || !s.u2c.Holding() || !s.clientOpen() {
@@ -65,14 +77,21 @@ func (s *Session) resume(l *upLink, loss Loss) bool {
 		}
 		return false
 	}
+	if ok && loss.Rollover && (s.c2u.MidFrame() || (quiet != nil && !quiet())) {
+		ok = false // not a quiet moment after all: the server tries again
+	}
 	if !ok {
 		up.mu.Unlock()
 		return false
 	}
 	s.detachLocked()
 	if s.c2u.MidFrame() {
-		loss.ClientCut = true
-		s.discard = s.c2u.Remaining()
+		if cut := s.c2u.TakeCut(); cut != nil {
+			s.pending = cut // first to the fresh upstream; the frame's rest queues behind it
+		} else {
+			loss.ClientCut = true
+			s.c2u.DropRest() // wherever it would go: it cannot be completed
+		}
 	}
 	up.mu.Unlock()
 	// The upstream's stash may hold the start of a frame of the lost
@@ -130,9 +149,14 @@ func (s *Session) ResumeFailed(notice []byte) {
 // is near): the upstream gets close 1000 and the server is asked for a
 // fresh one, as for a loss. It reports false when the session is not at a
 // point where it can (a frame half relayed either way, a close under way,
-// connecting already); the server tries again later. It must not run on a
-// poller: it waits for the upstream's read lock.
-func (s *Session) Rollover() bool {
+// connecting already, quiet saying no); the server tries again later.
+// quiet, unless nil (a rollover forced at its deadline), is asked while no
+// upstream read runs and no client frame is being forwarded, so that what
+// it answers still holds when the upstream is let go of: a request the
+// client sent an instant before is either seen by it or queued for the
+// fresh upstream. It must not run on a poller: it waits for the upstream's
+// read lock.
+func (s *Session) Rollover(quiet func() bool) bool {
 	s.up.mu.Lock()
 	l := s.cur
 	ready := s.upState == upReady && l != nil && !s.c2u.MidFrame()
@@ -145,7 +169,7 @@ func (s *Session) Rollover() bool {
 	if s.u2c.MidFrame() {
 		return false
 	}
-	return s.resume(l, Loss{Rollover: true})
+	return s.resume(l, Loss{Rollover: true}, quiet)
 }
 
 // AdoptResumed takes the fresh upstream a resume found, as AdoptWarm takes
@@ -180,9 +204,23 @@ func (s *Session) Resumes() int {
 }
 
 // HoldUpstream lets h hold back upstream frames (the server's continuity
-// Holder); call it before an upstream is attached. Only a session with a
-// Holder is resumed.
-func (s *Session) HoldUpstream(h frames.Holder) { s.u2c.SetHolder(h) }
+// Holder), and keeps a client frame cut by a loss so that it can be re-sent
+// whole (MaxCutKept); call it before an upstream is attached. Only a
+// session with a Holder is resumed.
+func (s *Session) HoldUpstream(h frames.Holder) {
+	s.u2c.SetHolder(h)
+	keep := MaxCutKept
+	if s.cfg.MaxPending > 0 {
+		keep = min(keep, s.cfg.MaxPending) // it is queued like any client frame
+	}
+	s.c2u.KeepCut(keep)
+}
+
+// ClientQueued reports whether the client frame being forwarded goes to
+// the queue for an upstream still to come (connecting, or a resume under
+// way) rather than to an upstream. Only the client's Inspector may call
+// it: it runs while the session holds the lock that guards this.
+func (s *Session) ClientQueued() bool { return s.upState == upConnecting }
 
 // InspectClient offers the client's text frames to insp (unmasked copies);
 // call it before the session relays.
@@ -194,7 +232,7 @@ func (s *Session) resumeHeld(cl frames.Close) bool {
 	s.up.mu.Lock()
 	l := s.cur
 	s.up.mu.Unlock()
-	return l != nil && s.resume(l, Loss{Close: &cl})
+	return l != nil && s.resume(l, Loss{Close: &cl}, nil)
 }
 
 // passHeldClose sends the client a close frame the Holder held back, when

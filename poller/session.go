@@ -111,7 +111,6 @@ type Session struct {
 	skipNext   bool                       // a redial: the next upstream attached skips its first frame
 	cur        *upLink                    // the upstream's link, once attached
 	resumes    int                        // upstreams let go of to resume (resume.go)
-	discard    uint64                     // the rest of a client frame cut by a resume, not to queue
 	queuedStop bool                       // a close frame is queued behind pending
 	redials    int                        // fresh upstreams dialed after a dead warm one
 	skip       frameSkipper               // under the Handle's read lock

@@ -81,6 +81,13 @@ type resumeArgs struct {
 	table    *routes.Table
 	lim      continuity.Limits
 	expired  atomic.Bool // the upstream sent session_expired: its 1001 is a cap
+	// heldExpired is that session_expired event (a text frame for the
+	// client), held back: the client gets it if the session is not
+	// resumed after all (too many resumes), before the upstream's 1001.
+	heldExpired atomic.Pointer[[]byte]
+	// resuming counts resumes started and not yet in the record: the
+	// fresh upstream can be lost again before the record says ok.
+	resuming atomic.Int32
 
 	// The rollover before the upstream's cap (rollover.go).
 	rollMu    sync.Mutex
@@ -106,7 +113,7 @@ type resumer struct{ s *Server }
 func (c *clientConn) keepContinuity(sess *poller.Session, args *resumeArgs) {
 	info := &c.info
 	info.resume = args
-	c.cwatch = clientWatch{info: info, lim: args.lim}
+	c.cwatch = clientWatch{info: info, lim: args.lim, sess: sess}
 	sess.InspectClient(&c.cwatch)
 	sess.HoldUpstream(&c.watch)
 }
@@ -123,6 +130,7 @@ func (i *sessionInfo) keepBase(config []byte) {
 type clientWatch struct {
 	info *sessionInfo
 	lim  continuity.Limits
+	sess *poller.Session
 }
 
 // Wants implements frames.Inspector.
@@ -132,7 +140,7 @@ func (w *clientWatch) Wants(prefix []byte) bool {
 }
 
 // Inspect implements frames.Inspector.
-func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim) }
+func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim, w.sess.ClientQueued()) }
 
 // HoldText implements frames.Holder: OpenAI's session_expired error is held
 // back (the session goes on), and makes the 1001 that follows a cap.
@@ -141,6 +149,8 @@ func (w *setupWatch) HoldText(p []byte) bool {
 		return false
 	}
 	w.resume.expired.Store(true)
+	held := frames.AppendFrame(nil, ws.OpText, p, false)
+	w.resume.heldExpired.Store(&held)
 	return true
 }
 
@@ -180,11 +190,17 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 	args := info.resume
 	cause := resumeCause(loss, args)
 	args.expired.Store(false)
+	held := args.heldExpired.Swap(nil)
 	at := time.Now()
 	if !info.mayResume(at) {
 		s.log.Warn("session not resumed: too many resumes", "session", info.id, "key", info.key.Name, "cause", cause)
 		s.metrics.resumes.WithLabelValues(cause, "refused").Inc()
 		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), Outcome: "failed"})
+		if held != nil && cause == causeExpired {
+			// The session ends as without continuity: the upstream's
+			// own session_expired, then its 1001 (lostForGood).
+			sess.SendClient(*held)
+		}
 		return false
 	}
 	snap := info.keep.Snapshot()
@@ -195,6 +211,7 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		sess.SendClient(s.proto.Refusal("client_event_lost",
 			"the upstream was lost while a client event was on its way to it; that event was not delivered: send it again", 0))
 	}
+	args.resuming.Add(1)
 	old := info.uncount(s.balancer, true)
 	if old != nil && (cause == causeLost || cause == causeClosed) {
 		s.balancer.Failed(old, "the upstream was lost mid-session ("+cause+")")
@@ -220,6 +237,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 			s.metrics.resumeSeconds.Observe(took.Seconds())
 		}
 		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), DurationMS: took.Milliseconds(), Outcome: outcome})
+		args.resuming.Add(-1)
 	}()
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
@@ -252,6 +270,13 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	var send []byte
 	for _, f := range replay {
 		send = append(send, f...)
+	}
+	if snap.Asked != nil {
+		// The client's response.create the lost upstream never answered:
+		// asked again after the replay, not counted among its replies
+		// (the upstream answers in order), so the response reaches the
+		// client.
+		send = frames.AppendFrame(send, ws.OpText, snap.Asked, true)
 	}
 	q, _ := url.ParseQuery(args.rawQuery)
 	p, d := r.primed(ctx, sess, info, cands, q, args.header, send, len(replay))
@@ -291,11 +316,15 @@ func (r resumer) midFrameLost(*poller.Session) {
 	r.s.metrics.resumes.WithLabelValues(causeMidFrame, "failed").Inc()
 }
 
-// mayResume reports whether the session may resume once more at t.
+// mayResume reports whether the session may resume once more at t; a
+// resume still being recorded counts.
 func (i *sessionInfo) mayResume(t time.Time) bool {
 	i.depMu.Lock()
 	defer i.depMu.Unlock()
 	n := 0
+	if i.resume != nil {
+		n = int(i.resume.resuming.Load())
+	}
 	for _, r := range i.resumes {
 		if r.Outcome == "ok" && t.Sub(r.At) < resumeWindow {
 			n++
@@ -459,8 +488,14 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		}
 		args.rollMu.Unlock()
 		now := time.Now()
-		// A session out of resumes keeps its upstream until the cap.
-		if (info.keep.Quiet() || !now.Before(deadline)) && info.mayResume(now) && sess.Rollover() {
+		// Quiet is asked again by the relay, with the session's reads
+		// held off (Rollover); past the deadline any moment will do. A
+		// session out of resumes keeps its upstream until the cap.
+		quiet := info.keep.Quiet
+		if !now.Before(deadline) {
+			quiet = nil
+		}
+		if (quiet == nil || quiet()) && info.mayResume(now) && sess.Rollover(quiet) {
 			return
 		}
 		args.rollMu.Lock()

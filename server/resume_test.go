@@ -75,17 +75,8 @@ func wantReplay(t *testing.T, mock *mockai.Server, assistant string) {
 // item id for item creates, and the instructions for session.update).
 func replayed(t *testing.T, mock *mockai.Server, n int) []string {
 	t.Helper()
-	var ids []string
-	for _, r := range mock.Records() {
-		if r.SessionID != "" {
-			ids = append(ids, r.SessionID)
-		}
-	}
-	if len(ids) <= n {
-		t.Fatalf("%d upstream sessions, want more than %d", len(ids), n)
-	}
 	var got []string
-	for _, e := range mock.Received(ids[n]) {
+	for _, e := range mock.Received(upstreamSession(t, mock, n)) {
 		var ev struct {
 			Item struct {
 				ID      string `json:"id"`

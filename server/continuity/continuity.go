@@ -32,6 +32,9 @@
 // upstream, whose error event the client gets; the item is left out of
 // later replays all the same.
 //
+// A response asked for and not started yet makes the session busy, and an
+// unanswered response.create is asked again of a fresh upstream (asked.go).
+//
 // A session's State is nil until it keeps something (Keeper), so an idle
 // session with an empty conversation costs one pointer and a lock.
 package continuity
@@ -110,7 +113,7 @@ type Keeper struct {
 // ClientWants reports whether a client event of type typ is read.
 func ClientWants(typ []byte) bool {
 	switch string(typ) {
-	case "session.update", "conversation.item.truncate":
+	case "session.update", "conversation.item.truncate", "response.create":
 		return true
 	}
 	return false
@@ -120,7 +123,7 @@ func ClientWants(typ []byte) bool {
 func UpstreamWants(typ []byte) bool {
 	switch string(typ) {
 	case "conversation.item.done", "conversation.item.created", "response.output_item.done", usage.TypeResponseDone,
-		"response.created", "conversation.item.deleted", "conversation.item.truncated",
+		"response.created", "conversation.item.deleted", "conversation.item.truncated", "error",
 		usage.TypeTranscriptionComplete, "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped":
 		return true
 	}
@@ -128,7 +131,10 @@ func UpstreamWants(typ []byte) bool {
 }
 
 // Client reads a client event chosen by ClientWants (its unmasked payload).
-func (k *Keeper) Client(p []byte, lim Limits) {
+// queued says the relay queued it for an upstream still to come (a resume
+// under way), which will get it after the replay: a response.create then
+// makes the session busy but is not asked again by the replay.
+func (k *Keeper) Client(p []byte, lim Limits, queued bool) {
 	typ, ok := k.lock(p)
 	if !ok {
 		return
@@ -150,6 +156,8 @@ func (k *Keeper) Client(p []byte, lim Limits) {
 		if json.Unmarshal(p, &ev) == nil && k.st != nil {
 			k.st.truncate(ev.ItemID)
 		}
+	case "response.create":
+		k.state(lim).ask(p, queued)
 	}
 }
 
@@ -165,8 +173,11 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 		k.state(lim).speaking = true
 		return
 	case "input_audio_buffer.speech_stopped":
+		k.state(lim).speechStopped()
+		return
+	case "error":
 		if k.st != nil {
-			k.st.speaking = false
+			k.st.refused(p)
 		}
 		return
 	}
@@ -176,7 +187,9 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 	}
 	switch typ {
 	case "response.created":
-		k.state(lim).response = ev.Response.ID
+		st := k.state(lim)
+		st.response = ev.Response.ID
+		st.answered()
 	case usage.TypeResponseDone:
 		st := k.state(lim)
 		if st.response == ev.Response.ID {
@@ -241,10 +254,17 @@ type Snapshot struct {
 	IDs      []string // their ids, in the same order
 	Response string   // the response in progress, "" when none
 	Dropped  int      // items left out for the caps since the session started
+	// Asked is the client's response.create (its payload) that no
+	// response.created or error answered yet: the fresh upstream is asked
+	// again, after the replay. Nil when none.
+	Asked []byte
 }
 
 // Snapshot returns what to replay now. The in-flight response is forgotten:
-// it is lost with the upstream that was producing it.
+// it is lost with the upstream that was producing it. A response.create
+// still unanswered (Asked) is kept: it is now asked of the fresh upstream,
+// which answers it or is lost in turn. A wait with nothing to ask again
+// (server VAD's, whose audio is lost) ends.
 func (k *Keeper) Snapshot() Snapshot {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -253,6 +273,7 @@ func (k *Keeper) Snapshot() Snapshot {
 		return Snapshot{}
 	}
 	snap := Snapshot{Config: st.config, Response: st.response, Dropped: st.dropped}
+	snap.Asked = st.askAgain()
 	for _, it := range st.items {
 		if it.body == nil || it.truncated {
 			continue
@@ -265,11 +286,14 @@ func (k *Keeper) Snapshot() Snapshot {
 }
 
 // Quiet reports a quiet moment to roll a session over: no response in
-// progress and no speech started without its stop.
+// progress, none asked for and not started, and no speech started without
+// its stop. The relay asks it with the client's and the upstream's reads
+// held off (poller.Session.Rollover), so that no request can slip past it
+// to the upstream being let go of.
 func (k *Keeper) Quiet() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.st == nil || (k.st.response == "" && !k.st.speaking)
+	return k.st == nil || (k.st.response == "" && !k.st.speaking && !k.st.waiting)
 }
 
 // Bytes is what the session keeps now.
@@ -318,6 +342,8 @@ type State struct {
 
 	response string // the response in progress
 	speaking bool   // speech_started without its speech_stopped
+	waiting  bool   // a response asked for and not started (asked.go)
+	asked    []byte // the client's response.create while waiting; nil when too large or none
 }
 
 // item is one conversation item.

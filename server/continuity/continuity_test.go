@@ -14,8 +14,8 @@ type ev struct {
 
 func play(k *Keeper, lim Limits, evs []ev) {
 	for _, e := range evs {
-		if e.side == 'c' {
-			k.Client([]byte(e.json), lim)
+		if e.side == 'c' || e.side == 'q' { // q: a client event queued during a resume
+			k.Client([]byte(e.json), lim, e.side == 'q')
 		} else {
 			k.Upstream([]byte(e.json), lim)
 		}
@@ -130,7 +130,7 @@ func TestReplay(t *testing.T) {
 func TestIdleKeepsNothing(t *testing.T) {
 	var k Keeper
 	k.Upstream([]byte(`{"type":"response.output_audio.delta","delta":"AAAA"}`), Limits{})
-	k.Client([]byte(`{"type":"conversation.item.truncate","item_id":"x"}`), Limits{})
+	k.Client([]byte(`{"type":"conversation.item.truncate","item_id":"x"}`), Limits{}, false)
 	if k.st != nil {
 		t.Fatal("a State was made for nothing worth keeping")
 	}
@@ -185,7 +185,17 @@ func TestQuiet(t *testing.T) {
 		{[]ev{{'u', `{"type":"response.created","response":{"id":"r"}}`}}, false},
 		{[]ev{{'u', `{"type":"response.created","response":{"id":"r"}}`}, {'u', `{"type":"response.done","response":{"id":"r","output":[]}}`}}, true},
 		{[]ev{{'u', `{"type":"input_audio_buffer.speech_started"}`}}, false},
-		{[]ev{{'u', `{"type":"input_audio_buffer.speech_started"}`}, {'u', `{"type":"input_audio_buffer.speech_stopped"}`}}, true},
+		// Server VAD answers speech_stopped with a response: busy until it starts.
+		{[]ev{{'u', `{"type":"input_audio_buffer.speech_started"}`}, {'u', `{"type":"input_audio_buffer.speech_stopped"}`}}, false},
+		{[]ev{{'u', `{"type":"input_audio_buffer.speech_started"}`}, {'u', `{"type":"input_audio_buffer.speech_stopped"}`},
+			{'u', `{"type":"response.created","response":{"id":"r"}}`}, {'u', `{"type":"response.done","response":{"id":"r","output":[]}}`}}, true},
+		// A response asked for: busy until it starts and ends, or is refused.
+		{[]ev{{'c', `{"type":"response.create"}`}}, false},
+		{[]ev{{'c', `{"type":"response.create"}`}, {'u', `{"type":"response.created","response":{"id":"r"}}`}}, false},
+		{[]ev{{'c', `{"type":"response.create"}`}, {'u', `{"type":"response.created","response":{"id":"r"}}`},
+			{'u', `{"type":"response.done","response":{"id":"r","output":[]}}`}}, true},
+		{[]ev{{'c', `{"type":"response.create"}`}, {'u', `{"type":"error","error":{"code":"conversation_already_has_active_response"}}`}}, true},
+		{[]ev{{'c', `{"type":"response.create"}`}, {'u', `{"type":"error","error":{"code":"session_expired"}}`}}, false},
 	}
 	for i, tt := range tests {
 		var k Keeper
@@ -196,13 +206,45 @@ func TestQuiet(t *testing.T) {
 	}
 }
 
+// A response.create no response.created or error answered is asked again
+// of the fresh upstream (Snapshot.Asked), and stays asked until answered
+// there; one queued during the resume goes with the queue, not the replay.
+func TestAsked(t *testing.T) {
+	const ask = `{"type":"response.create","response":{"instructions":"short"}}`
+	tests := []struct {
+		name  string
+		evs   []ev
+		asked string // Snapshot.Asked
+		quiet bool   // after the Snapshot
+	}{
+		{"answered (its response is lost with the upstream)", []ev{{'c', ask}, {'u', `{"type":"response.created","response":{"id":"r"}}`}}, "", true},
+		{"not answered yet", []ev{{'c', ask}}, ask, false},
+		{"refused", []ev{{'c', ask}, {'u', `{"type":"error","error":{"code":"x"}}`}}, "", true},
+		{"queued", []ev{{'q', ask}}, "", true},
+		{"the unanswered one first, the queued one with the queue", []ev{{'c', ask}, {'q', `{"type":"response.create"}`}}, ask, false},
+		{"server VAD's wait ends: its audio is lost", []ev{{'u', `{"type":"input_audio_buffer.speech_stopped"}`}}, "", true},
+		{"too long to ask again", []ev{{'c', `{"type":"response.create","x":"` + strings.Repeat("a", MaxAsked) + `"}`}}, "", true},
+	}
+	for _, tt := range tests {
+		var k Keeper
+		play(&k, Limits{}, tt.evs)
+		snap := k.Snapshot()
+		if string(snap.Asked) != tt.asked {
+			t.Errorf("%s: asked %.80s, want %.80s", tt.name, snap.Asked, tt.asked)
+		}
+		if k.Quiet() != tt.quiet {
+			t.Errorf("%s: quiet %v after the snapshot, want %v", tt.name, k.Quiet(), tt.quiet)
+		}
+	}
+}
+
 func TestWantsAndExpired(t *testing.T) {
-	for typ, want := range map[string]bool{"session.update": true, "input_audio_buffer.append": false, "conversation.item.truncate": true, "response.create": false} {
+	for typ, want := range map[string]bool{"session.update": true, "input_audio_buffer.append": false, "conversation.item.truncate": true, "response.create": true} {
 		if ClientWants([]byte(typ)) != want {
 			t.Errorf("ClientWants(%s) != %v", typ, want)
 		}
 	}
-	for typ, want := range map[string]bool{"response.output_audio.delta": false, "response.done": true, "conversation.item.done": true, "session.created": false} {
+	for typ, want := range map[string]bool{"response.output_audio.delta": false, "response.done": true, "conversation.item.done": true, "session.created": false, "error": true} {
 		if UpstreamWants([]byte(typ)) != want {
 			t.Errorf("UpstreamWants(%s) != %v", typ, want)
 		}
