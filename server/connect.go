@@ -373,6 +373,9 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	sess.InspectUpstream(&c.watch)
 	if u.live {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
+		if continuityOn(s.cfg, u.key) {
+			keepLive(c, s, sess, u) // live.go
+		}
 	} else if u.liveFork {
 		info.live = newLiveFork(s, sess, info) // metered as a Live session (live.go)
 	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&

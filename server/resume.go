@@ -137,6 +137,9 @@ func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim) }
 // HoldText implements frames.Holder: OpenAI's session_expired error is held
 // back (the session goes on), and makes the 1001 that follows a cap.
 func (w *setupWatch) HoldText(p []byte) bool {
+	if w.live != nil {
+		return liveHoldText(p, w.resume) // GPT-Live's cap (live.go)
+	}
 	if !continuity.IsSessionExpired(p) {
 		return false
 	}
@@ -146,6 +149,9 @@ func (w *setupWatch) HoldText(p []byte) bool {
 
 // HoldClose implements frames.Holder: the closes a fresh upstream repairs.
 func (w *setupWatch) HoldClose(c frames.Close) bool {
+	if w.live != nil {
+		return w.live.holdClose(c, w.resume)
+	}
 	switch c.Code {
 	case ws.StatusInternalServerError, statusServiceRestart, statusTryAgainLater:
 		return true
@@ -162,7 +168,7 @@ func resumeCause(loss poller.Loss, args *resumeArgs) string {
 		return causeRollover
 	case loss.Close == nil:
 		return causeLost
-	case loss.Close.Code == ws.StatusGoingAway && args.expired.Load():
+	case args.expired.Load(): // Realtime's 1001, GPT-Live's close after session.closed
 		return causeExpired
 	}
 	return causeClosed
@@ -188,7 +194,9 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		return false
 	}
 	snap := info.keep.Snapshot()
-	if snap.Response != "" {
+	if info.live != nil {
+		info.live.resuming(sess, snap) // GPT-Live's meter and failed response (live.go)
+	} else if snap.Response != "" {
 		sess.SendClient(failedResponse(snap.Response))
 	}
 	if loss.ClientCut {
@@ -253,8 +261,12 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	for _, f := range replay {
 		send = append(send, f...)
 	}
+	sendFor, acks := func(*routes.Deployment) []byte { return send }, len(replay)
+	if info.live != nil {
+		sendFor, acks = liveReplay(snap), 0 // one session.start (live.go)
+	}
 	q, _ := url.ParseQuery(args.rawQuery)
-	p, d := r.primed(ctx, sess, info, cands, q, args.header, send, len(replay))
+	p, d := r.primed(ctx, sess, info, cands, q, args.header, sendFor, acks)
 	if p == nil {
 		return // the session was told (dialFor)
 	}
@@ -279,6 +291,9 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 		return
 	}
 	outcome = "ok"
+	if info.live != nil {
+		info.live.resumed(p.created)
+	}
 	if capAt, ok := upstreamCap(p.created, created, d); ok {
 		armRollover(sess, info, created, capAt)
 	}

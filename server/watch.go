@@ -64,11 +64,15 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 	}
 	if w.live != nil {
 		// GPT-Live's turn marks never need the whole event: the type is
-		// enough (seeTurn), and only the meter reads events whole.
-		if typ, ok := usage.EventType(prefix); ok {
+		// enough (seeTurn); the meter and, with continuity, the kept
+		// conversation read events whole.
+		typ, ok := usage.EventType(prefix)
+		if ok {
 			w.seeTurn(typ)
 		}
-		return w.live.meter.Wants(prefix)
+		w.wantUsage = w.live.meter.Wants(prefix)
+		w.wantKeep = ok && w.resume != nil && continuity.LiveUpstreamWants(typ, prefix)
+		return w.wantUsage || w.wantKeep
 	}
 	typ, ok := usage.EventType(prefix)
 	if !ok {
@@ -83,7 +87,12 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 // continuity, the kept conversation read the event.
 func (w *setupWatch) Inspect(p []byte) {
 	if w.live != nil {
-		w.live.meter.Inspect(p)
+		if w.wantUsage {
+			w.live.meter.Inspect(p)
+		}
+		if w.wantKeep {
+			w.keep.LiveUpstream(p, w.resume.lim)
+		}
 		return
 	}
 	if w.wantUsage {

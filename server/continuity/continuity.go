@@ -142,6 +142,10 @@ func (k *Keeper) Client(p []byte, lim Limits) {
 		if json.Unmarshal(p, &ev) != nil || len(ev.Session) == 0 {
 			return
 		}
+		if st := k.state(lim); st.live != nil {
+			st.replaceConfig(ev.Session) // GPT-Live's (live.go)
+			return
+		}
 		k.state(lim).mergeConfig(ev.Session)
 	case "conversation.item.truncate":
 		var ev struct {
@@ -240,7 +244,9 @@ type Snapshot struct {
 	Items    [][]byte // the replayable items, oldest first, each a JSON object with its id
 	IDs      []string // their ids, in the same order
 	Response string   // the response in progress, "" when none
-	Dropped  int      // items left out for the caps since the session started
+	// Delegation is a GPT-Live delegated response's delegation id.
+	Delegation string
+	Dropped    int // items left out for the caps since the session started
 }
 
 // Snapshot returns what to replay now. The in-flight response is forgotten:
@@ -251,6 +257,9 @@ func (k *Keeper) Snapshot() Snapshot {
 	st := k.st
 	if st == nil {
 		return Snapshot{}
+	}
+	if st.live != nil {
+		return st.liveSnapshot()
 	}
 	snap := Snapshot{Config: st.config, Response: st.response, Dropped: st.dropped}
 	for _, it := range st.items {
@@ -318,6 +327,8 @@ type State struct {
 
 	response string // the response in progress
 	speaking bool   // speech_started without its speech_stopped
+
+	live *liveConv // a GPT-Live session's conversation (live.go); nil for Realtime
 }
 
 // item is one conversation item.
