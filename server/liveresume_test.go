@@ -39,26 +39,31 @@ func liveGateway(t *testing.T, m *mockai.Server, trust func(*Settings), mutate .
 }
 
 // liveStarts is the session.start each of mock's Live upstream sessions
-// received, in order, as its session object.
+// received, in the order they came (a pooled socket's record is older than
+// its session), as its session object.
 func liveStarts(t *testing.T, mock *mockai.Server) []map[string]any {
 	t.Helper()
-	var out []map[string]any
+	var starts []mockai.EventRecord
 	for _, r := range mock.Records() {
 		if r.SessionID == "" || !strings.HasPrefix(r.SessionID, "live_") {
 			continue
 		}
 		for _, e := range mock.Received(r.SessionID) {
-			if e.Type != "session.start" {
-				continue
+			if e.Type == "session.start" {
+				starts = append(starts, e)
 			}
-			var ev struct {
-				Session map[string]any `json:"session"`
-			}
-			if err := json.Unmarshal(e.Event, &ev); err != nil {
-				t.Fatalf("session.start %s: %v", e.Event, err)
-			}
-			out = append(out, ev.Session)
 		}
+	}
+	slices.SortFunc(starts, func(a, b mockai.EventRecord) int { return a.At.Compare(b.At) })
+	var out []map[string]any
+	for _, e := range starts {
+		var ev struct {
+			Session map[string]any `json:"session"`
+		}
+		if err := json.Unmarshal(e.Event, &ev); err != nil {
+			t.Fatalf("session.start %s: %v", e.Event, err)
+		}
+		out = append(out, ev.Session)
 	}
 	return out
 }
