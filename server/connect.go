@@ -381,7 +381,8 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
-			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})
+			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
+				KeepAudio: keepAudio(s.cfg, u.key)}})
 	}
 	c.startRelay(sess)
 	s.sessMu.Lock()

@@ -94,6 +94,15 @@ func continuityOn(cfg Settings, key *routes.ClientKey) bool {
 	return cfg.Continuity && (key == nil || key.Continuity == nil || *key.Continuity)
 }
 
+// keepAudio says whether a session of key keeps the user's audio itself
+// (CONTINUITY_KEEP_AUDIO; a key's continuity_keep_audio overrides it).
+func keepAudio(cfg Settings, key *routes.ClientKey) bool {
+	if key != nil && key.ContinuityKeepAudio != nil {
+		return *key.ContinuityKeepAudio
+	}
+	return cfg.ContinuityKeepAudio
+}
+
 // resumer is the server's part of a resume (its own type, not more of
 // Server's methods): SessionConfig.Resume, the resume's goroutine, and the
 // primed upstream a resume and a client secret's session share
@@ -128,7 +137,7 @@ type clientWatch struct {
 // Wants implements frames.Inspector.
 func (w *clientWatch) Wants(prefix []byte) bool {
 	t, ok := usage.EventType(prefix)
-	return ok && continuity.ClientWants(t)
+	return ok && (continuity.ClientWants(t) || (w.lim.KeepAudio && continuity.AudioClientWants(t)))
 }
 
 // Inspect implements frames.Inspector.

@@ -79,7 +79,8 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		return false
 	}
 	w.wantUsage = w.meter.WantsType(typ)
-	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created"))
+	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created") ||
+		(w.resume.lim.KeepAudio && continuity.AudioUpstreamWants(typ)))
 	return w.seeTurn(typ) || w.wantUsage || w.wantKeep
 }
 

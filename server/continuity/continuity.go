@@ -18,7 +18,9 @@
 //
 //	user message, input_text              kept as it is
 //	user message, input_audio             its transcript as input_text, once
-//	                                      transcription gave one (else left out)
+//	                                      transcription gave one (else left out);
+//	                                      with Limits.KeepAudio its own audio,
+//	                                      as input_audio (audio.go)
 //	assistant message, output_audio       output_text carrying its transcript
 //	assistant message, output_text        kept as it is
 //	system message                        kept as it is
@@ -97,6 +99,8 @@ func (b *Budget) Used() int64 {
 type Limits struct {
 	MaxBytes int     // per session (0: DefaultMaxBytes)
 	Global   *Budget // every session together (nil: no cap)
+	// KeepAudio keeps the user's audio turns themselves (audio.go).
+	KeepAudio bool
 }
 
 // Keeper is a session's continuity state holder: a lock and a pointer, the
@@ -154,6 +158,10 @@ func (k *Keeper) Client(p []byte, lim Limits) {
 		if json.Unmarshal(p, &ev) == nil && k.st != nil {
 			k.st.truncate(ev.ItemID)
 		}
+	case "input_audio_buffer.append", "input_audio_buffer.clear":
+		if lim.KeepAudio {
+			k.clientAudio(typ, p, lim) // audio.go
+		}
 	}
 }
 
@@ -202,6 +210,14 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 	case usage.TypeTranscriptionComplete:
 		if k.st != nil {
 			k.st.transcribed(ev.ItemID, ev.Transcript)
+		}
+	case "input_audio_buffer.committed":
+		if k.st != nil && lim.KeepAudio {
+			k.st.committedAudio(ev.ItemID) // audio.go
+		}
+	case "input_audio_buffer.cleared":
+		if k.st != nil {
+			k.st.clearAudio()
 		}
 	}
 }
@@ -263,10 +279,14 @@ func (k *Keeper) Snapshot() Snapshot {
 	}
 	snap := Snapshot{Config: st.config, Response: st.response, Dropped: st.dropped}
 	for _, it := range st.items {
-		if it.body == nil || it.truncated {
+		if (it.body == nil && it.audio == nil) || it.truncated {
 			continue
 		}
-		snap.Items = append(snap.Items, it.body)
+		body := it.body
+		if it.audio != nil {
+			body = audioBody(it.id, it.audio) // the user's own audio, kept by opt-in (audio.go)
+		}
+		snap.Items = append(snap.Items, body)
 		snap.IDs = append(snap.IDs, it.id)
 	}
 	st.response, st.speaking = "", false
@@ -328,17 +348,19 @@ type State struct {
 	response string // the response in progress
 	speaking bool   // speech_started without its speech_stopped
 
-	live *liveConv // a GPT-Live session's conversation (live.go); nil for Realtime
+	live  *liveConv   // a GPT-Live session's conversation (live.go); nil for Realtime
+	heard *heardAudio // the user's audio, when kept (audio.go); nil otherwise
 }
 
 // item is one conversation item.
 type item struct {
 	id        string
 	body      []byte // replayable JSON; nil while a user's audio awaits its transcript
+	audio     []byte // a user's audio turn itself, kept by opt-in (audio.go)
 	truncated bool
 }
 
-func (it *item) size() int { return len(it.id) + len(it.body) + itemOverhead }
+func (it *item) size() int { return len(it.id) + len(it.body) + len(it.audio) + itemOverhead }
 
 // resize accounts for a change of n bytes, dropping the oldest items while
 // the caps are passed. A change that cannot fit even alone is undone by
@@ -435,6 +457,7 @@ func (st *State) confirm(raw json.RawMessage, replace bool) {
 		return
 	}
 	st.items = append(st.items, it)
+	st.attachAudio(&st.items[len(st.items)-1])
 }
 
 func (st *State) remove(id string) {
@@ -447,8 +470,8 @@ func (st *State) remove(id string) {
 func (st *State) truncate(id string) {
 	if i := st.find(id); i >= 0 && !st.items[i].truncated {
 		it := &st.items[i]
-		st.resize(-len(it.body))
-		it.body, it.truncated = nil, true
+		st.resize(-len(it.body) - len(it.audio))
+		it.body, it.audio, it.truncated = nil, nil, true
 	}
 }
 
