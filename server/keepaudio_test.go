@@ -18,17 +18,25 @@ import (
 func TestResumeKeepsUserAudio(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		on   func(*Settings)
+		on   func(*Settings, *mockai.Server, *testing.T)
+		key  string
 		part string
 	}{
-		{"opted in", func(c *Settings) { c.ContinuityKeepAudio = true }, "input_audio"},
-		{"default", func(*Settings) {}, "input_text"},
+		{"opted in", func(c *Settings, _ *mockai.Server, _ *testing.T) { c.ContinuityKeepAudio = true }, testMasterKey, "input_audio"},
+		{"opted in by the key", func(c *Settings, m *mockai.Server, t *testing.T) {
+			c.RoutesFile = liveConfig(t, m, "", "\n    continuity_keep_audio: true")
+		}, "sk-team-a-test", "input_audio"},
+		{"the key opts out", func(c *Settings, m *mockai.Server, t *testing.T) {
+			c.ContinuityKeepAudio = true
+			c.RoutesFile = liveConfig(t, m, "", "\n    continuity_keep_audio: false")
+		}, "sk-team-a-test", "input_text"},
+		{"default", func(*Settings, *mockai.Server, *testing.T) {}, testMasterKey, "input_text"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			overBoth(t, mockai.Config{AudioItems: true, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1, Times: 1}},
 				func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-					g := startGateway(t, mock, func(c *Settings) { trust(c); tc.on(c) })
-					c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+					g := startGateway(t, mock, func(c *Settings) { trust(c); tc.on(c, mock, t) })
+					c := g.dial(t, "model=gpt-realtime", bearer(tc.key))
 					read(t, c) // session.created
 					send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
 						"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"model": "gpt-4o-transcribe"}}}}})
