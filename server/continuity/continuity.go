@@ -2,7 +2,9 @@
 // conversation onto a fresh upstream session when the one serving it dies
 // or reaches its cap: the session's effective configuration and its
 // conversation as replayable items, with their original ids, bounded per
-// session and across the gateway.
+// session and across the gateway. A GPT-Live session's (its configuration
+// and its transcripts as history messages) is in live.go; keeping the
+// user's audio itself, opt-in, in audio.go.
 //
 // It reads only a few event types, picked out by the relay's type scan
 // (usage.EventType) before anything is decoded: the client's session.update
@@ -399,7 +401,13 @@ func (st *State) mergeConfig(upd []byte) {
 		base = map[string]any{}
 	}
 	mergeObject(base, add)
-	merged, err := json.Marshal(base)
+	st.setConfig(base)
+}
+
+// setConfig keeps config (marshalled) as the configuration, within the
+// caps (unchanged when it does not fit).
+func (st *State) setConfig(config any) {
+	merged, err := json.Marshal(config)
 	if err != nil {
 		return
 	}

@@ -237,14 +237,7 @@ func (st *State) replaceConfig(upd []byte) {
 		base[k] = v
 	}
 	delete(base, "input")
-	merged, err := json.Marshal(base)
-	if err != nil {
-		return
-	}
-	if !st.resize(len(merged) - len(st.config)) {
-		return
-	}
-	st.config = merged
+	st.setConfig(base)
 }
 
 // liveSnapshot is Snapshot for a Live session: the configuration, and the
