@@ -296,3 +296,31 @@ func TestLiveResumeCoderClient(t *testing.T) {
 		t.Errorf("upstream session.starts %v, want the second with 4 input messages", starts)
 	}
 }
+
+// TestLiveResumeDuringVoiceAnswer: the upstream is dropped while it speaks
+// (after the answer's audio, before its transcript). GPT-Live's voice turns
+// have no done or failed event, so the client gets rtgate.session.resumed
+// alone; the fresh session's input holds what was heard (the user's
+// words), and the session goes on.
+func TestLiveResumeDuringVoiceAnswer(t *testing.T) {
+	overBoth(t, mockai.Config{Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1, During: true, Times: 1}},
+		func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+			g, _ := liveGateway(t, mock, trust)
+			c := g.dialLive(t, "sk-team-a-test")
+			send(t, c, liveStart("gpt-live", nil))
+			readUntil(t, c, "session.started")
+			appendAudio(t, c, 4800)
+			resumed, seen := readUntil(t, c, EventResumed)
+			if resumed.str("cause") != "upstream_lost" || resumed.str("replayed_items") != "1" || slices.Contains(seen, "response.event") {
+				t.Errorf("resumed %v after %v", resumed, seen)
+			}
+			liveTurn(t, c)
+			starts := liveStarts(t, mock)
+			if len(starts) != 2 {
+				t.Fatalf("%d upstream session.starts, want 2", len(starts))
+			}
+			if got := inputTexts(starts[1]); len(got) != 1 || got[0] != "user:input_text:"+mockai.LiveTranscript {
+				t.Errorf("the fresh upstream's input %v, want the user's words only", got)
+			}
+		})
+}
