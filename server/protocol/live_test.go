@@ -104,7 +104,8 @@ func TestLiveRestart(t *testing.T) {
 	if id, _ := ev["event_id"].(string); len(id) < len("event_gw_") || id[:len("event_gw_")] != "event_gw_" {
 		t.Errorf("event_id %q, want the gateway's", id)
 	}
-	if rebuilt := Live{}.Rebuild(config, items); len(rebuilt) != 1 || event(t, rebuilt[0], true)["session"].(map[string]any)["model"] != "gpt-live" {
+	rebuilt := Live{}.Rebuild(config, items)
+	if len(rebuilt) != 1 || event(t, rebuilt[0], true)["session"].(map[string]any)["model"] != "gpt-live" {
 		t.Errorf("Rebuild keeps the configuration's model")
 	}
 }
