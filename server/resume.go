@@ -10,6 +10,7 @@ package server
 //	connection ended, no close frame        upstream_lost     yes
 //	close 1011, 1012, 1013                  upstream_closed   yes
 //	error session_expired, then close 1001  session_expired   yes
+//	GPT-Live: session.closed expired, close session_expired   yes (live.go)
 //	the gateway before the cap (rollover)   rollover          yes
 //	a frame to the client half sent         mid_frame         no: ends as before
 //	close 1000, 1008, 4xxx, other 1001      -                 no: passes to the client
