@@ -245,6 +245,7 @@ func TestLiveResumeCoderClient(t *testing.T) {
 	mock := startMock(t, mockai.Config{TLS: true, Cut: mockai.Cut{Kind: mockai.CutClose, Code: 1011, AfterResponses: 2, Times: 1}})
 	roots := trustMock(t, mock)
 	g, _ := liveGateway(t, mock, func(c *Settings) { c.UpstreamRoots = roots }, func(c *Settings) { c.LivePool.Size = 2 })
+	waitFor(t, "the Live pool's two sockets", func() bool { return metricSum(t, g, "rtgate_live_pool_warm_sockets") >= 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, _, err := coder.Dial(ctx, g.liveURL(), &coder.DialOptions{HTTPHeader: bearer("sk-team-a-test")})
@@ -294,6 +295,9 @@ func TestLiveResumeCoderClient(t *testing.T) {
 	}
 	if starts := liveStarts(t, mock); len(starts) != 2 || len(inputTexts(starts[1])) != 4 {
 		t.Errorf("upstream session.starts %v, want the second with 4 input messages", starts)
+	}
+	if hits := metricSum(t, g, "rtgate_live_pool_hits_total"); hits != 2 {
+		t.Errorf("%v Live pool hits, want 2 (the connect and the resume)", hits)
 	}
 }
 
