@@ -254,7 +254,7 @@ func (s *session) transcribed(itemID string, audioBytes int64) {
 	a.mu.Lock()
 	k := a.kinds[s]
 	a.mu.Unlock()
-	if k.intent != "transcription" && s.overrides["type"] != "transcription" {
+	if k.intent != "transcription" && s.overrides["type"] != "transcription" && !transcribing(s.overrides) {
 		return
 	}
 	audio := max(audioBytes/bytesPerAudioToken, 1)
@@ -262,6 +262,16 @@ func (s *session) transcribed(itemID string, audioBytes int64) {
 		"item_id": itemID, "content_index": 0, "transcript": transcript,
 		"usage": map[string]any{"type": "tokens", "total_tokens": audio + outputTextTokens, "input_tokens": audio,
 			"input_token_details": map[string]any{"text_tokens": 0, "audio_tokens": audio}, "output_tokens": outputTextTokens}})
+}
+
+// transcribing reports whether a session's configuration turns input
+// transcription on (audio.input.transcription set, as OpenAI's realtime
+// sessions do): its committed audio is then transcribed too.
+func transcribing(overrides map[string]any) bool {
+	audio, _ := overrides["audio"].(map[string]any)
+	input, _ := audio["input"].(map[string]any)
+	tr, ok := input["transcription"]
+	return ok && tr != nil
 }
 
 // respondOnCall sends every sideband of the call a response.done with

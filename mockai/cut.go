@@ -58,15 +58,42 @@ func (c Cut) validate() error {
 }
 
 // Frame prefixes the cut watches for: mockai writes "type" first (encodeEvent).
+// A GPT-Live session has no response events: there an answer starts at the
+// input transcript delta that each append is heard with, its output is
+// the output audio delta, and it is done at the output transcript delta
+// that follows (livews.go's liveAppend); a delegated response (wrapped in
+// response.event) counts as a response too.
 var (
-	prefixResponseCreated = []byte(`{"type":"response.created"`)
-	prefixResponseDone    = []byte(`{"type":"response.done"`)
-	prefixOutputDelta     = [][]byte{
+	prefixResponseCreated = [][]byte{
+		[]byte(`{"type":"response.created"`),
+		[]byte(`{"type":"session.input_transcript.delta"`),
+	}
+	prefixResponseDone = [][]byte{
+		[]byte(`{"type":"response.done"`),
+		[]byte(`{"type":"session.output_transcript.delta"`),
+	}
+	prefixOutputDelta = [][]byte{
 		[]byte(`{"type":"response.output_audio.delta"`),
 		[]byte(`{"type":"response.output_text.delta"`),
 		[]byte(`{"type":"response.function_call_arguments.delta"`),
+		[]byte(`{"type":"session.output_audio.delta"`),
 	}
+	prefixLiveResponse = []byte(`{"type":"response.event"`)
 )
+
+// liveWrapped is the Responses event type a response.event wraps, when it
+// is one of those a cut counts ("" otherwise).
+func liveWrapped(data []byte) string {
+	if !bytes.HasPrefix(data, prefixLiveResponse) {
+		return ""
+	}
+	for _, t := range []string{"response.created", "response.output_text.delta", "response.completed"} {
+		if bytes.Contains(data, []byte(`"type":"`+t+`"`)) {
+			return t
+		}
+	}
+	return ""
+}
 
 // cutDue reports whether the frame data just written makes the cut fire.
 // s.wmu is held.
@@ -75,17 +102,18 @@ func (s *session) cutDue(data []byte) bool {
 	if c.Kind == "" || s.cutChecked {
 		return false
 	}
+	wrapped := liveWrapped(data)
 	switch {
-	case bytes.HasPrefix(data, prefixResponseCreated):
+	case hasPrefix(data, prefixResponseCreated) || wrapped == "response.created":
 		s.responsesCreated++
 		s.deltaSeen = false
 		return false
-	case bytes.HasPrefix(data, prefixResponseDone):
+	case hasPrefix(data, prefixResponseDone) || wrapped == "response.completed":
 		s.responsesDone++
 		if c.During || s.responsesDone != c.AfterResponses {
 			return false
 		}
-	case c.During && s.responsesCreated == c.AfterResponses && !s.deltaSeen && isOutputDelta(data):
+	case c.During && s.responsesCreated == c.AfterResponses && !s.deltaSeen && (isOutputDelta(data) || wrapped == "response.output_text.delta"):
 		s.deltaSeen = true
 	default:
 		return false
@@ -97,8 +125,10 @@ func (s *session) cutDue(data []byte) bool {
 	return true
 }
 
-func isOutputDelta(data []byte) bool {
-	for _, p := range prefixOutputDelta {
+func isOutputDelta(data []byte) bool { return hasPrefix(data, prefixOutputDelta) }
+
+func hasPrefix(data []byte, prefixes [][]byte) bool {
+	for _, p := range prefixes {
 		if bytes.HasPrefix(data, p) {
 			return true
 		}

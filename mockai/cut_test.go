@@ -135,3 +135,46 @@ func TestReceived(t *testing.T) {
 		t.Errorf("an unknown session received %v", other)
 	}
 }
+
+// A GPT-Live session's answers count as responses for Config.Cut: cut after
+// the first answer's output transcript, or during it (after its output
+// audio, before its transcript); the session.start a session received is
+// in its Received record.
+func TestCutLive(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		cut   mockai.Cut
+		reads []string
+		check func(t *testing.T, err error)
+	}{
+		{"close 1012 after the first answer", mockai.Cut{Kind: mockai.CutClose, Code: 1012, AfterResponses: 1, Times: 1},
+			[]string{"session.input_transcript.delta", "session.output_audio.delta", "session.output_transcript.delta"},
+			wantClose(websocket.CloseServiceRestart, "mock: cut after 1 responses")},
+		{"drop during the first answer", mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1, During: true, Times: 1},
+			[]string{"session.input_transcript.delta", "session.output_audio.delta"},
+			wantClose(websocket.CloseAbnormalClosure, "unexpected EOF")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := start(t, mockai.Config{Cut: tt.cut, Live: mockai.LiveConfig{UsageInterval: -1}})
+			c, started := startLive(t, srv, map[string]any{"model": "gpt-live-1", "instructions": "kept"})
+			liveAppend(t, c)
+			for _, typ := range tt.reads {
+				expectLive(t, c, typ)
+			}
+			_, _, err := c.ReadMessage()
+			tt.check(t, err)
+			got := srv.Received(started.str("session.id"))
+			if len(got) == 0 || got[0].Type != "session.start" || !strings.Contains(string(got[0].Event), `"kept"`) {
+				t.Errorf("received %+v, want the session.start first", got)
+			}
+			// Times: 1, so the next session answers.
+			c2, _ := startLive(t, srv, map[string]any{"model": "gpt-live-1"})
+			liveAppend(t, c2)
+			expectLive(t, c2, "session.input_transcript.delta")
+			expectLive(t, c2, "session.output_audio.delta")
+			expectLive(t, c2, "session.output_transcript.delta")
+		})
+	}
+}

@@ -140,7 +140,12 @@
 // Nth response, by a TCP drop, a close frame with a chosen code (1011,
 // 1012, ...) or half a frame then a drop, on the first Cut.Times sessions
 // only, so the replacement lives (cmd/mockai -cut, -cut-after, -cut-during,
-// -cut-code, -cut-times). Config.SessionCap is OpenAI's cap: expires_at in
+// -cut-code, -cut-times). A GPT-Live session's answers count as its
+// responses (an answer starts at the input transcript delta an append is
+// heard with, its output is the output audio delta, it is done at the
+// output transcript delta), and so do its delegated responses (wrapped in
+// response.event); its cap is LiveConfig.MaxDuration (session.closed,
+// reason expired, then close 1000). Config.SessionCap is OpenAI's cap: expires_at in
 // session.created says it, and at the cap the session gets an error event
 // session_expired and close 1001 (cmd/mockai -session-cap 1m). What each
 // session received (its client events but appends, in order) is

@@ -142,9 +142,9 @@ func (s *session) startLive(rec *Record, parent *liveSession) *liveSession {
 		s.failWith(bad, "invalid_request_error", code)
 		return nil
 	}
-	s.srv.noteEvent(s, ev.Type, data)
 	var cfg map[string]any
 	if err := json.Unmarshal(ev.Session, &cfg); err != nil || cfg == nil {
+		s.srv.noteEvent(s, ev.Type, data)
 		s.failWith(liveError("missing_required_parameter", "Missing required parameter: 'session' (an object).", "session", ev.EventID),
 			"invalid_request_error", "missing_required_parameter")
 		return nil
@@ -159,6 +159,7 @@ func (s *session) startLive(rec *Record, parent *liveSession) *liveSession {
 		ce = unknownParam("session.client")
 	}
 	if ce != nil {
+		s.srv.noteEvent(s, ev.Type, data)
 		s.failWith(liveError(ce.code, ce.msg, ce.param, ev.EventID), "invalid_request_error", ce.code)
 		return nil
 	}
@@ -172,6 +173,7 @@ func (s *session) startLive(rec *Record, parent *liveSession) *liveSession {
 		ls = s.srv.newLive(transportWebSocket, rec.Key, cfg["model"].(string), cfg)
 	}
 	s.id = ls.id
+	s.srv.noteEvent(s, ev.Type, data) // under the session's id: what it received (Received)
 	ls.mu.Lock()
 	ls.primary = s
 	ls.mu.Unlock()

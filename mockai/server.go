@@ -108,6 +108,12 @@ type Config struct {
 	// NoExpiresAt leaves expires_at out of the session object (it is
 	// optional in GA): a relay then cannot see the cap coming.
 	NoExpiresAt bool
+	// AudioItems: committed audio becomes a user item the client is told
+	// of, as OpenAI does: conversation.item.added and conversation.item.done
+	// (content input_audio, transcript null) after input_audio_buffer.committed.
+	// Off by default, so the events a client reads after a commit are
+	// those older tests expect.
+	AudioItems bool
 
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger

@@ -164,6 +164,13 @@ func (s *session) commitAudio(itemID string) {
 	s.pendingAudio = 0
 	_ = s.send(map[string]any{"type": "input_audio_buffer.committed", "event_id": newID("event_"),
 		"previous_item_id": nullable(s.lastItemID), "item_id": itemID})
+	if s.cfg.AudioItems { // the item first, then its transcript, as OpenAI sends them
+		item := map[string]any{"id": itemID, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
+			"content": []any{map[string]any{"type": "input_audio", "transcript": nil}}}
+		for _, typ := range []string{"conversation.item.added", "conversation.item.done"} {
+			_ = s.send(map[string]any{"type": typ, "event_id": newID("event_"), "previous_item_id": nullable(s.lastItemID), "item": item})
+		}
+	}
 	s.transcribed(itemID, s.committedAudio)
 	s.lastItemID, s.lastItemType = itemID, "message"
 }

@@ -64,6 +64,14 @@ func (s *Session) Farewelled() {
 	}
 }
 
+// farewellResumed forgets the lost upstream's final event (a session.closed
+// at its cap, say): the fresh upstream's is yet to come (resume.go).
+func (s *Session) farewellResumed() {
+	if s.fw != nil {
+		s.fw.final.Store(false)
+	}
+}
+
 // HoldFirst makes the session hand the client's first data message (its
 // frames, masked as they came) to take instead of queuing it, while the
 // upstream is connecting; control frames before it stay queued. take gets

@@ -126,6 +126,7 @@ func (s *Session) detachLocked() {
 		up.timer = nil
 	}
 	s.warm, s.wroteUp = false, false
+	s.farewellResumed()
 	s.resumes++
 }
 

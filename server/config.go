@@ -102,6 +102,11 @@ type Settings struct {
 	Continuity               bool
 	ContinuityMaxBytes       int
 	ContinuityGlobalMaxBytes int64
+	// ContinuityKeepAudio (CONTINUITY_KEEP_AUDIO, off by default) keeps
+	// the user's audio turns themselves, from the client's appends, to
+	// replay them as audio rather than by their transcript; a key's
+	// continuity_keep_audio overrides it.
+	ContinuityKeepAudio bool
 	// MaxStalledBytes is the ceiling on what may wait behind writes to one
 	// side that is still reading, only slower than the other side sends
 	// (a slow link in front of a long answer): past it the session is
@@ -361,6 +366,7 @@ func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 		c.Continuity = b
 		return nil
 	})
+	set("CONTINUITY_KEEP_AUDIO", boolean(func(b bool) { c.ContinuityKeepAudio = b }))
 	set("CONTINUITY_MAX_BYTES", count(&c.ContinuityMaxBytes, 1024))
 	set("CONTINUITY_GLOBAL_MAX_BYTES", func(v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)

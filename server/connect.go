@@ -373,12 +373,16 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	sess.InspectUpstream(&c.watch)
 	if u.live {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
+		if continuityOn(s.cfg, u.key) {
+			keepLive(c, s, sess, u) // live.go
+		}
 	} else if u.liveFork {
 		info.live = newLiveFork(s, sess, info) // metered as a Live session (live.go)
 	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
-			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})
+			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
+				KeepAudio: keepAudio(s.cfg, u.key)}})
 	}
 	c.startRelay(sess)
 	s.sessMu.Lock()

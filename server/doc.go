@@ -53,7 +53,9 @@
 //	                then pickGroup, balance.Reserve, dialFor, the
 //	                rewritten session.start first (on a pooled unstarted
 //	                socket with LIVE_POOL_SIZE: fromPool); session.close
-//	                as its end (poller.SetFarewell); usage.LiveMeter
+//	                as its end (poller.SetFarewell); usage.LiveMeter;
+//	                with continuity keepLive, and session.start's config
+//	                and input kept (continuity's StartLive)
 //	live.go         a GPT-Live WebSocket fork: newLiveFork (metered and
 //	                ended as a Live session, its session.start relayed)
 //	apps.go         startApp: a translation session's, a GPT-Live
@@ -74,7 +76,11 @@
 //	              conversation): keepContinuity at open; resumer.resume
 //	              (SessionConfig.Resume) and resumer.upstream: a slot, a
 //	              primed upstream (sessionprime.go resumer.primed: the
-//	              replay), AdoptResumed; armRollover before the cap
+//	              replay), AdoptResumed; armRollover before the cap;
+//	live.go       a GPT-Live session's part: its cap held (liveHoldText,
+//	              holdClose), the meter's next upstream session and a
+//	              delegated response failed (resuming), the replay as one
+//	              session.start (liveReplay), GPT-Live's pool (livePrimed)
 //
 // And at the end of a session:
 //

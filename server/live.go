@@ -23,6 +23,8 @@ package server
 // session.closed (which carries the final usage) or liveCloseWait.
 
 import (
+	"bytes"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -36,6 +38,7 @@ import (
 	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/apps"
+	"rtgate/server/continuity"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/spend"
@@ -209,6 +212,10 @@ func (ls *liveState) start(msg []byte) {
 			"The session has not started: the first client event must be session.start (a JSON text frame).", st.EventID),
 			4000, "invalid_request_error."+err.Error(), err.Error())
 		return
+	}
+	if info.resume != nil { // continuity keeps the configuration and the client's history
+		config, input := st.Kept()
+		info.keep.StartLive(config, input, info.resume.lim, continuity.LiveCaps{})
 	}
 	group, herr := s.pickGroup(ls.table, info.key, groupAsk{model: st.Model, protocol: routes.ProtocolLive})
 	if herr != nil {
@@ -406,4 +413,132 @@ func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.St
 	}
 	s.balancer.Succeeded(d)
 	return true
+}
+
+// GPT-Live's session continuity (resume.go has the common path; what is kept
+// is server/continuity's live.go). A Live session resumes on the same losses
+// as a Realtime one (its connection ends without a close frame; close 1011,
+// 1012 or 1013) and at its cap, which GPT-Live says with session.closed,
+// reason "expired", then a close (1000): both are held back from the client.
+// The fresh upstream session starts with a session.start of the gateway's
+// (protocol.Restart) carrying the kept configuration, with the deployment's
+// name for the model, and the kept conversation as its input; the primer
+// consumes its session.started. The relay's farewell and the meter carry
+// over: the meter adds the new session's seconds to the old ones'
+// (usage.LiveMeter.NextSession). Not resumed: forks (their session.start
+// continues a stored session), WebRTC sessions and sidebands (their media
+// does not pass through the gateway).
+
+// keepLive turns continuity on for a Live session, as keepContinuity does
+// for a Realtime one; its configuration is kept when session.start comes.
+func keepLive(c *clientConn, s *Server, sess *poller.Session, u *upgrade) {
+	c.keepContinuity(sess, &resumeArgs{header: passThrough(u.req.Header), table: u.table,
+		lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})
+}
+
+// liveHoldText holds back the upstream's session.closed at its cap (reason
+// "expired"): the session goes on; the close that follows is the cap's.
+// The meter still reads it (its final seconds).
+func liveHoldText(p []byte, args *resumeArgs) bool {
+	if t, ok := usage.EventType(p); !ok || string(t) != usage.TypeLiveClosed || !bytes.Contains(p, []byte(`"expired"`)) {
+		return false
+	}
+	var ev struct {
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(p, &ev) != nil || ev.Reason != "expired" {
+		return false
+	}
+	args.expired.Store(true)
+	return true
+}
+
+// liveHoldClose holds back the closes a fresh upstream repairs: 1011, 1012,
+// 1013, and any close after the cap's session.closed. That event is held
+// only when it is small (frames.MaxHold: its session object carries the
+// instructions); a larger one reaches the client, and the meter, which
+// reads every session.closed whole, says it was the cap's all the same.
+func (ls *liveState) holdClose(c frames.Close, args *resumeArgs) bool {
+	switch c.Code {
+	case ws.StatusInternalServerError, statusServiceRestart, statusTryAgainLater:
+		return true
+	}
+	if ls.meter.Closed && ls.meter.Reason == "expired" {
+		args.expired.Store(true)
+	}
+	return args.expired.Load()
+}
+
+// liveResuming is the Live part of a resume's start: the meter counts the
+// fresh upstream session's seconds on top, and a delegated response that
+// was in progress ends for the client as the Responses API's own
+// response.failed, wrapped in response.event as GPT-Live wraps every
+// Responses event (GPT-Live's voice turns have no done or failed event: a
+// turn in progress just stops; what the client already got of its
+// transcript is kept).
+func (ls *liveState) resuming(sess *poller.Session, snap continuity.Snapshot) {
+	ls.meter.NextSession()
+	if snap.Response == "" {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{
+		"type":          usage.TypeLiveResponse,
+		"event_id":      protocol.NewEventID(),
+		"delegation_id": snap.Delegation,
+		"event": map[string]any{
+			"type": "response.failed",
+			"response": map[string]any{
+				"id": snap.Response, "object": "response", "status": "failed", "output": []any{},
+				"error": map[string]any{"code": "server_error",
+					"message": "The upstream was lost during this response; the session continues on a fresh upstream session."},
+			},
+		},
+	})
+	sess.SendClient(frames.AppendFrame(nil, ws.OpText, body, false))
+}
+
+// liveReplay is what a resume sends a Live deployment d: the session.start
+// of the kept configuration and conversation, with d's name for the model.
+func liveReplay(snap continuity.Snapshot) func(*routes.Deployment) []byte {
+	st := protocol.Restart(snap.Config, snap.Items)
+	return func(d *routes.Deployment) []byte { return st.For(d.Model) }
+}
+
+// liveResumed is the fresh upstream session in place: its id (from the
+// session.started the primer consumed) is remembered as the key's, as the
+// first one's was.
+func (ls *liveState) resumed(started []byte) {
+	var ev struct {
+		Session struct {
+			ID string `json:"id"`
+		} `json:"session"`
+	}
+	if json.Unmarshal(started, &ev) == nil && ev.Session.ID != "" {
+		go rememberLiveOwner(ls.srv, ls.info, ev.Session.ID)
+	}
+}
+
+// livePrimed is a resume's warm Live socket of d, with first (its
+// session.start) written on it and owned by a primer; nil when the Live
+// pool is off or has none (the resume dials).
+func (r resumer) livePrimed(d *routes.Deployment, info *sessionInfo, h http.Header, first []byte, acks int) *primer {
+	s := r.s
+	if s.livePool == nil {
+		return nil
+	}
+	hold, err := s.livePool.TakeLive(target(d, nil, h), info.group, first, liveTakeTries)
+	if err != nil {
+		return nil
+	}
+	p := newPrimer(primeAwaitCreated, acks)
+	hd, held := hold.Adopt(p)
+	if hd == nil {
+		hold.Handle().Endpoint().Drop()
+		return nil
+	}
+	p.h, p.warm = hd, true
+	p.feed(held)
+	hd.FinishHandOver()
+	s.balancer.Succeeded(d)
+	return p
 }

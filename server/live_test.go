@@ -206,7 +206,11 @@ func TestLiveUnconfirmed(t *testing.T) {
 	t.Run("wss upstream drops", func(t *testing.T) {
 		m := startMock(t, mockai.Config{TLS: true, DropAfterFrames: 8, Live: mockai.LiveConfig{UsageInterval: 20 * time.Millisecond}})
 		logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-		g := startGateway(t, m, func(c *Settings) { c.UsageLog, c.UpstreamRoots = logPath, trustMock(t, m) })
+		// Without continuity (with it, every drop here would be resumed:
+		// TestLiveResume*): the session ends with its upstream.
+		g := startGateway(t, m, func(c *Settings) {
+			c.UsageLog, c.UpstreamRoots, c.Continuity = logPath, trustMock(t, m), false
+		})
 		c := g.dialLive(t, testMasterKey)
 		send(t, c, liveStart("gpt-live-1", nil))
 		appendAudio(t, c, liveSecond)

@@ -10,6 +10,7 @@ package server
 //	connection ended, no close frame        upstream_lost     yes
 //	close 1011, 1012, 1013                  upstream_closed   yes
 //	error session_expired, then close 1001  session_expired   yes
+//	GPT-Live: session.closed expired, close session_expired   yes (live.go)
 //	the gateway before the cap (rollover)   rollover          yes
 //	a frame to the client half sent         mid_frame         no: ends as before
 //	close 1000, 1008, 4xxx, other 1001      -                 no: passes to the client
@@ -101,6 +102,15 @@ func continuityOn(cfg Settings, key *routes.ClientKey) bool {
 	return cfg.Continuity && (key == nil || key.Continuity == nil || *key.Continuity)
 }
 
+// keepAudio says whether a session of key keeps the user's audio itself
+// (CONTINUITY_KEEP_AUDIO; a key's continuity_keep_audio overrides it).
+func keepAudio(cfg Settings, key *routes.ClientKey) bool {
+	if key != nil && key.ContinuityKeepAudio != nil {
+		return *key.ContinuityKeepAudio
+	}
+	return cfg.ContinuityKeepAudio
+}
+
 // resumer is the server's part of a resume (its own type, not more of
 // Server's methods): SessionConfig.Resume, the resume's goroutine, and the
 // primed upstream a resume and a client secret's session share
@@ -136,7 +146,7 @@ type clientWatch struct {
 // Wants implements frames.Inspector.
 func (w *clientWatch) Wants(prefix []byte) bool {
 	t, ok := usage.EventType(prefix)
-	return ok && continuity.ClientWants(t)
+	return ok && (continuity.ClientWants(t) || (w.lim.KeepAudio && continuity.AudioClientWants(t)))
 }
 
 // Inspect implements frames.Inspector.
@@ -145,6 +155,9 @@ func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim, w.sess.Cl
 // HoldText implements frames.Holder: OpenAI's session_expired error is held
 // back (the session goes on), and makes the 1001 that follows a cap.
 func (w *setupWatch) HoldText(p []byte) bool {
+	if w.live != nil {
+		return liveHoldText(p, w.resume) // GPT-Live's cap (live.go)
+	}
 	if !continuity.IsSessionExpired(p) {
 		return false
 	}
@@ -156,6 +169,9 @@ func (w *setupWatch) HoldText(p []byte) bool {
 
 // HoldClose implements frames.Holder: the closes a fresh upstream repairs.
 func (w *setupWatch) HoldClose(c frames.Close) bool {
+	if w.live != nil {
+		return w.live.holdClose(c, w.resume)
+	}
 	switch c.Code {
 	case ws.StatusInternalServerError, statusServiceRestart, statusTryAgainLater:
 		return true
@@ -172,7 +188,7 @@ func resumeCause(loss poller.Loss, args *resumeArgs) string {
 		return causeRollover
 	case loss.Close == nil:
 		return causeLost
-	case loss.Close.Code == ws.StatusGoingAway && args.expired.Load():
+	case args.expired.Load(): // Realtime's 1001, GPT-Live's close after session.closed
 		return causeExpired
 	}
 	return causeClosed
@@ -204,7 +220,9 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		return false
 	}
 	snap := info.keep.Snapshot()
-	if snap.Response != "" {
+	if info.live != nil {
+		info.live.resuming(sess, snap) // GPT-Live's meter and failed response (live.go)
+	} else if snap.Response != "" {
 		sess.SendClient(failedResponse(snap.Response))
 	}
 	if loss.ClientCut {
@@ -278,8 +296,12 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 		// client.
 		send = frames.AppendFrame(send, ws.OpText, snap.Asked, true)
 	}
+	sendFor, acks := func(*routes.Deployment) []byte { return send }, len(replay)
+	if info.live != nil {
+		sendFor, acks = liveReplay(snap), 0 // one session.start (live.go)
+	}
 	q, _ := url.ParseQuery(args.rawQuery)
-	p, d := r.primed(ctx, sess, info, cands, q, args.header, send, len(replay))
+	p, d := r.primed(ctx, sess, info, cands, q, args.header, sendFor, acks)
 	if p == nil {
 		return // the session was told (dialFor)
 	}
@@ -304,6 +326,9 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 		return
 	}
 	outcome = "ok"
+	if info.live != nil {
+		info.live.resumed(p.created)
+	}
 	if capAt, ok := upstreamCap(p.created, created, d); ok {
 		armRollover(sess, info, created, capAt)
 	}

@@ -180,7 +180,7 @@ func (p *primer) event(frame, payload, rest []byte) {
 		return
 	}
 	if p.acks >= 0 {
-		if ev.Type == "session.created" {
+		if ev.Type == "session.created" || ev.Type == "session.started" { // GPT-Live's
 			p.created = append([]byte(nil), payload...)
 		}
 		p.replayEvent(ev.Type)
@@ -213,10 +213,11 @@ func (p *primer) event(frame, payload, rest []byte) {
 
 // replayEvent counts a resume's replies: session.created first, then one
 // reply per frame replayed (session.updated, conversation.item.done or the
-// beta conversation.item.created, or an error).
+// beta conversation.item.created, or an error). A GPT-Live resume sends one
+// session.start (acks 0), answered by session.started.
 func (p *primer) replayEvent(typ string) {
 	switch typ {
-	case "session.created":
+	case "session.created", "session.started":
 		p.step(evCreated, "")
 	case "error":
 		p.replayErrors++
@@ -263,7 +264,8 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 		return
 	}
 	info.keepBase(info.grant.Config)
-	p, d := resumer{s}.primed(ctx, sess, info, cands, q, h, s.proto.Prime(info.grant.Config), -1)
+	prime := s.proto.Prime(info.grant.Config)
+	p, d := resumer{s}.primed(ctx, sess, info, cands, q, h, func(*routes.Deployment) []byte { return prime }, -1)
 	if p == nil {
 		return
 	}
@@ -290,23 +292,28 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 }
 
 // primed gets an upstream socket owned by a primer that has sent
-// it send (client frames): a warm socket of cands[0] when the pool has
-// one, else a fresh dial through the hedged race. acks is -1 to build the
+// it send(d) (client frames for its deployment d): a warm socket of cands[0]
+// when the pool has one (GPT-Live's pool for a Live session), else a fresh
+// dial through the hedged race. acks is -1 to build the
 // client's session.created from the session.updated reply (a secret's
 // session), else the number of replies to send (a resume's replay: every
 // reply is consumed). On a nil primer the session was already told
 // (dialFor).
 func (r resumer) primed(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
-	q url.Values, h http.Header, send []byte, acks int) (*primer, *routes.Deployment) {
+	q url.Values, h http.Header, send func(*routes.Deployment) []byte, acks int) (*primer, *routes.Deployment) {
 	s := r.s
-	if s.pool != nil && !isTranscription(q) && !info.translation { // the pool warms realtime sockets only
+	if info.live != nil {
+		if p := r.livePrimed(cands[0], info, h, send(cands[0]), acks); p != nil {
+			return p, cands[0]
+		}
+	} else if s.pool != nil && !isTranscription(q) && !info.translation { // the pool warms realtime sockets only
 		d := cands[0]
 		p := newPrimer(primeAwaitUpdated, acks)
 		if hd, held := s.pool.Take(target(d, q, h), info.group, p); hd != nil {
 			// Taken with its read lock held: send, note the
 			// session.created it holds, then let reads flow to the primer.
 			p.h = hd
-			if err := hd.Endpoint().Send(send); err == nil {
+			if err := hd.Endpoint().Send(send(d)); err == nil {
 				p.feedCreated(held)
 				p.warm = true
 				if acks < 0 {
@@ -326,7 +333,7 @@ func (r resumer) primed(ctx context.Context, sess *poller.Session, info *session
 	}
 	p := newPrimer(primeAwaitCreated, acks)
 	p.h = poller.NewHandle(conn.Endpoint)
-	if err := conn.Endpoint.Send(send); err != nil {
+	if err := conn.Endpoint.Send(send(d)); err != nil {
 		conn.Endpoint.Drop()
 		dialFailed(s.proto, sess, 0)
 		return nil, nil

@@ -64,18 +64,23 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 	}
 	if w.live != nil {
 		// GPT-Live's turn marks never need the whole event: the type is
-		// enough (seeTurn), and only the meter reads events whole.
-		if typ, ok := usage.EventType(prefix); ok {
+		// enough (seeTurn); the meter and, with continuity, the kept
+		// conversation read events whole.
+		typ, ok := usage.EventType(prefix)
+		if ok {
 			w.seeTurn(typ)
 		}
-		return w.live.meter.Wants(prefix)
+		w.wantUsage = w.live.meter.Wants(prefix)
+		w.wantKeep = ok && w.resume != nil && continuity.LiveUpstreamWants(typ, prefix)
+		return w.wantUsage || w.wantKeep
 	}
 	typ, ok := usage.EventType(prefix)
 	if !ok {
 		return false
 	}
 	w.wantUsage = w.meter.WantsType(typ)
-	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created"))
+	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created") ||
+		(w.resume.lim.KeepAudio && continuity.AudioUpstreamWants(typ)))
 	return w.seeTurn(typ) || w.wantUsage || w.wantKeep
 }
 
@@ -83,7 +88,12 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 // continuity, the kept conversation read the event.
 func (w *setupWatch) Inspect(p []byte) {
 	if w.live != nil {
-		w.live.meter.Inspect(p)
+		if w.wantUsage {
+			w.live.meter.Inspect(p)
+		}
+		if w.wantKeep {
+			w.keep.LiveUpstream(p, w.resume.lim)
+		}
 		return
 	}
 	if w.wantUsage {

@@ -2,7 +2,9 @@
 // conversation onto a fresh upstream session when the one serving it dies
 // or reaches its cap: the session's effective configuration and its
 // conversation as replayable items, with their original ids, bounded per
-// session and across the gateway.
+// session and across the gateway. A GPT-Live session's (its configuration
+// and its transcripts as history messages) is in live.go; keeping the
+// user's audio itself, opt-in, in audio.go.
 //
 // It reads only a few event types, picked out by the relay's type scan
 // (usage.EventType) before anything is decoded: the client's session.update
@@ -18,7 +20,9 @@
 //
 //	user message, input_text              kept as it is
 //	user message, input_audio             its transcript as input_text, once
-//	                                      transcription gave one (else left out)
+//	                                      transcription gave one (else left out);
+//	                                      with Limits.KeepAudio its own audio,
+//	                                      as input_audio (audio.go)
 //	assistant message, output_audio       output_text carrying its transcript
 //	assistant message, output_text        kept as it is
 //	system message                        kept as it is
@@ -100,6 +104,8 @@ func (b *Budget) Used() int64 {
 type Limits struct {
 	MaxBytes int     // per session (0: DefaultMaxBytes)
 	Global   *Budget // every session together (nil: no cap)
+	// KeepAudio keeps the user's audio turns themselves (audio.go).
+	KeepAudio bool
 }
 
 // Keeper is a session's continuity state holder: a lock and a pointer, the
@@ -148,6 +154,10 @@ func (k *Keeper) Client(p []byte, lim Limits, queued bool) {
 		if json.Unmarshal(p, &ev) != nil || len(ev.Session) == 0 {
 			return
 		}
+		if st := k.state(lim); st.live != nil {
+			st.replaceConfig(ev.Session) // GPT-Live's (live.go)
+			return
+		}
 		k.state(lim).mergeConfig(ev.Session)
 	case "conversation.item.truncate":
 		var ev struct {
@@ -157,7 +167,13 @@ func (k *Keeper) Client(p []byte, lim Limits, queued bool) {
 			k.st.truncate(ev.ItemID)
 		}
 	case "response.create":
-		k.state(lim).ask(p, queued)
+		if st := k.state(lim); st.live == nil { // GPT-Live's is a delegation's, never asked again
+			st.ask(p, queued)
+		}
+	case "input_audio_buffer.append", "input_audio_buffer.clear":
+		if lim.KeepAudio {
+			k.clientAudio(typ, p, lim) // audio.go
+		}
 	}
 }
 
@@ -212,6 +228,14 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 		if k.st != nil {
 			k.st.transcribed(ev.ItemID, ev.Transcript)
 		}
+	case "input_audio_buffer.committed":
+		if k.st != nil && lim.KeepAudio {
+			k.st.committedAudio(ev.ItemID) // audio.go
+		}
+	case "input_audio_buffer.cleared":
+		if k.st != nil {
+			k.st.clearAudio()
+		}
 	}
 }
 
@@ -258,6 +282,8 @@ type Snapshot struct {
 	// response.created or error answered yet: the fresh upstream is asked
 	// again, after the replay. Nil when none.
 	Asked []byte
+	// Delegation is a GPT-Live delegated response's delegation id.
+	Delegation string
 }
 
 // Snapshot returns what to replay now. The in-flight response is forgotten:
@@ -272,13 +298,20 @@ func (k *Keeper) Snapshot() Snapshot {
 	if st == nil {
 		return Snapshot{}
 	}
+	if st.live != nil {
+		return st.liveSnapshot()
+	}
 	snap := Snapshot{Config: st.config, Response: st.response, Dropped: st.dropped}
 	snap.Asked = st.askAgain()
 	for _, it := range st.items {
-		if it.body == nil || it.truncated {
+		if (it.body == nil && it.audio == nil) || it.truncated {
 			continue
 		}
-		snap.Items = append(snap.Items, it.body)
+		body := it.body
+		if it.audio != nil {
+			body = audioBody(it.id, it.audio) // the user's own audio, kept by opt-in (audio.go)
+		}
+		snap.Items = append(snap.Items, body)
 		snap.IDs = append(snap.IDs, it.id)
 	}
 	st.response, st.speaking = "", false
@@ -344,16 +377,20 @@ type State struct {
 	speaking bool   // speech_started without its speech_stopped
 	waiting  bool   // a response asked for and not started (asked.go)
 	asked    []byte // the client's response.create while waiting; nil when too large or none
+
+	live  *liveConv   // a GPT-Live session's conversation (live.go); nil for Realtime
+	heard *heardAudio // the user's audio, when kept (audio.go); nil otherwise
 }
 
 // item is one conversation item.
 type item struct {
 	id        string
 	body      []byte // replayable JSON; nil while a user's audio awaits its transcript
+	audio     []byte // a user's audio turn itself, kept by opt-in (audio.go)
 	truncated bool
 }
 
-func (it *item) size() int { return len(it.id) + len(it.body) + itemOverhead }
+func (it *item) size() int { return len(it.id) + len(it.body) + len(it.audio) + itemOverhead }
 
 // resize accounts for a change of n bytes, dropping the oldest items while
 // the caps are passed. A change that cannot fit even alone is undone by
@@ -392,7 +429,13 @@ func (st *State) mergeConfig(upd []byte) {
 		base = map[string]any{}
 	}
 	mergeObject(base, add)
-	merged, err := json.Marshal(base)
+	st.setConfig(base)
+}
+
+// setConfig keeps config (marshalled) as the configuration, within the
+// caps (unchanged when it does not fit).
+func (st *State) setConfig(config any) {
+	merged, err := json.Marshal(config)
 	if err != nil {
 		return
 	}
@@ -450,6 +493,7 @@ func (st *State) confirm(raw json.RawMessage, replace bool) {
 		return
 	}
 	st.items = append(st.items, it)
+	st.attachAudio(&st.items[len(st.items)-1])
 }
 
 func (st *State) remove(id string) {
@@ -462,8 +506,8 @@ func (st *State) remove(id string) {
 func (st *State) truncate(id string) {
 	if i := st.find(id); i >= 0 && !st.items[i].truncated {
 		it := &st.items[i]
-		st.resize(-len(it.body))
-		it.body, it.truncated = nil, true
+		st.resize(-len(it.body) - len(it.audio))
+		it.body, it.audio, it.truncated = nil, nil, true
 	}
 }
 

@@ -68,20 +68,45 @@ func (Live) Turn(typ []byte) TurnMark {
 }
 
 // Rebuild implements Protocol: one session.start with the configuration and
-// the kept items as its input.
+// the kept items as its input (Restart, with the configuration's model).
 func (Live) Rebuild(config []byte, items [][]byte) [][]byte {
-	var session map[string]json.RawMessage
-	_ = json.Unmarshal(config, &session)
-	if session == nil {
-		session = map[string]json.RawMessage{}
+	st := Restart(config, items)
+	return [][]byte{frames.AppendFrame(nil, ws.OpText, st.body(st.session), true)}
+}
+
+// Restart is the session.start that carries a session onto a fresh upstream
+// session (session continuity): the kept configuration with the kept
+// messages (InitialItems) as its input, an event id of the gateway's. For
+// gives it a deployment's model.
+func Restart(config []byte, items [][]byte) Start {
+	st := Start{event: map[string]json.RawMessage{}}
+	_ = json.Unmarshal(config, &st.session)
+	if st.session == nil {
+		st.session = map[string]json.RawMessage{}
 	}
+	_ = json.Unmarshal(st.session["model"], &st.Model)
 	input := make([]json.RawMessage, len(items))
 	for i, it := range items {
 		input[i] = it
 	}
-	session["input"], _ = json.Marshal(input)
-	body, _ := json.Marshal(map[string]any{"type": "session.start", "session": session})
-	return [][]byte{frames.AppendFrame(nil, ws.OpText, body, true)}
+	st.session["input"], _ = json.Marshal(input)
+	st.event["type"] = json.RawMessage(`"session.start"`)
+	st.EventID = NewEventID()
+	st.event["event_id"], _ = json.Marshal(st.EventID)
+	return st
+}
+
+// Kept is what session continuity keeps of a client's session.start: its
+// session without input (the configuration), and input's messages.
+func (st Start) Kept() (config []byte, input []json.RawMessage) {
+	session := make(map[string]json.RawMessage, len(st.session))
+	for k, v := range st.session {
+		session[k] = v
+	}
+	_ = json.Unmarshal(session["input"], &input)
+	delete(session, "input")
+	config, _ = json.Marshal(session)
+	return config, input
 }
 
 // Start is a client's held session.start: the model it names, and the
@@ -134,13 +159,18 @@ func (st Start) For(model string) []byte {
 		session[k] = v
 	}
 	session["model"], _ = json.Marshal(model)
+	return frames.AppendFrame(nil, ws.OpText, st.body(session), true)
+}
+
+// body is the event with session as its session.
+func (st Start) body(session map[string]json.RawMessage) []byte {
 	event := make(map[string]json.RawMessage, len(st.event))
 	for k, v := range st.event {
 		event[k] = v
 	}
 	event["session"], _ = json.Marshal(session)
 	body, _ := json.Marshal(event)
-	return frames.AppendFrame(nil, ws.OpText, body, true)
+	return body
 }
 
 // ErrorEvent is an error event (unmasked, from the gateway as the server)

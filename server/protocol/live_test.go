@@ -77,3 +77,35 @@ func TestReadStart(t *testing.T) {
 		})
 	}
 }
+
+// A Live session carried onto a fresh upstream: Kept splits the client's
+// session.start into its configuration and its input; Restart puts the
+// kept configuration and messages back into a session.start of the
+// gateway's, and For gives it a deployment's model.
+func TestLiveRestart(t *testing.T) {
+	st, err := ReadStart([]byte(`{"type":"session.start","event_id":"evt_1","session":{"model":"gpt-live","instructions":"hi",`+
+		`"input":[{"role":"user","content":[{"text":"earlier"}]}]}}`), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, input := st.Kept()
+	if string(config) != `{"instructions":"hi","model":"gpt-live"}` || len(input) != 1 {
+		t.Fatalf("Kept = %s, %d input items", config, len(input))
+	}
+	items := [][]byte{[]byte(`{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]}`),
+		[]byte(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"b"}]}`)}
+	ev := event(t, Restart(config, items).For("gpt-live-1"), true)
+	session, _ := ev["session"].(map[string]any)
+	in, _ := session["input"].([]any)
+	if ev["type"] != "session.start" || session["model"] != "gpt-live-1" || session["instructions"] != "hi" || len(in) != 2 ||
+		in[1].(map[string]any)["role"] != "assistant" {
+		t.Fatalf("restart %v", ev)
+	}
+	if id, _ := ev["event_id"].(string); len(id) < len("event_gw_") || id[:len("event_gw_")] != "event_gw_" {
+		t.Errorf("event_id %q, want the gateway's", id)
+	}
+	rebuilt := Live{}.Rebuild(config, items)
+	if len(rebuilt) != 1 || event(t, rebuilt[0], true)["session"].(map[string]any)["model"] != "gpt-live" {
+		t.Errorf("Rebuild keeps the configuration's model")
+	}
+}

@@ -504,6 +504,16 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 				k.Continuity = &b
 			}
 		}
+		if given(&e.ContinuityKeepAudio) {
+			p := join(itemPath, "continuity_keep_audio")
+			if s, ok := l.str(&e.ContinuityKeepAudio, p); ok {
+				b, err := strconv.ParseBool(s)
+				if err != nil {
+					l.fail(deref(&e.ContinuityKeepAudio), p, "%q is not true or false", s)
+				}
+				k.ContinuityKeepAudio = &b
+			}
+		}
 		l.wholeNumber(&e.MaxSessionSecs, join(itemPath, "max_session_secs"), &k.MaxSessionSecs,
 			"%q is not a whole number of seconds of at least 0")
 		if len(l.errs) > before {

@@ -206,6 +206,10 @@ type ClientKey struct {
 	// Continuity, when set, turns session continuity on or off for this
 	// key's sessions (continuity: false); nil follows SESSION_CONTINUITY.
 	Continuity *bool
+	// ContinuityKeepAudio, when set, turns the keeping of the user's audio
+	// itself on or off for this key's sessions (continuity_keep_audio);
+	// nil follows CONTINUITY_KEEP_AUDIO.
+	ContinuityKeepAudio *bool
 	// MaxSessionSecs, when above 0, caps this key's sessions (the
 	// gateway's own cap; max_session_secs), instead of MAX_SESSION_SECS.
 	MaxSessionSecs int

@@ -93,6 +93,8 @@ type keyEntry struct {
 	Sideband       yaml.Node `yaml:"sideband"`
 	Continuity     yaml.Node `yaml:"continuity"`
 	MaxSessionSecs yaml.Node `yaml:"max_session_secs"`
+	// ContinuityKeepAudio: the user's audio kept for a resume (opt-in).
+	ContinuityKeepAudio yaml.Node `yaml:"continuity_keep_audio"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means

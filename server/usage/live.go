@@ -31,7 +31,8 @@ const maxLiveResponseIDs = 256
 // upstream's read path, read once the session has ended (or from the
 // callbacks, on that path).
 type LiveMeter struct {
-	// Seconds is the last cumulative usage.seconds reported.
+	// Seconds is the session's seconds: the last cumulative usage.seconds
+	// reported, added up over its upstream sessions (NextSession).
 	Seconds float64
 	// Closed says session.closed came: Seconds is final. Reason is its
 	// reason (close_requested, expired, content, remote_hangup,
@@ -56,6 +57,9 @@ type LiveMeter struct {
 	OnStarted func(id string)
 
 	started bool // session.started was read
+	// cur is the current upstream session's last cumulative
+	// usage.seconds; Seconds holds the earlier upstream sessions' too.
+	cur float64
 
 	booked []string // response ids already booked
 }
@@ -147,14 +151,25 @@ func (m *LiveMeter) Inspect(p []byte) {
 
 // seconds takes a cumulative figure: its growth, never the sum.
 func (m *LiveMeter) seconds(s float64) {
-	if math.IsNaN(s) || math.IsInf(s, 0) || s <= m.Seconds {
+	if math.IsNaN(s) || math.IsInf(s, 0) || s <= m.cur {
 		return
 	}
-	add := s - m.Seconds
-	m.Seconds = s
+	add := s - m.cur
+	m.cur = s
+	m.Seconds += add
 	if m.OnSeconds != nil {
 		m.OnSeconds(add)
 	}
+}
+
+// NextSession is the session continuing on a fresh upstream session (a
+// resume): that session's usage.seconds count from zero again, so its
+// growth is added to the seconds so far, never put in their place; its
+// session.closed is yet to come. Call it on the read path, or while no
+// upstream is read (between two upstreams).
+func (m *LiveMeter) NextSession() {
+	m.cur = 0
+	m.Closed, m.Reason = false, ""
 }
 
 // tokens books a response's backend usage once per response id.

@@ -74,3 +74,37 @@ func TestLiveMeterWants(t *testing.T) {
 		t.Errorf("Wants allocates %v times per delta", n)
 	}
 }
+
+// A session resumed on a fresh upstream session (NextSession) adds that
+// session's cumulative seconds to the earlier ones', never replaces them.
+func TestLiveMeterAcrossUpstreamSessions(t *testing.T) {
+	var m LiveMeter
+	var grew []float64
+	m.OnSeconds = func(add float64) { grew = append(grew, add) }
+	feed := func(events ...string) {
+		for _, e := range events {
+			p := []byte(e)
+			if m.Wants(p[:min(len(p), 256)]) {
+				m.Inspect(p)
+			}
+		}
+	}
+	feed(`{"type":"session.usage.updated","usage":{"seconds":2}}`,
+		`{"type":"session.closed","reason":"expired","usage":{"seconds":3}}`)
+	if m.Seconds != 3 || !m.Closed {
+		t.Fatalf("first upstream: seconds %v closed %v", m.Seconds, m.Closed)
+	}
+	m.NextSession()
+	if m.Closed || m.Reason != "" {
+		t.Fatalf("the fresh upstream's session.closed is yet to come: closed %v %q", m.Closed, m.Reason)
+	}
+	feed(`{"type":"session.usage.updated","usage":{"seconds":1}}`,
+		`{"type":"session.usage.updated","usage":{"seconds":0.5}}`, // shrinking: ignored
+		`{"type":"session.closed","reason":"close_requested","usage":{"seconds":2.5}}`)
+	if m.Seconds != 5.5 || !m.Closed || m.Reason != "close_requested" {
+		t.Fatalf("both upstreams: seconds %v, want 5.5 (3 + 2.5); closed %v %q", m.Seconds, m.Closed, m.Reason)
+	}
+	if want := []float64{2, 1, 1, 1.5}; len(grew) != len(want) || grew[0] != 2 || grew[1] != 1 || grew[2] != 1 || grew[3] != 1.5 {
+		t.Errorf("growth %v, want %v", grew, want)
+	}
+}
