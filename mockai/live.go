@@ -260,7 +260,9 @@ func (ls *liveSession) resourceLocked() map[string]any {
 	obj["id"] = ls.id
 	obj["model"] = ls.model
 	obj["status"] = "active" // always, even in session.closed (the SDK's SessionResource)
-	obj["expires_at"] = ls.expiresAt.Unix()
+	if !ls.srv.cfg.NoExpiresAt {
+		obj["expires_at"] = ls.expiresAt.Unix()
+	}
 	return obj
 }
 

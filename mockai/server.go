@@ -106,7 +106,8 @@ type Config struct {
 	// progress (cut.go).
 	SessionCap time.Duration
 	// NoExpiresAt leaves expires_at out of the session object (it is
-	// optional in GA): a relay then cannot see the cap coming.
+	// optional in GA; GPT-Live's session.started too): a relay then
+	// cannot see the cap coming.
 	NoExpiresAt bool
 	// AudioItems: committed audio becomes a user item the client is told
 	// of, as OpenAI does: conversation.item.added and conversation.item.done

@@ -205,7 +205,9 @@ func TestLiveResumeDuringResponse(t *testing.T) {
 // usage.seconds of the fresh session added to the old one's, not put in
 // their place): 1 s heard by the first, 2 s by the second.
 func TestLiveResumeAtTheCap(t *testing.T) {
-	overBoth(t, mockai.Config{Live: mockai.LiveConfig{MaxDuration: 2 * time.Second, UsageInterval: -1}},
+	// No expires_at: the gateway cannot see the cap coming, so the
+	// session meets it (TestLiveRolloverBeforeTheCap has one).
+	overBoth(t, mockai.Config{NoExpiresAt: true, Live: mockai.LiveConfig{MaxDuration: 2 * time.Second, UsageInterval: -1}},
 		func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
 			g, logPath := liveGateway(t, mock, trust)
 			c := g.dialLive(t, "sk-team-a-test")
@@ -234,6 +236,46 @@ func TestLiveResumeAtTheCap(t *testing.T) {
 			}
 			if rec.CostUSD < 0.0024 || rec.CostUSD > 0.0026 {
 				t.Errorf("cost $%v, want 3 s at $0.05/min", rec.CostUSD)
+			}
+		})
+}
+
+// TestLiveRolloverBeforeTheCap: a GPT-Live session whose session.started
+// names expires_at moves to a fresh upstream at a quiet moment before the
+// cap: the client never sees the cap's session.closed, gets
+// rtgate.session.resumed (cause rollover), and goes on; the fresh upstream's
+// session.start carries the conversation.
+//
+// Its seconds: the rollover hangs up on the old upstream, whose seconds are
+// billed as its last session.usage.updated said (sent every 200 ms here).
+func TestLiveRolloverBeforeTheCap(t *testing.T) {
+	overBoth(t, mockai.Config{Live: mockai.LiveConfig{MaxDuration: 4 * time.Second, UsageInterval: 200 * time.Millisecond}},
+		func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+			g, logPath := liveGateway(t, mock, trust)
+			c := g.dialLive(t, "sk-team-a-test")
+			send(t, c, liveStart("gpt-live", nil))
+			readUntil(t, c, "session.started")
+			appendAudio(t, c, liveSecond)
+			readUntil(t, c, "session.output_transcript.delta")
+			resumed, seen := readUntil(t, c, EventResumed)
+			if resumed.str("cause") != "rollover" {
+				t.Errorf("resumed %v, want the rollover's", resumed)
+			}
+			if slices.Contains(seen, "session.closed") {
+				t.Errorf("the client saw a session.closed before the rollover: %v", seen)
+			}
+			appendAudio(t, c, liveSecond)
+			readUntil(t, c, "session.output_transcript.delta")
+			starts := liveStarts(t, mock)
+			if len(starts) < 2 || len(inputTexts(starts[1])) == 0 {
+				t.Errorf("upstream session.starts %v, want a second carrying the conversation", starts)
+			}
+			send(t, c, map[string]any{"type": "session.close"})
+			readUntil(t, c, "session.closed")
+			closeOf(t, c)
+			rec := waitRecords(t, logPath, 1)[0]
+			if rec.UpstreamSessions < 2 || len(rec.Resumes) == 0 || rec.Resumes[0].Cause != "rollover" || rec.Seconds < 2 {
+				t.Errorf("record %+v, want 2 s or more over 2 or more upstream sessions, the first resume a rollover", rec)
 			}
 		})
 }

@@ -434,12 +434,15 @@ func isRealtimeModel(q url.Values) bool {
 // loss (resume.go), so that a two-hour call runs through.
 //
 // The cap is the upstream session.created's expires_at when it has one,
-// else the upstream session's creation plus 60 minutes (30 on Azure); a
+// else the upstream session's creation plus 60 minutes (30 on Azure); for
+// GPT-Live, session.started's expires_at, else no rollover (its length is
+// not published: the session resumes at the cap instead); a
 // warm pool socket's session may be older than its hand-over, by at most
 // the pool's POOL_MAX_IDLE, so that much is taken off. From rolloverLead
 // before the cap the session rolls over at the first quiet moment (no
 // response in progress, no speech started and not stopped: the kept
-// conversation's events say); from rolloverDeadline before it, it rolls
+// conversation's events say; for GPT-Live, no delegated response and no
+// transcript delta for a second); from rolloverDeadline before it, it rolls
 // over whatever is in progress (an in-flight response is lost as in a
 // failure). One timer per continuity session, armed when the upstream's
 // session.created is seen.
@@ -466,7 +469,8 @@ const rolloverPoll = 50 * time.Millisecond
 // session's cap: expires_at, else created plus the deployment's lifetime.
 // ok is false when p is not a session.created.
 func upstreamCap(p []byte, created time.Time, d *routes.Deployment) (capAt time.Time, ok bool) {
-	if t, okType := usage.EventType(p); !okType || string(t) != "session.created" {
+	t, okType := usage.EventType(p)
+	if !okType || (string(t) != "session.created" && string(t) != "session.started") {
 		return time.Time{}, false
 	}
 	var ev struct {
@@ -479,6 +483,9 @@ func upstreamCap(p []byte, created time.Time, d *routes.Deployment) (capAt time.
 	// gateway's) says nothing usable: the default life then.
 	if exp := time.Unix(ev.Session.ExpiresAt, 0); ev.Session.ExpiresAt > 0 && exp.After(created) {
 		return exp, true
+	}
+	if string(t) == "session.started" {
+		return time.Time{}, false // GPT-Live's length is published per session only: no rollover without it
 	}
 	life := openAISessionLife
 	if d != nil && d.Kind == routes.KindAzure {
@@ -504,6 +511,12 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 	}
 	args.rollGen++
 	gen := args.rollGen
+	isQuiet := info.keep.Quiet
+	if info.live != nil {
+		// No done events: quiet is the transcripts' silence for a second
+		// (less for a short life, so that the lead leaves room for it).
+		isQuiet = info.keep.LiveQuiet(time.Now, min(time.Second, lead/4))
+	}
 	var check func()
 	check = func() {
 		args.rollMu.Lock()
@@ -516,7 +529,7 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		// Quiet is asked again by the relay, with the session's reads
 		// held off (Rollover); past the deadline any moment will do. A
 		// session out of resumes keeps its upstream until the cap.
-		quiet := info.keep.Quiet
+		quiet := isQuiet
 		if !now.Before(deadline) {
 			quiet = nil
 		}

@@ -71,7 +71,8 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 			w.seeTurn(typ)
 		}
 		w.wantUsage = w.live.meter.Wants(prefix)
-		w.wantKeep = ok && w.resume != nil && continuity.LiveUpstreamWants(typ, prefix)
+		w.wantKeep = ok && w.resume != nil && (continuity.LiveUpstreamWants(typ, prefix) ||
+			(!w.capSeen && string(typ) == usage.TypeLiveStarted))
 		return w.wantUsage || w.wantKeep
 	}
 	typ, ok := usage.EventType(prefix)
@@ -91,7 +92,7 @@ func (w *setupWatch) Inspect(p []byte) {
 		if w.wantUsage {
 			w.live.meter.Inspect(p)
 		}
-		if w.wantKeep {
+		if w.wantKeep && !w.armCap(p) {
 			w.keep.LiveUpstream(p, w.resume.lim)
 		}
 		return
@@ -103,15 +104,26 @@ func (w *setupWatch) Inspect(p []byte) {
 	if !w.wantKeep {
 		return
 	}
-	if !w.capSeen {
-		created := upstreamCreated(w.srv.cfg, w.poolHit)
-		if capAt, ok := upstreamCap(p, created, w.currentDeployment()); ok {
-			w.capSeen = true // later upstreams' caps come from their replay (resume.go)
-			armRollover(w.sess, w.sessionInfo, created, capAt)
-			return
-		}
+	if w.armCap(p) {
+		return
 	}
 	w.keep.Upstream(p, w.resume.lim)
+}
+
+// armCap reads the first upstream session's session.created (GPT-Live:
+// session.started) for its cap and arms the rollover before it; later
+// upstreams' caps come from their replay (resume.go).
+func (w *setupWatch) armCap(p []byte) bool {
+	if w.capSeen {
+		return false
+	}
+	created := upstreamCreated(w.srv.cfg, w.poolHit)
+	capAt, ok := upstreamCap(p, created, w.currentDeployment())
+	if ok {
+		w.capSeen = true
+		armRollover(w.sess, w.sessionInfo, created, capAt)
+	}
+	return ok
 }
 
 // Per-turn latency and traces: the session's inspector (setupWatch) reads

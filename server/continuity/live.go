@@ -2,6 +2,7 @@ package continuity
 
 import (
 	"encoding/json"
+	"time"
 	"unicode/utf8"
 
 	"rtgate/server/usage"
@@ -57,6 +58,9 @@ type liveConv struct {
 	open   bool // the last message is made of deltas (more may follow)
 	// A delegated (Responses) response in progress, and its delegation.
 	response, delegation string
+	// deltas counts the transcript deltas read: the rollover's sign of
+	// speech (LiveQuiet).
+	deltas uint64
 }
 
 // liveMsg is one history message.
@@ -143,8 +147,10 @@ func (k *Keeper) LiveUpstream(p []byte, lim Limits) {
 	lv := st.live
 	switch ev.Type {
 	case "session.input_transcript.delta":
+		lv.deltas++
 		st.liveAppend("user", ev.Delta, false)
 	case "session.output_transcript.delta":
+		lv.deltas++
 		st.liveAppend("assistant", ev.Delta, false)
 	case usage.TypeLiveResponse:
 		if ev.Event == nil || ev.Event.Response == nil {
@@ -293,4 +299,29 @@ func tail(b []byte, n int) []byte {
 		b = b[1:]
 	}
 	return b
+}
+
+// LiveQuiet returns the quiet test of a GPT-Live session's rollover: no
+// delegated response in progress and no transcript delta for quietFor. Its
+// voice turns have no done events (a turn ends when the next begins), so
+// silence on both transcripts is the sign that nobody is speaking. The time
+// is read by the test's calls (the rollover asks every 50 ms), not per
+// delta, so the relay reads no clock for it. Calls must not overlap.
+func (k *Keeper) LiveQuiet(now func() time.Time, quietFor time.Duration) func() bool {
+	var seen uint64
+	var since time.Time
+	return func() bool {
+		k.mu.Lock()
+		var n uint64
+		busy := false
+		if k.st != nil && k.st.live != nil {
+			n, busy = k.st.live.deltas, k.st.live.response != ""
+		}
+		k.mu.Unlock()
+		t := now()
+		if since.IsZero() || n != seen {
+			seen, since = n, t
+		}
+		return !busy && t.Sub(since) >= quietFor
+	}
 }
