@@ -49,17 +49,19 @@ func testPoolYieldsToClientDials(t *testing.T, tls bool) {
 		t.Fatalf("%d dials for a pool with a floor of 0 and no demand", n)
 	}
 
-	var dones []func()
+	var dones []*Miss
 	for range 40 { // a burst, taken as the gateway takes: a miss counts as a client dial
 		s := &sink{}
-		h, _, done := p.TakeOrDial(ta, "m", s)
+		h, _, miss := p.TakeOrDial(ta, "m", s)
 		if h != nil {
 			s.h = h
 			h.Endpoint().Close()
-			done() // a hit dials nothing: a no-op
+			if miss != nil {
+				t.Fatal("a hit returned a Miss")
+			}
 			continue
 		}
-		dones = append(dones, done) // a miss: its fresh dial is in flight
+		dones = append(dones, miss) // a miss: its fresh dial is in flight
 	}
 	if len(dones) != 40 {
 		t.Fatalf("%d misses, want 40", len(dones))
@@ -77,8 +79,8 @@ func testPoolYieldsToClientDials(t *testing.T, tls bool) {
 	if n := p.Dialing(ta); n > limit {
 		t.Fatalf("%d warm-up dials in flight while clients dial, want at most %d", n, limit)
 	}
-	for _, done := range dones[1:] {
-		done()
+	for _, miss := range dones[1:] {
+		miss.Done()
 	}
 	if n := p.Dialing(ta); n > limit {
 		t.Fatalf("%d warm-up dials after 39 client dials ended, want no new ones (at most %d)", n, limit)
@@ -90,22 +92,25 @@ func testPoolYieldsToClientDials(t *testing.T, tls bool) {
 		t.Fatalf("%d warm-up dials beside one client dial, want at most %d", n, yieldFloor)
 	}
 	before := p.Dialing(ta)
-	dones[0]() // the burst has passed: the refill is spread over refillSpread
+	dones[0].Done() // the burst has passed: the refill is spread over refillSpread
 	// The deficit is at most the target (which may still grow a little as
 	// the first refill times are measured).
 	if n, most := p.Dialing(ta), before+paceRoom(p.Target(ta), 0, 0); n > most {
 		t.Fatalf("%d warm-up dials the instant the burst passed, want at most %d (the pace's first tick)", n, most)
 	}
 	clk.Advance(refillSpread / 2)
-	half := p.Warm(ta) + p.Dialing(ta)
-	if half < target/3 || half >= target {
-		t.Fatalf("%d warm or dialing half way through the spread, want about half of the target %d", half, target)
+	// The target may have grown since the burst: refill times measured on
+	// a loaded machine can exceed a rate window (sizing.go).
+	half, now := p.Warm(ta)+p.Dialing(ta), p.Target(ta)
+	if half < target/3 || half >= now {
+		t.Fatalf("%d warm or dialing half way through the spread, want about half of the target %d", half, now)
 	}
 	clk.Advance(refillSpread / 2)
-	if n := p.Warm(ta) + p.Dialing(ta); n < target {
-		t.Fatalf("%d warm or dialing once the spread has passed, want the whole target %d started", n, target)
+	now = p.Target(ta)
+	if n := p.Warm(ta) + p.Dialing(ta); n < now {
+		t.Fatalf("%d warm or dialing once the spread has passed, want the whole target %d started", n, now)
 	}
-	testwait.For(t, "the pool to reach its target", func() bool { return p.Warm(ta) >= target })
+	testwait.For(t, "the pool to reach its target", func() bool { return p.Warm(ta) >= now })
 }
 
 func TestPaceRoom(t *testing.T) {
