@@ -430,8 +430,11 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	// fresh dial's session drops the closure, and with it the query and
 	// headers it keeps (~120 B per plain idle session, MemProfileRate=1
 	// heap profile). Nothing else reads it yet: no warm socket, no close
-	// callback asking.
-	info.redial = nil
+	// callback asking. A miss may still take a warm socket (the hedge):
+	// connectUpstream drops it once its own dial wins.
+	if miss == nil {
+		info.redial = nil
+	}
 	go s.connectUpstream(sess, info, cands, q, upHeader, miss) // the pool's refill yields until it is Done
 }
 

@@ -353,6 +353,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		case <-done:
 			unhook()
 			cancelRace()
+			info.redial = nil // a fresh dial is never redialed (connect.go)
 			if conn, d := raced(s.proto, sess, info, own); conn != nil {
 				info.attached(s.balancer, d)
 				sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
