@@ -102,6 +102,16 @@ func (m *Miss) Done() {
 	if i := slices.Index(m.kp.waiters, m); i >= 0 {
 		m.kp.waiters = slices.Delete(m.kp.waiters, i, i+1)
 	}
+	select {
+	case <-m.landed:
+		// Told of a socket it will not take (its own dial won): the
+		// next miss waiting is told instead, or the socket would wait
+		// in the pool while that one waits on its dial.
+		if len(m.kp.warm) > 0 {
+			p.signalWaiterLocked(m.kp)
+		}
+	default:
+	}
 	p.mu.Unlock()
 	p.clientDialDone()
 }

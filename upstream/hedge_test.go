@@ -97,6 +97,33 @@ func testMissDoneStopsWaiting(t *testing.T, tls bool) {
 	testwait.For(t, "the socket given to a closed pool to be closed", func() bool { return m.Stats().Active == 0 })
 }
 
+// TestMissPassesOnASocketItWillNotTake: a miss told of a landed socket
+// whose own dial ended first passes the news on to the next miss waiting,
+// which takes the socket.
+func TestMissPassesOnASocketItWillNotTake(t *testing.T) {
+	eachScheme(t, func(t *testing.T, tls bool) {
+		m := startMock(t, mockai.Config{}, tls)
+		p := newTestPool(t, m, PoolConfig{Size: 1, MaxIdle: time.Hour, PingInterval: -1, Clock: newManualClock()})
+		ta := target(t, m, "k")
+		_, _, first := p.TakeOrDial(ta, "m", &sink{})
+		_, _, second := p.TakeOrDial(ta, "m", &sink{})
+		if first == nil || second == nil {
+			t.Fatal("two connects to a cold key: want two misses")
+		}
+		testwait.For(t, "the refill to land", func() bool { return p.Warm(ta) == 1 })
+		first.Done() // its own dial won: it will not take the socket it was told of
+		waitLanded(t, second)
+		s := &sink{}
+		h, _ := second.Take(s)
+		if h == nil {
+			t.Fatal("the second miss, told of the socket, found none")
+		}
+		s.h = h
+		second.Done()
+		h.Endpoint().Close()
+	})
+}
+
 // waitLanded waits, bounded, for miss's Landed signal.
 func waitLanded(t *testing.T, miss *Miss) {
 	t.Helper()
