@@ -360,8 +360,12 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 			}
 			return
 		case <-miss.Landed():
-			if ctx.Err() != nil || !adoptWarm(s.balancer, sess, info, cands[0], miss.Take) {
-				continue // the client left (its dial is cancelled), or another took it
+			if ctx.Err() != nil {
+				miss.Done() // the client left (its dial is cancelled): the socket is the next miss's
+				continue
+			}
+			if !adoptWarm(s.balancer, sess, info, cands[0], miss.Take) {
+				continue // another took it; Take keeps the miss waiting
 			}
 			miss.Done()
 			unhook() // the dial now runs for the pool, whoever leaves

@@ -103,14 +103,15 @@ func (m *Miss) Done() {
 		m.kp.waiters = slices.Delete(m.kp.waiters, i, i+1)
 	}
 	select {
-	case <-m.landed:
-		// Told of a socket it will not take (its own dial won): the
-		// next miss waiting is told instead, or the socket would wait
-		// in the pool while that one waits on its dial.
-		if len(m.kp.warm) > 0 {
-			p.signalWaiterLocked(m.kp)
-		}
+	case <-m.landed: // a signal it will not act on
 	default:
+	}
+	// It may have been told of a socket it will not take (its own dial
+	// won, or its client left): the next miss waiting is told instead, or
+	// the socket would wait in the pool while that one waits on its dial.
+	// A miss told in vain finds nothing and keeps waiting.
+	if len(m.kp.warm) > 0 {
+		p.signalWaiterLocked(m.kp)
 	}
 	p.mu.Unlock()
 	p.clientDialDone()
