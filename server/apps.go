@@ -77,7 +77,7 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		if info.grant != nil {
 			go s.primeSession(sess, info, cands, q, h)
 		} else {
-			go s.connectUpstream(sess, info, cands, q, h)
+			go s.connectUpstream(sess, info, cands, q, h, nil)
 		}
 		return true
 	case u.callID != "":
@@ -85,7 +85,7 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		if u.made {
 			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (apps.go)
 		}
-		go s.connectUpstream(sess, info, cands, q, h)
+		go s.connectUpstream(sess, info, cands, q, h, nil)
 		return true
 	case info.grant != nil:
 		if info.grant.Claims.Type == "transcription" {
@@ -100,8 +100,8 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		go s.primeSession(sess, info, cands, q, h)
 		return true
 	case isTranscription(q):
-		info.redial = func() { s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, h) }
-		go s.connectUpstream(sess, info, cands, q, h)
+		info.redial = func() { s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, h, nil) }
+		go s.connectUpstream(sess, info, cands, q, h, nil)
 		return true
 	}
 	return false

@@ -36,6 +36,7 @@ import (
 	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
+	"rtgate/poller"
 	"rtgate/server/admin"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
@@ -44,6 +45,7 @@ import (
 	"rtgate/server/limit"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
+	"rtgate/upstream"
 )
 
 // upgrade is a WebSocket connect as decided: who connects, to which model
@@ -421,10 +423,10 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.redial = func() {
 		defer s.pool.ClientDialing()()   // a client waits on this dial too
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
-		s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, upHeader)
+		s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, upHeader, nil)
 	}
 	cands, q := plan.Cands, u.q
-	hit, dialDone := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
+	hit, miss := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
 	if hit {
 		return
 	}
@@ -432,13 +434,62 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	// fresh dial's session drops the closure, and with it the query and
 	// headers it keeps (~120 B per plain idle session, MemProfileRate=1
 	// heap profile). Nothing else reads it yet: no warm socket, no close
-	// callback asking.
-	info.redial = nil
-	go func() {
-		defer dialDone() // the pool's refill yields until this dial ends
-		s.connectUpstream(sess, info, cands, q, upHeader)
-	}()
+	// callback asking. A miss may still take a warm socket (the hedge):
+	// connectUpstream drops it once its own dial wins.
+	if miss == nil {
+		info.redial = nil
+	}
+	go s.connectUpstream(sess, info, cands, q, upHeader, miss) // the pool's refill yields until it is Done
 }
+
+// tryWarm hands the session a warm socket of its first-choice deployment.
+//
+// On a miss it returns the pool's Miss (nil without a pool), which the
+// client's own dial hands to connectUpstream: until it is Done the pool's
+// refill yields to it (upstream/yield.go), and a warm socket that lands
+// first serves it (upstream/hedge.go).
+func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, miss *upstream.Miss) {
+	if s.pool == nil {
+		return false, nil
+	}
+	return adoptWarm(s.balancer, sess, info, d, func(o poller.Owner) (*poller.Handle, []byte) {
+		h, held, m := s.pool.TakeOrDial(t, info.group, o)
+		miss = m
+		return h, held
+	}), miss
+}
+
+// adoptWarm gives the session a warm socket of deployment d if take has
+// one: the session counts as a pool hit on d.
+func adoptWarm(b *balance.Balancer, sess *poller.Session, info *sessionInfo, d *routes.Deployment,
+	take func(poller.Owner) (*poller.Handle, []byte)) bool {
+	hit := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
+		h, held := take(o)
+		if h != nil {
+			// before the held frame is forwarded
+			info.poolHit = true
+			info.attached(b, d)
+		}
+		return h, held
+	})
+	if hit {
+		// A socket past session.created is as good a sign of health as
+		// a dial (and answers a probe routed here).
+		b.Succeeded(d)
+	}
+	return hit
+}
+
+// hedgedDial is the outcome of a hedged connect's own dial.
+type hedgedDial struct {
+	conn   *upstream.Upgraded
+	d      *routes.Deployment
+	status int
+}
+
+// maxHedgedDial bounds a hedged connect's own dial when DIAL_TIMEOUT sets
+// none: it may outlive its client, for the pool.
+const maxHedgedDial = 30 * time.Second
 
 // deploymentsBusy is the refusal of a connect no deployment of its group
 // has room for: 429 with Retry-After.

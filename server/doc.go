@@ -66,7 +66,11 @@
 //	                (session.go connectUpstream) or a client secret's
 //	                (sessionprime.go primeSession: the protocol's Prime)
 //	connect.go      keepContinuity (resume.go), for a Realtime model session
-//	session.go      tryWarm (a warm pool socket), else connectUpstream
+//	connect.go      tryWarm (a warm pool socket), else session.go
+//	                connectUpstream: on a miss hedged by the pool (a warm
+//	                socket that lands before the own dial serves the
+//	                session; the dial then goes into the pool:
+//	                upstream/hedge.go)
 //	session.go      dialFor: balance.Race (hedged dials, failover), the
 //	                dial tail shared by every attempt; attached
 //

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -255,33 +256,6 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 	}
 }
 
-// tryWarm hands the session a warm socket of its first-choice deployment.
-//
-// On a miss, dialDone must be called once the client's own dial has ended:
-// until then the pool's refill yields to it (upstream/yield.go).
-func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, dialDone func()) {
-	dialDone = func() {}
-	if s.pool == nil {
-		return false, dialDone
-	}
-	hit = sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
-		h, held, done := s.pool.TakeOrDial(t, info.group, o)
-		dialDone = done
-		if h != nil {
-			// before the held frame is forwarded
-			info.poolHit = true
-			info.attached(s.balancer, d)
-		}
-		return h, held
-	})
-	if hit {
-		// A socket past session.created is as good a sign of health as
-		// a dial (and answers a probe routed here).
-		s.balancer.Succeeded(d)
-	}
-	return hit, dialDone
-}
-
 // attached records that deployment d serves the session.
 func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
 	i.depMu.Lock()
@@ -349,12 +323,61 @@ func (i *sessionInfo) currentDeployment() *routes.Deployment {
 // complete wins; a dial that fails is followed at once by the next
 // deployment's (nothing has reached the client from the upstream yet).
 // At most balance.MaxAttempts deployments are tried.
-func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
+//
+// miss, when the connect missed the warm pool of cands[0], hedges the dial
+// (upstream/hedge.go): a warm socket of that deployment landing before the
+// dial completes serves the session at once, and the dial, left running,
+// goes into the pool when it completes. The client leaving cancels the
+// dial only while no warm socket was taken.
+func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header, miss *upstream.Miss) {
+	defer miss.Done()
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
-	if conn, d := s.dialFor(ctx, sess, info, cands, q, h); conn != nil {
-		info.attached(s.balancer, d)
-		sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+	if miss == nil {
+		if conn, d := s.dialFor(ctx, sess, info, cands, q, h); conn != nil {
+			info.attached(s.balancer, d)
+			sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+		}
+		return
+	}
+	raceCtx, cancelRace := context.WithTimeout(s.ctx, cmp.Or(s.cfg.DialTimeout, maxHedgedDial))
+	unhook := context.AfterFunc(ctx, cancelRace) // until a warm socket is taken: the client, the timeout
+	var own hedgedDial
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		own.conn, own.d, own.status = s.balancer.Race(info.trace.Context(raceCtx), info.group, cands, dialTo(s.dialer, q, h))
+	}()
+	for {
+		select {
+		case <-done:
+			unhook()
+			cancelRace()
+			info.redial = nil // a fresh dial is never redialed (connect.go)
+			if conn, d := raced(s.proto, sess, info, own); conn != nil {
+				info.attached(s.balancer, d)
+				sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
+			}
+			return
+		case <-miss.Landed():
+			if ctx.Err() != nil {
+				miss.Done() // the client left (its dial is cancelled): the socket is the next miss's
+				continue
+			}
+			if !adoptWarm(s.balancer, sess, info, cands[0], miss.Take) {
+				continue // another took it; Take keeps the miss waiting
+			}
+			miss.Done()
+			unhook() // the dial now runs for the pool, whoever leaves
+			go func() {
+				<-done
+				cancelRace()
+				if own.conn != nil {
+					miss.Give(target(own.d, q, h), info.group, own.conn)
+				}
+			}()
+			return
+		}
 	}
 }
 
@@ -365,6 +388,13 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
 	conn, d, status := s.balancer.Race(info.trace.Context(ctx), info.group, cands, dialTo(s.dialer, q, h))
+	return raced(s.proto, sess, info, hedgedDial{conn, d, status})
+}
+
+// raced is the end of a session's dial race: the winner, or, when it gave
+// nothing, the session's end (see dialFor).
+func raced(p protocol.Protocol, sess *poller.Session, info *sessionInfo, r hedgedDial) (*upstream.Upgraded, *routes.Deployment) {
+	conn, d, status := r.conn, r.d, r.status
 	switch {
 	case conn != nil:
 		return conn, d
@@ -373,7 +403,7 @@ func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessio
 		sess.Cancel()
 	default:
 		info.trace.Failed("no upstream could be reached")
-		dialFailed(s.proto, sess, status)
+		dialFailed(p, sess, status)
 	}
 	return nil, nil
 }

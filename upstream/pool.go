@@ -189,6 +189,7 @@ type keyPool struct {
 
 	warm    []*warmConn // ready, oldest first
 	warming int
+	waiters []*Miss // misses dialing their own upstream, oldest first (hedge.go)
 
 	// backoff after failed dials
 	backoff    time.Duration
@@ -261,27 +262,27 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 
 // TakeOrDial is Take for a client that dials fresh on a miss: a miss is
 // counted as a client dial before the refill it starts, so that refill
-// already yields to it (yield.go), and done, called once when the client's
-// own dial has ended, lets the pool grow again. On a hit done does nothing.
-func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller.Handle, held []byte, done func()) {
-	h, held, counted := p.take(t, model, owner, true)
-	if !counted {
-		return h, held, func() {}
-	}
-	return h, held, p.clientDialDone
+// already yields to it (yield.go), and returned as a Miss, which may still
+// take a warm socket that lands before the client's own dial completes
+// (hedge.go); its Done, called once the client no longer waits, lets the
+// pool grow again. On a hit, or a target the pool does not serve, miss is
+// nil (its methods do nothing).
+func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller.Handle, held []byte, miss *Miss) {
+	return p.take(t, model, owner, true)
 }
 
-// take is Take; with client set, a miss counts as a client dial (counted).
-func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ *poller.Handle, _ []byte, counted bool) {
+// take is Take; with client set, a miss counts as a client dial and is
+// returned as a waiting Miss.
+func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ *poller.Handle, _ []byte, miss *Miss) {
 	if !p.cfg.Enabled() || !Poolable(t) {
-		return nil, nil, false
+		return nil, nil, nil
 	}
 	k := Key(t)
 	now := p.now()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, nil, false
+		return nil, nil, nil
 	}
 	kp := p.keyLocked(k, t, model, now)
 	kp.noteTake(now)
@@ -289,8 +290,36 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 		kp.seedUntil = now.Add(burstMemory) // then auto sizes from what it measured
 	}
 	kp.lastTake = now
-	var got *warmConn
-	dead := 0
+	got, dead := p.takeReadyLocked(kp, owner)
+	p.updateSizeLocked(kp, now)
+	warm := len(kp.warm)
+	if got == nil && client {
+		p.clientDials++ // before the refill below, which yields to it
+		miss = p.newMissLocked(kp)
+	}
+	p.mu.Unlock()
+
+	if m := p.metrics; m != nil {
+		m.DeadOnTake.WithLabelValues(kp.model, kp.id).Add(float64(dead))
+		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(warm))
+		if got != nil {
+			m.Hits.WithLabelValues(kp.model, kp.id).Inc()
+			m.WarmAge.WithLabelValues(kp.model).Observe(now.Sub(got.born).Seconds())
+		} else {
+			m.Misses.WithLabelValues(kp.model, kp.id).Inc()
+		}
+	}
+	p.refill(kp)
+	if got == nil {
+		return nil, nil, miss
+	}
+	return got.h, got.held, nil
+}
+
+// takeReadyLocked takes kp's oldest ready socket that can be handed over
+// now, making owner its owner; dead counts the dead ones it dropped on the
+// way. Callers hold Pool.mu.
+func (p *Pool) takeReadyLocked(kp *keyPool, owner poller.Owner) (got *warmConn, dead int) {
 	for i := 0; i < len(kp.warm) && got == nil; {
 		w := kp.warm[i]
 		if w.awaitingPong() {
@@ -317,29 +346,7 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 			dead++
 		}
 	}
-	p.updateSizeLocked(kp, now)
-	warm := len(kp.warm)
-	if got == nil && client {
-		p.clientDials++ // before the refill below, which yields to it
-		counted = true
-	}
-	p.mu.Unlock()
-
-	if m := p.metrics; m != nil {
-		m.DeadOnTake.WithLabelValues(kp.model, kp.id).Add(float64(dead))
-		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(warm))
-		if got != nil {
-			m.Hits.WithLabelValues(kp.model, kp.id).Inc()
-			m.WarmAge.WithLabelValues(kp.model).Observe(now.Sub(got.born).Seconds())
-		} else {
-			m.Misses.WithLabelValues(kp.model, kp.id).Inc()
-		}
-	}
-	p.refill(kp)
-	if got == nil {
-		return nil, nil, counted
-	}
-	return got.h, got.held, false
+	return got, dead
 }
 
 // Poolable reports whether sockets for t may be dialed ahead and shared.
@@ -556,22 +563,36 @@ func (p *Pool) warmOne(kp *keyPool) {
 	start := time.Now() // the dial runs on the wall clock, whatever the pool's clock
 	w, err := p.dialWarm(kp)
 	took := time.Since(start)
+	p.mu.Lock()
+	p.warmDials--
+	p.mu.Unlock()
+	p.landed(kp, w, err, took)
+}
 
+// landed files a socket that finished waiting for its session.created:
+// ready (w, err nil) it joins kp's ready list and the longest-waiting miss
+// hears of it; failed it counts toward kp's backoff. took is the dial's
+// time, 0 for a miss's own dial given to the pool (hedge.go), which neither
+// measures the refill nor, failing, backs the key off: it was not the
+// pool's dial.
+func (p *Pool) landed(kp *keyPool, w *warmConn, err error, took time.Duration) {
 	p.mu.Lock()
 	now := p.now()
 	kp.warming--
-	p.warmDials--
 	ok := err == nil && !p.closed
 	if ok {
 		kp.warm = append(kp.warm, w)
 		kp.backoff, kp.retryAt = 0, time.Time{}
-		kp.noteRefill(took)
+		if took > 0 {
+			kp.noteRefill(took)
+		}
 		w.born = now
 		w.expiry = p.clock.AfterFunc(p.idleFor(), func() { p.expire(kp, w) })
 		p.watchLocked(w, now)
+		p.signalWaiterLocked(kp)
 	} else {
 		p.total--
-		if !p.closed && !now.Before(kp.retryAt) {
+		if !p.closed && took > 0 && !now.Before(kp.retryAt) {
 			kp.backoff = nextBackoff(kp.backoff)
 			kp.retryAt = now.Add(kp.backoff)
 		}
@@ -580,15 +601,17 @@ func (p *Pool) warmOne(kp *keyPool) {
 	p.mu.Unlock()
 
 	if m := p.metrics; m != nil {
-		result := "ok"
-		if !ok {
-			result = "failed"
-		}
-		m.Dials.WithLabelValues(kp.model, kp.id, result).Inc()
 		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(warm))
-		m.Backoff.WithLabelValues(kp.model, kp.id).Set(backoff.Seconds())
-		if ok {
-			m.Refill.WithLabelValues(kp.model).Observe(took.Seconds())
+		if took > 0 { // the pool's own dial
+			result := "ok"
+			if !ok {
+				result = "failed"
+			}
+			m.Dials.WithLabelValues(kp.model, kp.id, result).Inc()
+			m.Backoff.WithLabelValues(kp.model, kp.id).Set(backoff.Seconds())
+			if ok {
+				m.Refill.WithLabelValues(kp.model).Observe(took.Seconds())
+			}
 		}
 	}
 	if !ok {
@@ -613,6 +636,11 @@ func (p *Pool) dialWarm(kp *keyPool) (*warmConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.awaitReady(p.newWarm(kp, c))
+}
+
+// newWarm makes a dialed socket kp's warmConn, owned by the pool from now.
+func (p *Pool) newWarm(kp *keyPool, c *Upgraded) *warmConn {
 	w := &warmConn{h: poller.NewHandle(c.Endpoint), pool: p, kp: kp, ready: make(chan struct{})}
 	if p.cfg.Unstarted {
 		w.markUnstarted()
@@ -623,11 +651,12 @@ func (p *Pool) dialWarm(kp *keyPool) (*warmConn, error) {
 	// announces bytes it does not hold itself), all before a read event
 	// can run (warmconn.go's start).
 	w.start(c.Preface)
-	wait := p.dialer.Timeout
-	if wait <= 0 {
-		wait = 10 * time.Second
-	}
-	t := time.NewTimer(wait)
+	return w
+}
+
+// awaitReady waits until w holds session.created, or retires it.
+func (p *Pool) awaitReady(w *warmConn) (*warmConn, error) {
+	t := time.NewTimer(p.awaitWait())
 	defer t.Stop()
 	select {
 	case <-w.ready:

@@ -25,9 +25,13 @@ const (
 	// dials in flight.
 	yieldShare = 8
 	// refillSpread is how long the refill after a burst takes to start
-	// all its dials; paceTick how often the paced refill looks again.
-	refillSpread = time.Second
-	paceTick     = 20 * time.Millisecond
+	// what the burst took (the deficit less the target's headroom, see
+	// sizing.go); headroomSpread how long it takes to start the rest, the
+	// headroom, after that; paceTick how often the paced refill looks
+	// again.
+	refillSpread   = time.Second
+	headroomSpread = 2 * time.Second
+	paceTick       = 20 * time.Millisecond
 )
 
 // pace is the refill after a burst (guarded by Pool.mu): from, the
@@ -40,15 +44,26 @@ type pace struct {
 }
 
 // paceRoom is how many warm-up dials the pace lets start at elapsed since
-// the burst passed: the deficit's share of the time so far, a tick ahead,
-// plus the yield floor (what the pool could dial during the burst), less
-// what it started. Past refillSpread there is no limit.
+// the burst passed, a tick ahead, plus the yield floor (what the pool could
+// dial during the burst), less what it started. Two tiers: first the
+// sockets the burst took (the deficit divided by the target's headroom:
+// Little's law for the burst's rate, which the next wave needs) evenly over
+// refillSpread; then the headroom evenly over headroomSpread. The burst's
+// own sessions are at their start (first audio, the first responses)
+// while the refill runs, on the same cores: dialing the headroom later
+// halves the warm-up work that competes with them, and the next wave
+// still finds what the burst took. Past both spreads there is no limit.
 func paceRoom(deficit, started int, elapsed time.Duration) int {
-	if elapsed >= refillSpread || deficit <= 0 {
+	if elapsed >= refillSpread+headroomSpread || deficit <= 0 {
 		return int(^uint(0) >> 1)
 	}
-	share := (elapsed + paceTick).Seconds() / refillSpread.Seconds()
-	return yieldFloor + int(math.Ceil(float64(deficit)*min(share, 1))) - started
+	first := math.Ceil(float64(deficit) / headroom)
+	at := elapsed + paceTick
+	due := first * min(at.Seconds()/refillSpread.Seconds(), 1)
+	if at > refillSpread {
+		due += (float64(deficit) - first) * min((at-refillSpread).Seconds()/headroomSpread.Seconds(), 1)
+	}
+	return yieldFloor + int(math.Ceil(due)) - started
 }
 
 // startPaceLocked begins the paced refill after a burst: now, over the
@@ -73,7 +88,7 @@ func (p *Pool) paceRoomLocked(now time.Time, want int) int {
 	}
 	elapsed := now.Sub(p.pace.from)
 	room := paceRoom(p.pace.deficit, p.pace.started, elapsed)
-	if elapsed >= refillSpread {
+	if elapsed >= refillSpread+headroomSpread {
 		p.pace = pace{}
 		return want
 	}

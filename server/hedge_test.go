@@ -1,0 +1,164 @@
+package server
+
+import (
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"rtgate/mockai"
+)
+
+// TestPoolMissTakesAWarmSocketThatLandsFirst: a client that missed the
+// pool is served by the pool's refill socket when it lands before the
+// client's own dial (held back here by a gated proxy in front of the
+// upstream: a slow fake upstream), and that own dial, once it completes,
+// waits in the pool for the next client instead of being closed.
+func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		px := startGatedProxy(t, mock)
+		g := startPoolGateway(t, mock, 1, func(c *Settings) {
+			u, err := ParseAPIBase(strings.Replace(mock.BaseURL(), mock.Addr(), px.addr(), 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.APIBase = u
+		})
+		waitWarm(t, g, 1)
+		px.holdNew()
+
+		a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a hit; the refill's dial is held
+		if e := read(t, a); e.typ() != "session.created" {
+			t.Fatalf("a: %v", e.typ())
+		}
+		waitFor(t, "the refill's dial to reach the proxy", func() bool { return px.heldCount() == 1 })
+		b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a miss: its own dial is held too
+		waitFor(t, "b's own dial to reach the proxy", func() bool { return px.heldCount() == 2 })
+
+		px.release(0) // the refill's socket lands first
+		if e := read(t, b); e.typ() != "session.created" {
+			t.Fatalf("b, whose own dial is still held: %v (want the warm socket that landed)", e.typ())
+		}
+		send(t, b, map[string]any{"type": "response.create"})
+		readUntil(t, b, "response.done")
+
+		px.release(1) // b's own dial completes: into the pool
+		// The only other dial (the refill behind b's take) is still held:
+		// a warm socket now can only be b's own dial.
+		waitWarm(t, g, 1)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		if e := read(t, c); e.typ() != "session.created" {
+			t.Fatalf("c: %v", e.typ())
+		}
+		if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 2 || misses != 1 {
+			t.Fatalf("pool hits %v misses %v, want 2 (a, c) and 1 (b)", hits, misses)
+		}
+		px.releaseAll()
+	})
+}
+
+// gatedProxy forwards TCP connections to an upstream. While it holds, a
+// new connection is accepted but not connected onward until released (in
+// accept order): a dial that is slow for as long as a test says.
+type gatedProxy struct {
+	ln net.Listener
+	to string
+
+	mu    sync.Mutex
+	hold  bool
+	held  []chan struct{}
+	conns []net.Conn
+}
+
+func startGatedProxy(t *testing.T, mock *mockai.Server) *gatedProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &gatedProxy{ln: ln, to: mock.Addr()}
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.releaseAll()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+	})
+	return p
+}
+
+func (p *gatedProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *gatedProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		var gate chan struct{}
+		if p.hold {
+			gate = make(chan struct{})
+			p.held = append(p.held, gate)
+		}
+		p.mu.Unlock()
+		go p.forward(c, gate)
+	}
+}
+
+func (p *gatedProxy) forward(c net.Conn, gate chan struct{}) {
+	if gate != nil {
+		<-gate
+	}
+	up, err := net.Dial("tcp", p.to)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, up)
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+	_, _ = io.Copy(c, up)
+	_ = c.Close()
+}
+
+// holdNew makes every connection from now on wait for its release.
+func (p *gatedProxy) holdNew() {
+	p.mu.Lock()
+	p.hold = true
+	p.mu.Unlock()
+}
+
+func (p *gatedProxy) heldCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
+
+// release lets the i-th held connection (in accept order) through.
+func (p *gatedProxy) release(i int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.held[i]:
+	default:
+		close(p.held[i])
+	}
+}
+
+func (p *gatedProxy) releaseAll() {
+	p.mu.Lock()
+	n := len(p.held)
+	p.hold = false
+	p.mu.Unlock()
+	for i := range n {
+		p.release(i)
+	}
+}
