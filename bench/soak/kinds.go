@@ -209,7 +209,15 @@ func Expectations(p Plan) []Expect {
 	case Normal:
 		return []Expect{{CauseCompleted, ""}}
 	case UpstreamStall:
-		return []Expect{{"unexpected_close_1011", "upstream connection lost"}}
+		// The gateway drops an upstream that took nothing for
+		// WRITE_TIMEOUT_SECS: the session ends 1011. When mockai drops the
+		// stalled socket first (StallFor, no close frame), that is a loss
+		// continuity resumes; the fresh upstream stalls too (the fault is
+		// in the query) and never answers the replay, while the client
+		// goes on sending: its frames fill the resume's pending queue
+		// (MAX_PENDING_BYTES) and it is closed 1009.
+		return []Expect{{"unexpected_close_1011", "upstream connection lost"},
+			{"unexpected_close_1009", "too much data before the upstream connected"}}
 	case UpstreamDrop:
 		return []Expect{{"unexpected_close_1011", "upstream connection lost"}, {CauseCompleted, ""}, {"response_failed", ""},
 			{"error_event_upstream_unavailable", ""}}

@@ -35,6 +35,7 @@ func TestExplains(t *testing.T) {
 		{"malformed as a plain drop", Plan{Kind: UpstreamMalformed, After: 1}, "unexpected_close_1006", "", false},
 		{"stall cut off", Plan{Kind: UpstreamStall}, "unexpected_close_1011", lostDetail + " (after 3.1 MB in 612ms)", true},
 		{"stall never cut off", Plan{Kind: UpstreamStall}, causeNotCutOff, "", false},
+		{"stall resumed, then its queue full", Plan{Kind: UpstreamStall}, "unexpected_close_1009", "too much data before the upstream connected", true},
 		{"401 reported", Plan{Kind: Upstream401}, "error_event_upstream_unavailable",
 			"server_error: the upstream refused the connection with HTTP 401", true},
 		{"401 reported as another status", Plan{Kind: Upstream401}, "error_event_upstream_unavailable",
