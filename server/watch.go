@@ -70,7 +70,7 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		if ok {
 			w.seeTurn(typ)
 		}
-		w.wantUsage = w.live.meter.Wants(prefix)
+		w.wantUsage = ok && w.live.meter.WantsType(typ, prefix)
 		w.wantKeep = ok && w.resume != nil && (continuity.LiveUpstreamWants(typ, prefix) ||
 			(!w.capSeen && string(typ) == usage.TypeLiveStarted))
 		return w.wantUsage || w.wantKeep

@@ -69,9 +69,12 @@ type LiveMeter struct {
 // whole rather than missed.
 func (m *LiveMeter) Wants(prefix []byte) bool {
 	t, ok := EventType(prefix)
-	if !ok {
-		return false
-	}
+	return ok && m.WantsType(t, prefix)
+}
+
+// WantsType is Wants for a caller that read the event's type t already
+// (a Live session's inspector reads it once for the turns and the meter).
+func (m *LiveMeter) WantsType(t, prefix []byte) bool {
 	switch string(t) {
 	case TypeLiveUsage, TypeLiveClosed:
 		return true
