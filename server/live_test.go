@@ -110,50 +110,37 @@ func readBody(t testing.TB, resp *http.Response) string {
 // session.closed, and the record carries the protocol, the seconds and
 // their cost at $0.05 a minute.
 func TestLiveSession(t *testing.T) {
-	for _, tlsUp := range []bool{false, true} {
-		name := "ws"
-		if tlsUp {
-			name = "wss"
+	overBoth(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: 50 * time.Millisecond}}, func(t *testing.T, m *mockai.Server, trust func(*Settings)) {
+		g, logPath := liveGateway(t, m, trust)
+		c := g.dialLive(t, "sk-team-a-test")
+		send(t, c, liveStart("gpt-live", nil))
+		started := read(t, c)
+		if started.typ() != "session.started" || started.str("session", "model") != "gpt-live-1" ||
+			!strings.HasPrefix(started.str("session", "id"), "live_") || started.str("client_event_id") != "evt_start" {
+			t.Fatalf("first event %v, want session.started for gpt-live-1 answering evt_start", started)
 		}
-		t.Run(name, func(t *testing.T) {
-			m := startMock(t, mockai.Config{TLS: tlsUp, Live: mockai.LiveConfig{UsageInterval: 50 * time.Millisecond}})
-			logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-			g := startGateway(t, nil, func(c *Settings) {
-				c.RoutesFile, c.UsageLog = liveConfig(t, m, "", ""), logPath
-				if tlsUp {
-					c.UpstreamRoots = trustMock(t, m)
-				}
-			})
-			c := g.dialLive(t, "sk-team-a-test")
-			send(t, c, liveStart("gpt-live", nil))
-			started := read(t, c)
-			if started.typ() != "session.started" || started.str("session", "model") != "gpt-live-1" ||
-				!strings.HasPrefix(started.str("session", "id"), "live_") || started.str("client_event_id") != "evt_start" {
-				t.Fatalf("first event %v, want session.started for gpt-live-1 answering evt_start", started)
-			}
-			appendAudio(t, c, 2*liveSecond)
-			readUntil(t, c, "session.output_audio.delta")
-			untilSeconds(t, c, 2)
-			send(t, c, map[string]any{"type": "session.close"})
-			closed, _ := readUntil(t, c, "session.closed")
-			if closed.str("reason") != "close_requested" || closed.str("usage", "seconds") != "2" {
-				t.Fatalf("session.closed %v", closed)
-			}
-			if ce := closeOf(t, c); ce.Code != websocket.CloseNormalClosure {
-				t.Fatalf("close %v, want 1000 from the upstream", ce)
-			}
-			lives := m.LiveSessions()
-			if len(lives) != 1 || lives[0].Model != "gpt-live-1" || lives[0].Key != testUpstreamKey || !lives[0].ClosedSent {
-				t.Fatalf("mockai saw %+v, want one gpt-live-1 session with the upstream key", lives)
-			}
-			rec := waitRecords(t, logPath, 1)[0]
-			if rec.Protocol != "live" || rec.Seconds != 2 || rec.Unconfirmed || rec.ModelGroup != "gpt-live" || rec.KeyName != "team-a" ||
-				math.Abs(rec.CostUSD-2*0.05/60) > 1e-12 {
-				t.Fatalf("record %+v, want a confirmed live session of 2 s costing %v", rec, 2*0.05/60)
-			}
-			t.Logf("record: protocol %s, %v s, %v USD", rec.Protocol, rec.Seconds, rec.CostUSD)
-		})
-	}
+		appendAudio(t, c, 2*liveSecond)
+		readUntil(t, c, "session.output_audio.delta")
+		untilSeconds(t, c, 2)
+		send(t, c, map[string]any{"type": "session.close"})
+		closed, _ := readUntil(t, c, "session.closed")
+		if closed.str("reason") != "close_requested" || closed.str("usage", "seconds") != "2" {
+			t.Fatalf("session.closed %v", closed)
+		}
+		if ce := closeOf(t, c); ce.Code != websocket.CloseNormalClosure {
+			t.Fatalf("close %v, want 1000 from the upstream", ce)
+		}
+		lives := m.LiveSessions()
+		if len(lives) != 1 || lives[0].Model != "gpt-live-1" || lives[0].Key != testUpstreamKey || !lives[0].ClosedSent {
+			t.Fatalf("mockai saw %+v, want one gpt-live-1 session with the upstream key", lives)
+		}
+		rec := waitRecords(t, logPath, 1)[0]
+		if rec.Protocol != "live" || rec.Seconds != 2 || rec.Unconfirmed || rec.ModelGroup != "gpt-live" || rec.KeyName != "team-a" ||
+			math.Abs(rec.CostUSD-2*0.05/60) > 1e-12 {
+			t.Fatalf("record %+v, want a confirmed live session of 2 s costing %v", rec, 2*0.05/60)
+		}
+		t.Logf("record: protocol %s, %v s, %v USD", rec.Protocol, rec.Seconds, rec.CostUSD)
+	})
 }
 
 // TestLiveClientLeaves: a client that drops its socket, or sends a close
@@ -558,47 +545,34 @@ func TestLiveBudgetWindow(t *testing.T) {
 // appends heard and answered are three completed turns, in the metrics and
 // in the record, the first one's first audio at least mockai's delay.
 func TestLiveTurns(t *testing.T) {
-	for _, tlsUp := range []bool{false, true} {
-		name := "ws"
-		if tlsUp {
-			name = "wss"
+	overBoth(t, mockai.Config{FirstAudioDelay: 50 * time.Millisecond}, func(t *testing.T, m *mockai.Server, trust func(*Settings)) {
+		g, logPath := liveGateway(t, m, trust)
+		c := g.dialLive(t, "sk-team-a-test")
+		send(t, c, liveStart("gpt-live", nil))
+		if e := read(t, c); e.typ() != "session.started" {
+			t.Fatalf("first event %v", e)
 		}
-		t.Run(name, func(t *testing.T) {
-			m := startMock(t, mockai.Config{TLS: tlsUp, FirstAudioDelay: 50 * time.Millisecond})
-			logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-			g := startGateway(t, nil, func(c *Settings) {
-				c.RoutesFile, c.UsageLog = liveConfig(t, m, "", ""), logPath
-				if tlsUp {
-					c.UpstreamRoots = trustMock(t, m)
-				}
-			})
-			c := g.dialLive(t, "sk-team-a-test")
-			send(t, c, liveStart("gpt-live", nil))
-			if e := read(t, c); e.typ() != "session.started" {
-				t.Fatalf("first event %v", e)
-			}
-			for range 3 { // each append is heard, then answered
-				appendAudio(t, c, liveSecond/10)
-				readUntil(t, c, "session.output_audio.delta")
-			}
-			send(t, c, map[string]any{"type": "session.close"})
-			readUntil(t, c, "session.closed")
-			rec := waitRecords(t, logPath, 1)[0]
-			// The record's percentiles come from a log-bucket sketch, within
-			// 9 % of the true value (server/turns).
-			if rec.Turns != 3 || rec.FirstAudioP95MS < 50*0.91 {
-				t.Fatalf("record: %d turns, first audio p50 %v p95 %v ms; want 3, p95 at least the 50 ms delay (less the sketch's 9 %%)",
-					rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS)
-			}
-			if got := metricWith(t, g, "rtgate_turns_total", "model_group", "gpt-live"); got != 3 {
-				t.Fatalf("rtgate_turns_total for gpt-live %v, want 3 completed", got)
-			}
-			if got := metricWith(t, g, "rtgate_turns_total", "outcome", "completed"); got != 3 {
-				t.Fatalf("completed turns %v, want 3", got)
-			}
-			if got := histogramCount(t, g, "rtgate_turn_first_audio_seconds"); got != 3 {
-				t.Fatalf("first-audio observations %v, want 3", got)
-			}
-		})
-	}
+		for range 3 { // each append is heard, then answered
+			appendAudio(t, c, liveSecond/10)
+			readUntil(t, c, "session.output_audio.delta")
+		}
+		send(t, c, map[string]any{"type": "session.close"})
+		readUntil(t, c, "session.closed")
+		rec := waitRecords(t, logPath, 1)[0]
+		// The record's percentiles come from a log-bucket sketch, within
+		// 9 % of the true value (server/turns).
+		if rec.Turns != 3 || rec.FirstAudioP95MS < 50*0.91 {
+			t.Fatalf("record: %d turns, first audio p50 %v p95 %v ms; want 3, p95 at least the 50 ms delay (less the sketch's 9 %%)",
+				rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS)
+		}
+		if got := metricWith(t, g, "rtgate_turns_total", "model_group", "gpt-live"); got != 3 {
+			t.Fatalf("rtgate_turns_total for gpt-live %v, want 3 completed", got)
+		}
+		if got := metricWith(t, g, "rtgate_turns_total", "outcome", "completed"); got != 3 {
+			t.Fatalf("completed turns %v, want 3", got)
+		}
+		if got := histogramCount(t, g, "rtgate_turn_first_audio_seconds"); got != 3 {
+			t.Fatalf("first-audio observations %v, want 3", got)
+		}
+	})
 }
