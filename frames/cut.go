@@ -45,9 +45,13 @@ func (s *Scanner) DropRest() {
 	s.dropRest = s.remaining > 0
 }
 
-// startCut begins keeping a frame of total bytes whose start p was
-// forwarded and whose rest is still to come.
-func (s *Scanner) startCut(total uint64, p []byte) {
+// startCut begins keeping a frame of total bytes whose start p was just
+// forwarded to dst, when KeepCut asked for it and its rest is still to come
+// (s.remaining); a frame written nowhere is not kept.
+func (s *Scanner) startCut(total uint64, p []byte, dst Sink) {
+	if s.remaining == 0 || s.keepMax == 0 || dst == nil {
+		return
+	}
 	s.endCut()
 	if total > uint64(s.keepMax) {
 		return

@@ -422,9 +422,7 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 		}
 		s.Bytes += uint64(len(start))
 		s.remaining = total - uint64(len(start))
-		if s.remaining > 0 && s.keepMax > 0 && dst != nil {
-			s.startCut(total, start)
-		}
+		s.startCut(total, start, dst)
 		if h.Length > 0 {
 			s.startInspect(h, start[hlen:]) // copies what it keeps
 		}
@@ -447,9 +445,7 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 	}
 	s.Bytes += n
 	s.remaining = total - n
-	if s.remaining > 0 && s.keepMax > 0 && dst != nil {
-		s.startCut(total, p)
-	}
+	s.startCut(total, p, dst)
 	s.startInspect(h, p[hlen:])
 	return cl, nil
 }

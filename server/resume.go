@@ -281,24 +281,10 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 		cands = append(append([]*routes.Deployment{}, cands[1:]...), failed) // another deployment first
 	}
 
-	replay := s.proto.Rebuild(snap.Config, snap.Items)
-	if snap.Config == nil {
-		replay = replay[1:] // nothing to configure
-	}
-	var send []byte
-	for _, f := range replay {
-		send = append(send, f...)
-	}
-	if snap.Asked != nil {
-		// The client's response.create the lost upstream never answered:
-		// asked again after the replay, not counted among its replies
-		// (the upstream answers in order), so the response reaches the
-		// client.
-		send = frames.AppendFrame(send, ws.OpText, snap.Asked, true)
-	}
-	sendFor, acks := func(*routes.Deployment) []byte { return send }, len(replay)
-	if info.live != nil {
-		sendFor, acks = liveReplay(snap), 0 // one session.start (live.go)
+	sendFor, acks := liveReplay(snap), 0 // GPT-Live: one session.start (live.go)
+	if info.live == nil {
+		send, n := realtimeReplay(s.proto, snap)
+		sendFor, acks = func(*routes.Deployment) []byte { return send }, n
 	}
 	q, _ := url.ParseQuery(args.rawQuery)
 	p, d := r.primed(ctx, sess, info, cands, q, args.header, sendFor, acks)
@@ -334,6 +320,27 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	}
 	s.log.Info("session resumed", "session", info.id, "key", info.key.Name, "deployment", d.Name, "cause", cause,
 		"items", len(snap.Items), "took", time.Since(at))
+}
+
+// realtimeReplay is what a fresh Realtime upstream is sent (the kept
+// configuration, the items, the unanswered response.create) and how many
+// acknowledgements of it to hold back from the client.
+func realtimeReplay(p protocol.Protocol, snap continuity.Snapshot) (send []byte, acks int) {
+	replay := p.Rebuild(snap.Config, snap.Items)
+	if snap.Config == nil {
+		replay = replay[1:] // nothing to configure
+	}
+	for _, f := range replay {
+		send = append(send, f...)
+	}
+	if snap.Asked != nil {
+		// The client's response.create the lost upstream never answered:
+		// asked again after the replay, not counted among its replies
+		// (the upstream answers in order), so the response reaches the
+		// client.
+		send = frames.AppendFrame(send, ws.OpText, snap.Asked, true)
+	}
+	return send, len(replay)
 }
 
 // midFrameLost is SessionConfig.MidFrameLost.
