@@ -172,9 +172,14 @@ type budgets struct {
 	log    *slog.Logger
 	routes func() *routes.Table // the keys in force, for their budgets
 
-	ledger  *spend.Ledger
-	state   string        // the state file; "" with Redis
-	shared  *spend.Shared // nil without Redis
+	ledger *spend.Ledger
+	state  string        // the state file; "" with Redis
+	shared *spend.Shared // nil without Redis
+	every  time.Duration // how often run syncs or saves
+	// stopped is closed when run returns: close waits for it, so that the
+	// last save is the last write (a tick's save still in flight could
+	// otherwise rename an older ledger over it, after Shutdown returned).
+	stopped chan struct{}
 	refused *prometheus.CounterVec
 	ended   *prometheus.CounterVec
 	failed  prometheus.Counter
@@ -184,7 +189,7 @@ type budgets struct {
 // is there, else loaded from (and saved to) the state file (SPEND_STATE, or
 // beside USAGE_LOG).
 func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, reg prometheus.Registerer, log *slog.Logger) (*budgets, error) {
-	b := &budgets{log: log, routes: table,
+	b := &budgets{log: log, routes: table, every: budgetSave, stopped: make(chan struct{}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_refused_total",
 			Help: "Connects refused with 429 budget_exceeded, by client key name."}, []string{"key"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_ended_sessions_total",
@@ -196,6 +201,7 @@ func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, 
 	if store != nil {
 		b.ledger = spend.NewLedger()
 		b.shared = &spend.Shared{Client: store.Client, Prefix: store.Prefix}
+		b.every = budgetSync
 		return b, nil
 	}
 	b.state = cfg.SpendState
@@ -230,15 +236,12 @@ func (b *budgets) budgeted() map[string]spend.Budget {
 	return out
 }
 
-// run syncs or saves the ledger every budgetSync or budgetSave until ctx
-// ends; close saves a last time at shutdown.
+// run syncs or saves the ledger every b.every until ctx ends; close saves a
+// last time at shutdown.
 func (b *budgets) run(ctx context.Context) {
-	period := budgetSave
-	if b.shared != nil {
-		period = budgetSync
-	}
+	defer close(b.stopped)
 	var lastWarn time.Time
-	every.Tick(ctx, period, func(time.Time) {
+	every.Tick(ctx, b.every, func(time.Time) {
 		if err := b.persist(ctx); err != nil {
 			b.failed.Inc()
 			if time.Since(lastWarn) > 10*time.Second {
@@ -365,9 +368,16 @@ func (b *budgets) meterLive(info *sessionInfo, ls *liveState, end func(message s
 	}
 }
 
-// close saves or syncs the ledger a last time at shutdown.
+// close saves or syncs the ledger a last time at shutdown, once run has
+// stopped (Shutdown ends run's context first).
 func (b *budgets) close(ctx context.Context) {
 	if b == nil {
+		return
+	}
+	select {
+	case <-b.stopped:
+	case <-ctx.Done():
+		b.log.Warn("budget spend not saved at shutdown: the periodic save did not stop in time")
 		return
 	}
 	if err := b.persist(ctx); err != nil && !errors.Is(err, context.Canceled) {
