@@ -14,6 +14,8 @@ import (
 	"github.com/cloudwego/netpoll"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+
+	"rtgate/upstream"
 )
 
 // Admission at accept. A client connection costs a descriptor, netpoll's
@@ -57,6 +59,10 @@ type frontDoor struct {
 
 	refused *prometheus.CounterVec // connections refused at once, by reason
 
+	// pool hears of each connection accepted and answered: while it is
+	// short it dials ahead of the requests (upstream/anticipate.go).
+	pool *upstream.Pool
+
 	maxConnections, maxHandshakes int           // MAX_CONNECTIONS, MAX_HANDSHAKES
 	tls                           bool          // a TLS listener
 	sessionsOpen                  *atomic.Int64 // the server's admitted sessions
@@ -95,6 +101,7 @@ func (f *frontDoor) accept() bool {
 		f.refused.WithLabelValues(refusedConnections).Inc()
 		return false
 	}
+	f.pool.Expect()
 	return true
 }
 
@@ -168,7 +175,10 @@ func (f *frontDoor) answerRefused(conn netpoll.Connection) error {
 }
 
 // leave gives back a connection's handshake count.
-func (f *frontDoor) leave() { f.unanswered.Add(-1) }
+func (f *frontDoor) leave() {
+	f.unanswered.Add(-1)
+	f.pool.Settle()
+}
 
 // startTLSHandshake reserves one of the MaxHandshakes running handshakes, or
 // refuses (false); endTLSHandshake gives it back.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -54,6 +55,56 @@ func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
 		}
 		if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 2 || misses != 1 {
 			t.Fatalf("pool hits %v misses %v, want 2 (a, c) and 1 (b)", hits, misses)
+		}
+		px.releaseAll()
+	})
+}
+
+// TestPoolDialsAheadOfTheRequest: when the pool is short, a connection
+// accepted starts an upstream dial before its request is read (the proxy
+// in front of the upstream sees it while the clients have sent nothing),
+// and the clients, once they send their requests, are served by those
+// dials (any other dial stays held by the proxy).
+func TestPoolDialsAheadOfTheRequest(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		mock := startPoolMock(t, mockai.Config{}, tls)
+		px := startGatedProxy(t, mock)
+		g := startPoolGateway(t, mock, 1, func(c *Settings) {
+			u, err := ParseAPIBase(strings.Replace(mock.BaseURL(), mock.Addr(), px.addr(), 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.APIBase = u
+			c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 4
+		})
+		waitWarm(t, g, 1)
+		px.holdNew()
+
+		// Three connections, no request yet: the warm socket is for the
+		// first, the others are dialed for at accept.
+		var raws [3]net.Conn
+		for i := range raws {
+			raw, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raws[i] = raw
+		}
+		waitFor(t, "two dials ahead of the requests to reach the proxy", func() bool { return px.heldCount() == 2 })
+		if got := metricSum(t, g, "rtgate_pool_anticipated_dials_total"); got != 2 {
+			t.Fatalf("rtgate_pool_anticipated_dials_total %v, want 2", got)
+		}
+		px.release(0)
+		px.release(1)
+		for i, raw := range raws {
+			d := dialer()
+			d.NetDialContext = func(context.Context, string, string) (net.Conn, error) { return raw, nil }
+			c := dialWith(t, d, g.url("model=gpt-realtime"), bearer(testMasterKey))
+			if e := read(t, c); e.typ() != "session.created" {
+				t.Fatalf("client %d: %v, want session.created from the warm socket or a dial ahead (any other is still held)", i, e.typ())
+			}
+			send(t, c, map[string]any{"type": "response.create"})
+			readUntil(t, c, "response.done")
 		}
 		px.releaseAll()
 	})

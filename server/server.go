@@ -179,6 +179,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		}
 		pc.Memory = poolMemory(cfg, s.store)
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
+		s.front.pool = s.pool
 	}
 	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.metrics.reg)
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",

@@ -328,7 +328,9 @@ func (i *sessionInfo) currentDeployment() *routes.Deployment {
 // (upstream/hedge.go): a warm socket of that deployment landing before the
 // dial completes serves the session at once, and the dial, left running,
 // goes into the pool when it completes. The client leaving cancels the
-// dial only while no warm socket was taken.
+// dial only while no warm socket was taken. A miss that claimed a pool dial
+// already in flight (upstream/anticipate.go) starts its own dial only when
+// the claim lapses, and not at all when that dial serves it.
 func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header, miss *upstream.Miss) {
 	defer miss.Done()
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
@@ -344,8 +346,16 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 	unhook := context.AfterFunc(ctx, cancelRace) // until a warm socket is taken: the client, the timeout
 	var own hedgedDial
 	done := make(chan struct{})
+	taken := make(chan struct{}) // a warm socket was taken: a dial not yet started is not needed
 	go func() {
 		defer close(done)
+		select { // a miss that claimed a pool dial in flight waits for it first (upstream/anticipate.go)
+		case <-miss.DialNow():
+		case <-taken:
+			return
+		case <-raceCtx.Done():
+			return
+		}
 		own.conn, own.d, own.status = s.balancer.Race(info.trace.Context(raceCtx), info.group, cands, dialTo(s.dialer, q, h))
 	}()
 	for {
@@ -369,6 +379,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 			}
 			miss.Done()
 			unhook() // the dial now runs for the pool, whoever leaves
+			close(taken)
 			go func() {
 				<-done
 				cancelRace()

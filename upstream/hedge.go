@@ -32,6 +32,14 @@ type Miss struct {
 	kp     *keyPool
 	landed chan struct{} // 1-buffered: one pending signal is enough
 	done   bool          // guarded by Pool.mu
+
+	// A claim (anticipate.go), guarded by Pool.mu: claimed while the miss
+	// waits on a pool dial in flight; dialNow is closed when it should
+	// dial its own (at once when it claimed nothing); late bounds the
+	// claim.
+	claimed bool
+	dialNow chan struct{}
+	late    Timer
 }
 
 // newMissLocked registers a miss of kp as waiting. Callers hold Pool.mu.
@@ -51,6 +59,17 @@ func (m *Miss) Landed() <-chan struct{} {
 	return m.landed
 }
 
+// DialNow is closed when the miss should start its own dial: at once,
+// unless it claimed a pool dial in flight (anticipate.go), then when that
+// claim lapses. It is never closed for a miss that is Done while still
+// claiming: its own dial is not needed. Nil for a nil Miss.
+func (m *Miss) DialNow() <-chan struct{} {
+	if m == nil {
+		return nil
+	}
+	return m.dialNow
+}
+
 // Take hands the miss a ready socket of its key, making owner its owner in
 // the same step, as Pool.Take does; nil if none is ready (the miss keeps
 // waiting, and Landed signals again when one lands). The connect was
@@ -62,12 +81,14 @@ func (m *Miss) Take(owner poller.Owner) (*poller.Handle, []byte) {
 	p, kp := m.p, m.kp
 	p.mu.Lock()
 	if m.done || p.closed {
+		p.unclaimLocked(m) // a closed pool lands nothing more
 		p.mu.Unlock()
 		return nil, nil
 	}
 	got, dead := p.takeReadyLocked(kp, owner)
 	if got == nil && !slices.Contains(kp.waiters, m) {
 		kp.waiters = append(kp.waiters, m) // still waiting
+		p.releaseClaimsLocked(kp)          // the socket it was told of went to another
 	}
 	warm := len(kp.warm)
 	p.mu.Unlock()
@@ -99,6 +120,11 @@ func (m *Miss) Done() {
 		return
 	}
 	m.done = true
+	if m.claimed { // it took a socket, or its client left: no own dial
+		m.claimed = false
+		m.kp.claimed--
+		m.late.Stop()
+	}
 	if i := slices.Index(m.kp.waiters, m); i >= 0 {
 		m.kp.waiters = slices.Delete(m.kp.waiters, i, i+1)
 	}
@@ -155,9 +181,9 @@ func (p *Pool) signalWaiterLocked(kp *keyPool) {
 	if len(kp.waiters) == 0 {
 		return
 	}
-	m := kp.waiters[0]
-	kp.waiters[0] = nil
-	kp.waiters = kp.waiters[1:]
+	i := nextWaiterLocked(kp)
+	m := kp.waiters[i]
+	kp.waiters = slices.Delete(kp.waiters, i, i+1)
 	select {
 	case m.landed <- struct{}{}:
 	default: // it has a signal pending already

@@ -23,6 +23,9 @@ type PoolMetrics struct {
 	Pings       *prometheus.CounterVec
 	Pongs       *prometheus.CounterVec
 	MissedPongs *prometheus.CounterVec
+	// Anticipated counts warm-up dials started at a client's accept, ahead
+	// of its request (anticipate.go).
+	Anticipated *prometheus.CounterVec
 }
 
 // NewPoolMetrics creates the metrics and registers them with reg.
@@ -62,6 +65,8 @@ func NewPoolMetricsNamed(reg prometheus.Registerer, prefix string) *PoolMetrics 
 		Pongs: counter(prefix+"_pongs_total", "Pongs that answered those pings in time (consumed by the pool, never relayed)."),
 		MissedPongs: counter(prefix+"_missed_pongs_total",
 			"Idle warm sockets retired (and replaced) because they did not answer a ping in time."),
+		Anticipated: counter(prefix+"_anticipated_dials_total",
+			"Warm-up dials started when a client connection was accepted, ahead of its request, because the pool was short."),
 	}
 }
 

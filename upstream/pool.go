@@ -127,6 +127,11 @@ type Pool struct {
 	yielded     bool // a refill dialed less because clients were dialing
 	pace        pace // the refill after a burst
 
+	// Dialing ahead (anticipate.go): connections accepted and not yet
+	// decided, and the key the next connect most likely wants.
+	expected int
+	likely   *keyPool
+
 	// Remembered demand (memory.go): what was loaded, by key digest, the
 	// next write, and until when the pool may report Warming.
 	remembered  map[string]Remembered
@@ -189,7 +194,8 @@ type keyPool struct {
 
 	warm    []*warmConn // ready, oldest first
 	warming int
-	waiters []*Miss // misses dialing their own upstream, oldest first (hedge.go)
+	waiters []*Miss // misses waiting for a socket, oldest first (hedge.go)
+	claimed int     // waiting misses that wait on a dial in flight, not their own (anticipate.go)
 
 	// backoff after failed dials
 	backoff    time.Duration
@@ -265,7 +271,8 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 // already yields to it (yield.go), and returned as a Miss, which may still
 // take a warm socket that lands before the client's own dial completes
 // (hedge.go); its Done, called once the client no longer waits, lets the
-// pool grow again. On a hit, or a target the pool does not serve, miss is
+// pool grow again. A miss that claimed one of the pool's dials in flight
+// starts its own dial only when Miss.DialNow says so (anticipate.go). On a hit, or a target the pool does not serve, miss is
 // nil (its methods do nothing).
 func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller.Handle, held []byte, miss *Miss) {
 	return p.take(t, model, owner, true)
@@ -290,12 +297,17 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 		kp.seedUntil = now.Add(burstMemory) // then auto sizes from what it measured
 	}
 	kp.lastTake = now
+	p.likely = kp
 	got, dead := p.takeReadyLocked(kp, owner)
 	p.updateSizeLocked(kp, now)
 	warm := len(kp.warm)
-	if got == nil && client {
+	switch {
+	case got == nil && client:
 		p.clientDials++ // before the refill below, which yields to it
 		miss = p.newMissLocked(kp)
+		p.claimLocked(kp, miss)
+	case got != nil:
+		p.releaseClaimsLocked(kp) // it may have been a waiting miss's
 	}
 	p.mu.Unlock()
 
@@ -402,6 +414,9 @@ func (p *Pool) Prime(t Target, model string) {
 	kp := p.keyLocked(k, t, model, p.now())
 	if kp != nil {
 		kp.primed = true
+		if p.likely == nil {
+			p.likely = kp
+		}
 	}
 	p.mu.Unlock()
 	if kp == nil {
@@ -439,6 +454,9 @@ func (p *Pool) Close() {
 	for _, kp := range p.keys {
 		all = append(all, kp.warm...)
 		kp.warm = nil
+		for _, m := range kp.waiters {
+			p.unclaimLocked(m) // nothing more lands: they dial their own
+		}
 		if kp.retryTimer != nil {
 			kp.retryTimer.Stop()
 		}
@@ -465,6 +483,9 @@ func (p *Pool) forgetIdleKeys(now time.Time) {
 			}
 			delete(p.keys, k)
 			gone = append(gone, kp)
+			if p.likely == kp {
+				p.likely = nil
+			}
 		}
 	}
 	p.mu.Unlock()
@@ -548,12 +569,17 @@ func (p *Pool) refill(kp *keyPool) {
 		p.pace.started += want
 	}
 	for range max(want, 0) {
-		kp.warming++
-		p.warmDials++
-		p.total++
-		p.wg.Add(1)
-		go p.warmOne(kp)
+		p.startWarmLocked(kp)
 	}
+}
+
+// startWarmLocked starts one warm-up dial of kp. Callers hold Pool.mu.
+func (p *Pool) startWarmLocked(kp *keyPool) {
+	kp.warming++
+	p.warmDials++
+	p.total++
+	p.wg.Add(1)
+	go p.warmOne(kp)
 }
 
 // warmOne dials one socket and waits for its session.created. The goroutine
@@ -596,6 +622,7 @@ func (p *Pool) landed(kp *keyPool, w *warmConn, err error, took time.Duration) {
 			kp.backoff = nextBackoff(kp.backoff)
 			kp.retryAt = now.Add(kp.backoff)
 		}
+		p.releaseClaimsLocked(kp) // a claimed miss may have waited on it
 	}
 	warm, backoff := len(kp.warm), kp.backoff
 	p.mu.Unlock()
@@ -703,6 +730,7 @@ func (p *Pool) remove(kp *keyPool, w *warmConn) bool {
 	}
 	kp.warm = slices.Delete(kp.warm, i, i+1)
 	p.total--
+	p.releaseClaimsLocked(kp)
 	if m := p.metrics; m != nil {
 		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(len(kp.warm)))
 	}

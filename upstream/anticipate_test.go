@@ -1,0 +1,205 @@
+package upstream
+
+import (
+	"testing"
+	"time"
+
+	"rtgate/internal/testwait"
+	"rtgate/mockai"
+)
+
+func TestDialAhead(t *testing.T) {
+	for _, c := range []struct {
+		name                                  string
+		have, claimed, expected, keyCap, room int
+		want                                  bool
+	}{
+		{"the pool holds one for each connection", 2, 0, 2, 8, 10, false},
+		{"one more connection than the pool holds", 2, 0, 3, 8, 10, true},
+		{"sockets in flight promised to misses do not count", 3, 2, 2, 8, 10, true},
+		{"the key is at its cap", 8, 0, 20, 8, 10, false},
+		{"the pool is at its caps", 0, 0, 5, 8, 0, false},
+		{"nothing held, one connection", 0, 0, 1, 8, 10, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := dialAhead(c.have, c.claimed, c.expected, c.keyCap, c.room); got != c.want {
+				t.Fatalf("dialAhead(have %d, claimed %d, expected %d, cap %d, room %d) = %v, want %v",
+					c.have, c.claimed, c.expected, c.keyCap, c.room, got, c.want)
+			}
+		})
+	}
+}
+
+// TestExpectDialsAhead: connections accepted beyond what the pool holds
+// start dials of the likely key (the primed one) before any request is
+// read, up to the key's cap; a settled connection no longer counts.
+func TestExpectDialsAhead(t *testing.T) {
+	eachScheme(t, func(t *testing.T, tls bool) {
+		m := startMock(t, mockai.Config{}, tls)
+		p := newTestPool(t, m, PoolConfig{Auto: true, Min: 1, Max: 3, MaxIdle: time.Hour, PingInterval: -1, Clock: newManualClock()})
+		ta := target(t, m, "k")
+		p.Prime(ta, "m")
+		testwait.For(t, "the floor to be warm", func() bool { return p.Warm(ta) == 1 })
+
+		p.Expect() // one connection: the warm socket is for it
+		if got := p.Dialing(ta); got != 0 {
+			t.Fatalf("one connection accepted, one socket warm: %d dials started, want none", got)
+		}
+		p.Expect()
+		p.Expect()
+		p.Expect() // four connections: two more dials, then the cap (3)
+		if got := p.Dialing(ta) + p.Warm(ta); got != 3 {
+			t.Fatalf("four connections accepted: %d sockets warm or dialing, want the key's cap of 3", got)
+		}
+		if got := p.sum(t, "rtgate_pool_anticipated_dials_total"); got != 2 {
+			t.Fatalf("rtgate_pool_anticipated_dials_total %v, want 2", got)
+		}
+		testwait.For(t, "the dials ahead to land", func() bool { return p.Warm(ta) == 3 })
+		for range 4 {
+			p.Settle()
+		}
+		p.Expect()
+		if got := p.Dialing(ta); got != 0 {
+			t.Fatalf("after the four settled, one new connection started %d dials, want none (three are warm)", got)
+		}
+		p.Settle()
+		if got := int(m.Stats().Active); got != 3 {
+			t.Fatalf("mockai holds %d sessions, want 3", got)
+		}
+	})
+}
+
+// claimSetup is a pool whose refill dial is in flight for a while (mockai
+// delays session.created by slow), with a measured refill time, after a
+// first connect took its only warm socket.
+func claimSetup(t *testing.T, tls bool, slow time.Duration) (*testPool, *mockai.Server, Target, *manualClock) {
+	t.Helper()
+	m := startMock(t, mockai.Config{SessionDelay: slow}, tls)
+	clock := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Size: 1, MaxIdle: time.Hour, PingInterval: -1, Clock: clock})
+	ta := target(t, m, "k")
+	p.Prime(ta, "m")
+	testwait.For(t, "the warm socket", func() bool { return p.Warm(ta) == 1 })
+	s := &sink{}
+	h, _, miss := p.TakeOrDial(ta, "m", s) // a hit; the refill dials behind it
+	if h == nil || miss != nil {
+		t.Fatal("the first connect missed")
+	}
+	s.h = h
+	t.Cleanup(func() { h.Endpoint().Close() })
+	if got := p.Dialing(ta); got != 1 {
+		t.Fatalf("%d refill dials in flight, want 1", got)
+	}
+	return p, m, ta, clock
+}
+
+func dialsNow(m *Miss) bool {
+	select {
+	case <-m.DialNow():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestMissClaimsADialInFlight: a miss that finds a dial of its key in
+// flight that no other miss claimed waits for it instead of dialing its
+// own, and is served by it; the next miss, finding none unclaimed, dials
+// at once.
+func TestMissClaimsADialInFlight(t *testing.T) {
+	eachScheme(t, func(t *testing.T, tls bool) {
+		p, m, ta, _ := claimSetup(t, tls, 500*time.Millisecond)
+		first := &sink{}
+		_, _, claimed := p.TakeOrDial(ta, "m", first)
+		_, _, own := p.TakeOrDial(ta, "m", &sink{})
+		if claimed == nil || own == nil {
+			t.Fatal("two connects with nothing warm: want two misses")
+		}
+		if dialsNow(claimed) {
+			t.Fatal("the first miss was sent to dial its own, want it to wait on the refill's dial in flight")
+		}
+		if !dialsNow(own) {
+			t.Fatal("the second miss (no dial in flight left unclaimed) was not sent to dial at once")
+		}
+		own.Done()
+		waitLanded(t, claimed)
+		h, _ := claimed.Take(first)
+		if h == nil {
+			t.Fatal("the claimed dial landed, but Take found nothing")
+		}
+		first.h = h
+		claimed.Done()
+		if dialsNow(claimed) {
+			t.Fatal("a miss served by its claim was sent to dial its own afterwards")
+		}
+		if got := m.Stats().Upgrades; got != 2 {
+			t.Fatalf("mockai answered %d upgrades, want 2 (the floor and the refill's): no dial of the miss's own", got)
+		}
+		h.Endpoint().Close()
+	})
+}
+
+// TestClaimLapses: a claimed miss dials its own once nothing landed within
+// claimWait of the key's refill time, or at once when the dial it waited
+// on failed.
+func TestClaimLapses(t *testing.T) {
+	eachScheme(t, func(t *testing.T, tls bool) {
+		t.Run("late", func(t *testing.T) {
+			p, _, ta, clock := claimSetup(t, tls, 500*time.Millisecond)
+			_, _, miss := p.TakeOrDial(ta, "m", &sink{})
+			defer miss.Done()
+			if dialsNow(miss) {
+				t.Fatal("the miss did not claim the dial in flight")
+			}
+			p.mu.Lock()
+			wait := claimWait(p.keys[Key(ta)].refillTime)
+			p.mu.Unlock()
+			clock.Advance(wait - time.Millisecond)
+			if dialsNow(miss) {
+				t.Fatal("the claim lapsed before claimWait")
+			}
+			clock.Advance(time.Millisecond)
+			if !dialsNow(miss) {
+				t.Fatalf("nothing landed within claimWait (%v): the miss was not sent to dial its own", wait)
+			}
+		})
+		t.Run("failed", func(t *testing.T) {
+			p, m, ta, _ := claimSetup(t, tls, 500*time.Millisecond)
+			_, _, miss := p.TakeOrDial(ta, "m", &sink{})
+			defer miss.Done()
+			if dialsNow(miss) {
+				t.Fatal("the miss did not claim the dial in flight")
+			}
+			m.Close() // the refill's dial never gets its session.created
+			select {
+			case <-miss.DialNow():
+			case <-time.After(testwait.Timeout):
+				t.Fatal("the dial the miss claimed failed, and the miss was not sent to dial its own")
+			}
+		})
+	})
+}
+
+// TestLandedSocketGoesToTheClaimFirst: a socket that lands goes to the
+// claimed miss that waited longest, which has no dial of its own, even
+// when a miss dialing its own has waited longer; else to the miss that
+// waited longest.
+func TestLandedSocketGoesToTheClaimFirst(t *testing.T) {
+	for _, c := range []struct {
+		claims []bool // the waiters' claims, oldest first
+		want   int
+	}{
+		{[]bool{false, true, true}, 1},
+		{[]bool{true, false}, 0},
+		{[]bool{false, false}, 0},
+		{[]bool{false}, 0},
+	} {
+		kp := &keyPool{}
+		for _, claimed := range c.claims {
+			kp.waiters = append(kp.waiters, &Miss{claimed: claimed})
+		}
+		if got := nextWaiterLocked(kp); got != c.want {
+			t.Errorf("waiters claiming %v: the socket goes to waiter %d, want %d", c.claims, got, c.want)
+		}
+	}
+}
