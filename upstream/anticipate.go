@@ -31,13 +31,14 @@ import (
 //     (Miss.DialNow stays open). It dials its own, and the hedge goes on as
 //     before, as soon as the pool cannot serve it in time: a pool dial of
 //     its key failed and fewer are in flight than misses claim them, a new
-//     connect took the socket it was waiting for, or nothing landed within
-//     one and a half of the key's refill times. A key whose refill time is
-//     not yet measured (no dial of it has completed) is never claimed.
+//     connect took the socket it was waiting for, or no socket of its key
+//     landed for one and a half of the key's refill times (since its
+//     claim). A key whose refill time is not yet measured (no dial of it
+//     has completed) is never claimed.
 //
 // The pool can still only make a connect faster, never fail it: a claimed
 // miss at worst starts its own dial late, by the claim's bound, and only
-// when the upstream is slower than the pool has measured it.
+// when its key's dials have stopped landing.
 
 // claimWait is how long a claimed miss waits for a pool dial of a key with
 // refill time r before dialing its own.
@@ -109,10 +110,29 @@ func (p *Pool) claimLocked(kp *keyPool, m *Miss) {
 	}
 	m.claimed = true
 	kp.claimed++
-	m.late = p.clock.AfterFunc(claimWait(kp.refillTime), func() {
+	p.armClaimLocked(m, claimWait(kp.refillTime))
+}
+
+// armClaimLocked checks on the claimed miss m after d: a claim lapses only
+// when no socket of its key has landed for claimWait, since landings are
+// progress. Under load every dial takes longer than the refill time
+// measured at rest, the miss's own would too, and starting it would only
+// add a handshake to the load (over TLS, lapses at a fixed bound doubled
+// a cold burst's handshakes); a key whose dials have stalled lands
+// nothing. Callers hold Pool.mu.
+func (p *Pool) armClaimLocked(m *Miss, d time.Duration) {
+	m.late = p.clock.AfterFunc(d, func() {
 		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !m.claimed {
+			return
+		}
+		wait := claimWait(m.kp.refillTime)
+		if quiet := p.now().Sub(m.kp.lastLanded); quiet < wait {
+			p.armClaimLocked(m, wait-quiet)
+			return
+		}
 		p.unclaimLocked(m)
-		p.mu.Unlock()
 	})
 }
 

@@ -203,3 +203,33 @@ func TestLandedSocketGoesToTheClaimFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimWaitsWhileSocketsLand: a claim does not lapse while sockets of
+// its key keep landing (progress, under load), only once none landed for
+// claimWait.
+func TestClaimWaitsWhileSocketsLand(t *testing.T) {
+	clock := newManualClock()
+	p := &Pool{clock: clock}
+	kp := &keyPool{refillTime: 100 * time.Millisecond, warming: 2}
+	m := &Miss{p: p, kp: kp, landed: make(chan struct{}, 1)}
+	p.mu.Lock()
+	p.claimLocked(kp, m)
+	p.mu.Unlock()
+	wait := claimWait(kp.refillTime) // 150 ms
+	clock.Advance(100 * time.Millisecond)
+	p.mu.Lock()
+	kp.lastLanded = clock.Now() // another claim's socket landed
+	p.mu.Unlock()
+	clock.Advance(wait - 100*time.Millisecond)
+	if dialsNow(m) {
+		t.Fatal("the claim lapsed 50 ms after a socket of its key landed, want it to wait claimWait from that landing")
+	}
+	clock.Advance(99 * time.Millisecond)
+	if dialsNow(m) {
+		t.Fatal("the claim lapsed before claimWait without a landing")
+	}
+	clock.Advance(time.Millisecond)
+	if !dialsNow(m) {
+		t.Fatalf("no socket landed for claimWait (%v): the claim did not lapse", wait)
+	}
+}

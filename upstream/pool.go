@@ -196,6 +196,9 @@ type keyPool struct {
 	warming int
 	waiters []*Miss // misses waiting for a socket, oldest first (hedge.go)
 	claimed int     // waiting misses that wait on a dial in flight, not their own (anticipate.go)
+	// lastLanded is when a socket of the key last landed ready: a claim
+	// lapses only after a while without one (anticipate.go).
+	lastLanded time.Time
 
 	// backoff after failed dials
 	backoff    time.Duration
@@ -608,6 +611,7 @@ func (p *Pool) landed(kp *keyPool, w *warmConn, err error, took time.Duration) {
 	ok := err == nil && !p.closed
 	if ok {
 		kp.warm = append(kp.warm, w)
+		kp.lastLanded = now
 		kp.backoff, kp.retryAt = 0, time.Time{}
 		if took > 0 {
 			kp.noteRefill(took)
