@@ -18,15 +18,7 @@ import (
 // waits in the pool for the next client instead of being closed.
 func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
-		mock := startPoolMock(t, mockai.Config{}, tls)
-		px := startGatedProxy(t, mock)
-		g := startPoolGateway(t, mock, 1, func(c *Settings) {
-			u, err := ParseAPIBase(strings.Replace(mock.BaseURL(), mock.Addr(), px.addr(), 1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.APIBase = u
-		})
+		px, g := startProxiedPool(t, tls, nil)
 		waitWarm(t, g, 1)
 		px.holdNew()
 
@@ -67,16 +59,7 @@ func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
 // dials (any other dial stays held by the proxy).
 func TestPoolDialsAheadOfTheRequest(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
-		mock := startPoolMock(t, mockai.Config{}, tls)
-		px := startGatedProxy(t, mock)
-		g := startPoolGateway(t, mock, 1, func(c *Settings) {
-			u, err := ParseAPIBase(strings.Replace(mock.BaseURL(), mock.Addr(), px.addr(), 1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.APIBase = u
-			c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 4
-		})
+		px, g := startProxiedPool(t, tls, func(c *Settings) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 4 })
 		waitWarm(t, g, 1)
 		px.holdNew()
 
@@ -108,6 +91,26 @@ func TestPoolDialsAheadOfTheRequest(t *testing.T) {
 		}
 		px.releaseAll()
 	})
+}
+
+// startProxiedPool starts mockai (wss:// when tls), a gated proxy in front
+// of it, and a gateway with a pool of 1 dialing the upstream through the
+// proxy; mutate may change the gateway's settings further.
+func startProxiedPool(t *testing.T, tls bool, mutate func(*Settings)) (*gatedProxy, *gateway) {
+	t.Helper()
+	mock := startPoolMock(t, mockai.Config{}, tls)
+	px := startGatedProxy(t, mock)
+	g := startPoolGateway(t, mock, 1, func(c *Settings) {
+		u, err := ParseAPIBase(strings.Replace(mock.BaseURL(), mock.Addr(), px.addr(), 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.APIBase = u
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	return px, g
 }
 
 // gatedProxy forwards TCP connections to an upstream. While it holds, a

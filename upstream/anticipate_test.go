@@ -93,6 +93,18 @@ func claimSetup(t *testing.T, tls bool, slow time.Duration) (*testPool, *mockai.
 	return p, m, ta, clock
 }
 
+// claimOne is a connect that misses and claims the dial in flight; it is
+// Done when the test ends.
+func claimOne(t *testing.T, p *testPool, ta Target) *Miss {
+	t.Helper()
+	_, _, miss := p.TakeOrDial(ta, "m", &sink{})
+	t.Cleanup(miss.Done)
+	if miss == nil || dialsNow(miss) {
+		t.Fatal("the miss did not claim the dial in flight")
+	}
+	return miss
+}
+
 func dialsNow(m *Miss) bool {
 	select {
 	case <-m.DialNow():
@@ -146,11 +158,7 @@ func TestClaimLapses(t *testing.T) {
 	eachScheme(t, func(t *testing.T, tls bool) {
 		t.Run("late", func(t *testing.T) {
 			p, _, ta, clock := claimSetup(t, tls, 500*time.Millisecond)
-			_, _, miss := p.TakeOrDial(ta, "m", &sink{})
-			defer miss.Done()
-			if dialsNow(miss) {
-				t.Fatal("the miss did not claim the dial in flight")
-			}
+			miss := claimOne(t, p, ta)
 			p.mu.Lock()
 			wait := claimWait(p.keys[Key(ta)].refillTime)
 			p.mu.Unlock()
@@ -165,11 +173,7 @@ func TestClaimLapses(t *testing.T) {
 		})
 		t.Run("failed", func(t *testing.T) {
 			p, m, ta, _ := claimSetup(t, tls, 500*time.Millisecond)
-			_, _, miss := p.TakeOrDial(ta, "m", &sink{})
-			defer miss.Done()
-			if dialsNow(miss) {
-				t.Fatal("the miss did not claim the dial in flight")
-			}
+			miss := claimOne(t, p, ta)
 			m.Close() // the refill's dial never gets its session.created
 			select {
 			case <-miss.DialNow():
