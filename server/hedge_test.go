@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"rtgate/mockai"
 )
@@ -15,10 +16,13 @@ import (
 // pool is served by the pool's refill socket when it lands before the
 // client's own dial (held back here by a gated proxy in front of the
 // upstream: a slow fake upstream), and that own dial, once it completes,
-// waits in the pool for the next client instead of being closed.
+// waits in the pool for the next client instead of being closed. (The
+// miss first claims the refill's dial in flight; with nothing landing, the
+// claim lapses after 1.5 refill times, a few milliseconds on loopback, and
+// its own dial starts: upstream/anticipate.go.)
 func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
-		px, g := startProxiedPool(t, tls, nil)
+		px, g := startProxiedPool(t, tls, mockai.Config{}, nil)
 		waitWarm(t, g, 1)
 		px.holdNew()
 
@@ -59,7 +63,7 @@ func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
 // dials (any other dial stays held by the proxy).
 func TestPoolDialsAheadOfTheRequest(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
-		px, g := startProxiedPool(t, tls, func(c *Settings) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 4 })
+		px, g := startProxiedPool(t, tls, mockai.Config{}, func(c *Settings) { c.Pool.Auto, c.Pool.Min, c.Pool.Max = true, 1, 4 })
 		waitWarm(t, g, 1)
 		px.holdNew()
 
@@ -93,12 +97,43 @@ func TestPoolDialsAheadOfTheRequest(t *testing.T) {
 	})
 }
 
-// startProxiedPool starts mockai (wss:// when tls), a gated proxy in front
+// TestPoolMissWaitsOnThePoolsDialInFlight: a client that misses while the
+// pool's refill dial is in flight claims it and starts no dial of its own
+// (the proxy sees none while the claim stands: mockai takes 600 ms to send
+// session.created, so the measured refill time makes the claim last 900
+// ms), and is served by that dial once it lands.
+func TestPoolMissWaitsOnThePoolsDialInFlight(t *testing.T) {
+	poolSchemes(t, func(t *testing.T, tls bool) {
+		px, g := startProxiedPool(t, tls, mockai.Config{SessionDelay: 600 * time.Millisecond}, nil)
+		waitWarm(t, g, 1)
+		px.holdNew()
+		a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a hit; the refill's dial is held
+		if e := read(t, a); e.typ() != "session.created" {
+			t.Fatalf("a: %v", e.typ())
+		}
+		waitFor(t, "the refill's dial to reach the proxy", func() bool { return px.heldCount() == 1 })
+		b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a miss: it claims the refill's dial
+		time.Sleep(150 * time.Millisecond)
+		if got := px.heldCount(); got != 1 {
+			t.Fatalf("the proxy holds %d dials 150 ms into b's claim, want 1 (the refill's): b dialed its own", got)
+		}
+		px.release(0)
+		if e := read(t, b); e.typ() != "session.created" {
+			t.Fatalf("b: %v, want session.created from the refill's dial", e.typ())
+		}
+		if hits, misses := metricSum(t, g, "rtgate_pool_hits_total"), metricSum(t, g, "rtgate_pool_misses_total"); hits != 1 || misses != 1 {
+			t.Fatalf("pool hits %v misses %v, want 1 (a) and 1 (b)", hits, misses)
+		}
+		px.releaseAll()
+	})
+}
+
+// startProxiedPool starts mockai (mcfg; wss:// when tls), a gated proxy in front
 // of it, and a gateway with a pool of 1 dialing the upstream through the
 // proxy; mutate may change the gateway's settings further.
-func startProxiedPool(t *testing.T, tls bool, mutate func(*Settings)) (*gatedProxy, *gateway) {
+func startProxiedPool(t *testing.T, tls bool, mcfg mockai.Config, mutate func(*Settings)) (*gatedProxy, *gateway) {
 	t.Helper()
-	mock := startPoolMock(t, mockai.Config{}, tls)
+	mock := startPoolMock(t, mcfg, tls)
 	px := startGatedProxy(t, mock)
 	g := startPoolGateway(t, mock, 1, func(c *Settings) {
 		u, err := ParseAPIBase(strings.Replace(mock.BaseURL(), mock.Addr(), px.addr(), 1))

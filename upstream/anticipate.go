@@ -21,10 +21,12 @@ import (
 //     what waiting misses already claimed, is short of the connections
 //     accepted and not yet decided. Settle (once decided, or gone) ends the
 //     expectation. Such a dial is the pool's own: it lands in the pool and
-//     is bounded by the pool's caps (the key's maximum, MaxTotal, the spare
-//     descriptors, a key backing off dials nothing), so a flood of
-//     connections that never send a head can at most fill the pool, as a
-//     burst of real connects would.
+//     is bounded by the pool's caps (the key's maximum, its in-flight limit,
+//     MaxTotal, the spare descriptors; a key backing off dials nothing), so
+//     connections that never send a head (held until HANDSHAKE_TIMEOUT, and
+//     within MAX_CONNECTIONS) can at most fill the pool, as a burst of real
+//     connects would, and are not dialed for again while the pool holds a
+//     socket for each.
 //   - A claim: a miss that finds one of its key's dials in flight that no
 //     other miss has claimed (an anticipated dial, or the refill's) waits
 //     for a socket to land instead of dialing its own at once
@@ -33,16 +35,25 @@ import (
 //     its key failed and fewer are in flight than misses claim them, a new
 //     connect took the socket it was waiting for, or no socket of its key
 //     landed for one and a half of the key's refill times (since its
-//     claim). A key whose refill time is not yet measured (no dial of it
-//     has completed) is never claimed.
+//     claim), and in any case after four refill times (at most a third of
+//     the dial timeout). A key whose refill time is not yet measured (no
+//     dial of it has completed) is never claimed.
 //
 // The pool can still only make a connect faster, never fail it: a claimed
 // miss at worst starts its own dial late, by the claim's bound, and only
 // when its key's dials have stopped landing.
 
 // claimWait is how long a claimed miss waits for a pool dial of a key with
-// refill time r before dialing its own.
+// refill time r, without any socket of the key landing, before dialing its
+// own.
 func claimWait(r time.Duration) time.Duration { return r * 3 / 2 }
+
+// claimLimit is the longest a claimed miss waits in all, landings or not:
+// four refill times, and never more than a third of a dial's timeout, so
+// that its own dial, when it comes to that, still has the rest of the
+// connect's budget (the client's whole attempt is bounded by the same
+// timeout, and a wait may not use it up).
+func claimLimit(r, dialTimeout time.Duration) time.Duration { return min(4*r, dialTimeout/3) }
 
 // Expect tells the pool a client connection was accepted whose request has
 // not been read: it may start a dial of the likely key ahead of it. Each
@@ -62,6 +73,7 @@ func (p *Pool) Expect() {
 	if p.cfg.Spare != nil {
 		room = min(room, p.cfg.Spare()-p.total)
 	}
+	room = min(room, kp.inflight-kp.warming) // the key's in-flight limit (sizing.go)
 	if !dialAhead(len(kp.warm)+kp.warming, kp.claimed, p.expected, p.keyCap(), room) {
 		return
 	}
@@ -110,12 +122,13 @@ func (p *Pool) claimLocked(kp *keyPool, m *Miss) {
 	}
 	m.claimed = true
 	kp.claimed++
+	m.claimEnd = p.now().Add(claimLimit(kp.refillTime, p.awaitWait()))
 	p.armClaimLocked(m, claimWait(kp.refillTime))
 }
 
-// armClaimLocked checks on the claimed miss m after d: a claim lapses only
-// when no socket of its key has landed for claimWait, since landings are
-// progress. Under load every dial takes longer than the refill time
+// armClaimLocked checks on the claimed miss m after d: a claim lapses when
+// no socket of its key has landed for claimWait, since landings are
+// progress, or at its claimLimit whatever lands. Under load every dial takes longer than the refill time
 // measured at rest, the miss's own would too, and starting it would only
 // add a handshake to the load (over TLS, lapses at a fixed bound doubled
 // a cold burst's handshakes); a key whose dials have stalled lands
@@ -127,9 +140,10 @@ func (p *Pool) armClaimLocked(m *Miss, d time.Duration) {
 		if !m.claimed {
 			return
 		}
+		now := p.now()
 		wait := claimWait(m.kp.refillTime)
-		if quiet := p.now().Sub(m.kp.lastLanded); quiet < wait {
-			p.armClaimLocked(m, wait-quiet)
+		if quiet := now.Sub(m.kp.lastLanded); quiet < wait && now.Before(m.claimEnd) {
+			p.armClaimLocked(m, min(wait-quiet, m.claimEnd.Sub(now)))
 			return
 		}
 		p.unclaimLocked(m)

@@ -32,11 +32,11 @@ func TestDialAhead(t *testing.T) {
 
 // TestExpectDialsAhead: connections accepted beyond what the pool holds
 // start dials of the likely key (the primed one) before any request is
-// read, up to the key's cap; a settled connection no longer counts.
+// read, up to the key's cap; settled connections no longer count.
 func TestExpectDialsAhead(t *testing.T) {
 	eachScheme(t, func(t *testing.T, tls bool) {
 		m := startMock(t, mockai.Config{}, tls)
-		p := newTestPool(t, m, PoolConfig{Auto: true, Min: 1, Max: 3, MaxIdle: time.Hour, PingInterval: -1, Clock: newManualClock()})
+		p := newTestPool(t, m, PoolConfig{Auto: true, Min: 1, Max: 4, MaxIdle: time.Hour, PingInterval: -1, Clock: newManualClock()})
 		ta := target(t, m, "k")
 		p.Prime(ta, "m")
 		testwait.For(t, "the floor to be warm", func() bool { return p.Warm(ta) == 1 })
@@ -46,25 +46,33 @@ func TestExpectDialsAhead(t *testing.T) {
 			t.Fatalf("one connection accepted, one socket warm: %d dials started, want none", got)
 		}
 		p.Expect()
-		p.Expect()
-		p.Expect() // four connections: two more dials, then the cap (3)
+		p.Expect() // three connections: two dials ahead
 		if got := p.Dialing(ta) + p.Warm(ta); got != 3 {
-			t.Fatalf("four connections accepted: %d sockets warm or dialing, want the key's cap of 3", got)
+			t.Fatalf("three connections accepted: %d sockets warm or dialing, want 3", got)
 		}
 		if got := p.sum(t, "rtgate_pool_anticipated_dials_total"); got != 2 {
 			t.Fatalf("rtgate_pool_anticipated_dials_total %v, want 2", got)
 		}
 		testwait.For(t, "the dials ahead to land", func() bool { return p.Warm(ta) == 3 })
-		for range 4 {
+		for range 3 {
 			p.Settle()
 		}
-		p.Expect()
+		p.Expect() // the three settled: one connection, three warm
 		if got := p.Dialing(ta); got != 0 {
-			t.Fatalf("after the four settled, one new connection started %d dials, want none (three are warm)", got)
+			t.Fatalf("after three connections settled, a new one started %d dials, want none (three are warm)", got)
 		}
-		p.Settle()
-		if got := int(m.Stats().Active); got != 3 {
-			t.Fatalf("mockai holds %d sessions, want 3", got)
+		for range 4 {
+			p.Expect() // five connections: one more dial, then the key's cap of 4
+		}
+		if got := p.Dialing(ta) + p.Warm(ta); got != 4 {
+			t.Fatalf("five connections accepted: %d sockets warm or dialing, want the key's cap of 4", got)
+		}
+		for range 5 {
+			p.Settle()
+		}
+		testwait.For(t, "the last dial ahead to land", func() bool { return p.Warm(ta) == 4 })
+		if got := int(m.Stats().Active); got != 4 {
+			t.Fatalf("mockai holds %d sessions, want 4", got)
 		}
 	})
 }
@@ -213,7 +221,7 @@ func TestLandedSocketGoesToTheClaimFirst(t *testing.T) {
 // claimWait.
 func TestClaimWaitsWhileSocketsLand(t *testing.T) {
 	clock := newManualClock()
-	p := &Pool{clock: clock}
+	p := &Pool{clock: clock, dialer: &Dialer{Timeout: 10 * time.Second}}
 	kp := &keyPool{refillTime: 100 * time.Millisecond, warming: 2}
 	m := &Miss{p: p, kp: kp, landed: make(chan struct{}, 1)}
 	p.mu.Lock()
@@ -235,5 +243,40 @@ func TestClaimWaitsWhileSocketsLand(t *testing.T) {
 	clock.Advance(time.Millisecond)
 	if !dialsNow(m) {
 		t.Fatalf("no socket landed for claimWait (%v): the claim did not lapse", wait)
+	}
+}
+
+// TestClaimLimit: however many sockets land (for other claims), a claim
+// lapses at its limit: four refill times, at most a third of the dial
+// timeout, so that the miss's own dial keeps most of the connect's budget.
+func TestClaimLimit(t *testing.T) {
+	for _, c := range []struct{ refill, timeout, want time.Duration }{
+		{100 * time.Millisecond, 10 * time.Second, 400 * time.Millisecond},
+		{2 * time.Second, 10 * time.Second, 10 * time.Second / 3},
+		{time.Second, 3 * time.Second, time.Second},
+	} {
+		if got := claimLimit(c.refill, c.timeout); got != c.want {
+			t.Errorf("claimLimit(refill %v, timeout %v) = %v, want %v", c.refill, c.timeout, got, c.want)
+		}
+	}
+	clock := newManualClock()
+	p := &Pool{clock: clock, dialer: &Dialer{Timeout: 10 * time.Second}}
+	kp := &keyPool{refillTime: 100 * time.Millisecond, warming: 2}
+	m := &Miss{p: p, kp: kp, landed: make(chan struct{}, 1)}
+	p.mu.Lock()
+	p.claimLocked(kp, m)
+	p.mu.Unlock()
+	for range 3 { // a landing every 100 ms: the claim stands
+		clock.Advance(100 * time.Millisecond)
+		p.mu.Lock()
+		kp.lastLanded = clock.Now()
+		p.mu.Unlock()
+		if dialsNow(m) {
+			t.Fatalf("the claim lapsed at %v with sockets landing, before its limit", 100*time.Millisecond)
+		}
+	}
+	clock.Advance(100 * time.Millisecond) // 400 ms: the limit, though one landed 100 ms ago
+	if !dialsNow(m) {
+		t.Fatal("the claim outlived its limit of four refill times")
 	}
 }

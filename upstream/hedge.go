@@ -35,11 +35,12 @@ type Miss struct {
 
 	// A claim (anticipate.go), guarded by Pool.mu: claimed while the miss
 	// waits on a pool dial in flight; dialNow is closed when it should
-	// dial its own (at once when it claimed nothing); late bounds the
-	// claim.
-	claimed bool
-	dialNow chan struct{}
-	late    Timer
+	// dial its own (at once when it claimed nothing); late is the timer
+	// that checks on the claim.
+	claimed  bool
+	dialNow  chan struct{}
+	late     Timer
+	claimEnd time.Time // claimLimit: the claim lapses then at the latest
 }
 
 // newMissLocked registers a miss of kp as waiting. Callers hold Pool.mu.

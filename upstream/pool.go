@@ -304,13 +304,11 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 	got, dead := p.takeReadyLocked(kp, owner)
 	p.updateSizeLocked(kp, now)
 	warm := len(kp.warm)
-	switch {
-	case got == nil && client:
+	p.releaseClaimsLocked(kp) // what it took (or found dead) may have been for a waiting miss
+	if got == nil && client {
 		p.clientDials++ // before the refill below, which yields to it
 		miss = p.newMissLocked(kp)
 		p.claimLocked(kp, miss)
-	case got != nil:
-		p.releaseClaimsLocked(kp) // it may have been a waiting miss's
 	}
 	p.mu.Unlock()
 
