@@ -196,3 +196,22 @@ func TestDialFailsWhenItsDeadlineClosesAtTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestDialTriesARefusedConnectTwice: a connect netpoll reports closed
+// before it completed (a refusal here; under the race detector also a
+// hang-up meant for an earlier socket of the same number) is tried once
+// more, and the error says so.
+func TestDialTriesARefusedConnectTwice(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	d := &Dialer{Timeout: 5 * time.Second}
+	u, _ := url.Parse("ws://" + addr + "/v1/realtime")
+	_, err = d.Dial(context.Background(), Target{URL: u})
+	if err == nil || !strings.Contains(err.Error(), "tried twice") {
+		t.Fatalf("dial to a closed port: %v, want the refusal, tried twice", err)
+	}
+}
