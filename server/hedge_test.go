@@ -23,14 +23,7 @@ import (
 func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
 		px, g := startProxiedPool(t, tls, mockai.Config{}, nil)
-		waitWarm(t, g, 1)
-		px.holdNew()
-
-		a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a hit; the refill's dial is held
-		if e := read(t, a); e.typ() != "session.created" {
-			t.Fatalf("a: %v", e.typ())
-		}
-		waitFor(t, "the refill's dial to reach the proxy", func() bool { return px.heldCount() == 1 })
+		hitWithRefillHeld(t, g, px)
 		b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a miss: its own dial is held too
 		waitFor(t, "b's own dial to reach the proxy", func() bool { return px.heldCount() == 2 })
 
@@ -105,13 +98,7 @@ func TestPoolDialsAheadOfTheRequest(t *testing.T) {
 func TestPoolMissWaitsOnThePoolsDialInFlight(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
 		px, g := startProxiedPool(t, tls, mockai.Config{SessionDelay: 600 * time.Millisecond}, nil)
-		waitWarm(t, g, 1)
-		px.holdNew()
-		a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a hit; the refill's dial is held
-		if e := read(t, a); e.typ() != "session.created" {
-			t.Fatalf("a: %v", e.typ())
-		}
-		waitFor(t, "the refill's dial to reach the proxy", func() bool { return px.heldCount() == 1 })
+		hitWithRefillHeld(t, g, px)
 		b := g.dial(t, "model=gpt-realtime", bearer(testMasterKey)) // a miss: it claims the refill's dial
 		time.Sleep(150 * time.Millisecond)
 		if got := px.heldCount(); got != 1 {
@@ -126,6 +113,20 @@ func TestPoolMissWaitsOnThePoolsDialInFlight(t *testing.T) {
 		}
 		px.releaseAll()
 	})
+}
+
+// hitWithRefillHeld takes the pool's one warm socket with a client that
+// then stays connected (a hit), while the proxy holds every new dial: the
+// refill's dial behind the hit is held.
+func hitWithRefillHeld(t *testing.T, g *gateway, px *gatedProxy) {
+	t.Helper()
+	waitWarm(t, g, 1)
+	px.holdNew()
+	a := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	if e := read(t, a); e.typ() != "session.created" {
+		t.Fatalf("the hit: %v", e.typ())
+	}
+	waitFor(t, "the refill's dial to reach the proxy", func() bool { return px.heldCount() == 1 })
 }
 
 // startProxiedPool starts mockai (mcfg; wss:// when tls), a gated proxy in front

@@ -216,10 +216,9 @@ func TestLandedSocketGoesToTheClaimFirst(t *testing.T) {
 	}
 }
 
-// TestClaimWaitsWhileSocketsLand: a claim does not lapse while sockets of
-// its key keep landing (progress, under load), only once none landed for
-// claimWait.
-func TestClaimWaitsWhileSocketsLand(t *testing.T) {
+// bareClaim is a claim on a pool without sockets: a key with a refill time
+// of 100 ms and two dials in flight, on a manual clock.
+func bareClaim() (*manualClock, *Pool, *keyPool, *Miss) {
 	clock := newManualClock()
 	p := &Pool{clock: clock, dialer: &Dialer{Timeout: 10 * time.Second}}
 	kp := &keyPool{refillTime: 100 * time.Millisecond, warming: 2}
@@ -227,6 +226,14 @@ func TestClaimWaitsWhileSocketsLand(t *testing.T) {
 	p.mu.Lock()
 	p.claimLocked(kp, m)
 	p.mu.Unlock()
+	return clock, p, kp, m
+}
+
+// TestClaimWaitsWhileSocketsLand: a claim does not lapse while sockets of
+// its key keep landing (progress, under load), only once none landed for
+// claimWait.
+func TestClaimWaitsWhileSocketsLand(t *testing.T) {
+	clock, p, kp, m := bareClaim()
 	wait := claimWait(kp.refillTime) // 150 ms
 	clock.Advance(100 * time.Millisecond)
 	p.mu.Lock()
@@ -259,13 +266,7 @@ func TestClaimLimit(t *testing.T) {
 			t.Errorf("claimLimit(refill %v, timeout %v) = %v, want %v", c.refill, c.timeout, got, c.want)
 		}
 	}
-	clock := newManualClock()
-	p := &Pool{clock: clock, dialer: &Dialer{Timeout: 10 * time.Second}}
-	kp := &keyPool{refillTime: 100 * time.Millisecond, warming: 2}
-	m := &Miss{p: p, kp: kp, landed: make(chan struct{}, 1)}
-	p.mu.Lock()
-	p.claimLocked(kp, m)
-	p.mu.Unlock()
+	clock, p, kp, m := bareClaim()
 	for range 3 { // a landing every 100 ms: the claim stands
 		clock.Advance(100 * time.Millisecond)
 		p.mu.Lock()
