@@ -91,6 +91,19 @@ func (m *Miss) Take(owner poller.Owner) (*poller.Handle, []byte) {
 		kp.waiters = append(kp.waiters, m) // still waiting
 		p.releaseClaimsLocked(kp)          // the socket it was told of went to another
 	}
+	if got == nil && len(kp.warm) > 0 {
+		// What is there is mid-read (busy: a read handler holds it this
+		// instant, as right after it landed); nothing else would tell the
+		// miss again, and a claimed miss has no dial of its own to fall
+		// back on: look again in a moment.
+		p.clock.AfterFunc(busyRetry, func() {
+			p.mu.Lock()
+			if len(kp.warm) > 0 {
+				p.signalWaiterLocked(kp)
+			}
+			p.mu.Unlock()
+		})
+	}
 	warm := len(kp.warm)
 	p.mu.Unlock()
 	if mt := p.metrics; mt != nil {
@@ -175,6 +188,10 @@ func (m *Miss) Give(t Target, model string, c *Upgraded) {
 		p.landed(kp, w, err, 0)
 	}()
 }
+
+// busyRetry is how soon a miss that found only busy sockets is told to try
+// again: a read handler holds a socket for microseconds.
+const busyRetry = time.Millisecond
 
 // signalWaiterLocked tells the miss of kp that has waited longest that a
 // socket is ready. Callers hold Pool.mu.
