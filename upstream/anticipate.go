@@ -128,11 +128,11 @@ func (p *Pool) claimLocked(kp *keyPool, m *Miss) {
 
 // armClaimLocked checks on the claimed miss m after d: a claim lapses when
 // no socket of its key has landed for claimWait, since landings are
-// progress, or at its claimLimit whatever lands. Under load every dial takes longer than the refill time
-// measured at rest, the miss's own would too, and starting it would only
-// add a handshake to the load (over TLS, lapses at a fixed bound doubled
-// a cold burst's handshakes); a key whose dials have stalled lands
-// nothing. Callers hold Pool.mu.
+// progress, or at its claimLimit whatever lands. Under load every dial
+// takes longer than the refill time measured at rest, the miss's own would
+// too, and starting it would only add a handshake to the load (over TLS,
+// lapses at a fixed bound doubled a cold burst's handshakes); a key whose
+// dials have stalled lands nothing. Callers hold Pool.mu.
 func (p *Pool) armClaimLocked(m *Miss, d time.Duration) {
 	m.late = p.clock.AfterFunc(d, func() {
 		p.mu.Lock()
@@ -153,15 +153,21 @@ func (p *Pool) armClaimLocked(m *Miss, d time.Duration) {
 // unclaimLocked sends the claimed miss m to dial its own. Callers hold
 // Pool.mu.
 func (p *Pool) unclaimLocked(m *Miss) {
+	if m.dropClaimLocked() {
+		close(m.dialNow)
+	}
+}
+
+// dropClaimLocked ends m's claim, if it has one, and says whether it had.
+// Callers hold Pool.mu.
+func (m *Miss) dropClaimLocked() bool {
 	if !m.claimed {
-		return
+		return false
 	}
 	m.claimed = false
 	m.kp.claimed--
-	if m.late != nil {
-		m.late.Stop()
-	}
-	close(m.dialNow)
+	m.late.Stop()
+	return true
 }
 
 // releaseClaimsLocked sends the most recent claimed misses of kp to dial

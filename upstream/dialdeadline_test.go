@@ -28,12 +28,17 @@ func TestDialDeadlineMidReadNeverCrashes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	// At the end: stop the writers, stop accepting, then wait for both.
+	// The accept loop counts in wg itself, so a connection it accepts late
+	// is added while the count is above zero (never Add beside Wait at 0).
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer ln.Close()
 	stop := make(chan struct{})
 	defer close(stop)
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {

@@ -21,10 +21,11 @@ import (
 // the pool can only make a connect faster, never fail it (the own dial
 // keeps running until a warm socket is actually taken).
 
-// Miss is a client's connect that missed the pool and is dialing its own
-// upstream. Landed signals when a warm socket of its key may be there to
-// Take; Give hands the own dial's socket to the pool when a warm one was
-// taken instead; Done, called once the client no longer waits on the pool
+// Miss is a client's connect that missed the pool and dials its own
+// upstream: at once, or once its claim on a pool dial in flight lapses
+// (anticipate.go, DialNow). Landed signals when a warm socket of its key
+// may be there to Take; Give hands the own dial's socket to the pool when a
+// warm one was taken instead; Done, called once the client no longer waits on the pool
 // (its own dial ended, or it took a warm socket), ends the client dial the
 // yield rule counts (yield.go). All methods are safe on a nil Miss.
 type Miss struct {
@@ -134,11 +135,7 @@ func (m *Miss) Done() {
 		return
 	}
 	m.done = true
-	if m.claimed { // it took a socket, or its client left: no own dial
-		m.claimed = false
-		m.kp.claimed--
-		m.late.Stop()
-	}
+	m.dropClaimLocked() // it took a socket, or its client left: no own dial
 	if i := slices.Index(m.kp.waiters, m); i >= 0 {
 		m.kp.waiters = slices.Delete(m.kp.waiters, i, i+1)
 	}
