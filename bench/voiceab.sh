@@ -6,6 +6,7 @@
 # own CPU out of the gateway's way; even so the figure moves by ±10 % from run
 # to run of the same build on a 2-core box (README, "Session continuity":
 # use the medians, and BenchmarkRelayCost for continuity's own work).
+# Needs jq and taskset (util-linux).
 #
 #   make build && bash bench/voiceab.sh                # SESSION_CONTINUITY 0 vs 1
 #   A="TURN_METRICS=0" B="TURN_METRICS=1" CYCLES=6 bash bench/voiceab.sh
@@ -18,14 +19,21 @@ SESSIONS=${SESSIONS:-200}
 WINDOW=${WINDOW:-15s}
 UPSTREAM=${UPSTREAM:-tls}
 out=$(mktemp -d)
+echo "logs: $out"
 gw=$(realpath "$BIN/gateway")
-printf '#!/bin/sh\nexec taskset -c 0 %s "$@"\n' "$gw" > "$out/gateway"
+printf '#!/bin/sh\nexec taskset -c 0 "%s" "$@"\n' "$gw" > "$out/gateway"
 chmod +x "$out/gateway"
 run() { # run NAME ENV: one voice row, its cores per 1,000 sessions
+	# $2 unquoted on purpose: it may set several variables.
 	env $2 taskset -c 1 "$BIN/wsbench" peers -mockai "$BIN/mockai" -gateway "$out/gateway" \
 		-systems rtgate-pool-off -phases voice -upstream "$UPSTREAM" -rounds 1 \
 		-voice-n "$SESSIONS" -tls-voice-n "$SESSIONS" -voice-for "$WINDOW" -out "$out/$1" > "$out/$1.log" 2>&1
-	grep -o 'proxy_cores_per_1000=[0-9.]*' "$out/$1.log" | cut -d= -f2
+	# The measurement wsbench kept (it repeats a phase that other jobs
+	# disturbed, and keeps the least disturbed): say when even that one was.
+	local v
+	v=$(jq -r '.runs[0].voice | "\(.proxy_cores_per_1000_sessions) \(.disturbed // false)"' "$out/$1"/*/results.json)
+	[ "${v#* }" = false ] || echo "$1: disturbed by other jobs (${v#* })" >&2
+	printf '%.3f\n' "${v%% *}"
 }
 ratios=()
 for c in $(seq "$CYCLES"); do
@@ -35,4 +43,3 @@ for c in $(seq "$CYCLES"); do
 	printf 'cycle %d: A %s, B %s cores per 1,000 sessions: B/A %.3f\n' "$c" "$a" "$b" "$r"
 done
 printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; printf "median B/A over %d cycles: %.3f\n", NR, m}'
-echo "logs: $out"
