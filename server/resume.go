@@ -40,6 +40,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/balance"
 	"rtgate/server/continuity"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -240,6 +241,29 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 	return true
 }
 
+// reserve plans a resume's connect as Reserve plans a connect (the slot on
+// the first candidate), but on a deployment other than failed, the one the
+// loss looks like the fault of, when one has room; failed stays last, for
+// failover, and is first only when no other has room. Putting failed last
+// after Reserve chose it would send the session to a deployment Reserve
+// skipped as full, past its max_parallel_requests, while failed held the
+// slot.
+func (r resumer) reserve(group []*routes.Deployment, failed *routes.Deployment) (balance.Plan, *balance.Busy) {
+	if failed != nil && len(group) > 1 {
+		others := make([]*routes.Deployment, 0, len(group)-1)
+		for _, d := range group {
+			if d != failed {
+				others = append(others, d)
+			}
+		}
+		if plan, busy := r.s.balancer.Reserve(others); busy == nil {
+			plan.Cands = append(plan.Cands, failed)
+			return plan, nil
+		}
+	}
+	return r.s.balancer.Reserve(group)
+}
+
 // upstream finds the session a fresh upstream and replays it there; it
 // runs in its own goroutine.
 func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continuity.Snapshot, cause string,
@@ -259,7 +283,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	}()
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
-	plan, busy := s.balancer.Reserve(args.table.Groups[info.group])
+	plan, busy := r.reserve(args.table.Groups[info.group], failed)
 	if busy != nil {
 		s.log.Warn("session not resumed: every deployment is busy", "session", info.id, "cause", cause)
 		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the upstream was lost and no deployment has room to resume the session", 0))
@@ -277,9 +301,6 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	}
 	s.balancer.Release(prev)
 	cands := plan.Cands
-	if failed != nil && len(cands) > 1 && cands[0] == failed {
-		cands = append(append([]*routes.Deployment{}, cands[1:]...), failed) // another deployment first
-	}
 
 	sendFor, acks := liveReplay(snap), 0 // GPT-Live: one session.start (live.go)
 	if info.live == nil {

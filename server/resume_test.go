@@ -431,6 +431,54 @@ keys:
 	}
 }
 
+// TestResumeRespectsMaxParallel: a resume leaves the deployment that lost
+// the session only for one with room. With the other at its
+// max_parallel_requests it goes back to the first, whose slot it holds,
+// rather than past the other's limit.
+func TestResumeRespectsMaxParallel(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[secure], func(t *testing.T) {
+			a := startMock(t, mockai.Config{TLS: secure, AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}})
+			b := startMock(t, mockai.Config{TLS: secure, AudioDeltas: 1})
+			entry := func(m *mockai.Server, max string) string {
+				return openaiEntry("gpt-realtime", m) + "\n      max_parallel_requests: " + max
+			}
+			path := writeConfig(t, "model_list:"+entry(a, "3")+entry(b, "1")+configTail)
+			g := startGateway(t, nil, func(c *Settings) {
+				if secure {
+					c.UpstreamRoots = trustMock(t, a)
+					c.UpstreamRoots.AppendCertsFromPEM(b.CertPEM())
+				}
+				c.RoutesFile, c.HedgeDelay = path, 0
+			})
+			// Three sessions: b's one slot and two of a's three.
+			var onA []*websocket.Conn
+			for range 3 {
+				c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+				id := read(t, c).str("session", "id")
+				for _, r := range a.Records() {
+					if r.SessionID == id {
+						onA = append(onA, c)
+					}
+				}
+			}
+			if len(onA) != 2 || len(b.Records()) != 1 {
+				t.Fatalf("%d sessions on a, %d on b: want 2 and 1", len(onA), len(b.Records()))
+			}
+			c := onA[0]
+			send(t, c, map[string]any{"type": "response.create"})
+			readUntil(t, c, "response.done")
+			readUntil(t, c, EventResumed) // a dropped it after its response
+			if n := len(b.Records()); n != 1 {
+				t.Errorf("b served %d upstream sessions, want 1: the resume went past its max_parallel_requests", n)
+			}
+			if n := len(a.Records()); n != 3 {
+				t.Errorf("a served %d upstream sessions, want 3 (two connects and the resume)", n)
+			}
+		})
+	}
+}
+
 func TestKeyContinuityOff(t *testing.T) {
 	a := startMock(t, mockai.Config{AudioDeltas: 1, Cut: mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1}})
 	t.Setenv("NOKEEP_KEY", "sk-nokeep-0123456789")

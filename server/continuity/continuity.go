@@ -86,6 +86,12 @@ func (b *Budget) take(n int) bool {
 	return true
 }
 
+// room says whether n more bytes would fit once freeing bytes are given
+// back; other sessions may take it first (take decides).
+func (b *Budget) room(n, freeing int) bool {
+	return b == nil || b.used.Load()-int64(freeing)+int64(n) <= b.max
+}
+
 func (b *Budget) give(n int) {
 	if b != nil && n != 0 {
 		b.used.Add(-int64(n))
@@ -393,9 +399,14 @@ type item struct {
 func (it *item) size() int { return len(it.id) + len(it.body) + len(it.audio) + itemOverhead }
 
 // resize accounts for a change of n bytes, dropping the oldest items while
-// the caps are passed. A change that cannot fit even alone is undone by
-// the caller (false).
+// the caps are passed. A change that could not fit even with every item
+// dropped drops none and is refused (false): the caller undoes or skips
+// it. An index into st.items taken before a resize may point elsewhere
+// after it: find the item again.
 func (st *State) resize(n int) bool {
+	if n > 0 && !st.fits(n) {
+		return false
+	}
 	for n > 0 && (st.bytes+n > st.max || !st.global.take(n)) {
 		if len(st.items) == 0 {
 			return false
@@ -412,6 +423,21 @@ func (st *State) resize(n int) bool {
 	}
 	st.bytes += n
 	return true
+}
+
+// fits says whether n more bytes can be kept once items are dropped: beside
+// what is not an item (the configuration, audio awaiting its turn) within
+// the session's cap, and within what the global budget has left plus what
+// this session's items hold there.
+func (st *State) fits(n int) bool {
+	if st.bytes+n <= st.max && st.global.room(n, 0) {
+		return true // nothing to drop
+	}
+	items := 0
+	for i := range st.items {
+		items += st.items[i].size()
+	}
+	return st.bytes-items+n <= st.max && st.global.room(n, items)
 }
 
 // mergeConfig merges a session object into the kept configuration as the
@@ -481,10 +507,15 @@ func (st *State) confirm(raw json.RawMessage, replace bool) {
 		if (!replace && it.body != nil) || it.truncated || (pending && it.body != nil) {
 			return
 		}
-		if !st.resize(len(body) - len(it.body)) {
+		grow := len(body) - len(it.body)
+		if !st.resize(grow) {
 			return
 		}
-		it.body = body
+		if i = st.find(id); i < 0 { // dropped to make room for itself
+			st.resize(-grow)
+			return
+		}
+		st.items[i].body = body
 		return
 	}
 	it := item{id: id, body: body}
@@ -518,9 +549,15 @@ func (st *State) transcribed(id, transcript string) {
 		return
 	}
 	body := messageBody(id, "user", []map[string]string{{"type": "input_text", "text": transcript}})
-	if st.resize(len(body)) {
-		st.items[i].body = body
+	if !st.resize(len(body)) {
+		return
 	}
+	// The resize may have dropped older items (i is stale), or this one.
+	if i = st.find(id); i < 0 {
+		st.resize(-len(body))
+		return
+	}
+	st.items[i].body = body
 }
 
 // wireItem is a conversation item as the upstream shows it.

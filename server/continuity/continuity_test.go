@@ -260,3 +260,62 @@ func TestWantsAndExpired(t *testing.T) {
 		t.Errorf("IsSessionExpired allocates %v times on a delta", n)
 	}
 }
+
+// TestDropsKeepTheTarget: an item updated at the cap (a late transcript,
+// a fuller confirmation) may need older items dropped first; the update
+// must still land on that item, and a change that cannot fit however much
+// is dropped must drop nothing.
+func TestDropsKeepTheTarget(t *testing.T) {
+	text := func(id, role, kind string, n int) string {
+		return `{"type":"conversation.item.done","item":{"id":"` + id + `","type":"message","role":"` + role +
+			`","content":[{"type":"` + kind + `","text":"` + strings.Repeat("x", n) + `"}]}}`
+	}
+	heard := `{"type":"conversation.item.done","item":{"id":"item_heard","type":"message","role":"user","content":[{"type":"input_audio","transcript":null}]}}`
+	transcript := `{"type":"conversation.item.input_audio_transcription.completed","item_id":"item_heard","transcript":"` + strings.Repeat("y", 300) + `"}`
+	tests := []struct {
+		name     string
+		evs      []ev
+		wantIDs  string
+		wantText map[string]string // id -> a text its replayed body must hold
+	}{
+		{"transcript after the answer", []ev{
+			{'u', text("item_old", "user", "input_text", 300)},
+			{'u', heard},
+			{'u', text("item_answer", "assistant", "output_text", 20)},
+			{'u', transcript}, // needs item_old's room
+		}, "item_heard item_answer", map[string]string{"item_heard": "yyy", "item_answer": "xxx"}},
+		{"transcript of the last item", []ev{
+			{'u', text("item_old", "user", "input_text", 300)},
+			{'u', heard},
+			{'u', transcript}, // the old index would be past the end
+		}, "item_heard", map[string]string{"item_heard": "yyy"}},
+		{"too large to fit at all", []ev{
+			{'u', text("item_old", "user", "input_text", 100)},
+			{'u', heard},
+			{'u', `{"type":"conversation.item.input_audio_transcription.completed","item_id":"item_heard","transcript":"` + strings.Repeat("z", 900) + `"}`},
+		}, "item_old", map[string]string{"item_old": "xxx"}}, // item_heard still awaits a transcript that fits
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var k Keeper
+			lim := Limits{MaxBytes: 800, Global: NewBudget(1 << 20)}
+			play(&k, lim, tt.evs)
+			snap := k.Snapshot()
+			if got := strings.Join(snap.IDs, " "); got != tt.wantIDs {
+				t.Fatalf("kept %q, want %q", got, tt.wantIDs)
+			}
+			for i, id := range snap.IDs {
+				want, ok := tt.wantText[id]
+				if ok && !strings.Contains(string(snap.Items[i]), want) {
+					t.Errorf("%s replays as %s, want it to hold %q", id, snap.Items[i], want)
+				}
+				if !strings.Contains(string(snap.Items[i]), `"id":"`+id+`"`) {
+					t.Errorf("item %d replays as %s, not as %s", i, snap.Items[i], id)
+				}
+			}
+			if k.Bytes() > lim.MaxBytes || lim.Global.Used() != int64(k.Bytes()) {
+				t.Errorf("keeps %d bytes (cap %d), the global budget counts %d", k.Bytes(), lim.MaxBytes, lim.Global.Used())
+			}
+		})
+	}
+}
