@@ -450,6 +450,10 @@ func liveHoldText(p []byte, args *resumeArgs) bool {
 		return false
 	}
 	args.expired.Store(true)
+	// Kept for a resume that is refused: the session then ends as without
+	// continuity, this event first (resumer.resume).
+	held := frames.AppendFrame(nil, ws.OpText, p, false)
+	args.heldExpired.Store(&held)
 	return true
 }
 

@@ -11,6 +11,7 @@ import (
 
 	coder "github.com/coder/websocket"
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/mockai"
 )
@@ -236,6 +237,32 @@ func TestLiveResumeAtTheCap(t *testing.T) {
 			}
 			if rec.CostUSD < 0.0024 || rec.CostUSD > 0.0026 {
 				t.Errorf("cost $%v, want 3 s at $0.05/min", rec.CostUSD)
+			}
+		})
+}
+
+// TestLiveResumeRefusedAfterExpired: a Live session out of resumes meets
+// the cap once more and ends as it would without continuity: the cap's
+// session.closed (held back while the resume was weighed), then the close.
+func TestLiveResumeRefusedAfterExpired(t *testing.T) {
+	overBoth(t, mockai.Config{NoExpiresAt: true, Live: mockai.LiveConfig{MaxDuration: 400 * time.Millisecond, UsageInterval: -1}},
+		func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+			g, _ := liveGateway(t, mock, trust)
+			c := g.dialLive(t, "sk-team-a-test")
+			send(t, c, liveStart("gpt-live", nil))
+			readUntil(t, c, "session.started")
+			for i := range maxResumes {
+				if e, _ := readUntil(t, c, EventResumed); e.str("cause") != causeExpired {
+					t.Fatalf("resume %d: %v", i+1, e)
+				}
+			}
+			e, seen := readUntil(t, c, "session.closed")
+			if e.str("reason") != "expired" {
+				t.Fatalf("got %v after %v, want the cap's session.closed", e, seen)
+			}
+			closeOf(t, c)
+			if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues(causeExpired, "refused")); n != 1 {
+				t.Errorf("refused resumes counted %v", n)
 			}
 		})
 }

@@ -212,10 +212,11 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 	if !info.mayResume(at) {
 		s.log.Warn("session not resumed: too many resumes", "session", info.id, "key", info.key.Name, "cause", cause)
 		s.metrics.resumes.WithLabelValues(cause, "refused").Inc()
-		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), Outcome: "failed"})
+		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), Outcome: "refused"})
 		if held != nil && cause == causeExpired {
 			// The session ends as without continuity: the upstream's
-			// own session_expired, then its 1001 (lostForGood).
+			// own session_expired (GPT-Live: session.closed), then its
+			// close (lostForGood).
 			sess.SendClient(*held)
 		}
 		return false
