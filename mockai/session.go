@@ -377,6 +377,10 @@ func (s *session) createResponse(ev clientEvent) {
 	r.text, r.tool = s.shape(ev.Response)
 	if r.tool != nil { // the call is the conversation's newest item
 		s.lastItemID, s.lastItemType = r.itemID, "function_call"
+	} else {
+		// So is the answer's message: the next item's previous_item_id.
+		// (Its type is left: it decides the next tool call, turns.go.)
+		s.lastItemID = r.itemID
 	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
 	s.active = r

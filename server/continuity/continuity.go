@@ -46,6 +46,7 @@ package continuity
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -218,10 +219,10 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 			st.response = ""
 		}
 		for _, it := range ev.Response.Output {
-			st.confirm(it, false)
+			st.confirm(it, false, nil)
 		}
 	case "conversation.item.done", "conversation.item.created", "response.output_item.done":
-		k.state(lim).confirm(ev.Item, true)
+		k.state(lim).confirm(ev.Item, true, ev.PreviousItemID)
 	case "conversation.item.deleted":
 		if k.st != nil {
 			k.st.remove(ev.ItemID)
@@ -257,10 +258,13 @@ func (k *Keeper) lock(p []byte) (typ string, ok bool) {
 
 // upstreamEvent holds the fields of the upstream events Upstream reads.
 type upstreamEvent struct {
-	Item       json.RawMessage `json:"item"`
-	ItemID     string          `json:"item_id"`
-	Transcript string          `json:"transcript"`
-	Response   struct {
+	Item json.RawMessage `json:"item"`
+	// PreviousItemID places an item the client inserted
+	// (conversation.item.create's previous_item_id): null at the start.
+	PreviousItemID json.RawMessage `json:"previous_item_id"`
+	ItemID         string          `json:"item_id"`
+	Transcript     string          `json:"transcript"`
+	Response       struct {
 		ID     string            `json:"id"`
 		Output []json.RawMessage `json:"output"`
 	} `json:"response"`
@@ -495,8 +499,10 @@ func (st *State) find(id string) int {
 
 // confirm keeps (or updates) an item the upstream confirmed. replace says
 // an existing item's body is replaced (a later, fuller confirmation);
-// response.done's output only fills items not seen yet.
-func (st *State) confirm(raw json.RawMessage, replace bool) {
+// response.done's output only fills items not seen yet. A new item goes
+// after prev (the event's previous_item_id; first when null), or last
+// when prev is absent or not kept.
+func (st *State) confirm(raw json.RawMessage, replace bool, prev json.RawMessage) {
 	id, body, pending, ok := replayable(raw)
 	if !ok {
 		return
@@ -523,8 +529,24 @@ func (st *State) confirm(raw json.RawMessage, replace bool) {
 		st.dropped++
 		return
 	}
-	st.items = append(st.items, it)
-	st.attachAudio(&st.items[len(st.items)-1])
+	at := st.placeAfter(prev)
+	st.items = slices.Insert(st.items, at, it)
+	st.attachAudio(&st.items[at])
+}
+
+// placeAfter is where an item whose previous_item_id is prev goes.
+func (st *State) placeAfter(prev json.RawMessage) int {
+	var id *string
+	if len(prev) == 0 || json.Unmarshal(prev, &id) != nil {
+		return len(st.items)
+	}
+	if id == nil {
+		return 0 // null: the start of the conversation
+	}
+	if i := st.find(*id); i >= 0 {
+		return i + 1
+	}
+	return len(st.items)
 }
 
 func (st *State) remove(id string) {

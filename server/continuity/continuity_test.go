@@ -319,3 +319,38 @@ func TestDropsKeepTheTarget(t *testing.T) {
 		})
 	}
 }
+
+// TestInsertedItemsKeepTheirPlace: an item the client inserted with
+// previous_item_id is replayed where the upstream put it (the upstream
+// says where in conversation.item.done: null at the start), not last.
+func TestInsertedItemsKeepTheirPlace(t *testing.T) {
+	done := func(id, prev string) string {
+		p := ""
+		if prev != "" {
+			p = `,"previous_item_id":` + prev
+		}
+		return `{"type":"conversation.item.done"` + p + `,"item":{"id":"` + id +
+			`","type":"message","role":"user","content":[{"type":"input_text","text":"t"}]}}`
+	}
+	tests := []struct {
+		name string
+		evs  []ev
+		want string
+	}{
+		{"in order", []ev{{'u', done("item_a", "")}, {'u', done("item_b", `"item_a"`)}}, "item_a item_b"},
+		{"at the start", []ev{{'u', done("item_a", "")}, {'u', done("item_b", `"item_a"`)}, {'u', done("item_ctx", "null")}},
+			"item_ctx item_a item_b"},
+		{"in the middle", []ev{{'u', done("item_a", "")}, {'u', done("item_b", `"item_a"`)}, {'u', done("item_mid", `"item_a"`)}},
+			"item_a item_mid item_b"},
+		{"after an item not kept", []ev{{'u', done("item_a", "")}, {'u', done("item_b", `"item_gone"`)}}, "item_a item_b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var k Keeper
+			play(&k, Limits{}, tt.evs)
+			if got := strings.Join(k.Snapshot().IDs, " "); got != tt.want {
+				t.Errorf("replays %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
