@@ -224,8 +224,10 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 	snap := info.keep.Snapshot()
 	if info.live != nil {
 		info.live.resuming(sess, snap) // GPT-Live's meter and failed response (live.go)
-	} else if snap.Response != "" {
-		sess.SendClient(failedResponse(snap.Response))
+	} else {
+		for _, id := range snap.Responses {
+			sess.SendClient(failedResponse(id))
+		}
 	}
 	if loss.ClientCut {
 		sess.SendClient(s.proto.Refusal("client_event_lost",

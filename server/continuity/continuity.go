@@ -211,13 +211,13 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 	switch typ {
 	case "response.created":
 		st := k.state(lim)
-		st.response = ev.Response.ID
+		if !slices.Contains(st.responses, ev.Response.ID) {
+			st.responses = append(st.responses, ev.Response.ID)
+		}
 		st.answered()
 	case usage.TypeResponseDone:
 		st := k.state(lim)
-		if st.response == ev.Response.ID {
-			st.response = ""
-		}
+		st.responses = slices.DeleteFunc(st.responses, func(id string) bool { return id == ev.Response.ID })
 		for _, it := range ev.Response.Output {
 			st.confirm(it, false, nil)
 		}
@@ -286,8 +286,11 @@ type Snapshot struct {
 	Config   []byte   // the merged session configuration (nil: none)
 	Items    [][]byte // the replayable items, oldest first, each a JSON object with its id
 	IDs      []string // their ids, in the same order
-	Response string   // the response in progress, "" when none
-	Dropped  int      // items left out for the caps since the session started
+	Response string   // the newest response in progress, "" when none
+	// Responses are every Realtime response in progress, oldest first
+	// (Response is the last): each ends for the client as failed.
+	Responses []string
+	Dropped   int // items left out for the caps since the session started
 	// Asked is the client's response.create (its payload) that no
 	// response.created or error answered yet: the fresh upstream is asked
 	// again, after the replay. Nil when none.
@@ -311,7 +314,10 @@ func (k *Keeper) Snapshot() Snapshot {
 	if st.live != nil {
 		return st.liveSnapshot()
 	}
-	snap := Snapshot{Config: st.config, Response: st.response, Dropped: st.dropped}
+	snap := Snapshot{Config: st.config, Dropped: st.dropped, Responses: slices.Clone(st.responses)}
+	if n := len(st.responses); n > 0 {
+		snap.Response = st.responses[n-1]
+	}
 	snap.Asked = st.askAgain()
 	for _, it := range st.items {
 		if (it.body == nil && it.audio == nil) || it.truncated {
@@ -324,7 +330,7 @@ func (k *Keeper) Snapshot() Snapshot {
 		snap.Items = append(snap.Items, body)
 		snap.IDs = append(snap.IDs, it.id)
 	}
-	st.response, st.speaking = "", false
+	st.responses, st.speaking = st.responses[:0], false
 	return snap
 }
 
@@ -336,7 +342,7 @@ func (k *Keeper) Snapshot() Snapshot {
 func (k *Keeper) Quiet() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.st == nil || (k.st.response == "" && !k.st.speaking && !k.st.waiting)
+	return k.st == nil || (len(k.st.responses) == 0 && !k.st.speaking && !k.st.waiting)
 }
 
 // Bytes is what the session keeps now.
@@ -383,10 +389,12 @@ type State struct {
 	// dropped counts items left out for the caps.
 	dropped int
 
-	response string // the response in progress
-	speaking bool   // speech_started without its speech_stopped
-	waiting  bool   // a response asked for and not started (asked.go)
-	asked    []byte // the client's response.create while waiting; nil when too large or none
+	// responses are those in progress, oldest first: an out-of-band
+	// response (conversation "none") may run beside the conversation's.
+	responses []string
+	speaking  bool   // speech_started without its speech_stopped
+	waiting   bool   // a response asked for and not started (asked.go)
+	asked     []byte // the client's response.create while waiting; nil when too large or none
 
 	live  *liveConv   // a GPT-Live session's conversation (live.go); nil for Realtime
 	heard *heardAudio // the user's audio, when kept (audio.go); nil otherwise

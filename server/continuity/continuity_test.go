@@ -354,3 +354,28 @@ func TestInsertedItemsKeepTheirPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestOverlappingResponses: an out-of-band response (conversation "none")
+// may run beside the conversation's; the end of one leaves the other in
+// progress: not a quiet moment, and lost with the upstream (it ends for
+// the client as failed).
+func TestOverlappingResponses(t *testing.T) {
+	created := func(id string) ev { return ev{'u', `{"type":"response.created","response":{"id":"` + id + `"}}`} }
+	done := func(id string) ev { return ev{'u', `{"type":"response.done","response":{"id":"` + id + `","output":[]}}`} }
+	var k Keeper
+	play(&k, Limits{}, []ev{created("resp_main"), created("resp_oob"), done("resp_oob")})
+	if k.Quiet() {
+		t.Fatal("quiet while resp_main is in progress")
+	}
+	snap := k.Snapshot()
+	if strings.Join(snap.Responses, " ") != "resp_main" || snap.Response != "resp_main" {
+		t.Errorf("lost responses %v (newest %q), want resp_main", snap.Responses, snap.Response)
+	}
+	play(&k, Limits{}, []ev{created("resp_a"), created("resp_b")})
+	if snap := k.Snapshot(); strings.Join(snap.Responses, " ") != "resp_a resp_b" || snap.Response != "resp_b" {
+		t.Errorf("lost responses %v (newest %q), want resp_a resp_b", snap.Responses, snap.Response)
+	}
+	if !k.Quiet() {
+		t.Error("not quiet after the snapshot let go of the lost responses")
+	}
+}
