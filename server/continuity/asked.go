@@ -1,5 +1,7 @@
 package continuity
 
+import "encoding/json"
+
 // A response asked for and not started yet: the client's response.create
 // forwarded to the upstream, or server VAD's speech_stopped (the upstream
 // commits the speech and, unless create_response is off, starts a
@@ -23,9 +25,15 @@ func (st *State) ask(p []byte, queued bool) {
 	if queued {
 		return // an earlier request still unanswered is asked first
 	}
-	st.asked = nil
+	st.asked, st.askedEvent = nil, ""
 	if len(p) <= MaxAsked {
 		st.asked = append([]byte(nil), p...)
+		var ev struct {
+			EventID string `json:"event_id"`
+		}
+		if json.Unmarshal(p, &ev) == nil {
+			st.askedEvent = ev.EventID
+		}
 	}
 }
 
@@ -33,15 +41,28 @@ func (st *State) ask(p []byte, queued bool) {
 func (st *State) speechStopped() { st.speaking, st.waiting = false, true }
 
 // answered ends the wait for a response: it started.
-func (st *State) answered() { st.waiting, st.asked = false, nil }
+func (st *State) answered() { st.waiting, st.asked, st.askedEvent = false, nil, "" }
 
 // refused reads an upstream error event p: it answers a client event, most
 // likely the request a response waits for (an active response already, a
-// bad parameter). OpenAI's cap is no answer to anything.
+// bad parameter), unless it names the client event it answers
+// (error.event_id) and that is not the kept response.create's (an empty
+// commit, say). OpenAI's cap is no answer to anything.
 func (st *State) refused(p []byte) {
-	if !IsSessionExpired(p) {
-		st.answered()
+	if IsSessionExpired(p) {
+		return
 	}
+	if st.askedEvent != "" {
+		var ev struct {
+			Error struct {
+				EventID string `json:"event_id"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(p, &ev) == nil && ev.Error.EventID != "" && ev.Error.EventID != st.askedEvent {
+			return // another request's error
+		}
+	}
+	st.answered()
 }
 
 // askAgain is what a resume asks the fresh upstream after the replay: the

@@ -392,9 +392,12 @@ type State struct {
 	// responses are those in progress, oldest first: an out-of-band
 	// response (conversation "none") may run beside the conversation's.
 	responses []string
-	speaking  bool   // speech_started without its speech_stopped
-	waiting   bool   // a response asked for and not started (asked.go)
-	asked     []byte // the client's response.create while waiting; nil when too large or none
+	speaking  bool // speech_started without its speech_stopped
+	waiting   bool // a response asked for and not started (asked.go)
+	// askedEvent is the kept response.create's event_id ("" when it had
+	// none): an error naming another event answers that one (asked.go).
+	askedEvent string
+	asked      []byte // the client's response.create while waiting; nil when too large or none
 
 	live  *liveConv   // a GPT-Live session's conversation (live.go); nil for Realtime
 	heard *heardAudio // the user's audio, when kept (audio.go); nil otherwise

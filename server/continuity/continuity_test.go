@@ -211,6 +211,7 @@ func TestQuiet(t *testing.T) {
 // there; one queued during the resume goes with the queue, not the replay.
 func TestAsked(t *testing.T) {
 	const ask = `{"type":"response.create","response":{"instructions":"short"}}`
+	const askID = `{"type":"response.create","event_id":"evt_ask"}`
 	tests := []struct {
 		name  string
 		evs   []ev
@@ -220,6 +221,8 @@ func TestAsked(t *testing.T) {
 		{"answered (its response is lost with the upstream)", []ev{{'c', ask}, {'u', `{"type":"response.created","response":{"id":"r"}}`}}, "", true},
 		{"not answered yet", []ev{{'c', ask}}, ask, false},
 		{"refused", []ev{{'c', ask}, {'u', `{"type":"error","error":{"code":"x"}}`}}, "", true},
+		{"another request's error", []ev{{'c', askID}, {'u', `{"type":"error","error":{"code":"x","event_id":"evt_commit"}}`}}, askID, false},
+		{"its own error", []ev{{'c', askID}, {'u', `{"type":"error","error":{"code":"x","event_id":"evt_ask"}}`}}, "", true},
 		{"queued", []ev{{'q', ask}}, "", true},
 		{"the unanswered one first, the queued one with the queue", []ev{{'c', ask}, {'q', `{"type":"response.create"}`}}, ask, false},
 		{"server VAD's wait ends: its audio is lost", []ev{{'u', `{"type":"input_audio_buffer.speech_stopped"}`}}, "", true},
@@ -361,7 +364,9 @@ func TestInsertedItemsKeepTheirPlace(t *testing.T) {
 // the client as failed).
 func TestOverlappingResponses(t *testing.T) {
 	created := func(id string) ev { return ev{'u', `{"type":"response.created","response":{"id":"` + id + `"}}`} }
-	done := func(id string) ev { return ev{'u', `{"type":"response.done","response":{"id":"` + id + `","output":[]}}`} }
+	done := func(id string) ev {
+		return ev{'u', `{"type":"response.done","response":{"id":"` + id + `","output":[]}}`}
+	}
 	var k Keeper
 	play(&k, Limits{}, []ev{created("resp_main"), created("resp_oob"), done("resp_oob")})
 	if k.Quiet() {
