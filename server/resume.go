@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -245,20 +246,13 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 }
 
 // reserve plans a resume's connect as Reserve plans a connect (the slot on
-// the first candidate), but on a deployment other than failed, the one the
-// loss looks like the fault of, when one has room; failed stays last, for
-// failover, and is first only when no other has room. Putting failed last
-// after Reserve chose it would send the session to a deployment Reserve
-// skipped as full, past its max_parallel_requests, while failed held the
-// slot.
+// the first candidate), on a deployment other than failed (the loss looks
+// like its fault) when one has room, failed last for failover; failed first
+// only when no other has room. (Moving failed last after Reserve chose it
+// sent sessions past a full deployment's max_parallel_requests.)
 func (r resumer) reserve(group []*routes.Deployment, failed *routes.Deployment) (balance.Plan, *balance.Busy) {
 	if failed != nil && len(group) > 1 {
-		others := make([]*routes.Deployment, 0, len(group)-1)
-		for _, d := range group {
-			if d != failed {
-				others = append(others, d)
-			}
-		}
+		others := slices.DeleteFunc(slices.Clone(group), func(d *routes.Deployment) bool { return d == failed })
 		if plan, busy := r.s.balancer.Reserve(others); busy == nil {
 			plan.Cands = append(plan.Cands, failed)
 			return plan, nil
@@ -537,6 +531,9 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 	lead, deadline := rolloverLead(life), capAt.Add(-rolloverDeadline(life))
 	args.rollMu.Lock()
 	defer args.rollMu.Unlock()
+	if args.stopped {
+		return // the session ended (stopRollover): a resume finishing late arms nothing
+	}
 	if args.rollTimer != nil {
 		args.rollTimer.Stop()
 	}
