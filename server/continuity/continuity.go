@@ -13,10 +13,11 @@
 // response or a user's speech is in progress. Audio frames
 // (input_audio_buffer.append, the output deltas) are never parsed.
 //
-// What becomes a replayable item, from the upstream's confirmations
-// (conversation.item.done, or for the response's own items
+// What becomes a replayable item (replayable.go), from the upstream's
+// confirmations (conversation.item.done, or for the response's own items
 // response.output_item.done or response.done's output, whichever comes
-// first; later ones replace the kept body, so the final transcript wins):
+// first; later ones replace the kept body, so the final transcript wins), in
+// the place the upstream's previous_item_id gives:
 //
 //	user message, input_text              kept as it is
 //	user message, input_audio             its transcript as input_text, once
@@ -39,7 +40,7 @@
 // A response asked for and not started yet makes the session busy, and an
 // unanswered response.create is asked again of a fresh upstream (asked.go).
 //
-// A session's State is nil until it keeps something (Keeper), so an idle
+// A session's State is nil until it keeps something (Keeper): an idle
 // session with an empty conversation costs one pointer and a lock.
 package continuity
 
@@ -48,7 +49,6 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"rtgate/server/usage"
 )
@@ -59,53 +59,6 @@ const DefaultMaxBytes = 256 << 10
 // itemOverhead is what a kept item costs beyond its body and id (the
 // slice entry and the strings' headers), so that many tiny items count.
 const itemOverhead = 64
-
-// Budget is the gateway-wide cap on what every session keeps together
-// (CONTINUITY_GLOBAL_MAX_BYTES). A nil Budget caps nothing.
-type Budget struct {
-	max  int64
-	used atomic.Int64
-}
-
-// NewBudget caps all sessions together at max bytes (0 or less: no cap).
-func NewBudget(max int64) *Budget {
-	if max <= 0 {
-		return nil
-	}
-	return &Budget{max: max}
-}
-
-// take reserves n bytes; false when the cap would be passed.
-func (b *Budget) take(n int) bool {
-	if b == nil {
-		return true
-	}
-	if b.used.Add(int64(n)) > b.max {
-		b.used.Add(-int64(n))
-		return false
-	}
-	return true
-}
-
-// room says whether n more bytes would fit once freeing bytes are given
-// back; other sessions may take it first (take decides).
-func (b *Budget) room(n, freeing int) bool {
-	return b == nil || b.used.Load()-int64(freeing)+int64(n) <= b.max
-}
-
-func (b *Budget) give(n int) {
-	if b != nil && n != 0 {
-		b.used.Add(-int64(n))
-	}
-}
-
-// Used is what every session keeps now, in bytes.
-func (b *Budget) Used() int64 {
-	if b == nil {
-		return 0
-	}
-	return b.used.Load()
-}
 
 // Limits are what a session may keep.
 type Limits struct {
@@ -591,105 +544,6 @@ func (st *State) transcribed(id, transcript string) {
 		return
 	}
 	st.items[i].body = body
-}
-
-// wireItem is a conversation item as the upstream shows it.
-type wireItem struct {
-	ID        string        `json:"id"`
-	Type      string        `json:"type"`
-	Role      string        `json:"role"`
-	Content   []wireContent `json:"content"`
-	CallID    string        `json:"call_id"`
-	Name      string        `json:"name"`
-	Arguments string        `json:"arguments"`
-	Output    string        `json:"output"`
-}
-
-type wireContent struct {
-	Type       string  `json:"type"`
-	Text       *string `json:"text"`
-	Transcript *string `json:"transcript"`
-}
-
-// replayable turns an upstream item into the item a conversation.item.create
-// replays (see the package doc). pending: a user's audio whose transcript
-// has not come yet (kept in order, its body later).
-func replayable(raw json.RawMessage) (id string, body []byte, pending, ok bool) {
-	var it wireItem
-	if json.Unmarshal(raw, &it) != nil || it.ID == "" {
-		return "", nil, false, false
-	}
-	switch it.Type {
-	case "function_call":
-		body, _ = json.Marshal(struct {
-			ID        string `json:"id"`
-			Type      string `json:"type"`
-			CallID    string `json:"call_id"`
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		}{it.ID, it.Type, it.CallID, it.Name, it.Arguments})
-		return it.ID, body, false, true
-	case "function_call_output":
-		body, _ = json.Marshal(struct {
-			ID     string `json:"id"`
-			Type   string `json:"type"`
-			CallID string `json:"call_id"`
-			Output string `json:"output"`
-		}{it.ID, it.Type, it.CallID, it.Output})
-		return it.ID, body, false, true
-	case "message":
-	default:
-		return "", nil, false, false
-	}
-	var parts []map[string]string
-	audio := false
-	for _, c := range it.Content {
-		text := ""
-		switch {
-		case c.Text != nil:
-			text = *c.Text
-		case c.Transcript != nil:
-			text = *c.Transcript
-		}
-		switch c.Type {
-		case "input_audio":
-			audio = true
-			if text == "" {
-				continue
-			}
-			parts = append(parts, map[string]string{"type": "input_text", "text": text})
-		case "input_text":
-			parts = append(parts, map[string]string{"type": "input_text", "text": text})
-		case "output_audio", "output_text", "audio", "text":
-			if it.Role != "assistant" {
-				continue
-			}
-			parts = append(parts, map[string]string{"type": "output_text", "text": text})
-		}
-	}
-	switch it.Role {
-	case "user", "system", "assistant":
-	default:
-		return "", nil, false, false
-	}
-	if len(parts) == 0 {
-		if audio && it.Role == "user" {
-			return it.ID, nil, true, true // its transcript may follow
-		}
-		return "", nil, false, false
-	}
-	return it.ID, messageBody(it.ID, it.Role, parts), false, true
-}
-
-// messageBody is a message item with the given content parts.
-func messageBody(id, role string, parts []map[string]string) []byte {
-	body, _ := json.Marshal(struct {
-		ID      string              `json:"id"`
-		Type    string              `json:"type"`
-		Role    string              `json:"role"`
-		Content []map[string]string `json:"content"`
-	}{id, "message", role, parts})
-	return body
 }
 
 // IsSessionExpired reports whether an upstream event (its payload) is the
