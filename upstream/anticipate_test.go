@@ -142,11 +142,7 @@ func TestMissClaimsADialInFlight(t *testing.T) {
 			t.Fatal("the second miss (no dial in flight left unclaimed) was not sent to dial at once")
 		}
 		own.Done()
-		waitLanded(t, claimed)
-		h, _ := claimed.Take(first)
-		if h == nil {
-			t.Fatal("the claimed dial landed, but Take found nothing")
-		}
+		h, _ := takeLanded(t, claimed, first)
 		first.h = h
 		claimed.Done()
 		if dialsNow(claimed) {

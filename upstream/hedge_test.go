@@ -8,6 +8,7 @@ import (
 
 	"rtgate/internal/testwait"
 	"rtgate/mockai"
+	"rtgate/poller"
 )
 
 // TestMissTakesTheWarmSocketThatLandsFirst: a client that missed the pool
@@ -31,11 +32,7 @@ func testMissTakesTheWarmSocketThatLandsFirst(t *testing.T, tls bool) {
 	}
 	// The client's own dial is "in flight" (the test has not started it):
 	// the refill's socket lands first.
-	waitLanded(t, miss)
-	h, held := miss.Take(s)
-	if h == nil {
-		t.Fatal("the miss was told a socket landed, but Take found none")
-	}
+	h, held := takeLanded(t, miss, s)
 	s.h = h
 	if !strings.Contains(string(held), "session.created") {
 		t.Fatalf("the taken socket holds %q, want session.created", held)
@@ -112,16 +109,29 @@ func TestMissPassesOnASocketItWillNotTake(t *testing.T) {
 		}
 		testwait.For(t, "the refill to land", func() bool { return p.Warm(ta) == 1 })
 		first.Done() // its own dial won: it will not take the socket it was told of
-		waitLanded(t, second)
 		s := &sink{}
-		h, _ := second.Take(s)
-		if h == nil {
-			t.Fatal("the second miss, told of the socket, found none")
-		}
+		h, _ := takeLanded(t, second, s)
 		s.h = h
 		second.Done()
 		h.Endpoint().Close()
 	})
+}
+
+// takeLanded waits for miss to be told a socket landed, and takes it. A
+// socket that has just landed can be busy for an instant (its read
+// handler holds it): Take then finds nothing and the pool tells the miss
+// again after busyRetry on its clock, which a test's manual clock does not
+// run; so this looks again itself, bounded.
+func takeLanded(t *testing.T, miss *Miss, owner poller.Owner) (*poller.Handle, []byte) {
+	t.Helper()
+	waitLanded(t, miss)
+	var h *poller.Handle
+	var held []byte
+	testwait.For(t, "the landed socket to be taken", func() bool {
+		h, held = miss.Take(owner)
+		return h != nil
+	})
+	return h, held
 }
 
 // waitLanded waits, bounded, for miss's Landed signal.
