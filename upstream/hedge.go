@@ -24,10 +24,11 @@ import (
 // Miss is a client's connect that missed the pool and dials its own
 // upstream: at once, or once its claim on a pool dial in flight lapses
 // (anticipate.go, DialNow). Landed signals when a warm socket of its key
-// may be there to Take; Give hands the own dial's socket to the pool when a
-// warm one was taken instead; Done, called once the client no longer waits on the pool
-// (its own dial ended, or it took a warm socket), ends the client dial the
-// yield rule counts (yield.go). All methods are safe on a nil Miss.
+// may be there to Take; Give hands the own dial's socket to the pool when
+// a warm one was taken instead; Done, called once the client no longer
+// waits on the pool (its own dial ended, or it took a warm socket), ends
+// the client dial the yield rule counts (yield.go). All methods are safe
+// on a nil Miss.
 type Miss struct {
 	p      *Pool
 	kp     *keyPool

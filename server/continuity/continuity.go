@@ -477,15 +477,7 @@ func (st *State) confirm(raw json.RawMessage, replace bool, prev json.RawMessage
 		if (!replace && it.body != nil) || it.truncated || (pending && it.body != nil) {
 			return
 		}
-		grow := len(body) - len(it.body)
-		if !st.resize(grow) {
-			return
-		}
-		if i = st.find(id); i < 0 { // dropped to make room for itself
-			st.resize(-grow)
-			return
-		}
-		st.items[i].body = body
+		st.setBody(i, body)
 		return
 	}
 	it := item{id: id, body: body}
@@ -534,13 +526,19 @@ func (st *State) transcribed(id, transcript string) {
 	if i < 0 || st.items[i].body != nil || transcript == "" {
 		return
 	}
-	body := messageBody(id, "user", []map[string]string{{"type": "input_text", "text": transcript}})
-	if !st.resize(len(body)) {
+	st.setBody(i, messageBody(id, "user", []map[string]string{{"type": "input_text", "text": transcript}}))
+}
+
+// setBody gives the kept item at i a new body, within the caps: room is
+// made first (older items may be dropped, so i is looked up again after),
+// and if the item itself had to go, what was made room for is given back.
+func (st *State) setBody(i int, body []byte) {
+	id, grow := st.items[i].id, len(body)-len(st.items[i].body)
+	if !st.resize(grow) {
 		return
 	}
-	// The resize may have dropped older items (i is stale), or this one.
-	if i = st.find(id); i < 0 {
-		st.resize(-len(body))
+	if i = st.find(id); i < 0 { // dropped to make room for itself
+		st.resize(-grow)
 		return
 	}
 	st.items[i].body = body
