@@ -1,0 +1,298 @@
+package turns
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+)
+
+// What the gateway forwarded upstream of the client's events, read by the
+// client side's inspector after each frame went: the response.create
+// (queued per conversation, with its event_id's hash), the commit of the
+// audio buffer, and, while server VAD is on, each append's audio length and
+// the moment it went (audioClock), so that speech_stopped's audio_end_ms
+// finds when the upstream had that audio. Nothing is rewritten, and nothing
+// allocates: the fields are found by a hand scan of the unmasked copy the
+// scanner offers.
+
+// clientMark is what a client event is to the tracker.
+type clientMark uint8
+
+const (
+	notClient clientMark = iota
+	clientCreate
+	clientCommit
+	clientAppend
+)
+
+// ClientWants reports whether the tracker reads the client's event of type
+// typ whole (Client): response.create and input_audio_buffer.commit
+// always, input_audio_buffer.append while server VAD makes responses (its
+// audio is timed).
+func (w *Watch) ClientWants(typ []byte) bool {
+	w.client = notClient
+	if w.Off {
+		return false
+	}
+	switch string(typ) {
+	case "input_audio_buffer.append":
+		if w.timed.Load() {
+			w.client = clientAppend
+		}
+	case "response.create":
+		w.client = clientCreate
+	case "input_audio_buffer.commit":
+		w.client = clientCommit
+	}
+	return w.client != notClient
+}
+
+// Client reads a client event ClientWants asked for, once the gateway has
+// forwarded it.
+func (w *Watch) Client(p []byte) {
+	m := w.client
+	w.client = notClient
+	t := &w.Tracker
+	switch m {
+	case clientAppend:
+		v, ok := stringField(p, `"audio"`)
+		if !ok {
+			return
+		}
+		n := len(v) - bytes.Count(v, []byte{'\\'}) // base64's "/" may come escaped
+		t.mu.Lock()
+		t.audio.add(t.now(), n)
+		t.mu.Unlock()
+	case clientCreate:
+		conv := auto
+		if v, ok := stringField(p, `"conversation"`); ok && string(v) == "none" {
+			conv = none
+		}
+		id, _ := stringField(p, `"event_id"`)
+		t.mu.Lock()
+		t.creates[conv].push(pending{at: t.now(), id: hash(id)})
+		if conv == auto {
+			t.commit = time.Time{} // the response answers the create
+		}
+		t.mu.Unlock()
+	case clientCommit:
+		t.mu.Lock()
+		if t.createResponse {
+			t.commit = t.now()
+		}
+		t.mu.Unlock()
+	}
+}
+
+// The conversations a create goes to.
+const (
+	auto = 0
+	none = 1
+)
+
+// pending is a forwarded response.create not answered yet.
+type pending struct {
+	at time.Time
+	id uint64 // hash of its event_id; 0 without one
+}
+
+// maxPending bounds the creates kept per conversation: a client that sends
+// creates the upstream never answers keeps only its latest.
+const maxPending = 16
+
+// queue is a conversation's pending creates, oldest first.
+type queue struct{ q []pending }
+
+func (q *queue) push(p pending) {
+	if len(q.q) == maxPending {
+		q.q = append(q.q[:0], q.q[1:]...)
+	}
+	q.q = append(q.q, p)
+}
+
+func (q *queue) front() (pending, bool) {
+	if len(q.q) == 0 {
+		return pending{}, false
+	}
+	return q.q[0], true
+}
+
+func (q *queue) pop() (time.Time, bool) {
+	p, ok := q.front()
+	if ok {
+		q.q = append(q.q[:0], q.q[1:]...)
+	}
+	return p.at, ok
+}
+
+// remove takes the create with event id off the queue.
+func (q *queue) remove(id string) bool {
+	h := hash([]byte(id))
+	for i, p := range q.q {
+		if p.id == h {
+			q.q = append(q.q[:i], q.q[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (q *queue) reset() { q.q = q.q[:0] }
+
+// hash is FNV-1a of an event id (0 for none).
+func hash(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h | 1
+}
+
+// audioClock times the audio forwarded upstream: the session's audio so far
+// (in milliseconds, as audio_end_ms counts it: all audio written during the
+// session) and, for the latest appends, how much audio each ended at and
+// when it went. Its marks are made at the first timed append.
+type audioClock struct {
+	perMS float64 // bytes of input audio per millisecond; 0: PCM16 at 24 kHz
+	ms    float64
+	marks []audioMark
+	next  int
+	full  bool
+}
+
+type audioMark struct {
+	endMS float64
+	at    time.Time
+}
+
+// audioMarks is how many appends the clock keeps: at 20 to 100 ms per
+// append, 2.5 to 13 s of audio, far more than speech_stopped lags the
+// audio it points at.
+const audioMarks = 128
+
+// add is an append of b64 base64 characters forwarded at now.
+func (c *audioClock) add(now time.Time, b64 int) {
+	if c.marks == nil {
+		c.marks = make([]audioMark, audioMarks)
+	}
+	perMS := c.perMS
+	if perMS == 0 {
+		perMS = 48
+	}
+	c.ms += float64(b64/4*3+(b64%4)*3/4) / perMS
+	c.marks[c.next] = audioMark{endMS: c.ms, at: now}
+	c.next++
+	if c.next == len(c.marks) {
+		c.next, c.full = 0, true
+	}
+}
+
+// at is when the append that brought the audio up to ms went; false when
+// that append is not among those kept (or the audio never came).
+func (c *audioClock) at(ms int64) (time.Time, bool) {
+	n := c.next
+	if c.full {
+		n = len(c.marks)
+	}
+	target := float64(ms) - 0.5 // audio_end_ms is rounded
+	for i := range n {
+		m := c.marks[(c.next-n+i+len(c.marks))%len(c.marks)]
+		if m.endMS >= target {
+			if i == 0 && c.full {
+				return time.Time{}, false // it may be in an append no longer kept
+			}
+			return m.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// format sets the input audio's format: GA's audio.input.format (type,
+// rate) or beta's input_audio_format.
+func (c *audioClock) format(typ string, rate int) {
+	switch typ {
+	case "audio/pcmu", "audio/pcma", "g711_ulaw", "g711_alaw":
+		c.perMS = 8
+	case "audio/pcm":
+		if rate <= 0 {
+			rate = 24000
+		}
+		c.perMS = float64(rate) * 2 / 1000
+	case "pcm16":
+		c.perMS = 48
+	}
+}
+
+// reset starts counting from zero (a fresh upstream).
+func (c *audioClock) reset() { c.ms, c.next, c.full = 0, 0, false }
+
+// stringField is the raw value (between its quotes, escapes left as they
+// are) of the first string member named key (with its quotes) in the JSON
+// object p; false when there is none. A match inside a string value cannot
+// be taken for a member: quotes inside strings are escaped.
+func stringField(p []byte, key string) ([]byte, bool) {
+	v, ok := member(p, key)
+	if !ok || len(v) == 0 || v[0] != '"' {
+		return nil, false
+	}
+	v = v[1:]
+	for i := 0; ; {
+		j := bytes.IndexByte(v[i:], '"')
+		if j < 0 {
+			return nil, false
+		}
+		i += j
+		slashes := 0
+		for k := i - 1; k >= 0 && v[k] == '\\'; k-- {
+			slashes++
+		}
+		if slashes%2 == 0 {
+			return v[:i], true
+		}
+		i++
+	}
+}
+
+// numberField is the integer value of the first member named key in p.
+func numberField(p []byte, key string) (int64, bool) {
+	v, ok := member(p, key)
+	if !ok {
+		return 0, false
+	}
+	end := 0
+	for end < len(v) && (v[end] == '-' || v[end] == '.' || (v[end] >= '0' && v[end] <= '9')) {
+		end++
+	}
+	f, err := strconv.ParseFloat(string(v[:end]), 64)
+	return int64(f), err == nil
+}
+
+// member is what follows the first member name key and its colon in p.
+func member(p []byte, key string) ([]byte, bool) {
+	for off := 0; ; {
+		i := bytes.Index(p[off:], []byte(key))
+		if i < 0 {
+			return nil, false
+		}
+		i += off
+		off = i + len(key)
+		if !afterAny(p[:i], "{,") {
+			continue
+		}
+		rest := bytes.TrimLeft(p[off:], " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		return bytes.TrimLeft(rest[1:], " \t\r\n"), true
+	}
+}
+
+// afterAny reports whether the last byte of p that is not white space is
+// one of set.
+func afterAny(p []byte, set string) bool {
+	p = bytes.TrimRight(p, " \t\r\n")
+	return len(p) > 0 && bytes.IndexByte([]byte(set), p[len(p)-1]) >= 0
+}
