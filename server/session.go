@@ -500,7 +500,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
 		}
 	}
-	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
+	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info)
 	info.trace.End()
 	if info.liveSideband {
 		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (watch.go), not this one's
