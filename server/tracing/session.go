@@ -184,7 +184,7 @@ type doneEvent struct {
 		Output []struct {
 			Type string `json:"type"`
 		} `json:"output"`
-		Usage  *struct {
+		Usage *struct {
 			InputTokens  int64 `json:"input_tokens"`
 			OutputTokens int64 `json:"output_tokens"`
 			Input        struct {

@@ -2,8 +2,9 @@ package turns
 
 import (
 	"bytes"
-	"strconv"
 	"time"
+
+	"rtgate/internal/jsonscan"
 )
 
 // What the gateway forwarded upstream of the client's events, read by the
@@ -55,7 +56,7 @@ func (w *Watch) Client(p []byte) {
 	t := &w.Tracker
 	switch m {
 	case clientAppend:
-		v, ok := stringField(p, `"audio"`)
+		v, ok := jsonscan.String(p, `"audio"`)
 		if !ok {
 			return
 		}
@@ -65,10 +66,10 @@ func (w *Watch) Client(p []byte) {
 		t.mu.Unlock()
 	case clientCreate:
 		conv := auto
-		if v, ok := stringField(p, `"conversation"`); ok && string(v) == "none" {
+		if v, ok := jsonscan.String(p, `"conversation"`); ok && string(v) == "none" {
 			conv = none
 		}
-		id, _ := stringField(p, `"event_id"`)
+		id, _ := jsonscan.String(p, `"event_id"`)
 		t.mu.Lock()
 		t.creates[conv].push(pending{at: t.now(), id: hash(id)})
 		if conv == auto {
@@ -228,71 +229,3 @@ func (c *audioClock) format(typ string, rate int) {
 
 // reset starts counting from zero (a fresh upstream).
 func (c *audioClock) reset() { c.ms, c.next, c.full = 0, 0, false }
-
-// stringField is the raw value (between its quotes, escapes left as they
-// are) of the first string member named key (with its quotes) in the JSON
-// object p; false when there is none. A match inside a string value cannot
-// be taken for a member: quotes inside strings are escaped.
-func stringField(p []byte, key string) ([]byte, bool) {
-	v, ok := member(p, key)
-	if !ok || len(v) == 0 || v[0] != '"' {
-		return nil, false
-	}
-	v = v[1:]
-	for i := 0; ; {
-		j := bytes.IndexByte(v[i:], '"')
-		if j < 0 {
-			return nil, false
-		}
-		i += j
-		slashes := 0
-		for k := i - 1; k >= 0 && v[k] == '\\'; k-- {
-			slashes++
-		}
-		if slashes%2 == 0 {
-			return v[:i], true
-		}
-		i++
-	}
-}
-
-// numberField is the integer value of the first member named key in p.
-func numberField(p []byte, key string) (int64, bool) {
-	v, ok := member(p, key)
-	if !ok {
-		return 0, false
-	}
-	end := 0
-	for end < len(v) && (v[end] == '-' || v[end] == '.' || (v[end] >= '0' && v[end] <= '9')) {
-		end++
-	}
-	f, err := strconv.ParseFloat(string(v[:end]), 64)
-	return int64(f), err == nil
-}
-
-// member is what follows the first member name key and its colon in p.
-func member(p []byte, key string) ([]byte, bool) {
-	for off := 0; ; {
-		i := bytes.Index(p[off:], []byte(key))
-		if i < 0 {
-			return nil, false
-		}
-		i += off
-		off = i + len(key)
-		if !afterAny(p[:i], "{,") {
-			continue
-		}
-		rest := bytes.TrimLeft(p[off:], " \t\r\n")
-		if len(rest) == 0 || rest[0] != ':' {
-			continue
-		}
-		return bytes.TrimLeft(rest[1:], " \t\r\n"), true
-	}
-}
-
-// afterAny reports whether the last byte of p that is not white space is
-// one of set.
-func afterAny(p []byte, set string) bool {
-	p = bytes.TrimRight(p, " \t\r\n")
-	return len(p) > 0 && bytes.IndexByte([]byte(set), p[len(p)-1]) >= 0
-}

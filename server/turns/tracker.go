@@ -92,6 +92,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"rtgate/internal/jsonscan"
 )
 
 // Outcomes of a turn, the outcome label of rtgate_turns_total.
@@ -259,7 +261,7 @@ func (t *Tracker) deltaOf(prefix []byte) *response {
 	if len(t.open) == 1 {
 		return t.open[0]
 	}
-	if id, ok := stringField(prefix, `"response_id"`); ok {
+	if id, ok := jsonscan.String(prefix, `"response_id"`); ok {
 		for _, r := range t.open {
 			if r.id == string(id) {
 				return r
@@ -510,7 +512,7 @@ func (t *Tracker) failed(p []byte) {
 // the next response of the conversation answers the audio up to its
 // audio_end_ms.
 func (t *Tracker) speechEnd(p []byte) {
-	ms, ok := numberField(p, `"audio_end_ms"`)
+	ms, ok := jsonscan.Int(p, `"audio_end_ms"`)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.createResponse {
