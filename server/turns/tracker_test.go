@@ -366,3 +366,78 @@ func countStarts(evs []Event) int {
 	}
 	return n
 }
+
+// clientInspector is the session's inspector on the client's frames
+// (server's clientWatch) without its server: the type read once, the turns'
+// clock from it.
+type clientInspector struct{ turns *Watch }
+
+func (in clientInspector) Wants(prefix []byte) bool {
+	typ, ok := usage.EventType(prefix)
+	return ok && in.turns.ClientWants(typ)
+}
+
+func (in clientInspector) Inspect(p []byte) { in.turns.Client(p) }
+
+// appendFrame is a client's 20 ms append of 24 kHz PCM16, masked.
+var appendFrame = frames.AppendFrame(nil, ws.OpText,
+	[]byte(`{"type":"input_audio_buffer.append","event_id":"event_1","audio":"`+strings.Repeat("A", 1280)+`"}`), true)
+
+// vadWatch is a Watch whose session has server VAD making responses: its
+// appends are timed.
+func vadWatch() *Watch {
+	w := &Watch{}
+	if w.See(protocol.Realtime{}.Turn([]byte("session.created")), nil) {
+		w.Inspect([]byte(vadSession))
+	}
+	return w
+}
+
+// TestClientAppendAllocatesNothing: with server VAD on, each append the
+// gateway forwards is timed (its audio counted, the moment kept) and
+// allocates nothing once the clock's marks are made.
+func TestClientAppendAllocatesNothing(t *testing.T) {
+	w := vadWatch()
+	s := frames.NewScanner(frames.FromClient, 0)
+	s.SetInspector(clientInspector{w})
+	src := frames.NewByteSource(nil)
+	forward := func() {
+		src.Reset(appendFrame)
+		if _, err := s.Forward(src, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forward()
+	if allocs := testing.AllocsPerRun(1000, forward); allocs != 0 {
+		t.Fatalf("%v allocations per append", allocs)
+	}
+	if got := w.audio.ms; got != 1002*20 { // AllocsPerRun runs once more to warm up
+		t.Fatalf("audio clock at %v ms, want %d", got, 1002*20)
+	}
+}
+
+// BenchmarkClientAppend is what the turn clock adds to a client's append
+// (see continuity's BenchmarkRelayCost for the relay's own): off, VAD off
+// (the type scan only), on (the unmasked copy and the timing).
+func BenchmarkClientAppend(b *testing.B) {
+	for _, mode := range []string{"none", "vad-off", "vad-on"} {
+		b.Run(mode, func(b *testing.B) {
+			s := frames.NewScanner(frames.FromClient, 0)
+			switch mode {
+			case "vad-off":
+				s.SetInspector(clientInspector{&Watch{}})
+			case "vad-on":
+				s.SetInspector(clientInspector{vadWatch()})
+			}
+			src := frames.NewByteSource(nil)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(appendFrame)))
+			for b.Loop() {
+				src.Reset(appendFrame)
+				if _, err := s.Forward(src, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
