@@ -173,7 +173,7 @@ func (w *clientWatch) Wants(prefix []byte) bool {
 // Inspect implements frames.Inspector.
 func (w *clientWatch) Inspect(p []byte) {
 	if w.wantTurns {
-		w.info.turns.Client(p)
+		w.info.turns.Client(p, w.sess.ClientQueued())
 	}
 	if w.wantKeep {
 		w.info.keep.Client(p, w.lim, w.sess.ClientQueued())

@@ -265,6 +265,7 @@ func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
 	if count {
 		b.Attach(d)
 	}
+	i.turns.Attached() // the client's events queued for it go now
 	i.trace.Attached(traceWhere(d), i.poolHit)
 }
 

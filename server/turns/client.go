@@ -49,11 +49,18 @@ func (w *Watch) ClientWants(typ []byte) bool {
 }
 
 // Client reads a client event ClientWants asked for, once the gateway has
-// forwarded it.
-func (w *Watch) Client(p []byte) {
+// forwarded it; queued: it went to the queue of an upstream still to come
+// (connecting, or a resume under way), which it reaches at Attached.
+func (w *Watch) Client(p []byte, queued bool) {
 	m := w.client
 	w.client = notClient
 	t := &w.Tracker
+	at := func() time.Time {
+		if queued {
+			return time.Time{} // stamped at Attached
+		}
+		return t.now()
+	}
 	switch m {
 	case clientAppend:
 		v, ok := jsonscan.String(p, `"audio"`)
@@ -62,7 +69,7 @@ func (w *Watch) Client(p []byte) {
 		}
 		n := len(v) - bytes.Count(v, []byte{'\\'}) // base64's "/" may come escaped
 		t.mu.Lock()
-		t.audio.add(t.now(), n)
+		t.state().audio.add(at(), n, t.perMS)
 		t.mu.Unlock()
 	case clientCreate:
 		conv := auto
@@ -71,17 +78,42 @@ func (w *Watch) Client(p []byte) {
 		}
 		id, _ := jsonscan.String(p, `"event_id"`)
 		t.mu.Lock()
-		t.creates[conv].push(pending{at: t.now(), id: hash(id)})
+		st := t.state()
+		st.creates[conv].push(pending{at: at(), id: hash(id)})
 		if conv == auto {
-			t.commit = time.Time{} // the response answers the create
+			st.commit = time.Time{} // the response answers the create
 		}
 		t.mu.Unlock()
 	case clientCommit:
 		t.mu.Lock()
-		if t.createResponse {
-			t.commit = t.now()
+		if t.createResponse && !queued { // a queued commit is not timed
+			t.state().commit = t.now()
 		}
 		t.mu.Unlock()
+	}
+}
+
+// Attached is the session's upstream attached: the client's events queued
+// for it go now, and are timed from now.
+func (t *Tracker) Attached() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.turnState
+	if st == nil {
+		return
+	}
+	now := t.now()
+	for c := range st.creates {
+		for i := range st.creates[c].q {
+			if p := &st.creates[c].q[i]; p.at.IsZero() {
+				p.at = now
+			}
+		}
+	}
+	for i := range st.audio.marks {
+		if m := &st.audio.marks[i]; m.at.IsZero() && m.endMS > 0 {
+			m.at = now
+		}
 	}
 }
 
@@ -93,8 +125,8 @@ const (
 
 // pending is a forwarded response.create not answered yet.
 type pending struct {
-	at time.Time
-	id uint64 // hash of its event_id; 0 without one
+	at time.Time // zero while queued for an upstream still to come
+	id uint64    // hash of its event_id; 0 without one
 }
 
 // maxPending bounds the creates kept per conversation: a client that sends
@@ -157,7 +189,6 @@ func hash(b []byte) uint64 {
 // session) and, for the latest appends, how much audio each ended at and
 // when it went. Its marks are made at the first timed append.
 type audioClock struct {
-	perMS float64 // bytes of input audio per millisecond; 0: PCM16 at 24 kHz
 	ms    float64
 	marks []audioMark
 	next  int
@@ -174,12 +205,12 @@ type audioMark struct {
 // audio it points at.
 const audioMarks = 128
 
-// add is an append of b64 base64 characters forwarded at now.
-func (c *audioClock) add(now time.Time, b64 int) {
+// add is an append of b64 base64 characters forwarded at now, of audio of
+// perMS bytes a millisecond (0: PCM16 at 24 kHz).
+func (c *audioClock) add(now time.Time, b64 int, perMS float64) {
 	if c.marks == nil {
 		c.marks = make([]audioMark, audioMarks)
 	}
-	perMS := c.perMS
 	if perMS == 0 {
 		perMS = 48
 	}
@@ -202,7 +233,7 @@ func (c *audioClock) at(ms int64) (time.Time, bool) {
 	for i := range n {
 		m := c.marks[(c.next-n+i+len(c.marks))%len(c.marks)]
 		if m.endMS >= target {
-			if i == 0 && c.full {
+			if (i == 0 && c.full) || m.at.IsZero() { // not kept, or still queued
 				return time.Time{}, false // it may be in an append no longer kept
 			}
 			return m.at, true
@@ -211,20 +242,22 @@ func (c *audioClock) at(ms int64) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// format sets the input audio's format: GA's audio.input.format (type,
-// rate) or beta's input_audio_format.
-func (c *audioClock) format(typ string, rate int) {
+// bytesPerMS is the bytes per millisecond of an input audio format: GA's
+// audio.input.format (type, rate) or beta's input_audio_format; was for
+// one it does not know.
+func bytesPerMS(typ string, rate int, was float64) float64 {
 	switch typ {
 	case "audio/pcmu", "audio/pcma", "g711_ulaw", "g711_alaw":
-		c.perMS = 8
+		return 8
 	case "audio/pcm":
 		if rate <= 0 {
 			rate = 24000
 		}
-		c.perMS = float64(rate) * 2 / 1000
+		return float64(rate) * 2 / 1000
 	case "pcm16":
-		c.perMS = 48
+		return 48
 	}
+	return was
 }
 
 // reset starts counting from zero (a fresh upstream).

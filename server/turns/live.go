@@ -17,7 +17,7 @@ func (t *Tracker) liveSpeech() {
 	var es events
 	t.mu.Lock()
 	now := t.now()
-	l := &t.live
+	l := &t.state().live
 	switch {
 	case !l.open:
 		l.open, l.output, l.start = true, false, now
@@ -51,7 +51,7 @@ func (t *Tracker) liveOutput(now time.Time, es *events) {
 // liveClose ends the Live turn with the session (mu held): completed when
 // it spoke, else unfinished.
 func (t *Tracker) liveClose(now time.Time) (Event, bool) {
-	l := &t.live
+	l := &t.live // turnState made (Close's caller checked)
 	if !l.open {
 		return Event{}, false
 	}

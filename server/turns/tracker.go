@@ -89,6 +89,7 @@ package turns
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,21 +165,37 @@ type Tracker struct {
 	timed   atomic.Bool  // server VAD is on: forwarded audio is timed (client.go)
 
 	mu sync.Mutex
+	// What the upstream's configuration says.
+	silence        time.Duration
+	perMS          float64 // bytes of input audio per millisecond; 0: PCM16 at 24 kHz
+	createResponse bool    // server VAD creates responses itself
+	textSession    bool    // output_modalities ["text"]
+	turns          int
+	firstAudio     *Sketch // nil until the first turn with output
+	// The turns' state, made at the session's first create, append,
+	// response or speech (an idle session has none).
+	*turnState
+}
+
+// turnState is what a session's turns keep once it has some.
+type turnState struct {
 	// What the gateway forwarded (client.go).
 	creates [2]queue // by conversation: auto, none
 	audio   audioClock
-	// commit: a forwarded commit that a VAD response may answer.
-	commit time.Time
+	commit  time.Time // a forwarded commit that a VAD response may answer
 	// What the upstream said.
-	trigger        time.Time // a VAD speech end not answered yet
-	silence        time.Duration
-	createResponse bool // server VAD creates responses itself
-	textSession    bool // output_modalities ["text"]
-	open           []*response
-	chain          chain // a tool call's turn, waiting for the client's output
-	turns          int
-	firstAudio     *Sketch // nil until the first turn with output
-	live           liveTurn
+	trigger time.Time // a VAD speech end not answered yet
+	open    []*response
+	chain   chain // a tool call's turn, waiting for the client's output
+	live    liveTurn
+}
+
+// state is the turns' state, made on first use (mu held).
+func (t *Tracker) state() *turnState {
+	if t.turnState == nil {
+		t.turnState = &turnState{}
+	}
+	return t.turnState
 }
 
 // response is one open response, by id.
@@ -305,6 +322,7 @@ func (t *Tracker) created(p []byte) {
 	var es events
 	t.mu.Lock()
 	defer func() { t.mu.Unlock(); t.emit(&es) }()
+	t.state()
 	now := t.now()
 	r := &response{id: c.Response.ID, kind: Voice}
 	mods := c.Response.OutputModalities
@@ -344,7 +362,7 @@ func (t *Tracker) created(p []byte) {
 // "none" one) created now started: what it answers (the package doc).
 func (t *Tracker) startOf(oob bool, now time.Time) (start time.Time, fromCreate bool) {
 	if oob {
-		if at, ok := t.creates[none].pop(); ok {
+		if at, ok := t.creates[none].pop(); ok && !at.IsZero() {
 			return at, true
 		}
 		return now, false
@@ -362,7 +380,7 @@ func (t *Tracker) startOf(oob bool, now time.Time) (start time.Time, fromCreate 
 			t.trigger = time.Time{}
 		}
 		return trigger, false
-	case ok:
+	case ok && !front.at.IsZero(): // (zero: still queued, never answered)
 		t.creates[auto].pop()
 		return front.at, true
 	}
@@ -396,6 +414,9 @@ func (t *Tracker) done(p []byte) {
 	var es events
 	t.mu.Lock()
 	defer func() { t.mu.Unlock(); t.emit(&es) }()
+	if t.turnState == nil {
+		return
+	}
 	now := t.now()
 	i := t.find(d.Response.ID)
 	if i < 0 {
@@ -439,10 +460,8 @@ func upstreamsFault(typ, code string) bool {
 	if typ == "invalid_request_error" {
 		return false
 	}
-	return typ == "server_error" || contains(typ, "rate_limit") || contains(code, "rate_limit") || typ == ""
+	return typ == "server_error" || strings.Contains(typ, "rate_limit") || strings.Contains(code, "rate_limit") || typ == ""
 }
-
-func contains(s, sub string) bool { return bytes.Contains([]byte(s), []byte(sub)) }
 
 func (t *Tracker) find(id string) int {
 	for i, r := range t.open {
@@ -474,8 +493,11 @@ type errorEvent struct {
 	} `json:"error"`
 }
 
-// refusesCreate are the error codes that refuse a response.create.
-var refusesCreate = map[string]bool{"conversation_already_has_active_response": true}
+// refusesCreate reports whether an error (code, param) refuses a
+// response.create.
+func refusesCreate(code, param string) bool {
+	return code == "conversation_already_has_active_response" || strings.HasPrefix(param, "response")
+}
 
 // failed is an error event (payload p): one that refuses a forwarded create
 // takes it off its queue; one that is the upstream's fault is a penalty.
@@ -487,14 +509,15 @@ func (t *Tracker) failed(p []byte) {
 	var es events
 	t.mu.Lock()
 	er := e.Error
+	st := t.state()
 	switch {
 	case er.EventID != "":
-		if !t.creates[auto].remove(er.EventID) {
-			t.creates[none].remove(er.EventID)
+		if !st.creates[auto].remove(er.EventID) {
+			st.creates[none].remove(er.EventID)
 		}
-	case refusesCreate[er.Code] || (len(er.Param) >= 8 && er.Param[:8] == "response"):
-		if _, ok := t.creates[auto].pop(); !ok {
-			t.creates[none].pop()
+	case refusesCreate(er.Code, er.Param):
+		if _, ok := st.creates[auto].pop(); !ok {
+			st.creates[none].pop()
 		}
 	}
 	if er.Type != "invalid_request_error" && upstreamsFault(er.Type, er.Code) {
@@ -518,15 +541,16 @@ func (t *Tracker) speechEnd(p []byte) {
 	if !t.createResponse {
 		return // the client's create answers it
 	}
+	st := t.state()
 	now := t.now()
 	at, known := time.Time{}, false
 	if ok {
-		at, known = t.audio.at(ms)
+		at, known = st.audio.at(ms)
 	}
 	if !known {
 		at = now.Add(-t.silence)
 	}
-	t.trigger = at
+	st.trigger = at
 }
 
 // configEvent is where a session's configuration keeps its VAD, its input
@@ -580,9 +604,9 @@ func (t *Tracker) config(p []byte) {
 	}
 	t.timed.Store(t.createResponse)
 	if f := s.Audio.Input.Format; f != nil {
-		t.audio.format(f.Type, f.Rate)
+		t.perMS = bytesPerMS(f.Type, f.Rate, t.perMS)
 	} else if s.InputAudioFormat != "" {
-		t.audio.format(s.InputAudioFormat, 0)
+		t.perMS = bytesPerMS(s.InputAudioFormat, 0, t.perMS)
 	}
 	mods := s.OutputModalities
 	if mods == nil {
@@ -599,20 +623,22 @@ func (t *Tracker) config(p []byte) {
 func (t *Tracker) Resumed() {
 	var es events
 	t.mu.Lock()
-	now := t.now()
-	for _, r := range t.open {
-		if !r.output {
-			t.waiting.Add(-1)
+	if st := t.turnState; st != nil {
+		now := t.now()
+		for _, r := range st.open {
+			if !r.output {
+				t.waiting.Add(-1)
+			}
+			if r.turn {
+				es.add(Event{Kind: r.kind, Routes: r.routes, Outcome: Failed, Duration: max(now.Sub(r.turnStart), 0)})
+			}
 		}
-		if r.turn {
-			es.add(Event{Kind: r.kind, Routes: r.routes, Outcome: Failed, Duration: max(now.Sub(r.turnStart), 0)})
-		}
+		st.open = st.open[:0]
+		st.creates[auto].reset()
+		st.creates[none].reset()
+		st.audio.reset()
+		st.trigger, st.commit, st.chain = time.Time{}, time.Time{}, chain{}
 	}
-	t.open = t.open[:0]
-	t.creates[auto].reset()
-	t.creates[none].reset()
-	t.audio.reset()
-	t.trigger, t.commit, t.chain = time.Time{}, time.Time{}, chain{}
 	t.mu.Unlock()
 	t.emit(&es)
 }
@@ -623,6 +649,10 @@ func (t *Tracker) Resumed() {
 func (t *Tracker) Close() {
 	var es events
 	t.mu.Lock()
+	defer func() { t.mu.Unlock(); t.emit(&es) }()
+	if t.turnState == nil {
+		return
+	}
 	now := t.now()
 	penalty := false
 	for _, r := range t.open {
@@ -650,8 +680,6 @@ func (t *Tracker) Close() {
 	}
 	t.open, t.chain = nil, chain{}
 	t.waiting.Store(0)
-	t.mu.Unlock()
-	t.emit(&es)
 }
 
 // Summary is the session's turns and their time to first output's p50 and
@@ -660,7 +688,10 @@ func (t *Tracker) Close() {
 func (t *Tracker) Summary() (turns int, p50, p95 time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	turns = t.turns + t.live.turns
+	turns = t.turns
+	if t.turnState != nil {
+		turns += t.live.turns
+	}
 	if t.firstAudio == nil {
 		return turns, 0, 0
 	}

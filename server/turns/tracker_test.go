@@ -83,7 +83,7 @@ func runProto(t *testing.T, p protocol.Protocol, steps []step) ([]Event, *Watch)
 		}
 		if s.client {
 			if w.ClientWants(typ) {
-				w.Client([]byte(s.event))
+				w.Client([]byte(s.event), false)
 			}
 			continue
 		}
@@ -377,7 +377,7 @@ func (in clientInspector) Wants(prefix []byte) bool {
 	return ok && in.turns.ClientWants(typ)
 }
 
-func (in clientInspector) Inspect(p []byte) { in.turns.Client(p) }
+func (in clientInspector) Inspect(p []byte) { in.turns.Client(p, false) }
 
 // appendFrame is a client's 20 ms append of 24 kHz PCM16, masked.
 var appendFrame = frames.AppendFrame(nil, ws.OpText,
@@ -439,5 +439,29 @@ func BenchmarkClientAppend(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestQueuedCreate: a create the client sent before its upstream existed
+// (queued by the session) is timed from the upstream's attach, when it
+// went, not from when it was queued.
+func TestQueuedCreate(t *testing.T) {
+	epoch := time.Unix(1000, 0)
+	now := epoch
+	var got []Event
+	w := &Watch{Tracker: Tracker{Now: func() time.Time { return now }, Observe: func(ev Event) { got = append(got, ev) }}}
+	if w.ClientWants([]byte("response.create")) {
+		w.Client([]byte(create), true)
+	}
+	now = epoch.Add(300 * time.Millisecond)
+	w.Attached()
+	now = epoch.Add(350 * time.Millisecond)
+	if w.See(protocol.Realtime{}.Turn([]byte("response.created")), nil) {
+		w.Inspect([]byte(created))
+	}
+	now = epoch.Add(400 * time.Millisecond)
+	w.See(protocol.FirstOutput, []byte(audioDelta))
+	if len(got) != 1 || got[0] != first(100) {
+		t.Fatalf("events %+v, want the first audio 100 ms after the attach", got)
 	}
 }
