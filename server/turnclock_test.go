@@ -23,30 +23,42 @@ import (
 // CreatedWithFirstOutput); tool time, out-of-band responses and failing
 // deployments are measured apart.
 
-// twoDeployments starts two mockai deployments of one group (tlsUp: wss://)
-// answering their first audio after fast and slow, and a gateway routing
-// by latency over them; mutate changes its settings (a pool, continuity).
-func twoDeployments(t *testing.T, tlsUp bool, fastCfg, slowCfg mockai.Config, mutate func(*Settings)) (g *gateway, fast, slow *mockai.Server) {
+// latencyPair is two mockai deployments of one group and a gateway
+// routing by latency over them.
+type latencyPair struct {
+	g          *gateway
+	a, b       *mockai.Server
+	roots      *x509.CertPool // nil over ws://
+	depA, depB string
+}
+
+// twoDeployments starts two mockai deployments of group gpt-realtime made
+// from aCfg and bCfg (tlsUp: wss://) and a gateway routing by latency over
+// them with args (routing_strategy_args); mutate changes its settings (a
+// pool, continuity).
+func twoDeployments(t *testing.T, tlsUp bool, aCfg, bCfg mockai.Config, args string, mutate func(*Settings)) latencyPair {
 	t.Helper()
-	fast = startPoolMock(t, fastCfg, tlsUp)
-	slow = startPoolMock(t, slowCfg, tlsUp)
-	var roots *x509.CertPool
+	p := latencyPair{a: startPoolMock(t, aCfg, tlsUp), b: startPoolMock(t, bCfg, tlsUp)}
 	if tlsUp {
-		roots = trustMock(t, fast)
-		roots.AppendCertsFromPEM(slow.CertPEM())
+		p.roots = trustMock(t, p.a)
+		p.roots.AppendCertsFromPEM(p.b.CertPEM())
 	}
-	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", fast)+openaiEntry("gpt-realtime", slow)+`
+	path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", p.a)+openaiEntry("gpt-realtime", p.b)+`
 router_settings:
   routing_strategy: latency-based-routing
-  routing_strategy_args: {max_latency_list_size: 10, lowest_latency_buffer: 0.5}`+configTail)
-	g = startGateway(t, nil, func(c *Settings) {
-		c.RoutesFile, c.UpstreamRoots = path, roots
+  routing_strategy_args: `+args+configTail)
+	p.g = startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile, c.UpstreamRoots = path, p.roots
 		if mutate != nil {
 			mutate(c)
 		}
 	})
-	return g, fast, slow
+	p.depA, p.depB = deploymentOf(t, p.g, p.a), deploymentOf(t, p.g, p.b)
+	return p
 }
+
+// routingArgs are the routing_strategy_args the turn clock's tests use.
+const routingArgs = "{max_latency_list_size: 10, lowest_latency_buffer: 0.5}"
 
 // deploymentOf is the name the gateway gives the group's deployment on m.
 func deploymentOf(t *testing.T, g *gateway, m *mockai.Server) string {
@@ -137,41 +149,15 @@ func turnsConcurrently(t *testing.T, g *gateway, n, conc int) {
 // completedOn is the turns completed on deployment dep so far.
 func completedOn(t *testing.T, g *gateway, dep string) float64 {
 	t.Helper()
-	return gatheredWhere2(t, g, "rtgate_turns_total", map[string]string{"deployment": dep, "outcome": "completed"})
+	return gatheredLabels(t, g.srv.metrics.reg, "rtgate_turns_total", map[string]string{"deployment": dep, "outcome": "completed"})
 }
 
-// gatheredWhere2 sums the series of name whose labels include want.
-func gatheredWhere2(t *testing.T, g *gateway, name string, want map[string]string) float64 {
+// closeSession closes c with 1000 and waits for g to have ended its session.
+func closeSession(t *testing.T, g *gateway, c *websocket.Conn) {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue series
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
+	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+	closeOf(t, c)
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
 }
 
 // routingSize is the latency routing run's warm-up and measured sessions
@@ -201,11 +187,11 @@ func TestLatencyRoutingFindsTheFastDeployment(t *testing.T) {
 	}{{"pool=off", 0, true}, {"pool=2", 2, true}, {"pool=off/continuity=off", 0, false}} {
 		t.Run(mode.name, func(t *testing.T) {
 			poolSchemes(t, func(t *testing.T, tlsUp bool) {
-				g, fast, slow := twoDeployments(t, tlsUp,
+				p := twoDeployments(t, tlsUp,
 					mockai.Config{FirstAudioDelay: fastDelay, CreatedWithFirstOutput: true},
-					mockai.Config{FirstAudioDelay: slowDelay, CreatedWithFirstOutput: true},
+					mockai.Config{FirstAudioDelay: slowDelay, CreatedWithFirstOutput: true}, routingArgs,
 					func(c *Settings) { c.Pool.Size, c.Continuity = mode.pool, mode.continuity })
-				fastDep, slowDep := deploymentOf(t, g, fast), deploymentOf(t, g, slow)
+				g, fastDep, slowDep := p.g, p.depA, p.depB
 				turnsConcurrently(t, g, warm, conc)
 				before := completedOn(t, g, fastDep)
 				beforeSlow := completedOn(t, g, slowDep)
@@ -234,27 +220,8 @@ func TestToolTimeExcluded(t *testing.T) {
 	const toolTime = 400 * time.Millisecond
 	poolSchemes(t, func(t *testing.T, tlsUp bool) {
 		mock := startPoolMock(t, mockai.Config{FirstAudioDelay: 20 * time.Millisecond, CreatedWithFirstOutput: true}, tlsUp)
-		g := startGateway(t, mock, func(c *Settings) {
-			if tlsUp {
-				c.UpstreamRoots = trustMock(t, mock)
-			}
-		})
-		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-		readUntil(t, c, "session.created")
-		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-			"tools": []any{map[string]any{"type": "function", "name": "get_weather", "parameters": map[string]any{"type": "object"}}}}})
-		readUntil(t, c, "session.updated")
-		send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"tool_choice": "required"}})
-		added, _ := readUntil(t, c, "response.output_item.added")
-		readUntil(t, c, "response.done")
-		time.Sleep(toolTime) // the client runs its tool
-		send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{
-			"type": "function_call_output", "call_id": added.str("item", "call_id"), "output": `{"sunny":true}`}})
-		send(t, c, map[string]any{"type": "response.create"})
-		readUntil(t, c, "response.done")
-		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
-		closeOf(t, c)
-		waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+		g := startPoolGateway(t, mock, 0, nil)
+		closeSession(t, g, toolChain(t, g, toolTime))
 		firstAudio := histogramOfName(t, g, "rtgate_turn_first_audio_seconds")
 		tool := histogramOfName(t, g, "rtgate_turn_tool_seconds")
 		if firstAudio.GetSampleCount() != 1 || firstAudio.GetSampleSum() >= toolTime.Seconds() {
@@ -280,11 +247,7 @@ func TestOutOfBandBesideVoice(t *testing.T) {
 	const delay = 150 * time.Millisecond
 	poolSchemes(t, func(t *testing.T, tlsUp bool) {
 		mock := startPoolMock(t, mockai.Config{FirstAudioDelay: delay, CreatedWithFirstOutput: true}, tlsUp)
-		g := startGateway(t, mock, func(c *Settings) {
-			if tlsUp {
-				c.UpstreamRoots = trustMock(t, mock)
-			}
-		})
+		g := startPoolGateway(t, mock, 0, nil)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		readUntil(t, c, "session.created")
 		send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"conversation": "none",
@@ -296,15 +259,13 @@ func TestOutOfBandBesideVoice(t *testing.T) {
 				done++
 			}
 		}
-		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
-		closeOf(t, c)
-		waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+		closeSession(t, g, c)
 		voice := histogramOfName(t, g, "rtgate_turn_first_audio_seconds")
 		if voice.GetSampleCount() != 1 || voice.GetSampleSum() < 0.9*delay.Seconds() || voice.GetSampleSum() > 5*delay.Seconds() {
 			t.Errorf("voice first audio: %d samples, sum %.3f s; want 1, about the upstream's %v", voice.GetSampleCount(),
 				voice.GetSampleSum(), delay)
 		}
-		if got := gatheredWhere2(t, g, "rtgate_turn_first_output_seconds", map[string]string{"kind": "out_of_band"}); got != 1 {
+		if got := gatheredLabels(t, g.srv.metrics.reg, "rtgate_turn_first_output_seconds", map[string]string{"kind": "out_of_band"}); got != 1 {
 			t.Errorf("%v out-of-band first outputs, want 1", got)
 		}
 		if got := metricWith(t, g, "rtgate_turns_total", "outcome", "completed"); got != 1 {
@@ -320,12 +281,11 @@ func TestOutOfBandBesideVoice(t *testing.T) {
 // was tried first.
 func TestFailingDeploymentLosesItsTraffic(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tlsUp bool) {
-		g, good, bad := twoDeployments(t, tlsUp, mockai.Config{FirstAudioDelay: 20 * time.Millisecond},
-			mockai.Config{FirstAudioDelay: 20 * time.Millisecond, FailResponses: true}, nil)
-		badDep := deploymentOf(t, g, bad)
-		_ = good
+		p := twoDeployments(t, tlsUp, mockai.Config{FirstAudioDelay: 20 * time.Millisecond},
+			mockai.Config{FirstAudioDelay: 20 * time.Millisecond, FailResponses: true}, routingArgs, nil)
+		g, badDep := p.g, p.depB
 		failed := func() float64 {
-			return gatheredWhere2(t, g, "rtgate_turns_total", map[string]string{"deployment": badDep, "outcome": "failed"})
+			return gatheredLabels(t, g.srv.metrics.reg, "rtgate_turns_total", map[string]string{"deployment": badDep, "outcome": "failed"})
 		}
 		turnsConcurrently(t, g, 4, 1) // a few connects: each deployment measured
 		before := failed()
@@ -336,7 +296,7 @@ func TestFailingDeploymentLosesItsTraffic(t *testing.T) {
 		if onBad > 6 { // its exploration share is 5 %: 1.5 expected
 			t.Fatalf("%v of %d sessions on the failing deployment, want at most 6", onBad, n)
 		}
-		if got := gatheredWhere2(t, g, "rtgate_turn_failures_total", map[string]string{"deployment": badDep}); got < 1 {
+		if got := gatheredLabels(t, g.srv.metrics.reg, "rtgate_turn_failures_total", map[string]string{"deployment": badDep}); got < 1 {
 			t.Errorf("turn failures on the failing deployment %v, want at least 1", got)
 		}
 		var status struct {

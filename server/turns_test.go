@@ -83,20 +83,7 @@ func turnSessions(t *testing.T, g *gateway) {
 	end(c)
 
 	// A tool call, the client's output, then speech: one turn.
-	c = g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	readUntil(t, c, "session.created")
-	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-		"tools": []any{map[string]any{"type": "function", "name": "get_weather", "parameters": map[string]any{"type": "object"}}}}})
-	readUntil(t, c, "session.updated")
-	send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"tool_choice": "required"}})
-	added, _ := readUntil(t, c, "response.output_item.added")
-	readUntil(t, c, "response.done")
-	send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{
-		"type": "function_call_output", "call_id": added.str("item", "call_id"), "output": `{"sunny":true}`}})
-	send(t, c, map[string]any{"type": "response.create"})
-	readUntil(t, c, "response.output_audio.delta")
-	readUntil(t, c, "response.done")
-	end(c)
+	end(toolChain(t, g, 0))
 
 	// Interrupted: the client cancels before any audio.
 	c = g.dial(t, "model=gpt-realtime&first_audio_delay=1m", bearer(testMasterKey))
@@ -108,6 +95,28 @@ func turnSessions(t *testing.T, g *gateway) {
 		t.Fatalf("the cancelled response ended %v", done["response"])
 	}
 	end(c)
+}
+
+// toolChain runs a session's tool chain through g: a tool call, the client
+// running its tool for toolTime, its function_call_output and create, and
+// the answer that speaks; the session is left open.
+func toolChain(t *testing.T, g *gateway, toolTime time.Duration) *websocket.Conn {
+	t.Helper()
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	readUntil(t, c, "session.created")
+	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+		"tools": []any{map[string]any{"type": "function", "name": "get_weather", "parameters": map[string]any{"type": "object"}}}}})
+	readUntil(t, c, "session.updated")
+	send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"tool_choice": "required"}})
+	added, _ := readUntil(t, c, "response.output_item.added")
+	readUntil(t, c, "response.done")
+	time.Sleep(toolTime)
+	send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{
+		"type": "function_call_output", "call_id": added.str("item", "call_id"), "output": `{"sunny":true}`}})
+	send(t, c, map[string]any{"type": "response.create"})
+	readUntil(t, c, "response.output_audio.delta")
+	readUntil(t, c, "response.done")
+	return c
 }
 
 // histogramCount is the sample count of histogram name in g's metrics.

@@ -229,7 +229,7 @@ func (t *Tracker) now() time.Time {
 // events is what one mark measured, emitted once the lock is let go.
 type events struct {
 	n int
-	e [3]Event
+	e [6]Event
 }
 
 func (es *events) add(ev Event) {
@@ -237,6 +237,18 @@ func (es *events) add(ev Event) {
 		es.e[es.n] = ev
 		es.n++
 	}
+}
+
+// update runs f under the lock when the session has turns, then emits what
+// it measured.
+func (t *Tracker) update(f func(st *turnState, now time.Time, es *events)) {
+	var es events
+	t.mu.Lock()
+	if st := t.turnState; st != nil {
+		f(st, t.now(), &es)
+	}
+	t.mu.Unlock()
+	t.emit(&es)
 }
 
 func (t *Tracker) emit(es *events) {
@@ -411,19 +423,17 @@ type doneEvent struct {
 func (t *Tracker) done(p []byte) {
 	var d doneEvent
 	_ = json.Unmarshal(p, &d) // unreadable: a completed response
-	var es events
-	t.mu.Lock()
-	defer func() { t.mu.Unlock(); t.emit(&es) }()
-	if t.turnState == nil {
-		return
-	}
-	now := t.now()
-	i := t.find(d.Response.ID)
+	t.update(func(st *turnState, now time.Time, es *events) { t.ended(st, &d, now, es) })
+}
+
+// ended is response.done d's response ending (mu held).
+func (t *Tracker) ended(st *turnState, d *doneEvent, now time.Time, es *events) {
+	i := st.find(d.Response.ID)
 	if i < 0 {
 		return
 	}
-	r := t.open[i]
-	t.open = append(t.open[:i], t.open[i+1:]...)
+	r := st.open[i]
+	st.open = append(st.open[:i], st.open[i+1:]...)
 	if !r.output {
 		t.waiting.Add(-1)
 	}
@@ -439,7 +449,7 @@ func (t *Tracker) done(p []byte) {
 		outcome = Incomplete
 	default:
 		if !r.output && r.turn && toolCall(rs.Output) {
-			t.chain = chain{active: true, turnStart: r.turnStart, doneAt: now, kind: r.kind, routes: r.routes}
+			st.chain = chain{active: true, turnStart: r.turnStart, doneAt: now, kind: r.kind, routes: r.routes}
 			return
 		}
 	}
@@ -454,6 +464,15 @@ func (t *Tracker) done(p []byte) {
 	}
 }
 
+// sessionKind is the kind of the session's turns: text in a text-only
+// session, else voice (mu held).
+func (t *Tracker) sessionKind() Kind {
+	if t.textSession {
+		return Text
+	}
+	return Voice
+}
+
 // upstreamsFault reports whether an error (type, code) is the upstream's,
 // not the client's own bad request.
 func upstreamsFault(typ, code string) bool {
@@ -463,8 +482,8 @@ func upstreamsFault(typ, code string) bool {
 	return typ == "server_error" || strings.Contains(typ, "rate_limit") || strings.Contains(code, "rate_limit") || typ == ""
 }
 
-func (t *Tracker) find(id string) int {
-	for i, r := range t.open {
+func (st *turnState) find(id string) int {
+	for i, r := range st.open {
 		if r.id == id {
 			return i
 		}
@@ -521,11 +540,7 @@ func (t *Tracker) failed(p []byte) {
 		}
 	}
 	if er.Type != "invalid_request_error" && upstreamsFault(er.Type, er.Code) {
-		kind := Voice
-		if t.textSession {
-			kind = Text
-		}
-		es.add(Event{Kind: kind, Routes: true, Penalty: true})
+		es.add(Event{Kind: t.sessionKind(), Routes: true, Penalty: true})
 	}
 	t.mu.Unlock()
 	t.emit(&es)
@@ -621,10 +636,7 @@ func (t *Tracker) config(p []byte) {
 // was forwarded to the lost one is no one's to answer, and the fresh one
 // counts its audio from zero. Its responses still open end as failed.
 func (t *Tracker) Resumed() {
-	var es events
-	t.mu.Lock()
-	if st := t.turnState; st != nil {
-		now := t.now()
+	t.update(func(st *turnState, now time.Time, es *events) {
 		for _, r := range st.open {
 			if !r.output {
 				t.waiting.Add(-1)
@@ -638,47 +650,39 @@ func (t *Tracker) Resumed() {
 		st.creates[none].reset()
 		st.audio.reset()
 		st.trigger, st.commit, st.chain = time.Time{}, time.Time{}, chain{}
-	}
-	t.mu.Unlock()
-	t.emit(&es)
+	})
 }
 
 // Close ends the session: turns still open are unfinished; a response or
 // a forwarded create without output for longer than FirstOutputBound is a
 // penalty.
 func (t *Tracker) Close() {
-	var es events
-	t.mu.Lock()
-	defer func() { t.mu.Unlock(); t.emit(&es) }()
-	if t.turnState == nil {
-		return
-	}
-	now := t.now()
+	t.update(t.closed)
+}
+
+// closed ends the session's turns (mu held).
+func (t *Tracker) closed(st *turnState, now time.Time, es *events) {
 	penalty := false
-	for _, r := range t.open {
+	for _, r := range st.open {
 		late := !r.output && now.Sub(r.start) > FirstOutputBound
 		penalty = penalty || (late && r.routes)
 		if r.turn {
 			es.add(Event{Kind: r.kind, Routes: r.routes, Outcome: Unfinished, Duration: max(now.Sub(r.turnStart), 0)})
 		}
 	}
-	if at, ok := t.creates[auto].front(); ok && now.Sub(at.at) > FirstOutputBound {
+	if at, ok := st.creates[auto].front(); ok && !at.at.IsZero() && now.Sub(at.at) > FirstOutputBound {
 		penalty = true // a create never answered
 	}
-	if c := t.chain; c.active {
+	if c := st.chain; c.active {
 		es.add(Event{Kind: c.kind, Routes: c.routes, Outcome: Unfinished, Duration: max(now.Sub(c.turnStart), 0)})
 	}
 	if ev, ok := t.liveClose(now); ok {
 		es.add(ev)
 	}
 	if penalty {
-		kind := Voice
-		if t.textSession {
-			kind = Text
-		}
-		es.add(Event{Kind: kind, Routes: true, Penalty: true})
+		es.add(Event{Kind: t.sessionKind(), Routes: true, Penalty: true})
 	}
-	t.open, t.chain = nil, chain{}
+	st.open, st.chain = nil, chain{}
 	t.waiting.Store(0)
 }
 
