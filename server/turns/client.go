@@ -110,11 +110,7 @@ func (t *Tracker) Attached() {
 			}
 		}
 	}
-	for i := range st.audio.marks {
-		if m := &st.audio.marks[i]; m.at.IsZero() && m.endMS > 0 {
-			m.at = now
-		}
-	}
+	st.audio.attached(now)
 }
 
 // The conversations a create goes to.
@@ -187,9 +183,11 @@ func hash(b []byte) uint64 {
 // audioClock times the audio forwarded upstream: the session's audio so far
 // (in milliseconds, as audio_end_ms counts it: all audio written during the
 // session) and, for the latest appends, how much audio each ended at and
-// when it went. Its marks are made at the first timed append.
+// when it went. Its marks are made at the first timed append, 16 bytes
+// each.
 type audioClock struct {
 	ms    float64
+	base  time.Time // the marks' times are since base
 	marks []audioMark
 	next  int
 	full  bool
@@ -197,7 +195,7 @@ type audioClock struct {
 
 type audioMark struct {
 	endMS float64
-	at    time.Time
+	at    time.Duration // since base, plus 1; 0 while queued for an upstream still to come
 }
 
 // audioMarks is how many appends the clock keeps: at 20 to 100 ms per
@@ -205,8 +203,8 @@ type audioMark struct {
 // audio it points at.
 const audioMarks = 128
 
-// add is an append of b64 base64 characters forwarded at now, of audio of
-// perMS bytes a millisecond (0: PCM16 at 24 kHz).
+// add is an append of b64 base64 characters forwarded at now (zero while
+// queued), of audio of perMS bytes a millisecond (0: PCM16 at 24 kHz).
 func (c *audioClock) add(now time.Time, b64 int, perMS float64) {
 	if c.marks == nil {
 		c.marks = make([]audioMark, audioMarks)
@@ -215,10 +213,30 @@ func (c *audioClock) add(now time.Time, b64 int, perMS float64) {
 		perMS = 48
 	}
 	c.ms += float64(b64/4*3+(b64%4)*3/4) / perMS
-	c.marks[c.next] = audioMark{endMS: c.ms, at: now}
+	c.marks[c.next] = audioMark{endMS: c.ms, at: c.since(now)}
 	c.next++
 	if c.next == len(c.marks) {
 		c.next, c.full = 0, true
+	}
+}
+
+// since is now as a mark holds it (0: zero, queued).
+func (c *audioClock) since(now time.Time) time.Duration {
+	if now.IsZero() {
+		return 0
+	}
+	if c.base.IsZero() {
+		c.base = now
+	}
+	return now.Sub(c.base) + 1
+}
+
+// attached stamps the marks of appends that were queued with now.
+func (c *audioClock) attached(now time.Time) {
+	for i := range c.marks {
+		if m := &c.marks[i]; m.at == 0 && m.endMS > 0 {
+			m.at = c.since(now)
+		}
 	}
 }
 
@@ -233,14 +251,17 @@ func (c *audioClock) at(ms int64) (time.Time, bool) {
 	for i := range n {
 		m := c.marks[(c.next-n+i+len(c.marks))%len(c.marks)]
 		if m.endMS >= target {
-			if (i == 0 && c.full) || m.at.IsZero() { // not kept, or still queued
-				return time.Time{}, false // it may be in an append no longer kept
+			if (i == 0 && c.full) || m.at == 0 { // not kept, or still queued
+				return time.Time{}, false
 			}
-			return m.at, true
+			return c.base.Add(m.at - 1), true
 		}
 	}
 	return time.Time{}, false
 }
+
+// reset starts counting from zero (a fresh upstream).
+func (c *audioClock) reset() { c.ms, c.next, c.full = 0, 0, false }
 
 // bytesPerMS is the bytes per millisecond of an input audio format: GA's
 // audio.input.format (type, rate) or beta's input_audio_format; was for
@@ -259,6 +280,3 @@ func bytesPerMS(typ string, rate int, was float64) float64 {
 	}
 	return was
 }
-
-// reset starts counting from zero (a fresh upstream).
-func (c *audioClock) reset() { c.ms, c.next, c.full = 0, 0, false }
