@@ -374,42 +374,44 @@ func TestLiveTracesToOTLP(t *testing.T) {
 
 // TestFinishReasons: the realtime_inference span's
 // gen_ai.response.finish_reasons maps how the response ended: completed
-// is stop, a tool call tool_calls, cancelled its reason.
+// is stop, a tool call tool_calls, cancelled its reason. Plain and TLS
+// upstreams.
 func TestFinishReasons(t *testing.T) {
-	recv := startOTLPReceiver(t, false)
-	tracingEnv(t, recv)
-	mock := startMock(t, mockai.Config{FaultsFromQuery: true, FirstAudioDelay: 10 * time.Millisecond})
-	g := startGateway(t, mock, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	readUntil(t, c, "session.created")
-	send(t, c, map[string]any{"type": "response.create"})
-	readUntil(t, c, "response.done")
-	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-		"tools": []any{map[string]any{"type": "function", "name": "f", "parameters": map[string]any{"type": "object"}}}}})
-	readUntil(t, c, "session.updated")
-	send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"tool_choice": "required"}})
-	readUntil(t, c, "response.done")
-	_ = c.Close()
-	c = g.dial(t, "model=gpt-realtime&first_audio_delay=1m", bearer(testMasterKey))
-	readUntil(t, c, "session.created")
-	send(t, c, map[string]any{"type": "response.create"})
-	readUntil(t, c, "response.created")
-	send(t, c, map[string]any{"type": "response.cancel"})
-	readUntil(t, c, "response.done")
-	_ = c.Close()
-	waitFor(t, "the spans to be exported", func() bool { return len(recv.named("realtime_inference")) >= 3 })
-	var got []string
-	for _, sp := range recv.named("realtime_inference") {
-		for _, kv := range sp.GetAttributes() {
-			if kv.GetKey() == "gen_ai.response.finish_reasons" {
-				for _, v := range kv.GetValue().GetArrayValue().GetValues() {
-					got = append(got, v.GetStringValue())
+	overBoth(t, mockai.Config{FaultsFromQuery: true, FirstAudioDelay: 10 * time.Millisecond}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		recv := startOTLPReceiver(t, false)
+		tracingEnv(t, recv)
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		readUntil(t, c, "session.created")
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.done")
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+			"tools": []any{map[string]any{"type": "function", "name": "f", "parameters": map[string]any{"type": "object"}}}}})
+		readUntil(t, c, "session.updated")
+		send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"tool_choice": "required"}})
+		readUntil(t, c, "response.done")
+		_ = c.Close()
+		c = g.dial(t, "model=gpt-realtime&first_audio_delay=1m", bearer(testMasterKey))
+		readUntil(t, c, "session.created")
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.created")
+		send(t, c, map[string]any{"type": "response.cancel"})
+		readUntil(t, c, "response.done")
+		_ = c.Close()
+		waitFor(t, "the spans to be exported", func() bool { return len(recv.named("realtime_inference")) >= 3 })
+		var got []string
+		for _, sp := range recv.named("realtime_inference") {
+			for _, kv := range sp.GetAttributes() {
+				if kv.GetKey() == "gen_ai.response.finish_reasons" {
+					for _, v := range kv.GetValue().GetArrayValue().GetValues() {
+						got = append(got, v.GetStringValue())
+					}
 				}
 			}
 		}
-	}
-	slices.Sort(got)
-	if want := []string{"client_cancelled", "stop", "tool_calls"}; !slices.Equal(got, want) {
-		t.Errorf("finish reasons %v, want %v", got, want)
-	}
+		slices.Sort(got)
+		if want := []string{"client_cancelled", "stop", "tool_calls"}; !slices.Equal(got, want) {
+			t.Errorf("finish reasons %v, want %v", got, want)
+		}
+	})
 }
