@@ -572,6 +572,7 @@ func (t *Tracker) speechEnd(p []byte) {
 // audio format and its output modalities: GA (audio.input) or beta.
 type configEvent struct {
 	Session struct {
+		Type  string `json:"type"` // realtime (or none: beta); transcription and translation make no responses
 		Audio struct {
 			Input struct {
 				TurnDetection *vad `json:"turn_detection"`
@@ -611,7 +612,7 @@ func (t *Tracker) config(p []byte) {
 		v = s.TurnDetection
 	}
 	t.silence, t.createResponse = 0, false
-	if v != nil && v.Type != "" {
+	if v != nil && v.Type != "" && (s.Type == "" || s.Type == "realtime") {
 		t.createResponse = v.CreateResponse == nil || *v.CreateResponse
 		if v.Type == "server_vad" && v.SilenceDurationMS > 0 {
 			t.silence = time.Duration(v.SilenceDurationMS) * time.Millisecond

@@ -24,34 +24,35 @@ type step struct {
 func c(at int, event string) step { return step{at, event, true} }
 
 const (
-	vadSession  = `{"type":"session.created","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad","silence_duration_ms":300}}}}}`
-	noVAD       = `{"type":"session.updated","session":{"type":"realtime","audio":{"input":{"turn_detection":null}}}}`
-	textOnly    = `{"type":"session.updated","session":{"type":"realtime","output_modalities":["text"],"audio":{"input":{"turn_detection":null}}}}`
-	create      = `{"type":"response.create"}`
-	createOOB   = `{"type":"response.create","response":{"conversation":"none","output_modalities":["text"],"instructions":"say \"conversation\": no"}}`
-	createID    = `{"type":"response.create","event_id":"evt_9"}`
-	commit      = `{"type":"input_audio_buffer.commit"}`
-	created     = `{"type":"response.created","response":{"id":"resp_1","conversation_id":"conv_1","output_modalities":["audio"]}}`
-	created2    = `{"type":"response.created","response":{"id":"resp_2","conversation_id":"conv_1","output_modalities":["audio"]}}`
-	createdOOB  = `{"type":"response.created","response":{"id":"resp_o","conversation_id":null,"output_modalities":["text"]}}`
-	createdText = `{"type":"response.created","response":{"id":"resp_1","conversation_id":"conv_1","output_modalities":["text"]}}`
-	audioDelta  = `{"type":"response.output_audio.delta","response_id":"resp_1","delta":"AAAA"}`
-	audioDelta2 = `{"type":"response.output_audio.delta","response_id":"resp_2","delta":"AAAA"}`
-	textDelta   = `{"type":"response.output_text.delta","response_id":"resp_1","delta":"Hi"}`
-	textDeltaO  = `{"type":"response.output_text.delta","response_id":"resp_o","delta":"Hi"}`
-	transcript  = `{"type":"response.output_audio_transcript.delta","delta":"Hi"}`
-	stopped     = `{"type":"input_audio_buffer.speech_stopped","audio_end_ms":1000}`
-	doneOK      = `{"type":"response.done","response":{"id":"resp_1","status":"completed","output":[{"type":"message"}]}}`
-	doneOK2     = `{"type":"response.done","response":{"id":"resp_2","status":"completed","output":[{"type":"message"}]}}`
-	doneOOB     = `{"type":"response.done","response":{"id":"resp_o","status":"completed","output":[{"type":"message"}]}}`
-	doneTool    = `{"type":"response.done","response":{"id":"resp_1","status":"completed","output":[{"type":"function_call","name":"f"}]}}`
-	doneCut     = `{"type":"response.done","response":{"id":"resp_1","status":"cancelled","status_details":{"type":"cancelled","reason":"turn_detected"}}}`
-	doneClient  = `{"type":"response.done","response":{"id":"resp_1","status":"cancelled","status_details":{"reason":"client_cancelled"}}}`
-	doneFailed  = `{"type":"response.done","response":{"id":"resp_1","status":"failed","status_details":{"type":"failed","error":{"type":"server_error"}}}}`
-	doneBadReq  = `{"type":"response.done","response":{"id":"resp_1","status":"failed","status_details":{"type":"failed","error":{"type":"invalid_request_error"}}}}`
-	refused     = `{"type":"error","error":{"type":"invalid_request_error","code":"conversation_already_has_active_response","event_id":"evt_9"}}`
-	rateLimited = `{"type":"error","error":{"type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`
-	betaSession = `{"type":"session.created","session":{"turn_detection":{"type":"server_vad","silence_duration_ms":500}}}`
+	vadSession   = `{"type":"session.created","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad","silence_duration_ms":300}}}}}`
+	noVAD        = `{"type":"session.updated","session":{"type":"realtime","audio":{"input":{"turn_detection":null}}}}`
+	textOnly     = `{"type":"session.updated","session":{"type":"realtime","output_modalities":["text"],"audio":{"input":{"turn_detection":null}}}}`
+	create       = `{"type":"response.create"}`
+	createOOB    = `{"type":"response.create","response":{"conversation":"none","output_modalities":["text"],"instructions":"say \"conversation\": no"}}`
+	createID     = `{"type":"response.create","event_id":"evt_9"}`
+	commit       = `{"type":"input_audio_buffer.commit"}`
+	created      = `{"type":"response.created","response":{"id":"resp_1","conversation_id":"conv_1","output_modalities":["audio"]}}`
+	created2     = `{"type":"response.created","response":{"id":"resp_2","conversation_id":"conv_1","output_modalities":["audio"]}}`
+	createdOOB   = `{"type":"response.created","response":{"id":"resp_o","conversation_id":null,"output_modalities":["text"]}}`
+	createdText  = `{"type":"response.created","response":{"id":"resp_1","conversation_id":"conv_1","output_modalities":["text"]}}`
+	audioDelta   = `{"type":"response.output_audio.delta","response_id":"resp_1","delta":"AAAA"}`
+	audioDelta2  = `{"type":"response.output_audio.delta","response_id":"resp_2","delta":"AAAA"}`
+	textDelta    = `{"type":"response.output_text.delta","response_id":"resp_1","delta":"Hi"}`
+	textDeltaO   = `{"type":"response.output_text.delta","response_id":"resp_o","delta":"Hi"}`
+	transcript   = `{"type":"response.output_audio_transcript.delta","delta":"Hi"}`
+	stopped      = `{"type":"input_audio_buffer.speech_stopped","audio_end_ms":1000}`
+	doneOK       = `{"type":"response.done","response":{"id":"resp_1","status":"completed","output":[{"type":"message"}]}}`
+	doneOK2      = `{"type":"response.done","response":{"id":"resp_2","status":"completed","output":[{"type":"message"}]}}`
+	doneOOB      = `{"type":"response.done","response":{"id":"resp_o","status":"completed","output":[{"type":"message"}]}}`
+	doneTool     = `{"type":"response.done","response":{"id":"resp_1","status":"completed","output":[{"type":"function_call","name":"f"}]}}`
+	doneCut      = `{"type":"response.done","response":{"id":"resp_1","status":"cancelled","status_details":{"type":"cancelled","reason":"turn_detected"}}}`
+	doneClient   = `{"type":"response.done","response":{"id":"resp_1","status":"cancelled","status_details":{"reason":"client_cancelled"}}}`
+	doneFailed   = `{"type":"response.done","response":{"id":"resp_1","status":"failed","status_details":{"type":"failed","error":{"type":"server_error"}}}}`
+	doneBadReq   = `{"type":"response.done","response":{"id":"resp_1","status":"failed","status_details":{"type":"failed","error":{"type":"invalid_request_error"}}}}`
+	refused      = `{"type":"error","error":{"type":"invalid_request_error","code":"conversation_already_has_active_response","event_id":"evt_9"}}`
+	rateLimited  = `{"type":"error","error":{"type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`
+	transcribing = `{"type":"session.created","session":{"type":"transcription","audio":{"input":{"turn_detection":{"type":"server_vad","silence_duration_ms":300}}}}}`
+	betaSession  = `{"type":"session.created","session":{"turn_detection":{"type":"server_vad","silence_duration_ms":500}}}`
 )
 
 // appendMS is a client append of ms of 24 kHz PCM16 (the "/" escaped
@@ -125,6 +126,9 @@ func TestTracker(t *testing.T) {
 		{"server VAD without the audio: its arrival less the window", []step{{0, vadSession, false}, {1000, stopped, false},
 			{1010, created, false}, {1200, audioDelta, false}, {2000, doneOK, false}},
 			[]Event{first(500), ended(Completed, 1300)}, 1},
+		{"a transcription session's VAD makes no response", []step{{0, transcribing, false}, {1000, stopped, false},
+			c(1050, create), {1100, created, false}, {1150, audioDelta, false}, {1200, doneOK, false}},
+			[]Event{first(100), ended(Completed, 150)}, 1},
 		{"beta VAD config", []step{{0, betaSession, false}, {1000, stopped, false}, {1010, created, false},
 			{1100, audioDelta, false}, {1200, doneOK, false}},
 			[]Event{first(600), ended(Completed, 700)}, 1},
