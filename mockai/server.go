@@ -43,6 +43,17 @@ type Config struct {
 	UpgradeDelay    time.Duration // before the 101 response
 	SessionDelay    time.Duration // after the 101, before session.created
 	FirstAudioDelay time.Duration // after response.create, before the first audio delta
+	// CreatedWithFirstOutput holds a response's response.created (and
+	// rate_limits.updated) until its first output delta, as an upstream
+	// that is slow to start a response (queueing, a loaded region, a cold
+	// model) sends it: a relay that times turns from response.created
+	// then measures nothing of the wait.
+	CreatedWithFirstOutput bool
+	// FailResponses fails every response: response.created, then after
+	// the first-audio delay response.done with status failed and a
+	// server_error, no output (a deployment that accepts sessions and
+	// fails their answers).
+	FailResponses bool
 
 	// AudioDeltas is the number of response.output_audio.delta events per response:
 	// 0 means the default of 5, a negative number means none.

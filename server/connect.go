@@ -373,6 +373,10 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s, sess: sess}
 	sess.InspectUpstream(&c.watch)
+	info.turns.Observe = c.watch.observeTurn
+	if !u.live && !s.cfg.NoTurnMetrics {
+		c.watchClient(sess, nil) // the turns' clock: what the client's events the gateway forwards (resume.go)
+	}
 	if u.live {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
 		if continuityOn(s.cfg, u.key) {

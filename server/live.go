@@ -235,6 +235,7 @@ func (ls *liveState) start(msg []byte) {
 		info.group, info.reserved = group, plan.Reserved
 	}
 	s.sessMu.Unlock()
+	info.trace.Grouped(group)
 	if !registered {
 		s.balancer.Release(plan.Reserved)
 		return

@@ -265,6 +265,7 @@ func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
 	if count {
 		b.Attach(d)
 	}
+	i.turns.Attached() // the client's events queued for it go now
 	i.trace.Attached(traceWhere(d), i.poolHit)
 }
 
@@ -500,7 +501,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
 		}
 	}
-	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
+	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info)
 	info.trace.End()
 	if info.liveSideband {
 		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (watch.go), not this one's

@@ -47,6 +47,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.UpgradeDelay, "upgrade-delay", 0, "delay before the 101 response")
 	fs.DurationVar(&o.cfg.SessionDelay, "session-delay", 0, "delay after the 101, before session.created")
 	fs.DurationVar(&o.cfg.FirstAudioDelay, "first-audio-delay", 0, "delay after response.create, before the first audio (or text, or tool arguments) delta; changed while running by POST /mock/config?first_audio_delay=D")
+	fs.BoolVar(&o.cfg.CreatedWithFirstOutput, "created-with-first-output", false, "send a response's response.created only together with its first output delta (an upstream slow to start responses)")
+	fs.BoolVar(&o.cfg.FailResponses, "fail-responses", false, "fault: fail every response (response.done status failed, server_error, after the first-audio delay)")
 	fs.IntVar(&o.cfg.AudioDeltas, "deltas", 0, "audio deltas per response (0 = 5, -1 = none)")
 	fs.IntVar(&o.cfg.AudioDeltaBytes, "delta-bytes", 0, "raw PCM bytes per audio delta (0 = 4800, 100 ms)")
 	fs.DurationVar(&o.cfg.AudioDeltaInterval, "delta-interval", 0, "gap between audio deltas")

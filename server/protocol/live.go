@@ -63,6 +63,8 @@ func (Live) Turn(typ []byte) TurnMark {
 		return FirstOutput
 	case "session.input_transcript.delta":
 		return InputSpeech
+	case "session.started":
+		return TurnConfig
 	}
 	return NotTurn
 }

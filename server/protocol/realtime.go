@@ -94,6 +94,8 @@ func (Realtime) Turn(typ []byte) TurnMark {
 		return TurnEnd
 	case "session.created", "session.updated":
 		return TurnConfig
+	case "error":
+		return TurnError
 	}
 	return NotTurn
 }
