@@ -120,12 +120,17 @@ type Pool struct {
 	janitor Timer // the next janitor turn
 	swept   time.Time
 
-	// The yield rule (yield.go): client dials in flight, and warm-up
-	// dials in flight across keys.
-	clientDials int
-	warmDials   int
-	yielded     bool // a refill dialed less because clients were dialing
-	pace        pace // the refill after a burst
+	// The yield rule (yield.go): client dials in flight; when their burst
+	// began and how long its window is; when the latest client dial
+	// started and the last one ended; warm-up dials in flight across keys.
+	clientDials   int
+	burstFrom     time.Time
+	window        time.Duration
+	lastDialStart time.Time
+	lastDialEnd   time.Time
+	warmDials     int
+	yielded       bool // growth was held back in the current burst
+	pace          pace // the refill after a burst
 
 	// Dialing ahead (anticipate.go): connections accepted and not yet
 	// decided, and the key the next connect most likely wants.
@@ -194,6 +199,9 @@ type keyPool struct {
 
 	warm    []*warmConn // ready, oldest first
 	warming int
+	// owed counts sockets clients took that no dial has replaced yet: a
+	// replacement is never held back (yield.go).
+	owed    int
 	waiters []*Miss // misses waiting for a socket, oldest first (hedge.go)
 	claimed int     // waiting misses that wait on a dial in flight, not their own (anticipate.go)
 	// lastLanded is when a socket of the key last landed ready: a claim
@@ -305,8 +313,11 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 	p.updateSizeLocked(kp, now)
 	warm := len(kp.warm)
 	p.releaseClaimsLocked(kp) // what it took (or found dead) may have been for a waiting miss
+	if got != nil {
+		kp.owed++ // its replacement never yields
+	}
 	if got == nil && client {
-		p.clientDials++ // before the refill below, which yields to it
+		p.clientDialStartLocked() // before the refill below, whose growth yields to it
 		miss = p.newMissLocked(kp)
 		p.claimLocked(kp, miss)
 	}
@@ -533,7 +544,9 @@ func (p *Pool) janitorTurn() {
 const janitorSweep = 5 * time.Second
 
 // refill starts the dials that bring kp up to its target, within the
-// in-flight limit and the global caps, unless the key is backing off.
+// in-flight limit and the global caps, unless the key is backing off. What
+// replaces sockets clients took starts at once; growth beyond that yields
+// to client dials as yield.go says.
 func (p *Pool) refill(kp *keyPool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -553,23 +566,20 @@ func (p *Pool) refill(kp *keyPool) {
 		}
 		return
 	}
-	want := kp.size - len(kp.warm) - kp.warming
-	want = min(want, kp.inflight-kp.warming, p.cfg.MaxTotal-p.total)
+	deficit := kp.size - len(kp.warm) - kp.warming
+	want := min(deficit, kp.inflight-kp.warming, p.cfg.MaxTotal-p.total)
 	if p.cfg.Spare != nil {
 		want = min(want, p.cfg.Spare()-p.total)
 	}
 	if kp.backoff > 0 {
 		want = min(want, 1-kp.warming) // a failing key gets one probe at a time
 	}
-	if room := p.yieldRoomLocked(); want > room {
-		want = room
-		p.yielded = true
-	}
-	want = p.paceRoomLocked(now, want)
-	if want > 0 && !p.pace.from.IsZero() {
-		p.pace.started += want
-	}
-	for range max(want, 0) {
+	replace := max(0, min(want, kp.owed))
+	grow := p.growRoomLocked(now, want-replace)
+	// What stays owed is what the caps held back, and never more than the
+	// deficit left: a pool at its target owes nothing.
+	kp.owed = min(kp.owed-replace, max(0, deficit-replace-max(grow, 0)))
+	for range replace + max(grow, 0) {
 		p.startWarmLocked(kp)
 	}
 }
