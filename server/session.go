@@ -241,19 +241,25 @@ func passThrough(h http.Header) http.Header {
 	return out
 }
 
-// primePool warms every deployment's plain target (pool nil: off).
+// primePool warms every Realtime deployment's target, and only those
+// (pool nil: off): a pool exists per configured deployment, never per
+// client (upstream/shape.go).
 func primePool(pool *upstream.Pool, r *routes.Table) {
 	if pool == nil {
 		return
 	}
+	var keep []upstream.Target
 	for g, ds := range r.Groups {
 		for _, d := range ds {
 			if d.Protocol != routes.ProtocolRealtime {
 				continue // a Live socket is warm before session.start: not this pool's kind
 			}
-			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
+			t := target(d, url.Values{"model": {g}}, nil)
+			pool.Prime(t, g)
+			keep = append(keep, t)
 		}
 	}
+	pool.Retain(keep) // a reload's removed deployments lose their pools
 }
 
 // attached records that deployment d serves the session.
@@ -384,7 +390,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 				<-done
 				cancelRace()
 				if own.conn != nil {
-					miss.Give(target(own.d, q, h), info.group, own.conn)
+					miss.Give(target(own.d, q, h), own.conn)
 				}
 			}()
 			return

@@ -2,16 +2,14 @@ package upstream
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/poller"
 )
@@ -191,9 +189,9 @@ type keyPool struct {
 	id     string // short hash of the key, for metrics and logs
 	model  string
 	target Target
-	// primed keys (the configured upstreams' plain targets) keep their
-	// floor; keys made by a client's unusual query hold sockets only while
-	// they are used, and are forgotten when idle.
+	// primed keys (the configured deployments' targets) keep their floor;
+	// only Prime makes keys, and a key Retain let go holds sockets only
+	// while it is used, and is forgotten when idle.
 	primed   bool
 	lastTake time.Time
 
@@ -245,29 +243,6 @@ func (p *Pool) keyLocked(k string, t Target, model string, now time.Time) *keyPo
 	return kp
 }
 
-// Key identifies interchangeable upstream sockets: everything that shapes
-// the dial (URL with query, and every header, credentials included). The
-// result is a digest, so it is safe to keep and compare but must still never
-// be logged whole.
-func Key(t Target) string {
-	h := sha256.New()
-	h.Write([]byte(t.URL.String()))
-	names := make([]string, 0, len(t.Header))
-	for k := range t.Header {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		h.Write([]byte{0})
-		h.Write([]byte(strings.ToLower(k)))
-		for _, v := range t.Header[k] {
-			h.Write([]byte{1})
-			h.Write([]byte(v))
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // Take hands out a warm socket for t, making owner its owner in the same
 // step, or returns nil on a miss. Either way the key's pool is refilled
 // behind it. model labels the key in metrics. A target that is not Poolable
@@ -292,7 +267,11 @@ func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller
 // take is Take; with client set, a miss counts as a client dial and is
 // returned as a waiting Miss.
 func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ *poller.Handle, _ []byte, miss *Miss) {
-	if !p.cfg.Enabled() || !Poolable(t) {
+	if !p.cfg.Enabled() {
+		return nil, nil, nil
+	}
+	reason := unpooled(t)
+	if reason == sideband {
 		return nil, nil, nil
 	}
 	k := Key(t)
@@ -302,7 +281,15 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 		p.mu.Unlock()
 		return nil, nil, nil
 	}
-	kp := p.keyLocked(k, t, model, now)
+	kp := p.keys[k] // only Prime makes pools: a client's connect never does
+	if kp == nil || reason != "" {
+		p.mu.Unlock()
+		if reason == "" {
+			reason = MissNoPool
+		}
+		p.countUnpooled(kp, model, reason)
+		return nil, nil, nil
+	}
 	kp.noteTake(now)
 	if kp.seeded && kp.seedUntil.IsZero() {
 		kp.seedUntil = now.Add(burstMemory) // then auto sizes from what it measured
@@ -330,7 +317,7 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 			m.Hits.WithLabelValues(kp.model, kp.id).Inc()
 			m.WarmAge.WithLabelValues(kp.model).Observe(now.Sub(got.born).Seconds())
 		} else {
-			m.Misses.WithLabelValues(kp.model, kp.id).Inc()
+			m.Misses.WithLabelValues(kp.model, kp.id, MissEmpty).Inc()
 		}
 	}
 	p.refill(kp)
@@ -338,6 +325,21 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 		return nil, nil, miss
 	}
 	return got.h, got.held, nil
+}
+
+// countUnpooled counts a connect the pool could not serve as asked, for
+// reason, on its shape's pool kp (nil: there is none, key "none"), or on
+// model when there is none. It is not demand: it sizes nothing.
+func (p *Pool) countUnpooled(kp *keyPool, model, reason string) {
+	m := p.metrics
+	if m == nil {
+		return
+	}
+	id := "none"
+	if kp != nil {
+		model, id = kp.model, kp.id
+	}
+	m.Misses.WithLabelValues(model, id, reason).Inc()
 }
 
 // takeReadyLocked takes kp's oldest ready socket that can be handed over
@@ -371,16 +373,6 @@ func (p *Pool) takeReadyLocked(kp *keyPool, owner poller.Owner) (got *warmConn, 
 		}
 	}
 	return got, dead
-}
-
-// Poolable reports whether sockets for t may be dialed ahead and shared.
-// A call_id connect is a sideband to one live WebRTC or SIP call: a socket
-// dialed ahead would attach a stranger to that call, so it is never pooled.
-// Neither is intent=transcription, whose first event is not known to be
-// session.created (the pool holds exactly that frame and nothing else).
-func Poolable(t Target) bool {
-	q := t.URL.Query()
-	return !q.Has("call_id") && q.Get("intent") != "transcription"
 }
 
 // Warm returns the number of ready sockets for t, for tests and the admin page.
@@ -438,13 +430,37 @@ func (p *Pool) Prime(t Target, model string) {
 		// Create the key's series at zero, so that rates over them work
 		// from the first scrape.
 		m.Hits.WithLabelValues(kp.model, kp.id)
-		m.Misses.WithLabelValues(kp.model, kp.id)
+		for _, r := range []string{MissEmpty, MissSafetyIdentifier, MissQuery} {
+			m.Misses.WithLabelValues(kp.model, kp.id, r)
+		}
 		m.DeadOnTake.WithLabelValues(kp.model, kp.id)
 		m.Pings.WithLabelValues(kp.model, kp.id)
 		m.Pongs.WithLabelValues(kp.model, kp.id)
 		m.MissedPongs.WithLabelValues(kp.model, kp.id)
 	}
 	p.refill(kp)
+}
+
+// Retain keeps the pools of keep (the configured deployments' targets, all
+// of them Primed) and lets every other go: a pool that is no longer
+// configured loses its floor, targets nothing once idle, and is forgotten
+// with its metric series once empty, as after a configuration reload that
+// removed its deployment.
+func (p *Pool) Retain(keep []Target) {
+	keys := make(map[string]bool, len(keep))
+	for _, t := range keep {
+		keys[Key(t)] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, kp := range p.keys {
+		if !keys[k] {
+			kp.primed = false
+			if p.likely == kp {
+				p.likely = nil
+			}
+		}
+	}
 }
 
 // Close closes every warm socket with close 1000 and stops refilling. It
@@ -503,9 +519,10 @@ func (p *Pool) forgetIdleKeys(now time.Time) {
 	p.mu.Unlock()
 	if m := p.metrics; m != nil {
 		for _, kp := range gone {
-			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Backoff, m.Pings, m.Pongs, m.MissedPongs} {
+			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Inflight, m.Hits, m.DeadOnTake, m.Backoff, m.Pings, m.Pongs, m.MissedPongs} {
 				v.DeleteLabelValues(kp.model, kp.id)
 			}
+			m.Misses.DeletePartialMatch(prometheus.Labels{"model": kp.model, "key": kp.id})
 			m.Dials.DeleteLabelValues(kp.model, kp.id, "ok")
 			m.Dials.DeleteLabelValues(kp.model, kp.id, "failed")
 		}
@@ -549,9 +566,16 @@ const janitorSweep = 5 * time.Second
 // to client dials as yield.go says.
 func (p *Pool) refill(kp *keyPool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	retired := p.refillLocked(kp)
+	p.mu.Unlock()
+	retireAll(retired, "warm pool: room for another key")
+}
+
+// refillLocked is refill; it returns the sockets it reclaimed for another
+// key's share, to retire. Callers hold Pool.mu.
+func (p *Pool) refillLocked(kp *keyPool) []*warmConn {
 	if p.closed {
-		return
+		return nil
 	}
 	now := p.now()
 	p.updateSizeLocked(kp, now)
@@ -564,10 +588,14 @@ func (p *Pool) refill(kp *keyPool) {
 				p.refill(kp)
 			})
 		}
-		return
+		return nil
 	}
 	deficit := kp.size - len(kp.warm) - kp.warming
-	want := min(deficit, kp.inflight-kp.warming, p.cfg.MaxTotal-p.total)
+	var retired []*warmConn
+	if kp.backoff == 0 {
+		retired = p.reclaimLocked(kp, deficit)
+	}
+	want := min(deficit, kp.inflight-kp.warming, p.roomLocked(kp))
 	if p.cfg.Spare != nil {
 		want = min(want, p.cfg.Spare()-p.total)
 	}
@@ -581,6 +609,56 @@ func (p *Pool) refill(kp *keyPool) {
 	kp.owed = min(kp.owed-replace, max(0, deficit-replace-max(grow, 0)))
 	for range replace + max(grow, 0) {
 		p.startWarmLocked(kp)
+	}
+	return retired
+}
+
+// roomLocked is how many more sockets kp may hold or dial within MaxTotal,
+// shared fairly: every key is owed its share of the cap (MaxTotal ÷ keys)
+// up to its target, and a key may use what the others are not owed. So
+// one key's demand can take the room others do not need, never the room
+// they do: a key over its share replaces what is taken from it only while
+// the others hold what they are owed. Callers hold Pool.mu.
+func (p *Pool) roomLocked(kp *keyPool) int {
+	share := p.cfg.MaxTotal / max(1, len(p.keys))
+	owed := 0
+	for _, o := range p.keys {
+		if o != kp {
+			owed += max(0, min(o.size, share)-len(o.warm)-o.warming)
+		}
+	}
+	return p.cfg.MaxTotal - p.total - owed
+}
+
+// reclaimLocked makes room, within MaxTotal, for what kp is owed of its
+// share (deficit sockets short of its target) by taking the oldest ready
+// sockets of keys holding more than their share; it returns them for the
+// caller to retire once it no longer holds the lock. Callers hold Pool.mu.
+func (p *Pool) reclaimLocked(kp *keyPool, deficit int) []*warmConn {
+	share := p.cfg.MaxTotal / max(1, len(p.keys))
+	need := min(deficit, share-len(kp.warm)-kp.warming) - max(0, p.roomLocked(kp))
+	var out []*warmConn
+	for _, o := range p.keys {
+		for need > 0 && o != kp && len(o.warm) > 0 && len(o.warm)+o.warming > share {
+			w := o.warm[0]
+			o.warm[0] = nil
+			o.warm = o.warm[1:]
+			p.total--
+			need--
+			if w.expiry != nil {
+				w.expiry.Stop()
+			}
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// retireAll closes every socket of all with 1000 and reason. Call it
+// without Pool.mu.
+func retireAll(all []*warmConn, reason string) {
+	for _, w := range all {
+		w.retire(ws.StatusNormalClosure, reason)
 	}
 }
 
