@@ -29,6 +29,8 @@ import (
 
 // passThroughHeaders are the client headers that go upstream; every other
 // client header (credentials, OpenAI-Organization, OpenAI-Project) stays.
+// OpenAI-Beta is part of a pool key's shape; OpenAI-Safety-Identifier, one
+// end user's, makes the connect dial direct (upstream/shape.go).
 var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 
 // sessionInfo is what the server knows of a session beyond the relay: who,
