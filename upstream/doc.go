@@ -27,21 +27,26 @@
 // Why the yield is bounded (issue 31). Before, growth was held to max(2,
 // client dials / 8) while any client dial was in flight, and let go only
 // when the last one ended. Under continuous arrivals the last client dial
-// never ends, because every connect misses, and the pool never caught up.
-// Measured on the 2-core dev box (shared, loaded, so indicative), mockai
-// answering the upgrade after 100 ms, REALTIME_POOL_SIZE=auto, after a
-// warm-up of 500 calls, hits of the next run (rtgate_pool_hits_total):
+// never ends, because every connect misses, and the pool never caught up;
+// and one miss among hits held the hits' replacements back, which drained
+// the pool into that state. Measured 2026-12-04 on the 2-core / 24 GiB dev
+// box, shared and loaded (load average 11-15: indicative), mockai answering
+// the upgrade after 100 ms, REALTIME_POOL_SIZE=auto, after a warm-up of 500
+// calls, connects served warm in the next run (rtgate_pool_hits_total),
+// the old build and this one in the same hour:
 //
-//	load (wsbench)                          before       now
-//	50 concurrent short calls, ws://        21 / 2,000   2,000 / 2,000
-//	200 concurrent short calls, ws://       224 / 3,000  3,000 / 3,000
-//	50 concurrent short calls, wss://       24 / 1,300   1,300 / 1,300
+//	load (wsbench, closed loop)                 before       now
+//	50 concurrent short calls, ws://            47 / 2,000   2,000 / 2,000
+//	200 concurrent short calls, ws://           137 / 3,000  3,000 / 3,000
+//	150 concurrent ~1 s calls (50 deltas
+//	  20 ms apart), ws://                       2,400 / 2,400  2,400 / 2,400
+//	50 concurrent short calls, wss://           29 / 1,300   1,227 / 1,300
+//	                                                         (1,300 in five reruns)
 //
 // A first burst keeps the yield: all of a cold burst's dials start within
-// its window, so they hold growth back however long they take, and the cold
-// first burst through the gateway stays within a few per cent of direct at
-// p99 (bench/burstab.sh, the old and new builds side by side against direct,
-// medians of six trials on the loaded box, ws:// and wss://: both builds
-// within the same few per cent, the trial-to-trial spread larger than
-// their difference).
+// its window, so they hold growth back however long they take. The cold
+// first burst of 200 (bench/burstab.sh: both builds and direct at the same
+// time, medians of six trials, total p99 against direct): ws:// +3.0 %
+// before, +2.0 % now; wss:// +6.3 % before, +7.3 % now, with trials
+// spreading over 5 points on the loaded box, more than the difference.
 package upstream
