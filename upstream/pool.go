@@ -245,8 +245,9 @@ func (p *Pool) keyLocked(k string, t Target, model string, now time.Time) *keyPo
 
 // Take hands out a warm socket for t, making owner its owner in the same
 // step, or returns nil on a miss. Either way the key's pool is refilled
-// behind it. model labels the key in metrics. A target that is not Poolable
-// is always a miss and creates nothing.
+// behind it. Only Prime makes a pool: a target with none, or one a warm
+// socket cannot serve (shape.go), is a miss counted by its reason (model
+// labels it when there is no pool), and creates and sizes nothing.
 func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle, []byte) {
 	h, held, _ := p.take(t, model, owner, false)
 	return h, held

@@ -281,9 +281,6 @@ func testPoolBackoffResetsOnSuccess(t *testing.T, tls bool) {
 	}
 }
 
-// A client's unusual query makes a key of its own: it gets warm sockets
-// while it is used, and none (and no bookkeeping) once it is not, while the
-// configured upstream keeps its floor.
 // TestPoolKeysOnlyConfiguredShapes: a pool exists only for a Primed
 // (configured) target. A connect with query parameters beyond the
 // session's shape, or a per-user header, misses even while the pool holds
