@@ -376,13 +376,17 @@ func primeLivePool(pool *upstream.Pool, r *routes.Table) {
 	if pool == nil {
 		return
 	}
+	var keep []upstream.Target
 	for g, ds := range r.Groups {
 		for _, d := range ds {
 			if d.Protocol == routes.ProtocolLive {
-				pool.Prime(target(d, nil, nil), g)
+				t := target(d, nil, nil)
+				pool.Prime(t, g)
+				keep = append(keep, t)
 			}
 		}
 	}
+	pool.Retain(keep)
 }
 
 // fromPool starts the session on a pooled socket of deployment d, writing

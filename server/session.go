@@ -29,6 +29,8 @@ import (
 
 // passThroughHeaders are the client headers that go upstream; every other
 // client header (credentials, OpenAI-Organization, OpenAI-Project) stays.
+// OpenAI-Beta is part of a pool key's shape; OpenAI-Safety-Identifier, one
+// end user's, makes the connect dial direct (upstream/shape.go).
 var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 
 // sessionInfo is what the server knows of a session beyond the relay: who,
@@ -241,19 +243,25 @@ func passThrough(h http.Header) http.Header {
 	return out
 }
 
-// primePool warms every deployment's plain target (pool nil: off).
+// primePool warms every Realtime deployment's target, and only those
+// (pool nil: off): a pool exists per configured deployment, never per
+// client (upstream/shape.go).
 func primePool(pool *upstream.Pool, r *routes.Table) {
 	if pool == nil {
 		return
 	}
+	var keep []upstream.Target
 	for g, ds := range r.Groups {
 		for _, d := range ds {
 			if d.Protocol != routes.ProtocolRealtime {
 				continue // a Live socket is warm before session.start: not this pool's kind
 			}
-			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
+			t := target(d, url.Values{"model": {g}}, nil)
+			pool.Prime(t, g)
+			keep = append(keep, t)
 		}
 	}
+	pool.Retain(keep) // a reload's removed deployments lose their pools
 }
 
 // attached records that deployment d serves the session.
@@ -385,7 +393,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 				<-done
 				cancelRace()
 				if own.conn != nil {
-					miss.Give(target(own.d, q, h), info.group, own.conn)
+					miss.Give(target(own.d, q, h), own.conn)
 				}
 			}()
 			return

@@ -153,7 +153,9 @@ func (d Deployment) LogValue() slog.Value { return slog.StringValue(d.Name) }
 // gateway's to set. As the gateway does for a single upstream, the
 // deployment's model is named when the client named one or connected with
 // neither call_id nor intent (a call_id or transcription socket may carry no
-// model). The returned Target is fresh: callers may add headers to it.
+// model). The returned Target is fresh: callers may add headers to it. A
+// target carrying the client's other parameters is forwarded as asked, and
+// so is never served from the warm pool (upstream/shape.go).
 func (d *Deployment) Target(clientQuery url.Values) upstream.Target {
 	q := make(url.Values, len(clientQuery)+2)
 	for k, v := range clientQuery {
