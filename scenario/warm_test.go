@@ -1,0 +1,104 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"rtgate/bench/proc"
+)
+
+// warmRow is one headline row of issue 31: C callers in a closed loop
+// making calls of one kind, a warm-up and then the measured connects.
+type warmRow struct {
+	name             string
+	conc             int
+	warmup, measured int
+	maxHold          time.Duration // each call holds its session a random while below this
+	mockArgs         []string      // what makes mockai's answer short or long
+	limit            time.Duration // bound on the row's whole load
+}
+
+// The rows. A short call is one response of mockai's default 5 audio
+// deltas; a ~1 s call is 50 deltas of 20 ms of audio 20 ms apart. Counts are
+// fixed, and sized so that the whole test takes about a minute on a quiet
+// 2-core machine with the pool keeping up.
+var warmRows = []warmRow{
+	{name: "50 concurrent short calls", conc: 50, warmup: 400, measured: 1200,
+		maxHold: 20 * time.Millisecond, limit: 90 * time.Second},
+	{name: "200 concurrent short calls", conc: 200, warmup: 600, measured: 1800,
+		maxHold: 20 * time.Millisecond, limit: 90 * time.Second},
+	{name: "150 concurrent ~1 s calls", conc: 150, warmup: 300, measured: 600,
+		maxHold: 20 * time.Millisecond, limit: 90 * time.Second,
+		mockArgs: []string{"-deltas", "50", "-delta-interval", "20ms", "-delta-bytes", "960"}},
+}
+
+// wantWarm is the share of measured connects that must be pool hits.
+const wantWarm = 0.97
+
+// TestWarmPoolServesSustainedLoad: with a 100 ms upstream upgrade and
+// REALTIME_POOL_SIZE=auto, after a warm-up, at least 97 % of the connects
+// of a sustained load are served warm, and every call completes; each row
+// over ws:// and wss://, each with its own mockai and gateway.
+func TestWarmPoolServesSustainedLoad(t *testing.T) {
+	overBoth(t, func(t *testing.T, up proc.Upstream) {
+		for _, row := range warmRows {
+			t.Run(row.name, func(t *testing.T) { runWarmRow(t, up, row) })
+		}
+	})
+}
+
+func runWarmRow(t *testing.T, up proc.Upstream, row warmRow) {
+	mock := startMockai(t, up, append([]string{"-upgrade-delay", "100ms"}, row.mockArgs...)...)
+	g := startGateway(t, mock, map[string]string{"REALTIME_POOL_SIZE": "auto"})
+	c := newCaller(g)
+
+	// The measured part starts with call number warmup: the pool's
+	// counters are read just before it is dialed, while the warm-up's
+	// callers are still calling (the load never pauses).
+	var (
+		mu             sync.Mutex
+		hits0, misses0 float64
+		snapErr        error
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), row.limit)
+	defer cancel()
+	res := runCalls(ctx, c, row.warmup+row.measured, row.conc, row.maxHold, func(i int) {
+		if i != row.warmup {
+			return
+		}
+		m, err := scrape(g)
+		mu.Lock()
+		defer mu.Unlock()
+		snapErr = err
+		hits0, misses0 = counter(m, "rtgate_pool_hits_total"), counter(m, "rtgate_pool_misses_total")
+	})
+	if snapErr != nil {
+		t.Fatal(snapErr)
+	}
+	m, err := scrape(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := counter(m, "rtgate_pool_hits_total") - hits0
+	misses := counter(m, "rtgate_pool_misses_total") - misses0
+	what := fmt.Sprintf("%s over %s", row.name, up.Scheme())
+	t.Logf("%s: %.0f of %.0f connects warm after a warm-up of %d; %d of %d calls completed",
+		what, hits, hits+misses, row.warmup, res.ok, row.warmup+row.measured)
+
+	if total := row.warmup + row.measured; res.made < total {
+		t.Errorf("%s: only %d of %d calls were made within the load's bound of %v", what, res.made, total, row.limit)
+	}
+	if res.ok < res.made {
+		t.Errorf("%s: %d of %d calls failed: %s", what, res.made-res.ok, res.made, res.failureSummary())
+	}
+	if hits+misses < float64(row.measured)/2 {
+		t.Fatalf("%s: the gateway counted %.0f connects in the measured part of %d calls", what, hits+misses, row.measured)
+	}
+	if hits < wantWarm*(hits+misses) {
+		t.Errorf("%s: %.0f of %.0f connects warm (%.1f%%), want >= %.0f%%",
+			what, hits, hits+misses, 100*hits/(hits+misses), 100*wantWarm)
+	}
+}
