@@ -23,7 +23,7 @@ const (
 	maxSessions  = 30
 	instances    = 3
 	attempts     = 2 * maxSessions // sessions the clients try to hold at once
-	tries        = 5                // a refused client's attempts in all
+	tries        = 5               // a refused client's attempts in all
 	retryEvery   = 200 * time.Millisecond
 	limitRounds  = 3
 	burners      = 2
