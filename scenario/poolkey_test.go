@@ -26,7 +26,10 @@ const poolTarget = 4
 func TestPerClientValuesOpenNoExtraSessions(t *testing.T) {
 	overBoth(t, func(t *testing.T, up proc.Upstream) {
 		mock := startMockai(t, up, "-upgrade-delay", "100ms")
-		g := startGateway(t, mock, map[string]string{"REALTIME_POOL_SIZE": fmt.Sprint(poolTarget)})
+		// No idle replacement or ping retirement within the test: every
+		// upstream session it counts is one a connect caused.
+		g := startGateway(t, mock, map[string]string{"REALTIME_POOL_SIZE": fmt.Sprint(poolTarget),
+			"REALTIME_POOL_MAX_IDLE_SECS": "600", "REALTIME_POOL_PING_SECS": "0"})
 		c := newCaller(g)
 		// One ordinary connect first, so that the deployment's pool exists
 		// however lazily it is made; then the counts start from a full pool.
