@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -22,11 +23,13 @@ type warmRow struct {
 // The rows. A short call is one response of mockai's default 5 audio
 // deltas; a ~1 s call is 50 deltas of 20 ms of audio 20 ms apart. Counts are
 // fixed: fewer than the runs (2,000, 3,000 and 2,400 connects) so
-// that the whole test takes about half a minute on a 2-core machine with
-// the pool keeping up, and still at least four calls per caller measured.
+// that the whole test takes under a minute on a 2-core machine with the
+// pool keeping up, and still at least four calls per caller measured. The
+// warm-up is two to six calls per caller (a few seconds of the load): what
+// REALTIME_POOL_SIZE=auto needs to learn the demand.
 var warmRows = []warmRow{
-	{name: "50 concurrent short calls", conc: 50, warmup: 400, measured: 1200, limit: 90 * time.Second},
-	{name: "200 concurrent short calls", conc: 200, warmup: 600, measured: 1800, limit: 90 * time.Second},
+	{name: "50 concurrent short calls", conc: 50, warmup: 600, measured: 1200, limit: 90 * time.Second},
+	{name: "200 concurrent short calls", conc: 200, warmup: 1200, measured: 1800, limit: 90 * time.Second},
 	{name: "150 concurrent ~1 s calls", conc: 150, warmup: 300, measured: 600, limit: 90 * time.Second,
 		mockArgs: []string{"-deltas", "50", "-delta-interval", "20ms", "-delta-bytes", "960"}},
 }
@@ -60,34 +63,33 @@ func runWarmRow(t *testing.T, up proc.Upstream, row warmRow) {
 
 	// The measured part starts with call number warmup: the pool's
 	// counters are read just before it is dialed, while the warm-up's
-	// callers are still calling (the load never pauses). runCalls returns
-	// once every call has, so the values are read after it without a lock.
+	// callers are still calling (the load never pauses), and again halfway
+	// through it, so that a failure says whether the misses were a slow
+	// start or the steady state. runCalls returns once every call has, so
+	// the readings are used after it without a lock.
 	var (
-		hits0, misses0 float64
-		snapErr        error
+		marks = []int{row.warmup, row.warmup + row.measured/2}
+		reads [3]poolCounts
+		errs  [3]error
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), row.limit)
 	defer cancel()
 	res := runCalls(ctx, c, row.warmup+row.measured, row.conc, maxHold, func(i int) {
-		if i != row.warmup {
-			return
+		for k, mark := range marks {
+			if i == mark {
+				reads[k], errs[k] = readPool(g)
+			}
 		}
-		m, err := scrape(g)
-		snapErr = err
-		hits0, misses0 = counter(m, "rtgate_pool_hits_total"), counter(m, "rtgate_pool_misses_total")
 	})
-	if snapErr != nil {
-		t.Fatal(snapErr)
-	}
-	m, err := scrape(g)
-	if err != nil {
+	reads[2], errs[2] = readPool(g)
+	if err := errors.Join(errs[:]...); err != nil {
 		t.Fatal(err)
 	}
-	hits := counter(m, "rtgate_pool_hits_total") - hits0
-	misses := counter(m, "rtgate_pool_misses_total") - misses0
+	all, first, second := reads[2].since(reads[0]), reads[1].since(reads[0]), reads[2].since(reads[1])
+	hits, misses := all.hits, all.misses
 	what := fmt.Sprintf("%s over %s", row.name, up.Scheme())
-	t.Logf("%s: %.0f of %.0f connects warm after a warm-up of %d; %d of %d calls completed",
-		what, hits, hits+misses, row.warmup, res.ok, row.warmup+row.measured)
+	t.Logf("%s: %s after a warm-up of %d (first half %s, second half %s); %d of %d calls completed",
+		what, all, row.warmup, first, second, res.ok, row.warmup+row.measured)
 
 	if total := row.warmup + row.measured; res.made < total {
 		t.Errorf("%s: only %d of %d calls were made within the load's bound of %v", what, res.made, total, row.limit)
@@ -99,7 +101,27 @@ func runWarmRow(t *testing.T, up proc.Upstream, row warmRow) {
 		t.Fatalf("%s: the gateway counted %.0f connects in the measured part of %d calls", what, hits+misses, row.measured)
 	}
 	if hits < wantWarm*(hits+misses) {
-		t.Errorf("%s: %.0f of %.0f connects warm (%.1f%%), want >= %.0f%%",
-			what, hits, hits+misses, 100*hits/(hits+misses), 100*wantWarm)
+		t.Errorf("%s: %s (%.1f%%), want >= %.0f%% (first half %s, second half %s)",
+			what, all, 100*hits/(hits+misses), 100*wantWarm, first, second)
 	}
+}
+
+// poolCounts is one reading of the gateway's pool hit and miss counters.
+type poolCounts struct{ hits, misses float64 }
+
+func readPool(g *proc.Gateway) (poolCounts, error) {
+	m, err := scrape(g)
+	if err != nil {
+		return poolCounts{}, err
+	}
+	return poolCounts{counter(m, "rtgate_pool_hits_total"), counter(m, "rtgate_pool_misses_total")}, nil
+}
+
+// since is what was counted between an earlier reading and this one.
+func (p poolCounts) since(earlier poolCounts) poolCounts {
+	return poolCounts{p.hits - earlier.hits, p.misses - earlier.misses}
+}
+
+func (p poolCounts) String() string {
+	return fmt.Sprintf("%.0f of %.0f connects warm", p.hits, p.hits+p.misses)
 }
