@@ -56,7 +56,8 @@ general_settings:
 // is 30, retrying a few times when refused, three rounds over. In no round
 // are more than 30 held; every client without a session was refused with
 // 429 concurrent_sessions_exceeded; in a round in which Redis answered
-// every instance within its budget (no outage counted) all 30 are held;
+// every instance within its budget (no outage, no fallback admission
+// counted) all 30 are held;
 // and Redis answers in at least one round: a default budget that a busy
 // host misses every time leaves the limit to the fallback for good.
 func TestSharedLimitHoldsOnABusyHost(t *testing.T) {
@@ -94,7 +95,9 @@ func TestSharedLimitHoldsOnABusyHost(t *testing.T) {
 				t.Errorf("%s: %d of %d attempts neither held a session nor got 429 concurrent_sessions_exceeded: %v",
 					what, len(failed), attempts, failed[:min(len(failed), 5)])
 			}
-			if outages == 0 {
+			// An outage of the round before may last into this one: then
+			// there are fallback admissions without a new outage.
+			if outages == 0 && fallbacks == 0 {
 				answered++
 				if len(held) < maxSessions {
 					t.Errorf("%s: Redis answered throughout, yet only %d of the %d sessions under the limit were held", what, len(held), maxSessions)
