@@ -29,11 +29,11 @@
 //     across three gateway instances sharing one redis-server while two CPU
 //     burners (this test binary re-run as a busy loop, bounded in time,
 //     killed by PID) keep the host busy and 60 clients try at once to hold
-//     a session (a refused one retries a few times, as clients do): never
-//     more than 30 are held, every other client got 429
-//     concurrent_sessions_exceeded, a round in which Redis answered every
-//     call within its budget holds all 30, and Redis answers the default
-//     budget in at least one of the three rounds.
+//     a session (a refused one retries a few times, as clients do): every
+//     round ends with exactly 30 held, never more whether Redis answered
+//     within its budget or not, and never fewer (every session under the
+//     limit is usable), and every other client got 429
+//     concurrent_sessions_exceeded.
 //
 // redis-server missing is a failure, not a skip (server/redistest). Each
 // load is bounded in count and in time; the package takes one to one and a
