@@ -71,8 +71,8 @@ type records struct {
 	routes   func() *routes.Table // the prices of models beside the deployment's (pricing.go)
 	spend    *prometheus.CounterVec
 	flagged  *prometheus.CounterVec // records with unpriced or unconfirmed usage
-	usageLog *usage.Log      // nil without USAGE_LOG
-	spendDB  *spenddb.Writer // nil without DATABASE_URL
+	usageLog *usage.Log             // nil without USAGE_LOG
+	spendDB  *spenddb.Writer        // nil without DATABASE_URL
 }
 
 // openRecords opens USAGE_LOG and starts the durable spend log when

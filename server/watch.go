@@ -33,12 +33,12 @@ import (
 // conversation, reading each event's type once for all.
 type setupWatch struct {
 	*sessionInfo
-	srv       *Server
-	sess      *poller.Session
-	seen      bool // only the upstream read path touches it
-	capSeen   bool // the first upstream's session.created was read (rollover.go)
-	wantUsage bool // the frame Inspect gets carries usage
-	wantKeep  bool // the frame Inspect gets changes the kept conversation (continuity)
+	srv        *Server
+	sess       *poller.Session
+	seen       bool // only the upstream read path touches it
+	capSeen    bool // the first upstream's session.created was read (rollover.go)
+	wantUsage  bool // the frame Inspect gets carries usage
+	wantKeep   bool // the frame Inspect gets changes the kept conversation (continuity)
 	wantFlight bool // the frame Inspect gets opens or closes a response in flight (flights.go)
 }
 
