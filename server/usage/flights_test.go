@@ -14,7 +14,9 @@ func flightsOf(relayed, client *uint64) *Flights {
 	}
 }
 
-func created(id string) []byte { return []byte(`{"type":"response.created","response":{"id":"` + id + `"}}`) }
+func created(id string) []byte {
+	return []byte(`{"type":"response.created","response":{"id":"` + id + `"}}`)
+}
 
 func done(id string, inText, inAudio, outText, outAudio int64) []byte {
 	return fmt.Appendf(nil, `{"type":"response.done","response":{"id":%q,"usage":{"input_tokens":%d,"output_tokens":%d,`+
