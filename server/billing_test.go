@@ -278,3 +278,48 @@ func TestLiveBackendPricedAndAllowed(t *testing.T) {
 		t.Fatalf("close %v, want 1008", ce)
 	}
 }
+
+// TestTranscriptionModelChecked: a key limited to models: [gpt-realtime]
+// asking for input transcription on gpt-4o-transcribe gets it replaced by
+// the gateway's session.update (transcription off: no TRANSCRIPTION_MODEL
+// here); with transcription_model: refuse it is also told, with an error
+// event model_not_allowed (on main the choice went through unchecked).
+func TestTranscriptionModelChecked(t *testing.T) {
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		for _, policy := range []string{"rewrite", "refuse"} {
+			t.Run(policy, func(t *testing.T) {
+				g := startGateway(t, nil, func(c *Settings) {
+					trust(c)
+					c.RoutesFile = writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", mock)+`
+keys:
+  - name: team-a
+    key: os.environ/TEAM_A_KEY
+    models: [gpt-realtime]
+    transcription_model: `+policy+configTail)
+				})
+				c := g.dial(t, "model=gpt-realtime", bearer("sk-team-a-test"))
+				read(t, c)
+				send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+					"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"model": "gpt-4o-transcribe"}}}}})
+				readUntil(t, c, "session.updated") // the client's
+				var refused bool
+				for {
+					e := read(t, c)
+					if e.typ() == "error" && e.str("error", "code") == "model_not_allowed" {
+						refused = true
+						continue
+					}
+					if e.typ() == "session.updated" { // the gateway's
+						if m := e.str("session", "audio", "input", "transcription", "model"); m != "" {
+							t.Fatalf("transcription model after the gateway's update: %q, want none", m)
+						}
+						break
+					}
+				}
+				if refused != (policy == "refuse") {
+					t.Errorf("error event model_not_allowed: %v, want %v", refused, policy == "refuse")
+				}
+			})
+		}
+	})
+}
