@@ -69,6 +69,12 @@ type Config struct {
 	DropAfterFrames      int  // after N frames: drop the TCP connection, no close frame
 	MalformedAfterFrames int  // after N frames: write a frame with reserved opcode 0x3
 	StopReading          bool // after session.created, never read from the socket again
+	// IgnoreCancel never answers response.cancel: the response streams on
+	// to its end, and no cancelled response.done comes (an upstream that
+	// does not confirm a cancel in time). By default response.cancel stops
+	// the active response, whose response.done (status cancelled) carries
+	// the usage of what was sent.
+	IgnoreCancel bool
 	// StatusCode, if non-zero (e.g. 429, 500), answers every upgrade with this HTTP
 	// status and a JSON error body.
 	StatusCode int

@@ -291,6 +291,9 @@ func (s *session) handle(mt int, data []byte) {
 	case "response.create":
 		s.createResponse(ev)
 	case "response.cancel":
+		if s.cfg.IgnoreCancel {
+			break
+		}
 		if !s.cancelActive("client_cancelled") {
 			s.sendError("response_cancel_not_active", "Cancellation failed: no active response found.", "", ev.EventID)
 		}

@@ -368,6 +368,10 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.translation, info.liveSideband = u.translation, u.liveAttach && !u.liveFork
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
+	if realtimeConversation(u) {
+		info.keepFlights(sess, s.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription (flights.go)
+		s.checkTranscriptionModel(sess, info)      // transcriptionmodel.go
+	}
 	s.budgets.meter(info, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})

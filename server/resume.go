@@ -249,6 +249,7 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		return false
 	}
 	snap := info.keep.Snapshot()
+	s.estimateFlights(info) // the responses in flight on the upstream let go of (flights.go)
 	if info.live != nil {
 		info.live.resuming(sess, snap) // GPT-Live's meter and failed response (live.go)
 	} else {
@@ -572,6 +573,7 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		// (less for a short life, so that the lead leaves room for it).
 		isQuiet = info.keep.LiveQuiet(time.Now, min(time.Second, lead/4))
 	}
+	var cancelledAt time.Time // a forced rollover cancelled the responses in flight then (flights.go)
 	var check func()
 	check = func() {
 		args.rollMu.Lock()
@@ -586,7 +588,7 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		// session out of resumes keeps its upstream until the cap.
 		quiet := isQuiet
 		if !now.Before(deadline) {
-			quiet = nil
+			quiet = info.forcedRollover(sess, now, &cancelledAt)
 		}
 		if (quiet == nil || quiet()) && info.mayResume(now) && sess.Rollover(quiet) {
 			return

@@ -68,6 +68,17 @@ type sessionInfo struct {
 	keep    continuity.Keeper
 	resumes []usage.Resume
 
+	// A Realtime conversation session's responses in flight (flights.go;
+	// nil for other sessions), how long its end waits for them, and what
+	// was billed of them by estimate (under estMu).
+	flights    *usage.Flights
+	cancelWait time.Duration
+	estMu      sync.Mutex
+	estimated  usage.Usage
+	// unpriced names the models of usage no price was found for
+	// (pricing.go), booked on the read path, read at the end.
+	unpriced []string
+
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
 	clientLeft bool
@@ -483,7 +494,12 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		outcome = "client_lost" // it left while its upstream was being dialed
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
+	s.estimateFlights(info) // responses still in flight: billed an estimate (flights.go)
 	u := info.meter.Usage
+	est := info.estimatedUsage()
+	if est != nil {
+		u.Add(*est)
+	}
 	if info.live != nil {
 		u = info.live.meter.Usage // the backend tokens
 	}
@@ -494,7 +510,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
 		PoolHit: info.poolHit, Outcome: outcome, Protocol: "realtime",
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
-		Usage: u,
+		Usage: u, Estimated: est, Unconfirmed: est != nil, Transcription: info.meter.Transcription,
 	}
 	info.resumeRecord(&rec)
 	info.stopRollover()

@@ -33,13 +33,14 @@ import (
 // conversation, reading each event's type once for all.
 type setupWatch struct {
 	*sessionInfo
-	srv       *Server
-	sess      *poller.Session
-	seen      bool // only the upstream read path touches it
-	capSeen   bool // the first upstream's session.created was read (rollover.go)
-	wantUsage bool // the frame Inspect gets carries usage
-	wantKeep  bool // the frame Inspect gets changes the kept conversation (continuity)
-	wantTurn  bool // the turns or spans read the frame Inspect gets
+	srv        *Server
+	sess       *poller.Session
+	seen       bool // only the upstream read path touches it
+	capSeen    bool // the first upstream's session.created was read (rollover.go)
+	wantUsage  bool // the frame Inspect gets carries usage
+	wantKeep   bool // the frame Inspect gets changes the kept conversation (continuity)
+	wantTurn   bool // the turns or spans read the frame Inspect gets
+	wantFlight bool // the frame Inspect gets opens or closes a response in flight (flights.go)
 }
 
 // Wants implements frames.Inspector: the usage events, the turns' marks,
@@ -82,7 +83,8 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created") ||
 		(w.resume.lim.KeepAudio && continuity.AudioUpstreamWants(typ)))
 	w.wantTurn = w.seeTurn(typ, prefix)
-	return w.wantTurn || w.wantUsage || w.wantKeep
+	w.wantFlight = w.flights != nil && usage.WantsType(typ)
+	return w.wantTurn || w.wantUsage || w.wantKeep || w.wantFlight
 }
 
 // Inspect implements frames.Inspector: the usage meter, the turns and, with
@@ -102,6 +104,9 @@ func (w *setupWatch) Inspect(p []byte) {
 	}
 	if w.wantUsage {
 		w.meter.Inspect(p)
+	}
+	if w.wantFlight {
+		w.flights.Inspect(p) // after the meter: a cancelled response's usage is booked before its end may close the session
 	}
 	if w.wantTurn {
 		w.inspectTurn(p)
@@ -277,7 +282,7 @@ func (cm *callMeters) endedByRequest(id string) {
 func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string) {
 	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
 	ls := &liveState{info: info, floor: liveWebRTCFloor}
-	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	ls.meter.OnTokens = ls.bookBackend
 	info.live = ls
 	// Booked against the key's budget as the seconds grow, in GPT-Live's
 	// 30 s windows; over it, the call is hung up upstream, and the

@@ -111,6 +111,21 @@ func (st Start) Kept() (config []byte, input []json.RawMessage) {
 	return config, input
 }
 
+// BackendModel is the Responses model session.start delegates to
+// (session.delegation.responses.model), "" without Responses delegation.
+func (st Start) BackendModel() string {
+	var d struct {
+		Type      string `json:"type"`
+		Responses struct {
+			Model string `json:"model"`
+		} `json:"responses"`
+	}
+	if json.Unmarshal(st.session["delegation"], &d) != nil || d.Type != "responses" {
+		return ""
+	}
+	return d.Responses.Model
+}
+
 // Start is a client's held session.start: the model it names, and the
 // event, to be sent upstream with the deployment's model in its place.
 type Start struct {

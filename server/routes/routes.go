@@ -212,6 +212,13 @@ type ClientKey struct {
 	// itself on or off for this key's sessions (continuity_keep_audio);
 	// nil follows CONTINUITY_KEEP_AUDIO.
 	ContinuityKeepAudio *bool
+	// TranscriptionModel is what a Realtime session of this key gets when
+	// it asks for input transcription on a model its Models list does not
+	// name (transcription_model): TranscriptionRewrite (the default, "")
+	// puts the gateway's configured transcription model in its place;
+	// TranscriptionRefuse does that too and tells the client with an error
+	// event.
+	TranscriptionModel string
 	// MaxSessionSecs, when above 0, caps this key's sessions (the
 	// gateway's own cap; max_session_secs), instead of MAX_SESSION_SECS.
 	MaxSessionSecs int
@@ -225,6 +232,12 @@ const (
 
 // Master returns the master key, or nil when none is set.
 func (t *Table) Master() *ClientKey { return t.master }
+
+// The values of a key's transcription_model.
+const (
+	TranscriptionRewrite = "rewrite"
+	TranscriptionRefuse  = "refuse"
+)
 
 // Allows reports whether the key may open sessions on the model group.
 func (k *ClientKey) Allows(group string) bool {
