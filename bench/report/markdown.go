@@ -97,6 +97,9 @@ func RunMarkdown(s load.Summary) string {
 		s.Calls, s.OK, formatPercent(s.SuccessRate), s.Wall.Seconds(), s.Throughput)
 	b.WriteString(MarkdownTable([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(s)))
 	b.WriteString(failureTable(s.Failures))
+	if s.OpenLoop != nil {
+		b.WriteString("\n" + OpenLoopLine(s.OpenLoop) + "\n")
+	}
 	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys, %.1f ms per 1,000 calls\n",
 		stats.Millis(s.CPU), stats.Millis(s.CPUPer1000))
 	return b.String()

@@ -57,7 +57,7 @@ func TestParseBenchFlags(t *testing.T) {
 			}
 		}, ""},
 		{"rate and source ips", []string{"-rate", "250", "-source-ips", "127.0.0.1-127.0.0.8", "-audio"}, nil, func(t *testing.T, o benchOptions) {
-			if o.rate != 250 || len(o.sourceIPs) != 8 || !o.audio {
+			if o.open.rate != 250 || len(o.sourceIPs) != 8 || !o.audio {
 				t.Errorf("got %+v", o)
 			}
 		}, ""},
