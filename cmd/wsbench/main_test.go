@@ -180,6 +180,31 @@ func TestParseCompareFlags(t *testing.T) {
 	if _, _, err := parseCompareFlags([]string{"-source-ips", "x"}, &stderr); err == nil {
 		t.Error("bad -source-ips accepted")
 	}
+	// The steady-state (open-loop) leg: on by default for Realtime, off for
+	// Live unless -rate asks for it.
+	if cfg, _, _ := parseCompareFlags(nil, &stderr); cfg.Open != def.Open || cfg.Open.Rate <= 0 {
+		t.Errorf("open-loop defaults %+v, want %+v", cfg.Open, def.Open)
+	}
+	cfg, _, err = parseCompareFlags([]string{"-rate", "20", "-duration", "10s", "-call-length", "exp:1s", "-seed", "3",
+		"-arrivals", "even", "-max-inflight", "90", "-when-full", "delay"}, &stderr)
+	if o := cfg.Open; err != nil || o.Rate != 20 || o.Duration != 10*time.Second || o.Length.String() != "exp:1s" || o.Seed != 3 ||
+		o.Spacing != load.SpacingEven || o.MaxInFlight != 90 || o.WhenFull != load.FullDelay {
+		t.Errorf("open-loop flags: %+v, %v", cfg.Open, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "live"}, &stderr); err != nil || cfg.Open.Rate != 0 {
+		t.Errorf("live without -rate: open-loop rate %v, %v; want no open-loop leg", cfg.Open.Rate, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "live", "-rate", "10"}, &stderr); err != nil || cfg.Open.Rate != 10 {
+		t.Errorf("live with -rate 10: open-loop rate %v, %v", cfg.Open.Rate, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-rate", "0"}, &stderr); err != nil || cfg.Open.Rate != 0 {
+		t.Errorf("-rate 0: open-loop rate %v, %v; want none", cfg.Open.Rate, err)
+	}
+	for _, bad := range [][]string{{"-call-length", "gauss:1s"}, {"-arrivals", "bursty"}, {"-when-full", "queue"}} {
+		if _, _, err := parseCompareFlags(bad, &stderr); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
 	// The upstream is wss:// unless -upstream plain.
 	if def.Upstream != proc.UpstreamTLS {
 		t.Errorf("default upstream %q, want tls", def.Upstream)
