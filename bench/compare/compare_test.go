@@ -400,6 +400,7 @@ func compareAllLegs(t *testing.T, up proc.Upstream) {
 		"| metric | Direct | Gateway pool off | Gateway pool on | overhead (pool on vs direct) | pool on vs direct |",
 		"| success | 100.0% | 100.0% | 100.0% |",
 		"| session p99 |",
+		"| exchange p99 (total - held) |",
 		fmt.Sprintf("| arrivals (offered rate) | %d (", n),
 		"| dropped / delayed at cap | 0 / 0 | 0 / 0 | 0 / 0 |  |  |",
 		"| pool hit rate | n/a | n/a |",

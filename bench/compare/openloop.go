@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"rtgate/bench/harness"
@@ -124,7 +125,13 @@ func (out *Outcome) openComparison() (report.Comparison, bool) {
 			continue
 		}
 		any = true
-		rl := &report.Leg{Name: leg.Name, Summary: leg.Open.Summary, PoolHitRate: leg.Open.PoolHitRate}
+		sum := leg.Open.Summary
+		if sum.Exchange != nil {
+			// Every leg holds each call for the same drawn length, which
+			// would swamp the totals: the table compares the exchanges.
+			sum.Total = *sum.Exchange
+		}
+		rl := &report.Leg{Name: leg.Name, Summary: sum, PoolHitRate: leg.Open.PoolHitRate}
 		switch leg.ID {
 		case LegDirect:
 			c.Direct = rl
@@ -184,6 +191,13 @@ func (out *Outcome) openRows() (header []string, rows [][]string) {
 	}
 	// After "session p50" (row 2: success, dial p50, session p50).
 	rows = slices.Insert(rows, 3, session99)
+	if cfg := out.openLengths(); cfg {
+		for _, row := range rows {
+			if rest, ok := strings.CutPrefix(row[0], "total "); ok {
+				row[0] = "exchange " + rest + " (total - held)"
+			}
+		}
+	}
 	rows = append(rows,
 		extra("arrivals (offered rate)", func(r *OpenRun) string {
 			return fmt.Sprintf("%d (%.1f/s)", r.Summary.OpenLoop.Scheduled, r.Summary.OpenLoop.OfferedRate)
@@ -212,6 +226,17 @@ func percentVs(direct, pooled time.Duration) string {
 		return fmt.Sprintf("%.0f%% faster", -pct)
 	}
 	return fmt.Sprintf("%.0f%% slower", pct)
+}
+
+// openLengths reports whether the open-loop runs' calls had lengths (the
+// table then shows their exchanges in place of their totals).
+func (out *Outcome) openLengths() bool {
+	for _, leg := range out.Legs {
+		if leg.Open != nil && leg.Open.Summary.Exchange != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func phaseCell(s stats.Summary, pick func(stats.Summary) time.Duration) string {

@@ -314,7 +314,7 @@ func (c *Client) respond(ctx context.Context, sess *session, s *Sample, length t
 			if s.Failure != "" {
 				return
 			}
-			if err := sess.hold(ctx, s.Start.Add(length)); err != nil {
+			if err := sess.hold(ctx, s.Start.Add(length), &s.Held); err != nil {
 				fail(classifyRead(ctx, err, s.Reached))
 				return
 			}
@@ -358,16 +358,19 @@ func (sess *session) read() ([]byte, error) {
 
 var errBinary = errors.New("unexpected binary frame")
 
-// hold keeps the session open until until (a call's length) or ctx ends.
-// It reads nothing meanwhile: a late event waits in the socket and the close
-// handshake drains it; a server that closed meanwhile fails that handshake.
-func (sess *session) hold(ctx context.Context, until time.Time) error {
-	d := time.Until(until)
+// hold keeps the session open until until (a call's length) or ctx ends,
+// and adds the time it waited to held. It reads nothing meanwhile: a late
+// event waits in the socket and the close handshake drains it; a server
+// that closed meanwhile fails that handshake.
+func (sess *session) hold(ctx context.Context, until time.Time, held *time.Duration) error {
+	began := time.Now()
+	d := until.Sub(began)
 	if d <= 0 {
 		return nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	defer func() { *held += time.Since(began) }()
 	select {
 	case <-t.C:
 		return nil

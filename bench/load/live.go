@@ -109,7 +109,7 @@ func (c *Client) callLive(ctx context.Context, start time.Time, length time.Dura
 	if err := sess.waitAudio(); err != nil {
 		return readErr(err)
 	}
-	if err := sess.hold(ctx, start.Add(length)); err != nil {
+	if err := sess.hold(ctx, start.Add(length), &s.Held); err != nil {
 		return readErr(err)
 	}
 	if err := sess.conn.WriteMessage(websocket.TextMessage, msgLiveClose); err != nil {

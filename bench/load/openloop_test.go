@@ -124,6 +124,7 @@ func TestOpenLoopDurationAndLengths(t *testing.T) {
 		if o.CallLength != "uniform:50ms-150ms" || o.Seed != 3 || o.Spacing != SpacingPoisson {
 			t.Errorf("open loop reports length %q, seed %d, spacing %q", o.CallLength, o.Seed, o.Spacing)
 		}
+		held := 0
 		for i, s := range res.Samples {
 			if !s.OK() {
 				t.Fatalf("call %d failed: %s %s", i, s.Failure, s.Detail)
@@ -131,6 +132,20 @@ func TestOpenLoopDurationAndLengths(t *testing.T) {
 			if s.Length != want[i].Length || s.Total < s.Length {
 				t.Errorf("call %d: length %v (want %v), total %v: the session closed before its length", i, s.Length, want[i].Length, s.Total)
 			}
+			// The exchange (total - held) still holds every phase; a call
+			// whose exchange outlasted its length held nothing.
+			if s.Held < 0 || s.Total-s.Held < s.Dial+s.Session+s.FirstAudio {
+				t.Errorf("call %d: held %v of total %v (length %v, dial %v, session %v, first audio %v)", i, s.Held, s.Total, s.Length, s.Dial, s.Session, s.FirstAudio)
+			}
+			if s.Held > 0 {
+				held++
+			}
+		}
+		if held == 0 {
+			t.Error("no call held its session for its length")
+		}
+		if ex := res.Summary().Exchange; ex == nil || ex.N != len(want) || ex.Max > res.Summary().Total.Max {
+			t.Errorf("exchange summary %+v, want one per call, none above the totals", ex)
 		}
 	})
 }

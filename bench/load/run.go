@@ -200,6 +200,10 @@ type Summary struct {
 	// later); nil unless the calls had several turns. FirstAudio is then
 	// the first turns'.
 	LaterFirstAudio *stats.Summary `json:"later_first_audio,omitempty"`
+	// Exchange covers successful calls' Total minus the time they held
+	// their session for their length (Sample.Held): what Total would be
+	// without call lengths. Nil unless some call had a length.
+	Exchange *stats.Summary `json:"exchange,omitempty"`
 	// Failures counts failed calls by class.
 	Failures map[string]int `json:"failures"`
 	// OpenLoop is an open-loop run's arrivals: how many were dropped or
@@ -216,8 +220,9 @@ type Summary struct {
 
 // Summarize computes the summary of samples; wall and cpu may be zero.
 func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
-	var dial, session, audio, total, later []time.Duration
-	turns := false // calls of several turns (their LaterFirstAudio is not nil)
+	var dial, session, audio, total, later, exchange []time.Duration
+	turns := false   // calls of several turns (their LaterFirstAudio is not nil)
+	lengths := false // calls with a length (Sample.Length)
 	s := Summary{Calls: len(samples), Failures: map[string]int{}, Wall: wall, CPU: cpu}
 	for _, c := range samples {
 		if c.Reached >= PhaseDial {
@@ -231,9 +236,11 @@ func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
 		}
 		later = append(later, c.LaterFirstAudio...)
 		turns = turns || c.LaterFirstAudio != nil
+		lengths = lengths || c.Length > 0
 		if c.OK() {
 			s.OK++
 			total = append(total, c.Total)
+			exchange = append(exchange, c.Total-c.Held)
 		} else {
 			s.Failures[c.Failure]++
 		}
@@ -243,6 +250,10 @@ func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
 	if turns {
 		sum := stats.Summarize(later)
 		s.LaterFirstAudio = &sum
+	}
+	if lengths {
+		sum := stats.Summarize(exchange)
+		s.Exchange = &sum
 	}
 	if s.Calls > 0 {
 		s.SuccessRate = float64(s.OK) / float64(s.Calls)

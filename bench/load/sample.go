@@ -52,7 +52,9 @@ type Sample struct {
 	Total           time.Duration // start -> response.done + clean close
 	// Length is the call's drawn length (0: none; see Length): its session
 	// stayed open at least that long from Start, so Total includes it.
-	Length time.Duration
+	// Held is the part of Total the call spent holding its session idle
+	// for its length, after its exchange: Total - Held is the exchange.
+	Length, Held time.Duration
 
 	// Failure is the failure class ("" for a successful call).
 	Failure string
@@ -81,6 +83,7 @@ func (s Sample) MarshalJSON() ([]byte, error) {
 		TotalMS      *float64  `json:"total_ms"`
 		LaterMS      []float64 `json:"later_first_audio_ms,omitempty"`
 		LengthMS     float64   `json:"length_ms,omitempty"`
+		HeldMS       float64   `json:"held_ms,omitempty"`
 		OK           bool      `json:"ok"`
 		Failure      string    `json:"failure,omitempty"`
 		Detail       string    `json:"detail,omitempty"`
@@ -92,6 +95,7 @@ func (s Sample) MarshalJSON() ([]byte, error) {
 		TotalMS:      phase(PhaseDone, s.Total),
 		LaterMS:      millis(s.LaterFirstAudio),
 		LengthMS:     stats.Millis(s.Length),
+		HeldMS:       stats.Millis(s.Held),
 		OK:           s.OK(),
 		Failure:      s.Failure,
 		Detail:       s.Detail,

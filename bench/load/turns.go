@@ -154,7 +154,7 @@ func (c *Client) callTurns(ctx context.Context, start time.Time, length time.Dur
 			s.LaterFirstAudio = append(s.LaterFirstAudio, first)
 		}
 	}
-	if err := sess.hold(ctx, start.Add(length)); err != nil {
+	if err := sess.hold(ctx, start.Add(length), &s.Held); err != nil {
 		return fail(c.cfg.Turns-1, c.readFailure(ctx, err, s.Reached))
 	}
 	if err := sess.closeHandshake(); err != nil {

@@ -58,6 +58,12 @@ func phaseRows(s load.Summary) [][]string {
 			sum  stats.Summary
 		}{"first audio, turns 2+", *s.LaterFirstAudio})
 	}
+	if s.Exchange != nil { // calls with lengths: total without the time they held their session
+		phases = append(phases, struct {
+			name string
+			sum  stats.Summary
+		}{"exchange (total - held)", *s.Exchange})
+	}
 	rows := make([][]string, 0, len(phases))
 	for _, p := range phases {
 		if p.sum.N == 0 {
