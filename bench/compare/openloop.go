@@ -1,6 +1,7 @@
 package compare
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -270,12 +271,15 @@ type jsonOpenConfig struct {
 	WhenFull    load.WhenFull `json:"when_full"`
 }
 
-func openConfigJSON(o OpenLoop) *jsonOpenConfig {
+// openConfigJSON is cfg's open-loop leg for results.json, with the cap in
+// effect (load's default when unset).
+func openConfigJSON(cfg Config) *jsonOpenConfig {
+	o := cfg.Open
 	if o.Rate <= 0 {
 		return nil
 	}
 	return &jsonOpenConfig{Rate: o.Rate, Spacing: o.Spacing, DurationS: o.Duration.Seconds(), CallLength: o.Length.String(),
-		Seed: o.Seed, MaxInFlight: o.MaxInFlight, WhenFull: o.WhenFull}
+		Seed: o.Seed, MaxInFlight: cmp.Or(o.MaxInFlight, 10*cfg.Concurrency), WhenFull: o.WhenFull}
 }
 
 // jsonOpenRun is a leg's open-loop run in results.json.

@@ -87,7 +87,7 @@ func writeOutputs(out *Outcome, cfg Config, started time.Time) error {
 	r.Config.Profile.DeltaIntervalMS = stats.Millis(p.DeltaInterval)
 	r.Config.Profile.FloorMS = stats.Millis(p.Floor())
 	r.Table = out.Comparison.Markdown()
-	r.Config.OpenLoop, r.OpenTable = openConfigJSON(cfg.Open), out.OpenMarkdown()
+	r.Config.OpenLoop, r.OpenTable = openConfigJSON(cfg), out.OpenMarkdown()
 	for _, leg := range out.Legs {
 		jl := jsonLeg{ID: leg.ID, Name: leg.Name, Combined: leg.Combined, PoolHitRate: leg.PoolHitRate,
 			P50SpreadMS: map[string]float64{}, Open: openRunJSON(leg.Open)}
