@@ -81,8 +81,9 @@ func (s Schedule) Arrivals() []Arrival {
 		expect := s.Duration.Seconds() * s.Rate
 		n = min(n, int(expect+10*math.Sqrt(expect)+16))
 	}
-	out := make([]Arrival, 0, min(n, 1<<16)) // a huge N with no Duration grows as it goes
-	var at float64                           // nanoseconds since the start
+	// A huge N with no Duration grows as it goes.
+	out := make([]Arrival, 0, min(n, 1<<16))
+	var at float64 // nanoseconds since the start
 	for i := range s.N {
 		if i > 0 {
 			if s.Spacing == SpacingEven {
