@@ -11,7 +11,8 @@
 //
 // Each leg (setup) runs Config.Runs times back to back against one fresh
 // gateway; the table shows the runs' samples combined, and the JSON keeps
-// every run's samples and the per-run p50 spread.
+// every run's samples and the per-run p50 spread. After its closed-loop
+// runs each leg also takes one open-loop steady-state run (openloop.go).
 package compare
 
 import (
