@@ -168,7 +168,7 @@ func TestOpenLoopInterrupted(t *testing.T) {
 // TestCallLengthServerCloses: a server that ends the session while the
 // call holds it fails the call; the hold never hides a lost session.
 func TestCallLengthServerCloses(t *testing.T) {
-	srv := benchtest.Mockai(t, mockai.Config{AudioDeltas: 1, SessionCap: 200 * time.Millisecond})
+	srv := benchtest.Mockai(t, mockai.Config{AudioDeltas: 1, SessionCap: 500 * time.Millisecond})
 	c := newTestClient(t, Config{URL: realtimeURL(srv.BaseURL()), Timeout: 5 * time.Second})
 	s := c.CallFor(context.Background(), time.Now(), time.Second)
 	if s.OK() || !strings.HasPrefix(s.Failure, "unexpected_close") || s.Reached != PhaseFirstAudio || s.Length != time.Second {
