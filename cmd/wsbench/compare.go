@@ -92,7 +92,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
 			report.FormatMS(floor), report.FormatMS(d.Summary.Total.P50-floor))
 	}
-	fmt.Fprintf(stdout, "\nfirst burst and steady state, per run (the pool-on leg's run 1 starts against a fresh gateway)\n\n%s", out.BurstMarkdown())
+	fmt.Fprintf(stdout, "\nfirst burst and steady state, per closed-loop run (the pool-on leg's run 1 starts against a fresh gateway)\n\n%s", out.BurstMarkdown())
 	if open := out.OpenMarkdown(); open != "" {
 		fmt.Fprintf(stdout, "\nopen loop, steady state (after each leg's closed-loop runs, same processes): %s\n\n%s", cfg.Open.Describe(), open)
 	}

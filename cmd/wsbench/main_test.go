@@ -285,6 +285,8 @@ func TestRunBench(t *testing.T) {
 			[]string{"| sessions opened | 4 of 4 |", "| appends sent | 60 of 60 | 100.0% |", "| deltas received |"}},
 		{"live", mockai.Config{Key: key}, []string{"-protocol", "live", "-n", "6", "-c", "3"}, 0,
 			[]string{"calls 6, ok 6 (100.0%)", "| session | 6 |", "| first audio | 6 |", "| total | 6 |"}},
+		{"live, open loop with lengths", mockai.Config{Key: key}, []string{"-protocol", "live", "-rate", "50", "-n", "4", "-call-length", "60ms"}, 0,
+			[]string{"calls 4, ok 4 (100.0%)", "| exchange (total - held) | 4 |", "4 started, 0 dropped"}},
 		{"live with input audio", mockai.Config{Key: key}, []string{"-protocol", "live", "-n", "2", "-c", "2", "-audio"}, 0,
 			[]string{"calls 2, ok 2"}},
 		{"live, usage unconfirmed", mockai.Config{Key: key, Live: mockai.LiveConfig{NoClosed: true}}, []string{"-protocol", "live", "-n", "2", "-c", "2"}, 1,
