@@ -1,6 +1,7 @@
 # rtgate: a netpoll WebSocket gateway for OpenAI's Realtime API.
 #
-#   make bench   the main job: direct vs gateway (pool off, pool on) against mockai over wss://
+#   make bench   the main job: direct vs gateway (pool off, pool on) against mockai over wss://,
+#                closed-loop runs, then an open-loop steady-state run per leg
 #   make soak    ~3 minutes under random faults; fails on any unexplained failure or leak (not in CI)
 #   make bench-peers  nginx and HAProxy vs the gateway in front of mockai, wss:// and ws:// upstream
 #   make bench-huge   100,000 idle sessions over 12 gateway processes on one port (HUGE_ARGS="-n 2000" for fewer)

@@ -25,7 +25,8 @@
 //	                             response.output_audio.delta (AudioDeltaInterval apart),
 //	                             one response.output_audio_transcript.delta, response.done
 //	response.cancel           -> the deltas stop; response.done with status "cancelled",
-//	                             status_details.reason "client_cancelled"
+//	                             status_details.reason "client_cancelled", and the usage
+//	                             of the deltas sent (IgnoreCancel: no answer at all)
 //
 // Anything else gets an error event of type invalid_request_error and the connection
 // stays open: code invalid_value for non-JSON text, binary frames, a missing or
@@ -78,6 +79,17 @@
 //     0 to 1m, else HTTP 400), so a test can swap which of two mockai
 //     deployments is faster. With FaultsFromQuery a connection may pin its
 //     own with ?first_audio_delay=250ms, which the admin knob then leaves alone.
+//   - Config.CreatedWithFirstOutput (cmd/mockai -created-with-first-output)
+//     holds each response's response.created until its first output delta,
+//     as an upstream slow to start a response sends it; Config.FailResponses
+//     (-fail-responses) fails every response (response.done status failed,
+//     status_details.error type server_error, no output, after the
+//     first-audio delay). Per-deployment first-audio delays: one mockai per
+//     deployment, each with its own -first-audio-delay.
+//   - Out-of-band responses: a response.create whose response.conversation
+//     is "none" runs beside the active response (never refused as
+//     conversation_already_has_active_response), adds nothing to the
+//     conversation, and its response objects say conversation_id null.
 //   - An OTLP/HTTP trace sink, POST /v1/traces: the export is read, counted
 //     (Stats.TraceBytes) and answered 200, so a benchmark can point a
 //     gateway's OTEL_EXPORTER_OTLP_ENDPOINT at mockai.

@@ -43,6 +43,17 @@ type Config struct {
 	UpgradeDelay    time.Duration // before the 101 response
 	SessionDelay    time.Duration // after the 101, before session.created
 	FirstAudioDelay time.Duration // after response.create, before the first audio delta
+	// CreatedWithFirstOutput holds a response's response.created (and
+	// rate_limits.updated) until its first output delta, as an upstream
+	// that is slow to start a response (queueing, a loaded region, a cold
+	// model) sends it: a relay that times turns from response.created
+	// then measures nothing of the wait.
+	CreatedWithFirstOutput bool
+	// FailResponses fails every response: response.created, then after
+	// the first-audio delay response.done with status failed and a
+	// server_error, no output (a deployment that accepts sessions and
+	// fails their answers).
+	FailResponses bool
 
 	// AudioDeltas is the number of response.output_audio.delta events per response:
 	// 0 means the default of 5, a negative number means none.
@@ -58,6 +69,12 @@ type Config struct {
 	DropAfterFrames      int  // after N frames: drop the TCP connection, no close frame
 	MalformedAfterFrames int  // after N frames: write a frame with reserved opcode 0x3
 	StopReading          bool // after session.created, never read from the socket again
+	// IgnoreCancel never answers response.cancel: the response streams on
+	// to its end, and no cancelled response.done comes (an upstream that
+	// does not confirm a cancel in time). By default response.cancel stops
+	// the active response, whose response.done (status cancelled) carries
+	// the usage of what was sent.
+	IgnoreCancel bool
 	// StatusCode, if non-zero (e.g. 429, 500), answers every upgrade with this HTTP
 	// status and a JSON error body.
 	StatusCode int

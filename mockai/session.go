@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -86,6 +87,12 @@ type response struct {
 	inputAudioTokens int
 	text             bool      // output_modalities ["text"]: text deltas, no audio
 	tool             *toolCall // a function call instead of speech (turns.go)
+	// outOfBand: response.conversation "none": outside the conversation,
+	// beside the active response, conversation_id null (turns.go).
+	outOfBand bool
+	// announced: its response.created was sent (with
+	// Config.CreatedWithFirstOutput, only at its first output).
+	announced atomic.Bool
 }
 
 func newSession(srv *Server, ws *websocket.Conn, model string) *session {
@@ -284,6 +291,9 @@ func (s *session) handle(mt int, data []byte) {
 	case "response.create":
 		s.createResponse(ev)
 	case "response.cancel":
+		if s.cfg.IgnoreCancel {
+			break
+		}
 		if !s.cancelActive("client_cancelled") {
 			s.sendError("response_cancel_not_active", "Cancellation failed: no active response found.", "", ev.EventID)
 		}
@@ -362,41 +372,49 @@ func (s *session) createItem(ev clientEvent) {
 }
 
 func (s *session) createResponse(ev clientEvent) {
+	oob := outOfBand(ev.Response)
 	s.rmu.Lock()
-	if s.active != nil {
+	if s.active != nil && !oob {
 		s.rmu.Unlock()
 		s.sendError("conversation_already_has_active_response",
 			"Conversation already has an active response in progress.", "", ev.EventID)
 		return
 	}
 	r := &response{
-		id:               newID("resp_"),
-		itemID:           newID("item_"),
-		inputAudioTokens: int((s.pendingAudio + s.committedAudio) / bytesPerAudioToken),
+		id:        newID("resp_"),
+		itemID:    newID("item_"),
+		outOfBand: oob,
 	}
 	r.text, r.tool = s.shape(ev.Response)
-	if r.tool != nil { // the call is the conversation's newest item
+	switch {
+	case oob: // outside the conversation: its items and audio stay
+	case r.tool != nil: // the call is the conversation's newest item
 		s.lastItemID, s.lastItemType = r.itemID, "function_call"
-	} else {
+	default:
 		// So is the answer's message: the next item's previous_item_id.
 		// (Its type is left: it decides the next tool call, turns.go.)
 		s.lastItemID = r.itemID
 	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
-	s.active = r
+	if !oob {
+		r.inputAudioTokens = int((s.pendingAudio + s.committedAudio) / bytesPerAudioToken)
+		s.active = r
+	}
 	s.rmu.Unlock()
-	s.pendingAudio, s.committedAudio = 0, 0
+	if !oob {
+		s.pendingAudio, s.committedAudio = 0, 0
+	}
 
-	// Sent here, not by the streaming goroutine, so they precede any later answer.
-	_ = s.send(map[string]any{"type": "response.created", "event_id": newID("event_"),
-		"response": s.responseObject(r, "in_progress", nil, []any{}, nil)})
-	_ = s.send(map[string]any{"type": "rate_limits.updated", "event_id": newID("event_"),
-		"rate_limits": []map[string]any{
-			{"name": "requests", "limit": 10000, "remaining": 9999, "reset_seconds": 0.006},
-			{"name": "tokens", "limit": 2000000, "remaining": 1995000, "reset_seconds": 0.15},
-		}})
+	// Sent here, not by the streaming goroutine, so they precede any later
+	// answer; with CreatedWithFirstOutput, by the streaming goroutine with
+	// the first output (announce).
+	if !s.cfg.CreatedWithFirstOutput {
+		s.announce(r)
+	}
 	s.rwg.Add(1)
 	switch {
+	case s.cfg.FailResponses:
+		go func() { defer s.rwg.Done(); s.streamFailure(r) }()
 	case r.tool != nil:
 		go func() { defer s.rwg.Done(); s.streamTool(r) }()
 	case r.text:
@@ -404,6 +422,20 @@ func (s *session) createResponse(ev clientEvent) {
 	default:
 		go s.stream(r)
 	}
+}
+
+// announce sends r's response.created and rate_limits.updated, once.
+func (s *session) announce(r *response) {
+	if r.announced.Swap(true) {
+		return
+	}
+	_ = s.send(map[string]any{"type": "response.created", "event_id": newID("event_"),
+		"response": s.responseObject(r, "in_progress", nil, []any{}, nil)})
+	_ = s.send(map[string]any{"type": "rate_limits.updated", "event_id": newID("event_"),
+		"rate_limits": []map[string]any{
+			{"name": "requests", "limit": 10000, "remaining": 9999, "reset_seconds": 0.006},
+			{"name": "tokens", "limit": 2000000, "remaining": 1995000, "reset_seconds": 0.15},
+		}})
 }
 
 // audioDelta is a response.output_audio.delta (and, with another type, the transcript delta).
@@ -426,6 +458,7 @@ func (s *session) stream(r *response) {
 			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
 				break
 			}
+			s.announce(r)
 			if s.send(audioDelta{"response.output_audio.delta", newID("event_"), r.id, r.itemID, 0, 0, s.srv.audioDelta}) != nil {
 				break
 			}
@@ -457,7 +490,7 @@ func (s *session) responseObject(r *response, status string, details, output, us
 		"status":            status,
 		"status_details":    details,
 		"output":            output,
-		"conversation_id":   s.convID,
+		"conversation_id":   r.conversationID(s.convID),
 		"output_modalities": r.modalities(),
 		"max_output_tokens": "inf",
 		"audio": map[string]any{"output": map[string]any{

@@ -263,10 +263,19 @@ const toolArguments = `{}`
 func (s *session) streamTool(r *response) {
 	item := map[string]any{"id": r.itemID, "object": "realtime.item", "type": "function_call", "status": "in_progress",
 		"name": r.tool.name, "call_id": r.tool.callID, "arguments": ""}
-	_ = s.send(map[string]any{"type": "response.output_item.added", "event_id": newID("event_"),
-		"response_id": r.id, "output_index": 0, "item": item})
+	added := func() {
+		_ = s.send(map[string]any{"type": "response.output_item.added", "event_id": newID("event_"),
+			"response_id": r.id, "output_index": 0, "item": item})
+	}
+	if !s.cfg.CreatedWithFirstOutput {
+		added()
+	}
 	done := false
 	if s.srv.sleep(r.ctx, s.srv.firstAudioDelay(s.cfg)) && r.ctx.Err() == nil {
+		if s.cfg.CreatedWithFirstOutput {
+			s.announce(r)
+			added()
+		}
 		args := map[string]any{"event_id": newID("event_"), "response_id": r.id, "item_id": r.itemID,
 			"output_index": 0, "call_id": r.tool.callID}
 		args["type"], args["delta"] = "response.function_call_arguments.delta", toolArguments
@@ -275,6 +284,7 @@ func (s *session) streamTool(r *response) {
 		args["type"], args["event_id"], args["name"], args["arguments"] = "response.function_call_arguments.done", newID("event_"), r.tool.name, toolArguments
 		done = s.send(args) == nil
 	}
+	s.announce(r) // cancelled before its output
 	status := s.endResponse(r)
 	if done {
 		item["arguments"] = toolArguments
@@ -297,6 +307,7 @@ func (s *session) streamText(r *response) {
 			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
 				break
 			}
+			s.announce(r)
 			if s.send(audioDelta{"response.output_text.delta", newID("event_"), r.id, r.itemID, 0, 0, d}) != nil {
 				break
 			}
@@ -327,8 +338,11 @@ func itemStatus(status string) string {
 // endResponse marks r finished (a new response may start) and returns its
 // status: "completed", or "cancelled" when response.cancel or speech stopped it.
 func (s *session) endResponse(r *response) string {
+	s.announce(r) // ended before its first output: created all the same
 	s.rmu.Lock()
-	s.active = nil
+	if s.active == r {
+		s.active = nil
+	}
 	reason := r.cancelReason
 	s.rmu.Unlock()
 	r.cancel()
@@ -406,6 +420,41 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"first_audio_delay": time.Duration(s.firstAudio.Load()).String()})
+}
+
+// outOfBand reports whether a response.create's response object asks for
+// a response outside the conversation (conversation "none").
+func outOfBand(raw json.RawMessage) bool {
+	var p struct {
+		Conversation string `json:"conversation"`
+	}
+	_ = json.Unmarshal(raw, &p) // absent or malformed: in the conversation
+	return p.Conversation == "none"
+}
+
+// conversationID is the response object's conversation_id: the session's
+// conversation, null for an out-of-band response (as OpenAI documents).
+func (r *response) conversationID(conv string) any {
+	if r.outOfBand {
+		return nil
+	}
+	return conv
+}
+
+// streamFailure answers a response as a failing upstream does
+// (Config.FailResponses): after the first-audio delay, response.done with
+// status failed and a server_error, no output.
+func (s *session) streamFailure(r *response) {
+	_ = s.srv.sleep(r.ctx, s.srv.firstAudioDelay(s.cfg))
+	status := s.endResponse(r)
+	details := map[string]any{"type": "cancelled", "reason": r.cancelReason}
+	if status != "cancelled" {
+		status = "failed"
+		details = map[string]any{"type": "failed", "error": map[string]any{"type": "server_error", "code": "server_error",
+			"message": "mock: The server had an error while processing your request (FailResponses)."}}
+	}
+	_ = s.send(map[string]any{"type": "response.done", "event_id": newID("event_"),
+		"response": s.responseObject(r, status, details, []any{}, computeUsage(r.inputAudioTokens, 0, false))})
 }
 
 // modalities is the response's output_modalities as response objects show it.

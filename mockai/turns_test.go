@@ -453,3 +453,90 @@ func TestTraceSink(t *testing.T) {
 		t.Fatal("GET /v1/traces answered 200")
 	}
 }
+
+// TestCreatedWithFirstOutput: with the knob, response.created arrives only
+// with the first output delta (after the first-audio delay), then the
+// deltas; without it, at once. Audio, text and tool responses alike.
+func TestCreatedWithFirstOutput(t *testing.T) {
+	const delay = 150 * time.Millisecond
+	overTLS(t, mockai.Config{FirstAudioDelay: delay, CreatedWithFirstOutput: true}, func(t *testing.T, srv *mockai.Server) {
+		c, _, err := liveDial(t, srv, realtimeURL(srv, "gpt-realtime"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, c, "session.created")
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+			"tools": []any{map[string]any{"type": "function", "name": "f", "parameters": map[string]any{"type": "object"}}}}})
+		expect(t, c, "session.updated")
+		for _, resp := range []map[string]any{{}, {"output_modalities": []string{"text"}}, {"tool_choice": "required"}} {
+			sent := time.Now()
+			send(t, c, map[string]any{"type": "response.create", "response": resp})
+			ev := readEvent(t, c)
+			if ev.str("type") != "response.created" || time.Since(sent) < delay {
+				t.Fatalf("%v: first event %s after %v, want response.created after the %v delay", resp, ev.str("type"), time.Since(sent), delay)
+			}
+			if next := readEvent(t, c).str("type"); next != "rate_limits.updated" {
+				t.Fatalf("%v: after response.created %s", resp, next)
+			}
+			if done, _ := expectResponse(t, c); done.str("response.status") != "completed" {
+				t.Fatalf("%v: %v", resp, done)
+			}
+		}
+	})
+}
+
+// TestFailResponses: every response ends failed with a server_error and no
+// output, after the first-audio delay.
+func TestFailResponses(t *testing.T) {
+	overTLS(t, mockai.Config{FailResponses: true, FirstAudioDelay: 20 * time.Millisecond}, func(t *testing.T, srv *mockai.Server) {
+		c, _, err := liveDial(t, srv, realtimeURL(srv, "gpt-realtime"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, c, "session.created")
+		for range 2 {
+			send(t, c, map[string]any{"type": "response.create"})
+			expect(t, c, "response.created")
+			done, seen := expectResponse(t, c)
+			if done.str("response.status") != "failed" || done.str("response.status_details.error.type") != "server_error" ||
+				seen["response.output_audio.delta"] != 0 {
+				t.Fatalf("done %v, seen %v", done, seen)
+			}
+		}
+	})
+}
+
+// TestOutOfBandResponse: a response.create with conversation "none" runs
+// beside the active response (not refused), says conversation_id null,
+// and adds nothing to the conversation.
+func TestOutOfBandResponse(t *testing.T) {
+	overTLS(t, mockai.Config{FirstAudioDelay: 100 * time.Millisecond}, func(t *testing.T, srv *mockai.Server) {
+		c, _, err := liveDial(t, srv, realtimeURL(srv, "gpt-realtime"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, c, "session.created")
+		send(t, c, map[string]any{"type": "response.create"})
+		voice := expect(t, c, "response.created")
+		expect(t, c, "rate_limits.updated")
+		send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"conversation": "none",
+			"output_modalities": []string{"text"}}})
+		oob := expect(t, c, "response.created")
+		if voice.get("response.conversation_id") == nil || oob.get("response.conversation_id") != nil {
+			t.Fatalf("conversation ids: voice %v, out-of-band %v", voice.get("response.conversation_id"), oob.get("response.conversation_id"))
+		}
+		done := map[string]string{}
+		for len(done) < 2 {
+			ev := readEvent(t, c)
+			switch ev.str("type") {
+			case "error":
+				t.Fatalf("error: %v", ev)
+			case "response.done":
+				done[ev.str("response.id")] = ev.str("response.status")
+			}
+		}
+		if done[voice.str("response.id")] != "completed" || done[oob.str("response.id")] != "completed" {
+			t.Fatalf("done %v", done)
+		}
+	})
+}

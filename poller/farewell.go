@@ -34,7 +34,10 @@ import (
 // before the farewell, nor the upstream's close reach a client that is to
 // get the gateway's own code.
 type farewell struct {
-	frame   []byte // the end event, a masked client frame
+	// frame makes the end event, a masked client frame, when the end
+	// comes; nil from it means nothing is owed (a Realtime session with
+	// no response in flight): the close goes as without a farewell.
+	frame   func() []byte
 	wait    time.Duration
 	started atomic.Bool // the event went upstream
 	done    atomic.Bool // the close followed
@@ -50,9 +53,47 @@ type farewell struct {
 // end event, masked), waiting up to wait for the upstream's final event.
 // Call it before the upstream is attached and before any client frame.
 func (s *Session) SetFarewell(frame []byte, wait time.Duration) {
+	s.SetFarewellFunc(func() []byte { return frame }, wait)
+}
+
+// SetFarewellFunc is SetFarewell for an end event that depends on the
+// session's state when it ends (the Realtime API's response.cancel for each
+// response in flight): frame is called once, under the upstream side's
+// lock, when the end comes, and must not block; nil means none is owed.
+func (s *Session) SetFarewellFunc(frame func() []byte, wait time.Duration) {
 	s.fw = &farewell{frame: frame, wait: wait}
 	s.c2u.HoldCloses()
 	s.u2c.HoldCloses()
+}
+
+// SendUpstream sends frames the gateway built (masked client events of its
+// own) to the upstream, unless it is not open, a close went to it, or a
+// client frame is half sent; false when it could not.
+func (s *Session) SendUpstream(frame []byte) bool {
+	up := &s.up
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if s.upState != upReady || !up.mayWrite() || up.state != closeOpen || s.c2u.MidFrame() {
+		return false
+	}
+	if up.ep.Send(frame) != nil {
+		return false
+	}
+	s.wroteUp = true
+	return true
+}
+
+// BytesToClient returns the bytes relayed to the client so far. Only the
+// upstream's read path (an Inspector, a resume) or the session's end may
+// call it: the counter is that path's own.
+func (s *Session) BytesToClient() uint64 { return s.u2c.Bytes }
+
+// BytesFromClient returns the bytes the client sent so far (its relay
+// counter, read under the lock its forwarding holds).
+func (s *Session) BytesFromClient() uint64 {
+	s.up.mu.Lock()
+	defer s.up.mu.Unlock()
+	return s.c2u.Bytes
 }
 
 // Farewelled tells the session the upstream's final event (the answer to
@@ -163,8 +204,12 @@ func (s *Session) startFarewellLocked(code ws.StatusCode, reason string) bool {
 		return false
 	}
 	fw := s.fw
+	frame := fw.frame()
+	if frame == nil {
+		return false // nothing owed: the close goes as without a farewell
+	}
 	fw.code, fw.reason = code, reason
-	if err := s.up.ep.Send(fw.frame); err != nil {
+	if err := s.up.ep.Send(frame); err != nil {
 		return false
 	}
 	s.wroteUp = true

@@ -356,11 +356,19 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.translation, info.liveSideband = u.translation, u.liveAttach && !u.liveFork
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
+	if realtimeConversation(u) {
+		info.keepFlights(sess, s.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription (flights.go)
+		s.checkTranscriptionModel(sess, info)      // transcriptionmodel.go
+	}
 	s.budgets.meter(info, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s, sess: sess}
 	sess.InspectUpstream(&c.watch)
+	info.turns.Observe = c.watch.observeTurn
+	if !u.live && !s.cfg.NoTurnMetrics {
+		c.watchClient(sess, nil) // the turns' clock: what the client's events the gateway forwards (resume.go)
+	}
 	if u.live {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
 		if continuityOn(s.cfg, u.key) {

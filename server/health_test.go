@@ -1,9 +1,11 @@
 package server
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // gathered adds up every sample of the named metric family in reg.
@@ -16,6 +18,16 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // label has value; every sample when label is "".
 func gatheredWhere(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
 	t.Helper()
+	if label == "" {
+		return gatheredLabels(t, reg, name, nil)
+	}
+	return gatheredLabels(t, reg, name, map[string]string{label: value})
+}
+
+// gatheredLabels adds up the samples (a histogram's count) of the named
+// metric family in reg whose labels include every one of want.
+func gatheredLabels(t *testing.T, reg prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -25,14 +37,14 @@ func gatheredWhere(t *testing.T, reg prometheus.Gatherer, name, label, value str
 		if f.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range f.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				match = match || l.GetName() == label && l.GetValue() == value
+			for k, v := range want {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == k && l.GetValue() == v }) {
+					continue series
+				}
 			}
-			if match {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum

@@ -137,7 +137,7 @@ func TestAppendWithoutKeepAudio(t *testing.T) {
 	}); allocs != 0 {
 		t.Errorf("%v allocations per append with audio keeping off, want 0", allocs)
 	}
-	on := clientWatch{info: &sessionInfo{}}
+	on := clientWatch{info: &sessionInfo{}, keep: true}
 	on.lim.KeepAudio = true
 	if !on.Wants(prefix) {
 		t.Error("an append is not wanted with audio keeping on")

@@ -36,21 +36,9 @@ func setFirstAudioDelay(t *testing.T, m *mockai.Server, roots *x509.CertPool, d 
 func TestLatencyBasedRouting(t *testing.T) {
 	const fast, slow = 20 * time.Millisecond, 300 * time.Millisecond
 	poolSchemes(t, func(t *testing.T, tlsUp bool) {
-		a := startPoolMock(t, mockai.Config{FirstAudioDelay: fast}, tlsUp)
-		b := startPoolMock(t, mockai.Config{FirstAudioDelay: slow}, tlsUp)
-		var roots *x509.CertPool
-		if tlsUp {
-			roots = trustMock(t, a)
-			roots.AppendCertsFromPEM(b.CertPEM())
-		}
-		path := writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", a)+openaiEntry("gpt-realtime", b)+`
-router_settings:
-  routing_strategy: latency-based-routing
-  routing_strategy_args: {max_latency_list_size: 3, lowest_latency_buffer: 0.5}`+configTail)
-		g := startGateway(t, nil, func(c *Settings) {
-			c.RoutesFile = path
-			c.UpstreamRoots = roots
-		})
+		p := twoDeployments(t, tlsUp, mockai.Config{FirstAudioDelay: fast}, mockai.Config{FirstAudioDelay: slow},
+			"{max_latency_list_size: 3, lowest_latency_buffer: 0.5}", nil)
+		g, a, b, roots := p.g, p.a, p.b, p.roots
 		// sessions runs n one-turn sessions, one after another, and
 		// returns how many of the last `last` went to a.
 		sessions := func(n, last int) int {

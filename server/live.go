@@ -41,7 +41,6 @@ import (
 	"rtgate/server/continuity"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
-	"rtgate/server/spend"
 	"rtgate/server/usage"
 	"rtgate/upstream"
 )
@@ -78,6 +77,9 @@ type liveState struct {
 	// session's 15 s; 0 for a WebSocket session): booked against the
 	// budget then, and only the seconds beyond it as they are reported.
 	floor float64
+	// backendRefused: a delegation to a backend the key may not use ended
+	// the session (bookBackend; the read path's).
+	backendRefused bool
 	// refused is the code of a refusal after the upgrade ("" for none).
 	mu      sync.Mutex
 	refused string
@@ -115,7 +117,7 @@ func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState 
 	ls := &liveState{srv: s, sess: sess, info: info}
 	sess.SetFarewell(protocol.Live{}.End(), liveCloseWait)
 	ls.meter.OnClosed = sess.Farewelled
-	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	ls.meter.OnTokens = ls.bookBackend
 	ls.meter.OnStarted = func(id string) { go rememberLiveOwner(s, info, id) }
 	s.budgets.meterLive(info, ls, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
@@ -218,6 +220,9 @@ func (ls *liveState) start(msg []byte) {
 		info.keep.StartLive(config, input, info.resume.lim, continuity.LiveCaps{})
 	}
 	group, herr := s.pickGroup(ls.table, info.key, groupAsk{model: st.Model, protocol: routes.ProtocolLive})
+	if herr == nil {
+		herr = backendNotAllowed(info.key, st.BackendModel())
+	}
 	if herr != nil {
 		ls.refuse(herr, st.EventID)
 		return
@@ -235,6 +240,7 @@ func (ls *liveState) start(msg []byte) {
 		info.group, info.reserved = group, plan.Reserved
 	}
 	s.sessMu.Unlock()
+	info.trace.Grouped(group)
 	if !registered {
 		s.balancer.Release(plan.Reserved)
 		return
@@ -292,14 +298,32 @@ func unmaskMessage(msg []byte) (payload []byte, text bool) {
 	return payload, text
 }
 
-// backendPrices are the token prices of a delegated response's model: its
-// built-in prices, else the Live deployment's own model_info token prices
-// (which price nothing else on a Live deployment).
-func (ls *liveState) backendPrices(model string) spend.Prices {
-	if p, ok := spend.Lookup(model); ok {
-		return p
+// bookBackend prices a delegated response's backend tokens at their model's
+// prices (pricing.go's backendPrices); a model nothing prices is noted
+// unpriced. A backend the key may not use (a delegation a session.update
+// moved to it) ends the session once its tokens are booked: the key's
+// models list applies to delegated backends, as at session.start.
+func (ls *liveState) bookBackend(model string, add usage.Usage) {
+	if p, ok := backendPrices(ls.info.currentDeployment(), model); ok {
+		ls.backendUSD += p.Cost(add)
+	} else {
+		ls.info.noteUnpriced(model)
 	}
-	return prices(ls.info.currentDeployment())
+	if herr := backendNotAllowed(ls.info.key, model); herr != nil && ls.sess != nil && !ls.backendRefused {
+		ls.backendRefused = true
+		go ls.sess.Terminate(ws.StatusPolicyViolation, herr.code,
+			protocol.ErrorEvent(herr.errType, herr.code, herr.message, ""))
+	}
+}
+
+// backendNotAllowed refuses a delegation to a Responses model the key's
+// models list does not name (nil: allowed, or no delegation).
+func backendNotAllowed(key *routes.ClientKey, model string) *refusal {
+	if model == "" || key == nil || key.Allows(model) {
+		return nil
+	}
+	return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
+		message: "This key may not delegate to the model '" + model + "'."}
 }
 
 // cost is the session's cost: its seconds at the deployment's price per
@@ -375,13 +399,17 @@ func primeLivePool(pool *upstream.Pool, r *routes.Table) {
 	if pool == nil {
 		return
 	}
+	var keep []upstream.Target
 	for g, ds := range r.Groups {
 		for _, d := range ds {
 			if d.Protocol == routes.ProtocolLive {
-				pool.Prime(target(d, nil, nil), g)
+				t := target(d, nil, nil)
+				pool.Prime(t, g)
+				keep = append(keep, t)
 			}
 		}
 	}
+	pool.Retain(keep)
 }
 
 // fromPool starts the session on a pooled socket of deployment d, writing

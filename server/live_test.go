@@ -386,8 +386,8 @@ func TestLiveBudget(t *testing.T) {
 
 // TestLiveBackendTokens: with Responses delegation, each delegated
 // response's tokens are booked once, at the backend model's prices (here
-// the Live entry's model_info token prices: gpt-5-mini has no built-in
-// ones), beside the seconds.
+// the Live entry's model_info token prices, which override gpt-5-mini's
+// built-in ones), beside the seconds.
 func TestLiveBackendTokens(t *testing.T) {
 	m := startMock(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: -1}})
 	logPath := filepath.Join(t.TempDir(), "usage.jsonl")

@@ -34,6 +34,7 @@ type metrics struct {
 	resumes        *prometheus.CounterVec
 	resumeSeconds  prometheus.Histogram
 	spend          *prometheus.CounterVec
+	flagged        *prometheus.CounterVec // records with unpriced or unconfirmed usage (pricing.go, flights.go)
 
 	// Sessions by protocol (realtime, live): new series beside the totals
 	// above, whose labels stay as they were.
@@ -82,6 +83,10 @@ func newMetrics() *metrics {
 	m.liveSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_live_seconds_total",
 		Help: "GPT-Live session seconds billed (the upstream's usage.seconds), by model group and client key name."},
 		[]string{"model_group", "key"})
+	m.flagged = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_usage_flagged_total",
+		Help: "Session records whose usage is flagged: unpriced (a model the gateway has no price for: not in cost_usd; " +
+			"model says which) or unconfirmed (billed an estimate: responses in flight the upstream never reported)."},
+		[]string{"model_group", "model", "flag"})
 	m.liveUnconfirmed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_live_unconfirmed_sessions_total",
 		Help: "GPT-Live sessions that ended without session.closed: billed their last reported seconds."},
 		[]string{"model_group"})
@@ -93,7 +98,7 @@ func newMetrics() *metrics {
 	}
 	reg.MustRegister(m.sessionsOpen, m.sessionsTotal, m.sessionSetup, m.bytes, m.frames,
 		m.tokens, m.dialFailures, m.usageLogErrors, m.spend,
-		m.protocolOpen, m.protocolTotal, m.liveSeconds, m.liveUnconfirmed, m.liveStart,
+		m.protocolOpen, m.protocolTotal, m.liveSeconds, m.liveUnconfirmed, m.liveStart, m.flagged,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.turns = turns.NewMetrics(reg)
 	return m

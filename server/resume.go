@@ -124,11 +124,20 @@ type resumer struct{ s *Server }
 // configuration events and the upstream's items are read, and the
 // upstream's session_expired and resumable closes are held back.
 func (c *clientConn) keepContinuity(sess *poller.Session, args *resumeArgs) {
-	info := &c.info
-	info.resume = args
-	c.cwatch = clientWatch{info: info, lim: args.lim, sess: sess}
-	sess.InspectClient(&c.cwatch)
+	c.info.resume = args
+	c.watchClient(sess, args)
 	sess.HoldUpstream(&c.watch)
+}
+
+// watchClient makes clientWatch the session's inspector on the client's
+// frames: for the turns' clock (unless TURN_METRICS=0) and, with args,
+// continuity.
+func (c *clientConn) watchClient(sess *poller.Session, args *resumeArgs) {
+	c.cwatch = clientWatch{info: &c.info, sess: sess, turns: !c.info.turns.Off}
+	if args != nil {
+		c.cwatch.keep, c.cwatch.lim = true, args.lim
+	}
+	sess.InspectClient(&c.cwatch)
 }
 
 // keepBase seeds the kept configuration (a client secret's).
@@ -138,22 +147,39 @@ func (i *sessionInfo) keepBase(config []byte) {
 	}
 }
 
-// clientWatch is the session's frames.Inspector on the client's frames
-// (continuity only): the configuration events, by the type scan.
+// clientWatch is the session's frames.Inspector on the client's frames,
+// by the type scan: what the turns' clock reads of the events forwarded
+// upstream (turns.Watch.ClientWants: creates, commits, and the appends
+// while server VAD makes responses) and, with continuity (keep), the
+// configuration events.
 type clientWatch struct {
-	info *sessionInfo
-	lim  continuity.Limits
-	sess *poller.Session
+	info                *sessionInfo
+	lim                 continuity.Limits
+	sess                *poller.Session
+	turns, keep         bool
+	wantTurns, wantKeep bool // what the frame Inspect gets is for
 }
 
 // Wants implements frames.Inspector.
 func (w *clientWatch) Wants(prefix []byte) bool {
 	t, ok := usage.EventType(prefix)
-	return ok && (continuity.ClientWants(t) || (w.lim.KeepAudio && continuity.AudioClientWants(t)))
+	if !ok {
+		return false
+	}
+	w.wantTurns = w.turns && w.info.turns.ClientWants(t)
+	w.wantKeep = w.keep && (continuity.ClientWants(t) || (w.lim.KeepAudio && continuity.AudioClientWants(t)))
+	return w.wantTurns || w.wantKeep
 }
 
 // Inspect implements frames.Inspector.
-func (w *clientWatch) Inspect(p []byte) { w.info.keep.Client(p, w.lim, w.sess.ClientQueued()) }
+func (w *clientWatch) Inspect(p []byte) {
+	if w.wantTurns {
+		w.info.turns.Client(p, w.sess.ClientQueued())
+	}
+	if w.wantKeep {
+		w.info.keep.Client(p, w.lim, w.sess.ClientQueued())
+	}
+}
 
 // HoldText implements frames.Holder: OpenAI's session_expired error is held
 // back (the session goes on), and makes the 1001 that follows a cap.
@@ -224,6 +250,7 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		return false
 	}
 	snap := info.keep.Snapshot()
+	s.estimateFlights(info) // the responses in flight on the upstream let go of (flights.go)
 	if info.live != nil {
 		info.live.resuming(sess, snap) // GPT-Live's meter and failed response (live.go)
 	} else {
@@ -235,6 +262,7 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		sess.SendClient(s.proto.Refusal("client_event_lost",
 			"the upstream was lost while a client event was on its way to it; that event was not delivered: send it again", 0))
 	}
+	info.turns.Resumed() // the lost upstream's responses end; the fresh one counts its audio anew
 	args.resuming.Add(1)
 	old := info.uncount(s.balancer, true)
 	if old != nil && (cause == causeLost || cause == causeClosed) {
@@ -548,6 +576,7 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		// (less for a short life, so that the lead leaves room for it).
 		isQuiet = info.keep.LiveQuiet(time.Now, min(time.Second, lead/4))
 	}
+	var cancelledAt time.Time // a forced rollover cancelled the responses in flight then (flights.go)
 	var check func()
 	check = func() {
 		args.rollMu.Lock()
@@ -562,7 +591,7 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		// session out of resumes keeps its upstream until the cap.
 		quiet := isQuiet
 		if !now.Before(deadline) {
-			quiet = nil
+			quiet = info.forcedRollover(sess, now, &cancelledAt)
 		}
 		if (quiet == nil || quiet()) && info.mayResume(now) && sess.Rollover(quiet) {
 			return

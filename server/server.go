@@ -156,7 +156,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
 		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures,
 		Router: func() routes.Router { return s.routes.Load().Router }})
-	records, err := openRecords(cfg, s.metrics, log)
+	records, err := openRecords(cfg, s.metrics, log, s.routes.Load)
 	if err != nil {
 		return nil, err
 	}

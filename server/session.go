@@ -29,6 +29,8 @@ import (
 
 // passThroughHeaders are the client headers that go upstream; every other
 // client header (credentials, OpenAI-Organization, OpenAI-Project) stays.
+// OpenAI-Beta is part of a pool key's shape; OpenAI-Safety-Identifier, one
+// end user's, makes the connect dial direct (upstream/shape.go).
 var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 
 // sessionInfo is what the server knows of a session beyond the relay: who,
@@ -66,6 +68,17 @@ type sessionInfo struct {
 	resume  *resumeArgs
 	keep    continuity.Keeper
 	resumes []usage.Resume
+
+	// A Realtime conversation session's responses in flight (flights.go;
+	// nil for other sessions), how long its end waits for them, and what
+	// was billed of them by estimate (under estMu).
+	flights    *usage.Flights
+	cancelWait time.Duration
+	estMu      sync.Mutex
+	estimated  usage.Usage
+	// unpriced names the models of usage no price was found for
+	// (pricing.go), booked on the read path, read at the end.
+	unpriced []string
 
 	// The client leaving cancels the upstream attempt made for it.
 	dialMu     sync.Mutex
@@ -242,19 +255,25 @@ func passThrough(h http.Header) http.Header {
 	return out
 }
 
-// primePool warms every deployment's plain target (pool nil: off).
+// primePool warms every Realtime deployment's target, and only those
+// (pool nil: off): a pool exists per configured deployment, never per
+// client (upstream/shape.go).
 func primePool(pool *upstream.Pool, r *routes.Table) {
 	if pool == nil {
 		return
 	}
+	var keep []upstream.Target
 	for g, ds := range r.Groups {
 		for _, d := range ds {
 			if d.Protocol != routes.ProtocolRealtime {
 				continue // a Live socket is warm before session.start: not this pool's kind
 			}
-			pool.Prime(target(d, url.Values{"model": {g}}, nil), g)
+			t := target(d, url.Values{"model": {g}}, nil)
+			pool.Prime(t, g)
+			keep = append(keep, t)
 		}
 	}
+	pool.Retain(keep) // a reload's removed deployments lose their pools
 }
 
 // attached records that deployment d serves the session.
@@ -266,6 +285,7 @@ func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
 	if count {
 		b.Attach(d)
 	}
+	i.turns.Attached() // the client's events queued for it go now
 	i.trace.Attached(traceWhere(d), i.poolHit)
 }
 
@@ -385,7 +405,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 				<-done
 				cancelRace()
 				if own.conn != nil {
-					miss.Give(target(own.d, q, h), info.group, own.conn)
+					miss.Give(target(own.d, q, h), own.conn)
 				}
 			}()
 			return
@@ -477,7 +497,12 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		outcome = "client_lost" // it left while its upstream was being dialed
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
+	s.estimateFlights(info) // responses still in flight: billed an estimate (flights.go)
 	u := info.meter.Usage
+	est := info.estimatedUsage()
+	if est != nil {
+		u.Add(*est)
+	}
 	if info.live != nil {
 		u = info.live.meter.Usage // the backend tokens
 	}
@@ -488,7 +513,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		StartedAt: info.start.UTC(), EndedAt: time.Now().UTC(), DurationMS: time.Since(info.start).Milliseconds(),
 		PoolHit: info.poolHit, Outcome: outcome, Protocol: "realtime",
 		FramesIn: fin, BytesIn: bin, FramesOut: fout, BytesOut: bout,
-		Usage: u,
+		Usage: u, Estimated: est, Unconfirmed: est != nil, Transcription: info.meter.Transcription,
 	}
 	info.resumeRecord(&rec)
 	info.stopRollover()
@@ -503,7 +528,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
 		}
 	}
-	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info, deployment)
+	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info)
 	info.trace.End()
 	if info.liveSideband {
 		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (watch.go), not this one's

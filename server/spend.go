@@ -68,15 +68,17 @@ func logTableNotices(log *slog.Logger, t *routes.Table) {
 // durable spend log, and the spend metric.
 type records struct {
 	log      *slog.Logger
+	routes   func() *routes.Table // the prices of models beside the deployment's (pricing.go)
 	spend    *prometheus.CounterVec
-	usageLog *usage.Log      // nil without USAGE_LOG
-	spendDB  *spenddb.Writer // nil without DATABASE_URL
+	flagged  *prometheus.CounterVec // records with unpriced or unconfirmed usage
+	usageLog *usage.Log             // nil without USAGE_LOG
+	spendDB  *spenddb.Writer        // nil without DATABASE_URL
 }
 
 // openRecords opens USAGE_LOG and starts the durable spend log when
 // DATABASE_URL is set.
-func openRecords(cfg Settings, m *metrics, log *slog.Logger) (*records, error) {
-	r := &records{log: log, spend: m.spend}
+func openRecords(cfg Settings, m *metrics, log *slog.Logger, table func() *routes.Table) (*records, error) {
+	r := &records{log: log, spend: m.spend, flagged: m.flagged, routes: table}
 	if cfg.UsageLog != "" {
 		ul, err := usage.Open(cfg.UsageLog, log, m.usageLogErrors)
 		if err != nil {
@@ -111,6 +113,21 @@ func (r *records) record(info *sessionInfo, rec *usage.Record) {
 		// session's wall clock, a per-minute transcription model's audio.
 		d := info.currentDeployment()
 		rec.CostUSD = prices(d).Cost(rec.Usage) + secondPrice(d)*(rec.Seconds+rec.Usage.TranscriptionSeconds)
+		if d != nil && !d.Priced && rec.Usage.TotalTokens+int64(rec.Usage.TranscriptionSeconds) > 0 {
+			info.noteUnpriced(d.Model)
+		}
+		// A conversation's input transcription, at its own model's
+		// prices (pricing.go).
+		for _, t := range rec.Transcription {
+			rec.CostUSD += transcriptionCost(r.routes(), info, t.Model, t.Usage)
+		}
+	}
+	rec.Unpriced = info.unpricedModels()
+	for _, model := range rec.Unpriced {
+		r.flagged.WithLabelValues(rec.ModelGroup, model, "unpriced").Inc()
+	}
+	if rec.Unconfirmed {
+		r.flagged.WithLabelValues(rec.ModelGroup, "", "unconfirmed").Inc()
 	}
 	if info.overBudget.Load() {
 		rec.Outcome = "budget_exceeded"
@@ -311,12 +328,12 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 		return
 	}
 	ended := false // only the read path touches it
-	info.meter.OnEvent = func(add usage.Usage) {
+	book := func(usd float64) {
 		bud := b.budgetOf(info.key)
 		if bud.Max <= 0 {
 			return // the reload took the budget away
 		}
-		total := b.ledger.Book(info.key.Name, bud, prices(info.currentDeployment()).Cost(add), time.Now())
+		total := b.ledger.Book(info.key.Name, bud, usd, time.Now())
 		if total < bud.Max || ended {
 			return
 		}
@@ -325,6 +342,19 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 		b.ended.WithLabelValues(info.key.Name).Inc()
 		go end(fmt.Sprintf("This key has reached its budget of $%s; the session ends after the response it was given.",
 			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
+	}
+	info.meter.OnEvent = func(add usage.Usage) { book(prices(info.currentDeployment()).Cost(add)) }
+	if info.meter.SplitTranscription { // a conversation's transcription, at its own model's prices (pricing.go)
+		info.meter.OnTranscription = func(model string, add usage.Usage) { book(transcriptionCost(b.routes(), info, model, add)) }
+	}
+}
+
+// bookAfter books usd against the session's key at its end (estimated
+// responses in flight, flights.go): the session is ending already, so
+// nothing more is ended for it.
+func (b *budgets) bookAfter(info *sessionInfo, usd float64) {
+	if bud := b.budgetOf(info.key); info.key.Budget.Max > 0 && bud.Max > 0 && usd > 0 {
+		b.ledger.Book(info.key.Name, bud, usd, time.Now())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -301,4 +302,116 @@ func TestUnsampledTraceparent(t *testing.T) {
 	if hex.EncodeToString(connects[0].GetTraceId()) == "0af7651916cd43dd8448eb211c80319c" {
 		t.Fatal("the unsampled session was traced")
 	}
+}
+
+// TestLiveTracesToOTLP: a GPT-Live session's connect span is named for its
+// model group (known only from its session.start), ends at session.started
+// (not the session's end, not as an error) and carries the Live session's
+// id as gen_ai.realtime_session.id; each turn (its input transcript to its
+// answer's first audio, the Live turn table) is a live_turn span under it.
+// Plain and TLS upstreams.
+func TestLiveTracesToOTLP(t *testing.T) {
+	overBoth(t, mockai.Config{FirstAudioDelay: 30 * time.Millisecond}, func(t *testing.T, m *mockai.Server, trust func(*Settings)) {
+		recv := startOTLPReceiver(t, false)
+		tracingEnv(t, recv)
+		g, _ := liveGateway(t, m, trust)
+		c := g.dialLive(t, "sk-team-a-test")
+		send(t, c, liveStart("gpt-live", nil))
+		started := read(t, c)
+		if started.typ() != "session.started" {
+			t.Fatalf("first event %v", started)
+		}
+		startedAt := time.Now()
+		liveID := started.str("session", "id")
+		const turns = 2
+		for range turns {
+			appendAudio(t, c, liveSecond/10)
+			readUntil(t, c, "session.output_audio.delta")
+		}
+		time.Sleep(100 * time.Millisecond) // the session outlives its connect span
+		send(t, c, map[string]any{"type": "session.close"})
+		readUntil(t, c, "session.closed")
+		_ = c.Close()
+		waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+		waitFor(t, "the spans to be exported", func() bool {
+			return len(recv.named("rtgate.connect")) >= 1 && len(recv.named("live_turn")) >= turns
+		})
+		connects := recv.named("rtgate.connect")
+		if len(connects) != 1 {
+			t.Fatalf("%d connect spans, want 1", len(connects))
+		}
+		cs := connects[0]
+		if cs.GetName() != "rtgate.connect gpt-live" || attrString(cs.GetAttributes(), "rtgate.model_group") != "gpt-live" {
+			t.Errorf("connect span %q, model group %q; want it named for gpt-live", cs.GetName(), attrString(cs.GetAttributes(), "rtgate.model_group"))
+		}
+		if got := attrString(cs.GetAttributes(), "gen_ai.realtime_session.id"); got != liveID || !strings.HasPrefix(liveID, "live_") {
+			t.Errorf("connect span gen_ai.realtime_session.id %q, want the Live session's %q", got, liveID)
+		}
+		if cs.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			t.Errorf("connect span ended as an error: %q", cs.GetStatus().GetMessage())
+		}
+		if end := time.Unix(0, int64(cs.GetEndTimeUnixNano())); end.After(startedAt) {
+			t.Errorf("connect span ended %v after session.started reached the client, want at it", end.Sub(startedAt))
+		}
+		spans := recv.named("live_turn")
+		if len(spans) != turns {
+			t.Fatalf("%d live_turn spans, want %d", len(spans), turns)
+		}
+		longest := time.Duration(0)
+		for _, sp := range spans {
+			a := sp.GetAttributes()
+			if !bytes.Equal(sp.GetParentSpanId(), cs.GetSpanId()) || sp.GetName() != "live_turn gpt-live-1" ||
+				attrString(a, "gen_ai.realtime_session.id") != liveID || attrString(a, "gen_ai.operation.name") != "live_turn" {
+				t.Errorf("live_turn span %q attributes %v", sp.GetName(), a)
+			}
+			longest = max(longest, time.Duration(sp.GetEndTimeUnixNano()-sp.GetStartTimeUnixNano()))
+		}
+		if longest < 30*time.Millisecond { // mockai delays a session's first answer
+			t.Errorf("the longest live_turn span took %v, want at least the upstream's 30 ms to its first audio", longest)
+		}
+	})
+}
+
+// TestFinishReasons: the realtime_inference span's
+// gen_ai.response.finish_reasons maps how the response ended: completed
+// is stop, a tool call tool_calls, cancelled its reason. Plain and TLS
+// upstreams.
+func TestFinishReasons(t *testing.T) {
+	overBoth(t, mockai.Config{FaultsFromQuery: true, FirstAudioDelay: 10 * time.Millisecond}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		recv := startOTLPReceiver(t, false)
+		tracingEnv(t, recv)
+		g := startGateway(t, mock, trust)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		readUntil(t, c, "session.created")
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.done")
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+			"tools": []any{map[string]any{"type": "function", "name": "f", "parameters": map[string]any{"type": "object"}}}}})
+		readUntil(t, c, "session.updated")
+		send(t, c, map[string]any{"type": "response.create", "response": map[string]any{"tool_choice": "required"}})
+		readUntil(t, c, "response.done")
+		_ = c.Close()
+		c = g.dial(t, "model=gpt-realtime&first_audio_delay=1m", bearer(testMasterKey))
+		readUntil(t, c, "session.created")
+		send(t, c, map[string]any{"type": "response.create"})
+		readUntil(t, c, "response.created")
+		send(t, c, map[string]any{"type": "response.cancel"})
+		readUntil(t, c, "response.done")
+		_ = c.Close()
+		waitFor(t, "the spans to be exported", func() bool { return len(recv.named("realtime_inference")) >= 3 })
+		var got []string
+		for _, sp := range recv.named("realtime_inference") {
+			for _, kv := range sp.GetAttributes() {
+				if kv.GetKey() == "gen_ai.response.finish_reasons" {
+					for _, v := range kv.GetValue().GetArrayValue().GetValues() {
+						got = append(got, v.GetStringValue())
+					}
+				}
+			}
+		}
+		slices.Sort(got)
+		if want := []string{"client_cancelled", "stop", "tool_calls"}; !slices.Equal(got, want) {
+			t.Errorf("finish reasons %v, want %v", got, want)
+		}
+	})
 }

@@ -33,12 +33,14 @@ import (
 // conversation, reading each event's type once for all.
 type setupWatch struct {
 	*sessionInfo
-	srv       *Server
-	sess      *poller.Session
-	seen      bool // only the upstream read path touches it
-	capSeen   bool // the first upstream's session.created was read (rollover.go)
-	wantUsage bool // the frame Inspect gets carries usage
-	wantKeep  bool // the frame Inspect gets changes the kept conversation (continuity)
+	srv        *Server
+	sess       *poller.Session
+	seen       bool // only the upstream read path touches it
+	capSeen    bool // the first upstream's session.created was read (rollover.go)
+	wantUsage  bool // the frame Inspect gets carries usage
+	wantKeep   bool // the frame Inspect gets changes the kept conversation (continuity)
+	wantTurn   bool // the turns or spans read the frame Inspect gets
+	wantFlight bool // the frame Inspect gets opens or closes a response in flight (flights.go)
 }
 
 // Wants implements frames.Inspector: the usage events, the turns' marks,
@@ -63,17 +65,15 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
 	if w.live != nil {
-		// GPT-Live's turn marks never need the whole event: the type is
-		// enough (seeTurn); the meter and, with continuity, the kept
-		// conversation read events whole.
+		// GPT-Live's turn marks need the type only (seeTurn), but for
+		// session.started, which the spans read; the meter and, with
+		// continuity, the kept conversation read events whole.
 		typ, ok := usage.EventType(prefix)
-		if ok {
-			w.seeTurn(typ)
-		}
+		w.wantTurn = ok && w.seeTurn(typ, prefix)
 		w.wantUsage = ok && w.live.meter.WantsType(typ, prefix)
 		w.wantKeep = ok && w.resume != nil && (continuity.LiveUpstreamWants(typ, prefix) ||
 			(!w.capSeen && string(typ) == usage.TypeLiveStarted))
-		return w.wantUsage || w.wantKeep
+		return w.wantUsage || w.wantKeep || w.wantTurn
 	}
 	typ, ok := usage.EventType(prefix)
 	if !ok {
@@ -82,7 +82,9 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 	w.wantUsage = w.meter.WantsType(typ)
 	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created") ||
 		(w.resume.lim.KeepAudio && continuity.AudioUpstreamWants(typ)))
-	return w.seeTurn(typ) || w.wantUsage || w.wantKeep
+	w.wantTurn = w.seeTurn(typ, prefix)
+	w.wantFlight = w.flights != nil && usage.WantsType(typ)
+	return w.wantTurn || w.wantUsage || w.wantKeep || w.wantFlight
 }
 
 // Inspect implements frames.Inspector: the usage meter, the turns and, with
@@ -92,6 +94,9 @@ func (w *setupWatch) Inspect(p []byte) {
 		if w.wantUsage {
 			w.live.meter.Inspect(p)
 		}
+		if w.wantTurn {
+			w.inspectTurn(p)
+		}
 		if w.wantKeep && !w.armCap(p) {
 			w.keep.LiveUpstream(p, w.resume.lim)
 		}
@@ -100,7 +105,12 @@ func (w *setupWatch) Inspect(p []byte) {
 	if w.wantUsage {
 		w.meter.Inspect(p)
 	}
-	w.inspectTurn(p)
+	if w.wantFlight {
+		w.flights.Inspect(p) // after the meter: a cancelled response's usage is booked before its end may close the session
+	}
+	if w.wantTurn {
+		w.inspectTurn(p)
+	}
 	if !w.wantKeep {
 		return
 	}
@@ -133,33 +143,31 @@ func (w *setupWatch) armCap(p []byte) bool {
 // metrics and, for latency-based routing and the status page, to the
 // balancer. The rules are in server/turns and server/tracing.
 
-// seeTurn moves the session's turns and spans on an event of type typ, and
-// reports whether the whole event is wanted (inspectTurn).
-func (w *setupWatch) seeTurn(typ []byte) bool {
+// seeTurn moves the session's turns and spans on an event of type typ
+// (prefix: its frame's first bytes), and reports whether the whole event is
+// wanted (inspectTurn).
+func (w *setupWatch) seeTurn(typ, prefix []byte) bool {
 	m := w.srv.proto.Turn(typ)
 	if w.live != nil {
 		m = protocol.Live{}.Turn(typ)
 	}
 	w.trace.Mark(m)
-	ev, whole := w.turns.See(m)
-	if ev != (turns.Event{}) {
-		w.observeTurn(ev)
-	}
+	whole := w.turns.See(m, prefix)
 	return whole && (!w.turns.Off || w.trace != nil)
 }
 
 // inspectTurn reads a whole event seeTurn asked for.
 func (w *setupWatch) inspectTurn(p []byte) {
 	m := w.turns.Pending()
-	if ev := w.turns.Inspect(p); ev != (turns.Event{}) {
-		w.observeTurn(ev)
-	}
+	w.turns.Inspect(p)
 	w.trace.Event(m, p)
 }
 
-// observeTurn exports a turn's measure under its session's model group and
-// deployment, and gives its first audio to the balancer (latency-based
-// routing, the status page).
+// observeTurn exports what the session's turns measured (the tracker's
+// Observe) under its model group and deployment, and gives the figures
+// that route (a voice turn's first audio, a text-only session's first
+// output, a turn the upstream failed) to the balancer: latency-based
+// routing, the status page.
 func (w *setupWatch) observeTurn(ev turns.Event) {
 	dep := ""
 	d := w.currentDeployment()
@@ -167,17 +175,23 @@ func (w *setupWatch) observeTurn(ev turns.Event) {
 		dep = d.Name
 	}
 	w.srv.metrics.turns.Observe(w.group, dep, ev)
-	if ev.HasFirstAudio && d != nil {
-		w.srv.balancer.ObserveFirstAudio(d, ev.FirstAudio)
+	if !ev.Routes || d == nil {
+		return
+	}
+	text := ev.Kind == turns.Text
+	if ev.HasFirstAudio {
+		w.srv.balancer.ObserveFirstOutput(d, ev.FirstAudio, text)
+	}
+	if ev.Penalty {
+		w.srv.balancer.ObservePenalty(d, text)
 	}
 }
 
 // endTurns closes the session's turns when it ends (a turn still open is
-// unfinished) and returns its summary for the usage record.
-func (m *metrics) endTurns(info *sessionInfo, deployment string) (n int, p50MS, p95MS float64) {
-	if ev := info.turns.Close(); ev != (turns.Event{}) {
-		m.turns.Observe(info.group, deployment, ev)
-	}
+// unfinished; what that measures goes to observeTurn) and returns its
+// summary for the usage record.
+func (m *metrics) endTurns(info *sessionInfo) (n int, p50MS, p95MS float64) {
+	info.turns.Close()
 	n, p50, p95 := info.turns.Summary()
 	return n, float64(p50.Microseconds()) / 1000, float64(p95.Microseconds()) / 1000
 }
@@ -270,7 +284,7 @@ func (cm *callMeters) endedByRequest(id string) {
 func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string, adm *admission) {
 	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
 	ls := &liveState{info: info, floor: liveWebRTCFloor}
-	ls.meter.OnTokens = func(model string, add usage.Usage) { ls.backendUSD += ls.backendPrices(model).Cost(add) }
+	ls.meter.OnTokens = ls.bookBackend
 	info.live = ls
 	// Booked against the key's budget as the seconds grow, in GPT-Live's
 	// 30 s windows; over it, the call is hung up upstream, and the

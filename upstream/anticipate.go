@@ -69,7 +69,7 @@ func (p *Pool) Expect() {
 	if kp == nil || p.closed || kp.backoff > 0 || p.now().Before(kp.retryAt) {
 		return
 	}
-	room := p.cfg.MaxTotal - p.total
+	room := p.roomLocked(kp)
 	if p.cfg.Spare != nil {
 		room = min(room, p.cfg.Spare()-p.total)
 	}

@@ -1,12 +1,9 @@
-// Package upstream opens WebSocket connections to the realtime upstream
-// (OpenAI or anything speaking its protocol) as netpoll connections, so the
-// gateway's reactor drives them like its client sockets.
-//
+package upstream
+
 // Dialing blocks: the TCP connect, the TLS handshake and the WebSocket upgrade
 // run in the caller's goroutine (a handshake cannot resume after a would-block
 // the way TLS reads can). Once the upgrade is done the socket switches to
 // event-driven reads and no goroutine stays with it.
-package upstream
 
 import (
 	"bufio"

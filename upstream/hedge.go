@@ -156,19 +156,22 @@ func (m *Miss) Done() {
 }
 
 // Give puts c, the miss's own dial to t that lost to a warm socket, into
-// t's pool (model labels a key it makes): it waits there for its
-// session.created like a warm-up dial, and serves the next connect (or a
-// waiting miss). A closed pool, or one at its socket caps, closes it with
-// 1000 instead.
-func (m *Miss) Give(t Target, model string, c *Upgraded) {
+// t's pool: it waits there for its session.created like a warm-up dial, and
+// serves the next connect (or a waiting miss). A closed pool, one at its
+// socket caps, or no pool for t's shape (the miss failed over to a
+// deployment the pool does not warm) closes it with 1000 instead.
+func (m *Miss) Give(t Target, c *Upgraded) {
 	if m == nil || c == nil {
 		return
 	}
 	p := m.p
 	p.mu.Lock()
 	var kp *keyPool
-	if !p.closed && Poolable(t) && p.total < p.cfg.MaxTotal && (p.cfg.Spare == nil || p.cfg.Spare() > p.total) {
-		kp = p.keyLocked(Key(t), t, model, p.now())
+	if !p.closed && Poolable(t) {
+		kp = p.keys[Key(t)] // its connect missed a pool of this shape
+	}
+	if kp != nil && (p.roomLocked(kp) <= 0 || p.cfg.Spare != nil && p.cfg.Spare() <= p.total) {
+		kp = nil
 	}
 	if kp == nil {
 		p.mu.Unlock()

@@ -21,12 +21,15 @@ func TestMissTakesTheWarmSocketThatLandsFirst(t *testing.T) {
 }
 
 func testMissTakesTheWarmSocketThatLandsFirst(t *testing.T, tls bool) {
-	m := startMock(t, mockai.Config{}, tls)
+	// The upgrade takes a while: the pool's first dial is still in flight
+	// when the first connect comes.
+	m := startMock(t, mockai.Config{UpgradeDelay: 100 * time.Millisecond}, tls)
 	p := newTestPool(t, m, PoolConfig{Size: 1, MaxIdle: time.Hour, PingInterval: -1, Clock: newManualClock()})
 	ta := target(t, m, "k")
+	p.Prime(ta, "m")
 
 	s := &sink{}
-	h, _, miss := p.TakeOrDial(ta, "m", s) // a cold key: a miss, and the refill starts beside it
+	h, _, miss := p.TakeOrDial(ta, "m", s) // a cold key: a miss, and the pool's dial is in flight beside it
 	if h != nil || miss == nil {
 		t.Fatalf("the first connect of a cold key: handle %v, miss %v; want a miss", h, miss)
 	}
@@ -44,7 +47,7 @@ func testMissTakesTheWarmSocketThatLandsFirst(t *testing.T, tls bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	miss.Give(ta, "m", c)
+	miss.Give(ta, c)
 	// Size 1: the refill's replacement plus the given socket.
 	testwait.For(t, "the given socket to be ready in the pool", func() bool { return p.Warm(ta) == 2 })
 	if got := m.Stats().Active; got != 3 {
@@ -68,9 +71,10 @@ func testMissTakesTheWarmSocketThatLandsFirst(t *testing.T, tls bool) {
 func TestMissDoneStopsWaiting(t *testing.T) { eachScheme(t, testMissDoneStopsWaiting) }
 
 func testMissDoneStopsWaiting(t *testing.T, tls bool) {
-	m := startMock(t, mockai.Config{}, tls)
+	m := startMock(t, mockai.Config{UpgradeDelay: 100 * time.Millisecond}, tls)
 	p := newTestPool(t, m, PoolConfig{Size: 1, MaxIdle: time.Hour, PingInterval: -1, Clock: newManualClock()})
 	ta := target(t, m, "k")
+	p.Prime(ta, "m")
 	_, _, miss := p.TakeOrDial(ta, "m", &sink{})
 	miss.Done()
 	miss.Done() // only the first counts
@@ -90,7 +94,7 @@ func testMissDoneStopsWaiting(t *testing.T, tls bool) {
 		t.Fatal(err)
 	}
 	p.Close()
-	miss.Give(ta, "m", c)
+	miss.Give(ta, c)
 	testwait.For(t, "the socket given to a closed pool to be closed", func() bool { return m.Stats().Active == 0 })
 }
 
@@ -99,9 +103,10 @@ func testMissDoneStopsWaiting(t *testing.T, tls bool) {
 // which takes the socket.
 func TestMissPassesOnASocketItWillNotTake(t *testing.T) {
 	eachScheme(t, func(t *testing.T, tls bool) {
-		m := startMock(t, mockai.Config{}, tls)
+		m := startMock(t, mockai.Config{UpgradeDelay: 100 * time.Millisecond}, tls)
 		p := newTestPool(t, m, PoolConfig{Size: 1, MaxIdle: time.Hour, PingInterval: -1, Clock: newManualClock()})
 		ta := target(t, m, "k")
+		p.Prime(ta, "m")
 		_, _, first := p.TakeOrDial(ta, "m", &sink{})
 		_, _, second := p.TakeOrDial(ta, "m", &sink{})
 		if first == nil || second == nil {

@@ -2,16 +2,14 @@ package upstream
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/poller"
 )
@@ -120,12 +118,17 @@ type Pool struct {
 	janitor Timer // the next janitor turn
 	swept   time.Time
 
-	// The yield rule (yield.go): client dials in flight, and warm-up
-	// dials in flight across keys.
-	clientDials int
-	warmDials   int
-	yielded     bool // a refill dialed less because clients were dialing
-	pace        pace // the refill after a burst
+	// The yield rule (yield.go): client dials in flight; when their burst
+	// began and how long its window is; when the latest client dial
+	// started and the last one ended; warm-up dials in flight across keys.
+	clientDials   int
+	burstFrom     time.Time
+	window        time.Duration
+	lastDialStart time.Time
+	lastDialEnd   time.Time
+	warmDials     int
+	yielded       bool // growth was held back in the current burst
+	pace          pace // the refill after a burst
 
 	// Dialing ahead (anticipate.go): connections accepted and not yet
 	// decided, and the key the next connect most likely wants.
@@ -186,14 +189,17 @@ type keyPool struct {
 	id     string // short hash of the key, for metrics and logs
 	model  string
 	target Target
-	// primed keys (the configured upstreams' plain targets) keep their
-	// floor; keys made by a client's unusual query hold sockets only while
-	// they are used, and are forgotten when idle.
+	// primed keys (the configured deployments' targets) keep their floor;
+	// only Prime makes keys, and a key Retain let go holds sockets only
+	// while it is used, and is forgotten when idle.
 	primed   bool
 	lastTake time.Time
 
 	warm    []*warmConn // ready, oldest first
 	warming int
+	// owed counts sockets clients took that no dial has replaced yet: a
+	// replacement is never held back (yield.go).
+	owed    int
 	waiters []*Miss // misses waiting for a socket, oldest first (hedge.go)
 	claimed int     // waiting misses that wait on a dial in flight, not their own (anticipate.go)
 	// lastLanded is when a socket of the key last landed ready: a claim
@@ -237,33 +243,11 @@ func (p *Pool) keyLocked(k string, t Target, model string, now time.Time) *keyPo
 	return kp
 }
 
-// Key identifies interchangeable upstream sockets: everything that shapes
-// the dial (URL with query, and every header, credentials included). The
-// result is a digest, so it is safe to keep and compare but must still never
-// be logged whole.
-func Key(t Target) string {
-	h := sha256.New()
-	h.Write([]byte(t.URL.String()))
-	names := make([]string, 0, len(t.Header))
-	for k := range t.Header {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		h.Write([]byte{0})
-		h.Write([]byte(strings.ToLower(k)))
-		for _, v := range t.Header[k] {
-			h.Write([]byte{1})
-			h.Write([]byte(v))
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // Take hands out a warm socket for t, making owner its owner in the same
 // step, or returns nil on a miss. Either way the key's pool is refilled
-// behind it. model labels the key in metrics. A target that is not Poolable
-// is always a miss and creates nothing.
+// behind it. Only Prime makes a pool: a target with none, or one a warm
+// socket cannot serve (shape.go), is a miss counted by its reason (model
+// labels it when there is no pool), and creates and sizes nothing.
 func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle, []byte) {
 	h, held, _ := p.take(t, model, owner, false)
 	return h, held
@@ -284,7 +268,11 @@ func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller
 // take is Take; with client set, a miss counts as a client dial and is
 // returned as a waiting Miss.
 func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ *poller.Handle, _ []byte, miss *Miss) {
-	if !p.cfg.Enabled() || !Poolable(t) {
+	if !p.cfg.Enabled() {
+		return nil, nil, nil
+	}
+	reason := unpooled(t)
+	if reason == sideband {
 		return nil, nil, nil
 	}
 	k := Key(t)
@@ -294,7 +282,15 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 		p.mu.Unlock()
 		return nil, nil, nil
 	}
-	kp := p.keyLocked(k, t, model, now)
+	kp := p.keys[k] // only Prime makes pools: a client's connect never does
+	if kp == nil || reason != "" {
+		p.mu.Unlock()
+		if reason == "" {
+			reason = MissNoPool
+		}
+		p.countUnpooled(kp, model, reason)
+		return nil, nil, nil
+	}
 	kp.noteTake(now)
 	if kp.seeded && kp.seedUntil.IsZero() {
 		kp.seedUntil = now.Add(burstMemory) // then auto sizes from what it measured
@@ -305,8 +301,11 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 	p.updateSizeLocked(kp, now)
 	warm := len(kp.warm)
 	p.releaseClaimsLocked(kp) // what it took (or found dead) may have been for a waiting miss
+	if got != nil {
+		kp.owed++ // its replacement never yields
+	}
 	if got == nil && client {
-		p.clientDials++ // before the refill below, which yields to it
+		p.clientDialStartLocked() // before the refill below, whose growth yields to it
 		miss = p.newMissLocked(kp)
 		p.claimLocked(kp, miss)
 	}
@@ -319,7 +318,7 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 			m.Hits.WithLabelValues(kp.model, kp.id).Inc()
 			m.WarmAge.WithLabelValues(kp.model).Observe(now.Sub(got.born).Seconds())
 		} else {
-			m.Misses.WithLabelValues(kp.model, kp.id).Inc()
+			m.Misses.WithLabelValues(kp.model, kp.id, MissEmpty).Inc()
 		}
 	}
 	p.refill(kp)
@@ -327,6 +326,21 @@ func (p *Pool) take(t Target, model string, owner poller.Owner, client bool) (_ 
 		return nil, nil, miss
 	}
 	return got.h, got.held, nil
+}
+
+// countUnpooled counts a connect the pool could not serve as asked, for
+// reason, on its shape's pool kp (nil: there is none, key "none"), or on
+// model when there is none. It is not demand: it sizes nothing.
+func (p *Pool) countUnpooled(kp *keyPool, model, reason string) {
+	m := p.metrics
+	if m == nil {
+		return
+	}
+	id := "none"
+	if kp != nil {
+		model, id = kp.model, kp.id
+	}
+	m.Misses.WithLabelValues(model, id, reason).Inc()
 }
 
 // takeReadyLocked takes kp's oldest ready socket that can be handed over
@@ -360,16 +374,6 @@ func (p *Pool) takeReadyLocked(kp *keyPool, owner poller.Owner) (got *warmConn, 
 		}
 	}
 	return got, dead
-}
-
-// Poolable reports whether sockets for t may be dialed ahead and shared.
-// A call_id connect is a sideband to one live WebRTC or SIP call: a socket
-// dialed ahead would attach a stranger to that call, so it is never pooled.
-// Neither is intent=transcription, whose first event is not known to be
-// session.created (the pool holds exactly that frame and nothing else).
-func Poolable(t Target) bool {
-	q := t.URL.Query()
-	return !q.Has("call_id") && q.Get("intent") != "transcription"
 }
 
 // Warm returns the number of ready sockets for t, for tests and the admin page.
@@ -427,13 +431,37 @@ func (p *Pool) Prime(t Target, model string) {
 		// Create the key's series at zero, so that rates over them work
 		// from the first scrape.
 		m.Hits.WithLabelValues(kp.model, kp.id)
-		m.Misses.WithLabelValues(kp.model, kp.id)
+		for _, r := range []string{MissEmpty, MissSafetyIdentifier, MissQuery} {
+			m.Misses.WithLabelValues(kp.model, kp.id, r)
+		}
 		m.DeadOnTake.WithLabelValues(kp.model, kp.id)
 		m.Pings.WithLabelValues(kp.model, kp.id)
 		m.Pongs.WithLabelValues(kp.model, kp.id)
 		m.MissedPongs.WithLabelValues(kp.model, kp.id)
 	}
 	p.refill(kp)
+}
+
+// Retain keeps the pools of keep (the configured deployments' targets, all
+// of them Primed) and lets every other go: a pool that is no longer
+// configured loses its floor, targets nothing once idle, and is forgotten
+// with its metric series once empty, as after a configuration reload that
+// removed its deployment.
+func (p *Pool) Retain(keep []Target) {
+	keys := make(map[string]bool, len(keep))
+	for _, t := range keep {
+		keys[Key(t)] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, kp := range p.keys {
+		if !keys[k] {
+			kp.primed = false
+			if p.likely == kp {
+				p.likely = nil
+			}
+		}
+	}
 }
 
 // Close closes every warm socket with close 1000 and stops refilling. It
@@ -492,9 +520,10 @@ func (p *Pool) forgetIdleKeys(now time.Time) {
 	p.mu.Unlock()
 	if m := p.metrics; m != nil {
 		for _, kp := range gone {
-			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Inflight, m.Hits, m.Misses, m.DeadOnTake, m.Backoff, m.Pings, m.Pongs, m.MissedPongs} {
+			for _, v := range []interface{ DeleteLabelValues(...string) bool }{m.Warm, m.Target, m.Inflight, m.Hits, m.DeadOnTake, m.Backoff, m.Pings, m.Pongs, m.MissedPongs} {
 				v.DeleteLabelValues(kp.model, kp.id)
 			}
+			m.Misses.DeletePartialMatch(prometheus.Labels{"model": kp.model, "key": kp.id})
 			m.Dials.DeleteLabelValues(kp.model, kp.id, "ok")
 			m.Dials.DeleteLabelValues(kp.model, kp.id, "failed")
 		}
@@ -533,12 +562,21 @@ func (p *Pool) janitorTurn() {
 const janitorSweep = 5 * time.Second
 
 // refill starts the dials that bring kp up to its target, within the
-// in-flight limit and the global caps, unless the key is backing off.
+// in-flight limit and the global caps, unless the key is backing off. What
+// replaces sockets clients took starts at once; growth beyond that yields
+// to client dials as yield.go says.
 func (p *Pool) refill(kp *keyPool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	retired := p.refillLocked(kp)
+	p.mu.Unlock()
+	retireAll(retired, "warm pool: room for another key")
+}
+
+// refillLocked is refill; it returns the sockets it reclaimed for another
+// key's share, to retire. Callers hold Pool.mu.
+func (p *Pool) refillLocked(kp *keyPool) []*warmConn {
 	if p.closed {
-		return
+		return nil
 	}
 	now := p.now()
 	p.updateSizeLocked(kp, now)
@@ -551,26 +589,77 @@ func (p *Pool) refill(kp *keyPool) {
 				p.refill(kp)
 			})
 		}
-		return
+		return nil
 	}
-	want := kp.size - len(kp.warm) - kp.warming
-	want = min(want, kp.inflight-kp.warming, p.cfg.MaxTotal-p.total)
+	deficit := kp.size - len(kp.warm) - kp.warming
+	var retired []*warmConn
+	if kp.backoff == 0 {
+		retired = p.reclaimLocked(kp, deficit)
+	}
+	want := min(deficit, kp.inflight-kp.warming, p.roomLocked(kp))
 	if p.cfg.Spare != nil {
 		want = min(want, p.cfg.Spare()-p.total)
 	}
 	if kp.backoff > 0 {
 		want = min(want, 1-kp.warming) // a failing key gets one probe at a time
 	}
-	if room := p.yieldRoomLocked(); want > room {
-		want = room
-		p.yielded = true
-	}
-	want = p.paceRoomLocked(now, want)
-	if want > 0 && !p.pace.from.IsZero() {
-		p.pace.started += want
-	}
-	for range max(want, 0) {
+	replace := max(0, min(want, kp.owed))
+	grow := p.growRoomLocked(now, want-replace)
+	// What stays owed is what the caps held back, and never more than the
+	// deficit left: a pool at its target owes nothing.
+	kp.owed = min(kp.owed-replace, max(0, deficit-replace-max(grow, 0)))
+	for range replace + max(grow, 0) {
 		p.startWarmLocked(kp)
+	}
+	return retired
+}
+
+// roomLocked is how many more sockets kp may hold or dial within MaxTotal,
+// shared fairly: every key is owed its share of the cap (MaxTotal ÷ keys)
+// up to its target, and a key may use what the others are not owed. So
+// one key's demand can take the room others do not need, never the room
+// they do: a key over its share replaces what is taken from it only while
+// the others hold what they are owed. Callers hold Pool.mu.
+func (p *Pool) roomLocked(kp *keyPool) int {
+	share := p.cfg.MaxTotal / max(1, len(p.keys))
+	owed := 0
+	for _, o := range p.keys {
+		if o != kp {
+			owed += max(0, min(o.size, share)-len(o.warm)-o.warming)
+		}
+	}
+	return p.cfg.MaxTotal - p.total - owed
+}
+
+// reclaimLocked makes room, within MaxTotal, for what kp is owed of its
+// share (deficit sockets short of its target) by taking the oldest ready
+// sockets of keys holding more than their share; it returns them for the
+// caller to retire once it no longer holds the lock. Callers hold Pool.mu.
+func (p *Pool) reclaimLocked(kp *keyPool, deficit int) []*warmConn {
+	share := p.cfg.MaxTotal / max(1, len(p.keys))
+	need := min(deficit, share-len(kp.warm)-kp.warming) - max(0, p.roomLocked(kp))
+	var out []*warmConn
+	for _, o := range p.keys {
+		for need > 0 && o != kp && len(o.warm) > 0 && len(o.warm)+o.warming > share {
+			w := o.warm[0]
+			o.warm[0] = nil
+			o.warm = o.warm[1:]
+			p.total--
+			need--
+			if w.expiry != nil {
+				w.expiry.Stop()
+			}
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// retireAll closes every socket of all with 1000 and reason. Call it
+// without Pool.mu.
+func retireAll(all []*warmConn, reason string) {
+	for _, w := range all {
+		w.retire(ws.StatusNormalClosure, reason)
 	}
 }
 

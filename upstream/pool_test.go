@@ -281,43 +281,88 @@ func testPoolBackoffResetsOnSuccess(t *testing.T, tls bool) {
 	}
 }
 
-// A client's unusual query makes a key of its own: it gets warm sockets
-// while it is used, and none (and no bookkeeping) once it is not, while the
-// configured upstream keeps its floor.
-func TestPoolForgetsOneOffKeys(t *testing.T) { eachScheme(t, testPoolForgetsOneOffKeys) }
+// TestPoolKeysOnlyConfiguredShapes: a pool exists only for a Primed
+// (configured) target. A connect with query parameters beyond the
+// session's shape, or a per-user header, misses even while the pool holds
+// sockets (counted apart, by reason), one with a shape nobody configured
+// (another OpenAI-Beta) misses as no_pool; none of them makes a key, sizes
+// anything or dials. A key Retain lets go is forgotten, metric series and
+// all, once idle.
+func TestPoolKeysOnlyConfiguredShapes(t *testing.T) { eachScheme(t, testPoolKeysOnlyConfiguredShapes) }
 
-func testPoolForgetsOneOffKeys(t *testing.T, tls bool) {
+func testPoolKeysOnlyConfiguredShapes(t *testing.T, tls bool) {
 	m := startMock(t, mockai.Config{}, tls)
 	clk := newManualClock()
 	p := newTestPool(t, m, PoolConfig{Size: 1, MaxIdle: 200 * time.Millisecond, PingInterval: -1, Clock: clk})
-	primed, oneOff := target(t, m, "k"), target(t, m, "k")
-	q := oneOff.URL.Query()
-	q.Set("junk", "1")
-	oneOff.URL.RawQuery = q.Encode()
+	primed := target(t, m, "k")
 	p.Prime(primed, "m")
-	if h, _ := p.Take(oneOff, "m", &sink{}); h != nil {
-		t.Fatal("a never-seen key had a warm socket")
-	}
-	testwait.For(t, "both keys to warm", func() bool { return p.Warm(oneOff) == 1 && p.Warm(primed) == 1 })
-	if _, n := p.metric(t, "rtgate_pool_target_sockets"); n != 2 {
-		t.Fatalf("%d keys have a target series, want 2", n)
-	}
+	testwait.For(t, "the configured key to warm", func() bool { return p.Warm(primed) == 1 })
 
-	clk.Advance(time.Minute) // a minute without a connect to it
-	if got := p.Target(oneOff); got != 0 {
-		t.Fatalf("an idle one-off key still targets %d sockets", got)
+	withQuery, withSafety, beta := target(t, m, "k"), target(t, m, "k"), target(t, m, "k")
+	withQuery.URL.RawQuery += "&nonce=1"
+	withSafety.Header.Set("OpenAI-Safety-Identifier", "user-1")
+	beta.Header.Set("OpenAI-Beta", "realtime=v1")
+	for _, tg := range []Target{withQuery, withSafety, beta} {
+		for range 5 {
+			if h, _, miss := p.TakeOrDial(tg, "m", &sink{}); h != nil || miss != nil {
+				t.Fatalf("%v: a socket or a Miss for a connect the pool cannot serve", tg.Header)
+			}
+		}
+	}
+	if got := p.Warm(primed); got != 1 {
+		t.Fatalf("the configured key holds %d, want its 1 untouched", got)
 	}
 	if got := p.Target(primed); got != 1 {
-		t.Fatalf("the configured key's target fell to %d", got)
+		t.Fatalf("target %d: unservable connects counted as demand", got)
+	}
+	for reason, want := range map[string]float64{MissQuery: 5, MissSafetyIdentifier: 5, MissNoPool: 5, MissEmpty: 0} {
+		if got := metricWith(t, p, "rtgate_pool_misses_total", "reason", reason); got != want {
+			t.Errorf("misses for %s: %v, want %v", reason, got, want)
+		}
+	}
+	if _, n := p.metric(t, "rtgate_pool_target_sockets"); n != 1 {
+		t.Fatalf("%d keys have a target series, want the configured 1", n)
+	}
+	if n := m.Stats().Upgrades; n != 1 {
+		t.Fatalf("mockai saw %d upgrades, want the configured key's 1", n)
+	}
+
+	p.Retain(nil) // a reload removed its deployment
+	clk.Advance(time.Minute)
+	if got := p.Target(primed); got != 0 {
+		t.Fatalf("a key let go still targets %d sockets once idle", got)
 	}
 	// Its socket expires and the janitor forgets it, metric series and all;
-	// expiries redial on the network, so let the clock run in steps.
-	testwait.For(t, "the one-off key to be forgotten", func() bool {
+	// let the clock run in steps.
+	testwait.For(t, "the key let go to be forgotten", func() bool {
 		clk.Advance(time.Second)
 		_, n := p.metric(t, "rtgate_pool_target_sockets")
-		return p.Warm(oneOff) == 0 && n == 1
+		_, misses := p.metric(t, "rtgate_pool_misses_total")
+		return p.Warm(primed) == 0 && n == 0 && misses == 1 // the no_pool series, key none
 	})
-	testwait.For(t, "the configured key to stay warm", func() bool { return p.Warm(primed) == 1 })
+}
+
+// metricWith sums the series of the named family whose label has value.
+func metricWith(t testing.TB, p *testPool, name, label, value string) float64 {
+	t.Helper()
+	fams, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
 
 // A call_id connect attaches to one live call, and a transcription socket's

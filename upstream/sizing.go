@@ -44,8 +44,9 @@ type demand struct {
 	// refill is the smoothed time from dial start to session.created; 0
 	// when none was measured yet.
 	refill time.Duration
-	// primed keys (configured upstreams) keep their floor; idle is true
-	// for an unprimed key nobody connected to for idleKeyAfter.
+	// primed keys (configured deployments) keep their floor; idle is true
+	// for a key no longer configured that nobody connected to for
+	// idleKeyAfter.
 	primed, idle bool
 }
 
@@ -74,8 +75,8 @@ func (d demand) refillOrAssumed() time.Duration {
 // peak rather than the mean is what serves real traffic, whose calls start
 // and end in waves: a wave's sockets must be back before the next wave, not
 // on average. The target rises within one window of a new peak and falls
-// back to Min 10 s after the last busy window. An unprimed key (a client's
-// unusual query) has no floor, and targets nothing once idle.
+// back to Min 10 s after the last busy window. A key no longer configured
+// (Retain let it go) has no floor, and targets nothing once idle.
 func targetSize(cfg PoolConfig, d demand) int {
 	if !d.primed && d.idle {
 		return 0

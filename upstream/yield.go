@@ -5,25 +5,47 @@ import (
 	"time"
 )
 
-// The yield rule: a miss is never slower than going direct. A client whose
-// connect missed the pool dials fresh, and so does the pool behind it to
-// refill; in a first burst (hundreds of clients at once against a pool at its
-// floor) the pool's own warm-up dials, sized by Little's law for the burst,
-// used to compete with the clients' dials for the same TLS handshakes and
-// CPU, and a miss came out slower than the same connect made with no
-// gateway. So while clients are dialing, warm-up dials in flight (across
-// all keys) are held to a small share of the client dials in flight; as
-// soon as the last client dial ends, every key refills as fast as its own
-// in-flight limit allows. The clients' dials are never delayed: the rule
-// only ever holds back the pool.
+// The yield rule: a burst's misses are never slower than going direct, and
+// sustained demand is never starved (the package doc has the measurements
+// behind it).
+//
+// A refill has two parts. Replacing a socket a client took (a hit) is the
+// dial that client would have made itself, made ahead: it is never held
+// back (only the pool's caps bound it), so a pool that keeps up stays
+// ahead whatever else happens. Growing the pool toward a raised target is
+// extra work, and it is what competed with a first burst's own dials for
+// the same TLS handshakes and CPU (hundreds of warm-up dials beside
+// hundreds of misses made a miss slower than a direct connect). So growth
+// yields, and only for as long as it helps:
+//
+//   - A burst begins when a client dial (a miss, a redial) starts after a
+//     whole window without any; its window is four times the longest
+//     refill time of any key (a burst's clients arrive within a fraction
+//     of one on a quiet host, and over a few on a busy one). While the
+//     burst's dials are in flight and all of them started within the
+//     window, warm-up dials in flight across keys are held to max(2, client
+//     dials in flight / 8), however long those dials take.
+//   - A client dial that starts past the window means misses keep coming:
+//     that is demand, not a burst, and the pool grows at its in-flight
+//     limit whatever the client dials in flight (each of them would
+//     otherwise be a miss as well). Misses with gaps shorter than a window
+//     between them are the same burst.
+//   - Once no client dials, after a burst that held growth back, growth is
+//     paced (paceRoom) so that the burst's young sessions get their first
+//     audio before the rest of the refill runs; replacement is not paced.
+//
+// The clients' dials are never delayed: the rule only ever holds back the
+// pool's growth.
 
 const (
-	// yieldFloor is how many warm-up dials may always run while clients
-	// dial: the pool keeps growing, slowly, under a steady stream of misses.
+	// yieldFloor is how many warm-up dials may always run beside a
+	// burst's dials: the pool keeps growing, slowly.
 	yieldFloor = 2
 	// yieldShare: besides the floor, one warm-up dial per yieldShare client
 	// dials in flight.
 	yieldShare = 8
+	// yieldRefills is a burst's window, in refill times.
+	yieldRefills = 4
 	// refillSpread is how long the refill after a burst takes to start
 	// what the burst took (the deficit less the target's headroom, see
 	// sizing.go); headroomSpread how long it takes to start the rest, the
@@ -34,6 +56,31 @@ const (
 	paceTick       = 20 * time.Millisecond
 )
 
+// unlimited is a room that limits nothing.
+const unlimited = int(^uint(0) >> 1)
+
+// yieldWindow is a burst's window: yieldRefills of the refill time r
+// (assumedRefill until one is measured).
+func yieldWindow(r time.Duration) time.Duration {
+	if r <= 0 {
+		r = assumedRefill
+	}
+	return yieldRefills * r
+}
+
+// yieldRoom is how many more growth dials the yield rule lets start now:
+// clientDials and warmDials in flight, latest how long after the burst
+// began its latest client dial started, window the burst's yieldWindow. No
+// limit without client dials, or once a client dial started past the
+// window: misses that keep coming are demand, not a burst (the burst's own
+// dials, however slow, all started within it).
+func yieldRoom(clientDials, warmDials int, latest, window time.Duration) int {
+	if clientDials <= 0 || latest >= window {
+		return unlimited
+	}
+	return max(yieldFloor, clientDials/yieldShare) - warmDials
+}
+
 // pace is the refill after a burst (guarded by Pool.mu): from, the
 // deficit to start over refillSpread, and how many it has started.
 type pace struct {
@@ -43,7 +90,7 @@ type pace struct {
 	timer   Timer
 }
 
-// paceRoom is how many warm-up dials the pace lets start at elapsed since
+// paceRoom is how many growth dials the pace lets start at elapsed since
 // the burst passed, a tick ahead, plus the yield floor (what the pool could
 // dial during the burst), less what it started. Two tiers: first the
 // sockets the burst took (the deficit divided by the target's headroom:
@@ -55,7 +102,7 @@ type pace struct {
 // still finds what the burst took. Past both spreads there is no limit.
 func paceRoom(deficit, started int, elapsed time.Duration) int {
 	if elapsed >= refillSpread+headroomSpread || deficit <= 0 {
-		return int(^uint(0) >> 1)
+		return unlimited
 	}
 	first := math.Ceil(float64(deficit) / headroom)
 	at := elapsed + paceTick
@@ -80,8 +127,8 @@ func (p *Pool) startPaceLocked(now time.Time) {
 	p.pace = pace{from: now, deficit: deficit}
 }
 
-// paceRoomLocked is paceRoom for the pool now; when it holds a refill
-// back it makes sure a tick will look again. Callers hold Pool.mu.
+// paceRoomLocked is paceRoom for the pool now; when it holds growth back
+// it makes sure a tick will look again. Callers hold Pool.mu.
 func (p *Pool) paceRoomLocked(now time.Time, want int) int {
 	if p.pace.from.IsZero() {
 		return want
@@ -102,6 +149,31 @@ func (p *Pool) paceRoomLocked(now time.Time, want int) int {
 func (p *Pool) paceTurn() {
 	p.mu.Lock()
 	p.pace.timer = nil
+	p.mu.Unlock()
+	p.refillAll()
+}
+
+// growRoomLocked is how many of want growth dials the yield rule and the
+// pace let start now: the yield's share while clients dial, the pace once
+// none does. Callers hold Pool.mu.
+func (p *Pool) growRoomLocked(now time.Time, want int) int {
+	if p.clientDials > 0 {
+		if room := yieldRoom(p.clientDials, p.warmDials, p.lastDialStart.Sub(p.burstFrom), p.window); want > room {
+			want = room
+			p.yielded = true
+		}
+		return want
+	}
+	want = p.paceRoomLocked(now, want)
+	if want > 0 && !p.pace.from.IsZero() {
+		p.pace.started += want
+	}
+	return want
+}
+
+// refillAll refills every key.
+func (p *Pool) refillAll() {
+	p.mu.Lock()
 	keys := make([]*keyPool, 0, len(p.keys))
 	for _, kp := range p.keys {
 		keys = append(keys, kp)
@@ -112,17 +184,22 @@ func (p *Pool) paceTurn() {
 	}
 }
 
-// yieldRoom is how many more warm-up dials the yield rule lets start now,
-// or a large number when no client is dialing.
-func yieldRoom(clientDials, warmDials int) int {
-	if clientDials <= 0 {
-		return int(^uint(0) >> 1)
+// clientDialStartLocked counts a client dial. One that starts after a
+// whole window without any begins a burst, whose window is yieldRefills of
+// the longest refill time of any key; misses that recur with shorter gaps
+// are the same burst, whose window has passed. Callers hold Pool.mu.
+func (p *Pool) clientDialStartLocked() {
+	now := p.now()
+	if p.clientDials == 0 && now.Sub(p.lastDialEnd) >= p.window {
+		var r time.Duration
+		for _, kp := range p.keys {
+			r = max(r, kp.refillTime)
+		}
+		p.burstFrom, p.window = now, yieldWindow(r)
 	}
-	return max(yieldFloor, clientDials/yieldShare) - warmDials
+	p.clientDials++
+	p.lastDialStart = now
 }
-
-// yieldRoomLocked is yieldRoom for the pool now. Callers hold Pool.mu.
-func (p *Pool) yieldRoomLocked() int { return yieldRoom(p.clientDials, p.warmDials) }
 
 // ClientDialing tells the pool that a client is about to wait on an upstream
 // dial the pool did not offer to serve (a connect it does not pool, a
@@ -134,29 +211,26 @@ func (p *Pool) ClientDialing() (done func()) {
 		return func() {}
 	}
 	p.mu.Lock()
-	p.clientDials++
+	p.clientDialStartLocked()
 	p.mu.Unlock()
 	return p.clientDialDone
 }
 
-// clientDialDone ends one client dial; when it was the last and a refill
-// held back for it, every key refills, at the pace after a burst.
+// clientDialDone ends one client dial; when it was the last and growth was
+// held back in its burst, every key refills, at the pace after a burst.
 func (p *Pool) clientDialDone() {
 	p.mu.Lock()
 	p.clientDials--
+	if p.clientDials == 0 {
+		p.lastDialEnd = p.now()
+	}
 	resume := p.clientDials == 0 && p.yielded
 	if resume {
 		p.yielded = false
-		p.startPaceLocked(p.now())
-	}
-	var keys []*keyPool
-	if resume {
-		for _, kp := range p.keys {
-			keys = append(keys, kp)
-		}
+		p.startPaceLocked(p.lastDialEnd)
 	}
 	p.mu.Unlock()
-	for _, kp := range keys {
-		p.refill(kp) // the burst has passed: grow at the pace
+	if resume {
+		p.refillAll() // the burst has passed: grow, at the pace
 	}
 }

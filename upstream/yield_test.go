@@ -9,23 +9,41 @@ import (
 )
 
 func TestYieldRoom(t *testing.T) {
-	big := int(^uint(0) >> 1)
+	window := yieldWindow(100 * time.Millisecond)
 	for _, tc := range []struct {
 		name             string
 		clients, warming int
+		latest           time.Duration // the latest client dial's start, since the burst began
 		want             int
 	}{
-		{"no client dials: no limit", 0, 500, big},
-		{"one client dial: the floor", 1, 0, yieldFloor},
-		{"floor used up", 1, yieldFloor, 0},
-		{"a burst of 198 misses: one per share", 198, 0, 198 / yieldShare},
-		{"over the share already (dials from before the burst)", 16, 40, yieldFloor - 40},
+		{"no client dials: no limit", 0, 500, 0, unlimited},
+		{"one client dial: the floor", 1, 0, 0, yieldFloor},
+		{"floor used up", 1, yieldFloor, 0, 0},
+		{"a burst of 198 misses: one per share", 198, 0, 0, 198 / yieldShare},
+		{"the burst's misses arrived over most of its window", 198, 0, window - time.Millisecond, 198 / yieldShare},
+		{"over the share already (dials from before the burst)", 16, 40, 0, yieldFloor - 40},
+		{"a miss started past the window: demand, no limit", 198, 40, window, unlimited},
+		{"misses kept coming for seconds: no limit", 50, 300, 5 * time.Second, unlimited},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := yieldRoom(tc.clients, tc.warming); got != tc.want {
-				t.Fatalf("yieldRoom(%d, %d) = %d, want %d", tc.clients, tc.warming, got, tc.want)
+			if got := yieldRoom(tc.clients, tc.warming, tc.latest, window); got != tc.want {
+				t.Fatalf("yieldRoom(%d, %d, %v, %v) = %d, want %d", tc.clients, tc.warming, tc.latest, window, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestYieldWindow(t *testing.T) {
+	for _, tc := range []struct {
+		refill, want time.Duration
+	}{
+		{0, yieldRefills * assumedRefill}, // nothing measured yet
+		{100 * time.Millisecond, yieldRefills * 100 * time.Millisecond},
+		{400 * time.Millisecond, yieldRefills * 400 * time.Millisecond},
+	} {
+		if got := yieldWindow(tc.refill); got != tc.want {
+			t.Errorf("yieldWindow(%v) = %v, want %v", tc.refill, got, tc.want)
+		}
 	}
 }
 
@@ -164,5 +182,171 @@ func TestClientDialingCountsUntilDone(t *testing.T) {
 	}
 	if (*Pool)(nil).ClientDialing() == nil {
 		t.Fatal("a nil pool's ClientDialing returned no func")
+	}
+}
+
+// TestRefillRule: how much of a fixed pool of 10 is warm or dialing after
+// each sequence, by the rule of yield.go: a hit's replacement never yields,
+// growth yields within a burst's window (to the floor beside one client
+// dial) and not past it while client dials keep starting, and is paced
+// once the burst has passed. The upstream answers slowly, so that the dials
+// are still in flight when counted (warm + dialing is counted either way).
+func TestRefillRule(t *testing.T) {
+	const size = 10
+	window := yieldWindow(0) // no dial measured when the burst begins
+	for _, tc := range []struct {
+		name string
+		// fill: the pool is full (and its refill time measured, which sets
+		// the window) before run.
+		fill bool
+		run  func(p *testPool, clk *manualClock, ta Target)
+		want int
+	}{
+		{"a hit's replacement starts beside a burst's dials", true, func(p *testPool, clk *manualClock, ta Target) {
+			p.ClientDialing() // in flight to the end
+			for range 5 {
+				s := &sink{}
+				if s.h, _ = p.Take(ta, "m", s); s.h == nil {
+					panic("a full pool missed")
+				}
+				s.h.Endpoint().Close()
+			}
+		}, size},
+		{"growth beside a burst's dial yields to the floor", false, func(p *testPool, clk *manualClock, ta Target) {
+			p.ClientDialing()
+			p.Prime(ta, "m")
+		}, yieldFloor},
+		{"growth once a client dial starts past the window: none held back", false, func(p *testPool, clk *manualClock, ta Target) {
+			p.ClientDialing()
+			p.Prime(ta, "m")
+			clk.Advance(window)
+			p.ClientDialing() // misses keep coming
+			p.Prime(ta, "m")  // any refill
+		}, size},
+		{"the burst's own dial, however slow, holds growth back", false, func(p *testPool, clk *manualClock, ta Target) {
+			p.ClientDialing()
+			p.Prime(ta, "m")
+			clk.Advance(10 * window)
+			p.Prime(ta, "m")
+		}, yieldFloor},
+		{"a gap shorter than a window is the same burst", false, func(p *testPool, clk *manualClock, ta Target) {
+			done := p.ClientDialing()
+			p.Prime(ta, "m")
+			clk.Advance(window)
+			done()
+			clk.Advance(window / 2)
+			p.ClientDialing()
+			clk.Advance(refillSpread + headroomSpread) // the pace started at done() has passed
+			p.Prime(ta, "m")
+		}, size},
+		{"a client dial after a quiet window begins a new burst", false, func(p *testPool, clk *manualClock, ta Target) {
+			done := p.ClientDialing()
+			clk.Advance(window)
+			done()
+			clk.Advance(window)
+			p.ClientDialing()
+			p.Prime(ta, "m")
+		}, yieldFloor},
+		{"once the burst has passed, growth is paced", false, func(p *testPool, clk *manualClock, ta Target) {
+			done := p.ClientDialing()
+			p.Prime(ta, "m")
+			done()
+		}, yieldFloor + paceRoom(size, 0, 0)},
+		{"and the pace passes", false, func(p *testPool, clk *manualClock, ta Target) {
+			done := p.ClientDialing()
+			p.Prime(ta, "m")
+			done()
+			clk.Advance(refillSpread + headroomSpread)
+		}, size},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMock(t, mockai.Config{UpgradeDelay: 300 * time.Millisecond}, false)
+			clk := newManualClock()
+			p := newTestPool(t, m, PoolConfig{Size: size, PingInterval: -1, MaxIdle: time.Hour, Clock: clk})
+			ta := target(t, m, "k")
+			if tc.fill {
+				p.Prime(ta, "m")
+				testwait.For(t, "the pool to fill", func() bool { return p.Warm(ta) == size })
+			}
+			tc.run(p, clk, ta)
+			if n := p.Warm(ta) + p.Dialing(ta); n != tc.want {
+				t.Fatalf("%d warm or dialing, want %d", n, tc.want)
+			}
+		})
+	}
+}
+
+// TestPoolCatchesUpWithSustainedMisses: misses that keep coming (a client
+// dial starting every 25 ms, each in flight for 100 ms, so that client
+// dials are always in flight) raise an auto pool's target, and the pool
+// reaches it while they still come, instead of yielding to them for as
+// long as they last; then connects hit. Before, warm-up dials were held to
+// max(2, client dials / 8) while any client dial was in flight, and the
+// pool stayed empty. On the manual clock, so that the rate windows are
+// exact however slow the machine; the dials themselves are real.
+func TestPoolCatchesUpWithSustainedMisses(t *testing.T) {
+	eachScheme(t, testPoolCatchesUpWithSustainedMisses)
+}
+
+func testPoolCatchesUpWithSustainedMisses(t *testing.T, tls bool) {
+	m := startMock(t, mockai.Config{UpgradeDelay: 100 * time.Millisecond}, tls)
+	clk := newManualClock()
+	p := newTestPool(t, m, PoolConfig{Auto: true, Min: 0, Max: 64, MaxIdle: time.Hour, PingInterval: -1, Clock: clk})
+	ta := target(t, m, "k")
+	p.Prime(ta, "m")
+
+	var inFlight []*Miss // client dials in flight, oldest first
+	step := func(misses int) (hits int) {
+		clk.Advance(25 * time.Millisecond)
+		if len(inFlight) > 4*misses { // each client dial lasts 4 steps
+			for _, miss := range inFlight[:misses] {
+				miss.Done()
+			}
+			inFlight = inFlight[misses:]
+		}
+		for range misses {
+			s := &sink{}
+			h, _, miss := p.TakeOrDial(ta, "m", s)
+			if h != nil {
+				s.h = h
+				h.Endpoint().Close()
+				hits++
+				continue
+			}
+			inFlight = append(inFlight, miss)
+		}
+		return hits
+	}
+	// The burst's window: growth yields to the misses' dials.
+	for range int(yieldWindow(0) / (25 * time.Millisecond)) { // the first miss begins it, 25 ms in
+		if hits := step(4); hits > 0 {
+			t.Fatalf("%d hits in a pool with no floor before it grew", hits)
+		}
+		if n, most := p.Dialing(ta), max(yieldFloor, len(inFlight)/yieldShare); n > most {
+			t.Fatalf("%d warm-up dials beside %d client dials within the burst's window, want at most %d", n, len(inFlight), most)
+		}
+	}
+	// Misses keep coming past the window: the pool grows to its target
+	// while client dials are in flight (none of them is ever Done here
+	// beyond the 4-step life above, and new ones start every step).
+	target := p.Target(ta)
+	if target < 32 {
+		t.Fatalf("target %d after 4 misses per 25 ms, want at least 32", target)
+	}
+	step(4)
+	if len(inFlight) == 0 {
+		t.Fatal("no client dial in flight")
+	}
+	if n := p.Warm(ta) + p.Dialing(ta); n < p.Target(ta) {
+		t.Fatalf("%d warm or dialing once misses kept coming past the window, want the target %d", n, p.Target(ta))
+	}
+	testwait.For(t, "the pool to reach its target with client dials in flight", func() bool {
+		return p.Warm(ta) >= p.Target(ta)
+	})
+	if hits := step(4); hits != 4 {
+		t.Fatalf("%d of 4 connects hit once the pool reached its target, want all", hits)
+	}
+	for _, miss := range inFlight {
+		miss.Done()
 	}
 }

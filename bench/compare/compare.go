@@ -11,7 +11,8 @@
 //
 // Each leg (setup) runs Config.Runs times back to back against one fresh
 // gateway; the table shows the runs' samples combined, and the JSON keeps
-// every run's samples and the per-run p50 spread.
+// every run's samples and the per-run p50 spread. After its closed-loop
+// runs each leg also takes one open-loop steady-state run (openloop.go).
 package compare
 
 import (
@@ -132,6 +133,9 @@ type Config struct {
 	// kept: run 2's first burst is then the first burst after a restart
 	// with remembered demand, run 1's that of a cold instance.
 	Restart bool
+	// Open is the steady-state open-loop run each leg takes after its
+	// closed-loop runs (openloop.go); Open.Rate 0 leaves it out.
+	Open OpenLoop
 }
 
 // DefaultConfig is what `wsbench compare` runs without flags.
@@ -146,6 +150,7 @@ func DefaultConfig() Config {
 		Profile: DefaultProfile(),
 		Warmup:  time.Second, Pause: time.Second,
 		Instances: 1,
+		Open:      DefaultOpenLoop(),
 	}
 }
 
@@ -189,6 +194,7 @@ func (c Config) validate() error {
 	if p.UpgradeDelay < 0 || p.SessionDelay < 0 || p.FirstAudioDelay < 0 || p.DeltaInterval < 0 || p.Deltas < 0 || p.DeltaBytes < 0 {
 		errs = append(errs, errors.New("mockai profile values must not be negative"))
 	}
+	errs = append(errs, c.Open.check(c.Timeout)...)
 	errs = append(errs, c.Settings.Check(c.needsGateway())...)
 	return errors.Join(errs...)
 }
@@ -206,6 +212,8 @@ type LegResult struct {
 	PoolHitRate *float64
 	// InstanceHitRates are each instance's, with -instances.
 	InstanceHitRates []*float64
+	// Open is the leg's open-loop run, nil without one (openloop.go).
+	Open *OpenRun
 }
 
 // RunResult is one run of one leg.
@@ -433,6 +441,11 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	if len(metricsURLs) > 1 {
 		for i := range metricsURLs {
 			leg.InstanceHitRates = append(leg.InstanceHitRates, hitRate(hitsBefore[i], hitsAfter[i]))
+		}
+	}
+	if cfg.Open.Rate > 0 {
+		if leg.Open, err = runOpenLeg(ctx, cfg, client, metricsURLs, prefix, leg.Name, say); err != nil {
+			return nil, fmt.Errorf("open loop: %w", err)
 		}
 	}
 	return leg, nil

@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"rtgate/bench/load"
 	"rtgate/bench/proc"
 )
 
@@ -88,6 +90,9 @@ func TestRunValidation(t *testing.T) {
 		{"bad pool", func(c *Config) { c.Pool = "0" }, "-pool"},
 		{"zero calls", func(c *Config) { c.N = 0 }, "must be positive"},
 		{"negative delay", func(c *Config) { c.Profile.SessionDelay = -1 }, "negative"},
+		{"negative rate", func(c *Config) { c.Open.Rate = -1 }, "-rate"},
+		{"rate without duration", func(c *Config) { c.Open.Duration = 0 }, "-duration"},
+		{"call length past the timeout", func(c *Config) { c.Open.Length = load.Length{Kind: load.LengthExp, Mean: 5 * time.Second} }, "not below -t"},
 		{"missing mockai", func(c *Config) { c.MockaiBin = filepath.Join(t.TempDir(), "nope") }, "build it first"},
 		{"missing gateway", func(c *Config) { c.MockaiBin = "/bin/true"; c.GatewayBin = filepath.Join(t.TempDir(), "nope") }, "build it first"},
 	}
@@ -167,6 +172,9 @@ func tinyConfig(t *testing.T, legs ...string) Config {
 	cfg.Profile = Profile{UpgradeDelay: 2 * time.Millisecond, SessionDelay: time.Millisecond,
 		FirstAudioDelay: 3 * time.Millisecond, Deltas: 3, DeltaBytes: 960, DeltaInterval: time.Millisecond}
 	cfg.Warmup, cfg.Pause = 100*time.Millisecond, 0
+	// A short steady-state leg: about 30 arrivals in 300 ms.
+	cfg.Open = OpenLoop{Rate: 100, Spacing: load.SpacingPoisson, Duration: 300 * time.Millisecond, Seed: 2,
+		Length: load.Length{Kind: load.LengthUniform, Min: 10 * time.Millisecond, Max: 40 * time.Millisecond, Mean: 25 * time.Millisecond}}
 	cfg.OutDir = t.TempDir()
 	cfg.Now = func() time.Time { return time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC) }
 	return cfg
@@ -205,9 +213,15 @@ func checkResults(t *testing.T, out *Outcome, cfg Config) {
 	var doc struct {
 		Config struct {
 			Upstream string `json:"upstream"`
+			OpenLoop *struct {
+				Rate       float64 `json:"rate"`
+				CallLength string  `json:"call_length"`
+				Seed       uint64  `json:"seed"`
+			} `json:"open_loop"`
 		} `json:"config"`
-		Table string `json:"table_markdown"`
-		Legs  []struct {
+		Table     string `json:"table_markdown"`
+		OpenTable string `json:"open_loop_table_markdown"`
+		Legs      []struct {
 			ID       string `json:"id"`
 			Combined struct {
 				Calls int `json:"calls"`
@@ -218,6 +232,14 @@ func checkResults(t *testing.T, out *Outcome, cfg Config) {
 				P50     map[string]float64 `json:"p50_ms"`
 				Samples []map[string]any   `json:"samples"`
 			} `json:"runs"`
+			Open *struct {
+				Summary struct {
+					Calls    int           `json:"calls"`
+					OK       int           `json:"ok"`
+					OpenLoop load.OpenLoop `json:"open_loop"`
+				} `json:"summary"`
+				Samples []map[string]any `json:"samples"`
+			} `json:"open_loop"`
 		} `json:"legs"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -249,9 +271,23 @@ func checkResults(t *testing.T, out *Outcome, cfg Config) {
 				t.Errorf("%s: no p50 spread for %s", leg.ID, phase)
 			}
 		}
+		// The open-loop run: every arrival of the one schedule made, and
+		// the same schedule for every leg.
+		o := leg.Open
+		want := len(Schedule(cfg.Open))
+		if o == nil || o.Summary.OpenLoop.Scheduled != want || o.Summary.OK != want || len(o.Samples) != want ||
+			o.Summary.OpenLoop.Dropped+o.Summary.OpenLoop.Delayed != 0 {
+			t.Errorf("%s: open loop %+v, want all %d scheduled arrivals made and ok", leg.ID, o, want)
+		}
+	}
+	if c := doc.Config.OpenLoop; c == nil || c.Rate != cfg.Open.Rate || c.CallLength != cfg.Open.Length.String() || c.Seed != cfg.Open.Seed {
+		t.Errorf("results.json open-loop config %+v, want %+v", c, cfg.Open)
 	}
 	if doc.Table != out.Comparison.Markdown() {
 		t.Errorf("JSON table differs from the printed one")
+	}
+	if doc.OpenTable == "" || doc.OpenTable != out.OpenMarkdown() {
+		t.Errorf("JSON open-loop table %q differs from the printed one %q", doc.OpenTable, out.OpenMarkdown())
 	}
 	html, err := os.ReadFile(out.HTMLPath)
 	if err != nil {
@@ -259,6 +295,11 @@ func checkResults(t *testing.T, out *Outcome, cfg Config) {
 	}
 	if n := strings.Count(string(html), "<svg"); n != 4 {
 		t.Errorf("HTML has %d charts, want 4 (dial, session, first audio, total)", n)
+	}
+	for _, want := range []string{"Comparison (closed loop)", "Open loop (steady state): " + cfg.Open.Describe(), "Direct (open loop)"} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("HTML report does not say %q", want)
+		}
 	}
 	if want := cfg.Upstream.Describe() + " upstream"; !strings.Contains(string(html), want) {
 		t.Errorf("HTML report does not say %q", want)
@@ -351,6 +392,21 @@ func compareAllLegs(t *testing.T, up proc.Upstream) {
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	n := len(Schedule(cfg.Open))
+	open := out.OpenMarkdown()
+	for _, want := range []string{
+		"| metric | Direct | Gateway pool off | Gateway pool on | overhead (pool on vs direct) | pool on vs direct |",
+		"| success | 100.0% | 100.0% | 100.0% |",
+		"| session p99 |",
+		"| exchange p99 (total - held) |",
+		fmt.Sprintf("| arrivals (offered rate) | %d (", n),
+		"| dropped / delayed at cap | 0 / 0 | 0 / 0 | 0 / 0 |  |  |",
+		"| pool hit rate | n/a | n/a |",
+	} {
+		if !strings.Contains(open, want) {
+			t.Errorf("open-loop table lacks %q:\n%s", want, open)
 		}
 	}
 	for _, bin := range []string{cfg.MockaiBin, cfg.GatewayBin} {

@@ -34,9 +34,13 @@ type jsonResults struct {
 			DeltaIntervalMS   float64 `json:"delta_interval_ms"`
 			FloorMS           float64 `json:"floor_ms"`
 		} `json:"mockai_profile"`
+		// OpenLoop is the steady-state leg's load (openloop.go), nil without one.
+		OpenLoop *jsonOpenConfig `json:"open_loop,omitempty"`
 	} `json:"config"`
-	Table string    `json:"table_markdown"`
-	Legs  []jsonLeg `json:"legs"`
+	// Table is the closed-loop comparison, OpenTable the open-loop one.
+	Table     string    `json:"table_markdown"`
+	OpenTable string    `json:"open_loop_table_markdown,omitempty"`
+	Legs      []jsonLeg `json:"legs"`
 }
 
 type jsonLeg struct {
@@ -48,6 +52,8 @@ type jsonLeg struct {
 	// runs disagree.
 	P50SpreadMS map[string]float64 `json:"p50_spread_ms"`
 	Runs        []jsonRun          `json:"runs"`
+	// Open is the leg's open-loop run (openloop.go); Runs are closed-loop.
+	Open *jsonOpenRun `json:"open_loop,omitempty"`
 }
 
 type jsonRun struct {
@@ -81,9 +87,10 @@ func writeOutputs(out *Outcome, cfg Config, started time.Time) error {
 	r.Config.Profile.DeltaIntervalMS = stats.Millis(p.DeltaInterval)
 	r.Config.Profile.FloorMS = stats.Millis(p.Floor())
 	r.Table = out.Comparison.Markdown()
+	r.Config.OpenLoop, r.OpenTable = openConfigJSON(cfg), out.OpenMarkdown()
 	for _, leg := range out.Legs {
 		jl := jsonLeg{ID: leg.ID, Name: leg.Name, Combined: leg.Combined, PoolHitRate: leg.PoolHitRate,
-			P50SpreadMS: map[string]float64{}}
+			P50SpreadMS: map[string]float64{}, Open: openRunJSON(leg.Open)}
 		for _, run := range leg.Runs {
 			jl.Runs = append(jl.Runs, jsonRun{Summary: run.Summary, Split: run.Split, P50MS: phaseP50s(run.Summary),
 				PoolHitRate: run.PoolHitRate, Samples: run.Result.Samples})
@@ -138,7 +145,7 @@ func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 			"Phases: dial = TCP + upgrade until the 101; session = 101 to session.created; first audio = response.create to the first audio delta; total = call start to response.done and a clean close. Percentiles are nearest-rank; dial/session/first-audio include every call that reached the phase, total only successful calls.",
 		},
 	}
-	page.Tables = append(page.Tables, report.Table{Title: "Comparison", Header: out.Comparison.Header(), Rows: out.Comparison.Rows()})
+	page.Tables = append(page.Tables, report.Table{Title: "Comparison (closed loop)", Header: out.Comparison.Header(), Rows: out.Comparison.Rows()})
 	for _, leg := range out.Legs {
 		s := leg.Combined
 		var rows [][]string
@@ -211,6 +218,7 @@ func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 		}
 		page.Charts = append(page.Charts, chart)
 	}
+	addOpenToPage(&page, out, cfg)
 	return page
 }
 

@@ -139,18 +139,28 @@ type session struct {
 // Call runs one complete call that was meant to start at start. ctx
 // cancels it (class "cancelled"); it never takes longer than the timeout.
 func (c *Client) Call(ctx context.Context, start time.Time) Sample {
-	if c.liveStart != nil {
-		return c.callLive(ctx, start)
+	return c.CallFor(ctx, start, 0)
+}
+
+// CallFor is Call for a call of the given length (see Length): once its
+// exchange is done, the call keeps its session open until length has
+// passed since start, then closes it. A length past the call's timeout
+// ends in timeout_done.
+func (c *Client) CallFor(ctx context.Context, start time.Time, length time.Duration) Sample {
+	var s Sample
+	switch {
+	case c.liveStart != nil:
+		s = c.callLive(ctx, start, length)
+	case c.cfg.Turns > 1 || c.cfg.VAD:
+		s = c.callTurns(ctx, start, length)
+	default:
+		var sess *session
+		if sess, s = c.open(ctx, start, c.cfg.Audio, callReadBuffer); sess != nil {
+			c.respond(ctx, sess, &s, length)
+			sess.close()
+		}
 	}
-	if c.cfg.Turns > 1 || c.cfg.VAD {
-		return c.callTurns(ctx, start)
-	}
-	sess, s := c.open(ctx, start, c.cfg.Audio, callReadBuffer)
-	if sess == nil {
-		return s
-	}
-	defer sess.close()
-	c.respond(ctx, sess, &s)
+	s.Length = length
 	return s
 }
 
@@ -258,8 +268,9 @@ func (sess *session) streamAudio(length time.Duration, appendMsg, commit []byte)
 	go func() { sess.audio <- streamAudio(sess.conn, length, appendMsg, commit) }()
 }
 
-// respond asks for a response and follows it to a clean close.
-func (c *Client) respond(ctx context.Context, sess *session, s *Sample) {
+// respond asks for a response and follows it to a clean close, which
+// waits until length has passed since the call's start.
+func (c *Client) respond(ctx context.Context, sess *session, s *Sample, length time.Duration) {
 	fail := func(class, detail string) { s.Failure, s.Detail = class, detail }
 	if err := sess.waitAudio(); err != nil {
 		fail(classifyRead(ctx, err, s.Reached))
@@ -303,6 +314,10 @@ func (c *Client) respond(ctx context.Context, sess *session, s *Sample) {
 			if s.Failure != "" {
 				return
 			}
+			if err := sess.hold(ctx, s.Start.Add(length), &s.Held); err != nil {
+				fail(classifyRead(ctx, err, s.Reached))
+				return
+			}
 			if err := sess.closeHandshake(); err != nil {
 				fail(classifyRead(ctx, err, s.Reached))
 				return
@@ -342,6 +357,27 @@ func (sess *session) read() ([]byte, error) {
 }
 
 var errBinary = errors.New("unexpected binary frame")
+
+// hold keeps the session open until until (a call's length) or ctx ends,
+// and adds the time it waited to held. It reads nothing meanwhile: a late
+// event waits in the socket and the close handshake drains it; a server
+// that closed meanwhile fails that handshake.
+func (sess *session) hold(ctx context.Context, until time.Time, held *time.Duration) error {
+	began := time.Now()
+	d := until.Sub(began)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	defer func() { *held += time.Since(began) }()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // closeHandshake sends close 1000 and waits for the server's close frame.
 func (sess *session) closeHandshake() error {

@@ -14,7 +14,14 @@
 // A call's start is the moment it was meant to begin: in closed-loop mode the
 // moment a worker picks it up, in open-loop (-rate) mode its scheduled arrival
 // time, so queueing delay in the generator counts against latency instead of
-// hiding it (no coordinated omission).
+// hiding it (no coordinated omission). An open-loop run's arrivals are drawn
+// up front from a seed (arrivals.go: Poisson or even spacing, call lengths)
+// and every arrival is accounted for (openloop.go: started, dropped or
+// delayed at the in-flight cap, or not reached).
+//
+// A call with a length (Options.CallLength) keeps its session open after its
+// exchange until the length has passed since its start; that time is in total
+// and counted apart as Sample.Held, so total minus held is the exchange.
 //
 // Failed calls get a class that names what went wrong and where:
 //
@@ -30,8 +37,8 @@
 //	vad_early_stop            -vad: speech_stopped arrived while the client was
 //	                          still sending speech
 //	protocol                  a frame or event the client could not parse
-//	overload                  open-loop only: the arrival was skipped because too
-//	                          many calls were already outstanding
+//	overload                  open-loop only (WhenFull drop): the arrival was
+//	                          skipped because MaxInFlight calls were in flight
 //	cancelled                 the run was interrupted (Ctrl-C)
 //
 // With Config.Audio each call also streams input audio the way a voice client

@@ -75,5 +75,5 @@ var classHints = map[string]string{
 	"handshake_429": "a per-key limit refused it: lower -c or -rate, or raise MAX_SESSIONS_PER_KEY / CONNECT_RATE_PER_KEY",
 	"handshake_503": "the gateway is at MAX_CONNECTIONS or draining",
 	"handshake_404": "no realtime endpoint at that path: wsbench adds /v1/realtime to a bare host",
-	"overload":      "more calls were due than -max-outstanding allows: the target is slower than -rate",
+	"overload":      "more calls were due than -max-inflight allows: the target is slower than -rate (or -when-full delay to queue them)",
 }

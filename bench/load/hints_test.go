@@ -22,7 +22,7 @@ func TestHint(t *testing.T) {
 		{"ws://gw/v1/realtime", "handshake_404", "upgrade answered 404 Not Found", "adds /v1/realtime"},
 		{"ws://gw/v1/realtime", "handshake_429", "upgrade answered 429 Too Many Requests", "MAX_SESSIONS_PER_KEY"},
 		{"ws://gw/v1/realtime", "handshake_503", "upgrade answered 503 Service Unavailable", "MAX_CONNECTIONS or draining"},
-		{"ws://gw/v1/realtime", "overload", "", "-max-outstanding"},
+		{"ws://gw/v1/realtime", "overload", "", "-max-inflight"},
 		// The error text is read before the class.
 		{"wss://gw/v1/realtime", "handshake_403", "x509: certificate has expired", "-ca"},
 		{"ws://gw/v1/realtime", "unexpected_close_1011", "closed during session", ""},

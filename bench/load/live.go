@@ -72,7 +72,7 @@ func liveStart(model string) ([]byte, error) {
 }
 
 // callLive runs one Live call (see ProtocolLive for its phases).
-func (c *Client) callLive(ctx context.Context, start time.Time) Sample {
+func (c *Client) callLive(ctx context.Context, start time.Time, length time.Duration) Sample {
 	sess, s := c.dial(ctx, start, callReadBuffer)
 	if sess == nil {
 		return s
@@ -107,6 +107,9 @@ func (c *Client) callLive(ctx context.Context, start time.Time) Sample {
 	s.Reached = PhaseFirstAudio
 
 	if err := sess.waitAudio(); err != nil {
+		return readErr(err)
+	}
+	if err := sess.hold(ctx, start.Add(length), &s.Held); err != nil {
 		return readErr(err)
 	}
 	if err := sess.conn.WriteMessage(websocket.TextMessage, msgLiveClose); err != nil {

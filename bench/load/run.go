@@ -16,20 +16,55 @@ import (
 
 // Options shape a run of calls.
 type Options struct {
-	// N is the number of calls (arrivals, with Rate).
+	// N is the number of calls (at most, arrivals with Rate).
 	N int
 	// Concurrency is the number of calls in flight (closed loop).
 	Concurrency int
-	// Rate, when positive, starts calls open-loop at Rate per second
-	// regardless of completions.
-	Rate float64
-	// MaxOutstanding caps calls in flight with Rate; an arrival beyond it
-	// is recorded as an "overload" failure. Default 10 x Concurrency.
-	MaxOutstanding int
+	// Rate, when positive, makes the run open-loop: calls arrive at Rate per
+	// second on average, spaced by Spacing (default Poisson), whatever the
+	// calls in flight, and each is measured from its scheduled arrival
+	// (arrivals.go).
+	Rate    float64
+	Spacing Spacing
+	// Duration, when positive, bounds an open-loop run's arrivals in time
+	// (N still bounds their count).
+	Duration time.Duration
+	// CallLength draws each call's length (closed and open loop); Seed
+	// seeds the draws and the arrival times.
+	CallLength Length
+	Seed       uint64
+	// MaxInFlight caps calls in flight with Rate (default 10 x
+	// Concurrency); WhenFull says what an arrival that finds the cap
+	// reached does. Both cases are counted in Result.Open.
+	MaxInFlight int
+	WhenFull    WhenFull
 	// Progress, when set, is updated as calls finish.
 	Progress *Progress
 	// OnCall, when set, is called (concurrently) with each finished call.
 	OnCall func(i int, s Sample)
+}
+
+// WhenFull is what an open-loop arrival does when MaxInFlight calls are
+// already in flight.
+type WhenFull string
+
+const (
+	// FullDrop skips the arrival: it is recorded as a failed call of class
+	// "overload" (the generator, not the target, refused it).
+	FullDrop WhenFull = "drop"
+	// FullDelay makes the arrival wait for a call to end; its latency still
+	// counts from its scheduled arrival, so the wait is charged to it, and
+	// the arrivals after it wait their turn behind it.
+	FullDelay WhenFull = "delay"
+)
+
+// ParseWhenFull reads -when-full.
+func ParseWhenFull(s string) (WhenFull, error) {
+	switch WhenFull(s) {
+	case FullDrop, FullDelay:
+		return WhenFull(s), nil
+	}
+	return "", fmt.Errorf("unknown -when-full %q (want drop or delay)", s)
 }
 
 // Progress counts finished calls while a run is going.
@@ -46,6 +81,8 @@ type Result struct {
 	Wall time.Duration
 	// CPU is the user+system CPU this process used during the run.
 	CPU time.Duration
+	// Open describes an open-loop run's arrivals (nil for closed loop).
+	Open *OpenLoop
 }
 
 // Run makes opts.N calls with client and measures them. It stops early,
@@ -60,10 +97,21 @@ func Run(ctx context.Context, client *Client, opts Options) (*Result, error) {
 	if opts.Rate < 0 {
 		return nil, fmt.Errorf("load: rate must not be negative, got %v", opts.Rate)
 	}
-	if opts.MaxOutstanding <= 0 {
-		opts.MaxOutstanding = 10 * opts.Concurrency
+	if opts.Duration < 0 {
+		return nil, fmt.Errorf("load: duration must not be negative, got %v", opts.Duration)
 	}
-	samples := make([]Sample, opts.N)
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 10 * opts.Concurrency
+	}
+	opts.Spacing = cmp.Or(opts.Spacing, SpacingPoisson)
+	opts.WhenFull = cmp.Or(opts.WhenFull, FullDrop)
+	var plan []Arrival
+	size := opts.N
+	if opts.Rate > 0 {
+		plan = opts.schedule().Arrivals()
+		size = len(plan)
+	}
+	samples := make([]Sample, size)
 	finish := func(i int, s Sample) {
 		samples[i] = s
 		if opts.Progress != nil {
@@ -78,12 +126,13 @@ func Run(ctx context.Context, client *Client, opts Options) (*Result, error) {
 	}
 
 	cpu0, begin := ProcessCPU(), time.Now()
+	var open *OpenLoop
 	if opts.Rate > 0 {
-		runOpen(ctx, client, opts, finish)
+		open = runOpen(ctx, opts, plan, client.CallFor, finish)
 	} else {
 		runClosed(ctx, client, opts, finish)
 	}
-	res := &Result{Wall: time.Since(begin), CPU: ProcessCPU() - cpu0}
+	res := &Result{Wall: time.Since(begin), CPU: ProcessCPU() - cpu0, Open: open}
 
 	// Calls never started (interrupted run) have a zero Start: drop them.
 	res.Samples = samples[:0]
@@ -97,9 +146,20 @@ func Run(ctx context.Context, client *Client, opts Options) (*Result, error) {
 	return res, nil
 }
 
+// schedule is the open-loop schedule opts describe.
+func (o Options) schedule() Schedule {
+	return Schedule{Rate: o.Rate, Spacing: o.Spacing, N: o.N, Duration: o.Duration, Length: o.CallLength, Seed: o.Seed}
+}
+
 // runClosed keeps Concurrency calls in flight until N have been made.
 func runClosed(ctx context.Context, client *Client, opts Options, finish func(int, Sample)) {
-	ForEach(ctx, opts.N, opts.Concurrency, func(i int) { finish(i, client.Call(ctx, time.Now())) })
+	lengths := make([]time.Duration, opts.N)
+	if opts.CallLength.Kind != LengthNone {
+		for i, a := range (Schedule{Rate: 1, N: opts.N, Length: opts.CallLength, Seed: opts.Seed}).Arrivals() {
+			lengths[i] = a.Length
+		}
+	}
+	ForEach(ctx, opts.N, opts.Concurrency, func(i int) { finish(i, client.CallFor(ctx, time.Now(), lengths[i])) })
 }
 
 // ForEach calls fn(i) for every i in [0, n), on at most workers goroutines at
@@ -123,40 +183,6 @@ func ForEach(ctx context.Context, n, workers int, fn func(i int)) {
 	wg.Wait()
 }
 
-// runOpen starts call i at begin + i/Rate whether or not earlier calls
-// have finished; each call's latency counts from its scheduled start.
-func runOpen(ctx context.Context, client *Client, opts Options, finish func(int, Sample)) {
-	slots := make(chan struct{}, opts.MaxOutstanding)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	begin := time.Now()
-	for i := range opts.N {
-		at := begin.Add(time.Duration(float64(i) / opts.Rate * float64(time.Second)))
-		if wait := time.Until(at); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			}
-		} else if ctx.Err() != nil {
-			return
-		}
-		select {
-		case slots <- struct{}{}:
-			wg.Go(func() {
-				defer func() { <-slots }()
-				finish(i, client.Call(ctx, at))
-			})
-		default:
-			finish(i, Sample{Start: at, Failure: "overload",
-				Detail: fmt.Sprintf("%d calls already outstanding", opts.MaxOutstanding)})
-		}
-	}
-}
-
 // Summary condenses a run for reports.
 type Summary struct {
 	Calls       int     `json:"calls"`
@@ -174,8 +200,15 @@ type Summary struct {
 	// later); nil unless the calls had several turns. FirstAudio is then
 	// the first turns'.
 	LaterFirstAudio *stats.Summary `json:"later_first_audio,omitempty"`
+	// Exchange covers successful calls' Total minus the time they held
+	// their session for their length (Sample.Held): what Total would be
+	// without call lengths. Nil unless some call had a length.
+	Exchange *stats.Summary `json:"exchange,omitempty"`
 	// Failures counts failed calls by class.
 	Failures map[string]int `json:"failures"`
+	// OpenLoop is an open-loop run's arrivals: how many were dropped or
+	// delayed at the in-flight cap (nil for closed loop).
+	OpenLoop *OpenLoop `json:"open_loop,omitempty"`
 
 	Wall time.Duration `json:"wall_ns"`
 	CPU  time.Duration `json:"cpu_ns"`
@@ -187,8 +220,9 @@ type Summary struct {
 
 // Summarize computes the summary of samples; wall and cpu may be zero.
 func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
-	var dial, session, audio, total, later []time.Duration
-	turns := false // calls of several turns (their LaterFirstAudio is not nil)
+	var dial, session, audio, total, later, exchange []time.Duration
+	turns := false   // calls of several turns (their LaterFirstAudio is not nil)
+	lengths := false // calls with a length (Sample.Length)
 	s := Summary{Calls: len(samples), Failures: map[string]int{}, Wall: wall, CPU: cpu}
 	for _, c := range samples {
 		if c.Reached >= PhaseDial {
@@ -202,9 +236,11 @@ func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
 		}
 		later = append(later, c.LaterFirstAudio...)
 		turns = turns || c.LaterFirstAudio != nil
+		lengths = lengths || c.Length > 0
 		if c.OK() {
 			s.OK++
 			total = append(total, c.Total)
+			exchange = append(exchange, c.Total-c.Held)
 		} else {
 			s.Failures[c.Failure]++
 		}
@@ -214,6 +250,10 @@ func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
 	if turns {
 		sum := stats.Summarize(later)
 		s.LaterFirstAudio = &sum
+	}
+	if lengths {
+		sum := stats.Summarize(exchange)
+		s.Exchange = &sum
 	}
 	if s.Calls > 0 {
 		s.SuccessRate = float64(s.OK) / float64(s.Calls)
@@ -226,7 +266,11 @@ func Summarize(samples []Sample, wall, cpu time.Duration) Summary {
 }
 
 // Summary summarizes the run.
-func (r *Result) Summary() Summary { return Summarize(r.Samples, r.Wall, r.CPU) }
+func (r *Result) Summary() Summary {
+	s := Summarize(r.Samples, r.Wall, r.CPU)
+	s.OpenLoop = r.Open
+	return s
+}
 
 // FailureClasses returns the classes counted in failures, most frequent
 // first (ties by name), so reports list them in a stable order.

@@ -50,6 +50,11 @@ type Sample struct {
 	// far; nil for a call of one turn.
 	LaterFirstAudio []time.Duration
 	Total           time.Duration // start -> response.done + clean close
+	// Length is the call's drawn length (0: none; see Length): its session
+	// stayed open at least that long from Start, so Total includes it.
+	// Held is the part of Total the call spent holding its session idle
+	// for its length, after its exchange: Total - Held is the exchange.
+	Length, Held time.Duration
 
 	// Failure is the failure class ("" for a successful call).
 	Failure string
@@ -77,6 +82,8 @@ func (s Sample) MarshalJSON() ([]byte, error) {
 		FirstAudioMS *float64  `json:"first_audio_ms"`
 		TotalMS      *float64  `json:"total_ms"`
 		LaterMS      []float64 `json:"later_first_audio_ms,omitempty"`
+		LengthMS     float64   `json:"length_ms,omitempty"`
+		HeldMS       float64   `json:"held_ms,omitempty"`
 		OK           bool      `json:"ok"`
 		Failure      string    `json:"failure,omitempty"`
 		Detail       string    `json:"detail,omitempty"`
@@ -87,6 +94,8 @@ func (s Sample) MarshalJSON() ([]byte, error) {
 		FirstAudioMS: phase(PhaseFirstAudio, s.FirstAudio),
 		TotalMS:      phase(PhaseDone, s.Total),
 		LaterMS:      millis(s.LaterFirstAudio),
+		LengthMS:     stats.Millis(s.Length),
+		HeldMS:       stats.Millis(s.Held),
 		OK:           s.OK(),
 		Failure:      s.Failure,
 		Detail:       s.Detail,

@@ -115,7 +115,7 @@ func checkTurns(cfg *Config) error {
 type turnFailure struct{ class, detail string }
 
 // callTurns runs a call of several manual or VAD turns (see above).
-func (c *Client) callTurns(ctx context.Context, start time.Time) Sample {
+func (c *Client) callTurns(ctx context.Context, start time.Time, length time.Duration) Sample {
 	manualAudio := c.cfg.Audio && !c.cfg.VAD
 	sess, s := c.open(ctx, start, manualAudio, callReadBuffer)
 	if c.cfg.Turns > 1 { // not nil: the report shows the later turns even if none got far
@@ -153,6 +153,9 @@ func (c *Client) callTurns(ctx context.Context, start time.Time) Sample {
 		} else {
 			s.LaterFirstAudio = append(s.LaterFirstAudio, first)
 		}
+	}
+	if err := sess.hold(ctx, start.Add(length), &s.Held); err != nil {
+		return fail(c.cfg.Turns-1, c.readFailure(ctx, err, s.Reached))
 	}
 	if err := sess.closeHandshake(); err != nil {
 		return fail(c.cfg.Turns-1, c.readFailure(ctx, err, s.Reached))

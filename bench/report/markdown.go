@@ -58,6 +58,12 @@ func phaseRows(s load.Summary) [][]string {
 			sum  stats.Summary
 		}{"first audio, turns 2+", *s.LaterFirstAudio})
 	}
+	if s.Exchange != nil { // calls with lengths: total without the time they held their session
+		phases = append(phases, struct {
+			name string
+			sum  stats.Summary
+		}{"exchange (total - held)", *s.Exchange})
+	}
 	rows := make([][]string, 0, len(phases))
 	for _, p := range phases {
 		if p.sum.N == 0 {
@@ -97,6 +103,9 @@ func RunMarkdown(s load.Summary) string {
 		s.Calls, s.OK, formatPercent(s.SuccessRate), s.Wall.Seconds(), s.Throughput)
 	b.WriteString(MarkdownTable([]string{"phase", "n", "p50", "p95", "p99", "max"}, "lrrrrr", phaseRows(s)))
 	b.WriteString(failureTable(s.Failures))
+	if s.OpenLoop != nil {
+		b.WriteString("\n" + OpenLoopLine(s.OpenLoop) + "\n")
+	}
 	fmt.Fprintf(&b, "\nwsbench CPU: %.0f ms user+sys, %.1f ms per 1,000 calls\n",
 		stats.Millis(s.CPU), stats.Millis(s.CPUPer1000))
 	return b.String()

@@ -32,8 +32,7 @@ type benchOptions struct {
 	jsonPath       string
 	caFile         string
 	sourceIPs      []net.IP
-	rate           float64
-	maxOutstanding int
+	open           openLoopOptions // openloop.go
 	hold           int
 	holdFor        time.Duration
 	audio          bool
@@ -61,8 +60,7 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	fs.StringVar(&o.jsonPath, "json", "", "write every call's sample and the summary as JSON to this file")
 	fs.StringVar(&o.caFile, "ca", "", "PEM file of a CA to trust for wss://")
 	sourceIPs := fs.String("source-ips", "", "local source addresses, round-robin: 127.0.0.1-127.0.0.8 or a,b,c")
-	fs.Float64Var(&o.rate, "rate", 0, "open loop: start calls at this many per second (0: closed loop with -c)")
-	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "with -rate: calls in flight before arrivals are dropped as overload (default 10 x -c)")
+	o.open.register(fs)
 	fs.IntVar(&o.hold, "hold", 0, "hold mode: open this many sessions and keep them idle")
 	fs.DurationVar(&o.holdFor, "hold-for", 10*time.Second, "with -hold: how long to hold the sessions")
 	fs.BoolVar(&o.audio, "audio", false, "stream 1 s of real-time input audio (20 ms chunks) and commit before response.create")
@@ -113,11 +111,9 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 		return o, fmt.Errorf("-c must be positive, got %d", o.c)
 	case *timeoutS <= 0:
 		return o, fmt.Errorf("-t must be positive, got %v", *timeoutS)
-	case o.rate < 0:
-		return o, fmt.Errorf("-rate must not be negative, got %v", o.rate)
 	case o.hold < 0:
 		return o, fmt.Errorf("-hold must not be negative, got %d", o.hold)
-	case o.hold > 0 && o.rate > 0:
+	case o.hold > 0 && o.open.rate > 0:
 		return o, errors.New("-hold and -rate cannot be combined")
 	case o.holdFor < 0:
 		return o, fmt.Errorf("-hold-for must not be negative, got %v", o.holdFor)
@@ -134,6 +130,9 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 		return o, err
 	}
 	o.timeout = time.Duration(*timeoutS * float64(time.Second))
+	if err := o.open.check(fs, &o); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -197,11 +196,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 			mode += fmt.Sprintf(", %d %s turns each", o.turns, kind)
 		}
+		if o.open.length.Kind != load.LengthNone {
+			mode += ", call length " + o.open.length.String() + fmt.Sprintf(" (seed %d)", o.open.seed)
+		}
 		switch {
 		case o.hold > 0:
 			mode = fmt.Sprintf("hold %d sessions for %v, opening %d at a time", o.hold, o.holdFor, o.c)
-		case o.rate > 0:
-			mode = fmt.Sprintf("%d calls at %g/s (open loop)", o.n, o.rate)
+		case o.open.rate > 0:
+			mode = o.open.describe(o.n)
 		case o.voice.n > 0:
 			mode = o.voice.describe(o.c)
 		}
@@ -215,8 +217,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 
 	var progress load.Progress
-	stopProgress := startProgress(stderr, o.quiet, o.n, &progress)
-	opts := load.Options{N: o.n, Concurrency: o.c, Rate: o.rate, MaxOutstanding: o.maxOutstanding, Progress: &progress}
+	stopProgress := startProgress(stderr, o.quiet, o.open.expected(o.n), &progress)
+	opts := load.Options{N: o.n, Concurrency: o.c, Progress: &progress}
+	o.open.apply(&opts)
 	if o.verbose {
 		var mu sync.Mutex
 		opts.OnCall = func(i int, s load.Sample) {
@@ -238,12 +241,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		N        int           `json:"n"`
 		C        int           `json:"c"`
 		Rate     float64       `json:"rate,omitempty"`
+		Length   string        `json:"call_length,omitempty"`
 		Audio    bool          `json:"audio"`
 		Turns    int           `json:"turns"`
 		VAD      bool          `json:"vad,omitempty"`
 		Summary  load.Summary  `json:"summary"`
 		Samples  []load.Sample `json:"samples"`
-	}{o.url, o.protocol, o.n, o.c, o.rate, o.audio, o.turns, o.vad, sum, res.Samples}
+	}{o.url, o.protocol, o.open.arrivals(o.n, sum), o.c, o.open.rate, o.open.length.String(), o.audio, o.turns, o.vad, sum, res.Samples}
 	if !publish(o, stdout, stderr, report.RunMarkdown(sum), res.Samples, doc) {
 		return 1
 	}

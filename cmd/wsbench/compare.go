@@ -40,6 +40,7 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	fs.IntVar(&p.Deltas, "deltas", p.Deltas, "mockai: audio deltas per response")
 	fs.IntVar(&p.DeltaBytes, "delta-bytes", p.DeltaBytes, "mockai: PCM bytes per delta")
 	fs.DurationVar(&p.DeltaInterval, "delta-interval", p.DeltaInterval, "mockai: gap between deltas")
+	parseOpen := compareOpenFlags(fs, &cfg.Open)
 	if err := parseHarness(fs, args); err != nil {
 		return cfg, false, err
 	}
@@ -57,6 +58,9 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	cfg.Legs = splitList(*legs)
 	if cfg.Protocol, err0 = load.ParseProtocol(*protocol); err0 != nil {
 		return cfg, false, fmt.Errorf("-protocol: %w", err0)
+	}
+	if err := parseOpen(cfg.Protocol == load.ProtocolLive); err != nil {
+		return cfg, false, err
 	}
 	cfg.Timeout = time.Duration(*timeoutS * float64(time.Second))
 	var err error
@@ -79,7 +83,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "wsbench", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s calls: %d x %d runs per leg, %d concurrent, %s upstream\n\n", cfg.Protocol, cfg.N, cfg.Runs, cfg.Concurrency, cfg.Upstream.Describe())
+	fmt.Fprintf(stdout, "closed loop: %s calls: %d x %d runs per leg, %d concurrent, %s upstream\n\n", cfg.Protocol, cfg.N, cfg.Runs, cfg.Concurrency, cfg.Upstream.Describe())
 	fmt.Fprint(stdout, out.Comparison.Markdown())
 	// The floor is a Realtime call's (its deltas); a Live call's audio
 	// follows mockai's Live media schedule instead.
@@ -88,13 +92,16 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
 			report.FormatMS(floor), report.FormatMS(d.Summary.Total.P50-floor))
 	}
-	fmt.Fprintf(stdout, "\nfirst burst and steady state, per run (the pool-on leg's run 1 starts against a fresh gateway)\n\n%s", out.BurstMarkdown())
+	fmt.Fprintf(stdout, "\nfirst burst and steady state, per closed-loop run (the pool-on leg's run 1 starts against a fresh gateway)\n\n%s", out.BurstMarkdown())
+	if open := out.OpenMarkdown(); open != "" {
+		fmt.Fprintf(stdout, "\nopen loop, steady state (after each leg's closed-loop runs, same processes): %s\n\n%s", cfg.Open.Describe(), open)
+	}
 	if in := out.InstancesMarkdown(); in != "" {
 		fmt.Fprintf(stdout, "\n%d gateway instances behind HAProxy (leastconn)\n\n%s", cfg.Instances, in)
 	}
 	fmt.Fprintf(stdout, "\nraw results: %s\nHTML report: %s\n", out.JSONPath, out.HTMLPath)
 	for _, leg := range out.Legs {
-		if leg.Combined.OK == 0 {
+		if leg.Combined.OK == 0 || (leg.Open != nil && leg.Open.Summary.OK == 0) {
 			return 1
 		}
 	}

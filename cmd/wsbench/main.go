@@ -7,6 +7,7 @@
 //
 //	wsbench -host 127.0.0.1:4000 -insecure -key $KEY -n 5000 -c 500
 //	wsbench -host ws://127.0.0.1:4000/v1/realtime -rate 200 -n 6000
+//	wsbench -host 127.0.0.1:4000 -insecure -rate 50 -duration 2m -call-length exp:2s -seed 7
 //	wsbench -host 127.0.0.1:4000 -insecure -hold 9000 -hold-for 60s -c 200
 //	wsbench compare [-n 5000 -c 500] [-mockai bin/mockai -gateway bin/gateway]
 //	wsbench soak [-duration 3m -c 100 -fault-rate 0.3] [-mockai bin/mockai -gateway bin/gateway]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"rtgate/bench/benchtest"
 	"rtgate/bench/compare"
+	"rtgate/bench/load"
 	"rtgate/bench/proc"
 	"rtgate/mockai"
 )
@@ -57,7 +59,7 @@ func TestParseBenchFlags(t *testing.T) {
 			}
 		}, ""},
 		{"rate and source ips", []string{"-rate", "250", "-source-ips", "127.0.0.1-127.0.0.8", "-audio"}, nil, func(t *testing.T, o benchOptions) {
-			if o.rate != 250 || len(o.sourceIPs) != 8 || !o.audio {
+			if o.open.rate != 250 || len(o.sourceIPs) != 8 || !o.audio {
 				t.Errorf("got %+v", o)
 			}
 		}, ""},
@@ -93,6 +95,43 @@ func TestParseBenchFlags(t *testing.T) {
 		{"zero concurrency", []string{"-c", "0"}, nil, nil, "-c must be positive"},
 		{"zero timeout", []string{"-t", "0"}, nil, nil, "-t must be positive"},
 		{"negative rate", []string{"-rate", "-1"}, nil, nil, "-rate"},
+		{"open loop", []string{"-rate", "40", "-arrivals", "even", "-duration", "1m", "-call-length", "exp:2s", "-seed", "9",
+			"-max-inflight", "300", "-when-full", "delay"}, nil, func(t *testing.T, o benchOptions) {
+			p := o.open
+			if p.rate != 40 || p.spacing != load.SpacingEven || p.duration != time.Minute || p.length.String() != "exp:2s" ||
+				p.seed != 9 || p.maxInFlight != 300 || p.whenFull != load.FullDelay || o.n != math.MaxInt32 {
+				t.Errorf("got %+v, n %d", p, o.n)
+			}
+		}, ""},
+		{"open loop defaults", []string{"-rate", "40"}, nil, func(t *testing.T, o benchOptions) {
+			p := o.open
+			if p.spacing != load.SpacingPoisson || p.seed != 1 || p.whenFull != load.FullDrop || p.length.Kind != load.LengthNone || o.n != 100 {
+				t.Errorf("got %+v, n %d", p, o.n)
+			}
+		}, ""},
+		{"duration with n", []string{"-rate", "40", "-duration", "1m", "-n", "500"}, nil, func(t *testing.T, o benchOptions) {
+			if o.n != 500 {
+				t.Errorf("n %d, want -n's 500", o.n)
+			}
+		}, ""},
+		{"old max-outstanding", []string{"-rate", "40", "-max-outstanding", "7"}, nil, func(t *testing.T, o benchOptions) {
+			if o.open.maxInFlight != 7 {
+				t.Errorf("max in flight %d", o.open.maxInFlight)
+			}
+		}, ""},
+		{"closed loop with lengths", []string{"-call-length", "uniform:1s-3s"}, nil, func(t *testing.T, o benchOptions) {
+			if o.open.length.Max != 3*time.Second || o.open.rate != 0 {
+				t.Errorf("got %+v", o.open)
+			}
+		}, ""},
+		{"bad arrivals", []string{"-rate", "4", "-arrivals", "bursty"}, nil, nil, "-arrivals"},
+		{"bad when-full", []string{"-rate", "4", "-when-full", "queue"}, nil, nil, "-when-full"},
+		{"bad call length", []string{"-call-length", "gauss:2s"}, nil, nil, "-call-length"},
+		{"call length past the timeout", []string{"-call-length", "exp:5s", "-t", "30"}, nil, nil, "not below the per-call timeout"},
+		{"duration without rate", []string{"-duration", "1m"}, nil, nil, "give -rate"},
+		{"max-inflight without rate", []string{"-max-inflight", "5"}, nil, nil, "give -rate"},
+		{"negative duration", []string{"-rate", "4", "-duration", "-1s"}, nil, nil, "-duration"},
+		{"call length with hold", []string{"-hold", "3", "-call-length", "2s"}, nil, nil, "not with -hold"},
 		{"hold with rate", []string{"-hold", "5", "-rate", "5"}, nil, nil, "cannot be combined"},
 		{"bad host", []string{"-host", "http://x"}, nil, nil, "-host"},
 		{"bad source ips", []string{"-source-ips", "nope"}, nil, nil, "-source-ips"},
@@ -140,6 +179,31 @@ func TestParseCompareFlags(t *testing.T) {
 	}
 	if _, _, err := parseCompareFlags([]string{"-source-ips", "x"}, &stderr); err == nil {
 		t.Error("bad -source-ips accepted")
+	}
+	// The steady-state (open-loop) leg: on by default for Realtime, off for
+	// Live unless -rate asks for it.
+	if cfg, _, _ := parseCompareFlags(nil, &stderr); cfg.Open != def.Open || cfg.Open.Rate <= 0 {
+		t.Errorf("open-loop defaults %+v, want %+v", cfg.Open, def.Open)
+	}
+	cfg, _, err = parseCompareFlags([]string{"-rate", "20", "-duration", "10s", "-call-length", "exp:1s", "-seed", "3",
+		"-arrivals", "even", "-max-inflight", "90", "-when-full", "delay"}, &stderr)
+	if o := cfg.Open; err != nil || o.Rate != 20 || o.Duration != 10*time.Second || o.Length.String() != "exp:1s" || o.Seed != 3 ||
+		o.Spacing != load.SpacingEven || o.MaxInFlight != 90 || o.WhenFull != load.FullDelay {
+		t.Errorf("open-loop flags: %+v, %v", cfg.Open, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "live"}, &stderr); err != nil || cfg.Open.Rate != 0 {
+		t.Errorf("live without -rate: open-loop rate %v, %v; want no open-loop leg", cfg.Open.Rate, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "live", "-rate", "10"}, &stderr); err != nil || cfg.Open.Rate != 10 {
+		t.Errorf("live with -rate 10: open-loop rate %v, %v", cfg.Open.Rate, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-rate", "0"}, &stderr); err != nil || cfg.Open.Rate != 0 {
+		t.Errorf("-rate 0: open-loop rate %v, %v; want none", cfg.Open.Rate, err)
+	}
+	for _, bad := range [][]string{{"-call-length", "gauss:1s"}, {"-arrivals", "bursty"}, {"-when-full", "queue"}} {
+		if _, _, err := parseCompareFlags(bad, &stderr); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 	// The upstream is wss:// unless -upstream plain.
 	if def.Upstream != proc.UpstreamTLS {
@@ -203,7 +267,11 @@ func TestRunBench(t *testing.T) {
 		{"closed loop", mockai.Config{Key: key}, []string{"-n", "20", "-c", "4", "-v"}, 0,
 			[]string{"calls 20, ok 20 (100.0%)", "| total | 20 |", "wsbench CPU:"}},
 		{"open loop", mockai.Config{Key: key}, []string{"-n", "10", "-c", "2", "-rate", "100"}, 0,
-			[]string{"calls 10, ok 10 (100.0%)"}},
+			[]string{"calls 10, ok 10 (100.0%)", "open loop: 10 arrivals at 100/s (poisson, seed 1;", "10 started, 0 dropped and 0 delayed at the cap of 20 in flight"}},
+		{"open loop for a duration, call lengths", mockai.Config{Key: key}, []string{"-rate", "50", "-duration", "400ms", "-call-length", "exp:100ms", "-seed", "4", "-c", "2"}, 0,
+			[]string{"call length exp:100ms", "0 dropped and 0 delayed"}},
+		{"open loop over its cap", mockai.Config{Key: key, SessionDelay: 300 * time.Millisecond}, []string{"-n", "6", "-rate", "500", "-max-inflight", "2"}, 0,
+			[]string{"| overload | 4 |", "2 started, 4 dropped and 0 delayed at the cap of 2 in flight"}},
 		{"with input audio", mockai.Config{Key: key}, []string{"-n", "2", "-c", "2", "-audio"}, 0,
 			[]string{"calls 2, ok 2"}},
 		{"wrong key", mockai.Config{Key: "sk-other"}, []string{"-n", "3", "-c", "3"}, 1,
@@ -217,6 +285,8 @@ func TestRunBench(t *testing.T) {
 			[]string{"| sessions opened | 4 of 4 |", "| appends sent | 60 of 60 | 100.0% |", "| deltas received |"}},
 		{"live", mockai.Config{Key: key}, []string{"-protocol", "live", "-n", "6", "-c", "3"}, 0,
 			[]string{"calls 6, ok 6 (100.0%)", "| session | 6 |", "| first audio | 6 |", "| total | 6 |"}},
+		{"live, open loop with lengths", mockai.Config{Key: key}, []string{"-protocol", "live", "-rate", "50", "-n", "4", "-call-length", "60ms"}, 0,
+			[]string{"calls 4, ok 4 (100.0%)", "| exchange (total - held) | 4 |", "4 started, 0 dropped"}},
 		{"live with input audio", mockai.Config{Key: key}, []string{"-protocol", "live", "-n", "2", "-c", "2", "-audio"}, 0,
 			[]string{"calls 2, ok 2"}},
 		{"live, usage unconfirmed", mockai.Config{Key: key, Live: mockai.LiveConfig{NoClosed: true}}, []string{"-protocol", "live", "-n", "2", "-c", "2"}, 1,
@@ -312,5 +382,68 @@ func TestRunBenchTLSWithCA(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"-host", srv.Addr(), "-ca", "/nonexistent.pem"}, &stdout, &stderr); code != 2 {
 		t.Fatalf("missing -ca file: exit %d, want 2", code)
+	}
+}
+
+// TestRunBenchOpenLoopOverTLS runs the open-loop mode end to end over a
+// wss:// mockai twice with one seed: the JSON carries every arrival's call
+// with its drawn length, the open-loop counts, and the same schedule both
+// times.
+func TestRunBenchOpenLoopOverTLS(t *testing.T) {
+	srv := benchtest.Mockai(t, mockai.Config{TLS: true, AudioDeltas: 1})
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, srv.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type sample struct {
+		StartMS  float64 `json:"start_ms"`
+		LengthMS float64 `json:"length_ms"`
+		TotalMS  float64 `json:"total_ms"`
+		OK       bool    `json:"ok"`
+	}
+	type doc struct {
+		N       int `json:"n"`
+		Summary struct {
+			OK       int            `json:"ok"`
+			OpenLoop *load.OpenLoop `json:"open_loop"`
+		} `json:"summary"`
+		Samples []sample `json:"samples"`
+	}
+	runOnce := func() doc {
+		out := filepath.Join(t.TempDir(), "out.json")
+		var stdout, stderr bytes.Buffer
+		args := []string{"-host", srv.Addr(), "-ca", ca, "-rate", "40", "-duration", "300ms", "-call-length", "uniform:20ms-60ms",
+			"-seed", "5", "-json", out, "-t", "5"}
+		if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+		}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d doc
+		if err := json.Unmarshal(raw, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a, b := runOnce(), runOnce()
+	o := a.Summary.OpenLoop
+	if o == nil || o.Scheduled == 0 || o.Started != o.Scheduled || a.N != o.Scheduled || len(a.Samples) != o.Scheduled || a.Summary.OK != o.Scheduled {
+		t.Fatalf("open loop %+v, n %d, %d samples, %d ok: want every scheduled arrival made and ok", o, a.N, len(a.Samples), a.Summary.OK)
+	}
+	if len(b.Samples) != len(a.Samples) {
+		t.Fatalf("seed 5 scheduled %d arrivals, then %d", len(a.Samples), len(b.Samples))
+	}
+	first := a.Samples[0].StartMS
+	for i, s := range a.Samples {
+		if s.LengthMS < 20 || s.LengthMS > 60 || s.TotalMS < s.LengthMS || !s.OK {
+			t.Errorf("call %d: %+v, want a length in [20, 60] ms held to the end", i, s)
+		}
+		// The same seed, the same schedule (start offsets to the microsecond,
+		// relative to each run's first arrival).
+		if d := (s.StartMS - first) - (b.Samples[i].StartMS - b.Samples[0].StartMS); math.Abs(d) > 0.001 || s.LengthMS != b.Samples[i].LengthMS {
+			t.Errorf("call %d differs between two runs of seed 5: %+v and %+v", i, s, b.Samples[i])
+		}
 	}
 }

@@ -29,7 +29,7 @@ func (v *voiceOptions) check(o benchOptions) error {
 	switch {
 	case v.n < 0:
 		return fmt.Errorf("-voice must not be negative, got %d", v.n)
-	case v.n > 0 && (o.hold > 0 || o.rate > 0 || o.audio):
+	case v.n > 0 && (o.hold > 0 || o.open.rate > 0 || o.audio):
 		return errors.New("-voice cannot be combined with -hold, -rate or -audio")
 	case v.n > 0 && (v.duration <= 0 || v.interval < time.Millisecond):
 		return fmt.Errorf("-voice-for must be positive and -voice-interval at least 1ms, got %v and %v", v.duration, v.interval)

@@ -211,11 +211,14 @@ type DeploymentReport struct {
 	DialMS   *float64 `json:"dial_ms_last"`
 	DialAvg  *float64 `json:"dial_ms_avg"`
 	Dials    int      `json:"dials"`
-	// Time to first audio of the turns on it over the last 5 minutes
-	// (null before any).
+	// Time to first audio of the voice turns on it over the last 5
+	// minutes (null before any): the samples latency-based routing ranks
+	// by, and rtgate_turn_first_audio_seconds's; the turns it failed
+	// (each a penalty sample for routing).
 	FirstAudioP50 *float64 `json:"first_audio_ms_p50_5m"`
 	FirstAudioP95 *float64 `json:"first_audio_ms_p95_5m"`
 	Turns         int      `json:"turns_5m"`
+	TurnFailures  int      `json:"turn_failures_5m"`
 }
 
 // HistoryReport are the sparklines' series, one point per sample, oldest
@@ -359,7 +362,7 @@ func (s *Server) deploymentReports() []DeploymentReport {
 			st := s.gw.Deployment(d)
 			out = append(out, DeploymentReport{Name: d.Name, Group: g, Protocol: d.Protocol, State: st.State, Ejected: st.State != "healthy",
 				BackoffS: st.BackoffS, Live: st.Live, Dialing: st.Dialing, DialMS: st.DialMS, DialAvg: st.DialAvg, Dials: st.Dials,
-				FirstAudioP50: st.FirstAudioP50MS, FirstAudioP95: st.FirstAudioP95MS, Turns: st.Turns})
+				FirstAudioP50: st.FirstAudioP50MS, FirstAudioP95: st.FirstAudioP95MS, Turns: st.Turns, TurnFailures: st.TurnFailures})
 		}
 	}
 	return out

@@ -42,10 +42,12 @@ type Host struct {
 	health health
 	slots  *limit.Use // rpm and max_parallel_requests; nil until first limited
 	dial   dialStat
-	// Turns' time to first audio: the recent samples latency-based
-	// routing ranks by, and a sketch per minute for the status page.
-	latency    latencies
-	firstAudio firstAudioWindow
+	// Turns' time to first audio (with penalty samples for failed
+	// turns): the recent samples latency-based routing ranks by, and a
+	// sketch per minute for the status page; text-only sessions' first
+	// output apart.
+	latency, textLatency latencies
+	firstAudio           firstAudioWindow
 }
 
 // dialStat is the latency of client dials that completed: the last and a
@@ -264,10 +266,12 @@ type HostStatus struct {
 	// The latency of completed client dials, nil before the first.
 	DialMS, DialAvg *float64
 	Dials           int
-	// Turns' time to first audio over the last 5 minutes (Turns of them;
-	// the percentiles nil when none).
+	// Voice turns' time to first audio over the last 5 minutes (Turns of
+	// them; the percentiles nil when none), the samples latency routing
+	// ranks by, and the turns the upstream failed (TurnFailures, each a
+	// penalty sample).
 	FirstAudioP50MS, FirstAudioP95MS *float64
-	Turns                            int
+	Turns, TurnFailures              int
 }
 
 // Snapshot is d's state now.
@@ -284,10 +288,12 @@ func (b *Balancer) Snapshot(d *routes.Deployment) HostStatus {
 		last, avg := h.dial.lastMS, h.dial.avgMS
 		st.DialMS, st.DialAvg = &last, &avg
 	}
-	if fa := h.firstAudio.recent(now); fa.Count() > 0 {
+	fa, failures := h.firstAudio.recent(now)
+	if fa.Count() > 0 {
 		p50, p95 := ms(fa.Quantile(0.5)), ms(fa.Quantile(0.95))
 		st.FirstAudioP50MS, st.FirstAudioP95MS, st.Turns = &p50, &p95, fa.Count()
 	}
+	st.TurnFailures = failures
 	return st
 }
 

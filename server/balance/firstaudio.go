@@ -15,40 +15,80 @@ const firstAudioSpan = 5 * time.Minute
 // firstAudioSpan: one fixed-size sketch per minute, in a ring, so its memory
 // does not grow with traffic.
 type firstAudioWindow struct {
-	minutes [int(firstAudioSpan/time.Minute) + 1]struct {
-		minute int64 // Unix minute the sketch counts; stale when older than the span
-		sketch turns.Sketch
-	}
+	minutes [int(firstAudioSpan/time.Minute) + 1]minuteSlot
 }
 
-func (w *firstAudioWindow) add(now time.Time, d time.Duration) {
+// minuteSlot is one minute of a firstAudioWindow.
+type minuteSlot struct {
+	minute   int64 // Unix minute the sketch counts; stale when older than the span
+	sketch   turns.Sketch
+	failures int // turns the upstream failed (penalty samples)
+}
+
+// slot is the current minute's, cleared when it held an older minute.
+func (w *firstAudioWindow) slot(now time.Time) *minuteSlot {
 	m := now.Unix() / 60
 	slot := &w.minutes[m%int64(len(w.minutes))]
 	if slot.minute != m {
-		slot.minute, slot.sketch = m, turns.Sketch{}
+		*slot = minuteSlot{minute: m}
 	}
-	slot.sketch.Add(d)
+	return slot
 }
 
+func (w *firstAudioWindow) add(now time.Time, d time.Duration) { w.slot(now).sketch.Add(d) }
+
+func (w *firstAudioWindow) fail(now time.Time) { w.slot(now).failures++ }
+
 // recent merges the minutes within the span (the current one included).
-func (w *firstAudioWindow) recent(now time.Time) turns.Sketch {
-	var all turns.Sketch
+func (w *firstAudioWindow) recent(now time.Time) (all turns.Sketch, failures int) {
 	m := now.Unix() / 60
 	for i := range w.minutes {
 		if slot := &w.minutes[i]; m-slot.minute < int64(len(w.minutes)) {
 			all.Merge(&slot.sketch)
+			failures += slot.failures
 		}
 	}
-	return all
+	return all, failures
 }
 
-// ObserveFirstAudio records a turn on d that waited took for its first
-// audio: latency-based routing ranks by it, the status page shows it.
+// ObserveFirstAudio records a voice turn on d that waited took for its
+// first audio: latency-based routing ranks by it, the status page shows it.
 func (b *Balancer) ObserveFirstAudio(d *routes.Deployment, took time.Duration) {
+	b.ObserveFirstOutput(d, took, false)
+}
+
+// ObserveFirstOutput records a turn on d that waited took for its first
+// output: a voice turn's first audio (text false), or a text-only
+// session's first text, which routing ranks by only where no deployment
+// of the group has voice samples. The status page shows the voice turns'.
+func (b *Balancer) ObserveFirstOutput(d *routes.Deployment, took time.Duration, text bool) {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h := b.host(d)
+	if text {
+		h.textLatency.add(now, took.Seconds())
+		return
+	}
 	h.latency.add(now, took.Seconds())
 	h.firstAudio.add(now, took)
+}
+
+// ObservePenalty records a turn on d that the upstream failed (a failed
+// response, a server_error or rate limit, no first output within
+// turns.FirstOutputBound): a sample of turns.Penalty in the list routing
+// ranks by, which ages out like the others, so that a deployment that
+// accepts sessions and fails their turns stops attracting connects. The
+// status page counts it.
+func (b *Balancer) ObservePenalty(d *routes.Deployment, text bool) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.host(d)
+	if text {
+		h.textLatency.add(now, turns.Penalty.Seconds())
+		return
+	}
+	h.latency.add(now, turns.Penalty.Seconds())
+	h.firstAudio.fail(now)
 }

@@ -11,7 +11,10 @@ package balance
 //	latency-based-routing    lowest mean recent first-audio time (ttl,
 //	                         max_latency_list_size), those within
 //	                         lowest_latency_buffer of the lowest at random;
-//	                         unmeasured ones first; 1 connect in 10 in random order
+//	                         unmeasured ones first; 1 connect in 10 in random order.
+//	                         A turn the upstream failed is a sample of
+//	                         turns.Penalty (10 s); a group with no voice
+//	                         samples (text-only sessions) ranks by first text
 //	usage-based-routing(-v2) as least-busy
 //	cost-based-routing       as least-busy
 
@@ -86,10 +89,16 @@ func (b *Balancer) byLatency(hs []*routes.Deployment, r routes.Router, now time.
 		hs[0], hs[i] = hs[i], hs[0]
 		return
 	}
+	// Voice samples when any deployment has some, else text-only
+	// sessions' first output.
+	list := func(h *Host) *latencies { return &h.latency }
+	if !slices.ContainsFunc(hs, func(d *routes.Deployment) bool { _, ok := b.host(d).latency.mean(r, now); return ok }) {
+		list = func(h *Host) *latencies { return &h.textLatency }
+	}
 	mean := make(map[*routes.Deployment]float64, len(hs))
 	lowest := math.Inf(1)
 	for _, d := range hs {
-		m, ok := b.host(d).latency.mean(r, now)
+		m, ok := list(b.host(d)).mean(r, now)
 		if !ok {
 			m = 0 // unmeasured: tried first, as LiteLLM does
 		}

@@ -89,6 +89,35 @@ func TestStrategies(t *testing.T) {
 				*now = now.Add(40 * time.Second) // ds[1]'s sample is 70 s old: unmeasured again
 			},
 			want: []float64{0.05, 0.95}},
+		{name: "latency: a failed turn is a penalty sample", router: latency(nil),
+			setup: func(b *Balancer, ds []*routes.Deployment, _ *time.Time) {
+				b.ObserveFirstAudio(ds[0], 80*time.Millisecond)
+				b.ObservePenalty(ds[0], false) // mean over 5 s
+				b.ObserveFirstAudio(ds[1], 900*time.Millisecond)
+			},
+			want: []float64{0.05, 0.95}},
+		{name: "latency: penalties age out like samples", router: latency(func(r *routes.Router) { r.TTL = time.Minute }),
+			setup: func(b *Balancer, ds []*routes.Deployment, now *time.Time) {
+				b.ObservePenalty(ds[0], false)
+				*now = now.Add(30 * time.Second)
+				b.ObserveFirstAudio(ds[1], 80*time.Millisecond)
+				*now = now.Add(40 * time.Second) // the penalty is 70 s old: ds[0] unmeasured again
+			},
+			want: []float64{0.95, 0.05}},
+		{name: "latency: text-only sessions' first output where no voice sample is", router: latency(nil),
+			setup: func(b *Balancer, ds []*routes.Deployment, _ *time.Time) {
+				b.ObserveFirstOutput(ds[0], 400*time.Millisecond, true)
+				b.ObserveFirstOutput(ds[1], 80*time.Millisecond, true)
+			},
+			want: []float64{0.05, 0.95}},
+		{name: "latency: voice samples before text ones", router: latency(nil),
+			setup: func(b *Balancer, ds []*routes.Deployment, _ *time.Time) {
+				b.ObserveFirstOutput(ds[0], 40*time.Millisecond, true)
+				b.ObserveFirstAudio(ds[0], 400*time.Millisecond)
+				b.ObserveFirstOutput(ds[1], 900*time.Millisecond, true)
+				b.ObserveFirstAudio(ds[1], 80*time.Millisecond)
+			},
+			want: []float64{0.05, 0.95}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(1_000_000, 0)

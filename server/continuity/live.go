@@ -5,6 +5,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"rtgate/internal/jsonscan"
 	"rtgate/server/usage"
 )
 
@@ -61,6 +62,8 @@ type liveConv struct {
 	// deltas counts the transcript deltas read: the rollover's sign of
 	// speech (LiveQuiet).
 	deltas uint64
+	// scratch is where a delta's text is unescaped (liveDelta), reused.
+	scratch []byte
 }
 
 // liveMsg is one history message.
@@ -99,7 +102,7 @@ func (k *Keeper) StartLive(config []byte, input []json.RawMessage, lim Limits, c
 		if json.Unmarshal(raw, &it) != nil || len(it.Content) == 0 || it.Role == "" {
 			continue
 		}
-		st.liveAppend(it.Role, it.Content[0].Text, true)
+		st.liveAppend(it.Role, []byte(it.Content[0].Text), true)
 	}
 }
 
@@ -122,8 +125,13 @@ func LiveUpstreamWants(typ, prefix []byte) bool {
 	return false
 }
 
-// LiveUpstream reads an upstream Live event chosen by LiveUpstreamWants.
+// LiveUpstream reads an upstream Live event chosen by LiveUpstreamWants. A
+// transcript delta, the most frequent, is read by hand (liveDelta): it
+// allocates nothing.
 func (k *Keeper) LiveUpstream(p []byte, lim Limits) {
+	if typ, ok := usage.EventType(p); ok && k.liveDelta(typ, p) {
+		return
+	}
 	var ev struct {
 		Type         string `json:"type"`
 		Delta        string `json:"delta"`
@@ -148,10 +156,10 @@ func (k *Keeper) LiveUpstream(p []byte, lim Limits) {
 	switch ev.Type {
 	case "session.input_transcript.delta":
 		lv.deltas++
-		st.liveAppend("user", ev.Delta, false)
+		st.liveAppend("user", []byte(ev.Delta), false)
 	case "session.output_transcript.delta":
 		lv.deltas++
-		st.liveAppend("assistant", ev.Delta, false)
+		st.liveAppend("assistant", []byte(ev.Delta), false)
 	case usage.TypeLiveResponse:
 		if ev.Event == nil || ev.Event.Response == nil {
 			return
@@ -167,10 +175,45 @@ func (k *Keeper) LiveUpstream(p []byte, lim Limits) {
 	}
 }
 
+// liveDelta reads a transcript delta (type typ, payload p) by hand: its
+// delta's text, unescaped into the state's scratch buffer, is added to the
+// conversation. false: not a transcript delta, or not read plainly (the
+// caller decodes it).
+func (k *Keeper) liveDelta(typ, p []byte) bool {
+	role := ""
+	switch string(typ) {
+	case "session.input_transcript.delta":
+		role = "user"
+	case "session.output_transcript.delta":
+		role = "assistant"
+	default:
+		return false
+	}
+	raw, ok := jsonscan.String(p, `"delta"`)
+	if !ok {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.st
+	if st == nil || st.live == nil {
+		return true
+	}
+	lv := st.live
+	text, ok := jsonscan.AppendUnescaped(lv.scratch[:0], raw)
+	if !ok {
+		return false
+	}
+	lv.scratch = text
+	lv.deltas++
+	st.liveAppend(role, text, false)
+	return true
+}
+
 // liveAppend adds text to the last message when it is role's (and whole
 // is false: a delta), else as a new message, then applies the caps.
-func (st *State) liveAppend(role, text string, whole bool) {
-	if text == "" {
+func (st *State) liveAppend(role string, text []byte, whole bool) {
+	if len(text) == 0 {
 		return
 	}
 	lv := st.live

@@ -180,3 +180,50 @@ func TestLiveConfigAndResponse(t *testing.T) {
 		t.Errorf("a completed response in flight: %q", snap.Response)
 	}
 }
+
+// liveDeltaFrames are a conversation's transcript deltas, one with escapes.
+var liveDeltaFrames = [][]byte{
+	[]byte(`{"type":"session.input_transcript.delta","event_id":"event_1","delta":" what is","start_ms":0,"end_ms":240}`),
+	[]byte(`{"type":"session.input_transcript.delta","event_id":"event_2","delta":" the \"weather\"\n","start_ms":240,"end_ms":480}`),
+	[]byte(`{"type":"session.output_transcript.delta","event_id":"event_3","delta":" It is sunny, caf\u00e9 weather.","start_ms":0,"end_ms":900}`),
+}
+
+// TestLiveDeltaByHand: the deltas read by hand keep what encoding/json
+// would have decoded, and a delta that adds to the message being spoken
+// allocates nothing (a turn's first delta makes its message, once).
+func TestLiveDeltaByHand(t *testing.T) {
+	var k Keeper
+	lim := Limits{MaxBytes: 1 << 20, Global: NewBudget(1 << 30)}
+	k.StartLive([]byte(`{"model":"gpt-live-1"}`), nil, lim, LiveCaps{})
+	for _, f := range liveDeltaFrames {
+		k.LiveUpstream(f, lim)
+	}
+	var input []map[string]any
+	for _, it := range k.Snapshot().Items {
+		var m map[string]any
+		_ = json.Unmarshal(it, &m)
+		input = append(input, m)
+	}
+	got, _ := json.Marshal(input)
+	if want := `"text":" what is the \"weather\"\n"`; !strings.Contains(string(got), want) || !strings.Contains(string(got), "café weather") {
+		t.Fatalf("kept %s, want the user's deltas joined and unescaped, and the answer", got)
+	}
+	allocs := testing.AllocsPerRun(2000, func() { k.LiveUpstream(liveDeltaFrames[2], lim) })
+	if allocs != 0 {
+		t.Fatalf("%v allocations per transcript delta, want 0", allocs)
+	}
+}
+
+// BenchmarkLiveTranscriptDelta is continuity's work on a GPT-Live transcript
+// delta: read by hand, unescaped into a reused buffer, appended to the
+// kept message under the keeper's lock (0 allocs/op; decoded with
+// encoding/json, it took 7).
+func BenchmarkLiveTranscriptDelta(b *testing.B) {
+	var k Keeper
+	lim := Limits{MaxBytes: 1 << 20, Global: NewBudget(1 << 30)}
+	k.StartLive([]byte(`{"model":"gpt-live-1"}`), nil, lim, LiveCaps{})
+	b.ReportAllocs()
+	for b.Loop() {
+		k.LiveUpstream(liveDeltaFrames[1], lim)
+	}
+}

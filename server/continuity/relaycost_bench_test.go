@@ -24,7 +24,10 @@ import (
 //   - append: a client's 20 ms input_audio_buffer.append (24 kHz PCM16,
 //     masked), with on adding the client inspector (an unmasked copy of the
 //     first bytes and the type scan, server.clientWatch) and cut keeping
-//     (Scanner.KeepCut: a frame split over two reads is copied until whole);
+//     (Scanner.KeepCut: a frame split over two reads is copied until whole).
+//     The same inspector runs with continuity off for the turn clock, and
+//     while server VAD makes responses it takes appends whole to time them:
+//     server/turns' BenchmarkClientAppend measures that part;
 //   - delta: a 20 ms response.output_audio.delta, through the inspector usage
 //     and turns install anyway, with on adding continuity's types to its
 //     check and the Holder (server.setupWatch), which lets this frame (over

@@ -63,6 +63,8 @@ func (Live) Turn(typ []byte) TurnMark {
 		return FirstOutput
 	case "session.input_transcript.delta":
 		return InputSpeech
+	case "session.started":
+		return TurnConfig
 	}
 	return NotTurn
 }
@@ -107,6 +109,21 @@ func (st Start) Kept() (config []byte, input []json.RawMessage) {
 	delete(session, "input")
 	config, _ = json.Marshal(session)
 	return config, input
+}
+
+// BackendModel is the Responses model session.start delegates to
+// (session.delegation.responses.model), "" without Responses delegation.
+func (st Start) BackendModel() string {
+	var d struct {
+		Type      string `json:"type"`
+		Responses struct {
+			Model string `json:"model"`
+		} `json:"responses"`
+	}
+	if json.Unmarshal(st.session["delegation"], &d) != nil || d.Type != "responses" {
+		return ""
+	}
+	return d.Responses.Model
 }
 
 // Start is a client's held session.start: the model it names, and the

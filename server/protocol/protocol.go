@@ -51,16 +51,20 @@
 //     the final usage (End; the reactor's farewell, poller.SetFarewell).
 //
 // Which events mark a turn (for per-turn latency; server/turns follows
-// them).
-//   - Realtime: a turn starts at the upstream's response.created, or, with
-//     server VAD, at input_audio_buffer.speech_stopped less the session's
-//     silence_duration_ms (read from session.created/session.updated: the
-//     upstream sends speech_stopped only after that much silence, which the
-//     user waited too); its first output is the first
+// them, and the client's events the gateway forwards start the clock).
+//   - Realtime: a response opens at the upstream's response.created, but
+//     its clock starts when the upstream had what it needed to answer: the
+//     response.create the gateway forwarded, or, with server VAD, the
+//     forwarding of the audio input_audio_buffer.speech_stopped's
+//     audio_end_ms points at (the silence window read from
+//     session.created/session.updated is the fallback when that audio is
+//     no longer known); its first output is the first
 //     response.output_audio.delta (response.output_text.delta for a
-//     text-only response); it ends at response.done, unless that response
-//     was a tool call without output (the chain goes on to the response
-//     after the client's function_call_output). Turn.
+//     text-only response), by response_id; it ends at response.done,
+//     unless that response was a tool call without output (the chain goes
+//     on to the response after the client's function_call_output and
+//     create). An error event may refuse a create or be the upstream's
+//     failure (TurnError). Turn.
 //   - GPT-Live (the nearest equivalents its events allow; Live.Turn): it
 //     sends no response or done events, so a turn starts at the last
 //     session.input_transcript.delta before output (InputSpeech), its
@@ -70,6 +74,8 @@
 //     that input delta, which lags the end of speech by the upstream's
 //     transcription (not observable from the events). Interruptions are
 //     not told apart: that would need a clock read per audio delta.
+//     session.started is its configuration event (TurnConfig: the spans
+//     read the session's id there).
 //
 // How to rebuild a session on a fresh upstream (session continuity).
 //   - Realtime: session.update with the kept configuration, then one
@@ -127,4 +133,7 @@ const (
 	// still talking); after it, the turn that spoke ends and the next
 	// starts (GPT-Live sends no response or done events).
 	InputSpeech
+	// TurnError: an error event (whole event wanted: whether it refuses
+	// a response.create, whether it is the upstream's fault).
+	TurnError
 )

@@ -75,8 +75,19 @@ func (Realtime) UsageEvent(typ []byte) bool {
 	return string(typ) == usage.TypeResponseDone || string(typ) == usage.TypeTranscriptionComplete
 }
 
-// End implements Protocol: a close frame is enough.
+// End implements Protocol: a close frame is enough when no response is in
+// flight; one that is gets a response.cancel first (Cancel, usage.Flights),
+// whose answer carries its usage.
 func (Realtime) End() []byte { return nil }
+
+// Cancel is the client event (a masked frame) that asks the upstream to
+// cancel response id: the gateway's farewell to a response in flight
+// (usage.Flights), answered by its response.done, status cancelled, with
+// the usage of what was produced.
+func (Realtime) Cancel(id string) []byte {
+	body, _ := json.Marshal(map[string]string{"type": "response.cancel", "event_id": NewEventID(), "response_id": id})
+	return frames.AppendFrame(nil, ws.OpText, body, true)
+}
 
 // Turn implements Protocol. The beta names of the deltas are read too:
 // they cost nothing, and an upstream still speaking them is measured.
@@ -94,6 +105,8 @@ func (Realtime) Turn(typ []byte) TurnMark {
 		return TurnEnd
 	case "session.created", "session.updated":
 		return TurnConfig
+	case "error":
+		return TurnError
 	}
 	return NotTurn
 }

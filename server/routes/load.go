@@ -514,6 +514,15 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 				k.ContinuityKeepAudio = &b
 			}
 		}
+		if given(&e.TranscriptionModel) {
+			p := join(itemPath, "transcription_model")
+			if s, ok := l.str(&e.TranscriptionModel, p); ok {
+				if s != TranscriptionRewrite && s != TranscriptionRefuse {
+					l.fail(deref(&e.TranscriptionModel), p, "%q is not rewrite or refuse", s)
+				}
+				k.TranscriptionModel = s
+			}
+		}
 		l.wholeNumber(&e.MaxSessionSecs, join(itemPath, "max_session_secs"), &k.MaxSessionSecs,
 			"%q is not a whole number of seconds of at least 0")
 		if len(l.errs) > before {

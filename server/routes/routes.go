@@ -153,7 +153,9 @@ func (d Deployment) LogValue() slog.Value { return slog.StringValue(d.Name) }
 // gateway's to set. As the gateway does for a single upstream, the
 // deployment's model is named when the client named one or connected with
 // neither call_id nor intent (a call_id or transcription socket may carry no
-// model). The returned Target is fresh: callers may add headers to it.
+// model). The returned Target is fresh: callers may add headers to it. A
+// target carrying the client's other parameters is forwarded as asked, and
+// so is never served from the warm pool (upstream/shape.go).
 func (d *Deployment) Target(clientQuery url.Values) upstream.Target {
 	q := make(url.Values, len(clientQuery)+2)
 	for k, v := range clientQuery {
@@ -210,6 +212,13 @@ type ClientKey struct {
 	// itself on or off for this key's sessions (continuity_keep_audio);
 	// nil follows CONTINUITY_KEEP_AUDIO.
 	ContinuityKeepAudio *bool
+	// TranscriptionModel is what a Realtime session of this key gets when
+	// it asks for input transcription on a model its Models list does not
+	// name (transcription_model): TranscriptionRewrite (the default, "")
+	// puts the gateway's configured transcription model in its place;
+	// TranscriptionRefuse does that too and tells the client with an error
+	// event.
+	TranscriptionModel string
 	// MaxSessionSecs, when above 0, caps this key's sessions (the
 	// gateway's own cap; max_session_secs), instead of MAX_SESSION_SECS.
 	MaxSessionSecs int
@@ -223,6 +232,12 @@ const (
 
 // Master returns the master key, or nil when none is set.
 func (t *Table) Master() *ClientKey { return t.master }
+
+// The values of a key's transcription_model.
+const (
+	TranscriptionRewrite = "rewrite"
+	TranscriptionRefuse  = "refuse"
+)
 
 // Allows reports whether the key may open sessions on the model group.
 func (k *ClientKey) Allows(group string) bool {

@@ -95,6 +95,9 @@ type keyEntry struct {
 	MaxSessionSecs yaml.Node `yaml:"max_session_secs"`
 	// ContinuityKeepAudio: the user's audio kept for a resume (opt-in).
 	ContinuityKeepAudio yaml.Node `yaml:"continuity_keep_audio"`
+	// TranscriptionModel: what a session.update naming a transcription
+	// model the key may not use gets (rewrite, the default, or refuse).
+	TranscriptionModel yaml.Node `yaml:"transcription_model"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means

@@ -79,6 +79,52 @@ var DefaultPrices = map[string]Prices{
 	"gpt-4o-mini-realtime-preview": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.30), perM(0.30), 0},
 }
 
+// DefaultModelPrices are OpenAI's list prices of the models a Realtime or
+// GPT-Live session makes the gateway pay for beside its own model, in USD
+// per token: the Responses models GPT-Live delegates to (their tokens come
+// in response.event) and the transcription models a Realtime session's
+// input transcription runs on (their tokens come in
+// conversation.item.input_audio_transcription.completed). From OpenAI's API
+// pricing page (developers.openai.com/api/docs/pricing, the "Text tokens"
+// and "Audio tokens" tables) as quoted by deploybase.ai's "OpenAI Pricing"
+// (March 2026) and margindash.com's model comparison, read for this table
+// on 2026-12-04. Text models have no audio or image rates: Resolve charges
+// those kinds at the text rates if they ever come. A deployment's model_info
+// overrides these as it overrides the Realtime prices.
+var DefaultModelPrices = map[string]Prices{
+	// Responses models (text in, cached in, out, per million).
+	"gpt-5":        text(1.25, 0.125, 10),
+	"gpt-5-mini":   text(0.25, 0.025, 2),
+	"gpt-5-nano":   text(0.05, 0.005, 0.40),
+	"gpt-5.1":      text(1.25, 0.125, 10),
+	"gpt-5.2":      text(1.75, 0.175, 14),
+	"gpt-5.2-mini": text(0.25, 0.025, 2),
+	"gpt-5.4":      text(2.50, 0.25, 15),
+	"gpt-5.4-mini": text(0.75, 0.075, 4.50),
+	"gpt-5-pro":    text(15, 15, 120),
+	"gpt-4.1":      text(2, 0.50, 8),
+	"gpt-4.1-mini": text(0.40, 0.10, 1.60),
+	"gpt-4.1-nano": text(0.10, 0.025, 0.40),
+	"gpt-4o":       text(2.50, 1.25, 10),
+	"gpt-4o-mini":  text(0.15, 0.075, 0.60),
+	"o3":           text(2, 0.50, 8),
+	"o3-pro":       text(20, 20, 80), // no cached rate: cached input at the input rate
+	"o3-mini":      text(1.10, 0.55, 4.40),
+	"o4-mini":      text(1.10, 0.275, 4.40),
+	"o1":           text(15, 7.50, 60),
+	"o1-pro":       text(150, 150, 600),
+	// Transcription models: text in (the prompt), audio in, text out.
+	// gpt-4o-transcribe $2.50, $6, $10; gpt-4o-mini-transcribe $1.25, $3,
+	// $5 (whisper-1 is billed by the minute: DefaultSecondPrices).
+	"gpt-4o-transcribe":      {InputCostPerToken: perM(2.50), OutputCostPerToken: perM(10), InputCostPerAudioToken: perM(6)},
+	"gpt-4o-mini-transcribe": {InputCostPerToken: perM(1.25), OutputCostPerToken: perM(5), InputCostPerAudioToken: perM(3)},
+}
+
+// text is a text-only model's prices per million tokens.
+func text(in, cached, out float64) Prices {
+	return Prices{InputCostPerToken: perM(in), CacheReadInputTokenCost: perM(cached), OutputCostPerToken: perM(out)}
+}
+
 // DefaultSecondPrices are OpenAI's list prices of the models billed by
 // session time, in USD per second, from the same pricing page and the model
 // pages, read on 2026-12-01. gpt-live-1: $0.05 per minute. gpt-live-1.1:
@@ -88,13 +134,16 @@ var DefaultPrices = map[string]Prices{
 // gpt-realtime-translate (Realtime translation sessions): $0.034 per minute
 // of session. gpt-realtime-whisper and gpt-live-transcribe (per-minute
 // transcription on /v1/realtime?intent=transcription): $0.017 per minute of
-// audio, the seconds the transcription events report.
+// audio, the seconds the transcription events report. whisper-1 (a
+// Realtime session's input transcription, read 2026-12-04): $0.006 per
+// minute of audio.
 var DefaultSecondPrices = map[string]float64{
 	"gpt-live-1":             0.05 / 60,
 	"gpt-live-1.1":           0.05 / 60,
 	"gpt-realtime-translate": 0.034 / 60,
 	"gpt-realtime-whisper":   0.017 / 60,
 	"gpt-live-transcribe":    0.017 / 60,
+	"whisper-1":              0.006 / 60,
 }
 
 // SecondPrice is the price per second of session time of a deployment of
@@ -117,8 +166,14 @@ var snapshot = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}$`)
 
 // Lookup returns the built-in prices of an upstream model name ("openai/"
 // and similar provider prefixes and dated snapshot suffixes are looked
-// through), and whether there are any.
-func Lookup(model string) (Prices, bool) { return lookupIn(DefaultPrices, model) }
+// through), and whether there are any: the Realtime models', else the
+// other models' a session may pay for (DefaultModelPrices).
+func Lookup(model string) (Prices, bool) {
+	if p, ok := lookupIn(DefaultPrices, model); ok {
+		return p, true
+	}
+	return lookupIn(DefaultModelPrices, model)
+}
 
 // lookupIn finds model in a built-in table, looking through a provider
 // prefix and a dated snapshot suffix.

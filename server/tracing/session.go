@@ -26,6 +26,8 @@ type Session struct {
 
 	// Read path only.
 	respStart, firstOut, speechStart time.Time
+	liveStart                        time.Time // GPT-Live: the open turn's start (its last input speech)
+	liveSpoke                        bool      // the open Live turn's answer has spoken
 }
 
 // Context carries the connect span, for the dial race's events (hedges).
@@ -59,6 +61,20 @@ func (s *Session) Attached(w Where, poolHit bool) {
 	}
 }
 
+// Grouped names the connect span for group: a GPT-Live session's model
+// group is known only once its session.start is read, after the span began.
+func (s *Session) Grouped(group string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connect != nil {
+		s.connect.SetName("rtgate.connect " + group)
+		s.connect.SetAttributes(attribute.String("rtgate.model_group", group))
+	}
+}
+
 // Failed ends the connect span with an error: no upstream, or the client
 // left first.
 func (s *Session) Failed(why string) {
@@ -79,7 +95,9 @@ func (s *Session) Failed(why string) {
 func (s *Session) End() { s.Failed("the session ended before its upstream was ready") }
 
 // Mark notes the time of an event the session's turns see; a delta after
-// the first of its response costs a comparison.
+// the first of its response costs a comparison. A GPT-Live turn (the turn
+// table of server/turns: its last input transcript delta to its answer's
+// first output audio) is a span of its own, made at that first audio.
 func (s *Session) Mark(m protocol.TurnMark) {
 	if s == nil {
 		return
@@ -89,6 +107,15 @@ func (s *Session) Mark(m protocol.TurnMark) {
 		if s.firstOut.IsZero() && !s.respStart.IsZero() {
 			s.firstOut = time.Now()
 		}
+		if !s.liveSpoke && !s.liveStart.IsZero() {
+			s.liveSpoke = true
+			now := time.Now()
+			s.span("live_turn", s.liveStart, now, trace.SpanKindClient,
+				attribute.String("gen_ai.operation.name", "live_turn"),
+				attribute.Float64("rtgate.first_output_ms", float64(now.Sub(s.liveStart).Microseconds())/1000))
+		}
+	case protocol.InputSpeech:
+		s.liveStart, s.liveSpoke = time.Now(), false // a new turn, or the user still talking
 	case protocol.TurnStart:
 		s.respStart, s.firstOut = time.Now(), time.Time{}
 	case protocol.SpeechStart:
@@ -102,9 +129,9 @@ func (s *Session) Mark(m protocol.TurnMark) {
 	}
 }
 
-// Event reads a whole event the turns asked for: session.created ends the
-// connect span and names the upstream session; response.done makes the
-// generation's span.
+// Event reads a whole event the turns asked for: session.created (GPT-Live:
+// session.started) ends the connect span and names the upstream session;
+// response.done makes the generation's span.
 func (s *Session) Event(m protocol.TurnMark, p []byte) {
 	if s == nil {
 		return
@@ -149,9 +176,15 @@ func hasKey(attrs []attribute.KeyValue, k attribute.Key) bool {
 // doneEvent is what a generation span reads of response.done.
 type doneEvent struct {
 	Response struct {
-		ID     string `json:"id"`
-		Status string `json:"status"`
-		Usage  *struct {
+		ID            string `json:"id"`
+		Status        string `json:"status"`
+		StatusDetails *struct {
+			Reason string `json:"reason"`
+		} `json:"status_details"`
+		Output []struct {
+			Type string `json:"type"`
+		} `json:"output"`
+		Usage *struct {
 			InputTokens  int64 `json:"input_tokens"`
 			OutputTokens int64 `json:"output_tokens"`
 			Input        struct {
@@ -186,7 +219,8 @@ func (s *Session) generation(p []byte) {
 	attrs := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "realtime_inference"),
 		attribute.String("gen_ai.response.id", r.ID),
-		attribute.StringSlice("gen_ai.response.finish_reasons", []string{r.Status}),
+		attribute.StringSlice("gen_ai.response.finish_reasons", []string{finishReason(r.Status, r.StatusDetails, r.Output)}),
+		attribute.String("rtgate.response.status", r.Status),
 	}
 	if u := r.Usage; u != nil {
 		attrs = append(attrs,
@@ -209,6 +243,46 @@ func (s *Session) generation(p []byte) {
 		sp.SetStatus(codes.Error, "response failed")
 	}
 	sp.End()
+}
+
+// finishReason maps how a response ended to the GenAI conventions' finish
+// reason: completed is stop (tool_calls when it called a tool),
+// incomplete is its reason (max_output_tokens: length; content_filter),
+// cancelled its reason (turn_detected, client_cancelled), failed error.
+func finishReason(status string, details *struct {
+	Reason string `json:"reason"`
+}, output []struct {
+	Type string `json:"type"`
+}) string {
+	reason := ""
+	if details != nil {
+		reason = details.Reason
+	}
+	switch status {
+	case "completed":
+		for _, o := range output {
+			if o.Type == "function_call" || o.Type == "mcp_call" {
+				return "tool_calls"
+			}
+		}
+		return "stop"
+	case "incomplete":
+		switch reason {
+		case "max_output_tokens":
+			return "length"
+		case "":
+			return "incomplete"
+		}
+		return reason // content_filter
+	case "cancelled":
+		if reason == "" {
+			return "cancelled"
+		}
+		return reason
+	case "failed":
+		return "error"
+	}
+	return status
 }
 
 // span starts a span named op (and the model) at start, a child of the

@@ -1,12 +1,14 @@
 // Package tracing exports OpenTelemetry traces of voice sessions: a short
-// span for each connect and one span per generation (a response), per the
+// span for each connect, one span per generation (a response) and, for
+// GPT-Live, one per turn (live_turn: its input transcript to its answer's
+// first audio), per the
 // GenAI semantic conventions' realtime draft (README: Tracing). It is off
 // unless the standard OpenTelemetry environment names an exporter or an
 // OTLP endpoint; then the exporter (contrib autoexport), the sampler and the
 // resource all come from that environment.
 //
 // No span stays open for a whole session: the connect span ends when the
-// upstream is ready, a generation span is made when its response is done
+// upstream is ready (session.created; GPT-Live's session.started), a generation span is made when its response is done
 // (from the times its events arrived), and a user-speech span when speech
 // ends. Export never holds up the relay: spans go through the SDK's batch
 // processor, in front of which a bounded count of spans waiting to be

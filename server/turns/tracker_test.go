@@ -12,29 +12,57 @@ import (
 	"rtgate/server/usage"
 )
 
-// step is one upstream event at a time (ms since the test's epoch).
+// step is one event at a time (ms since the test's epoch): the upstream's,
+// or, with client, one the gateway forwarded upstream.
 type step struct {
-	at    int // ms
-	event string
+	at     int // ms
+	event  string
+	client bool
 }
 
+// c is a client event the gateway forwarded at ms.
+func c(at int, event string) step { return step{at, event, true} }
+
 const (
-	vadSession  = `{"type":"session.created","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad","silence_duration_ms":300}}}}}`
-	noVAD       = `{"type":"session.updated","session":{"type":"realtime","audio":{"input":{"turn_detection":null}}}}`
-	created     = `{"type":"response.created","response":{"id":"resp_1"}}`
-	audioDelta  = `{"type":"response.output_audio.delta","response_id":"resp_1","delta":"AAAA"}`
-	textDelta   = `{"type":"response.output_text.delta","response_id":"resp_1","delta":"Hi"}`
-	transcript  = `{"type":"response.output_audio_transcript.delta","delta":"Hi"}`
-	stopped     = `{"type":"input_audio_buffer.speech_stopped","audio_end_ms":1500}`
-	doneOK      = `{"type":"response.done","response":{"status":"completed","output":[{"type":"message"}]}}`
-	doneTool    = `{"type":"response.done","response":{"status":"completed","output":[{"type":"function_call","name":"f"}]}}`
-	doneCut     = `{"type":"response.done","response":{"status":"cancelled","status_details":{"type":"cancelled","reason":"turn_detected"}}}`
-	doneClient  = `{"type":"response.done","response":{"status":"cancelled","status_details":{"reason":"client_cancelled"}}}`
-	doneFailed  = `{"type":"response.done","response":{"status":"failed"}}`
-	betaSession = `{"type":"session.created","session":{"turn_detection":{"type":"server_vad","silence_duration_ms":500}}}`
+	vadSession   = `{"type":"session.created","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad","silence_duration_ms":300}}}}}`
+	noVAD        = `{"type":"session.updated","session":{"type":"realtime","audio":{"input":{"turn_detection":null}}}}`
+	textOnly     = `{"type":"session.updated","session":{"type":"realtime","output_modalities":["text"],"audio":{"input":{"turn_detection":null}}}}`
+	create       = `{"type":"response.create"}`
+	createOOB    = `{"type":"response.create","response":{"conversation":"none","output_modalities":["text"],"instructions":"say \"conversation\": no"}}`
+	createID     = `{"type":"response.create","event_id":"evt_9"}`
+	commit       = `{"type":"input_audio_buffer.commit"}`
+	created      = `{"type":"response.created","response":{"id":"resp_1","conversation_id":"conv_1","output_modalities":["audio"]}}`
+	created2     = `{"type":"response.created","response":{"id":"resp_2","conversation_id":"conv_1","output_modalities":["audio"]}}`
+	createdOOB   = `{"type":"response.created","response":{"id":"resp_o","conversation_id":null,"output_modalities":["text"]}}`
+	createdText  = `{"type":"response.created","response":{"id":"resp_1","conversation_id":"conv_1","output_modalities":["text"]}}`
+	audioDelta   = `{"type":"response.output_audio.delta","response_id":"resp_1","delta":"AAAA"}`
+	audioDelta2  = `{"type":"response.output_audio.delta","response_id":"resp_2","delta":"AAAA"}`
+	textDelta    = `{"type":"response.output_text.delta","response_id":"resp_1","delta":"Hi"}`
+	textDeltaO   = `{"type":"response.output_text.delta","response_id":"resp_o","delta":"Hi"}`
+	transcript   = `{"type":"response.output_audio_transcript.delta","delta":"Hi"}`
+	stopped      = `{"type":"input_audio_buffer.speech_stopped","audio_end_ms":1000}`
+	doneOK       = `{"type":"response.done","response":{"id":"resp_1","status":"completed","output":[{"type":"message"}]}}`
+	doneOK2      = `{"type":"response.done","response":{"id":"resp_2","status":"completed","output":[{"type":"message"}]}}`
+	doneOOB      = `{"type":"response.done","response":{"id":"resp_o","status":"completed","output":[{"type":"message"}]}}`
+	doneTool     = `{"type":"response.done","response":{"id":"resp_1","status":"completed","output":[{"type":"function_call","name":"f"}]}}`
+	doneCut      = `{"type":"response.done","response":{"id":"resp_1","status":"cancelled","status_details":{"type":"cancelled","reason":"turn_detected"}}}`
+	doneClient   = `{"type":"response.done","response":{"id":"resp_1","status":"cancelled","status_details":{"reason":"client_cancelled"}}}`
+	doneFailed   = `{"type":"response.done","response":{"id":"resp_1","status":"failed","status_details":{"type":"failed","error":{"type":"server_error"}}}}`
+	doneBadReq   = `{"type":"response.done","response":{"id":"resp_1","status":"failed","status_details":{"type":"failed","error":{"type":"invalid_request_error"}}}}`
+	refused      = `{"type":"error","error":{"type":"invalid_request_error","code":"conversation_already_has_active_response","event_id":"evt_9"}}`
+	rateLimited  = `{"type":"error","error":{"type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}`
+	transcribing = `{"type":"session.created","session":{"type":"transcription","audio":{"input":{"turn_detection":{"type":"server_vad","silence_duration_ms":300}}}}}`
+	betaSession  = `{"type":"session.created","session":{"turn_detection":{"type":"server_vad","silence_duration_ms":500}}}`
 )
 
-// run feeds steps through a Watch the way the session's inspector does
+// appendMS is a client append of ms of 24 kHz PCM16 (the "/" escaped
+// once, as some encoders write it).
+func appendMS(at, ms int) step {
+	b64 := strings.Repeat("A", ms*64-1)
+	return c(at, `{"type":"input_audio_buffer.append","audio":"\/`+b64[1:]+`A"}`)
+}
+
+// run feeds steps through a Watch the way the session's inspectors do
 // and returns every event it measured.
 func run(t *testing.T, steps []step) ([]Event, *Watch) {
 	t.Helper()
@@ -46,64 +74,110 @@ func runProto(t *testing.T, p protocol.Protocol, steps []step) ([]Event, *Watch)
 	t.Helper()
 	epoch := time.Unix(1000, 0)
 	var now time.Time
-	w := &Watch{Tracker: Tracker{Now: func() time.Time { return now }}}
 	var out []Event
+	w := &Watch{Tracker: Tracker{Now: func() time.Time { return now }, Observe: func(ev Event) { out = append(out, ev) }}}
 	for _, s := range steps {
 		now = epoch.Add(time.Duration(s.at) * time.Millisecond)
 		typ, ok := usage.EventType([]byte(s.event))
 		if !ok {
 			t.Fatalf("no type in %s", s.event)
 		}
-		ev, whole := w.See(p.Turn(typ))
-		if whole {
-			ev = w.Inspect([]byte(s.event))
+		if s.client {
+			if w.ClientWants(typ) {
+				w.Client([]byte(s.event), false)
+			}
+			continue
 		}
-		if ev != (Event{}) {
-			out = append(out, ev)
+		if w.See(p.Turn(typ), []byte(s.event)) {
+			w.Inspect([]byte(s.event))
 		}
 	}
-	if ev := w.Close(); ev != (Event{}) {
-		out = append(out, ev)
-	}
+	w.Close()
 	return out, w
 }
 
-func first(ms int) Event { return Event{FirstAudio: ms2d(ms), HasFirstAudio: true} }
+func first(ms int) Event { return Event{Routes: true, FirstAudio: ms2d(ms), HasFirstAudio: true} }
 func ended(outcome string, ms int) Event {
-	return Event{Outcome: outcome, Duration: ms2d(ms)}
+	return Event{Routes: true, Outcome: outcome, Duration: ms2d(ms)}
 }
 func ms2d(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 func TestTracker(t *testing.T) {
+	penalty := Event{Routes: true, Penalty: true}
 	for _, tc := range []struct {
 		name  string
 		steps []step
 		want  []Event
 		turns int
 	}{
-		{"manual turn", []step{{0, noVAD}, {100, created}, {350, audioDelta}, {400, audioDelta}, {900, doneOK}},
+		{"manual turn: from the forwarded create", []step{{0, noVAD, false}, c(100, create), {300, created, false},
+			{350, audioDelta, false}, {400, audioDelta, false}, {900, doneOK, false}},
 			[]Event{first(250), ended(Completed, 800)}, 1},
-		{"text only: the first text delta", []step{{0, created}, {5, transcript}, {120, textDelta}, {130, textDelta}, {200, doneOK}},
+		{"response.created late, with the first audio", []step{{0, noVAD, false}, c(100, create), {600, created, false},
+			{600, audioDelta, false}, {900, doneOK, false}},
+			[]Event{first(500), ended(Completed, 800)}, 1},
+		{"no create seen: from response.created", []step{{0, created, false}, {5, transcript, false}, {120, audioDelta, false},
+			{200, doneOK, false}},
 			[]Event{first(120), ended(Completed, 200)}, 1},
-		{"server VAD adds the silence window", []step{{0, vadSession}, {1000, stopped}, {1010, created}, {1200, audioDelta}, {2000, doneOK}},
+		{"server VAD: from the forwarded audio at audio_end_ms", []step{{0, vadSession, false}, appendMS(100, 500),
+			appendMS(600, 500), appendMS(1100, 500), {1400, stopped, false}, {1410, created, false}, {1700, audioDelta, false},
+			{2000, doneOK, false}},
+			[]Event{first(1100), ended(Completed, 1400)}, 1}, // audio_end_ms 1000 went at 600 ms
+		{"server VAD without the audio: its arrival less the window", []step{{0, vadSession, false}, {1000, stopped, false},
+			{1010, created, false}, {1200, audioDelta, false}, {2000, doneOK, false}},
 			[]Event{first(500), ended(Completed, 1300)}, 1},
-		{"beta VAD config", []step{{0, betaSession}, {1000, stopped}, {1010, created}, {1100, audioDelta}, {1200, doneOK}},
+		{"a transcription session's VAD makes no response", []step{{0, transcribing, false}, {1000, stopped, false},
+			c(1050, create), {1100, created, false}, {1150, audioDelta, false}, {1200, doneOK, false}},
+			[]Event{first(100), ended(Completed, 150)}, 1},
+		{"beta VAD config", []step{{0, betaSession, false}, {1000, stopped, false}, {1010, created, false},
+			{1100, audioDelta, false}, {1200, doneOK, false}},
 			[]Event{first(600), ended(Completed, 700)}, 1},
-		{"VAD turned off by session.updated", []step{{0, vadSession}, {1, noVAD}, {1000, stopped}, {1100, audioDelta}, {1200, doneOK}},
-			[]Event{first(100), ended(Completed, 200)}, 1},
-		{"tool-call chain is one turn", []step{{0, created}, {200, doneTool}, {400, created}, {700, audioDelta}, {1000, doneOK}},
-			[]Event{first(700), ended(Completed, 1000)}, 1},
-		{"interrupted by speech", []step{{0, vadSession}, {1000, stopped}, {1050, created}, {1300, audioDelta}, {1400, doneCut},
-			{2000, stopped}, {2020, created}, {2100, audioDelta}, {2500, doneOK}},
+		{"VAD off: speech_stopped starts nothing", []step{{0, vadSession, false}, {1, noVAD, false}, {1000, stopped, false},
+			c(1050, create), {1100, created, false}, {1150, audioDelta, false}, {1200, doneOK, false}},
+			[]Event{first(100), ended(Completed, 150)}, 1},
+		{"a commit with VAD answers the next response", []step{{0, vadSession, false}, c(100, commit), {400, created, false},
+			{500, audioDelta, false}, {600, doneOK, false}},
+			[]Event{first(400), ended(Completed, 500)}, 1},
+		{"tool chain: the clock restarts at the client's create", []step{{0, noVAD, false}, c(0, create), {10, created, false},
+			{200, doneTool, false}, c(5200, create), {5210, created2, false}, {5500, audioDelta2, false}, {6000, doneOK2, false}},
+			[]Event{{Routes: true, Tool: ms2d(5000), HasTool: true}, first(300), ended(Completed, 6000)}, 1},
+		{"interrupted by speech", []step{{0, vadSession, false}, {1000, stopped, false}, {1050, created, false},
+			{1300, audioDelta, false}, {1400, doneCut, false}, {2000, stopped, false}, {2020, created2, false},
+			{2100, audioDelta2, false}, {2500, doneOK2, false}},
 			[]Event{first(600), ended(Interrupted, 700), first(400), ended(Completed, 800)}, 2},
-		{"cancelled by the client before audio", []step{{0, created}, {50, doneClient}},
+		{"cancelled by the client before audio", []step{c(0, create), {10, created, false}, {50, doneClient, false}},
 			[]Event{ended(Interrupted, 50)}, 1},
-		{"failed", []step{{0, created}, {50, doneFailed}}, []Event{ended(Failed, 50)}, 1},
-		{"session ends mid-turn", []step{{0, created}, {100, audioDelta}}, []Event{first(100), ended(Unfinished, 100)}, 1},
-		{"session ends during a tool call", []step{{0, created}, {100, doneTool}}, []Event{ended(Unfinished, 100)}, 1},
-		{"deltas without a turn", []step{{0, audioDelta}, {10, doneOK}}, nil, 0},
-		{"speech while the answer speaks starts the next turn", []step{{0, vadSession}, {1000, stopped}, {1100, created},
-			{1200, audioDelta}, {1500, stopped}, {1700, doneOK}, {1710, created}, {1900, audioDelta}, {2000, doneOK}},
+		{"failed by the upstream: a penalty", []step{c(0, create), {10, created, false}, {50, doneFailed, false}},
+			[]Event{penalty, ended(Failed, 50)}, 1},
+		{"the client's bad request: no penalty", []step{c(0, create), {10, created, false}, {50, doneBadReq, false}},
+			[]Event{ended(Failed, 50)}, 1},
+		{"a rate limit error: a penalty", []step{c(0, create), {10, rateLimited, false}}, []Event{penalty}, 0},
+		{"no output within the bound: a penalty", []step{c(0, create), {10, created, false}, {11_000, doneOK, false}},
+			[]Event{penalty, ended(Completed, 11_000)}, 1},
+		{"a create never answered: a penalty at the end", []step{c(0, create), {11_000, transcript, false}},
+			[]Event{penalty}, 0},
+		{"a refused create leaves the queue", []step{{0, noVAD, false}, c(0, create), {10, created, false}, c(100, createID),
+			{110, refused, false}, {200, audioDelta, false}, {300, doneOK, false}, c(1000, create), {1400, created2, false},
+			{1500, audioDelta2, false}, {1600, doneOK2, false}},
+			[]Event{first(200), ended(Completed, 300), first(500), ended(Completed, 600)}, 2},
+		{"out of band beside a voice turn", []step{{0, noVAD, false}, c(0, createOOB), c(50, create), {150, createdOOB, false},
+			{150, textDeltaO, false}, {160, doneOOB, false}, {200, created, false}, {200, audioDelta, false}, {300, doneOK, false}},
+			[]Event{{Kind: OutOfBand, FirstAudio: ms2d(150), HasFirstAudio: true}, first(150), ended(Completed, 250)}, 1},
+		{"a voice session's text response: apart, no turn", []step{{0, noVAD, false}, c(0, create), {10, createdText, false},
+			{100, textDelta, false}, {200, doneOK, false}},
+			[]Event{{Kind: Text, FirstAudio: ms2d(100), HasFirstAudio: true}}, 0},
+		{"a text-only session's turn routes", []step{{0, textOnly, false}, c(0, create), {10, createdText, false},
+			{100, textDelta, false}, {200, doneOK, false}},
+			[]Event{{Kind: Text, Routes: true, FirstAudio: ms2d(100), HasFirstAudio: true},
+				{Kind: Text, Routes: true, Outcome: Completed, Duration: ms2d(200)}}, 1},
+		{"session ends mid-turn", []step{c(0, create), {0, created, false}, {100, audioDelta, false}},
+			[]Event{first(100), ended(Unfinished, 100)}, 1},
+		{"session ends during a tool call", []step{c(0, create), {0, created, false}, {100, doneTool, false}},
+			[]Event{ended(Unfinished, 100)}, 1},
+		{"deltas without a turn", []step{{0, audioDelta, false}, {10, doneOK, false}}, nil, 0},
+		{"speech while the answer speaks starts the next turn", []step{{0, vadSession, false}, {1000, stopped, false},
+			{1100, created, false}, {1200, audioDelta, false}, {1500, stopped, false}, {1700, doneOK, false},
+			{1710, created2, false}, {1900, audioDelta2, false}, {2000, doneOK2, false}},
 			[]Event{first(500), ended(Completed, 1000), first(700), ended(Completed, 800)}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,7 +201,7 @@ func TestSummaryPercentiles(t *testing.T) {
 	var steps []step
 	at := 0
 	for i := 1; i <= 20; i++ { // first audio 100, 200, ..., 2000 ms
-		steps = append(steps, step{at, created}, step{at + 100*i, audioDelta}, step{at + 100*i + 1, doneOK})
+		steps = append(steps, c(at, create), step{at, created, false}, step{at + 100*i, audioDelta, false}, step{at + 100*i + 1, doneOK, false})
 		at += 10_000
 	}
 	_, w := run(t, steps)
@@ -214,7 +288,7 @@ func (in *benchInspector) Wants(prefix []byte) bool {
 		return false
 	}
 	in.wantUsage = in.meter.WantsType(typ)
-	_, whole := in.turns.See(protocol.Realtime{}.Turn(typ))
+	whole := in.turns.See(protocol.Realtime{}.Turn(typ), prefix)
 	return whole || in.wantUsage
 }
 
@@ -259,13 +333,15 @@ func TestLiveTurns(t *testing.T) {
 		steps []step
 		want  []Event
 	}{
-		{"one answer, ended with the session", []step{{0, heard}, {100, heard}, {350, spoken}, {400, spoken}, {900, usageU}},
+		{"one answer, ended with the session", []step{{0, heard, false}, {100, heard, false}, {350, spoken, false},
+			{400, spoken, false}, {900, usageU, false}},
 			[]Event{first(250), ended(Completed, 800)}}, // timed from the last speech heard
-		{"the next speech ends the turn that spoke", []step{{0, heard}, {200, spoken}, {1000, heard}, {1300, spoken}},
+		{"the next speech ends the turn that spoke", []step{{0, heard, false}, {200, spoken, false}, {1000, heard, false},
+			{1300, spoken, false}},
 			[]Event{first(200), ended(Completed, 1000), first(300), ended(Completed, 300)}},
-		{"speech never answered is unfinished", []step{{0, heard}, {500, heard}},
+		{"speech never answered is unfinished", []step{{0, heard, false}, {500, heard, false}},
 			[]Event{ended(Unfinished, 0)}}, // the clock moved with the speech
-		{"output with no speech heard is no turn", []step{{0, spoken}, {40, spoken}}, nil},
+		{"output with no speech heard is no turn", []step{{0, spoken, false}, {40, spoken, false}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, w := runProto(t, protocol.Live{}, tc.steps)
@@ -293,4 +369,103 @@ func countStarts(evs []Event) int {
 		}
 	}
 	return n
+}
+
+// clientInspector is the session's inspector on the client's frames
+// (server's clientWatch) without its server: the type read once, the turns'
+// clock from it.
+type clientInspector struct{ turns *Watch }
+
+func (in clientInspector) Wants(prefix []byte) bool {
+	typ, ok := usage.EventType(prefix)
+	return ok && in.turns.ClientWants(typ)
+}
+
+func (in clientInspector) Inspect(p []byte) { in.turns.Client(p, false) }
+
+// appendFrame is a client's 20 ms append of 24 kHz PCM16, masked.
+var appendFrame = frames.AppendFrame(nil, ws.OpText,
+	[]byte(`{"type":"input_audio_buffer.append","event_id":"event_1","audio":"`+strings.Repeat("A", 1280)+`"}`), true)
+
+// vadWatch is a Watch whose session has server VAD making responses: its
+// appends are timed.
+func vadWatch() *Watch {
+	w := &Watch{}
+	if w.See(protocol.Realtime{}.Turn([]byte("session.created")), nil) {
+		w.Inspect([]byte(vadSession))
+	}
+	return w
+}
+
+// TestClientAppendAllocatesNothing: with server VAD on, each append the
+// gateway forwards is timed (its audio counted, the moment kept) and
+// allocates nothing once the clock's marks are made.
+func TestClientAppendAllocatesNothing(t *testing.T) {
+	w := vadWatch()
+	s := frames.NewScanner(frames.FromClient, 0)
+	s.SetInspector(clientInspector{w})
+	src := frames.NewByteSource(nil)
+	forward := func() {
+		src.Reset(appendFrame)
+		if _, err := s.Forward(src, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forward()
+	if allocs := testing.AllocsPerRun(1000, forward); allocs != 0 {
+		t.Fatalf("%v allocations per append", allocs)
+	}
+	if got := w.audio.ms; got != 1002*20 { // AllocsPerRun runs once more to warm up
+		t.Fatalf("audio clock at %v ms, want %d", got, 1002*20)
+	}
+}
+
+// BenchmarkClientAppend is what the turn clock adds to a client's append
+// (see continuity's BenchmarkRelayCost for the relay's own): off, VAD off
+// (the type scan only), on (the unmasked copy and the timing).
+func BenchmarkClientAppend(b *testing.B) {
+	for _, mode := range []string{"none", "vad-off", "vad-on"} {
+		b.Run(mode, func(b *testing.B) {
+			s := frames.NewScanner(frames.FromClient, 0)
+			switch mode {
+			case "vad-off":
+				s.SetInspector(clientInspector{&Watch{}})
+			case "vad-on":
+				s.SetInspector(clientInspector{vadWatch()})
+			}
+			src := frames.NewByteSource(nil)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(appendFrame)))
+			for b.Loop() {
+				src.Reset(appendFrame)
+				if _, err := s.Forward(src, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestQueuedCreate: a create the client sent before its upstream existed
+// (queued by the session) is timed from the upstream's attach, when it
+// went, not from when it was queued.
+func TestQueuedCreate(t *testing.T) {
+	epoch := time.Unix(1000, 0)
+	now := epoch
+	var got []Event
+	w := &Watch{Tracker: Tracker{Now: func() time.Time { return now }, Observe: func(ev Event) { got = append(got, ev) }}}
+	if w.ClientWants([]byte("response.create")) {
+		w.Client([]byte(create), true)
+	}
+	now = epoch.Add(300 * time.Millisecond)
+	w.Attached()
+	now = epoch.Add(350 * time.Millisecond)
+	if w.See(protocol.Realtime{}.Turn([]byte("response.created")), nil) {
+		w.Inspect([]byte(created))
+	}
+	now = epoch.Add(400 * time.Millisecond)
+	w.See(protocol.FirstOutput, []byte(audioDelta))
+	if len(got) != 1 || got[0] != first(100) {
+		t.Fatalf("events %+v, want the first audio 100 ms after the attach", got)
+	}
 }

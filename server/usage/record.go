@@ -40,8 +40,21 @@ type Record struct {
 	Seconds float64 `json:"seconds,omitempty"`
 	// Unconfirmed marks usage the upstream never confirmed (a GPT-Live
 	// session that ended without session.closed is billed its last
-	// reported seconds).
+	// reported seconds; a Realtime response in flight at the end whose
+	// cancelled response.done never came is billed an estimate: Estimated).
 	Unconfirmed bool `json:"unconfirmed,omitempty"`
+	// Estimated is the part of Usage the upstream never reported: the
+	// responses a session ended (or a resume let go of) while they were in
+	// flight, whose cancelled response.done did not come in time, billed
+	// by the estimate in flights.go. Unconfirmed is set with it.
+	Estimated *Usage `json:"estimated,omitempty"`
+	// Transcription is a Realtime session's input transcription usage, by
+	// transcription model, priced at that model's prices (in CostUSD).
+	Transcription []ModelUsage `json:"transcription_usage,omitempty"`
+	// Unpriced names the models of usage the gateway has no price for (no
+	// built-in price, no model_info): that usage is in the record but not
+	// in CostUSD, and rtgate_unpriced_usage_total counts it.
+	Unpriced []string `json:"unpriced,omitempty"`
 	// Unmetered marks a session whose events the gateway could not read (a
 	// WebRTC session with no sideband through it): billed a floor.
 	Unmetered bool `json:"unmetered,omitempty"`
@@ -102,6 +115,16 @@ func (r Record) LogAttrs() []any {
 	}
 	if r.Unmetered {
 		attrs = append(attrs, "unmetered", true)
+	}
+	if r.Estimated != nil {
+		attrs = append(attrs, "estimated_responses", r.Estimated.Responses)
+	}
+	for _, t := range r.Transcription {
+		attrs = append(attrs, "transcription_model", t.Model, "transcription_input_tokens", t.Usage.InputTokens,
+			"transcription_output_tokens", t.Usage.OutputTokens)
+	}
+	if len(r.Unpriced) > 0 {
+		attrs = append(attrs, "unpriced", r.Unpriced)
 	}
 	if r.UpstreamSessions > 1 {
 		attrs = append(attrs, "upstream_sessions", r.UpstreamSessions)

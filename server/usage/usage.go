@@ -154,9 +154,28 @@ func Parse(payload []byte) (Usage, error) {
 		}
 		// Only token counts come from the event: the event counts are ours.
 		tu.Responses, tu.Transcriptions, tu.TranscriptionSeconds = 0, 0, 0
+		if ev.Type == TypeTranscriptionComplete {
+			tu.Usage.fillTranscriptionKinds()
+		}
 		add.Add(tu.Usage)
 	}
 	return add, nil
+}
+
+// fillTranscriptionKinds gives a transcription's totals reported without
+// their split their kind: OpenAI's transcription usage has output_tokens
+// without output_token_details (the output is the transcript, text), and
+// its input is the audio (input_token_details may be left out too). A
+// count left without a kind would be priced at nothing.
+func (u *Usage) fillTranscriptionKinds() {
+	out := &u.OutputTokenDetails
+	if out.TextTokens+out.AudioTokens == 0 {
+		out.TextTokens = u.OutputTokens
+	}
+	in := &u.InputTokenDetails
+	if in.TextTokens+in.AudioTokens+in.ImageTokens == 0 {
+		in.AudioTokens = u.InputTokens
+	}
 }
 
 // AddEvent adds the usage of one usage-bearing event (see Parse); an event

@@ -70,10 +70,34 @@ func TestUsageTranscription(t *testing.T) {
 			t.Fatalf("AddEvent(%s): %v", ev, err)
 		}
 	}
+	// OpenAI reports the transcript's tokens as output_tokens without
+	// output_token_details: they are text (priced, not dropped).
 	want := Usage{Transcriptions: 2, TranscriptionSeconds: 2.5, InputTokens: 22, OutputTokens: 8, TotalTokens: 30,
-		InputTokenDetails: InputTokenDetails{TextTokens: 2, AudioTokens: 20}}
+		InputTokenDetails: InputTokenDetails{TextTokens: 2, AudioTokens: 20}, OutputTokenDetails: OutputTokenDetails{TextTokens: 8}}
 	if u != want {
 		t.Fatalf("usage %+v, want %+v", u, want)
+	}
+}
+
+// TestTranscriptionKinds: a transcription's totals reported without their
+// split get their kind (input audio, output text); a split given is kept;
+// a response.done's are never guessed.
+func TestTranscriptionKinds(t *testing.T) {
+	for _, tc := range []struct {
+		name, ev     string
+		inAudio, out int64
+	}{
+		{"no details", `{"type":"conversation.item.input_audio_transcription.completed","usage":{"type":"tokens","input_tokens":100,"output_tokens":5,"total_tokens":105}}`, 100, 5},
+		{"details given", `{"type":"conversation.item.input_audio_transcription.completed","usage":{"type":"tokens","input_tokens":100,"input_token_details":{"text_tokens":10,"audio_tokens":90},"output_tokens":5,"output_token_details":{"text_tokens":5}}}`, 90, 5},
+		{"response.done", `{"type":"response.done","response":{"usage":{"input_tokens":100,"output_tokens":5}}}`, 0, 0},
+	} {
+		u, err := Parse([]byte(tc.ev))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if u.InputTokenDetails.AudioTokens != tc.inAudio || u.OutputTokenDetails.TextTokens != tc.out {
+			t.Errorf("%s: %+v, want %d input audio and %d output text tokens", tc.name, u, tc.inAudio, tc.out)
+		}
 	}
 }
 

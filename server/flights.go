@@ -1,0 +1,107 @@
+package server
+
+// Usage a client cannot walk away from (usage.Flights has the rule): a
+// Realtime conversation session follows its responses in flight, and its
+// end, whoever ends it (the client's close or drop, a drain, MAX_SESSION_SECS,
+// a budget), goes through the relay's farewell (poller.SetFarewellFunc): a
+// response.cancel for each response in flight, then the close once their
+// cancelled response.done came (with their usage) or half of
+// CLOSE_TIMEOUT_SECS passed. Responses still in flight then, or when a
+// resume lets go of their upstream (a loss, the cap, a rollover), are billed
+// an estimate, flagged unconfirmed. A rollover the gateway chooses cancels
+// first (rollover.go's forced moment waits for the cancelled responses).
+//
+// Only response.created and response.done are read for it, once per
+// response; the relay's per-frame path is unchanged.
+
+import (
+	"time"
+
+	"rtgate/poller"
+	"rtgate/server/protocol"
+	"rtgate/server/usage"
+)
+
+// keepFlights turns the follow of responses in flight on for a Realtime
+// conversation session (not a sideband, a transcription or a translation
+// session: they have no responses of their own to cancel), before its relay
+// starts.
+func (i *sessionInfo) keepFlights(sess *poller.Session, closeTimeout time.Duration) {
+	f := &usage.Flights{
+		Relayed:    sess.BytesToClient,
+		FromClient: sess.BytesFromClient,
+		OnSettled:  sess.Farewelled,
+		Cancel:     protocol.Realtime{}.Cancel,
+	}
+	i.flights, i.cancelWait = f, farewellWait(closeTimeout)
+	i.meter.SplitTranscription = true // its input transcription is its own model's (pricing.go)
+	sess.SetFarewellFunc(f.Farewell, i.cancelWait)
+}
+
+// realtimeConversation reports whether an upgrade opens a Realtime
+// conversation session: not GPT-Live, a sideband (?call_id=), a translation
+// or a transcription session.
+func realtimeConversation(u *upgrade) bool {
+	return !u.live && !u.liveFork && !u.liveAttach && u.callID == "" && !u.translation && isRealtimeModel(u.q) &&
+		(u.grant == nil || u.grant.Claims.Type != "transcription")
+}
+
+// farewellWait is how long a Realtime session's end waits for its cancelled
+// responses: half of CLOSE_TIMEOUT_SECS, so that the close handshake that
+// follows still fits the drain's budget.
+func farewellWait(closeTimeout time.Duration) time.Duration {
+	return max(closeTimeout/2, 100*time.Millisecond)
+}
+
+// estimateFlights bills the responses in flight that will never report
+// their usage (the session ended, or a resume let go of their upstream):
+// the estimate is added to the session's usage and its Estimated part, and
+// booked against the key's budget. Call it where no upstream read runs (the
+// session's end, a resume).
+func (s *Server) estimateFlights(info *sessionInfo) {
+	if info.flights == nil {
+		return
+	}
+	est := info.flights.Estimate()
+	if est.Responses == 0 {
+		return
+	}
+	info.estMu.Lock()
+	info.estimated.Add(est)
+	info.estMu.Unlock()
+	s.budgets.bookAfter(info, prices(info.currentDeployment()).Cost(est))
+}
+
+// estimatedUsage is what estimateFlights billed so far (nil for nothing).
+func (i *sessionInfo) estimatedUsage() *usage.Usage {
+	i.estMu.Lock()
+	defer i.estMu.Unlock()
+	if i.estimated.Responses == 0 {
+		return nil
+	}
+	est := i.estimated
+	return &est
+}
+
+// forcedRollover is the quiet a rollover past its deadline waits for (nil:
+// any moment, forced). The first time, the responses in flight are asked to
+// cancel; then the moment they have all ended will do, for up to the
+// farewell's wait, after which the rollover is forced (and what is still in
+// flight is estimated). cancelledAt is the rollover's own, read and written
+// by its timer only.
+func (i *sessionInfo) forcedRollover(sess *poller.Session, now time.Time, cancelledAt *time.Time) func() bool {
+	f := i.flights
+	if f == nil {
+		return nil
+	}
+	if cancelledAt.IsZero() {
+		*cancelledAt = now
+		if frames := f.Cancels(); frames == nil || !sess.SendUpstream(frames) {
+			return nil // nothing in flight, or the upstream cannot take it
+		}
+	}
+	if now.Sub(*cancelledAt) >= i.cancelWait {
+		return nil
+	}
+	return func() bool { return len(f.Open()) == 0 }
+}
