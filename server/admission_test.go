@@ -334,3 +334,39 @@ func TestCallErrorsInGatewaysWords(t *testing.T) {
 		t.Fatal("the call is not remembered by its bare id")
 	}
 }
+
+// TestLiveCreateAdmitted (item 1, GPT-Live): a WebRTC create is admitted
+// as a session: with MAX_SESSIONS_PER_KEY 1 a second create of the key is
+// refused 429 while the first session is live, and admitted once it was
+// hung up (before, the create checked the budget only). With Redis gone, a
+// control of a session this instance does not know fails closed: 503
+// owner_unavailable.
+func TestLiveCreateAdmitted(t *testing.T) {
+	for _, up := range upstreams {
+		t.Run(up.name, func(t *testing.T) {
+			rd := redistest.Start(t)
+			mock := startMock(t, up.cfg)
+			path := liveAppsConfig(t, mock.BaseURL())
+			settings := func(c *Settings) { c.RoutesFile, c.RedisURL, c.MaxSessionsPerKey = path, rd.URL(), 1 }
+			g, other := startAppGateway(t, mock, settings), startAppGateway(t, mock, settings)
+			id := newWebRTCSession(t, g, keyA)
+			if status, b := createLive(t, g, keyA, ""); status != http.StatusTooManyRequests || errorCode(b) != "concurrent_sessions_exceeded" {
+				t.Fatalf("a second create while the first session is live: HTTP %d %s, want 429 concurrent_sessions_exceeded", status, b)
+			}
+			if status, _, b := post(t, g, "/v1/live/sessions/"+id+"/hangup", keyA, "application/json", nil, nil); status != http.StatusOK {
+				t.Fatalf("hangup: HTTP %d %s", status, b)
+			}
+			waitFor(t, "the session's end to give its admission back", func() bool {
+				n := 0
+				g.srv.meters.sessions.Range(func(any, any) bool { n++; return true })
+				return n == 0
+			})
+			id = newWebRTCSession(t, g, keyA)
+			rd.Stop()
+			status, _, b := post(t, other, "/v1/live/sessions/"+id+"/hangup", keyA, "application/json", nil, nil)
+			if status != http.StatusServiceUnavailable || errorCode(b) != "owner_unavailable" {
+				t.Fatalf("a control with the owner unknowable: HTTP %d %s, want 503 owner_unavailable", status, b)
+			}
+		})
+	}
+}
