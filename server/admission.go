@@ -131,7 +131,7 @@ func (s *Server) keyLimits(key *routes.ClientKey) (maxSessions int, rate float64
 	return maxSessions, rate
 }
 
-// waits reports whether admitting key through e may wait on I/O (the
+// admitWaits reports whether admitting key through e may wait on I/O (the
 // Redis admitter).
 func (s *Server) admitWaits(e entry, key *routes.ClientKey) bool {
 	if !entryRules[e].session {

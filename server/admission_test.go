@@ -39,7 +39,10 @@ func admissionGateway(t *testing.T, keysYAML string, mutate func(*Settings), ms 
 		c.RoutesFile = path
 		c.SpendState = t.TempDir() + "/budgets.json"
 		if ms[0].CertPEM() != nil {
-			c.UpstreamRoots = trustMock(t, ms[0]) // every mock shares mockai's certificate
+			c.UpstreamRoots = trustMock(t, ms[0])
+			for _, m := range ms[1:] {
+				c.UpstreamRoots.AppendCertsFromPEM(m.CertPEM())
+			}
 		}
 		if mutate != nil {
 			mutate(c)
@@ -366,6 +369,40 @@ func TestLiveCreateAdmitted(t *testing.T) {
 			status, _, b := post(t, other, "/v1/live/sessions/"+id+"/hangup", keyA, "application/json", nil, nil)
 			if status != http.StatusServiceUnavailable || errorCode(b) != "owner_unavailable" {
 				t.Fatalf("a control with the owner unknowable: HTTP %d %s, want 503 owner_unavailable", status, b)
+			}
+		})
+	}
+}
+
+// TestResumeNeverOntoARemovedDeployment (item 7): a reload that replaces a
+// group's deployment leaves the live session on it, but when that upstream
+// is lost the session resumes on the group's deployment now, never on the
+// removed one (before, the resume used the routes of the connect and went
+// back to it).
+func TestResumeNeverOntoARemovedDeployment(t *testing.T) {
+	for _, up := range upstreams {
+		t.Run(up.name, func(t *testing.T) {
+			cut := up.cfg
+			cut.Cut = mockai.Cut{Kind: mockai.CutDrop, AfterResponses: 1, Times: 1}
+			removed, kept := startMock(t, cut), startMock(t, up.cfg)
+			g := admissionGateway(t, appKeys, func(c *Settings) {
+				if kept.CertPEM() != nil {
+					c.UpstreamRoots.AppendCertsFromPEM(kept.CertPEM())
+				}
+			}, removed)
+			c := g.dial(t, "model=gpt-realtime", bearer(keyA))
+			read(t, c)
+			if err := os.WriteFile(g.srv.cfg.RoutesFile, []byte("model_list:"+openaiEntry("gpt-realtime", kept)+configTail+appKeys), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.srv.Reload(); err != nil {
+				t.Fatal(err)
+			}
+			send(t, c, map[string]any{"type": "response.create"})
+			readUntil(t, c, EventResumed) // the removed deployment's upstream dropped after the answer
+			if len(kept.Records()) != 1 || len(removed.Records()) != 1 {
+				t.Fatalf("the resume went to the removed deployment (%d connects) and not the group's now (%d), want 1 and 1",
+					len(removed.Records()), len(kept.Records()))
 			}
 		})
 	}
