@@ -260,20 +260,32 @@ func TestSecretSidebandReachesOnlyItsCalls(t *testing.T) {
 
 // TestReloadRevokesLiveSessions (item 7): a reload that removes a key ends
 // its live sessions with an error event key_revoked and close 1008, while
-// another key's session goes on.
+// another key's session goes on, under the budget the reload set: lowered
+// below what its next response costs, that response ends it (budget_exceeded,
+// 1008). Before, a reload reached no live session.
 func TestReloadRevokesLiveSessions(t *testing.T) {
 	for _, up := range upstreams {
 		t.Run(up.name, func(t *testing.T) {
-			m := startMock(t, up.cfg)
-			g := admissionGateway(t, appKeys, nil, m)
+			cfg := up.cfg
+			cfg.AudioDeltas, cfg.AudioDeltaBytes = 4, 9600 // a response costs $0.00556 (responseCost)
+			m := startMock(t, cfg)
+			keys := func(budget string) string {
+				return `
+keys:
+  - name: app-a
+    key: os.environ/APP_A_KEY
+  - name: app-b
+    key: os.environ/APP_B_KEY
+    max_budget: ` + budget + `
+    budget_duration: 30d
+`
+			}
+			g := admissionGateway(t, keys("1"), nil, m)
 			revoked, kept := g.dial(t, "", bearer(keyA)), g.dial(t, "", bearer(keyB))
 			read(t, revoked)
 			read(t, kept)
-			if err := os.WriteFile(g.srv.cfg.RoutesFile, []byte("model_list:"+openaiEntry("gpt-realtime", m)+configTail+`
-keys:
-  - name: app-b
-    key: os.environ/APP_B_KEY
-`), 0o600); err != nil {
+			withoutA := strings.Replace(keys("0.001"), "  - name: app-a\n    key: os.environ/APP_A_KEY\n", "", 1)
+			if err := os.WriteFile(g.srv.cfg.RoutesFile, []byte("model_list:"+openaiEntry("gpt-realtime", m)+configTail+withoutA), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			if err := g.srv.Reload(); err != nil {
@@ -285,9 +297,12 @@ keys:
 			if ce := closeOf(t, revoked); ce.Code != websocket.ClosePolicyViolation {
 				t.Fatalf("the revoked key's session closed %d, want 1008", ce.Code)
 			}
-			send(t, kept, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime"}})
-			if e := read(t, kept); e.typ() != "session.updated" {
-				t.Fatalf("the kept key's session broke on reload: %s", e.typ())
+			respond(t, kept) // the session goes on; its response takes app-b over the lowered budget
+			if e, _ := readUntil(t, kept, "error"); e.str("error", "code") != "budget_exceeded" {
+				t.Fatalf("the kept session's error %s, want budget_exceeded", e.str("error", "code"))
+			}
+			if ce := closeOf(t, kept); ce.Code != websocket.ClosePolicyViolation {
+				t.Fatalf("the session over its lowered budget closed %d, want 1008", ce.Code)
 			}
 		})
 	}
