@@ -335,3 +335,38 @@ func watches(t *testing.T, ep, fd int) bool {
 	}
 	return false
 }
+
+// A listener that netpoll lets go of and that no longer listens cannot be
+// served again: Serve returns the error (cmd/gateway then exits non-zero,
+// for a supervisor to start a fresh process) instead of leaving a gateway
+// that accepts nothing. Here the socket is shut from outside, not by
+// StopAccepting: the poller reports the hang-up and netpoll's Serve returns.
+func TestFrontDoorLostListenerEndsServe(t *testing.T) {
+	srv, ln := newUnservedGateway(t)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	waitFor(t, "the gateway to serve", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.listener != nil
+	})
+	if err := unix.Shutdown(listenerFd(t, ln), unix.SHUT_RD); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err == nil || !strings.Contains(err.Error(), "no longer listens") {
+			t.Fatalf("Serve returned %v, want the listener's loss", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return: the lost listener passed in silence")
+	}
+	if n := gathered(t, srv.metrics.reg, "rtgate_listener_restarts_total"); n != 0 {
+		t.Fatalf("rtgate_listener_restarts_total %v, want 0: a socket that no longer listens was served again", n)
+	}
+}
