@@ -58,6 +58,9 @@ type frontDoor struct {
 	refusing atomic.Int64
 
 	refused *prometheus.CounterVec // connections refused at once, by reason
+	// restarts counts the listener served again after netpoll let go of it
+	// while the gateway ran (relisten.go).
+	restarts prometheus.Counter
 
 	// pool hears of each connection accepted and answered: while it is
 	// short it dials ahead of the requests (upstream/anticipate.go).
@@ -78,7 +81,10 @@ func (f *frontDoor) init(cfg Settings, tlsListener bool, sessionsOpen *atomic.In
 		"Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS "+
 			"(connections), or on a whole ClientHello when MAX_HANDSHAKES TLS handshakes were running (handshakes).",
 		refusedHandshakes, refusedConnections)
-	reg.MustRegister(f.refused,
+	f.restarts = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_listener_restarts_total",
+		Help: "Times netpoll stopped serving the client listener while the gateway ran and it was served again " +
+			"(netpoll's race build, README's Known issues); a listener that cannot be served again ends the process."})
+	reg.MustRegister(f.refused, f.restarts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_handshakes",
 			Help: "Client connections between accept and the answer to their request (they hold MAX_CONNECTIONS slots)."},
 			func() float64 { return float64(f.unanswered.Load()) }),
@@ -337,6 +343,26 @@ func (l *stoppableListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return nil, nil
+}
+
+// listening says why the socket cannot accept any more (nil if it still
+// listens): closed, or shut by anything but StopAccepting (SO_ACCEPTCONN is
+// 0 once a listening socket is shut).
+func (l *stoppableListener) listening() error {
+	var on int
+	var serr error
+	if err := l.raw.Control(func(fd uintptr) {
+		on, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+	}); err != nil {
+		return fmt.Errorf("the socket is closed: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("reading SO_ACCEPTCONN: %w", serr)
+	}
+	if on == 0 {
+		return errors.New("the socket no longer listens")
+	}
+	return nil
 }
 
 // acceptedConn hands netpoll an accepted socket. netpoll keeps only its

@@ -230,8 +230,7 @@ func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
 	sock := socketOf(t, listenerFd(t, ln))
 	shutDown, serving := make(chan struct{}), make(chan struct{})
 	srv.hooks.Store(&testHooks{serve: func() { close(serving); <-shutDown }})
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ln); close(done) }()
+	done := serveChecked(t, srv, ln)
 	<-serving
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -333,8 +332,7 @@ func healthOnce(addr string) error {
 func startAndShutDown(t *testing.T) {
 	t.Helper()
 	srv, ln := newUnservedGateway(t)
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ln); close(done) }()
+	done := serveChecked(t, srv, ln)
 	waitFor(t, "the neighbour to serve", func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()

@@ -56,6 +56,25 @@ func startGateway(t testing.TB, mock *mockai.Server, mutate func(*Settings)) *ga
 // (or, with -v, logs to the test).
 func startGatewayLog(t testing.TB, mock *mockai.Server, mutate func(*Settings), log *slog.Logger) *gateway {
 	t.Helper()
+	srv := newTestServer(t, mock, mutate, log)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := serveChecked(t, srv, ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	})
+	return &gateway{srv: srv, addr: ln.Addr().String(), mock: mock}
+}
+
+// newTestServer is the Server startGatewayLog serves, not yet serving: for a
+// test that makes its listener itself.
+func newTestServer(t testing.TB, mock *mockai.Server, mutate func(*Settings), log *slog.Logger) *Server {
+	t.Helper()
 	cfg := Defaults()
 	cfg.MasterKey = testMasterKey
 	cfg.UpstreamKey = testUpstreamKey
@@ -83,19 +102,23 @@ func startGatewayLog(t testing.TB, mock *mockai.Server, mutate func(*Settings), 
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ln); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	})
-	return &gateway{srv: srv, addr: ln.Addr().String(), mock: mock}
+	return srv
+}
+
+// serveChecked runs srv.Serve(ln) in a goroutine and fails the test if it returns
+// an error: the listener was lost while the gateway ran (relisten.go), and
+// the test's connects would go unanswered. Serve returns nil when the
+// gateway stops accepting (Drain, Shutdown). done closes when Serve has
+// returned; the caller waits for it before the test ends.
+func serveChecked(t testing.TB, srv *Server, ln net.Listener) (done <-chan struct{}) {
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil {
+			t.Errorf("the gateway stopped serving its listener: %v", err)
+		}
+	}()
+	return served
 }
 
 type testWriter struct{ t testing.TB }

@@ -202,13 +202,15 @@ func (s *Server) ListenAndServe() error {
 }
 
 // Serve accepts client connections on ln until Shutdown.
+//
+// It returns nil once StopAccepting (Drain, Shutdown) has stopped the
+// listener, and an error only when the listener stopped being served for
+// another reason and could not be served again (serveListener): then the
+// gateway no longer accepts clients, and cmd/gateway exits non-zero.
 func (s *Server) Serve(ln net.Listener) error {
-	loop, err := netpoll.NewEventLoop(s.onRequest,
-		netpoll.WithOnPrepare(s.onPrepare),
-		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
-	)
+	loop, err := s.newEventLoop()
 	if err != nil {
-		return fmt.Errorf("creating event loop: %w", err)
+		return err
 	}
 	sl, err := newStoppableListener(ln) // accept.go: Drain stops accepting through it
 	if err != nil {
@@ -229,12 +231,21 @@ func (s *Server) Serve(ln net.Listener) error {
 	if h := s.hooks.Load(); h != nil && h.serve != nil {
 		h.serve() // a Shutdown that comes before netpoll's Serve
 	}
-	err = loop.Serve(sl)
-	sl.serveEnded() // the socket's closer, if Shutdown came first (accept.go)
-	if sl.stopped.Load() {
-		return nil // Drain stopped accepting: that is how serving ends
-	}
+	err = s.serveListener(loop, sl) // relisten.go
+	sl.serveEnded()                 // the socket's closer, if Shutdown came first (accept.go)
 	return err
+}
+
+// newEventLoop is a netpoll event loop for the client listener.
+func (s *Server) newEventLoop() (netpoll.EventLoop, error) {
+	loop, err := netpoll.NewEventLoop(s.onRequest,
+		netpoll.WithOnPrepare(s.onPrepare),
+		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating event loop: %w", err)
+	}
+	return loop, nil
 }
 
 // Pool returns the warm pool, or nil when it is off.

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -111,7 +112,13 @@ wait:
 	for {
 		select {
 		case err := <-errc:
-			return err
+			// Serve ends without a signal only when the client listener
+			// is lost (server/relisten.go): exit non-zero so that a
+			// supervisor starts a fresh process.
+			if err == nil {
+				err = errors.New("the client listener stopped without a signal")
+			}
+			return fmt.Errorf("serving clients: %w", err)
 		case <-hup:
 			_ = srv.ReopenLogs() // logrotate's postrotate; logs its own outcome
 			_ = srv.Reload()     // logs its own outcome
