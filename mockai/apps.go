@@ -14,6 +14,8 @@ package mockai
 //	GET  /mock/events                client events received (type, session, call, the JSON;
 //	                                 audio appends are not recorded)
 //	POST /mock/calls/{id}/respond    every sideband of the call gets a response.done with usage
+//	POST /v1/realtime/calls/{id}/hangup  (OpenAI's call control) ends the call: every sideband of
+//	                                 it is closed with 1000
 //
 // A session.update whose instructions are RejectInstructions is refused with
 // an invalid_value error, so tests can see a rejected config.
@@ -73,6 +75,7 @@ type sessionKind struct{ callID, intent string }
 func (s *Server) mountApps(mux *http.ServeMux) {
 	for _, p := range []string{"/v1/realtime/calls", "/openai/v1/realtime/calls"} {
 		mux.HandleFunc("POST "+p, s.handleCall)
+		mux.HandleFunc("POST "+p+"/{id}/hangup", s.handleCallHangup)
 	}
 	mux.HandleFunc("GET /mock/calls", func(w http.ResponseWriter, _ *http.Request) {
 		s.apps.mu.Lock()
@@ -272,6 +275,28 @@ func transcribing(overrides map[string]any) bool {
 	input, _ := audio["input"].(map[string]any)
 	tr, ok := input["transcription"]
 	return ok && tr != nil
+}
+
+// handleCallHangup ends a call: its sidebands are closed with 1000 (the
+// media side has nothing to end in a mock). A call that has no sideband
+// open is answered 200 all the same, as OpenAI answers an ended call's
+// hang-up.
+func (s *Server) handleCallHangup(w http.ResponseWriter, r *http.Request) {
+	if key := presentedKey(r); s.cfg.Key != "" && key != s.cfg.Key {
+		writeHTTPError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+		return
+	}
+	a := &s.apps
+	a.mu.Lock()
+	var members []*session
+	for m := range a.members[r.PathValue("id")] {
+		members = append(members, m)
+	}
+	a.mu.Unlock()
+	for _, m := range members {
+		m.closeNormal("call ended")
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // respondOnCall sends every sideband of the call a response.done with

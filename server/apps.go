@@ -62,7 +62,10 @@ func newAppState(cfg Settings, store *cluster.Store, upTLS *tls.Config, meters *
 // holds (or the probe) first: the first attempt dials them as they are, as
 // a plain connect does. It reports false for a plain connect.
 func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, cands []*routes.Deployment) bool {
-	group, table, q, h := info.group, u.table, u.q, u.req.Header
+	group, q, h := info.group, u.q, u.req.Header
+	// A redial goes to the deployments in force then: never one a reload
+	// removed.
+	current := func() []*routes.Deployment { return s.balancer.Rank(s.routes.Load().Groups[group]) }
 	switch {
 	case u.liveAttach:
 		if !u.liveFork { // its frames meter the session only if the gateway's own sideband cannot (watch.go)
@@ -93,14 +96,14 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		} else if !isTranscription(q) {
 			q.Set("model", group)
 		}
-		info.redial = func() { s.primeSession(sess, info, s.balancer.Rank(table.Groups[group]), q, h) }
+		info.redial = func() { s.primeSession(sess, info, current(), q, h) }
 		if info.resume != nil {
 			info.resume.rawQuery = q.Encode() // the group the secret was minted for
 		}
 		go s.primeSession(sess, info, cands, q, h)
 		return true
 	case isTranscription(q):
-		info.redial = func() { s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, h, nil) }
+		info.redial = func() { s.connectUpstream(sess, info, current(), q, h, nil) }
 		go s.connectUpstream(sess, info, cands, q, h, nil)
 		return true
 	}
@@ -132,23 +135,58 @@ type unmetered struct{}
 func (unmetered) Wants([]byte) bool { return false }
 func (unmetered) Inspect([]byte)    {}
 
-// checkSideband refuses a sideband the key may not open, given the key
-// that made its call (made: the gateway made it).
-func checkSideband(u *upgrade, owner string, made bool) *refusal {
-	key := u.key
+// checkSideband refuses a sideband the connect may not open, given its
+// call's owner (made: the gateway made the call), and routes the one it may
+// open to the deployment that serves its call.
+func checkSideband(u *upgrade, owner apps.Owner, made bool) *refusal {
+	u.made = made
+	if herr := sidebandAccess(u.key, u.grant, owner, made); herr != nil {
+		return herr
+	}
+	if u.liveAttach {
+		return resolveLiveAttach(u, owner, made)
+	}
+	if !made || owner.Deployment == "" {
+		return nil // a call made elsewhere (or remembered by an older gateway): the query's group
+	}
+	d := u.table.Named(owner.Deployment)
+	if d == nil {
+		return &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "call_not_found",
+			message: "The deployment that serves this call is no longer configured."}
+	}
+	u.group, u.attachTo = d.Group, d
+	return nil
+}
+
+// sidebandAccess is the owner check of a sideband, a call control or a
+// fork: the key that made the call (and, when a client secret made it,
+// only that secret); a call the gateway did not make, the master key or a
+// key with `sideband: any` (never a client secret, whatever its minting
+// key may do).
+func sidebandAccess(key *routes.ClientKey, grant *apps.Grant, owner apps.Owner, made bool) *refusal {
 	forbidden := func(msg string) *refusal {
 		return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
 	}
-	if u.made = made; made {
-		if parseLiveOwner(owner).key == key.Name { // a Live owner is "key\ndeployment"
-			return resolveLiveAttach(u, owner, made)
-		}
+	switch {
+	case made && owner.Key != key.Name:
 		return forbidden("This call was made with another key.")
-	}
-	if key.Name == routes.MasterKeyName || key.Sideband == routes.SidebandAny {
-		return resolveLiveAttach(u, owner, made)
+	case grant != nil && (!made || owner.Secret != grant.Claims.ID):
+		return forbidden("A client secret may attach only to the calls made with it.")
+	case made:
+		return nil
+	case key.Name == routes.MasterKeyName || key.Sideband == routes.SidebandAny:
+		return nil
 	}
 	return forbidden("This key may attach only to calls it made through the gateway (give it `sideband: any` for others).")
+}
+
+// ownerUnavailable refuses an attach, fork or control whose call's owner
+// could not be looked up (Redis down or slow): the gateway does not know
+// whether the caller may, so it does not guess.
+func ownerUnavailable() *refusal {
+	return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "owner_unavailable",
+		message: "The gateway could not look up who owns this call just now; try again shortly.",
+		header:  http.Header{"Retry-After": {"1"}}}
 }
 
 // Transcription sessions (?intent=transcription) carry no model in the URL,
@@ -234,13 +272,19 @@ func translationAsk(q url.Values, grant *apps.Grant) *refusal {
 // /openai/v1/realtime/calls) with the deployment's key, always as the
 // multipart form with a session part naming the deployment's model (a
 // secret's session config when the caller sent none). The SDP answer, the
-// status and the Location header come back unchanged.
+// status come back unchanged, the Location header as the gateway's own path
+// (/v1/realtime/calls/{id}).
 //
 // Media never flows through the gateway: the browser and OpenAI exchange it
-// directly. To meter the call the gateway opens its own sideband connection
-// (?call_id=) to the deployment and counts response.done usage against the
-// key, as for WebSocket sessions; it remembers which key made the call for
-// sideband access (sideband.go).
+// directly. A call is admitted as a session (admission.go): the key's
+// models, budget, max_sessions and connect_rate and the deployment's slot,
+// held while the call is live. To meter the call the gateway opens its own
+// sideband connection (?call_id=) to the deployment and books response.done
+// usage against the key (its token metrics and its budget: over budget, the
+// call is hung up), as for WebSocket sessions; the call ends, and its
+// admission is given back, when that sideband closes. It remembers who made
+// the call (the key, the deployment, the client secret) for sideband access
+// (apps/calls.go).
 
 // callOffer is what a calls request carried.
 type callOffer struct {
@@ -319,30 +363,74 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	if offer.session == nil {
 		offer.session = map[string]any{"type": "realtime"}
 	}
-	var last string
-	for i, d := range s.balancer.Rank(table.Groups[group]) {
+	adm, herr := s.admitEntry(entryCall, key, table, group, nil)
+	if herr != nil {
+		return herr.answer()
+	}
+	tried := 0
+	for i, d := range adm.plan.Cands {
 		if i == balance.MaxAttempts {
 			break
 		}
+		tried++
 		a, callID, err := forwardCall(req.Context(), s.httpClient, s.cfg.DialTimeout, d, offer)
 		if err != nil {
-			last = err.Error()
 			s.balancer.Failed(d, "calls request failed")
 			s.log.Warn("upstream calls request failed", "deployment", d.Name, "err", err)
 			continue
 		}
 		s.balancer.Succeeded(d)
-		if callID != "" {
-			if err := s.calls.Remember(context.Background(), callID, key.Name); err != nil {
-				s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
-			}
-			s.log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)
-			go s.meters.start(key, group, d, callID)
+		if callID == "" {
+			adm.release() // refused upstream: no call to count
+			return a
 		}
+		owner := apps.Owner{Key: key.Name, Deployment: d.Name}
+		if grant != nil {
+			owner.Secret = grant.Claims.ID
+		}
+		if err := s.calls.Remember(context.Background(), callID, owner); err != nil {
+			s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
+		}
+		s.log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)
+		go s.meters.start(key, group, d, callID, adm)
 		return a
 	}
+	adm.release()
+	return upstreamUnreachable(group, tried)
+}
+
+// upstreamUnreachable is the answer to an API request no deployment of
+// group answered, in the gateway's words: which deployments and why are
+// the log's (they name upstream hosts).
+func upstreamUnreachable(group string, tried int) apiAnswer {
 	return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
-		"the upstream calls endpoint could not be reached: "+last)
+		fmt.Sprintf("No deployment of model group '%s' could be reached (%d tried); the gateway's log says why.", group, tried))
+}
+
+// hangUpCall ends call id on d (a call over its key's budget, or of a
+// revoked key).
+func (s *Server) hangUpCall(d *routes.Deployment, id string) {
+	u, h := callsURL(d)
+	u.Path = path.Join(u.Path, id, "hangup")
+	ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.DialTimeout, time.Second))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
+	if err != nil {
+		return
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := s.httpClient.Do(req)
+	if err != nil {
+		s.log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "err", err)
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAPIBody))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "status", resp.StatusCode)
+	}
 }
 
 // callsURL is the deployment's calls endpoint.
@@ -405,14 +493,30 @@ func forwardCall(ctx context.Context, client *http.Client, timeout time.Duration
 		return apiAnswer{}, "", fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	a := apiAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body, header: http.Header{}}
-	callID := ""
-	if loc := resp.Header.Get("Location"); loc != "" {
-		a.header.Set("Location", loc)
-		if resp.StatusCode == http.StatusCreated {
-			callID = path.Base(loc)
-		}
+	// The client sees the gateway's own path for the call, never the
+	// upstream's host (an absolute Location, an Azure api-version query).
+	callID := callIDOf(resp.Header.Get("Location"))
+	if callID != "" {
+		a.header.Set("Location", "/v1/realtime/calls/"+callID)
+	}
+	if resp.StatusCode != http.StatusCreated {
+		callID = ""
 	}
 	return a, callID, nil
+}
+
+// callIDOf is the call id a Location header names (its path's last
+// segment: never its query), "" when there is none that is an id.
+func callIDOf(loc string) string {
+	u, err := url.Parse(loc)
+	if err != nil || u.Path == "" {
+		return ""
+	}
+	id := path.Base(u.Path)
+	if !validLiveID(id) {
+		return ""
+	}
+	return id
 }
 
 // callMeters are the gateway's own sidebands to the calls it forwarded,
@@ -432,20 +536,31 @@ type callMeters struct {
 	// a session over budget is ended (its call hung up upstream).
 	budgets *budgets
 	hangUp  func(d *routes.Deployment, id string)
+	// hangUpCall ends a Realtime call (over its key's budget, or of a
+	// revoked key).
+	hangUpCall func(d *routes.Deployment, id string)
 }
 
-// start holds the gateway's own sideband to a call and counts its
-// usage against key until the call ends.
-func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deployment, callID string) {
+// start holds the gateway's own sideband to a call and books its usage
+// against key (its metrics and its budget: over it, the call is hung up)
+// until the call ends; adm, the call's admission, is given back then (or
+// at once when the sideband cannot connect: the gateway cannot know when
+// such a call ends).
+func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deployment, callID string, adm *admission) {
 	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
 	defer cancel()
 	conn, err := cm.dialer.Dial(ctx, d.Target(url.Values{"call_id": {callID}}))
 	if err != nil {
+		adm.release()
 		cm.log.Warn("call not metered: its sideband did not connect", "call_id", callID, "deployment", d.Name, "err", err)
 		cm.metrics.dialFailures.WithLabelValues(group).Inc()
 		return
 	}
-	cm.watch(&sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()}, callID, conn, nil).start(conn.Preface)
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: group, deployment: d, start: time.Now()}
+	cm.budgets.meter(info, func(string) { cm.hangUpCall(d, callID) })
+	m := cm.watch(info, callID, conn, nil)
+	m.adm = adm
+	m.start(conn.Preface)
 }
 
 // watch makes conn, the gateway's own sideband to call (or Live session, lm
@@ -480,6 +595,7 @@ type callMeter struct {
 	once   sync.Once
 	lm     *liveMetering // a GPT-Live session's (watch.go); nil for a Realtime call
 	gone   chan struct{} // closed once it has ended
+	adm    *admission    // a Realtime call's admission, given back when it ends
 }
 
 // Wants implements frames.Inspector: the events that carry usage.
@@ -535,6 +651,7 @@ func (m *callMeter) UpstreamGone() {
 			m.lm.ownGone(m) // its session's record, unless it made way for the app's sideband
 			return
 		}
+		m.adm.release()
 		cm.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
 		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
 			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),

@@ -210,7 +210,8 @@ func TestCallsRefused(t *testing.T) {
 }
 
 // TestSidebandAccess: a call's sideband is relayed for the key that made it
-// (and a secret it minted), 403 for other keys; calls the gateway did not
+// (a secret only to the calls made with it: TestSecretSidebandReachesOnlyItsCalls),
+// 403 for other keys; calls the gateway did not
 // make are relayed for the master key and sideband: any keys only; a
 // sideband is never taken from the warm pool.
 func TestSidebandAccess(t *testing.T) {
@@ -225,7 +226,7 @@ func TestSidebandAccess(t *testing.T) {
 				want            int
 			}{
 				{"maker", keyA, id, 101},
-				{"maker's secret", ekA, id, 101},
+				{"maker's secret: not the call it made", ekA, id, 403}, // issue 32 item 6
 				{"other key", keyB, id, 403},
 				{"other key's secret", ekB, id, 403},
 				{"master on another's call", testMasterKey, id, 403},

@@ -4,17 +4,18 @@ package server
 //
 //  1. decide (on the connection's handler, no I/O): the path, the method,
 //     the Origin, the credentials, the upgrade headers, the model group, the
-//     sideband's call owner when this process knows it, the key's models
-//     and budget, then admit (draining, MAX_CONNECTIONS, the key's limits
-//     when this instance decides them). The outcome is an upgrade or one
-//     refusal.
+//     sideband's call owner when this process knows it, then admit
+//     (draining, MAX_CONNECTIONS, then admission.go's admitEntry: the key's
+//     models, budget and limits, the deployment's slot). The outcome is an
+//     upgrade or one refusal.
 //  2. the off-loop step, only when the decision needs I/O: the call owner
 //     from Redis, the key's limits from Redis. It runs in a goroutine of its
 //     own, never on netpoll's handler; bytes the client sends meanwhile are
 //     collected behind the head (pendingStep). It ends in a refusal or in
 //     open, exactly as the handler would have.
-//  3. open: a deployment is reserved (balance.Reserve), the 101 sent, and the
-//     session's upstream attached (warm socket, dial, or an app's own start).
+//  3. open: with the admission's deployments (its slot reserved by
+//     admitEntry), the 101 sent, and the session's upstream attached (warm
+//     socket, dial, or an app's own start).
 //
 // The request is decided once: a reload (SIGHUP) during the off-loop step
 // does not re-evaluate it.
@@ -61,7 +62,9 @@ type upgrade struct {
 	group    string
 
 	// A sideband's call (?call_id=): lookup is set when its owner must be
-	// asked of Redis; made once known that the gateway made the call.
+	// asked of Redis; made once known that the gateway made the call;
+	// attachTo is the deployment that serves the call (nil for a call the
+	// gateway did not make: the group's, in the balancer's order).
 	callID string
 	lookup bool
 	made   bool
@@ -75,10 +78,19 @@ type upgrade struct {
 	liveAttach, liveFork bool
 	attachTo             *routes.Deployment
 
-	maxSessions int       // the key's max_sessions (0: none)
-	rate        float64   // the key's connect_rate, a second (0: none)
-	admitted    bool      // admit reserved a session for it
-	arrived     time.Time // when its head was read: the connect span's start
+	adm     *admission // admit's (admission.go); nil until admitted
+	arrived time.Time  // when its head was read: the connect span's start
+}
+
+// entry is the way in u takes (admission.go).
+func (u *upgrade) entry() entry {
+	switch {
+	case u.liveFork:
+		return entryFork
+	case u.callID != "":
+		return entrySideband
+	}
+	return entryConnect
 }
 
 // handle acts on a complete request head; rest holds bytes the client sent
@@ -126,14 +138,14 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		return
 	}
 	u, herr := s.decide(req, live)
-	if herr == nil && !u.waits(s.admitter) {
+	if herr == nil && !u.waits(s) {
 		herr = s.admit(u)
 	}
 	if herr != nil {
 		c.refuse(herr)
 		return
 	}
-	if u.waits(s.admitter) {
+	if u.waits(s) {
 		s.decideOffLoop(c, u)
 		return
 	}
@@ -173,10 +185,10 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	if live {
 		// The model comes with session.start, after the upgrade: the
 		// key's models are checked then (live.go).
-		return u, s.decideKey(u)
+		return u, nil
 	}
-	// The key's own models are checked later (decideKey), after a
-	// sideband's call owner.
+	// The key's own models are checked by admit (admitEntry), once a
+	// sideband's call owner has named its group.
 	model, _ := s.proto.Model(u.q)
 	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
 	if u.translation = isTranslationPath(req.URL.Path); u.translation {
@@ -194,7 +206,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	if u.callID = u.q.Get("call_id"); u.callID != "" {
 		return decideSideband(s, u)
 	}
-	return u, s.decideKey(u)
+	return u, nil
 }
 
 // decideSideband decides a sideband's connect (u.callID set): its call's
@@ -208,36 +220,19 @@ func decideSideband(s *Server, u *upgrade) (*upgrade, *refusal) {
 	if herr := checkSideband(u, owner, known); herr != nil {
 		return nil, herr
 	}
-	return u, s.decideKey(u)
+	return u, nil
 }
 
-// decideKey applies what the key itself allows: its models and its budget,
-// and reads its limits for admit.
-func (s *Server) decideKey(u *upgrade) *refusal {
-	if !u.live && !u.key.Allows(u.group) {
-		return modelNotAllowed(u.group)
-	}
-	if herr := s.budgets.check(u.key); herr != nil {
-		return herr
-	}
-	// A key's own limits win over the gateway-wide defaults.
-	u.maxSessions, u.rate = s.cfg.MaxSessionsPerKey, s.cfg.ConnectRatePerKey
-	if u.key.MaxSessions > 0 {
-		u.maxSessions = u.key.MaxSessions
-	}
-	if u.key.ConnectRate > 0 {
-		u.rate = u.key.ConnectRate
-	}
-	return nil
+// waits reports whether deciding u needs I/O: its call's owner in Redis,
+// or the Redis admitter.
+func (u *upgrade) waits(s *Server) bool {
+	return u.lookup || s.admitWaits(u.entry(), u.key)
 }
 
-// waits reports whether deciding u needs I/O (with a limits admitter).
-func (u *upgrade) waits(a limit.Admitter) bool {
-	return u.lookup || a.Waits(u.maxSessions, u.rate)
-}
-
-// admit applies the instance-wide and per-key limits, reserving a session
-// slot; sessionEnded (or unadmit) gives it back. With limits in Redis it
+// admit is the WebSocket front door (draining, MAX_CONNECTIONS: every
+// client socket counts), then the admission every entry point takes
+// (admission.go): the key's models, budget and limits, the deployment's
+// slot. sessionEnded gives back what it counts. With limits in Redis it
 // waits on Redis: the off-loop step's only.
 func (s *Server) admit(u *upgrade) *refusal {
 	if s.stopping.Load() {
@@ -248,21 +243,17 @@ func (s *Server) admit(u *upgrade) *refusal {
 		s.sessionsOpen.Add(-1)
 		return tooManyConnections()
 	}
-	if r := s.admitter.Admit(u.key.Name, u.maxSessions, u.rate); r != nil {
-		s.sessionsOpen.Add(-1)
-		return keyRefused(r)
+	var ds []*routes.Deployment
+	if u.attachTo != nil { // a sideband's or fork's: the deployment that serves its call
+		ds = []*routes.Deployment{u.attachTo}
 	}
-	u.admitted = true
+	adm, herr := s.admitEntry(u.entry(), u.key, u.table, u.group, ds)
+	if herr != nil {
+		s.sessionsOpen.Add(-1)
+		return herr
+	}
+	u.adm = adm
 	return nil
-}
-
-// unadmit gives back what admit reserved, for a connect refused after it.
-func (s *Server) unadmit(u *upgrade) {
-	if u.admitted {
-		u.admitted = false
-		s.admitter.Release(u.key.Name)
-		s.sessionsOpen.Add(-1)
-	}
 }
 
 // decideOffLoop finishes deciding u in a goroutine of its own (the call
@@ -278,9 +269,12 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 			if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
 				h.sidebandLookup()
 			}
-			owner, known := s.calls.Lookup(u.callID)
-			if herr = checkSideband(u, owner, known); herr == nil {
-				herr = s.decideKey(u)
+			owner, known, err := s.calls.Lookup(u.callID)
+			if err != nil {
+				s.log.Warn("sideband refused: its call's owner could not be looked up", "call_id", u.callID, "err", err)
+				herr = ownerUnavailable()
+			} else {
+				herr = checkSideband(u, owner, known)
 			}
 		}
 		if herr == nil {
@@ -348,21 +342,15 @@ func (c *clientConn) bufferWhilePending() bool {
 	return true
 }
 
-// open makes a decided and admitted upgrade a session: it reserves a
-// deployment, answers 101 and starts the upstream.
+// open makes a decided and admitted upgrade a session: it answers 101 and
+// starts the upstream on the admission's deployments (a Live session
+// reserves once its session.start names the model).
 func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
-	var plan balance.Plan
-	if !u.live { // a Live session reserves once its session.start names the model
-		var busy *balance.Busy
-		if plan, busy = s.balancer.Reserve(u.table.Groups[u.group]); busy != nil {
-			s.unadmit(u)
-			c.refuse(deploymentsBusy(busy))
-			return
-		}
-	}
+	plan := u.adm.plan
 	c.answered()
 	info := &c.info
-	info.id, info.key, info.group, info.reserved, info.start, info.grant = usage.NewSessionID(), u.key, u.group, plan.Reserved, time.Now(), u.grant
+	info.keyCounted, info.reserved = u.adm.handOver() // given back by sessionEnded
+	info.id, info.key, info.group, info.start, info.grant = usage.NewSessionID(), u.key, u.group, time.Now(), u.grant
 	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
 	info.turns.Off = s.cfg.NoTurnMetrics
 	info.translation, info.liveSideband = u.translation, u.liveAttach && !u.liveFork
@@ -391,7 +379,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
-			table: u.table, lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
+			lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
 				KeepAudio: keepAudio(s.cfg, u.key)}})
 	}
 	c.startRelay(sess)
@@ -427,11 +415,12 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	// map, ~420 B) and the request line it points into would stay too.
 	upHeader := passThrough(u.req.Header)
 	rawQuery := strings.Clone(u.req.URL.RawQuery)
-	group, table := u.group, u.table
+	group := u.group
 	info.redial = func() {
 		defer s.pool.ClientDialing()()   // a client waits on this dial too
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
-		s.connectUpstream(sess, info, s.balancer.Rank(table.Groups[group]), q, upHeader, nil)
+		// The deployments in force now: never one a reload removed.
+		s.connectUpstream(sess, info, s.balancer.Rank(s.routes.Load().Groups[group]), q, upHeader, nil)
 	}
 	cands, q := plan.Cands, u.q
 	hit, miss := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))

@@ -31,18 +31,23 @@
 //	                the protocol's model, the default)
 //	apps.go         translationAsk (a translation connect names its model)
 //	connect.go      decideSideband; apps.go checkSideband (a call owner
-//	                known here; a GPT-Live sideband's or WebSocket fork's
-//	                deployment: liveapps.go resolveLiveAttach)
-//	connect.go      decideKey: the key's models; spend.go budgets.check
-//	connect.go      admit: draining, MAX_CONNECTIONS, the key's limits
-//	                (limit.Local, or cluster.Limiter)
+//	                known here: the key, the client secret; the call's
+//	                deployment, or a GPT-Live sideband's or WebSocket
+//	                fork's: liveapps.go resolveLiveAttach)
+//	connect.go      admit: draining, MAX_CONNECTIONS, then admission.go's
+//	                admitEntry, the one admission of every entry point
+//	                (WebSocket connects, WebRTC calls and Live creates,
+//	                sidebands, forks): the key's models, spend.go
+//	                budgets.check, the key's limits (limit.Local, or
+//	                cluster.Limiter), the deployment's slot
+//	                (balance.Reserve); what each entry counts is its table
 //	live.go         a GPT-Live route: no group yet (its session.start
 //	                names it); rtgate's client secrets refused
 //	connect.go    decideOffLoop, only when the decision needs I/O (a call
 //	              owner in Redis, the Redis admission): a goroutine, client
 //	              bytes buffered meanwhile (pendingStep)
-//	connect.go    open: balance.Reserve (the deployments to try, the probe
-//	              or the slot holder first, in the routing strategy's
+//	connect.go    open: the admission's plan (the deployments to try, the
+//	              probe or the slot holder first, in the routing strategy's
 //	              order: balance/strategy.go), the connect span
 //	              (server/tracing), the 101, the session registered
 //	              (session.go: sessionInfo, setupWatch: the upstream's

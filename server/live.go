@@ -134,7 +134,7 @@ func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
 	if d == nil || !validLiveID(id) {
 		return
 	}
-	if err := s.calls.Remember(s.ctx, id, liveOwner{info.key.Name, d.Name}.String()); err != nil {
+	if err := s.calls.Remember(s.ctx, id, apps.Owner{Key: info.key.Name, Deployment: d.Name}); err != nil {
 		s.log.Warn("Live session owner not stored in Redis; only this instance knows it", "session", id, "err", err)
 	}
 }
@@ -460,7 +460,7 @@ func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.St
 // keepLive turns continuity on for a Live session, as keepContinuity does
 // for a Realtime one; its configuration is kept when session.start comes.
 func keepLive(c *clientConn, s *Server, sess *poller.Session, u *upgrade) {
-	c.keepContinuity(sess, &resumeArgs{header: passThrough(u.req.Header), table: u.table,
+	c.keepContinuity(sess, &resumeArgs{header: passThrough(u.req.Header),
 		lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})
 }
 

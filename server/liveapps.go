@@ -25,10 +25,14 @@ package server
 //	GET  /v1/live/sessions/{id}/content    the recording, streamed through (never held whole)
 //
 // Owners are kept with the Realtime call owners (apps.Calls: this process
-// and, with REDIS_URL, Redis) as "key\ndeployment". The owner check is the
-// sideband's: the key that made the session (or a client of it: none, as
+// and, with REDIS_URL, Redis): the key and the deployment. The owner check is
+// the sideband's: the key that made the session (or a client of it: none, as
 // GPT-Live has no client secrets), else the master key or a key with
-// `sideband: any` for sessions the gateway did not make.
+// `sideband: any` for sessions the gateway did not make. A lookup Redis
+// cannot answer refuses the attach, fork or control with 503
+// owner_unavailable. A create, an HTTP fork and the accept of a session the
+// gateway never saw are admitted as sessions (admission.go): the session
+// counts against its key and holds its deployment's slot until it ends.
 
 import (
 	"bytes"
@@ -43,6 +47,7 @@ import (
 	"strings"
 
 	"rtgate/poller"
+	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/upstream"
@@ -111,17 +116,6 @@ func isUpgrade(req *http.Request) bool {
 	return strings.EqualFold(req.Header.Get("Upgrade"), "websocket")
 }
 
-// liveOwner is who owns a Live session: the key that made it and the
-// deployment that serves it.
-type liveOwner struct{ key, deployment string }
-
-func (o liveOwner) String() string { return o.key + "\n" + o.deployment }
-
-func parseLiveOwner(s string) liveOwner {
-	k, d, _ := strings.Cut(s, "\n")
-	return liveOwner{key: k, deployment: d}
-}
-
 // liveAPI answers the Live HTTP requests for its server.
 type liveAPI struct{ s *Server }
 
@@ -138,12 +132,6 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 		return herr.answer()
 	}
 	id, op, _ := liveSubPath(req.URL.Path)
-	if endpoint == "live_create" || op == "fork" || op == "accept" {
-		// A key at its budget starts no session (it may still end one).
-		if herr := a.s.budgets.check(key); herr != nil {
-			return herr.answer()
-		}
-	}
 	if endpoint == "live_create" {
 		return a.create(req.Context(), table, key, body)
 	}
@@ -151,25 +139,45 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 	if herr != nil {
 		return herr.answer()
 	}
+	// A fork, and the accept of a session the gateway never saw, make a
+	// session here: admitted as one. A key at its budget starts no session
+	// (it may still end one).
+	var adm *admission
+	switch {
+	case op == "fork" || (op == "accept" && owner.Key == ""):
+		if adm, herr = a.s.admitEntry(entryCall, key, table, d.Group, []*routes.Deployment{d}); herr != nil {
+			return herr.answer()
+		}
+	case op == "accept":
+		if herr := a.s.budgets.check(key); herr != nil {
+			return herr.answer()
+		}
+	}
 	if op == "accept" {
 		body = withModel(body, d.Model)
 	}
 	ans, status, err := a.forward(req.Context(), d, http.MethodPost, "/"+id+"/"+op, body)
 	if err != nil {
-		return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable", "the upstream could not be reached: "+err.Error())
+		adm.release()
+		a.s.log.Warn("Live request failed", "op", op, "session", id, "deployment", d.Name, "err", err)
+		return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
+			"The deployment that serves this session could not be reached; the gateway's log says why.")
 	}
 	switch {
-	case op == "accept" && status == http.StatusOK && owner.key == "":
+	case op == "accept" && status == http.StatusOK && adm != nil:
 		// An inbound SIP session the gateway never saw: it is this key's
 		// from now on, and metered as a session made here.
-		a.remember(key.Name, d, id, table)
+		a.remember(key.Name, d, id, table, adm)
+		adm = nil
 	case op == "fork" && status == http.StatusCreated:
 		if newID := sessionIDOf(ans.body); newID != "" {
-			a.remember(key.Name, d, newID, table)
+			a.remember(key.Name, d, newID, table, adm)
+			adm = nil
 		}
 	case (op == "hangup" || op == "reject") && status == http.StatusOK:
 		a.s.meters.endedByRequest(id) // its end is known even if no sideband attached in time
 	}
+	adm.release() // no session made
 	return ans
 }
 
@@ -215,57 +223,66 @@ func (a liveAPI) create(ctx context.Context, table *routes.Table, key *routes.Cl
 	if herr != nil {
 		return herr.answer()
 	}
-	var last string
-	for i, d := range s.balancer.Rank(table.Groups[group]) {
+	adm, herr := s.admitEntry(entryCall, key, table, group, nil)
+	if herr != nil {
+		return herr.answer()
+	}
+	tried := 0
+	for i, d := range adm.plan.Cands {
 		if i == balance.MaxAttempts {
 			break
 		}
+		tried++
 		ans, status, err := a.forward(ctx, d, http.MethodPost, "", withModel(body, d.Model))
 		if err != nil || status >= 500 {
-			last = fmt.Sprint(err, " ", status)
+			s.log.Warn("upstream Live create failed", "deployment", d.Name, "status", status, "err", err)
 			s.balancer.Failed(d, "live create failed")
 			continue
 		}
 		s.balancer.Succeeded(d)
 		if id := sessionIDOf(ans.body); status == http.StatusCreated && id != "" {
-			a.remember(key.Name, d, id, table)
+			a.remember(key.Name, d, id, table, adm)
+		} else {
+			adm.release() // refused upstream: no session to count
 		}
 		return ans
 	}
-	return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
-		"the upstream Live endpoint could not be reached: "+strings.TrimSpace(last))
+	adm.release()
+	return upstreamUnreachable(group, tried)
 }
 
 // remember records the owner of a new session made through the gateway and
-// starts its metering sideband.
-func (a liveAPI) remember(keyName string, d *routes.Deployment, id string, table *routes.Table) {
+// starts its metering sideband, which gives adm (its admission) back when
+// the session ends.
+func (a liveAPI) remember(keyName string, d *routes.Deployment, id string, table *routes.Table, adm *admission) {
 	s := a.s
-	if err := s.calls.Remember(context.Background(), id, liveOwner{keyName, d.Name}.String()); err != nil {
+	if err := s.calls.Remember(context.Background(), id, apps.Owner{Key: keyName, Deployment: d.Name}); err != nil {
 		s.log.Warn("Live session owner not stored in Redis; only this instance knows it", "session", id, "err", err)
 	}
 	key := keyNamed(table, keyName)
 	if key == nil {
+		adm.release()
 		return
 	}
 	s.log.Info("Live WebRTC session created", "key", keyName, "model_group", d.Group, "deployment", d.Name, "session", id)
-	s.meters.startLive(key, d, id) // the floor booked now, its sideband attached in the background (watch.go)
+	s.meters.startLive(key, d, id, adm) // the floor booked now, its sideband attached in the background (watch.go)
 }
 
 // owned finds the deployment that serves session id for key, with the
 // sideband's owner check. A session the gateway does not know is routed by
 // the model of an accept's body (an inbound SIP call), else refused 404.
-func (a liveAPI) owned(table *routes.Table, key *routes.ClientKey, id, op string, body []byte) (liveOwner, *routes.Deployment, *refusal) {
+func (a liveAPI) owned(table *routes.Table, key *routes.ClientKey, id, op string, body []byte) (apps.Owner, *routes.Deployment, *refusal) {
 	s := a.s
-	raw, known := s.calls.Lookup(id)
-	owner := liveOwner{}
-	if known {
-		owner = parseLiveOwner(raw)
+	owner, known, err := s.calls.Lookup(id)
+	if err != nil {
+		s.log.Warn("Live request refused: its session's owner could not be looked up", "session", id, "op", op, "err", err)
+		return owner, nil, ownerUnavailable()
 	}
-	if herr := checkSideband(&upgrade{key: key}, owner.key, known); herr != nil {
+	if herr := sidebandAccess(key, nil, owner, known); herr != nil {
 		return owner, nil, herr
 	}
 	if known {
-		if d := table.Named(owner.deployment); d != nil {
+		if d := table.Named(owner.Deployment); d != nil {
 			return owner, d, nil
 		}
 		return owner, nil, &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found",
@@ -370,7 +387,9 @@ func (a liveAPI) streamContent(c *clientConn, req *http.Request) {
 	// server's life, not the dial timeout.
 	resp, err := a.doStream(d, "/"+id+"/content")
 	if err != nil {
-		c.answerNow(errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable", "the upstream could not be reached: "+err.Error()))
+		a.s.log.Warn("Live recording not fetched", "session", id, "deployment", d.Name, "err", err)
+		c.answerNow(errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
+			"The deployment that serves this session could not be reached; the gateway's log says why."))
 		return
 	}
 	defer resp.Body.Close()
@@ -485,7 +504,7 @@ func liveAttachTarget(d *routes.Deployment, id string, fork bool, q url.Values) 
 // serves the session when the gateway made it, else the first deployment of
 // the Live group its ?model= names (a session the gateway never saw), else
 // 404.
-func resolveLiveAttach(u *upgrade, owner string, made bool) *refusal {
+func resolveLiveAttach(u *upgrade, owner apps.Owner, made bool) *refusal {
 	if !u.liveAttach {
 		return nil
 	}
@@ -493,7 +512,7 @@ func resolveLiveAttach(u *upgrade, owner string, made bool) *refusal {
 		return &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found", message: msg}
 	}
 	if made {
-		d := u.table.Named(parseLiveOwner(owner).deployment)
+		d := u.table.Named(owner.Deployment)
 		if d == nil {
 			return notFound("The deployment that served this session is no longer configured.")
 		}

@@ -77,11 +77,12 @@ const (
 
 // resumeArgs is what a resume needs of the connect, kept while the session
 // lives when continuity is on for it: the query and the headers that go
-// upstream, and the routes the session was admitted with.
+// upstream. (The deployments a resume may go to are the routes table's in
+// force then, not the connect's: a reload's removed deployment is never
+// resumed onto.)
 type resumeArgs struct {
 	rawQuery string
 	header   http.Header
-	table    *routes.Table
 	lim      continuity.Limits
 	expired  atomic.Bool // the upstream sent session_expired: its 1001 is a cap
 	// heldExpired is that session_expired event (a text frame for the
@@ -279,10 +280,12 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 // only when no other has room. (Moving failed last after Reserve chose it
 // sent sessions past a full deployment's max_parallel_requests.)
 func (r resumer) reserve(group []*routes.Deployment, failed *routes.Deployment) (balance.Plan, *balance.Busy) {
-	if failed != nil && len(group) > 1 {
-		others := slices.DeleteFunc(slices.Clone(group), func(d *routes.Deployment) bool { return d == failed })
+	// group is the routes table's now: failed is found by name (a reload
+	// makes new deployments), and is not there at all when it was removed.
+	if i := slices.IndexFunc(group, func(d *routes.Deployment) bool { return failed != nil && d.Name == failed.Name }); i >= 0 && len(group) > 1 {
+		others := slices.Delete(slices.Clone(group), i, i+1)
 		if plan, busy := r.s.balancer.Reserve(others); busy == nil {
-			plan.Cands = append(plan.Cands, failed)
+			plan.Cands = append(plan.Cands, group[i])
 			return plan, nil
 		}
 	}
@@ -308,7 +311,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	}()
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
-	plan, busy := r.reserve(args.table.Groups[info.group], failed)
+	plan, busy := r.reserve(s.routes.Load().Groups[info.group], failed)
 	if busy != nil {
 		s.log.Warn("session not resumed: every deployment is busy", "session", info.id, "cause", cause)
 		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the upstream was lost and no deployment has room to resume the session", 0))

@@ -169,7 +169,8 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	}
 	go s.budgets.run(s.ctx)
 	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
-		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: liveAPI{s}.hangUp}, log)
+		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: liveAPI{s}.hangUp,
+		hangUpCall: s.hangUpCall}, log)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -293,8 +294,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Reload rereads CONFIG_FILE (on SIGHUP): new sessions use the new routes
-// and keys, live sessions keep the deployment they have, and a file that
-// does not load is reported and the old configuration kept.
+// and keys; live sessions keep the deployment they have, but a resume or a
+// rollover goes only to the new table's deployments, budgets are read from
+// it, and a session whose key it revoked ends (key_revoked, close 1008). A
+// file that does not load is reported and the old configuration kept.
 func (s *Server) Reload() error {
 	if s.cfg.RoutesFile == "" {
 		return errors.New("no CONFIG_FILE to reload")
@@ -305,6 +308,7 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.routes.Store(r)
+	s.reachLive(r) // revoked keys' sessions end (admission.go)
 	logTableNotices(s.log, r)
 	primePool(s.pool, r)
 	primeLivePool(s.livePool, r)

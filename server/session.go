@@ -47,6 +47,7 @@ type sessionInfo struct {
 	counted    bool               // deployment's live count includes this session
 	ended      bool               // the session ended: a late attach (a redial's) is not counted
 	poolHit    bool               // the upstream came from the warm pool
+	keyCounted bool               // it counts against its key's max_sessions (admission.go): sessionEnded gives it back
 	overBudget atomic.Bool        // ended by its key's spend budget (spend.go); beside the flags: one word
 	meter      usage.Meter
 	turns      turns.Watch        // the session's turns (watch.go)
@@ -468,7 +469,9 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		s.sessionsOpen.Add(-1)
 		return
 	}
-	s.admitter.Release(info.key.Name)
+	if info.keyCounted {
+		s.admitter.Release(info.key.Name)
+	}
 	deployment := ""
 	dep := info.uncount(s.balancer, false)
 	info.depMu.Lock() // a resume may have swapped it (resume.go)

@@ -306,17 +306,33 @@ func (b *budgets) check(key *routes.ClientKey) *refusal {
 		message: msg, header: h}
 }
 
+// budgetOf is key's budget in force: the routes table's now (a reload's
+// lowered budget applies to live sessions), else the one it was admitted
+// with (a revoked key's session, being ended, still books its spend).
+func (b *budgets) budgetOf(key *routes.ClientKey) spend.Budget {
+	if c := b.routes().Current(key); c != nil {
+		return c.Budget
+	}
+	return key.Budget
+}
+
 // meter books each response's cost against the session's key as it ends,
 // and ends the session (end, in a goroutine of its own) once its key is
-// over budget. It runs on the relay's read path, after the response.done
-// went to the client: the response the client paid for is never cut short.
+// over budget (its budget in force: budgetOf). It runs on the relay's read
+// path, after the response.done went to the client: the response the client
+// paid for is never cut short. A key admitted without a budget is not
+// metered (a budget a reload adds applies to the sessions admitted after
+// it).
 func (b *budgets) meter(info *sessionInfo, end func(message string)) {
-	bud := info.key.Budget
-	if bud.Max <= 0 {
+	if info.key.Budget.Max <= 0 {
 		return
 	}
 	ended := false // only the read path touches it
 	book := func(usd float64) {
+		bud := b.budgetOf(info.key)
+		if bud.Max <= 0 {
+			return // the reload took the budget away
+		}
 		total := b.ledger.Book(info.key.Name, bud, usd, time.Now())
 		if total < bud.Max || ended {
 			return
@@ -337,7 +353,7 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 // responses in flight, flights.go): the session is ending already, so
 // nothing more is ended for it.
 func (b *budgets) bookAfter(info *sessionInfo, usd float64) {
-	if bud := info.key.Budget; bud.Max > 0 && usd > 0 {
+	if bud := b.budgetOf(info.key); info.key.Budget.Max > 0 && bud.Max > 0 && usd > 0 {
 		b.ledger.Book(info.key.Name, bud, usd, time.Now())
 	}
 }
@@ -361,6 +377,10 @@ func (b *budgets) meterLive(info *sessionInfo, ls *liveState, end func(message s
 	ended := false // only the read path touches these
 	window := 0.0  // the liveWindow the session's seconds are in
 	book := func(usd float64) {
+		bud := b.budgetOf(info.key) // a reload's lowered budget applies
+		if bud.Max <= 0 {
+			return
+		}
 		total := b.ledger.Book(info.key.Name, bud, usd, time.Now())
 		next := 0.0
 		if w := float64(int(ls.meter.Seconds / liveWindow)); w > window {

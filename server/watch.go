@@ -248,6 +248,7 @@ type liveMetering struct {
 	info *sessionInfo
 	d    *routes.Deployment
 	id   string
+	adm  *admission // the session's (admission.go): given back when it is done
 
 	mu      sync.Mutex
 	own     *callMeter                // the gateway's sideband, while it meters
@@ -279,7 +280,8 @@ func (cm *callMeters) endedByRequest(id string) {
 // startLive meters Live session id on d against key until it ends: the
 // floor is booked now, the gateway's own sideband attached in the
 // background.
-func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string) {
+// adm, the session's admission, is given back when it ends.
+func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string, adm *admission) {
 	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
 	ls := &liveState{info: info, floor: liveWebRTCFloor}
 	ls.meter.OnTokens = ls.bookBackend
@@ -288,7 +290,7 @@ func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id 
 	// 30 s windows; over it, the call is hung up upstream, and the
 	// session.closed that follows books the final usage.
 	cm.budgets.meterLive(info, ls, func(string) { cm.hangUp(d, id) })
-	lm := &liveMetering{cm: cm, info: info, d: d, id: id, open: map[*appSideband]struct{}{}}
+	lm := &liveMetering{cm: cm, info: info, d: d, id: id, adm: adm, open: map[*appSideband]struct{}{}}
 	cm.sessions.Store(id, lm)
 	go lm.attachOwn()
 }
@@ -379,6 +381,7 @@ func (lm *liveMetering) finish() {
 	}
 	metered, endedAt := lm.metered, lm.endedAt
 	lm.mu.Unlock()
+	lm.adm.release()
 	cm, info := lm.cm, lm.info
 	if !metered && !endedAt.IsZero() {
 		// Ended by the app's request before a sideband metered it: its

@@ -297,6 +297,27 @@ func (t *Table) Authenticate(key string) (*ClientKey, bool) {
 	return found, found != nil
 }
 
+// Current is the key of t that k is now: the key of the same name and the
+// same secret, nil when a reload removed k or changed its secret (k is
+// revoked). It is how a live session reads the limits and budget in force.
+func (t *Table) Current(k *ClientKey) *ClientKey {
+	if t.master != nil && t.master.Name == k.Name {
+		if t.master.hash == k.hash {
+			return t.master
+		}
+		return nil
+	}
+	for _, c := range t.Keys {
+		if c.Name == k.Name {
+			if c.hash == k.hash {
+				return c
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // Protocol is the protocol group g's deployments speak ("" for no such
 // group). A group never mixes protocols (Load refuses it).
 func (t *Table) Protocol(g string) string {
