@@ -44,6 +44,7 @@ import (
 
 	"rtgate/poller"
 	"rtgate/server/balance"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/upstream"
 )
@@ -141,6 +142,12 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 	if endpoint == "live_create" || op == "fork" || op == "accept" {
 		// A key at its budget starts no session (it may still end one).
 		if herr := a.s.budgets.check(key); herr != nil {
+			return herr.answer()
+		}
+		// The key's models apply to the backend the session delegates to,
+		// as at a WebSocket session.start; a later session.update is
+		// answered on the metering sideband (live.go's refuseBackend).
+		if herr := backendNotAllowed(key, protocol.BodyBackendModel(body)); herr != nil {
 			return herr.answer()
 		}
 	}
