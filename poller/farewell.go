@@ -89,7 +89,9 @@ func (s *Session) SendUpstream(frame []byte) bool {
 func (s *Session) BytesToClient() uint64 { return s.u2c.Bytes }
 
 // BytesFromClient returns the bytes the client sent so far (its relay
-// counter, read under the lock its forwarding holds).
+// counter, read under the lock its forwarding holds: up.mu). An upstream
+// Inspector may call it, under client.mu: that is the lock order (doc.go);
+// a client Inspector may not (it runs under up.mu).
 func (s *Session) BytesFromClient() uint64 {
 	s.up.mu.Lock()
 	defer s.up.mu.Unlock()
