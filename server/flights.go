@@ -31,7 +31,7 @@ package server
 //     upstream side's lock (poller's doc.go, Lock order); Flights' own
 //     lock is a leaf taken there and at the end. The Tracker's lock is also
 //     taken from the client's read path for each forwarded create and
-//     audio append: one lock for both would make the session's end wait on
+//     (server VAD) audio append: one lock for both would make the session's end wait on
 //     the client's forwarding and the turn clock on the farewell.
 //   - What merging would save is one small json.Unmarshal of
 //     response.created and of response.done per response, not per frame.
