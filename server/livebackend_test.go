@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"testing"
-
-	"rtgate/server/usage"
 )
 
 // TestLiveWebRTCBackendModel: the key's models list applies to the backend
@@ -75,17 +73,8 @@ keys:
 				}
 				return false
 			})
-			var rec *usage.Record
-			waitFor(t, "the session's record", func() bool {
-				for _, r := range readRecordsSoFar(logPath) {
-					if r.Protocol == "live" {
-						rec = &r
-						return true
-					}
-				}
-				return false
-			})
-			if rec.Outcome != "refused" || rec.KeyName != "app-a" || rec.Usage.Responses != 0 || rec.Seconds < 15 {
+			rec := waitRecords(t, logPath, 1)[0] // the session's: the refused create made none
+			if rec.Protocol != "live" || rec.Outcome != "refused" || rec.KeyName != "app-a" || rec.Usage.Responses != 0 || rec.Seconds < 15 {
 				t.Fatalf("record %+v: want refused, app-a, no backend response, the 15 s floor billed", rec)
 			}
 			for _, s := range mock.LiveSessions() {

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"rtgate/mockai"
 	"rtgate/server/spenddb/pgtest"
 	"rtgate/server/usage"
@@ -174,13 +172,7 @@ func TestBillingFlagsInPostgres(t *testing.T) {
 		walkAway(t, c, 3, false)
 		c = g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c)
-		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-			"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"model": "mystery-transcribe"}}}}})
-		readUntil(t, c, "session.updated")
-		appendRealtimeAudio(t, c, 48000)
-		send(t, c, map[string]any{"type": "input_audio_buffer.commit"})
-		readUntil(t, c, usage.TypeTranscriptionComplete)
-		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+		transcribeAndLeave(t, c, "mystery-transcribe")
 		recs := waitRecords(t, logPath, 2)
 		waitFor(t, "both records in the spool", func() bool { return metricSum(t, g, "rtgate_spend_db_spool_records") == 2 })
 

@@ -251,6 +251,20 @@ func schemaAt(t *testing.T, c *pgx.Conn, v int) {
 	}
 }
 
+// upgradeFrom leaves the database at schema version v with one row of that
+// version's columns in it, record(1)'s, for a writer to upgrade.
+func upgradeFrom(t *testing.T, c *pgx.Conn, v int) usage.Record {
+	t.Helper()
+	schemaAt(t, c, v)
+	old := record(1)
+	if _, err := c.Exec(context.Background(), `INSERT INTO session_usage (session_id, key_name, model_group, started_at, ended_at,
+		input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage) VALUES ($1,'team-a','gpt-realtime',$2,$3,1,2,3,0,'client_closed','{}')`,
+		old.SessionID, old.StartedAt, old.EndedAt); err != nil {
+		t.Fatal(err)
+	}
+	return old
+}
+
 // TestSecondRoundColumns upgrades a database left at schema version 2 with
 // a row in it, then writes records that use the columns migration 3 adds:
 // the old row reads as a Realtime session on one upstream session, the new
@@ -259,13 +273,7 @@ func TestSecondRoundColumns(t *testing.T) {
 	pg := pgtest.Start(t)
 	ctx := context.Background()
 	c := pg.Conn(t)
-	schemaAt(t, c, 2)
-	old := record(1)
-	if _, err := c.Exec(ctx, `INSERT INTO session_usage (session_id, key_name, model_group, started_at, ended_at,
-		input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage) VALUES ($1,'team-a','gpt-realtime',$2,$3,1,2,3,0,'client_closed','{}')`,
-		old.SessionID, old.StartedAt, old.EndedAt); err != nil {
-		t.Fatal(err)
-	}
+	old := upgradeFrom(t, c, 2)
 
 	live := record(2)
 	live.Protocol, live.Seconds, live.Unconfirmed = "live", 42.5, true
@@ -324,13 +332,7 @@ func TestBillingColumns(t *testing.T) {
 	pg := pgtest.Start(t)
 	ctx := context.Background()
 	c := pg.Conn(t)
-	schemaAt(t, c, 3)
-	old := record(1)
-	if _, err := c.Exec(ctx, `INSERT INTO session_usage (session_id, key_name, model_group, started_at, ended_at,
-		input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage) VALUES ($1,'team-a','gpt-realtime',$2,$3,1,2,3,0,'client_closed','{}')`,
-		old.SessionID, old.StartedAt, old.EndedAt); err != nil {
-		t.Fatal(err)
-	}
+	old := upgradeFrom(t, c, 3)
 
 	walked := record(2)
 	walked.Unconfirmed = true
