@@ -211,12 +211,18 @@ func (s *Session) startFarewellLocked(code ws.StatusCode, reason string) bool {
 		return false // nothing owed: the close goes as without a farewell
 	}
 	fw.code, fw.reason = code, reason
+	// Published before the frame goes: the upstream may answer at once (its
+	// final event, then its close frame), and the upstream's read path,
+	// which holds the client side's lock and not this one, must then see
+	// the farewell pending and hold that close back (fromUpstream), or the
+	// client gets the upstream's close (1000) instead of the end's code.
+	fw.started.Store(true)
 	if err := s.up.ep.Send(frame); err != nil {
+		fw.started.Store(false)
 		return false
 	}
 	s.wroteUp = true
 	fw.timer = time.AfterFunc(fw.wait, s.finishFarewell)
-	fw.started.Store(true)
 	if fw.final.Load() {
 		go s.finishFarewell() // the upstream had already ended (expired, say)
 	}

@@ -4,8 +4,13 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/gorilla/websocket"
+
+	"rtgate/mockai"
 )
 
 // TestLiveWebRTCBackendModel: the key's models list applies to the backend
@@ -54,7 +59,11 @@ keys:
 			}
 
 			id := newWebRTCSession(t, g, keyA)
-			waitFor(t, "the gateway's own sideband", func() bool { return ownSidebands(g) == 1 })
+			// Joined upstream (mockai adds a sideband a moment after its 101):
+			// the session.updated below is broadcast to it.
+			waitFor(t, "the gateway's own sideband upstream", func() bool {
+				return ownSidebands(g) == 1 && mock.LiveSessions()[0].Sidebands == 1
+			})
 			d := dialer()
 			if up.cfg.TLS {
 				d.TLSClientConfig = &tls.Config{RootCAs: trustMock(t, mock)}
@@ -84,4 +93,40 @@ keys:
 			}
 		})
 	}
+}
+
+// TestLiveBackendUpdateRefused: on a GPT-Live WebSocket session of a key
+// limited to models: [gpt-live], a session.update that moves the delegation
+// to o3-pro ends the session as soon as the upstream's session.updated says
+// so, before any response spends on o3-pro: an error event
+// model_not_allowed, close 1008, the record's outcome "refused" with no
+// backend response (before, the session ran on until a response's tokens
+// were booked); ws:// and wss://.
+func TestLiveBackendUpdateRefused(t *testing.T) {
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+		g := startGateway(t, nil, func(c *Settings) {
+			trust(c)
+			c.RoutesFile = liveConfig(t, mock, "", "\n    models: [gpt-live]")
+			c.UsageLog = logPath
+		})
+		c := g.dialLive(t, "sk-team-a-test")
+		send(t, c, liveStart("gpt-live", nil))
+		if e := read(t, c); e.typ() != "session.started" {
+			t.Fatalf("first event %v", e)
+		}
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{
+			"delegation": map[string]any{"type": "responses", "responses": map[string]any{"model": "o3-pro"}}}})
+		e, seen := readUntil(t, c, "error")
+		if e.str("error", "code") != "model_not_allowed" || !slices.Contains(seen, "session.updated") {
+			t.Fatalf("error %v after %v; want model_not_allowed after session.updated", e, seen)
+		}
+		if ce := closeOf(t, c); ce == nil || ce.Code != websocket.ClosePolicyViolation {
+			t.Fatalf("close %v, want 1008", ce)
+		}
+		rec := waitRecords(t, logPath, 1)[0]
+		if rec.Outcome != "refused" || rec.Usage.Responses != 0 {
+			t.Fatalf("record: outcome %q, %d backend responses; want refused, none", rec.Outcome, rec.Usage.Responses)
+		}
+	})
 }
