@@ -93,6 +93,30 @@
 // module against an allowlist with the reason each is safe; a new one fails
 // it.
 //
+// # Lock order
+//
+// A session's locks are taken in this order, never the other way round:
+//
+//	the upstream Handle's read lock (readMu: an upstream read, a Rollover)
+//	  → the client side's lock (client.mu: fromUpstream holds it while an
+//	    upstream frame is forwarded and inspected)
+//	    → the upstream side's lock (up.mu: fromClient holds it while a
+//	      client frame is forwarded and inspected; BytesFromClient,
+//	      SendUpstream and the farewell take it)
+//	      → leaf locks, which take none of the above: an Endpoint's mu, the
+//	        server's per-session trackers (responses in flight, turns, the
+//	        kept conversation), infoMu
+//
+// So an upstream Inspector may take up.mu (the server's responses in
+// flight read BytesFromClient once per response.created and response.done),
+// and nothing that holds up.mu may take client.mu: the client's
+// Inspectors, the farewell's frame func and a rollover's quiet run under
+// up.mu and take only leaf locks; clientClosed, tellGone, resume, attach,
+// redial and failUpstream release up.mu before they write to the client;
+// maybeEnd takes the two one after the other. SendClient and Terminate take
+// client.mu: an Inspector that needs them calls them from a goroutine of
+// its own.
+//
 // # What netpoll v0.7.2 makes impossible
 //
 // Measured or read from its source; none of it is worked around by reaching

@@ -89,7 +89,9 @@ func (s *Session) SendUpstream(frame []byte) bool {
 func (s *Session) BytesToClient() uint64 { return s.u2c.Bytes }
 
 // BytesFromClient returns the bytes the client sent so far (its relay
-// counter, read under the lock its forwarding holds).
+// counter, read under the lock its forwarding holds: up.mu). An upstream
+// Inspector may call it, under client.mu: that is the lock order (doc.go);
+// a client Inspector may not (it runs under up.mu).
 func (s *Session) BytesFromClient() uint64 {
 	s.up.mu.Lock()
 	defer s.up.mu.Unlock()
@@ -209,12 +211,18 @@ func (s *Session) startFarewellLocked(code ws.StatusCode, reason string) bool {
 		return false // nothing owed: the close goes as without a farewell
 	}
 	fw.code, fw.reason = code, reason
+	// Published before the frame goes: the upstream may answer at once (its
+	// final event, then its close frame), and the upstream's read path,
+	// which holds the client side's lock and not this one, must then see
+	// the farewell pending and hold that close back (fromUpstream), or the
+	// client gets the upstream's close (1000) instead of the end's code.
+	fw.started.Store(true)
 	if err := s.up.ep.Send(frame); err != nil {
+		fw.started.Store(false)
 		return false
 	}
 	s.wroteUp = true
 	fw.timer = time.AfterFunc(fw.wait, s.finishFarewell)
-	fw.started.Store(true)
 	if fw.final.Load() {
 		go s.finishFarewell() // the upstream had already ended (expired, say)
 	}

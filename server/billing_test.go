@@ -162,6 +162,19 @@ func TestGatewayEndCancelsInFlight(t *testing.T) {
 	})
 }
 
+// transcribeAndLeave turns input transcription on with model, has a second
+// of audio transcribed and closes.
+func transcribeAndLeave(t *testing.T, c *websocket.Conn, model string) {
+	t.Helper()
+	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+		"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"model": model}}}}})
+	readUntil(t, c, "session.updated")
+	appendRealtimeAudio(t, c, 48000) // 1 s: 100 audio tokens
+	send(t, c, map[string]any{"type": "input_audio_buffer.commit"})
+	readUntil(t, c, usage.TypeTranscriptionComplete)
+	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+}
+
 // TestTranscriptionPricedByItsModel: a Realtime session with input
 // transcription on gpt-4o-transcribe, and no response, is billed the
 // transcription at gpt-4o-transcribe's prices, its output tokens (reported
@@ -173,13 +186,7 @@ func TestTranscriptionPricedByItsModel(t *testing.T) {
 		g, logPath := billingGateway(t, mock, trust, nil)
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c)
-		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-			"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"model": "gpt-4o-transcribe"}}}}})
-		readUntil(t, c, "session.updated")
-		appendRealtimeAudio(t, c, 48000) // 1 s: 100 audio tokens
-		send(t, c, map[string]any{"type": "input_audio_buffer.commit"})
-		readUntil(t, c, usage.TypeTranscriptionComplete)
-		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+		transcribeAndLeave(t, c, "gpt-4o-transcribe")
 		rec := waitRecords(t, logPath, 1)[0]
 		if len(rec.Transcription) != 1 || rec.Transcription[0].Model != "gpt-4o-transcribe" {
 			t.Fatalf("transcription usage %+v, want gpt-4o-transcribe's", rec.Transcription)
@@ -201,13 +208,7 @@ func TestTranscriptionUnpriced(t *testing.T) {
 	g, logPath := billingGateway(t, mock, func(*Settings) {}, nil)
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	read(t, c)
-	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
-		"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"model": "mystery-transcribe"}}}}})
-	readUntil(t, c, "session.updated")
-	appendRealtimeAudio(t, c, 48000)
-	send(t, c, map[string]any{"type": "input_audio_buffer.commit"})
-	readUntil(t, c, usage.TypeTranscriptionComplete)
-	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+	transcribeAndLeave(t, c, "mystery-transcribe")
 	rec := waitRecords(t, logPath, 1)[0]
 	if !slices.Equal(rec.Unpriced, []string{"mystery-transcribe"}) {
 		t.Fatalf("record unpriced %v, want [mystery-transcribe]", rec.Unpriced)

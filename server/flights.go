@@ -13,6 +13,28 @@ package server
 //
 // Only response.created and response.done are read for it, once per
 // response; the relay's per-frame path is unchanged.
+//
+// Why not the turn clock's responses (turns.Tracker keeps the open
+// responses by id too)? Reviewed when both were merged; they stay apart,
+// sharing the event type read once per frame (setupWatch.Wants) and nothing
+// per frame either way:
+//   - TURN_METRICS=0 turns the Tracker off (its Inspect returns at once),
+//     while billing must follow every response; keeping the Tracker's open
+//     list on when its figures are off would put the billing rule inside a
+//     package whose job is latency.
+//   - They end responses differently: the Tracker ends a resumed session's
+//     open responses as failed turns (Resumed) and drops its figures at the
+//     end, whereas billing must first cancel them and wait (the farewell,
+//     under the upstream side's lock), then estimate what is left, with
+//     byte counts the Tracker does not keep.
+//   - The farewell's frame func and a rollover's quiet run under the
+//     upstream side's lock (poller's doc.go, Lock order); Flights' own
+//     lock is a leaf taken there and at the end. The Tracker's lock is also
+//     taken from the client's read path for each forwarded create and
+//     (server VAD) audio append: one lock for both would make the session's end wait on
+//     the client's forwarding and the turn clock on the farewell.
+//   - What merging would save is one small json.Unmarshal of
+//     response.created and of response.done per response, not per frame.
 
 import (
 	"time"

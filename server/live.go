@@ -78,8 +78,11 @@ type liveState struct {
 	// budget then, and only the seconds beyond it as they are reported.
 	floor float64
 	// backendRefused: a delegation to a backend the key may not use ended
-	// the session (bookBackend; the read path's).
+	// the session (refuseBackend; the read path's).
 	backendRefused bool
+	// hangUp ends a WebRTC session (no sess: its events pass the gateway
+	// by): its call hung up upstream through the control API (watch.go).
+	hangUp func()
 	// refused is the code of a refusal after the upgrade ("" for none).
 	mu      sync.Mutex
 	refused string
@@ -118,6 +121,7 @@ func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState 
 	sess.SetFarewell(protocol.Live{}.End(), liveCloseWait)
 	ls.meter.OnClosed = sess.Farewelled
 	ls.meter.OnTokens = ls.bookBackend
+	ls.meter.OnDelegation = ls.refuseBackend
 	ls.meter.OnStarted = func(id string) { go rememberLiveOwner(s, info, id) }
 	s.budgets.meterLive(info, ls, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
@@ -300,19 +304,42 @@ func unmaskMessage(msg []byte) (payload []byte, text bool) {
 
 // bookBackend prices a delegated response's backend tokens at their model's
 // prices (pricing.go's backendPrices); a model nothing prices is noted
-// unpriced. A backend the key may not use (a delegation a session.update
-// moved to it) ends the session once its tokens are booked: the key's
-// models list applies to delegated backends, as at session.start.
+// unpriced. A backend the key may not use ends the session once its tokens
+// are booked (refuseBackend).
 func (ls *liveState) bookBackend(model string, add usage.Usage) {
 	if p, ok := backendPrices(ls.info.currentDeployment(), model); ok {
 		ls.backendUSD += p.Cost(add)
 	} else {
 		ls.info.noteUnpriced(model)
 	}
-	if herr := backendNotAllowed(ls.info.key, model); herr != nil && ls.sess != nil && !ls.backendRefused {
-		ls.backendRefused = true
+	ls.refuseBackend(model)
+}
+
+// refuseBackend ends the session, once, when it delegates to a backend the
+// key may not use: the key's models list applies to delegated backends
+// after session.start (checked there, or in a WebRTC create's body) as
+// well. It runs on the read path, for the session.updated that follows a
+// client's session.update (the meter's OnDelegation: before a response
+// spends on the backend) and for each response's tokens (a backend no
+// session.updated named). A WebSocket session gets an error event
+// model_not_allowed and close 1008; a WebRTC session, whose client the
+// gateway cannot write to, has its call hung up upstream. Either way its
+// record's outcome is "refused", with the usage it had.
+func (ls *liveState) refuseBackend(model string) {
+	herr := backendNotAllowed(ls.info.key, model)
+	if herr == nil || ls.backendRefused {
+		return
+	}
+	ls.backendRefused = true
+	ls.mu.Lock()
+	ls.refused = herr.code
+	ls.mu.Unlock()
+	switch {
+	case ls.sess != nil:
 		go ls.sess.Terminate(ws.StatusPolicyViolation, herr.code,
 			protocol.ErrorEvent(herr.errType, herr.code, herr.message, ""))
+	case ls.hangUp != nil:
+		go ls.hangUp()
 	}
 }
 

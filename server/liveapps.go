@@ -49,6 +49,7 @@ import (
 	"rtgate/poller"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/upstream"
 )
@@ -132,6 +133,14 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 		return herr.answer()
 	}
 	id, op, _ := liveSubPath(req.URL.Path)
+	if endpoint == "live_create" || op == "fork" || op == "accept" {
+		// The key's models apply to the backend the session delegates to,
+		// as at a WebSocket session.start; a later session.update is
+		// answered on the metering sideband (live.go's refuseBackend).
+		if herr := backendNotAllowed(key, protocol.BodyBackendModel(body)); herr != nil {
+			return herr.answer()
+		}
+	}
 	if endpoint == "live_create" {
 		return a.create(req.Context(), table, key, body)
 	}

@@ -93,19 +93,24 @@ func mockEvents(t *testing.T, p *mockaiProcess, roots *x509.CertPool) []mockai.E
 // TestNodeSDK: the official openai package unchanged against the gateway's
 // base URL (TLS, since the SDK only dials wss://): clientSecrets.create mints,
 // OpenAIRealtimeWebSocket connects with the ek_ key and sees a configured
-// session.created, calls.create({sdp}) gets 201, the answer and Location.
+// session.created, asks for a response and closes after three of its audio
+// deltas, and is billed that response (the cancelled response.done's usage:
+// the walked-away response of flights.go); calls.create({sdp}) gets 201,
+// the answer and Location.
 func TestNodeSDK(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal("node is not installed (apt-get install -y nodejs npm)")
 	}
 	dir := ensureNodeModules(t)
-	mock, roots := tlsMockaiProcess(t)
+	mock, roots := tlsMockaiProcess(t, "-deltas", "50", "-delta-interval", "20ms") // a response of a second
 	lc := newListenerCert(t)
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
 	g := startGateway(t, nil, func(c *Settings) {
 		c.APIBase, _ = ParseAPIBase(mock.baseURL)
 		c.UpstreamRoots = roots
 		c.TLSCert, c.TLSKey = lc.certFile, lc.keyFile
+		c.UsageLog = logPath
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -124,6 +129,7 @@ func TestNodeSDK(t *testing.T) {
 		RealtimeURLScheme   string  `json:"realtime_url_scheme"`
 		FirstEvent          string  `json:"first_event"`
 		FirstInstructions   string  `json:"first_instructions"`
+		DeltasBeforeClose   int     `json:"deltas_before_close"`
 		CallStatus          int     `json:"call_status"`
 		CallLocation        string  `json:"call_location"`
 		CallAnswerStarts    string  `json:"call_answer_starts"`
@@ -145,6 +151,25 @@ func TestNodeSDK(t *testing.T) {
 	evs := mockEvents(t, mock, roots)
 	if len(evs) == 0 || evs[0].Type != "session.update" || !strings.Contains(string(evs[0].Event), "From the SDK.") {
 		t.Fatalf("the upstream did not get the secret's config first: %+v", evs)
+	}
+	// The walked-away response: cancelled upstream and billed from its
+	// cancelled response.done (mockai: 10 output audio tokens a delta
+	// sent), confirmed, not estimated.
+	var rec *usage.Record
+	waitFor(t, "the SDK session's record", func() bool {
+		for _, r := range readRecordsSoFar(logPath) {
+			if r.Protocol != "live" && r.Usage.Responses > 0 {
+				rec = &r
+				return true
+			}
+		}
+		return false
+	})
+	if got.DeltasBeforeClose != 3 || rec.Usage.Responses != 1 || rec.Unconfirmed || rec.Estimated != nil ||
+		rec.Usage.OutputTokenDetails.AudioTokens < 30 || rec.Usage.OutputTokenDetails.AudioTokens >= 500 || rec.CostUSD == 0 {
+		t.Fatalf("the SDK session's record (after %d deltas): %d responses, %d output audio tokens, cost %v, unconfirmed %v; "+
+			"want the walked-away response billed from its cancelled response.done", got.DeltasBeforeClose, rec.Usage.Responses,
+			rec.Usage.OutputTokenDetails.AudioTokens, rec.CostUSD, rec.Unconfirmed)
 	}
 }
 

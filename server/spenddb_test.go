@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"rtgate/mockai"
 	"rtgate/server/spenddb/pgtest"
+	"rtgate/server/usage"
 )
 
 // TestSpendLogPostgresOutage runs sessions through the gateway (wss://
@@ -148,4 +151,78 @@ func TestLiveSessionInPostgres(t *testing.T) {
 			protocol, seconds, unconfirmed, in, out, cost, want, rec.CostUSD)
 	}
 	t.Logf("session_usage row: protocol %s, %v s, %d backend input and %d output tokens, %.9f USD", protocol, seconds, in, out, cost)
+}
+
+// TestBillingFlagsInPostgres: a walked-away response the upstream never
+// confirmed (mockai ignores the cancel) and a transcription nothing prices
+// land in session_usage with their flags: the estimate and unconfirmed, the
+// transcription usage and unpriced. Postgres is down while both sessions
+// end, so the records go through the spool and its replay, and none is
+// lost (ws:// and wss://).
+func TestBillingFlagsInPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	cfg := mockai.Config{AudioDeltas: 400, AudioDeltaInterval: 20 * time.Millisecond, IgnoreCancel: true}
+	overBoth(t, cfg, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g, logPath := billingGateway(t, mock, trust, func(c *Settings) { c.DatabaseURL = pg.URL })
+		waitFor(t, "the spend log to connect", func() bool { return metricSum(t, g, "rtgate_spend_db_up") == 1 })
+		pg.Stop()
+
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		walkAway(t, c, 3, false)
+		c = g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		transcribeAndLeave(t, c, "mystery-transcribe")
+		recs := waitRecords(t, logPath, 2)
+		waitFor(t, "both records in the spool", func() bool { return metricSum(t, g, "rtgate_spend_db_spool_records") == 2 })
+
+		pg.Restart()
+		waitFor(t, "the spool to be replayed", func() bool {
+			return metricSum(t, g, "rtgate_spend_db_up") == 1 && metricSum(t, g, "rtgate_spend_db_spool_records") == 0
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := g.srv.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]usage.Record{}
+		for _, r := range recs {
+			byID[r.SessionID] = r
+		}
+		pc := pg.Conn(t)
+		for id, rec := range byID {
+			var unconfirmed bool
+			var estResponses, estOut *int64
+			var transcription string
+			var unpriced []string
+			var cost float64
+			err := pc.QueryRow(context.Background(), `SELECT unconfirmed, (estimated->>'responses')::bigint,
+				(estimated->'output_token_details'->>'audio_tokens')::bigint, transcription_usage::text, unpriced, cost_usd
+				FROM session_usage WHERE session_id = $1`, id).Scan(&unconfirmed, &estResponses, &estOut, &transcription, &unpriced, &cost)
+			if err != nil {
+				t.Fatalf("session %s of the usage log: %v", id, err)
+			}
+			if cost != rec.CostUSD || unconfirmed != rec.Unconfirmed || !slices.Equal(unpriced, rec.Unpriced) {
+				t.Errorf("row %s: unconfirmed %v, unpriced %v, cost %v; its log line %v, %v, %v", id, unconfirmed, unpriced, cost,
+					rec.Unconfirmed, rec.Unpriced, rec.CostUSD)
+			}
+			switch {
+			case rec.Estimated != nil: // the walked-away response
+				if !unconfirmed || estResponses == nil || *estResponses != 1 || estOut == nil || *estOut != rec.Estimated.OutputTokenDetails.AudioTokens || *estOut == 0 {
+					t.Errorf("walked-away row: unconfirmed %v, estimate %v responses, %v output audio tokens; log line %+v",
+						unconfirmed, estResponses, estOut, rec.Estimated)
+				}
+			case len(rec.Unpriced) > 0: // the transcription
+				if unconfirmed || estResponses != nil || !slices.Equal(unpriced, []string{"mystery-transcribe"}) ||
+					!strings.Contains(transcription, `"model": "mystery-transcribe"`) {
+					t.Errorf("transcription row: unconfirmed %v, estimate %v, unpriced %v, transcription %s", unconfirmed, estResponses, unpriced, transcription)
+				}
+			default:
+				t.Errorf("record %s has neither an estimate nor an unpriced model: %+v", id, rec)
+			}
+		}
+		if len(byID) != 2 {
+			t.Errorf("%d records, want 2", len(byID))
+		}
+	})
 }

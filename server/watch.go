@@ -285,6 +285,12 @@ func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id 
 	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
 	ls := &liveState{info: info, floor: liveWebRTCFloor}
 	ls.meter.OnTokens = ls.bookBackend
+	ls.meter.OnDelegation = ls.refuseBackend
+	ls.hangUp = func() {
+		cm.log.Warn("Live WebRTC session delegates to a model its key may not use; hanging it up",
+			"key", key.Name, "session", id, "deployment", d.Name)
+		cm.hangUp(d, id)
+	}
 	info.live = ls
 	// Booked against the key's budget as the seconds grow, in GPT-Live's
 	// 30 s windows; over it, the call is hung up upstream, and the

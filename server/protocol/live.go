@@ -113,14 +113,32 @@ func (st Start) Kept() (config []byte, input []json.RawMessage) {
 
 // BackendModel is the Responses model session.start delegates to
 // (session.delegation.responses.model), "" without Responses delegation.
-func (st Start) BackendModel() string {
+func (st Start) BackendModel() string { return delegatedModel(st.session["delegation"]) }
+
+// BodyBackendModel is BackendModel for an HTTP request's body whose
+// session is a configuration (a WebRTC create, a SIP accept, a fork): ""
+// when it does not delegate to a Responses model, or is not JSON.
+func BodyBackendModel(body []byte) string {
+	var b struct {
+		Session struct {
+			Delegation json.RawMessage `json:"delegation"`
+		} `json:"session"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return ""
+	}
+	return delegatedModel(b.Session.Delegation)
+}
+
+// delegatedModel is a delegation object's Responses model.
+func delegatedModel(delegation json.RawMessage) string {
 	var d struct {
 		Type      string `json:"type"`
 		Responses struct {
 			Model string `json:"model"`
 		} `json:"responses"`
 	}
-	if json.Unmarshal(st.session["delegation"], &d) != nil || d.Type != "responses" {
+	if json.Unmarshal(delegation, &d) != nil || d.Type != "responses" {
 		return ""
 	}
 	return d.Responses.Model

@@ -47,6 +47,19 @@ var migrations = []string{
 		ADD COLUMN turns              integer NOT NULL DEFAULT 0,
 		ADD COLUMN first_audio_p50_ms double precision,
 		ADD COLUMN first_audio_p95_ms double precision`,
+	// 4: what billing every response adds (issue 32): the estimate booked
+	// for responses the upstream never confirmed (NULL when every response
+	// was confirmed; its tokens are in usage and cost_usd already), the
+	// input transcription usage by transcription model, and the models of
+	// usage the gateway could not price (in the row, not in cost_usd). The
+	// partial index finds the flagged rows (an estimate, an unpriced model)
+	// without reading the rest. Old rows read as confirmed and priced.
+	`ALTER TABLE session_usage
+		ADD COLUMN estimated           jsonb,
+		ADD COLUMN transcription_usage jsonb NOT NULL DEFAULT '[]',
+		ADD COLUMN unpriced            text[] NOT NULL DEFAULT '{}';
+	CREATE INDEX session_usage_flagged ON session_usage (key_name, ended_at)
+		WHERE unconfirmed OR cardinality(unpriced) > 0`,
 }
 
 // migrate brings the schema to the newest version. An advisory lock held

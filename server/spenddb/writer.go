@@ -451,9 +451,10 @@ func tryRecv(c chan usage.Record) (usage.Record, bool) {
 // columns of session_usage that a record fills, in insert order.
 const columns = "session_id, key_name, model_group, deployment, started_at, ended_at, " +
 	"input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage, " +
-	"protocol, seconds, unconfirmed, unmetered, upstream_sessions, resumes, turns, first_audio_p50_ms, first_audio_p95_ms"
+	"protocol, seconds, unconfirmed, unmetered, upstream_sessions, resumes, turns, first_audio_p50_ms, first_audio_p95_ms, " +
+	"estimated, transcription_usage, unpriced"
 
-const perRow = 21
+const perRow = 24
 
 // insert writes a batch as one multi-row insert, skipping records already
 // in (by session_id), and returns the rows added.
@@ -493,9 +494,28 @@ func (w *Writer) insert(ctx context.Context, batch []usage.Record) (int64, error
 		if r.Turns > 0 {
 			p50, p95 = &r.FirstAudioP50MS, &r.FirstAudioP95MS
 		}
+		var estimated *string // NULL when every response was confirmed
+		if r.Estimated != nil {
+			b, err := json.Marshal(r.Estimated)
+			if err != nil {
+				return 0, fmt.Errorf("encoding the estimate: %w", err)
+			}
+			estimated = new(string(b))
+		}
+		transcription := []byte("[]")
+		if len(r.Transcription) > 0 {
+			if transcription, err = json.Marshal(r.Transcription); err != nil {
+				return 0, fmt.Errorf("encoding transcription usage: %w", err)
+			}
+		}
+		unpriced := r.Unpriced
+		if unpriced == nil {
+			unpriced = []string{}
+		}
 		args = append(args, r.SessionID, r.KeyName, r.ModelGroup, r.Deployment, r.StartedAt, r.EndedAt,
 			r.Usage.InputTokens, r.Usage.OutputTokens, r.Usage.TotalTokens, r.CostUSD, r.Outcome, string(u),
-			protocol, r.Seconds, r.Unconfirmed, r.Unmetered, upstreams, string(resumes), r.Turns, p50, p95)
+			protocol, r.Seconds, r.Unconfirmed, r.Unmetered, upstreams, string(resumes), r.Turns, p50, p95,
+			estimated, string(transcription), unpriced)
 	}
 	q.WriteString(" ON CONFLICT (session_id) DO NOTHING")
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)

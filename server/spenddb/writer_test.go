@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -233,6 +234,37 @@ func TestSlowPostgres(t *testing.T) {
 	}
 }
 
+// schemaAt leaves the database as a gateway of schema version v did.
+func schemaAt(t *testing.T, c *pgx.Conn, v int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Exec(ctx, `CREATE TABLE rtgate_schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range migrations[:v] {
+		if _, err := c.Exec(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, `INSERT INTO rtgate_schema_migrations (version) VALUES ($1)`, i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// upgradeFrom leaves the database at schema version v with one row of that
+// version's columns in it, record(1)'s, for a writer to upgrade.
+func upgradeFrom(t *testing.T, c *pgx.Conn, v int) usage.Record {
+	t.Helper()
+	schemaAt(t, c, v)
+	old := record(1)
+	if _, err := c.Exec(context.Background(), `INSERT INTO session_usage (session_id, key_name, model_group, started_at, ended_at,
+		input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage) VALUES ($1,'team-a','gpt-realtime',$2,$3,1,2,3,0,'client_closed','{}')`,
+		old.SessionID, old.StartedAt, old.EndedAt); err != nil {
+		t.Fatal(err)
+	}
+	return old
+}
+
 // TestSecondRoundColumns upgrades a database left at schema version 2 with
 // a row in it, then writes records that use the columns migration 3 adds:
 // the old row reads as a Realtime session on one upstream session, the new
@@ -241,25 +273,7 @@ func TestSecondRoundColumns(t *testing.T) {
 	pg := pgtest.Start(t)
 	ctx := context.Background()
 	c := pg.Conn(t)
-	for v, m := range migrations[:2] {
-		if _, err := c.Exec(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-		if v == 0 {
-			if _, err := c.Exec(ctx, `CREATE TABLE rtgate_schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := c.Exec(ctx, `INSERT INTO rtgate_schema_migrations (version) VALUES ($1)`, v+1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old := record(1)
-	if _, err := c.Exec(ctx, `INSERT INTO session_usage (session_id, key_name, model_group, started_at, ended_at,
-		input_tokens, output_tokens, total_tokens, cost_usd, outcome, usage) VALUES ($1,'team-a','gpt-realtime',$2,$3,1,2,3,0,'client_closed','{}')`,
-		old.SessionID, old.StartedAt, old.EndedAt); err != nil {
-		t.Fatal(err)
-	}
+	old := upgradeFrom(t, c, 2)
 
 	live := record(2)
 	live.Protocol, live.Seconds, live.Unconfirmed = "live", 42.5, true
@@ -306,5 +320,79 @@ func TestSecondRoundColumns(t *testing.T) {
 	if r.protocol != "realtime" || r.upstreams != 2 || r.turns != 7 || r.p50 == nil || *r.p50 != 310 || r.p95 == nil || *r.p95 != 820 ||
 		!strings.Contains(r.resumes, `"cause": "session_expired"`) || !strings.Contains(r.resumes, `"duration_ms": 180`) {
 		t.Errorf("the resumed record reads %+v", r)
+	}
+}
+
+// TestBillingColumns upgrades a database left at schema version 3 with a
+// row in it, then writes a record with an estimated (unconfirmed) response,
+// one with transcription usage and an unpriced model, and a plain one: the
+// old row reads as confirmed and priced, each new one reads back as written,
+// and the flagged rows are the ones a query for flags finds.
+func TestBillingColumns(t *testing.T) {
+	pg := pgtest.Start(t)
+	ctx := context.Background()
+	c := pg.Conn(t)
+	old := upgradeFrom(t, c, 3)
+
+	walked := record(2)
+	walked.Unconfirmed = true
+	walked.Estimated = &usage.Usage{Responses: 1, InputTokens: 40, OutputTokens: 18, TotalTokens: 58}
+	walked.Estimated.OutputTokenDetails.AudioTokens = 18
+	transcribed := record(3)
+	transcribed.Unpriced = []string{"mystery-transcribe"}
+	transcribed.Transcription = []usage.ModelUsage{{Model: "mystery-transcribe", Usage: usage.Usage{InputTokens: 100, OutputTokens: 5}}}
+	plain := record(4)
+
+	w := open(t, pg.URL, filepath.Join(t.TempDir(), "spool.jsonl"), nil)
+	for _, r := range []usage.Record{walked, transcribed, plain} {
+		w.Enqueue(r)
+	}
+	waitRows(t, pg, 4)
+
+	type row struct {
+		unconfirmed   bool
+		estimatedOut  *int64
+		transcription string
+		unpriced      []string
+	}
+	read := func(id string) row {
+		var r row
+		if err := c.QueryRow(ctx, `SELECT unconfirmed, (estimated->'output_token_details'->>'audio_tokens')::bigint,
+			transcription_usage::text, unpriced FROM session_usage WHERE session_id = $1`, id).Scan(
+			&r.unconfirmed, &r.estimatedOut, &r.transcription, &r.unpriced); err != nil {
+			t.Fatalf("reading %s: %v", id, err)
+		}
+		return r
+	}
+	for _, id := range []string{old.SessionID, plain.SessionID} {
+		if r := read(id); r.unconfirmed || r.estimatedOut != nil || r.transcription != "[]" || len(r.unpriced) != 0 {
+			t.Errorf("%s (no flags) reads %+v", id, r)
+		}
+	}
+	if r := read(walked.SessionID); !r.unconfirmed || r.estimatedOut == nil || *r.estimatedOut != 18 || len(r.unpriced) != 0 {
+		t.Errorf("the walked-away record reads %+v, want unconfirmed with 18 estimated output audio tokens", r)
+	}
+	r := read(transcribed.SessionID)
+	if r.unconfirmed || r.estimatedOut != nil || len(r.unpriced) != 1 || r.unpriced[0] != "mystery-transcribe" ||
+		!strings.Contains(r.transcription, `"model": "mystery-transcribe"`) || !strings.Contains(r.transcription, `"input_tokens": 100`) {
+		t.Errorf("the transcribed record reads %+v", r)
+	}
+	var flagged []string
+	rows, err := c.Query(ctx, `SELECT session_id FROM session_usage WHERE unconfirmed OR cardinality(unpriced) > 0 ORDER BY session_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		flagged = append(flagged, id)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if len(flagged) != 2 || flagged[0] != walked.SessionID || flagged[1] != transcribed.SessionID {
+		t.Errorf("flagged rows %v, want %s and %s", flagged, walked.SessionID, transcribed.SessionID)
 	}
 }

@@ -16,6 +16,9 @@ const (
 	// TypeLiveStarted names the session (session.id): read once, when
 	// OnStarted is set.
 	TypeLiveStarted = "session.started"
+	// TypeLiveUpdated carries the session's configuration after a
+	// session.update: its delegation is read when OnDelegation is set.
+	TypeLiveUpdated = "session.updated"
 )
 
 // maxLiveResponseIDs bounds the response ids a LiveMeter remembers to book
@@ -55,6 +58,12 @@ type LiveMeter struct {
 	// OnStarted, if set, gets the session's id from the first
 	// session.started (the gateway remembers who owns it).
 	OnStarted func(id string)
+	// OnDelegation, if set, gets the Responses model each session.updated
+	// delegates to (session.delegation.responses.model; "" without
+	// Responses delegation): the gateway checks it against the key's
+	// models before a response spends on it. Rare events (one a
+	// session.update), so reading them costs the relay nothing per frame.
+	OnDelegation func(model string)
 
 	started bool // session.started was read
 	// cur is the current upstream session's last cumulative
@@ -80,6 +89,8 @@ func (m *LiveMeter) WantsType(t, prefix []byte) bool {
 		return true
 	case TypeLiveStarted:
 		return m.OnStarted != nil && !m.started
+	case TypeLiveUpdated:
+		return m.OnDelegation != nil
 	case TypeLiveResponse:
 		inner, ok := InnerType(prefix, "event")
 		return !ok || terminalResponse(string(inner))
@@ -96,7 +107,13 @@ type liveEvent struct {
 	Type    string `json:"type"`
 	Reason  string `json:"reason"`
 	Session *struct {
-		ID string `json:"id"`
+		ID         string `json:"id"`
+		Delegation *struct {
+			Type      string `json:"type"`
+			Responses struct {
+				Model string `json:"model"`
+			} `json:"responses"`
+		} `json:"delegation"`
 	} `json:"session"`
 	Usage *struct {
 		Seconds *float64 `json:"seconds"`
@@ -134,6 +151,15 @@ func (m *LiveMeter) Inspect(p []byte) {
 			m.started = true
 			m.OnStarted(ev.Session.ID)
 		}
+	case TypeLiveUpdated:
+		if m.OnDelegation == nil || ev.Session == nil {
+			return
+		}
+		model := ""
+		if d := ev.Session.Delegation; d != nil && d.Type == "responses" {
+			model = d.Responses.Model
+		}
+		m.OnDelegation(model)
 	case TypeLiveUsage, TypeLiveClosed:
 		if ev.Usage != nil && ev.Usage.Seconds != nil {
 			m.seconds(*ev.Usage.Seconds)

@@ -75,6 +75,32 @@ func TestLiveMeterWants(t *testing.T) {
 	}
 }
 
+// session.updated's delegation reaches OnDelegation (a Responses model, or
+// "" for none), and only when OnDelegation is set.
+func TestLiveMeterDelegation(t *testing.T) {
+	updated := []string{
+		`{"type":"session.updated","event_id":"e1","session":{"id":"live_1","delegation":{"type":"responses","responses":{"model":"o3-pro"}}}}`,
+		`{"type":"session.updated","event_id":"e2","session":{"id":"live_1","triggers":[]}}`,
+		`{"type":"session.updated","event_id":"e3","session":{"id":"live_1","delegation":{"type":"realtime"}}}`,
+	}
+	var m LiveMeter
+	for _, e := range updated {
+		if p := []byte(e); m.Wants(p[:min(len(p), 256)]) {
+			t.Fatalf("Wants(%s) without OnDelegation", e)
+		}
+	}
+	var got []string
+	m.OnDelegation = func(model string) { got = append(got, model) }
+	for _, e := range updated {
+		if p := []byte(e); m.Wants(p[:min(len(p), 256)]) {
+			m.Inspect(p)
+		}
+	}
+	if len(got) != 3 || got[0] != "o3-pro" || got[1] != "" || got[2] != "" {
+		t.Fatalf("delegations %q, want [o3-pro, \"\", \"\"]", got)
+	}
+}
+
 // A session resumed on a fresh upstream session (NextSession) adds that
 // session's cumulative seconds to the earlier ones', never replaces them.
 func TestLiveMeterAcrossUpstreamSessions(t *testing.T) {

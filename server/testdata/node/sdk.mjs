@@ -37,6 +37,15 @@ try {
   }), 'the first realtime event');
   out.first_event = first.type;
   out.first_instructions = first.session?.instructions;
+  // Walk away mid-answer: ask for a response, take three of its audio
+  // deltas and close. The gateway still bills the response (the test reads
+  // the usage record).
+  const deltas = withTimeout(new Promise((res) => {
+    let n = 0;
+    rt.on('response.output_audio.delta', () => { if (++n === 3) res(n); });
+  }), 'three audio deltas');
+  rt.send({ type: 'response.create' });
+  out.deltas_before_close = await deltas;
   rt.socket.close(1000);
 
   // WebRTC: a bare SDP offer.
