@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,25 @@ type Store struct {
 	Prefix string
 	// Timeout is the budget of one call on the connect path.
 	Timeout time.Duration
+
+	// part is how many instances an outage's share is taken over, as the
+	// Limiter last learned from Redis (0: not known yet); budgets read it.
+	part atomic.Int64
+}
+
+// setPart records the instances a share is taken over (Limiter).
+func (st *Store) setPart(n int) { st.part.Store(int64(n)) }
+
+// Part is this instance's fraction of what the instances share (1 ÷ the
+// live instances it last learned from Redis, or CLUSTER_INSTANCES if more),
+// and false when it has learned no count yet or not every other instance
+// has seen it: then it may take nothing alone.
+func (st *Store) Part() (float64, bool) {
+	n := st.part.Load()
+	if n <= 0 {
+		return 0, false
+	}
+	return 1 / float64(n), true
 }
 
 // NewStore connects lazily to redisURL (redis://[user:pass@]host:port/db
