@@ -68,13 +68,14 @@ type Limiter struct {
 	mu   sync.Mutex
 	keys map[string]*clusterKey
 
-	mode     atomic.Int32         // a mode
+	mode     atomic.Int32         // onRedis, recovering or alone
 	view     atomic.Pointer[view] // the last view learned from Redis
 	frozen   atomic.Pointer[view] // the view the current outage decides with
 	share    atomic.Pointer[outageShare]
-	joinedAt atomic.Int64 // Redis ms of the first sync (or of the recovery)
-	seen     atomic.Bool  // every other instance has seen this one
-	fallback limit.Uses   // connect rate while alone (buckets only)
+	joinedAt atomic.Int64  // Redis ms of the first sync (or of the recovery)
+	seen     atomic.Bool   // every other instance has seen this one
+	syncs    atomic.Uint64 // completed syncs
+	fallback limit.Uses    // connect rate while alone (buckets only)
 	wake     chan struct{}
 	done     chan struct{}
 	stopped  chan struct{}
@@ -215,7 +216,8 @@ return {0, total, 0}
 // counts and brings back the view: KEYS[1] the instances set, KEYS[2] the
 // synced set, KEYS[3..] sessions hashes; ARGV[1] instance, ARGV[2] lease ms,
 // ARGV[3..] the count for each hash (0 removes the field). Returns {now,
-// id, lease end, synced, id, ...} for every live instance.
+// the key's sessions cluster-wide for each hash, then id, lease end, synced
+// for every live instance}.
 var syncScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -224,6 +226,10 @@ redis.call('ZADD', KEYS[1], now + lease, inst)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[2], now, inst)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 2 * lease)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local isLive = {}
+for i = 1, #live, 2 do isLive[live[i]] = true end
+local out = {now}
 for i = 3, #KEYS do
   local n = tonumber(ARGV[i])
   if n > 0 then
@@ -232,9 +238,13 @@ for i = 3, #KEYS do
   else
     redis.call('HDEL', KEYS[i], inst)
   end
+  local total = 0
+  local f = redis.call('HGETALL', KEYS[i])
+  for j = 1, #f, 2 do
+    if isLive[f[j]] then total = total + tonumber(f[j + 1]) end
+  end
+  out[#out + 1] = total
 end
-local out = {now}
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
   out[#out + 1] = live[i]
   out[#out + 1] = math.floor(tonumber(live[i + 1]))
@@ -545,17 +555,24 @@ func (l *Limiter) sync(all bool) error {
 			keys = append(keys, l.sessionsKey(k.name))
 			args = append(args, written[i])
 		}
+		before := l.mode.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), max(flushTimeout, l.st.Timeout))
 		res, err := syncScript.Run(ctx, l.st.Client, keys, args...).Slice()
 		cancel()
 		var v *view
+		var totals []int64
 		if err == nil {
-			v, err = l.parseView(res)
+			v, totals, err = l.parseSync(res, len(part))
 		}
 		for i, k := range part {
 			if err != nil {
 				k.dirty.Store(true)
-			} else if k.local.Load() != written[i] {
+				continue
+			}
+			if before == onRedis {
+				k.remember(written[i], totals[i])
+			}
+			if k.local.Load() != written[i] {
 				l.markDirty(k)
 			}
 		}
@@ -565,31 +582,54 @@ func (l *Limiter) sync(all bool) error {
 		}
 		l.learn(v)
 	}
+	l.syncs.Add(1)
 	return nil
 }
 
-// parseView reads syncScript's answer.
-func (l *Limiter) parseView(res []any) (*view, error) {
-	bad := fmt.Errorf("sync script returned %d values", len(res))
-	if len(res) == 0 || len(res)%3 != 1 {
-		return nil, bad
+// parseSync reads syncScript's answer for nkeys keys: the view, and each
+// key's sessions cluster-wide.
+func (l *Limiter) parseSync(res []any, nkeys int) (*view, []int64, error) {
+	bad := fmt.Errorf("sync script returned %d values for %d keys", len(res), nkeys)
+	if len(res) < 1+nkeys || (len(res)-1-nkeys)%3 != 0 {
+		return nil, nil, bad
 	}
 	now, ok := res[0].(int64)
 	if !ok {
-		return nil, bad
+		return nil, nil, bad
+	}
+	totals := make([]int64, nkeys)
+	for i := range totals {
+		if totals[i], ok = res[1+i].(int64); !ok {
+			return nil, nil, bad
+		}
 	}
 	leaseEnd, synced := map[string]int64{}, map[string]int64{}
-	for i := 1; i < len(res); i += 3 {
+	for i := 1 + nkeys; i < len(res); i += 3 {
 		id, ok1 := res[i].(string)
 		end, ok2 := res[i+1].(int64)
 		at, ok3 := res[i+2].(int64)
 		if !ok1 || !ok2 || !ok3 {
-			return nil, bad
+			return nil, nil, bad
 		}
 		leaseEnd[id], synced[id] = end, at
 	}
-	return newView(l.st.Instance, now, leaseEnd, synced), nil
+	return newView(l.st.Instance, now, leaseEnd, synced), totals, nil
 }
+
+// Instances is how many instances this instance would share a key's limits
+// with if Redis went away now: the live ones it last learned (at least
+// CLUSTER_INSTANCES), or 0 while it has learned none or not every other
+// instance has seen it yet.
+func (l *Limiter) Instances() int {
+	if sh := l.outageShare(l.view.Load()); sh.ok {
+		return sh.n
+	}
+	return 0
+}
+
+// Syncs counts this instance's completed syncs with Redis (each brings back
+// the view and the counts of the keys it wrote).
+func (l *Limiter) Syncs() uint64 { return l.syncs.Load() }
 
 // Close stops the background writer, takes this instance out of Redis (its
 // remaining sessions stop counting at once) and closes the store's client

@@ -111,8 +111,8 @@ type outageShare struct {
 	ok      bool
 }
 
-func (s outageShare) sessions(limit int) int    { return Share(limit, s.n, s.rank) }
-func (s outageShare) rate(r float64) float64    { return RateShare(r, s.n, s.rank) }
+func (s outageShare) sessions(limit int) int { return Share(limit, s.n, s.rank) }
+func (s outageShare) rate(r float64) float64 { return RateShare(r, s.n, s.rank) }
 
 // sessionsCap is how many of a key's sessions this instance may hold while
 // it decides alone: its share of the limit, and no more than the sessions
