@@ -137,7 +137,7 @@ func NewLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg
 		keys: map[string]*clusterKey{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
 		mUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_cluster_redis_up",
-			Help: "1 while per-key limits are decided in Redis, 0 while this instance decides alone by its share."}),
+			Help: "1 while per-key limits are decided in Redis, 0 while this instance decides alone by its share, or in Redis but within its share until every instance is back."}),
 		mOutages: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_cluster_redis_outages_total",
 			Help: "Times Redis became unreachable or too slow and limits fell back to this instance's share."}),
 		mFallback: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_cluster_fallback_admissions_total",
@@ -475,6 +475,7 @@ func (l *Limiter) learn(v *view) {
 	if l.mode.Load() == recovering && v.backSince(l.frozen.Load(), l.st.Instance, l.joinedAt.Load()) &&
 		l.mode.CompareAndSwap(recovering, onRedis) {
 		l.frozen.Store(nil)
+		l.mUp.Set(1)
 		l.log.Info("every instance is back on redis: per-key limits are cluster-wide again, without shares")
 	}
 }
@@ -525,7 +526,6 @@ func (l *Limiter) probe() {
 		return
 	}
 	if l.mode.CompareAndSwap(alone, recovering) {
-		l.mUp.Set(1)
 		l.log.Info("redis reachable again: per-key limits are cluster-wide again")
 		l.learn(l.view.Load())
 	}
