@@ -203,3 +203,55 @@ func TestClusterLimitHoldsWhileRedisIsAway(t *testing.T) {
 		}
 	})
 }
+
+// TestBudgetShareWhileRedisIsAway: two instances share team-a's budget of
+// 0.03 USD through a real Redis; one response (0.00556) is spent. Redis
+// then stops answering (SIGSTOP): an instance may let the key spend only
+// its half of the 0.02444 that remained (to 0.01778), so a session there is
+// ended after its third response (the one that takes it over, as budgets
+// always end), not its fifth (the whole budget), and the next connect is
+// refused saying why; an instance started during the outage refuses the
+// key at once, since it cannot know what the others spent.
+func TestBudgetShareWhileRedisIsAway(t *testing.T) {
+	rd := redistest.Start(t)
+	m := startMock(t, mockai.Config{AudioDeltas: 4, AudioDeltaBytes: 9600})
+	path := budgetConfig(t, m, "0.03")
+	mutate := func(c *Settings) {
+		c.RoutesFile, c.RedisURL = path, rd.URL()
+		c.RedisTimeout = 50 * time.Millisecond
+		c.ClusterLease = 2 * time.Second
+	}
+	a, b := startGateway(t, nil, mutate), startGateway(t, nil, mutate)
+	waitShared(t, []*gateway{a, b}, 2)
+	team := "sk-team-a-test"
+	c := a.dial(t, "model=gpt-realtime", bearer(team))
+	read(t, c)
+	respond(t, c)
+	_ = c.Close()
+	bud := a.srv.routes.Load().Keys[0].Budget
+	waitFor(t, "instance b to see the first response's spend", func() bool {
+		return b.srv.budgets.ledger.Spent("team-a", bud, time.Now()) >= responseCost
+	})
+
+	rd.Freeze()
+	defer rd.Thaw()
+	waitFor(t, "instance a's budget sync to fail", func() bool { return a.srv.budgets.ledger.Cut() })
+
+	c = a.dial(t, "model=gpt-realtime", bearer(team))
+	read(t, c)
+	// 0.00556 + 2 × 0.00556 = 0.01668 is under the 0.01778 instance a may
+	// reach: the third response takes it over and ends the session.
+	for range 3 {
+		respond(t, c)
+	}
+	if e := read(t, c); e.typ() != "error" || e.str("error", "code") != "budget_exceeded" {
+		t.Fatalf("after three responses with Redis away, got %v, want budget_exceeded: instance a may spend only its half of what remained", e)
+	}
+	if ce := closeOf(t, c); ce.Code != 1008 {
+		t.Fatalf("close %d, want 1008", ce.Code)
+	}
+	refusedForBudget(t, a, team)
+
+	late := startGateway(t, nil, mutate)
+	refusedForBudget(t, late, team)
+}
