@@ -74,7 +74,7 @@ func NewStore(redisURL string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("REDIS_URL %s: %w", RedactURL(redisURL), err)
 	}
 	if timeout <= 0 {
-		timeout = 5 * time.Millisecond
+		timeout = 50 * time.Millisecond // REDIS_TIMEOUT_MS's default
 	}
 	opt.MaxRetries = -1 // no retries
 	opt.DialTimeout = max(100*time.Millisecond, 20*timeout)
