@@ -53,12 +53,16 @@ import (
 // share, with a count in Redis that is out of date. Each outage is logged
 // once and counted in rtgate_cluster_redis_outages_total.
 //
-// What this does not cover: an instance cut off from Redis for longer than
-// its lease while the others still reach it (a partition) stops being
-// counted by them while its own sessions stay open, as before; and the free
-// part an instance takes is what was free at its own last word with Redis
-// about the key, which may miss a connect another instance admitted in the
-// moment before the outage.
+// What this does not cover. The shares hold the instances within the limit
+// when Redis is away for all of them (down, frozen, too slow). An instance
+// left alone while the others still decide in Redis (only its own calls
+// were late) may add its share of what was free to what they admit there,
+// until its probe brings it back (probeEvery); a RedisTimeout above the
+// busy host's p99.9 makes that rare. An instance cut off for longer than
+// its lease stops being counted by the others while its sessions stay
+// open, as before. And the free part an instance takes is what was free at
+// its own last word with Redis about the key, which may miss a connect
+// another instance admitted in the moment before the outage.
 type Limiter struct {
 	st    *Store
 	log   *slog.Logger
