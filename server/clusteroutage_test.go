@@ -1,7 +1,6 @@
 package server
 
 import (
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -67,14 +66,8 @@ func tryOpen(t *testing.T, g *gateway) (c *websocket.Conn, status int, code, mes
 		read(t, c) // session.created
 		return c, 0, "", ""
 	}
-	if resp == nil {
-		t.Fatalf("dial failed without a response: %v", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var e event
-	_ = jsonUnmarshal(body, &e)
-	return nil, resp.StatusCode, e.str("error", "code"), e.str("error", "message")
+	status, code, message = refusalOf(t, resp, err)
+	return nil, status, code, message
 }
 
 // TestClusterLimitHoldsWhileRedisIsAway: three instances sharing a real

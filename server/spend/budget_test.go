@@ -104,17 +104,23 @@ func TestLedgerSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestLedgerSharedThroughRedis: two instances book into one Redis and each
-// sees the other's spend after a sync; Redis down loses nothing.
-func TestLedgerSharedThroughRedis(t *testing.T) {
+// sharedRedis starts a real redis-server and the Shared store on it.
+func sharedRedis(t *testing.T) (*redistest.Server, Shared) {
+	t.Helper()
 	rs := redistest.Start(t)
 	opt, err := redis.ParseURL(rs.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := redis.NewClient(opt)
-	defer client.Close()
-	shared := Shared{Client: client, Prefix: "rtgate-test:"}
+	t.Cleanup(func() { _ = client.Close() })
+	return rs, Shared{Client: client, Prefix: "rtgate-test:"}
+}
+
+// TestLedgerSharedThroughRedis: two instances book into one Redis and each
+// sees the other's spend after a sync; Redis down loses nothing.
+func TestLedgerSharedThroughRedis(t *testing.T) {
+	rs, shared := sharedRedis(t)
 	b := Budget{Max: 1, Every: time.Hour}
 	budgets := map[string]Budget{"team-a": b}
 	ctx := context.Background()
@@ -168,14 +174,7 @@ func TestLedgerSharedThroughRedis(t *testing.T) {
 // most the budget; an instance that never synced may let it spend nothing.
 // Once Redis answers, the whole budget is the cap again.
 func TestLedgerShareWhileRedisIsAway(t *testing.T) {
-	rs := redistest.Start(t)
-	opt, err := redis.ParseURL(rs.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := redis.NewClient(opt)
-	defer client.Close()
-	shared := Shared{Client: client, Prefix: "rtgate-test:"}
+	rs, shared := sharedRedis(t)
 	b := Budget{Max: 1, Every: time.Hour}
 	budgets := map[string]Budget{"team-a": b}
 	ctx := context.Background()
