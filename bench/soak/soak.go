@@ -14,6 +14,7 @@ import (
 
 	"rtgate/bench/harness"
 	"rtgate/bench/proc"
+	"rtgate/server/cluster"
 )
 
 // Profile is mockai's behaviour for normal sessions.
@@ -169,6 +170,11 @@ func (c Config) validate() error {
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
+	}
+	if cfg.Redis {
+		// The gateway may keep this many connections to Redis open
+		// once idle, where it started with one or none.
+		cfg.Margins.FDs += cluster.IdleConns
 	}
 	if cfg.Seed == 0 {
 		var b [8]byte

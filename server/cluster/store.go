@@ -65,6 +65,12 @@ func (st *Store) Part() (float64, bool) {
 	return 1 / float64(n), true
 }
 
+// IdleConns is how many connections to Redis an instance keeps open while
+// idle: a burst of connects opens more (up to go-redis's pool size, 10 a
+// CPU), closed again as they come back, so that an idle gateway's sockets
+// come back to where they were (the soak checks they do).
+const IdleConns = 4
+
 // NewStore connects lazily to redisURL (redis://[user:pass@]host:port/db
 // or rediss:// for TLS); it does not fail when Redis is down, since the
 // gateway runs on without it.
@@ -83,6 +89,9 @@ func NewStore(redisURL string, timeout time.Duration) (*Store, error) {
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true // no CLIENT SETINFO round trips on each new connection
 	opt.Protocol = 2           // no HELLO round trip either
+	if opt.MaxIdleConns == 0 { // unless the URL says (max_idle_conns)
+		opt.MaxIdleConns = IdleConns
+	}
 	quietRedisLog.Do(func() { redis.SetLogger(discardLogger{}) })
 	return &Store{
 		Client:   redis.NewClient(opt),
