@@ -68,13 +68,6 @@ type Limiter struct {
 	log   *slog.Logger
 	lease time.Duration
 	floor int // CLUSTER_INSTANCES: a share is never more than over this many
-	// stale is how long after its last sync the others count an instance
-	// at no less than its share (it may be alone); grace is how long an
-	// instance alone waits, from the start of its last sync attempt,
-	// before it takes more than its field: until the others count it so.
-	stale, grace time.Duration
-	born         time.Time    // the clock lastStamp counts from
-	lastStamp    atomic.Int64 // start of the last sync attempt, since born
 
 	mu   sync.Mutex
 	keys map[string]*clusterKey
@@ -116,11 +109,6 @@ type clusterKey struct {
 	name  string
 	local atomic.Int64 // sessions open here
 	dirty atomic.Bool  // local may differ from what Redis holds
-	maxs  atomic.Int64 // its max_sessions, as last admitted (for the headroom a sync writes)
-	// field is what Redis last confirmed this instance's field holds: its
-	// sessions and its headroom. The others count that much for this
-	// instance, so alone it may hold that much at once.
-	field atomic.Int64
 	// last is what Redis last said of the key on the connect path, before
 	// any outage: this instance's sessions then (high half, plus 1; 0: never)
 	// and the key's sessions cluster-wide (low half).
@@ -139,9 +127,6 @@ func (k *clusterKey) lastWord() (own, total int64, known bool) {
 	return int64(v>>32) - 1, int64(uint32(v)), true
 }
 
-// refreshEvery is how often an instance renews its lease and syncs.
-func refreshEvery(lease time.Duration) time.Duration { return max(lease/5, 100*time.Millisecond) }
-
 const (
 	probeEvery   = 500 * time.Millisecond
 	flushTimeout = 100 * time.Millisecond // background writes, off the connect path
@@ -151,13 +136,8 @@ const (
 // metrics; Close stops them. floor (CLUSTER_INSTANCES, at least 1) is the
 // fewest instances an outage share is ever computed over.
 func NewLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg prometheus.Registerer) *Limiter {
-	refresh, syncTimeout := refreshEvery(lease), max(flushTimeout, st.Timeout)
-	// A live instance syncs at least every refresh: two missed, and each
-	// sync's whole budget, and some slack for a busy host's scheduler.
-	stale := 2*refresh + 2*syncTimeout + 200*time.Millisecond
 	l := &Limiter{
 		st: st, log: log, lease: lease, floor: max(floor, 1),
-		stale: stale, grace: stale + syncTimeout + 100*time.Millisecond, born: time.Now(),
 		keys: map[string]*clusterKey{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
 		mUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_cluster_redis_up",
@@ -195,67 +175,29 @@ func (l *Limiter) rateKey(name string) string     { return l.st.Key("rate", name
 func (l *Limiter) instancesKey() string           { return l.st.InstancesKey() }
 func (l *Limiter) syncedKey() string              { return l.st.Key("synced") }
 
-// luaShares is what both scripts share. liveSet is the live instances
-// (lease not run out), sorted, and each one's rank; share is Share (share.go)
-// in Lua; others is what the other live instances hold of a key, each
-// counted at no less than its share of maxs when its last sync is older
-// than stale ms (it may be deciding alone, by that share: see Limiter),
-// dropping the fields of instances no longer live; headroom is what an
-// instance holding mine reserves above it while the key has room: half its
-// share of what is free, and no more than max(mine, 4), so that alone it
-// may admit that many more before the others count it at its share.
-const luaShares = `
-local function liveSet(ikey, now)
-  local live = redis.call('ZRANGEBYSCORE', ikey, '(' .. now, '+inf')
-  table.sort(live)
-  local rank = {}
-  for i, id in ipairs(live) do rank[id] = i - 1 end
-  return live, rank
-end
-local function share(limit, n, r)
-  if limit <= 0 or n <= 0 or r == nil or r >= n then return 0 end
-  local s = math.floor(limit / n)
-  if r < limit % n then s = s + 1 end
-  return s
-end
-local function others(hkey, skey, inst, live, rank, now, maxs, stale)
-  local sum = 0
-  for _, id in ipairs(live) do
-    if id ~= inst then
-      local v = tonumber(redis.call('HGET', hkey, id) or 0)
-      if maxs > 0 and now - tonumber(redis.call('ZSCORE', skey, id) or 0) > stale then
-        v = math.max(v, share(maxs, #live, rank[id]))
-      end
-      sum = sum + v
-    end
-  end
-  for _, id in ipairs(redis.call('HKEYS', hkey)) do
-    if rank[id] == nil then redis.call('HDEL', hkey, id) end
-  end
-  return sum
-end
-local function headroom(maxs, free, n, r, mine)
-  if maxs <= 0 or free <= 0 then return 0 end
-  return math.min(math.floor(share(free, n, r) / 2), math.max(mine, 4))
-end
-`
-
-// admitScript returns {verdict, total, retry_ms, field}: verdict 0 admitted
-// (total = sessions of the key cluster-wide, this one included, others'
-// headroom too; field = what this instance's field now holds: its sessions
-// and its headroom), 1 over max_sessions, 2 over the connect rate. KEYS:
-// sessions hash, instances set, rate hash, synced set; ARGV: instance, its
-// sessions with this one, max_sessions, rate, lease ms, stale ms.
-var admitScript = redis.NewScript(luaShares + `
+// admitScript returns {verdict, total, retry_ms}: verdict 0 admitted (total
+// = sessions of the key cluster-wide, this one included), 1 over
+// max_sessions, 2 over the connect rate.
+var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local inst, mine = ARGV[1], tonumber(ARGV[2])
-local maxs, rate, lease, stale = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local maxs, rate, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 redis.call('ZADD', KEYS[2], now + lease, inst)
-local live, rank = liveSet(KEYS[2], now)
-local total = mine + others(KEYS[1], KEYS[4], inst, live, rank, now, maxs, stale)
+local total = mine
+local f = redis.call('HGETALL', KEYS[1])
+for i = 1, #f, 2 do
+  if f[i] ~= inst then
+    local exp = redis.call('ZSCORE', KEYS[2], f[i])
+    if exp and tonumber(exp) > now then
+      total = total + tonumber(f[i + 1])
+    else
+      redis.call('HDEL', KEYS[1], f[i])
+    end
+  end
+end
 if maxs > 0 and total > maxs then
-  return {1, total - 1, 0, 0}
+  return {1, total - 1, 0}
 end
 if rate > 0 then
   local burst = math.max(rate, 1)
@@ -264,52 +206,53 @@ if rate > 0 then
   local at = tonumber(b[2]) or now
   tokens = math.min(burst, tokens + math.max(now - at, 0) / 1000 * rate)
   if tokens < 1 then
-    return {2, total - 1, math.ceil((1 - tokens) / rate * 1000), 0}
+    return {2, total - 1, math.ceil((1 - tokens) / rate * 1000)}
   end
   redis.call('HSET', KEYS[3], 'tokens', tostring(tokens - 1), 'at', now)
   redis.call('PEXPIRE', KEYS[3], math.ceil(burst / rate * 1000) + 1000)
 end
-local field = mine + headroom(maxs, maxs - total, #live, rank[inst], mine)
-redis.call('HSET', KEYS[1], inst, field)
+redis.call('HSET', KEYS[1], inst, mine)
 redis.call('PEXPIRE', KEYS[1], lease * 2)
-return {0, total, 0, field}
+return {0, total, 0}
 `)
 
 // syncScript renews the lease, stamps this instance's sync, writes its
-// fields (sessions and headroom) and brings back the view: KEYS[1] the
-// instances set, KEYS[2] the synced set, KEYS[3..] sessions hashes; ARGV[1]
-// instance, ARGV[2] lease ms, ARGV[3] stale ms, then per hash its sessions
-// here and its max_sessions. Returns {now, then per hash the key's sessions
-// cluster-wide and this instance's field, then id, lease end, synced for
-// every live instance}.
-var syncScript = redis.NewScript(luaShares + `
+// counts and brings back the view: KEYS[1] the instances set, KEYS[2] the
+// synced set, KEYS[3..] sessions hashes; ARGV[1] instance, ARGV[2] lease ms,
+// ARGV[3..] the count for each hash (0 removes the field). Returns {now,
+// the key's sessions cluster-wide for each hash, then id, lease end, synced
+// for every live instance}.
+var syncScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local inst, lease, stale = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local inst, lease = ARGV[1], tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + lease, inst)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[2], now, inst)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 2 * lease)
-local live, rank = liveSet(KEYS[1], now)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local isLive = {}
+for i = 1, #live, 2 do isLive[live[i]] = true end
 local out = {now}
 for i = 3, #KEYS do
-  local j = 4 + (i - 3) * 2
-  local n, maxs = tonumber(ARGV[j]), tonumber(ARGV[j + 1])
-  local total = n + others(KEYS[i], KEYS[2], inst, live, rank, now, maxs, stale)
-  local field = n + headroom(maxs, maxs - total, #live, rank[inst], n)
-  if field > 0 then
-    redis.call('HSET', KEYS[i], inst, field)
+  local n = tonumber(ARGV[i])
+  if n > 0 then
+    redis.call('HSET', KEYS[i], inst, n)
     redis.call('PEXPIRE', KEYS[i], lease * 2)
   else
     redis.call('HDEL', KEYS[i], inst)
   end
+  local total = 0
+  local f = redis.call('HGETALL', KEYS[i])
+  for j = 1, #f, 2 do
+    if isLive[f[j]] then total = total + tonumber(f[j + 1]) end
+  end
   out[#out + 1] = total
-  out[#out + 1] = field
 end
-for _, id in ipairs(live) do
-  out[#out + 1] = id
-  out[#out + 1] = math.floor(tonumber(redis.call('ZSCORE', KEYS[1], id)))
-  out[#out + 1] = math.floor(tonumber(redis.call('ZSCORE', KEYS[2], id) or 0))
+for i = 1, #live, 2 do
+  out[#out + 1] = live[i]
+  out[#out + 1] = math.floor(tonumber(live[i + 1]))
+  out[#out + 1] = math.floor(tonumber(redis.call('ZSCORE', KEYS[2], live[i]) or 0))
 end
 return out
 `)
@@ -330,7 +273,6 @@ return 0
 // (written in the background).
 func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refusal {
 	k := l.key(name)
-	k.maxs.Store(int64(max(maxSessions, 0)))
 	if maxSessions <= 0 && rate <= 0 {
 		k.local.Add(1)
 		l.markDirty(k)
@@ -344,7 +286,7 @@ func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refus
 		}
 		l.outage(err)
 	case recovering:
-		mine, r := l.reserveShare(k, maxSessions, false)
+		mine, r := l.reserveShare(k, maxSessions)
 		if r != nil {
 			return r
 		}
@@ -371,10 +313,10 @@ func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64, mine 
 	}
 	start := time.Now()
 	res, err := admitScript.Run(ctx, l.st.Client,
-		[]string{l.sessionsKey(k.name), l.instancesKey(), l.rateKey(k.name), l.syncedKey()},
-		l.st.Instance, mine, maxSessions, rate, l.lease.Milliseconds(), l.stale.Milliseconds()).Int64Slice()
+		[]string{l.sessionsKey(k.name), l.instancesKey(), l.rateKey(k.name)},
+		l.st.Instance, mine, maxSessions, rate, l.lease.Milliseconds()).Int64Slice()
 	l.mCall.Observe(time.Since(start).Seconds())
-	if err == nil && len(res) != 4 {
+	if err == nil && len(res) != 3 {
 		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values")
 	}
 	if err != nil {
@@ -385,7 +327,6 @@ func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64, mine 
 		return nil, err
 	}
 	if res[0] == 0 {
-		k.field.Store(res[3])
 		if before == onRedis {
 			k.remember(mine, res[1])
 		}
@@ -408,23 +349,14 @@ func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64, mine 
 }
 
 // reserveShare reserves a session within this instance's outage share of
-// maxSessions (none when 0): the new local count, or the refusal. Alone, it
-// may first hold only its field (what the others count for it), and its
-// share once they count it at its share (see Limiter).
-func (l *Limiter) reserveShare(k *clusterKey, maxSessions int, alone bool) (int64, *limit.Refusal) {
+// maxSessions (none when 0): the new local count, or the refusal.
+func (l *Limiter) reserveShare(k *clusterKey, maxSessions int) (int64, *limit.Refusal) {
 	if maxSessions <= 0 {
 		return k.local.Add(1), nil
 	}
 	sh := l.share.Load()
 	own, total, known := k.lastWord()
 	c := sh.sessionsCap(maxSessions, own, total, known)
-	if alone {
-		if l.silentFor() < l.grace {
-			c = int(k.field.Load())
-		} else {
-			c = max(c, int(k.field.Load()))
-		}
-	}
 	n := k.local.Add(1)
 	if n <= int64(c) {
 		return n, nil
@@ -447,7 +379,7 @@ func shareNote(sh *outageShare, c int) string {
 // admitAlone decides by this instance's share of the limits.
 func (l *Limiter) admitAlone(k *clusterKey, maxSessions int, rate float64) *limit.Refusal {
 	l.mFallback.Inc()
-	if _, r := l.reserveShare(k, maxSessions, true); r != nil {
+	if _, r := l.reserveShare(k, maxSessions); r != nil {
 		return r
 	}
 	if rate > 0 {
@@ -558,7 +490,7 @@ func (l *Limiter) learn(v *view) {
 // and while Redis is down probes it to come back.
 func (l *Limiter) run() {
 	defer close(l.stopped)
-	refresh := time.NewTicker(refreshEvery(l.lease))
+	refresh := time.NewTicker(max(l.lease/5, 100*time.Millisecond))
 	defer refresh.Stop()
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
@@ -621,30 +553,28 @@ func (l *Limiter) sync(all bool) error {
 		part := ks[:min(batch, len(ks))]
 		ks = ks[len(part):]
 		keys := []string{l.instancesKey(), l.syncedKey()}
-		args := []any{l.st.Instance, l.lease.Milliseconds(), l.stale.Milliseconds()}
+		args := []any{l.st.Instance, l.lease.Milliseconds()}
 		written := make([]int64, len(part))
 		for i, k := range part {
 			k.dirty.Store(false)
 			written[i] = max(k.local.Load(), 0)
 			keys = append(keys, l.sessionsKey(k.name))
-			args = append(args, written[i], k.maxs.Load())
+			args = append(args, written[i])
 		}
 		before := l.mode.Load()
-		l.lastStamp.Store(int64(time.Since(l.born))) // the stamp may land even if the call fails
 		ctx, cancel := context.WithTimeout(context.Background(), max(flushTimeout, l.st.Timeout))
 		res, err := syncScript.Run(ctx, l.st.Client, keys, args...).Slice()
 		cancel()
 		var v *view
-		var totals, fields []int64
+		var totals []int64
 		if err == nil {
-			v, totals, fields, err = l.parseSync(res, len(part))
+			v, totals, err = l.parseSync(res, len(part))
 		}
 		for i, k := range part {
 			if err != nil {
 				k.dirty.Store(true)
 				continue
 			}
-			k.field.Store(fields[i])
 			if before == onRedis {
 				k.remember(written[i], totals[i])
 			}
@@ -663,42 +593,33 @@ func (l *Limiter) sync(all bool) error {
 }
 
 // parseSync reads syncScript's answer for nkeys keys: the view, and each
-// key's sessions cluster-wide and this instance's field.
-func (l *Limiter) parseSync(res []any, nkeys int) (*view, []int64, []int64, error) {
+// key's sessions cluster-wide.
+func (l *Limiter) parseSync(res []any, nkeys int) (*view, []int64, error) {
 	bad := fmt.Errorf("sync script returned %d values for %d keys", len(res), nkeys)
-	if len(res) < 1+2*nkeys || (len(res)-1-2*nkeys)%3 != 0 {
-		return nil, nil, nil, bad
+	if len(res) < 1+nkeys || (len(res)-1-nkeys)%3 != 0 {
+		return nil, nil, bad
 	}
 	now, ok := res[0].(int64)
 	if !ok {
-		return nil, nil, nil, bad
+		return nil, nil, bad
 	}
-	totals, fields := make([]int64, nkeys), make([]int64, nkeys)
+	totals := make([]int64, nkeys)
 	for i := range totals {
-		var ok1, ok2 bool
-		totals[i], ok1 = res[1+2*i].(int64)
-		fields[i], ok2 = res[2+2*i].(int64)
-		if !ok1 || !ok2 {
-			return nil, nil, nil, bad
+		if totals[i], ok = res[1+i].(int64); !ok {
+			return nil, nil, bad
 		}
 	}
 	leaseEnd, synced := map[string]int64{}, map[string]int64{}
-	for i := 1 + 2*nkeys; i < len(res); i += 3 {
+	for i := 1 + nkeys; i < len(res); i += 3 {
 		id, ok1 := res[i].(string)
 		end, ok2 := res[i+1].(int64)
 		at, ok3 := res[i+2].(int64)
 		if !ok1 || !ok2 || !ok3 {
-			return nil, nil, nil, bad
+			return nil, nil, bad
 		}
 		leaseEnd[id], synced[id] = end, at
 	}
-	return newView(l.st.Instance, now, leaseEnd, synced), totals, fields, nil
-}
-
-// silentFor is how long since this instance last tried to stamp its sync
-// in Redis.
-func (l *Limiter) silentFor() time.Duration {
-	return time.Since(l.born) - time.Duration(l.lastStamp.Load())
+	return newView(l.st.Instance, now, leaseEnd, synced), totals, nil
 }
 
 // Instances is how many instances this instance would share a key's limits
