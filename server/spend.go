@@ -322,7 +322,7 @@ func (b *budgets) limit(key string, bud spend.Budget, now time.Time) float64 {
 		return bud.Max
 	}
 	part, ok := b.store.Part()
-	return b.ledger.Cap(key, bud, part, ok, b.store.Away(), now)
+	return b.ledger.Cap(key, bud, part, ok, now)
 }
 
 // meter books each response's cost against the session's key as it ends,

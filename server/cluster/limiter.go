@@ -440,7 +440,6 @@ func (l *Limiter) outage(err error) {
 		if !l.mode.CompareAndSwap(m, alone) {
 			continue
 		}
-		l.st.away.Store(true)
 		l.mUp.Set(0)
 		l.mOutages.Inc()
 		sh := l.share.Load()
@@ -480,7 +479,6 @@ func (l *Limiter) learn(v *view) {
 	if l.mode.Load() == recovering && v.backSince(l.frozen.Load(), l.st.Instance, l.joinedAt.Load()) &&
 		l.mode.CompareAndSwap(recovering, onRedis) {
 		l.frozen.Store(nil)
-		l.st.away.Store(false)
 		l.mUp.Set(1)
 		l.log.Info("every instance is back on redis: per-key limits are cluster-wide again, without shares")
 	}

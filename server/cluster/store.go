@@ -41,14 +41,7 @@ type Store struct {
 	// part is how many instances an outage's share is taken over, as the
 	// Limiter last learned from Redis (0: not known yet); budgets read it.
 	part atomic.Int64
-	// away is set while the Limiter is not deciding in Redis (an outage
-	// and the recovery after it); budgets read it.
-	away atomic.Bool
 }
-
-// Away reports whether the Limiter found Redis unreachable or slow and has
-// not yet seen every instance back on it.
-func (st *Store) Away() bool { return st.away.Load() }
 
 // setPart records the instances a share is taken over (Limiter).
 func (st *Store) setPart(n int) { st.part.Store(int64(n)) }

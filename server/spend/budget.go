@@ -129,15 +129,14 @@ func (l *Ledger) Spent(key string, b Budget, now time.Time) float64 {
 
 // Cap is the spend key may reach in its current window on this instance:
 // the budget, except while the shared store is cut off (the last Sync
-// failed, or away says the store failed another caller): then what was
-// spent cluster-wide at the last good sync plus part (this instance's
-// fraction of the instances) of what remained then; and nothing at all
-// when no Sync has succeeded yet or part is unknown (ok false), since what
-// the others spent is not known.
-func (l *Ledger) Cap(key string, b Budget, part float64, ok, away bool, now time.Time) float64 {
+// failed): then what was spent cluster-wide at the last good sync plus part
+// (this instance's fraction of the instances) of what remained then; and
+// nothing at all when no Sync has succeeded yet or part is unknown (ok
+// false), since what the others spent is not known.
+func (l *Ledger) Cap(key string, b Budget, part float64, ok bool, now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.shared || !(l.cut || away) {
+	if !l.shared || !l.cut {
 		return b.Max
 	}
 	if !l.synced || !ok {

@@ -182,7 +182,7 @@ func TestLedgerShareWhileRedisIsAway(t *testing.T) {
 	const half = 0.5 // each instance's part: 1 ÷ the 2 instances
 
 	one, two, late := NewLedger(), NewLedger(), NewLedger()
-	if got := one.Cap("team-a", b, half, true, false, now); got != 1 {
+	if got := one.Cap("team-a", b, half, true, now); got != 1 {
 		t.Fatalf("a ledger that was never shared: cap %v, want the budget", got)
 	}
 	one.Book("team-a", b, 0.4, now)
@@ -190,7 +190,7 @@ func TestLedgerShareWhileRedisIsAway(t *testing.T) {
 		if err := l.Sync(ctx, shared, budgets, now); err != nil {
 			t.Fatal(err)
 		}
-		if got := l.Cap("team-a", b, half, true, false, now); got != 1 {
+		if got := l.Cap("team-a", b, half, true, now); got != 1 {
 			t.Fatalf("Redis answering: cap %v, want the budget", got)
 		}
 	}
@@ -210,7 +210,7 @@ func TestLedgerShareWhileRedisIsAway(t *testing.T) {
 	}
 	spent := 0.4
 	for i, l := range []*Ledger{one, two} {
-		limit := l.Cap("team-a", b, half, true, false, now)
+		limit := l.Cap("team-a", b, half, true, now)
 		if math.Abs(limit-0.7) > 1e-12 || !l.Cut() {
 			t.Fatalf("instance %d, Redis away: cap %v (cut %v), want 0.4 + half of 0.6 = 0.7", i+1, limit, l.Cut())
 		}
@@ -224,10 +224,10 @@ func TestLedgerShareWhileRedisIsAway(t *testing.T) {
 	if spent > 1+0.05*2+1e-9 { // each may overshoot by the one response that took it over
 		t.Fatalf("the instances spent %v of a budget of 1 while Redis was away", spent)
 	}
-	if got := late.Cap("team-a", b, half, true, false, now); got != 0 {
+	if got := late.Cap("team-a", b, half, true, now); got != 0 {
 		t.Fatalf("an instance that never synced: cap %v, want 0", got)
 	}
-	if got := one.Cap("team-a", b, 0, false, false, now); got != 0 {
+	if got := one.Cap("team-a", b, 0, false, now); got != 0 {
 		t.Fatalf("an instance that knows no part: cap %v, want 0", got)
 	}
 
@@ -237,7 +237,7 @@ func TestLedgerShareWhileRedisIsAway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, c := one.Spent("team-a", b, now), one.Cap("team-a", b, half, true, false, now); math.Abs(got-spent) > 1e-9 || c != 1 {
+	if got, c := one.Spent("team-a", b, now), one.Cap("team-a", b, half, true, now); math.Abs(got-spent) > 1e-9 || c != 1 {
 		t.Fatalf("Redis back: spent %v cap %v, want %v and the whole budget", got, c, spent)
 	}
 }
