@@ -58,7 +58,10 @@ import (
 // left alone while the others still decide in Redis (only its own calls
 // were late) may add its share of what was free to what they admit there,
 // until its probe brings it back (probeEvery); a RedisTimeout above the
-// busy host's p99.9 makes that rare. An instance cut off for longer than
+// busy host's p99.9 makes that rare. A call that timed out may also land
+// after a later one and write an older, lower count (writes carry no
+// sequence number). Both let the instances together go a little over the
+// limit on a host loaded far past its cores (README). An instance cut off for longer than
 // its lease stops being counted by the others while its sessions stay
 // open, as before. And the free part an instance takes is what was free at
 // its own last word with Redis about the key, which may miss a connect
