@@ -5,6 +5,7 @@
 #   make soak    ~3 minutes under random faults; fails on any unexplained failure or leak (not in CI)
 #   make bench-peers  nginx and HAProxy vs the gateway in front of mockai, wss:// and ws:// upstream
 #   make bench-huge   100,000 idle sessions over 12 gateway processes on one port (HUGE_ARGS="-n 2000" for fewer)
+#   make redis-latency  the shared limits' Redis call on this box, idle and with two CPU burners (REDIS_TIMEOUT_MS's default)
 #   make test    vet and the race-enabled test suite (what CI runs)
 #   make run     the gateway in front of a local mockai until Ctrl-C
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
@@ -19,8 +20,9 @@ SOAK_DURATION ?= 3m
 SOAK_ARGS ?=
 PEERS_ARGS ?=
 HUGE_ARGS ?=
+REDISLAT_ARGS ?=
 
-.PHONY: all build test vet run bench bench-live bench-peers bench-huge soak clean screenshots
+.PHONY: all build test vet run bench bench-live bench-peers bench-huge soak redis-latency clean screenshots
 
 all: build
 
@@ -98,6 +100,14 @@ bench-huge: build
 # bench/results/soak-<timestamp>/. Longer: make soak SOAK_DURATION=30m.
 soak: build
 	$(BIN)/wsbench soak -mockai $(BIN)/mockai -gateway $(BIN)/gateway -duration $(SOAK_DURATION) $(SOAK_ARGS)
+
+# The round trip of the shared limits' admission script against a local
+# redis-server (bench/redislat), 20,000 admissions idle and again with two CPU
+# burners on the box: p50, p99, p99.9 and how many exceed 5-50 ms. The
+# default REDIS_TIMEOUT_MS sits above the busy run's p99.9 (README, "Limits
+# and timeouts"). Needs redis-server.
+redis-latency: build
+	$(BIN)/wsbench redis-latency $(REDISLAT_ARGS)
 
 # Each fuzz target for FUZZTIME (not part of make test); failing inputs land in
 # <pkg>/testdata/fuzz/<Target>/ and then run as regression tests in make test.

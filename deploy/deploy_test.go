@@ -266,8 +266,9 @@ func TestKubernetesManifests(t *testing.T) {
 	if len(h.Metrics) != 1 || h.Metrics[0].Resource == nil || h.Metrics[0].Resource.Name != corev1.ResourceCPU {
 		t.Fatalf("the HPA must scale on CPU, got %+v", h.Metrics)
 	}
-	// While Redis is down each pod admits limit / CLUSTER_INSTANCES: right at
-	// the minimum size, and never more than the limit in all.
+	// While Redis is down each pod admits its share of the live pods it
+	// learned from Redis, and never more than limit / CLUSTER_INSTANCES:
+	// the bound matches the minimum size.
 	if h.MinReplicas == nil || int(*h.MinReplicas) != cfg.ClusterInstances || *m.dep.Spec.Replicas != *h.MinReplicas {
 		t.Fatalf("CLUSTER_INSTANCES %d, replicas %d and the HPA's minReplicas %v should agree", cfg.ClusterInstances, *m.dep.Spec.Replicas, h.MinReplicas)
 	}

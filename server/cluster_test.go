@@ -93,9 +93,10 @@ func TestClusterLimitsHoldAcrossInstances(t *testing.T) {
 }
 
 // TestClusterFallsBackWhileRedisIsDown: Redis is killed while sessions are
-// open and connects keep coming; none fails for it, the outage is logged
-// once per instance and counted, and when Redis is back (empty) every
-// instance writes its counts again and the limit is cluster-wide again.
+// open and connects keep coming; none within the instances' shares fails
+// for it, none beyond them is admitted, the outage is logged once per
+// instance and counted, and when Redis is back (empty) every instance
+// writes its counts again and the limit is cluster-wide again.
 func TestClusterFallsBackWhileRedisIsDown(t *testing.T) {
 	rd := redistest.Start(t)
 	mock := startMock(t, mockai.Config{})
@@ -113,15 +114,21 @@ func TestClusterFallsBackWhileRedisIsDown(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
+	waitShared(t, gs, 3)
 	for i := range 3 {
 		open(gs[i])
 	}
 
 	rd.Stop()
-	// Each instance admits up to the full limit by itself while Redis is
-	// down (CLUSTER_INSTANCES=1): 3 more each, 12 open in all.
+	// Each instance admits its share by itself while Redis is down, its
+	// own session counted: a third of 12, 3 more each, 12 open in all.
 	for i := range 9 {
 		open(gs[i%3]) // fails the test if any connect is refused
+	}
+	for i, g := range gs {
+		if status, code, _ := dialStatus(t, g, bearer(testMasterKey)); status != 429 || code != "concurrent_sessions_exceeded" {
+			t.Fatalf("Redis down, a 13th session via instance %d: %d %q, want 429: each instance holds its share", i, status, code)
+		}
 	}
 	for i, g := range gs {
 		if got := metricValue(t, g, "rtgate_cluster_redis_outages_total"); got != 1 {

@@ -525,13 +525,17 @@ func (o origins) allow(origin string) bool {
 // keyRefused words a refusal of the per-key limits (max_sessions,
 // connect_rate), whether this instance or Redis decided it.
 func keyRefused(r *limit.Refusal) *refusal {
+	note := ""
+	if r.Note != "" {
+		note = ": " + r.Note
+	}
 	if r.Verdict == limit.Full {
 		return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "concurrent_sessions_exceeded",
-			message: "too many concurrent sessions for this key (limit " + strconv.Itoa(r.Limit) + ")",
+			message: "too many concurrent sessions for this key (limit " + strconv.Itoa(r.Limit) + ")" + note,
 			header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
 	}
 	return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
-		message: "connect rate limit exceeded for this key",
+		message: "connect rate limit exceeded for this key" + note,
 		header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
 }
 

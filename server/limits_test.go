@@ -35,6 +35,14 @@ func dialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http.Head
 		_ = c.Close()
 		return 0, "", nil
 	}
+	status, code, _ := refusalOf(t, resp, err)
+	return status, code, resp.Header
+}
+
+// refusalOf reads a refused upgrade's status and OpenAI-shaped error (code,
+// message); err is the dial's error, for a failure without a response.
+func refusalOf(t *testing.T, resp *http.Response, err error) (status int, code, message string) {
+	t.Helper()
 	if resp == nil {
 		t.Fatalf("dial failed without a response: %v", err)
 	}
@@ -42,7 +50,7 @@ func dialStatus(t *testing.T, g *gateway, h http.Header) (int, string, http.Head
 	body, _ := io.ReadAll(resp.Body)
 	var e event
 	_ = jsonUnmarshal(body, &e)
-	return resp.StatusCode, e.str("error", "code"), resp.Header
+	return resp.StatusCode, e.str("error", "code"), e.str("error", "message")
 }
 
 // MaxConnections counts connections from accept: sessions and connections

@@ -177,7 +177,11 @@ func (s *Server) ReopenLogs() error {
 // the client (error event, close 1008). With REDIS_URL the ledger is synced
 // with Redis every budgetSync, so every instance sees the cluster's spend
 // within that; without it the ledger is this instance's and is saved to
-// SPEND_STATE, so a restart does not reset a budget.
+// SPEND_STATE, so a restart does not reset a budget. While Redis cannot be
+// reached, an instance lets a key spend only its part (store.Part) of what
+// remained at the last good sync (spend.Ledger.Cap), so that the instances
+// together stay within the budget; one that has not synced yet lets a
+// budgeted key spend nothing.
 
 const (
 	budgetSync = 250 * time.Millisecond // with Redis
@@ -190,9 +194,10 @@ type budgets struct {
 	routes func() *routes.Table // the keys in force, for their budgets
 
 	ledger *spend.Ledger
-	state  string        // the state file; "" with Redis
-	shared *spend.Shared // nil without Redis
-	every  time.Duration // how often run syncs or saves
+	state  string         // the state file; "" with Redis
+	shared *spend.Shared  // nil without Redis
+	store  *cluster.Store // nil without Redis: this instance's part of a budget while Redis is away
+	every  time.Duration  // how often run syncs or saves
 	// stopped is closed when run returns: close waits for it, so that the
 	// last save is the last write (a tick's save still in flight could
 	// otherwise rename an older ledger over it, after Shutdown returned).
@@ -218,7 +223,15 @@ func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, 
 	if store != nil {
 		b.ledger = spend.NewLedger()
 		b.shared = &spend.Shared{Client: store.Client, Prefix: store.Prefix}
+		b.store = store
 		b.every = budgetSync
+		// One sync before the first connect, so that what the other
+		// instances spent is known from the start (or, if Redis does not
+		// answer, that it is not: then budgeted keys wait for it).
+		if err := b.persist(context.Background()); err != nil {
+			b.failed.Inc()
+			log.Warn("budget spend could not be read from redis at startup: keys with a budget are refused until it answers", "err", err)
+		}
 		return b, nil
 	}
 	b.state = cfg.SpendState
@@ -289,11 +302,24 @@ func (b *budgets) check(key *routes.ClientKey) *refusal {
 	}
 	now := time.Now()
 	spent := b.ledger.Spent(key.Name, bud, now)
-	if spent < bud.Max {
+	limit := b.limit(key.Name, bud, now)
+	if spent < limit {
 		return nil
 	}
 	b.refused.WithLabelValues(key.Name).Inc()
 	msg := fmt.Sprintf("This key has reached its budget: $%.4f spent of $%s", spent, strconv.FormatFloat(bud.Max, 'f', -1, 64))
+	if limit < bud.Max {
+		msg = fmt.Sprintf("This key has reached this gateway instance's part of its budget while the instances cannot reach their shared store "+
+			"($%.4f spent of a budget of $%s; this instance may let it reach $%.4f until the store answers)",
+			spent, strconv.FormatFloat(bud.Max, 'f', -1, 64), limit)
+		if _, ok := b.store.Part(); !ok || limit == 0 {
+			msg = fmt.Sprintf("This key has a budget ($%s), and this gateway instance cannot reach the shared store that says what the other instances spent, "+
+				"nor has it learned how many instances share it: it admits none of this key's sessions until the store answers",
+				strconv.FormatFloat(bud.Max, 'f', -1, 64))
+		}
+		return &refusal{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
+			message: msg + ".", header: http.Header{"Retry-After": {"1"}}}
+	}
 	h := http.Header{}
 	if anchor, ok := b.ledger.Anchor(key.Name); ok && bud.Every > 0 {
 		wait := bud.ResetsIn(anchor, now)
@@ -316,6 +342,16 @@ func (b *budgets) budgetOf(key *routes.ClientKey) spend.Budget {
 	return key.Budget
 }
 
+// limit is what key may spend on this instance now (spend.Ledger.Cap): the
+// budget, or while Redis is away this instance's part of what remained.
+func (b *budgets) limit(key string, bud spend.Budget, now time.Time) float64 {
+	if b.store == nil {
+		return bud.Max
+	}
+	part, ok := b.store.Part()
+	return b.ledger.Cap(key, bud, part, ok, now)
+}
+
 // meter books each response's cost against the session's key as it ends,
 // and ends the session (end, in a goroutine of its own) once its key is
 // over budget (its budget in force: budgetOf). It runs on the relay's read
@@ -333,8 +369,9 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 		if bud.Max <= 0 {
 			return // the reload took the budget away
 		}
-		total := b.ledger.Book(info.key.Name, bud, usd, time.Now())
-		if total < bud.Max || ended {
+		now := time.Now()
+		total := b.ledger.Book(info.key.Name, bud, usd, now)
+		if ended || total < b.limit(info.key.Name, bud, now) {
 			return
 		}
 		ended = true
@@ -381,7 +418,8 @@ func (b *budgets) meterLive(info *sessionInfo, ls *liveState, end func(message s
 		if bud.Max <= 0 {
 			return
 		}
-		total := b.ledger.Book(info.key.Name, bud, usd, time.Now())
+		now := time.Now()
+		total := b.ledger.Book(info.key.Name, bud, usd, now)
 		next := 0.0
 		if w := float64(int(ls.meter.Seconds / liveWindow)); w > window {
 			window = w
@@ -389,7 +427,7 @@ func (b *budgets) meterLive(info *sessionInfo, ls *liveState, end func(message s
 				next = liveWindow * d.SecondPrice
 			}
 		}
-		if ended || ls.meter.Closed || total+next < bud.Max {
+		if ended || ls.meter.Closed || total+next < b.limit(info.key.Name, bud, now) {
 			return // under budget, or the session already ended on its own
 		}
 		ended = true

@@ -41,13 +41,14 @@ const (
 )
 
 // AllLegs is the default -legs, in table order.
-var AllLegs = []string{LegDirect, LegPoolOff, LegPoolOn}
+var AllLegs = []string{LegDirect, LegPoolOff, LegPoolOn, LegPoolOnRedis}
 
 var legNames = map[string]string{
-	LegDirect:    "Direct",
-	LegPoolOff:   "Gateway pool off",
-	LegPoolOn:    "Gateway pool on",
-	LegPoolFixed: "Gateway pool on (fixed c/N)",
+	LegDirect:      "Direct",
+	LegPoolOff:     "Gateway pool off",
+	LegPoolOn:      "Gateway pool on",
+	LegPoolFixed:   "Gateway pool on (fixed c/N)",
+	LegPoolOnRedis: "Gateway pool on, Redis limits",
 }
 
 // Profile is the latency mockai adds, standing in for the real upstream.
@@ -128,6 +129,9 @@ type Config struct {
 	Protocol load.Protocol
 	// LivePool is LIVE_POOL_SIZE for a Live pool-on leg (0: Concurrency).
 	LivePool int
+	// RedisTimeoutMS is REDIS_TIMEOUT_MS for the Redis leg (redis.go; 0:
+	// the gateway's default).
+	RedisTimeoutMS int
 	// Restart restarts each gateway leg's gateway before every run after
 	// the first (SIGTERM, drain, start again), with REALTIME_POOL_STATE
 	// kept: run 2's first burst is then the first burst after a restart
@@ -200,7 +204,8 @@ func (c Config) validate() error {
 }
 
 func (c Config) needsGateway() bool {
-	return slices.Contains(c.Legs, LegPoolOff) || slices.Contains(c.Legs, LegPoolOn) || slices.Contains(c.Legs, LegPoolFixed)
+	return slices.Contains(c.Legs, LegPoolOff) || slices.Contains(c.Legs, LegPoolOn) || slices.Contains(c.Legs, LegPoolFixed) ||
+		slices.Contains(c.Legs, LegPoolOnRedis)
 }
 
 // LegResult is one leg's runs.
@@ -281,6 +286,8 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			out.Comparison.PoolOn = rl
 		case LegPoolFixed:
 			out.Comparison.PoolFixed = rl
+		case LegPoolOnRedis:
+			out.Comparison.PoolOnRedis = rl
 		}
 	}
 	if err := writeOutputs(out, cfg, started); err != nil {
@@ -305,7 +312,7 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	if id != LegDirect {
 		pool := "0"
 		switch id {
-		case LegPoolOn:
+		case LegPoolOn, LegPoolOnRedis:
 			pool = cfg.Pool
 		case LegPoolFixed:
 			pool = strconv.Itoa(max(1, cfg.Concurrency/cfg.Instances))
@@ -316,10 +323,17 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			// The Realtime pool stays off: only Live sockets are pooled
 			// (pool on) or none (pool off).
 			set["REALTIME_POOL_SIZE"], pool = "0", "0"
-			if id == LegPoolOn {
+			if id == LegPoolOn || id == LegPoolOnRedis {
 				pool = strconv.Itoa(cmp.Or(cfg.LivePool, cfg.Concurrency))
 			}
 			set["LIVE_POOL_SIZE"] = pool
+		}
+		if id == LegPoolOnRedis {
+			stop, err := withRedis(ctx, cfg, set, dir)
+			if err != nil {
+				return nil, err
+			}
+			defer stop() // after the gateways (deferred later, so stopped first)
 		}
 		if cfg.Instances == 1 {
 			// Which sessions were pool hits, in start order (burst.go).

@@ -24,6 +24,8 @@ type Comparison struct {
 	Direct, PoolOff, PoolOn *Leg // nil when the leg was not run
 	// PoolFixed is the multi-instance run's fixed-pool leg (wsbench compare -instances).
 	PoolFixed *Leg
+	// PoolOnRedis is pool on with the per-key limits shared through Redis.
+	PoolOnRedis *Leg
 }
 
 // Header returns the column titles, only for the legs that ran.
@@ -40,7 +42,7 @@ func (c Comparison) Header() []string {
 
 func (c Comparison) legs() []*Leg {
 	var out []*Leg
-	for _, l := range []*Leg{c.Direct, c.PoolOff, c.PoolOn, c.PoolFixed} {
+	for _, l := range []*Leg{c.Direct, c.PoolOff, c.PoolOn, c.PoolFixed, c.PoolOnRedis} {
 		if l != nil {
 			out = append(out, l)
 		}

@@ -32,6 +32,10 @@ type Reading struct {
 	Outcomes   map[string]int64 `json:"-"`
 	PoolHits   int64            `json:"-"`
 	PoolMisses int64            `json:"-"`
+	// RedisOutages and RedisAlone are the shared limits' outages and the
+	// connects decided alone (with REDIS_URL).
+	RedisOutages int64 `json:"-"`
+	RedisAlone   int64 `json:"-"`
 }
 
 // Metric names read from the gateway.
@@ -46,6 +50,8 @@ const (
 	mWarm         = "rtgate_pool_warm_sockets"
 	mHits         = "rtgate_pool_hits_total"
 	mMisses       = "rtgate_pool_misses_total"
+	mOutages      = "rtgate_cluster_redis_outages_total"
+	mAlone        = "rtgate_cluster_fallback_admissions_total"
 )
 
 // required are the metrics a reading cannot do without.
@@ -75,6 +81,7 @@ func parseMetrics(r io.Reader) (Reading, error) {
 	rd := Reading{
 		RSS: sum(mRSS), FDs: sum(mFDs), Goroutines: sum(mGoroutines), HeapInuse: sum(mHeapInuse), HeapAlloc: sum(mHeapAlloc),
 		SessionsOpen: sum(mSessionsOpen), WarmSockets: sum(mWarm), PoolHits: sum(mHits), PoolMisses: sum(mMisses),
+		RedisOutages: sum(mOutages), RedisAlone: sum(mAlone),
 		Outcomes: map[string]int64{},
 	}
 	for outcome, v := range m.SumBy(mSessionsEnd, "outcome") {

@@ -25,6 +25,10 @@ type Report struct {
 	GatewayOutcomes map[string]int64 `json:"gateway_sessions_by_outcome"`
 	PoolHits        int64            `json:"pool_hits"`
 	PoolMisses      int64            `json:"pool_misses"`
+	// RedisOutages and RedisAlone likewise: the shared limits' Redis
+	// outages, and the connects decided alone during them.
+	RedisOutages int64 `json:"redis_outages"`
+	RedisAlone   int64 `json:"redis_fallback_admissions"`
 
 	// Start is read before the load, End once the gateway settled after
 	// it (SettleTook later), Peak is each value's highest reading.
@@ -68,6 +72,7 @@ type ReportConfig struct {
 	Margins          Margins `json:"margins"`
 	Settle           string  `json:"settle"`
 	Upstream         string  `json:"upstream"` // "plain" (ws://) or "tls" (wss://)
+	Redis            bool    `json:"redis"`    // limits shared through a redis-server
 }
 
 func reportConfig(c Config) ReportConfig {
@@ -76,7 +81,7 @@ func reportConfig(c Config) ReportConfig {
 		CallTimeout: c.CallTimeout.String(), Profile: c.Profile,
 		WriteTimeout: c.WriteTimeout.String(), MaxStalledBytes: c.MaxStalledBytes, MaxMessageBytes: c.MaxMessageBytes,
 		HandshakeTimeout: c.HandshakeTimeout.String(), PoolMaxIdle: c.PoolMaxIdle.String(),
-		Margins: c.Margins, Settle: c.Settle.String(), Upstream: string(c.Upstream),
+		Margins: c.Margins, Settle: c.Settle.String(), Upstream: string(c.Upstream), Redis: c.Redis,
 	}
 }
 
@@ -284,6 +289,10 @@ func (r *Report) Markdown() string {
 		sum(r.GatewayOutcomes), strings.Join(outs, ", "), n.Upgraded)
 	if t := r.PoolHits + r.PoolMisses; t > 0 {
 		fmt.Fprintf(&b, "Warm pool: %d hits, %d misses (%.0f%% hits).\n", r.PoolHits, r.PoolMisses, 100*float64(r.PoolHits)/float64(t))
+	}
+	if r.Config.Redis {
+		fmt.Fprintf(&b, "Shared limits (REDIS_URL, a limited key): %d Redis outage(s), %d connect(s) decided alone meanwhile.\n",
+			r.RedisOutages, r.RedisAlone)
 	}
 	return b.String()
 }

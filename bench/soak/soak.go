@@ -14,6 +14,7 @@ import (
 
 	"rtgate/bench/harness"
 	"rtgate/bench/proc"
+	"rtgate/server/cluster"
 )
 
 // Profile is mockai's behaviour for normal sessions.
@@ -86,6 +87,9 @@ type Config struct {
 	MaxMessageBytes  int
 	HandshakeTimeout time.Duration
 	PoolMaxIdle      time.Duration
+	// Redis shares the gateway's limits through a redis-server the soak
+	// starts (redis.go).
+	Redis bool
 
 	Margins Margins
 	// Settle bounds the wait, after the load, for sessions to end, the
@@ -114,6 +118,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes:  1 << 20,
 		HandshakeTimeout: 3 * time.Second,
 		PoolMaxIdle:      5 * time.Second,
+		Redis:            true,
 		// The gateway has come back to start+15.5 MiB of RSS within 30 s
 		// of a 3-minute soak with an 85 MiB peak here; the live heap to
 		// +3 MiB (caches sized by the peak), goroutines and fds exactly.
@@ -166,6 +171,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
+	if cfg.Redis {
+		// The gateway may keep this many connections to Redis open
+		// once idle, where it started with one or none.
+		cfg.Margins.FDs += cluster.IdleConns
+	}
 	if cfg.Seed == 0 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -185,7 +195,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	defer mock.Stop(5 * time.Second)
-	gw, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, gatewaySettings(cfg, mock, upstreamKey, masterKey), filepath.Join(dir, "gateway.log"))
+	rd, err := startRedis(ctx, cfg, dir)
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	if rd != nil {
+		defer rd.Stop(time.Second)
+	}
+	set := gatewaySettings(cfg, mock, upstreamKey, masterKey)
+	redisSettings(set, rd, cfg)
+	gw, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, set, filepath.Join(dir, "gateway.log"))
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
@@ -235,6 +254,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Counts = tally.Counts()
 	rep.GatewayOutcomes = diffOutcomes(rep.Start.Outcomes, rep.End.Outcomes)
 	rep.PoolHits, rep.PoolMisses = rep.End.PoolHits-rep.Start.PoolHits, rep.End.PoolMisses-rep.Start.PoolMisses
+	rep.RedisOutages = rep.End.RedisOutages - rep.Start.RedisOutages
+	rep.RedisAlone = rep.End.RedisAlone - rep.Start.RedisAlone
 
 	if gw.Running() {
 		rep.GatewayAlive = true

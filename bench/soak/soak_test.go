@@ -67,6 +67,9 @@ func TestSoakEndToEnd(t *testing.T) {
 	if rep.PoolHits == 0 {
 		t.Error("no warm pool hits: the pool was not in play")
 	}
+	if !rep.Config.Redis || !strings.Contains(rep.Markdown(), "Shared limits (REDIS_URL, a limited key)") {
+		t.Error("the soak's gateway did not share its limits through the soak's redis-server, or the summary does not say")
+	}
 	b, err := os.ReadFile(rep.JSONPath)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, error) {
 	cfg := compare.DefaultConfig()
 	fs, quiet := settingsFlags("compare", stderr, &cfg.Settings)
-	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on")
+	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on, pool-on-redis")
 	fs.IntVar(&cfg.N, "n", cfg.N, "calls per run")
 	fs.IntVar(&cfg.Concurrency, "c", cfg.Concurrency, "concurrent calls")
 	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "runs per leg (samples are combined)")
@@ -32,6 +32,7 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause between runs")
 	fs.IntVar(&cfg.FirstBurst, "first-burst", 0, "report each run's first N calls apart from the rest (0: -c, the first wave)")
 	fs.BoolVar(&cfg.Restart, "restart", false, "restart each gateway before every run after the first, keeping REALTIME_POOL_STATE: run 2's first burst is a restart's with remembered demand")
+	fs.IntVar(&cfg.RedisTimeoutMS, "redis-timeout-ms", 0, "REDIS_TIMEOUT_MS for the pool-on-redis leg (0: the gateway's default)")
 	fs.IntVar(&cfg.Instances, "instances", cfg.Instances, "gateway processes behind a real HAProxy (leastconn); with more than 1, -n/-c default to 5000/500 and a fixed pool of c/N per instance is measured too")
 	p := &cfg.Profile
 	fs.DurationVar(&p.UpgradeDelay, "upgrade-delay", p.UpgradeDelay, "mockai: delay before the 101")

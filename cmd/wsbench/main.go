@@ -11,6 +11,7 @@
 //	wsbench -host 127.0.0.1:4000 -insecure -hold 9000 -hold-for 60s -c 200
 //	wsbench compare [-n 5000 -c 500] [-mockai bin/mockai -gateway bin/gateway]
 //	wsbench soak [-duration 3m -c 100 -fault-rate 0.3] [-mockai bin/mockai -gateway bin/gateway]
+//	wsbench redis-latency [-n 20000 -c 4 -burners 0,2]
 //	wsbench peers [-quick] [-upstream tls,plain] [-systems direct,nginx,haproxy,rtgate-pool-off,rtgate-pool-on]
 //	wsbench huge [-n 100000 -gateways 12] [-mockai bin/mockai -gateway bin/gateway]
 //
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runPeers(ctx, args[1:], stdout, stderr)
 		case "huge":
 			return runHuge(ctx, args[1:], stdout, stderr)
+		case "redis-latency":
+			return runRedisLatency(ctx, args[1:], stdout, stderr)
 		}
 	}
 	return runBench(ctx, args, stdout, stderr)

@@ -164,17 +164,17 @@ func TestParseCompareFlags(t *testing.T) {
 	}
 	def := compare.DefaultConfig()
 	if quiet || cfg.N != 2000 || cfg.Concurrency != 200 || cfg.Runs != 2 || cfg.MockaiBin != "bin/mockai" ||
-		cfg.GatewayBin != "bin/gateway" || cfg.Pool != "auto" || cfg.Profile != def.Profile || len(cfg.Legs) != 3 {
+		cfg.GatewayBin != "bin/gateway" || cfg.Pool != "auto" || cfg.Profile != def.Profile || len(cfg.Legs) != 4 || cfg.RedisTimeoutMS != 0 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, quiet, err = parseCompareFlags([]string{"-n", "5000", "-c", "500", "-pool", "64", "-legs", "direct, pool-on",
-		"-mockai", "/x/mockai", "-gateway", "/x/gw", "-first-audio-delay", "1ms", "-deltas", "3", "-quiet", "-t", "5"}, &stderr)
+		"-mockai", "/x/mockai", "-gateway", "/x/gw", "-first-audio-delay", "1ms", "-deltas", "3", "-quiet", "-t", "5", "-redis-timeout-ms", "5"}, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !quiet || cfg.N != 5000 || cfg.Concurrency != 500 || cfg.Pool != "64" || strings.Join(cfg.Legs, ",") != "direct,pool-on" ||
 		cfg.MockaiBin != "/x/mockai" || cfg.GatewayBin != "/x/gw" || cfg.Profile.FirstAudioDelay != time.Millisecond ||
-		cfg.Profile.Deltas != 3 || cfg.Timeout != 5*time.Second {
+		cfg.Profile.Deltas != 3 || cfg.Timeout != 5*time.Second || cfg.RedisTimeoutMS != 5 {
 		t.Errorf("overrides: %+v", cfg)
 	}
 	if _, _, err := parseCompareFlags([]string{"-source-ips", "x"}, &stderr); err == nil {

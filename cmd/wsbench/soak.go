@@ -32,6 +32,7 @@ func parseSoakFlags(args []string, stderr io.Writer) (soak.Config, bool, error) 
 	fs.Int64Var(&cfg.Margins.Goroutines, "goroutine-margin", cfg.Margins.Goroutines, "end goroutines may exceed start by this many")
 	fs.Int64Var(&cfg.Margins.FDs, "fd-margin", cfg.Margins.FDs, "end open fds may exceed start by this many")
 	fs.StringVar(&cfg.GatewayLogLevel, "gateway-log-level", cfg.GatewayLogLevel, "LOG_LEVEL for the gateway")
+	fs.BoolVar(&cfg.Redis, "redis", cfg.Redis, "share the gateway's limits through a redis-server the soak starts (REDIS_URL, a limited key)")
 	if err := parseHarness(fs, args); err != nil {
 		return cfg, false, err
 	}

@@ -24,7 +24,7 @@ func TestParseSoakFlags(t *testing.T) {
 		"-faults", "hangup, upstream_stall", "-t", "12", "-max-stalled-bytes", "131072", "-write-timeout", "3s", "-handshake-timeout", "2s",
 		"-pool-max-idle", "3s", "-settle", "1m", "-rss-margin-mib", "40", "-rss-margin-frac", "0.25", "-heap-margin-mib", "4",
 		"-goroutine-margin", "2", "-fd-margin", "3", "-mockai", "/x/mockai", "-gateway", "/x/gw", "-out", "/x/out", "-quiet",
-		"-upstream", "tls"}, &stderr)
+		"-upstream", "tls", "-redis=false"}, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +35,7 @@ func TestParseSoakFlags(t *testing.T) {
 	want.Settle, want.WriteTimeout = time.Minute, 3*time.Second
 	want.Margins = soak.Margins{RSSBytes: 40 << 20, RSSFraction: 0.25, HeapBytes: 4 << 20, Goroutines: 2, FDs: 3}
 	want.MockaiBin, want.GatewayBin, want.OutDir, want.Upstream = "/x/mockai", "/x/gw", "/x/out", proc.UpstreamTLS
+	want.Redis = false
 	if !quiet || !reflect.DeepEqual(cfg, want) {
 		t.Errorf("overrides: %+v\nwant %+v", cfg, want)
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -28,29 +29,60 @@ import (
 // instance that stops (SIGKILL, partition) stops refreshing and its fields
 // stop counting once its lease has run out, so a dead instance's sessions
 // count for at most ClusterLease after its last refresh. Times come from
-// Redis's TIME, so instance clocks do not matter.
+// Redis's TIME, so instance clocks do not matter. Each refresh (sync) also
+// stamps <prefix>synced with the time it read the lease set, and brings back
+// the live instances: this instance's view (share.go) of who shares the
+// limits, its rank among them and when each last looked.
 //
 // Admission is one Lua script (one round trip): sum the live instances'
 // counts, check max_sessions, take a token from the key's bucket, write
 // this instance's new count. It runs in its own goroutine with a budget of
 // RedisTimeout, never on netpoll's handler (Waits says when).
 //
-// Outages. A failed or late call marks Redis down: connects are decided by
-// per-instance limits (the key's limit divided by ClusterInstances, at least
-// 1) until a probe every probeEvery succeeds; then every key's count is
-// written again and Redis decides again. Each outage is logged once and
-// counted in rtgate_cluster_redis_outages_total.
+// Outages. A failed or late call leaves this instance alone: it decides by
+// its share (share.go) of each key's limits, taken from the view it last
+// learned, so that the instances together stay within the limit: its
+// sessions already open count against it, and an instance that has no view
+// yet, or that not every other instance has seen yet (it joined since their
+// last sync), has no share and admits none of a limited key's sessions
+// (rtgate_cluster_no_share_refusals_total, and the refusal says why). A
+// probe every probeEvery brings Redis back: every key's count is written
+// again and Redis decides again, but still within this instance's share
+// (recovering) until every instance of its view has synced since, or its
+// lease has run out: until then another may still be alone, deciding by its
+// share, with a count in Redis that is out of date. Each outage is logged
+// once and counted in rtgate_cluster_redis_outages_total.
+//
+// What this does not cover. The shares hold the instances within the limit
+// when Redis is away for all of them (down, frozen, too slow). An instance
+// left alone while the others still decide in Redis (only its own calls
+// were late) may add its share of what was free to what they admit there,
+// until its probe brings it back (probeEvery); a RedisTimeout above the
+// busy host's p99.9 makes that rare. A call that timed out may also land
+// after a later one and write an older, lower count (writes carry no
+// sequence number). Both let the instances together go a little over the
+// limit on a host loaded far past its cores (README). An instance cut off for longer than
+// its lease stops being counted by the others while its sessions stay
+// open, as before. And the free part an instance takes is what was free at
+// its own last word with Redis about the key, which may miss a connect
+// another instance admitted in the moment before the outage.
 type Limiter struct {
-	st        *Store
-	log       *slog.Logger
-	lease     time.Duration
-	instances int
+	st    *Store
+	log   *slog.Logger
+	lease time.Duration
+	floor int // CLUSTER_INSTANCES: a share is never more than over this many
 
 	mu   sync.Mutex
 	keys map[string]*clusterKey
 
-	down     atomic.Bool
-	fallback limit.Uses // connect rate while Redis is down (buckets only)
+	mode     atomic.Int32         // onRedis, recovering or alone
+	view     atomic.Pointer[view] // the last view learned from Redis
+	frozen   atomic.Pointer[view] // the view the current outage decides with
+	share    atomic.Pointer[outageShare]
+	joinedAt atomic.Int64  // Redis ms of the first sync (or of the recovery)
+	seen     atomic.Bool   // every other instance has seen this one
+	syncs    atomic.Uint64 // completed syncs
+	fallback limit.Uses    // connect rate while alone (buckets only)
 	wake     chan struct{}
 	done     chan struct{}
 	stopped  chan struct{}
@@ -59,8 +91,18 @@ type Limiter struct {
 	mUp       prometheus.Gauge
 	mOutages  prometheus.Counter
 	mFallback prometheus.Counter
+	mNoShare  prometheus.Counter
 	mCall     prometheus.Histogram
 }
+
+// mode is how this instance decides a limited key's connect.
+type mode = int32
+
+const (
+	onRedis    mode = iota // Redis decides
+	recovering             // Redis decides, within this instance's outage share, until every instance is back
+	alone                  // Redis does not answer in time: this instance decides by its share
+)
 
 // clusterKey is one client key's state on this instance. Writes of its
 // count are not serialised: whoever writes a count checks, once Redis has
@@ -70,6 +112,22 @@ type clusterKey struct {
 	name  string
 	local atomic.Int64 // sessions open here
 	dirty atomic.Bool  // local may differ from what Redis holds
+	// last is what Redis last said of the key on the connect path, before
+	// any outage: this instance's sessions then (high half, plus 1; 0: never)
+	// and the key's sessions cluster-wide (low half).
+	last atomic.Uint64
+}
+
+func (k *clusterKey) remember(own, total int64) {
+	k.last.Store(uint64(max(own, 0)+1)<<32 | uint64(uint32(max(total, 0))))
+}
+
+func (k *clusterKey) lastWord() (own, total int64, known bool) {
+	v := k.last.Load()
+	if v == 0 {
+		return 0, 0, false
+	}
+	return int64(v>>32) - 1, int64(uint32(v)), true
 }
 
 const (
@@ -78,24 +136,28 @@ const (
 )
 
 // NewLimiter starts the limits shared through st and registers their
-// metrics; Close stops them.
-func NewLimiter(st *Store, lease time.Duration, instances int, log *slog.Logger, reg prometheus.Registerer) *Limiter {
+// metrics; Close stops them. floor (CLUSTER_INSTANCES, at least 1) is the
+// fewest instances an outage share is ever computed over.
+func NewLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg prometheus.Registerer) *Limiter {
 	l := &Limiter{
-		st: st, log: log, lease: lease, instances: max(instances, 1),
+		st: st, log: log, lease: lease, floor: max(floor, 1),
 		keys: map[string]*clusterKey{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
 		mUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_cluster_redis_up",
-			Help: "1 while per-key limits are decided in Redis, 0 while they fall back to per-instance limits."}),
+			Help: "1 while per-key limits are decided in Redis, 0 while this instance decides alone by its share, or in Redis but within its share until every instance is back."}),
 		mOutages: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_cluster_redis_outages_total",
-			Help: "Times Redis became unreachable or too slow and limits fell back to per-instance ones."}),
+			Help: "Times Redis became unreachable or too slow and limits fell back to this instance's share."}),
 		mFallback: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_cluster_fallback_admissions_total",
 			Help: "Connects whose per-key limits were decided by this instance alone because Redis was down."}),
+		mNoShare: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_cluster_no_share_refusals_total",
+			Help: "Connects refused while Redis was down because this instance's share of the key's limit was 0, or unknown (no count of the instances learned yet)."}),
 		mCall: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rtgate_cluster_admit_seconds",
 			Help:    "Time of the Redis admission call on the connect path.",
-			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01}}),
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1}}),
 	}
 	l.mUp.Set(1)
-	reg.MustRegister(l.mUp, l.mOutages, l.mFallback, l.mCall)
+	l.share.Store(&outageShare{})
+	reg.MustRegister(l.mUp, l.mOutages, l.mFallback, l.mNoShare, l.mCall)
 	go l.run()
 	return l
 }
@@ -114,6 +176,7 @@ func (l *Limiter) key(name string) *clusterKey {
 func (l *Limiter) sessionsKey(name string) string { return l.st.Key("sessions", name) }
 func (l *Limiter) rateKey(name string) string     { return l.st.Key("rate", name) }
 func (l *Limiter) instancesKey() string           { return l.st.InstancesKey() }
+func (l *Limiter) syncedKey() string              { return l.st.Key("synced") }
 
 // admitScript returns {verdict, total, retry_ms}: verdict 0 admitted (total
 // = sessions of the key cluster-wide, this one included), 1 over
@@ -156,32 +219,53 @@ redis.call('PEXPIRE', KEYS[1], lease * 2)
 return {0, total, 0}
 `)
 
-// syncScript renews the lease and writes this instance's counts: KEYS[1]
-// the instances set, KEYS[2..] sessions hashes; ARGV[1] instance, ARGV[2]
-// lease ms, ARGV[3..] the count for each hash (0 removes the field).
+// syncScript renews the lease, stamps this instance's sync, writes its
+// counts and brings back the view: KEYS[1] the instances set, KEYS[2] the
+// synced set, KEYS[3..] sessions hashes; ARGV[1] instance, ARGV[2] lease ms,
+// ARGV[3..] the count for each hash (0 removes the field). Returns {now,
+// the key's sessions cluster-wide for each hash, then id, lease end, synced
+// for every live instance}.
 var syncScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local inst, lease = ARGV[1], tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now + lease, inst)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-for i = 2, #KEYS do
-  local n = tonumber(ARGV[i + 1])
+redis.call('ZADD', KEYS[2], now, inst)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 2 * lease)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local isLive = {}
+for i = 1, #live, 2 do isLive[live[i]] = true end
+local out = {now}
+for i = 3, #KEYS do
+  local n = tonumber(ARGV[i])
   if n > 0 then
     redis.call('HSET', KEYS[i], inst, n)
     redis.call('PEXPIRE', KEYS[i], lease * 2)
   else
     redis.call('HDEL', KEYS[i], inst)
   end
+  local total = 0
+  local f = redis.call('HGETALL', KEYS[i])
+  for j = 1, #f, 2 do
+    if isLive[f[j]] then total = total + tonumber(f[j + 1]) end
+  end
+  out[#out + 1] = total
 end
-return 0
+for i = 1, #live, 2 do
+  out[#out + 1] = live[i]
+  out[#out + 1] = math.floor(tonumber(live[i + 1]))
+  out[#out + 1] = math.floor(tonumber(redis.call('ZSCORE', KEYS[2], live[i]) or 0))
+end
+return out
 `)
 
-// leaveScript removes this instance: KEYS[1] the instances set, KEYS[2..]
-// sessions hashes, ARGV[1] the instance.
+// leaveScript removes this instance: KEYS[1] the instances set, KEYS[2] the
+// synced set, KEYS[3..] sessions hashes, ARGV[1] the instance.
 var leaveScript = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
-for i = 2, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
+redis.call('ZREM', KEYS[2], ARGV[1])
+for i = 3, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
 return 0
 `)
 
@@ -197,23 +281,39 @@ func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refus
 		l.markDirty(k)
 		return nil
 	}
-	if !l.down.Load() {
-		herr, err := l.admitRedis(k, maxSessions, rate)
+	switch l.mode.Load() {
+	case onRedis:
+		r, err := l.admitRedis(k, maxSessions, rate, 0)
 		if err == nil {
-			return herr
+			return r
+		}
+		l.outage(err)
+	case recovering:
+		mine, r := l.reserveShare(k, maxSessions)
+		if r != nil {
+			return r
+		}
+		r, err := l.admitRedis(k, maxSessions, rate, mine)
+		if err == nil {
+			return r
 		}
 		l.outage(err)
 	}
-	return l.admitLocally(k, maxSessions, rate)
+	return l.admitAlone(k, maxSessions, rate)
 }
 
 // Waits implements limit.Admitter: a key with limits asks Redis.
 func (l *Limiter) Waits(maxSessions int, rate float64) bool { return maxSessions > 0 || rate > 0 }
 
-func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64) (*limit.Refusal, error) {
+// admitRedis asks Redis. mine is this instance's count with the session
+// already reserved (recovering), or 0 to reserve it here.
+func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64, mine int64) (*limit.Refusal, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.st.Timeout)
 	defer cancel()
-	mine := k.local.Add(1)
+	before := l.mode.Load()
+	if mine == 0 {
+		mine = k.local.Add(1)
+	}
 	start := time.Now()
 	res, err := admitScript.Run(ctx, l.st.Client,
 		[]string{l.sessionsKey(k.name), l.instancesKey(), l.rateKey(k.name)},
@@ -230,6 +330,9 @@ func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64) (*lim
 		return nil, err
 	}
 	if res[0] == 0 {
+		if before == onRedis {
+			k.remember(mine, res[1])
+		}
 		if k.local.Load() != mine {
 			l.markDirty(k) // another admit or a release overtook this write
 		}
@@ -237,6 +340,9 @@ func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64) (*lim
 	}
 	// Refused: nothing written, but an admit that counted this reservation
 	// may have written it.
+	if before == onRedis {
+		k.remember(mine-1, res[1])
+	}
 	k.local.Add(-1)
 	l.markDirty(k)
 	if res[0] == 1 {
@@ -245,20 +351,56 @@ func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64) (*lim
 	return &limit.Refusal{Verdict: limit.Throttled, RetryAfter: max(int(res[2]+999)/1000, 1)}, nil
 }
 
-// admitLocally is the outage fallback: this instance's share of the limits.
-func (l *Limiter) admitLocally(k *clusterKey, maxSessions int, rate float64) *limit.Refusal {
+// reserveShare reserves a session within this instance's outage share of
+// maxSessions (none when 0): the new local count, or the refusal.
+func (l *Limiter) reserveShare(k *clusterKey, maxSessions int) (int64, *limit.Refusal) {
+	if maxSessions <= 0 {
+		return k.local.Add(1), nil
+	}
+	sh := l.share.Load()
+	own, total, known := k.lastWord()
+	c := sh.sessionsCap(maxSessions, own, total, known)
+	n := k.local.Add(1)
+	if n <= int64(c) {
+		return n, nil
+	}
+	k.local.Add(-1)
+	if c == 0 {
+		l.mNoShare.Inc()
+	}
+	return 0, &limit.Refusal{Verdict: limit.Full, Limit: maxSessions, RetryAfter: 1, Note: shareNote(sh, c)}
+}
+
+// shareNote says, in a refusal, why this instance admitted no more.
+func shareNote(sh *outageShare, c int) string {
+	if !sh.ok {
+		return "the gateway instances cannot reach their shared store, and this instance has not yet learned how many instances share the key's limits, so it admits none of this key's sessions until the store answers"
+	}
+	return "the gateway instances cannot reach their shared store, so each admits only its share of the key's limit: this instance's is " + strconv.Itoa(c)
+}
+
+// admitAlone decides by this instance's share of the limits.
+func (l *Limiter) admitAlone(k *clusterKey, maxSessions int, rate float64) *limit.Refusal {
 	l.mFallback.Inc()
-	if maxSessions > 0 {
-		share := max(1, (maxSessions+l.instances-1)/l.instances)
-		if n := k.local.Add(1); n > int64(share) {
-			k.local.Add(-1)
-			return &limit.Refusal{Verdict: limit.Full, Limit: share, RetryAfter: 1}
-		}
-	} else {
-		k.local.Add(1)
+	if _, r := l.reserveShare(k, maxSessions); r != nil {
+		return r
 	}
 	if rate > 0 {
-		if ok, wait := l.fallback.Take(k.name, rate/float64(l.instances), time.Now()); !ok {
+		sh := l.share.Load()
+		part := 0.0
+		if sh.ok {
+			part = sh.rate(rate)
+		}
+		if part <= 0 {
+			k.local.Add(-1)
+			l.mNoShare.Inc()
+			note := shareNote(sh, 0)
+			if sh.ok {
+				note = "the gateway instances cannot reach their shared store, so each admits only its share of the key's connect rate: this instance's is 0"
+			}
+			return &limit.Refusal{Verdict: limit.Throttled, RetryAfter: 1, Note: note}
+		}
+		if ok, wait := l.fallback.Take(k.name, part, time.Now()); !ok {
 			k.local.Add(-1)
 			return &limit.Refusal{Verdict: limit.Throttled, RetryAfter: limit.RetryAfter(wait)}
 		}
@@ -283,13 +425,65 @@ func (l *Limiter) markDirty(k *clusterKey) {
 	}
 }
 
-// outage switches to per-instance limits, once per outage.
+// outage leaves this instance alone, with the share its last view gives
+// it, once per outage.
 func (l *Limiter) outage(err error) {
-	if l.down.CompareAndSwap(false, true) {
+	for {
+		m := l.mode.Load()
+		if m == alone {
+			return
+		}
+		if m == onRedis { // a recovery keeps the view its outage began with
+			// Stored before the switch, so that no connect decided
+			// alone reads the share of an earlier outage.
+			v := l.view.Load()
+			l.frozen.Store(v)
+			l.share.Store(l.outageShare(v))
+		}
+		if !l.mode.CompareAndSwap(m, alone) {
+			continue
+		}
 		l.mUp.Set(0)
 		l.mOutages.Inc()
-		l.log.Warn("redis unreachable or slow: per-key limits fall back to per-instance limits until it is back",
-			"err", err, "instances", l.instances)
+		sh := l.share.Load()
+		if !sh.ok {
+			l.log.Warn("redis unreachable or slow: per-key limits fall back to this instance's share, and it has none yet "+
+				"(it has not learned from redis how many instances share them): it admits none of a limited key's sessions until redis answers",
+				"err", err)
+			return
+		}
+		l.log.Warn("redis unreachable or slow: per-key limits fall back to per-instance limits (this instance's share) until it is back",
+			"err", err, "instances", sh.n, "rank", sh.rank)
+		return
+	}
+}
+
+// outageShare is what v gives this instance to decide alone with.
+func (l *Limiter) outageShare(v *view) *outageShare {
+	if v == nil || v.rank < 0 || !l.seen.Load() {
+		return &outageShare{}
+	}
+	return &outageShare{n: max(len(v.members), l.floor), rank: v.rank, ok: true}
+}
+
+// learn takes a view brought back by a sync: it is this instance's view
+// from now on; the first says when this instance joined; once every other
+// instance has synced since then, they have all seen it; and a recovery
+// ends once every instance of the outage's view is back or gone.
+func (l *Limiter) learn(v *view) {
+	l.view.Store(v)
+	l.joinedAt.CompareAndSwap(0, v.now)
+	if !l.seen.Load() && v.rank >= 0 && v.seenSince(l.st.Instance, l.joinedAt.Load()) {
+		l.seen.Store(true)
+	}
+	if sh := l.outageShare(v); sh.ok && l.mode.Load() == onRedis {
+		l.st.setPart(sh.n)
+	}
+	if l.mode.Load() == recovering && v.backSince(l.frozen.Load(), l.st.Instance, l.joinedAt.Load()) &&
+		l.mode.CompareAndSwap(recovering, onRedis) {
+		l.frozen.Store(nil)
+		l.mUp.Set(1)
+		l.log.Info("every instance is back on redis: per-key limits are cluster-wide again, without shares")
 	}
 }
 
@@ -307,25 +501,45 @@ func (l *Limiter) run() {
 		case <-l.done:
 			return
 		case <-l.wake:
-			if !l.down.Load() {
+			if l.mode.Load() != alone {
 				l.sync(false)
 			}
 		case <-refresh.C:
-			if !l.down.Load() {
+			if l.mode.Load() != alone {
 				l.sync(true)
 			}
 		case <-probe.C:
-			if l.down.Load() && l.st.Ping(max(flushTimeout, l.st.Timeout)) == nil && l.sync(true) == nil {
-				l.down.Store(false)
-				l.mUp.Set(1)
-				l.log.Info("redis reachable again: per-key limits are cluster-wide again")
+			switch l.mode.Load() {
+			case alone:
+				l.probe()
+			case recovering:
+				l.sync(true) // to see the others come back
 			}
 		}
 	}
 }
 
+// probe brings Redis back after an outage: its counts written again, this
+// instance decides through Redis again, within its share until the others
+// are back.
+func (l *Limiter) probe() {
+	if l.st.Ping(max(flushTimeout, l.st.Timeout)) != nil {
+		return
+	}
+	joined := l.joinedAt.Load()
+	l.joinedAt.Store(0) // the recovery's sync is a new join: the others must see it
+	if l.sync(true) != nil {
+		l.joinedAt.CompareAndSwap(0, joined)
+		return
+	}
+	if l.mode.CompareAndSwap(alone, recovering) {
+		l.log.Info("redis reachable again: per-key limits are cluster-wide again")
+		l.learn(l.view.Load())
+	}
+}
+
 // sync renews the lease and writes the counts of dirty keys (all keys when
-// all is set).
+// all is set), and learns the view it brings back.
 func (l *Limiter) sync(all bool) error {
 	l.mu.Lock()
 	ks := make([]*clusterKey, 0, len(l.keys))
@@ -339,7 +553,7 @@ func (l *Limiter) sync(all bool) error {
 	for first := true; first || len(ks) > 0; first = false {
 		part := ks[:min(batch, len(ks))]
 		ks = ks[len(part):]
-		keys := []string{l.instancesKey()}
+		keys := []string{l.instancesKey(), l.syncedKey()}
 		args := []any{l.st.Instance, l.lease.Milliseconds()}
 		written := make([]int64, len(part))
 		for i, k := range part {
@@ -348,13 +562,24 @@ func (l *Limiter) sync(all bool) error {
 			keys = append(keys, l.sessionsKey(k.name))
 			args = append(args, written[i])
 		}
+		before := l.mode.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), max(flushTimeout, l.st.Timeout))
-		err := syncScript.Run(ctx, l.st.Client, keys, args...).Err()
+		res, err := syncScript.Run(ctx, l.st.Client, keys, args...).Slice()
 		cancel()
+		var v *view
+		var totals []int64
+		if err == nil {
+			v, totals, err = l.parseSync(res, len(part))
+		}
 		for i, k := range part {
 			if err != nil {
 				k.dirty.Store(true)
-			} else if k.local.Load() != written[i] {
+				continue
+			}
+			if before == onRedis {
+				k.remember(written[i], totals[i])
+			}
+			if k.local.Load() != written[i] {
 				l.markDirty(k)
 			}
 		}
@@ -362,9 +587,56 @@ func (l *Limiter) sync(all bool) error {
 			l.outage(err)
 			return err
 		}
+		l.learn(v)
 	}
+	l.syncs.Add(1)
 	return nil
 }
+
+// parseSync reads syncScript's answer for nkeys keys: the view, and each
+// key's sessions cluster-wide.
+func (l *Limiter) parseSync(res []any, nkeys int) (*view, []int64, error) {
+	bad := fmt.Errorf("sync script returned %d values for %d keys", len(res), nkeys)
+	if len(res) < 1+nkeys || (len(res)-1-nkeys)%3 != 0 {
+		return nil, nil, bad
+	}
+	now, ok := res[0].(int64)
+	if !ok {
+		return nil, nil, bad
+	}
+	totals := make([]int64, nkeys)
+	for i := range totals {
+		if totals[i], ok = res[1+i].(int64); !ok {
+			return nil, nil, bad
+		}
+	}
+	leaseEnd, synced := map[string]int64{}, map[string]int64{}
+	for i := 1 + nkeys; i < len(res); i += 3 {
+		id, ok1 := res[i].(string)
+		end, ok2 := res[i+1].(int64)
+		at, ok3 := res[i+2].(int64)
+		if !ok1 || !ok2 || !ok3 {
+			return nil, nil, bad
+		}
+		leaseEnd[id], synced[id] = end, at
+	}
+	return newView(l.st.Instance, now, leaseEnd, synced), totals, nil
+}
+
+// Instances is how many instances this instance would share a key's limits
+// with if Redis went away now: the live ones it last learned (at least
+// CLUSTER_INSTANCES), or 0 while it has learned none or not every other
+// instance has seen it yet.
+func (l *Limiter) Instances() int {
+	if sh := l.outageShare(l.view.Load()); sh.ok {
+		return sh.n
+	}
+	return 0
+}
+
+// Syncs counts this instance's completed syncs with Redis (each brings back
+// the view and the counts of the keys it wrote).
+func (l *Limiter) Syncs() uint64 { return l.syncs.Load() }
 
 // Close stops the background writer, takes this instance out of Redis (its
 // remaining sessions stop counting at once) and closes the store's client
@@ -379,7 +651,7 @@ func (l *Limiter) leave() {
 	close(l.done)
 	<-l.stopped
 	l.mu.Lock()
-	keys := []string{l.instancesKey()}
+	keys := []string{l.instancesKey(), l.syncedKey()}
 	for name := range l.keys {
 		keys = append(keys, l.sessionsKey(name))
 	}

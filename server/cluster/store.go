@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,7 +37,32 @@ type Store struct {
 	Prefix string
 	// Timeout is the budget of one call on the connect path.
 	Timeout time.Duration
+
+	// part is how many instances an outage's share is taken over, as the
+	// Limiter last learned from Redis (0: not known yet); budgets read it.
+	part atomic.Int64
 }
+
+// setPart records the instances a share is taken over (Limiter).
+func (st *Store) setPart(n int) { st.part.Store(int64(n)) }
+
+// Part is this instance's fraction of what the instances share (1 ÷ the
+// live instances it last learned from Redis, or CLUSTER_INSTANCES if more),
+// and false when it has learned no count yet or not every other instance
+// has seen it: then it may take nothing alone.
+func (st *Store) Part() (float64, bool) {
+	n := st.part.Load()
+	if n <= 0 {
+		return 0, false
+	}
+	return 1 / float64(n), true
+}
+
+// IdleConns is how many connections to Redis an instance keeps open while
+// idle: a burst of connects opens more (up to go-redis's pool size, 10 a
+// CPU), closed again as they come back, so that an idle gateway's sockets
+// come back to where they were (the soak checks they do).
+const IdleConns = 4
 
 // NewStore connects lazily to redisURL (redis://[user:pass@]host:port/db
 // or rediss:// for TLS); it does not fail when Redis is down, since the
@@ -47,7 +73,7 @@ func NewStore(redisURL string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("REDIS_URL %s: %w", RedactURL(redisURL), err)
 	}
 	if timeout <= 0 {
-		timeout = 5 * time.Millisecond
+		timeout = 50 * time.Millisecond // REDIS_TIMEOUT_MS's default
 	}
 	opt.MaxRetries = -1 // no retries
 	opt.DialTimeout = max(100*time.Millisecond, 20*timeout)
@@ -56,6 +82,9 @@ func NewStore(redisURL string, timeout time.Duration) (*Store, error) {
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true // no CLIENT SETINFO round trips on each new connection
 	opt.Protocol = 2           // no HELLO round trip either
+	if opt.MaxIdleConns == 0 { // unless the URL says (max_idle_conns)
+		opt.MaxIdleConns = IdleConns
+	}
 	quietRedisLog.Do(func() { redis.SetLogger(discardLogger{}) })
 	return &Store{
 		Client:   redis.NewClient(opt),

@@ -4,10 +4,13 @@ import "time"
 
 // Refusal says why a key's connect was refused: Full (Limit is the session
 // cap that held) or Throttled (its connect rate); Retry-After in seconds.
+// Note, when set, says more to the client (why an instance deciding alone
+// admitted no more).
 type Refusal struct {
 	Verdict    Verdict
 	Limit      int
 	RetryAfter int
+	Note       string
 }
 
 // Admitter applies the per-key limits (max_sessions, connect_rate): Local

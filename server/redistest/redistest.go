@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -93,6 +94,24 @@ func (s *Server) Pause(d time.Duration) {
 	s.t.Helper()
 	if err := s.do(fmt.Sprintf("CLIENT PAUSE %d ALL", d.Milliseconds()), "+OK"); err != nil {
 		s.t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+}
+
+// Freeze stops the process (SIGSTOP) without closing its sockets: every
+// call waits, as on a Redis too slow to answer, until Thaw. The test's
+// cleanup kills it even while frozen.
+func (s *Server) Freeze() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("SIGSTOP redis-server: %v", err)
+	}
+}
+
+// Thaw lets a frozen process go on (SIGCONT).
+func (s *Server) Thaw() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatalf("SIGCONT redis-server: %v", err)
 	}
 }
 

@@ -66,12 +66,14 @@ func (b Budget) ResetsIn(anchor, now time.Time) time.Duration {
 }
 
 // account is one key's spend. pending is booked here but not yet added to
-// the shared store (Redis), which owns the cluster's total.
+// the shared store (Redis), which owns the cluster's total; base is that
+// total at the last good sync.
 type account struct {
 	Anchor  time.Time `json:"anchor"`       // first spend
 	Window  time.Time `json:"window_start"` // start of the window Spent is for
 	Spent   float64   `json:"spent_usd"`    // in Window, cluster-wide as far as known
 	pending float64
+	base    float64
 	every   time.Duration
 }
 
@@ -83,10 +85,18 @@ type account struct {
 // Without a shared store the ledger is this instance's, saved to a state
 // file (Save) so that a restart does not reset a budget. With one (Redis),
 // Sync pushes what was booked here and takes back the cluster's totals.
+//
+// While the shared store cannot be reached (the last Sync failed), Cap is
+// what this instance may let a key spend: its part of what remained of the
+// budget at the last good sync, so that the instances together stay
+// within the budget.
 type Ledger struct {
 	mu    sync.Mutex
 	keys  map[string]*account
 	dirty bool
+	// shared: Sync has been called (the ledger is the cluster's); synced:
+	// a Sync has succeeded; cut: the last one failed.
+	shared, synced, cut bool
 }
 
 // NewLedger returns an empty ledger.
@@ -101,7 +111,7 @@ func (l *Ledger) current(key string, b Budget, now time.Time) *account {
 	}
 	a.every = b.Every
 	if w := b.windowStart(a.Anchor, now); !w.Equal(a.Window) {
-		a.Window, a.Spent, a.pending = w, 0, 0
+		a.Window, a.Spent, a.pending, a.base = w, 0, 0, 0
 		l.dirty = true
 	}
 	return a
@@ -115,6 +125,35 @@ func (l *Ledger) Spent(key string, b Budget, now time.Time) float64 {
 		return a.Spent
 	}
 	return 0
+}
+
+// Cap is the spend key may reach in its current window on this instance:
+// the budget, except while the shared store is cut off (the last Sync
+// failed): then what was spent cluster-wide at the last good sync plus part
+// (this instance's fraction of the instances) of what remained then; and
+// nothing at all when no Sync has succeeded yet or part is unknown (ok
+// false), since what the others spent is not known.
+func (l *Ledger) Cap(key string, b Budget, part float64, ok bool, now time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.shared || !l.cut {
+		return b.Max
+	}
+	if !l.synced || !ok {
+		return 0
+	}
+	base := 0.0
+	if a := l.current(key, b, now); a != nil {
+		base = a.base
+	}
+	return base + part*max(b.Max-base, 0)
+}
+
+// Cut reports whether the ledger is shared and its last Sync failed.
+func (l *Ledger) Cut() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.shared && l.cut
 }
 
 // Book adds usd to key's spend and returns its spend in the current window.

@@ -104,17 +104,23 @@ func TestLedgerSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestLedgerSharedThroughRedis: two instances book into one Redis and each
-// sees the other's spend after a sync; Redis down loses nothing.
-func TestLedgerSharedThroughRedis(t *testing.T) {
+// sharedRedis starts a real redis-server and the Shared store on it.
+func sharedRedis(t *testing.T) (*redistest.Server, Shared) {
+	t.Helper()
 	rs := redistest.Start(t)
 	opt, err := redis.ParseURL(rs.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := redis.NewClient(opt)
-	defer client.Close()
-	shared := Shared{Client: client, Prefix: "rtgate-test:"}
+	t.Cleanup(func() { _ = client.Close() })
+	return rs, Shared{Client: client, Prefix: "rtgate-test:"}
+}
+
+// TestLedgerSharedThroughRedis: two instances book into one Redis and each
+// sees the other's spend after a sync; Redis down loses nothing.
+func TestLedgerSharedThroughRedis(t *testing.T) {
+	rs, shared := sharedRedis(t)
 	b := Budget{Max: 1, Every: time.Hour}
 	budgets := map[string]Budget{"team-a": b}
 	ctx := context.Background()
@@ -158,5 +164,80 @@ func TestLedgerSharedThroughRedis(t *testing.T) {
 	}
 	if got := two.Spent("team-a", b, now); math.Abs(got-0.125) > 1e-12 {
 		t.Fatalf("after Redis came back empty: instance 2 sees %v, want the 0.125 pushed since", got)
+	}
+}
+
+// TestLedgerShareWhileRedisIsAway: two instances share a budget of 1 USD
+// through a real Redis, 0.4 spent. Redis then stops answering (SIGSTOP):
+// each instance may let the key spend only its half of the 0.6 that
+// remained at its last good sync (Cap 0.7), so that together they spend at
+// most the budget; an instance that never synced may let it spend nothing.
+// Once Redis answers, the whole budget is the cap again.
+func TestLedgerShareWhileRedisIsAway(t *testing.T) {
+	rs, shared := sharedRedis(t)
+	b := Budget{Max: 1, Every: time.Hour}
+	budgets := map[string]Budget{"team-a": b}
+	ctx := context.Background()
+	now := time.Now()
+	const half = 0.5 // each instance's part: 1 ÷ the 2 instances
+
+	one, two, late := NewLedger(), NewLedger(), NewLedger()
+	if got := one.Cap("team-a", b, half, true, now); got != 1 {
+		t.Fatalf("a ledger that was never shared: cap %v, want the budget", got)
+	}
+	one.Book("team-a", b, 0.4, now)
+	for _, l := range []*Ledger{one, two} {
+		if err := l.Sync(ctx, shared, budgets, now); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Cap("team-a", b, half, true, now); got != 1 {
+			t.Fatalf("Redis answering: cap %v, want the budget", got)
+		}
+	}
+
+	rs.Freeze()
+	defer rs.Thaw()
+	failSync := func(l *Ledger) {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if err := l.Sync(cctx, shared, budgets, now); err == nil {
+			t.Fatal("Sync with Redis frozen succeeded")
+		}
+	}
+	for _, l := range []*Ledger{one, two, late} {
+		failSync(l)
+	}
+	spent := 0.4
+	for i, l := range []*Ledger{one, two} {
+		limit := l.Cap("team-a", b, half, true, now)
+		if math.Abs(limit-0.7) > 1e-12 || !l.Cut() {
+			t.Fatalf("instance %d, Redis away: cap %v (cut %v), want 0.4 + half of 0.6 = 0.7", i+1, limit, l.Cut())
+		}
+		// Spend in steps while the instance's cap allows, as budgets.check
+		// and the meter do.
+		for l.Spent("team-a", b, now) < limit {
+			l.Book("team-a", b, 0.05, now)
+			spent += 0.05
+		}
+	}
+	if spent > 1+0.05*2+1e-9 { // each may overshoot by the one response that took it over
+		t.Fatalf("the instances spent %v of a budget of 1 while Redis was away", spent)
+	}
+	if got := late.Cap("team-a", b, half, true, now); got != 0 {
+		t.Fatalf("an instance that never synced: cap %v, want 0", got)
+	}
+	if got := one.Cap("team-a", b, 0, false, now); got != 0 {
+		t.Fatalf("an instance that knows no part: cap %v, want 0", got)
+	}
+
+	rs.Thaw()
+	for _, l := range []*Ledger{one, two, one} {
+		if err := l.Sync(ctx, shared, budgets, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, c := one.Spent("team-a", b, now), one.Cap("team-a", b, half, true, now); math.Abs(got-spent) > 1e-9 || c != 1 {
+		t.Fatalf("Redis back: spent %v cap %v, want %v and the whole budget", got, c, spent)
 	}
 }

@@ -53,6 +53,7 @@ func (l *Ledger) Sync(ctx context.Context, s Shared, budgets map[string]Budget, 
 		cmd    *redis.Cmd
 	}
 	l.mu.Lock()
+	l.shared = true
 	pushes := make([]push, 0, len(budgets))
 	for name, b := range budgets {
 		amount := 0.0
@@ -74,6 +75,10 @@ func (l *Ledger) Sync(ctx context.Context, s Shared, budgets map[string]Budget, 
 	_, err := pipe.Exec(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer func() { // on any error, what is known stays that of the last good sync
+		l.cut = err != nil
+		l.synced = l.synced || err == nil
+	}()
 	for _, p := range pushes {
 		reply, rerr := p.cmd.StringSlice()
 		if rerr == nil && len(reply) != 3 {
@@ -104,6 +109,7 @@ func (l *Ledger) Sync(ctx context.Context, s Shared, budgets map[string]Budget, 
 		}
 		a.Anchor, a.Window = time.UnixMilli(anchor), time.UnixMilli(ws)
 		a.Spent = total + a.pending // what was booked during the round trip
+		a.base = total
 		a.every = budgets[p.name].Every
 	}
 	if err != nil {
