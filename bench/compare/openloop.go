@@ -142,6 +142,8 @@ func (out *Outcome) openComparison() (report.Comparison, bool) {
 			c.PoolOn = rl
 		case LegPoolFixed:
 			c.PoolFixed = rl
+		case LegPoolOnRedis:
+			c.PoolOnRedis = rl
 		}
 	}
 	return c, any
