@@ -15,7 +15,11 @@ package server
 //	                   the client its choice was refused
 //
 // What was transcribed before the replacement took effect is billed at its
-// own model's prices, or flagged unpriced.
+// own model's prices, or flagged unpriced. The gateway's session.update is
+// answered to the client as any configuration change is (the session.updated
+// tells it the transcription in force); an error the upstream answers it
+// with is the gateway's, never the client's: logged and counted
+// (gatewayevents.go).
 
 import (
 	"encoding/json"

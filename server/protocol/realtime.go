@@ -1,10 +1,12 @@
 package protocol
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net/url"
+	"strings"
 
 	"github.com/gobwas/ws"
 
@@ -123,10 +125,31 @@ func (r Realtime) Rebuild(config []byte, items [][]byte) [][]byte {
 	return out
 }
 
+// GatewayEventPrefix marks the ids of the events the gateway itself sends
+// (NewEventID).
+const GatewayEventPrefix = "event_gw_"
+
 // NewEventID makes the id of an event the gateway itself sends, marked
-// event_gw_ so that nobody mistakes it for the upstream's.
+// GatewayEventPrefix so that nobody mistakes it for the upstream's, and an
+// upstream error naming it is known for an answer to the gateway
+// (AnswersGateway).
 func NewEventID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return "event_gw_" + hex.EncodeToString(b[:])
+	return GatewayEventPrefix + hex.EncodeToString(b[:])
+}
+
+// AnswersGateway reports whether p, the payload of an upstream error event
+// (the caller read its type), answers an event the gateway sent itself:
+// its error.event_id carries GatewayEventPrefix. code is the error's code.
+func (Realtime) AnswersGateway(p []byte) (code string, ok bool) {
+	if !bytes.Contains(p, []byte(GatewayEventPrefix)) {
+		return "", false // the common case: no parse
+	}
+	var ev errorEvent
+	if json.Unmarshal(p, &ev) != nil || ev.Type != "error" || ev.Error.EventID == nil ||
+		!strings.HasPrefix(*ev.Error.EventID, GatewayEventPrefix) {
+		return "", false
+	}
+	return ev.Error.Code, true
 }

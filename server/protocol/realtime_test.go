@@ -82,3 +82,31 @@ func TestRealtime(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswersGateway: an upstream error whose error.event_id is one the
+// gateway made (NewEventID) answers the gateway; the client's own, an
+// error without one, and the gateway's id elsewhere in an event do not.
+func TestAnswersGateway(t *testing.T) {
+	gw := NewEventID()
+	for _, tc := range []struct {
+		name, payload, code string
+		ok                  bool
+	}{
+		{"the gateway's cancel", `{"type":"error","event_id":"event_1","error":{"type":"invalid_request_error","code":"response_cancel_not_active","message":"Cancellation failed: no active response found.","param":null,"event_id":"` + gw + `"}}`, "response_cancel_not_active", true},
+		{"the client's cancel", `{"type":"error","event_id":"event_1","error":{"type":"invalid_request_error","code":"response_cancel_not_active","message":"m","param":null,"event_id":"evt_client"}}`, "", false},
+		{"no event id", `{"type":"error","event_id":"event_1","error":{"type":"server_error","code":"x","message":"m","param":null,"event_id":null}}`, "", false},
+		{"the prefix in the message only", `{"type":"error","event_id":"event_1","error":{"type":"invalid_request_error","code":"x","message":"` + gw + `","param":null,"event_id":"evt_client"}}`, "", false},
+		{"the gateway's own event id at the top", `{"type":"error","event_id":"` + gw + `","error":{"type":"server_error","code":"x","message":"m"}}`, "", false},
+		{"not JSON", `{"type":"error",` + gw, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, ok := Realtime{}.AnswersGateway([]byte(tc.payload))
+			if code != tc.code || ok != tc.ok {
+				t.Errorf("AnswersGateway = %q, %v; want %q, %v", code, ok, tc.code, tc.ok)
+			}
+		})
+	}
+	if !strings.HasPrefix(gw, GatewayEventPrefix) {
+		t.Errorf("NewEventID %q lacks %q", gw, GatewayEventPrefix)
+	}
+}
