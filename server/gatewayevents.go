@@ -1,12 +1,12 @@
 package server
 
 // The upstream's answers to the events the gateway sends a Realtime
-// upstream itself, beside the client's conversation. Their ids carry
-// protocol.NewEventID's mark (event_gw_), so an upstream error naming one
-// (error.event_id) is known for the gateway's. A client must never get an
-// error for an event it did not send: it cannot make sense of it (a
-// rollover's would look like the client's own cancel failing, a session's
-// end would show it before the close):
+// upstream for its own sake, beside the client's conversation. Their ids
+// carry protocol.NewOwnEventID's mark (event_gw_own_), so an upstream error
+// naming one (error.event_id) is known for the gateway's. A client must
+// never get an error for an event it did not send: it cannot make sense of
+// it (at a rollover it would look like the client's own cancel failing; at
+// a session's end it comes before the close):
 //
 //	the gateway's event                        the upstream's answer             the client gets
 //	response.cancel (a session's end, a        response.done, status cancelled   it: its response ended so
@@ -16,23 +16,24 @@ package server
 //	  the key may not use: transcriptionmodel.go)                                  changed, and it is told how
 //	                                           error                             no: logged as a warning; the meter
 //	                                                                               prices the model in force
-//	session.update, conversation.item.create   every answer                      no: the primer consumes them
-//	  (a resume's replay, a client secret's                                        (sessionprime.go)
-//	  configuration)
+//
+// Other events the gateway makes (protocol.NewEventID, no own_ mark) are
+// not filtered: a client secret's session.update stands in for the
+// client's own configuration, and its error is the client's (the session
+// is refused with it: sessionprime.go); a resume's replay is answered to
+// the primer, which consumes every reply. GPT-Live is not filtered either:
+// the gateway's session.start there stands in for the client's own.
 //
 // The errors are held back by the session's frames.Holder (setupWatch, which
 // is continuity's holder too; without continuity it only filters:
 // poller.FilterUpstream): the scanner offers it small text frames whole
-// (frames.MaxHold) and only an error event naming the mark is parsed; every
-// other frame is forwarded as before, zero-copy. An error over
+// (frames.MaxHold), and only an error event naming the mark is parsed;
+// every other frame is forwarded as before, zero-copy. An error over
 // frames.MaxHold bytes would reach the client (no upstream error is that
 // long). Each held error is logged (at debug for a cancel that crossed its
 // response's end, which is expected) and counted in
-// rtgate_gateway_event_errors_total{reason}. The prefix is the gateway's: a
-// client that named its own events event_gw_… would lose their errors.
-//
-// GPT-Live is not filtered so: the gateway's session.start there stands in
-// for the client's own, whose answer, an error included, is the client's.
+// rtgate_gateway_event_errors_total{reason}. The mark is the gateway's: a
+// client that named its own events event_gw_own_… would lose their errors.
 
 import "rtgate/server/protocol"
 

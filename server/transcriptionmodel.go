@@ -56,7 +56,7 @@ func (s *Server) replaceTranscriptionModel(sess *poller.Session, key *routes.Cli
 			tr = map[string]string{"model": ds[0].Model}
 		}
 	}
-	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": protocol.NewEventID(),
+	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": protocol.NewOwnEventID(),
 		"session": map[string]any{"type": "realtime", "audio": map[string]any{"input": map[string]any{"transcription": tr}}}})
 	if key.TranscriptionModel == routes.TranscriptionRefuse { // first: before the update's answer
 		sess.SendClient(protocol.ErrorEvent("invalid_request_error", "model_not_allowed",
