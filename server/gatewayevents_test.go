@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,52 @@ func TestGatewayEndCancelNotActiveKeptFromClient(t *testing.T) {
 					t.Errorf("rtgate_gateway_event_errors_total %v, want 1", got)
 				}
 			})
+		}
+	})
+}
+
+// TestTranscriptionRewriteRefusedKeptFromClient: the upstream refuses the
+// session.update the gateway sends to impose the group's transcription
+// model (mockai serves no RejectTranscriptionModel): the client, which sent
+// no such update, never gets that error; it is counted (reason other).
+func TestTranscriptionRewriteRefusedKeptFromClient(t *testing.T) {
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g := startGateway(t, nil, func(c *Settings) {
+			trust(c)
+			c.TranscriptionModel = "reject-transcribe"
+			c.RoutesFile = writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", mock)+`
+  - model_name: reject-transcribe
+    litellm_params:
+      model: openai/`+mockai.RejectTranscriptionModel+`
+      api_base: `+mock.BaseURL()+`
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+keys:
+  - name: team-a
+    key: os.environ/TEAM_A_KEY
+    models: [gpt-realtime, reject-transcribe]`+configTail)
+		})
+		c := g.dial(t, "model=gpt-realtime", bearer("sk-team-a-test"))
+		read(t, c)
+		send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime",
+			"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"model": "gpt-4o-transcribe"}}}}})
+		readUntil(t, c, "session.updated") // the client's
+		waitFor(t, "the gateway's session.update upstream", func() bool {
+			n := 0
+			for _, typ := range receivedBy(t, mock, 0) {
+				if typ == "session.update" {
+					n++
+				}
+			}
+			return n == 2
+		})
+		// mockai answers in order: its error for the gateway's update comes
+		// before this item's answer.
+		send(t, c, userItem("item_user1", "hello"))
+		if _, seen := readUntil(t, c, "conversation.item.done"); slices.Contains(seen, "error") {
+			t.Fatalf("the client got an error for the gateway's session.update: %v", seen)
+		}
+		if got := metricValue(t, g, `rtgate_gateway_event_errors_total{reason="other"}`); got != 1 {
+			t.Errorf("rtgate_gateway_event_errors_total{reason=other} %v, want 1", got)
 		}
 	})
 }
