@@ -17,8 +17,9 @@ package mockai
 //	POST /v1/realtime/calls/{id}/hangup  (OpenAI's call control) ends the call: every sideband of
 //	                                 it is closed with 1000
 //
-// A session.update whose instructions are RejectInstructions is refused with
-// an invalid_value error, so tests can see a rejected config.
+// A session.update whose instructions are RejectInstructions, or whose input
+// transcription model is RejectTranscriptionModel, is refused with an
+// invalid_value error, so tests can see a rejected config.
 
 import (
 	"encoding/json"
@@ -35,6 +36,10 @@ import (
 
 // RejectInstructions in a session.update makes mockai refuse it.
 const RejectInstructions = "mockai: reject this session"
+
+// RejectTranscriptionModel as a session.update's input transcription model
+// makes mockai refuse it (a model the upstream does not serve).
+const RejectTranscriptionModel = "mockai-reject-transcribe"
 
 // CallRecord is one call created through /v1/realtime/calls. It holds the
 // key: test data, never logged.
@@ -247,6 +252,11 @@ func (s *Server) noteEvent(sess *session, typ string, data []byte) {
 func rejectUpdate(upd map[string]any) string {
 	if upd["instructions"] == RejectInstructions {
 		return "Invalid value for 'session.instructions': mockai was asked to reject it."
+	}
+	audio, _ := upd["audio"].(map[string]any)
+	input, _ := audio["input"].(map[string]any)
+	if tr, _ := input["transcription"].(map[string]any); tr["model"] == RejectTranscriptionModel {
+		return "Invalid value for 'session.audio.input.transcription.model': mockai does not serve it."
 	}
 	return ""
 }

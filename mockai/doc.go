@@ -26,7 +26,9 @@
 //	                             one response.output_audio_transcript.delta, response.done
 //	response.cancel           -> the deltas stop; response.done with status "cancelled",
 //	                             status_details.reason "client_cancelled", and the usage
-//	                             of the deltas sent (IgnoreCancel: no answer at all)
+//	                             of the deltas sent (IgnoreCancel: no answer at all;
+//	                             CancelLate: error response_cancel_not_active, then the
+//	                             response ends at once, status "completed")
 //
 // Anything else gets an error event of type invalid_request_error and the connection
 // stays open: code invalid_value for non-JSON text, binary frames, a missing or

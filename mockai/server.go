@@ -75,6 +75,13 @@ type Config struct {
 	// the active response, whose response.done (status cancelled) carries
 	// the usage of what was sent.
 	IgnoreCancel bool
+	// CancelLate answers response.cancel as an upstream does when the
+	// response ended on its own just as the cancel arrived: an error event
+	// response_cancel_not_active naming the cancel's event_id, and the
+	// active response then ends at once, completed (its response.done
+	// carries the usage of what was sent). The error goes first, so that
+	// a relay still waiting for the response sees it every time.
+	CancelLate bool
 	// StatusCode, if non-zero (e.g. 429, 500), answers every upgrade with this HTTP
 	// status and a JSON error body.
 	StatusCode int

@@ -294,6 +294,11 @@ func (s *session) handle(mt int, data []byte) {
 		if s.cfg.IgnoreCancel {
 			break
 		}
+		if s.cfg.CancelLate {
+			s.sendError("response_cancel_not_active", "Cancellation failed: no active response found.", "", ev.EventID)
+			s.endActive()
+			break
+		}
 		if !s.cancelActive("client_cancelled") {
 			s.sendError("response_cancel_not_active", "Cancellation failed: no active response found.", "", ev.EventID)
 		}

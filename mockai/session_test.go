@@ -306,6 +306,47 @@ func TestResponseCancel(t *testing.T) {
 	expect(t, c, "response.created")
 }
 
+// TestResponseCancelLate: with CancelLate a cancel crosses the response's
+// own end: the error response_cancel_not_active (naming the cancel) comes
+// first, then the response ends completed, billed the deltas sent.
+func TestResponseCancelLate(t *testing.T) {
+	t.Parallel()
+	srv := start(t, mockai.Config{AudioDeltas: 1000, AudioDeltaBytes: 960, AudioDeltaInterval: 2 * time.Millisecond, CancelLate: true})
+	c, _ := connect(t, srv, nil)
+	send(t, c, map[string]any{"type": "response.create"})
+	expect(t, c, "response.created")
+	expect(t, c, "rate_limits.updated")
+	expect(t, c, "response.output_audio.delta")
+	send(t, c, map[string]any{"type": "response.cancel", "event_id": "evt_cancel"})
+	deltas, sawError := 1, false
+	var done event
+	for done == nil {
+		ev := readEvent(t, c)
+		switch ev.str("type") {
+		case "response.output_audio.delta":
+			deltas++
+		case "error":
+			if ev.str("error.code") != "response_cancel_not_active" || ev.str("error.event_id") != "evt_cancel" {
+				t.Fatalf("error %v, want response_cancel_not_active for evt_cancel", ev)
+			}
+			sawError = true
+		case "response.done":
+			done = ev
+		default:
+			t.Fatalf("unexpected event %v", ev)
+		}
+	}
+	if !sawError {
+		t.Error("the late cancel got no response_cancel_not_active before the response.done")
+	}
+	if done.str("response.status") != "completed" || deltas >= 1000 {
+		t.Errorf("response.done status %q after %d deltas, want completed at once", done.str("response.status"), deltas)
+	}
+	if got := usageOf(done); got.outAudio != deltas*2 {
+		t.Errorf("usage %+v, want the %d deltas sent", got, deltas)
+	}
+}
+
 func TestConversationItemCreate(t *testing.T) {
 	t.Parallel()
 	srv := start(t, mockai.Config{})

@@ -191,6 +191,17 @@ func (s *session) cancelActive(reason string) bool {
 	return true
 }
 
+// endActive ends the response being streamed at once, as if it had
+// reached its end (status completed, the output sent so far): a cancel
+// that came too late (Config.CancelLate).
+func (s *session) endActive() {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if r := s.active; r != nil && r.cancelReason == "" {
+		r.cancel()
+	}
+}
+
 // responseParams are the response.create fields mockai honours.
 type responseParams struct {
 	OutputModalities []string        `json:"output_modalities"`

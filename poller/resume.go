@@ -63,7 +63,7 @@ var errResumed = errors.New("poller: the session resumed on another upstream")
 func (s *Session) resume(l *upLink, loss Loss, quiet func() bool) bool {
 	// Only a session the server keeps for continuity (HoldUpstream) is
 	// resumed; any other ends exactly as it did before continuity.
-	if s.cfg.Resume == nil || !s.u2c.Holding() || !s.clientOpen() {
+	if s.cfg.Resume == nil || !s.resumable || !s.clientOpen() {
 		return false
 	}
 	up := &s.up
@@ -207,8 +207,9 @@ func (s *Session) Resumes() int {
 // HoldUpstream lets h hold back upstream frames (the server's continuity
 // Holder), and keeps a client frame cut by a loss so that it can be re-sent
 // whole (MaxCutKept); call it before an upstream is attached. Only a
-// session with a Holder is resumed.
+// session held so is resumed.
 func (s *Session) HoldUpstream(h frames.Holder) {
+	s.resumable = true
 	s.u2c.SetHolder(h)
 	keep := MaxCutKept
 	if s.cfg.MaxPending > 0 {
@@ -216,6 +217,13 @@ func (s *Session) HoldUpstream(h frames.Holder) {
 	}
 	s.c2u.KeepCut(keep)
 }
+
+// FilterUpstream lets h hold back upstream frames the client must not get
+// (the upstream's errors answering the gateway's own events) in a session
+// that is not resumed: as HoldUpstream, without continuity. A close h
+// holds passes to the client after all. Call it before an upstream is
+// attached.
+func (s *Session) FilterUpstream(h frames.Holder) { s.u2c.SetHolder(h) }
 
 // ClientQueued reports whether the client frame being forwarded goes to
 // the queue for an upstream still to come (connecting, or a resume under

@@ -112,6 +112,7 @@ type Session struct {
 	cur        *upLink                    // the upstream's link, once attached
 	resumes    int                        // upstreams let go of to resume (resume.go)
 	queuedStop bool                       // a close frame is queued behind pending
+	resumable  bool                       // kept for continuity (HoldUpstream): set before the relay starts
 	redials    int                        // fresh upstreams dialed after a dead warm one
 	skip       frameSkipper               // under the Handle's read lock
 	hold       func(msg []byte)           // takes the client's first message (HoldFirst)

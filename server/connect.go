@@ -382,6 +382,9 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 			lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
 				KeepAudio: keepAudio(s.cfg, u.key)}})
 	}
+	if realtimeConversation(u) && info.resume == nil {
+		sess.FilterUpstream(&c.watch) // the upstream's errors for the gateway's own events (gatewayevents.go)
+	}
 	c.startRelay(sess)
 	s.sessMu.Lock()
 	s.sessions[sess] = info

@@ -71,6 +71,9 @@
 //	                (session.go connectUpstream) or a client secret's
 //	                (sessionprime.go primeSession: the protocol's Prime)
 //	connect.go      keepContinuity (resume.go), for a Realtime model session
+//	                (its Holder keeps the upstream's errors for the
+//	                gateway's own events from the client: gatewayevents.go;
+//	                without continuity poller.FilterUpstream does)
 //	connect.go      tryWarm (a warm pool socket), else session.go
 //	                connectUpstream: on a miss hedged by the pool (a warm
 //	                socket that lands before the own dial serves the

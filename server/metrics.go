@@ -35,6 +35,7 @@ type metrics struct {
 	resumeSeconds  prometheus.Histogram
 	spend          *prometheus.CounterVec
 	flagged        *prometheus.CounterVec // records with unpriced or unconfirmed usage (pricing.go, flights.go)
+	gatewayErrors  *prometheus.CounterVec // upstream errors for the gateway's own events (gatewayevents.go)
 
 	// Sessions by protocol (realtime, live): new series beside the totals
 	// above, whose labels stay as they were.
@@ -76,6 +77,7 @@ func newMetrics() *metrics {
 			Help: "Frames relayed, counted when sessions end."}, []string{"direction"}),
 	}
 	m.registerResumes()
+	m.registerGatewayErrors()
 	m.protocolOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rtgate_protocol_sessions_open",
 		Help: "Sessions relaying now, by protocol (realtime, live); rtgate_sessions_open is their sum."}, []string{"protocol"})
 	m.protocolTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_protocol_sessions_total",

@@ -181,13 +181,21 @@ func (w *clientWatch) Inspect(p []byte) {
 	}
 }
 
-// HoldText implements frames.Holder: OpenAI's session_expired error is held
-// back (the session goes on), and makes the 1001 that follows a cap.
+// HoldText implements frames.Holder: an error answering the gateway's own
+// event is held back for good (gatewayevents.go); with continuity, OpenAI's
+// session_expired error is held back (the session goes on), and makes the
+// 1001 that follows a cap.
 func (w *setupWatch) HoldText(p []byte) bool {
 	if w.live != nil {
 		return liveHoldText(p, w.resume) // GPT-Live's cap (live.go)
 	}
-	if !continuity.IsSessionExpired(p) {
+	if t, ok := usage.EventType(p); !ok || string(t) != "error" {
+		return false
+	}
+	if w.holdGatewayAnswer(p) {
+		return true
+	}
+	if w.resume == nil || !continuity.IsSessionExpired(p) {
 		return false
 	}
 	w.resume.expired.Store(true)
@@ -196,8 +204,12 @@ func (w *setupWatch) HoldText(p []byte) bool {
 	return true
 }
 
-// HoldClose implements frames.Holder: the closes a fresh upstream repairs.
+// HoldClose implements frames.Holder: with continuity, the closes a fresh
+// upstream repairs.
 func (w *setupWatch) HoldClose(c frames.Close) bool {
+	if w.resume == nil {
+		return false // only filtering (gatewayevents.go)
+	}
 	if w.live != nil {
 		return w.live.holdClose(c, w.resume)
 	}

@@ -15,7 +15,11 @@ package server
 //	                   the client its choice was refused
 //
 // What was transcribed before the replacement took effect is billed at its
-// own model's prices, or flagged unpriced.
+// own model's prices, or flagged unpriced. The gateway's session.update is
+// answered to the client as any configuration change is (the session.updated
+// tells it the transcription in force); an error the upstream answers it
+// with is the gateway's, never the client's: logged and counted
+// (gatewayevents.go).
 
 import (
 	"encoding/json"
@@ -52,7 +56,7 @@ func (s *Server) replaceTranscriptionModel(sess *poller.Session, key *routes.Cli
 			tr = map[string]string{"model": ds[0].Model}
 		}
 	}
-	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": protocol.NewEventID(),
+	body, _ := json.Marshal(map[string]any{"type": "session.update", "event_id": protocol.NewOwnEventID(),
 		"session": map[string]any{"type": "realtime", "audio": map[string]any{"input": map[string]any{"transcription": tr}}}})
 	if key.TranscriptionModel == routes.TranscriptionRefuse { // first: before the update's answer
 		sess.SendClient(protocol.ErrorEvent("invalid_request_error", "model_not_allowed",

@@ -62,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.Cut.Code, "cut-code", 0, "with -cut close: the close code (0 = 1011)")
 	fs.IntVar(&o.cfg.Cut.Times, "cut-times", 0, "with -cut: cut only this many sessions (0 = every one)")
 	fs.BoolVar(&o.cfg.IgnoreCancel, "ignore-cancel", false, "fault: never answer response.cancel (the response streams on to its end)")
+	fs.BoolVar(&o.cfg.CancelLate, "cancel-late", false, "fault: answer response.cancel with error response_cancel_not_active, then end the response at once, completed (the cancel crossed the response's own end)")
 	fs.BoolVar(&o.cfg.StopReading, "stop-reading", false, "fault: never read from a connection after session.created")
 	fs.IntVar(&o.cfg.StatusCode, "status", 0, "fault: answer every upgrade with this HTTP status (e.g. 429, 500)")
 	fs.DurationVar(&o.cfg.StallFor, "stall-for", 0, "fault: drop a stalled connection this long after session.created (0 = never)")

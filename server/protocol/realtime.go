@@ -1,10 +1,12 @@
 package protocol
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net/url"
+	"strings"
 
 	"github.com/gobwas/ws"
 
@@ -85,7 +87,7 @@ func (Realtime) End() []byte { return nil }
 // (usage.Flights), answered by its response.done, status cancelled, with
 // the usage of what was produced.
 func (Realtime) Cancel(id string) []byte {
-	body, _ := json.Marshal(map[string]string{"type": "response.cancel", "event_id": NewEventID(), "response_id": id})
+	body, _ := json.Marshal(map[string]string{"type": "response.cancel", "event_id": NewOwnEventID(), "response_id": id})
 	return frames.AppendFrame(nil, ws.OpText, body, true)
 }
 
@@ -123,10 +125,45 @@ func (r Realtime) Rebuild(config []byte, items [][]byte) [][]byte {
 	return out
 }
 
+// Event ids the gateway makes are marked GatewayEventPrefix, so that nobody
+// mistakes them for the upstream's. Those of the events the gateway sends
+// for its own sake (a response.cancel at a session's end or a rollover, a
+// session.update it imposes) are marked OwnEventPrefix besides: their
+// answers are the gateway's, an error included (AnswersGateway). The others
+// stand in for a client's own event (a client secret's configuration), or
+// are answered to a primer that consumes every reply (a resume's replay).
+const (
+	GatewayEventPrefix = "event_gw_"
+	OwnEventPrefix     = GatewayEventPrefix + "own_"
+)
+
 // NewEventID makes the id of an event the gateway itself sends, marked
-// event_gw_ so that nobody mistakes it for the upstream's.
-func NewEventID() string {
+// GatewayEventPrefix.
+func NewEventID() string { return GatewayEventPrefix + randomHex() }
+
+// NewOwnEventID makes the id of an event the gateway sends for its own
+// sake, marked OwnEventPrefix: the upstream's error answering it never
+// reaches the client (AnswersGateway).
+func NewOwnEventID() string { return OwnEventPrefix + randomHex() }
+
+func randomHex() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return "event_gw_" + hex.EncodeToString(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// AnswersGateway reports whether p, the payload of an upstream error event
+// (the caller read its type), answers an event the gateway sent for its
+// own sake: its error.event_id carries OwnEventPrefix. code is the
+// error's code.
+func (Realtime) AnswersGateway(p []byte) (code string, ok bool) {
+	if !bytes.Contains(p, []byte(OwnEventPrefix)) {
+		return "", false // the common case: no parse
+	}
+	var ev errorEvent
+	if json.Unmarshal(p, &ev) != nil || ev.Type != "error" || ev.Error.EventID == nil ||
+		!strings.HasPrefix(*ev.Error.EventID, OwnEventPrefix) {
+		return "", false
+	}
+	return ev.Error.Code, true
 }

@@ -82,3 +82,33 @@ func TestRealtime(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswersGateway: an upstream error whose error.event_id is one the
+// gateway made for its own sake (NewOwnEventID) answers the gateway; one
+// standing in for the client's (NewEventID), the client's own, an error
+// without one, and the gateway's id elsewhere in an event do not.
+func TestAnswersGateway(t *testing.T) {
+	gw, standIn := NewOwnEventID(), NewEventID()
+	for _, tc := range []struct {
+		name, payload, code string
+		ok                  bool
+	}{
+		{"the gateway's cancel", `{"type":"error","event_id":"event_1","error":{"type":"invalid_request_error","code":"response_cancel_not_active","message":"Cancellation failed: no active response found.","param":null,"event_id":"` + gw + `"}}`, "response_cancel_not_active", true},
+		{"a stand-in for the client's event", `{"type":"error","event_id":"event_1","error":{"type":"invalid_request_error","code":"invalid_value","message":"m","param":null,"event_id":"` + standIn + `"}}`, "", false},
+		{"the client's cancel", `{"type":"error","event_id":"event_1","error":{"type":"invalid_request_error","code":"response_cancel_not_active","message":"m","param":null,"event_id":"evt_client"}}`, "", false},
+		{"no event id", `{"type":"error","event_id":"event_1","error":{"type":"server_error","code":"x","message":"m","param":null,"event_id":null}}`, "", false},
+		{"the prefix in the message only", `{"type":"error","event_id":"event_1","error":{"type":"invalid_request_error","code":"x","message":"` + gw + `","param":null,"event_id":"evt_client"}}`, "", false},
+		{"the gateway's own event id at the top", `{"type":"error","event_id":"` + gw + `","error":{"type":"server_error","code":"x","message":"m"}}`, "", false},
+		{"not JSON", `{"type":"error",` + gw, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, ok := Realtime{}.AnswersGateway([]byte(tc.payload))
+			if code != tc.code || ok != tc.ok {
+				t.Errorf("AnswersGateway = %q, %v; want %q, %v", code, ok, tc.code, tc.ok)
+			}
+		})
+	}
+	if !strings.HasPrefix(gw, OwnEventPrefix) || !strings.HasPrefix(standIn, GatewayEventPrefix) || strings.HasPrefix(standIn, OwnEventPrefix) {
+		t.Errorf("NewOwnEventID %q, NewEventID %q: want the marks %q and %q only", gw, standIn, OwnEventPrefix, GatewayEventPrefix)
+	}
+}
