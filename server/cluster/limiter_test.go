@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"rtgate/internal/testwait"
 	"rtgate/server/redistest"
 )
 
@@ -45,7 +46,7 @@ func TestLimiterNeverOverWhileOneInstanceStalls(t *testing.T) {
 		t.Cleanup(l.Close)
 		ls = append(ls, l)
 	}
-	waitUntil(t, "the limiters to learn each other", func() bool {
+	testwait.For(t, "the limiters to learn each other", func() bool {
 		for _, l := range ls {
 			if l.Instances() != 3 {
 				return false
@@ -161,18 +162,6 @@ func TestFencedWritesKeepTheLatestCount(t *testing.T) {
 		if got := field(); got != tc.want {
 			t.Fatalf("after writes %v the field holds %q, want %q", tc.writes, got, tc.want)
 		}
-	}
-}
-
-// waitUntil polls cond (bounded) and fails the test if it never holds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
