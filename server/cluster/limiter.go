@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,17 +22,25 @@ import (
 // Counting. Every instance writes, per key, how many sessions it has open:
 // hash <prefix>sessions:<key>, field = instance, value = count. Only the
 // owning instance writes its field, and always the absolute count it holds
-// locally, so a lost or repeated write is corrected by the next one.
+// locally, so a lost or repeated write is corrected by the next one. Each
+// write carries the key's next sequence number on this instance, taken
+// with the count (clusterKey.stamp), kept beside it (field "<instance>#"),
+// and Redis takes only a write newer than the last it took: concurrent
+// connects, background syncs and pooled connections reach Redis out of
+// order, and a call that timed out may still land later, but an older,
+// lower count never overwrites a newer one (the others would then see too
+// few sessions and admit past the limit).
 //
 // Leases. The sorted set <prefix>instances scores each instance by the
-// Redis-clock time its lease ends. Instances refresh it every lease/5; an
-// instance that stops (SIGKILL, partition) stops refreshing and its fields
-// stop counting once its lease has run out, so a dead instance's sessions
-// count for at most ClusterLease after its last refresh. Times come from
-// Redis's TIME, so instance clocks do not matter. Each refresh (sync) also
-// stamps <prefix>synced with the time it read the lease set, and brings back
-// the live instances: this instance's view (share.go) of who shares the
-// limits, its rank among them and when each last looked.
+// Redis-clock time its lease ends. Instances refresh it every lease/5 (at
+// most every second); an instance that stops (SIGKILL, partition) stops
+// refreshing and its fields stop counting once its lease has run out, so a
+// dead instance's sessions count for at most ClusterLease after its last
+// refresh. Times come from Redis's TIME, so instance clocks do not matter.
+// Each refresh (sync) also stamps <prefix>synced with the time it read the
+// lease set, and brings back the live instances: this instance's view
+// (share.go) of who shares the limits, its rank among them and when each
+// last looked.
 //
 // Admission is one Lua script (one round trip): sum the live instances'
 // counts, check max_sessions, take a token from the key's bucket, write
@@ -47,27 +53,43 @@ import (
 // sessions already open count against it, and an instance that has no view
 // yet, or that not every other instance has seen yet (it joined since their
 // last sync), has no share and admits none of a limited key's sessions
-// (rtgate_cluster_no_share_refusals_total, and the refusal says why). A
-// probe every probeEvery brings Redis back: every key's count is written
+// (rtgate_cluster_no_share_refusals_total, and the refusal says why).
+//
+// An instance alone cannot tell whether the others are alone too (Redis
+// down or frozen for all) or still decide in Redis (only its own calls
+// were late, as on a busy host). So it takes its share only once the
+// others would count it so: in the scripts, another instance counts one
+// whose last sync is older than stale at no less than ceil(limit ÷ live
+// instances), the most any share is; and an instance alone admits none of
+// a limited key's new sessions until grace (stale, plus a sync's budget and
+// some slack: about 2.6 s with the default lease) has passed since it last
+// tried to sync. A sync carries a deadline by Redis's clock and does
+// nothing if it lands past it, so a late sync never makes the others count
+// it low again. Until then the others count it at its field, which holds
+// at least every session it admitted through Redis and still holds
+// (fencing). The exception is a refused connection: Redis is gone for
+// every instance, nobody decides there, and the share is taken at once.
+// The trade-off: a short outage of one instance refuses its new sessions
+// of limited keys (429, Retry-After) until its probe brings Redis back
+// (probeEvery), and one of every instance does so for the grace; and an
+// instance whose syncs run late by more than stale on a loaded host is
+// counted at its share meanwhile, so the others may admit fewer. Never
+// more than the limit, rather than a few over it.
+//
+// A probe every probeEvery brings Redis back: every key's count is written
 // again and Redis decides again, but still within this instance's share
 // (recovering) until every instance of its view has synced since, or its
 // lease has run out: until then another may still be alone, deciding by its
 // share, with a count in Redis that is out of date. Each outage is logged
 // once and counted in rtgate_cluster_redis_outages_total.
 //
-// What this does not cover. The shares hold the instances within the limit
-// when Redis is away for all of them (down, frozen, too slow). An instance
-// left alone while the others still decide in Redis (only its own calls
-// were late) may add its share of what was free to what they admit there,
-// until its probe brings it back (probeEvery); a RedisTimeout above the
-// busy host's p99.9 makes that rare. A call that timed out may also land
-// after a later one and write an older, lower count (writes carry no
-// sequence number). Both let the instances together go a little over the
-// limit on a host loaded far past its cores (README). An instance cut off for longer than
-// its lease stops being counted by the others while its sessions stay
-// open, as before. And the free part an instance takes is what was free at
-// its own last word with Redis about the key, which may miss a connect
-// another instance admitted in the moment before the outage.
+// What this does not cover. An instance cut off for longer than its lease
+// stops being counted by the others while its sessions stay open, as
+// before. The others count a stale instance at the share over the live
+// instances they see, so an instance that joined during another's outage
+// lowers what they count for it (the instance alone took its share over
+// the fewer it knew). And a Redis restarted empty within one refresh,
+// unnoticed by an instance, holds no count of an instance alone.
 type Limiter struct {
 	st    *Store
 	log   *slog.Logger
@@ -372,7 +394,7 @@ func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refus
 		if err == nil {
 			return r
 		}
-		l.checkDown(err)
+		l.checkDown()
 		l.outage(err)
 	case recovering:
 		if _, r := l.reserveShare(k, maxSessions, false); r != nil {
@@ -382,7 +404,7 @@ func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refus
 		if err == nil {
 			return r
 		}
-		l.checkDown(err)
+		l.checkDown()
 		l.outage(err)
 	}
 	return l.admitAlone(k, maxSessions, rate)
@@ -490,20 +512,13 @@ func (l *Limiter) Sharing() bool {
 	return l.mode.Load() == alone && l.share.Load().ok && (l.downForAll.Load() || l.silentFor() >= l.grace)
 }
 
-// checkDown learns from a failed call whether Redis is down for every
-// instance: a refused connection (the process is gone) says so; a timeout
-// does not (only this instance's calls may be late); any other error
-// (a pooled connection reset) is checked with a ping, within the budget.
-func (l *Limiter) checkDown(err error) {
-	if err != nil && !errors.Is(err, syscall.ECONNREFUSED) && !isTimeout(err) {
-		err = l.st.Ping(l.st.Timeout)
-	}
-	l.downForAll.Store(err != nil && errors.Is(err, syscall.ECONNREFUSED))
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+// checkDown learns, after a failed call, whether Redis is down for every
+// instance: its address refuses connections (the process is gone). A
+// timeout says nothing (only this instance's calls may be late), and
+// go-redis reports a refused dial as a timeout once its dial retries
+// outlast the call's budget, so this asks the address itself.
+func (l *Limiter) checkDown() {
+	l.downForAll.Store(l.st.Refused(l.st.Timeout))
 }
 
 // shareNote says, in a refusal, why this instance admitted no more.
@@ -663,8 +678,8 @@ func (l *Limiter) run() {
 // instance decides through Redis again, within its share until the others
 // are back.
 func (l *Limiter) probe() {
-	if err := l.st.Ping(max(flushTimeout, l.st.Timeout)); err != nil {
-		l.checkDown(err)
+	if l.st.Ping(max(flushTimeout, l.st.Timeout)) != nil {
+		l.checkDown()
 		return
 	}
 	l.downForAll.Store(false)
@@ -734,7 +749,7 @@ func (l *Limiter) sync(all bool) error {
 			}
 		}
 		if err != nil {
-			l.checkDown(err)
+			l.checkDown()
 			l.outage(err)
 			return err
 		}

@@ -259,3 +259,29 @@ func (p *stallProxy) resume() {
 		p.gate = nil
 	}
 }
+
+// TestRefusedOnlyWhenRedisIsGone: a killed Redis refuses connections (down
+// for every instance: the shares are taken at once); a frozen one does not
+// (its kernel still accepts them: only the grace lets an instance alone
+// take its share).
+func TestRefusedOnlyWhenRedisIsGone(t *testing.T) {
+	rd := redistest.Start(t)
+	st, err := NewStore(rd.URL(), 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if st.Refused(time.Second) {
+		t.Fatal("a running Redis refused a connection")
+	}
+	rd.Freeze()
+	frozen := st.Refused(time.Second)
+	rd.Thaw()
+	if frozen {
+		t.Fatal("a frozen Redis counted as gone")
+	}
+	rd.Stop()
+	if !st.Refused(time.Second) {
+		t.Fatal("a killed Redis did not count as gone")
+	}
+}
