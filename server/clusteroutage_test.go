@@ -39,6 +39,21 @@ func waitShared(t *testing.T, gs []*gateway, n int) {
 	})
 }
 
+// waitSharing waits until every instance of gs decides alone by its share
+// (Redis away): it admits none of a limited key's sessions until the others
+// would count it at its share, or Redis refuses connections.
+func waitSharing(t *testing.T, gs []*gateway) {
+	t.Helper()
+	waitFor(t, "every instance to decide alone by its share", func() bool {
+		for _, g := range gs {
+			if !limiterOf(t, g).Sharing() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // waitSynced waits until every instance has synced with Redis twice more
 // (so that what each knows of every key's count is from after this call).
 func waitSynced(t *testing.T, gs []*gateway) {
@@ -109,6 +124,7 @@ func TestClusterLimitHoldsWhileRedisIsAway(t *testing.T) {
 				rd.Thaw()
 			}
 		}()
+		waitSharing(t, gs)
 		admitted := make([]int, len(gs))
 		for range 4 { // more tries than any share holds
 			for i, g := range gs {

@@ -22,17 +22,25 @@ import (
 // Counting. Every instance writes, per key, how many sessions it has open:
 // hash <prefix>sessions:<key>, field = instance, value = count. Only the
 // owning instance writes its field, and always the absolute count it holds
-// locally, so a lost or repeated write is corrected by the next one.
+// locally, so a lost or repeated write is corrected by the next one. Each
+// write carries the key's next sequence number on this instance, taken
+// with the count (clusterKey.stamp), kept beside it (field "<instance>#"),
+// and Redis takes only a write newer than the last it took: concurrent
+// connects, background syncs and pooled connections reach Redis out of
+// order, and a call that timed out may still land later, but an older,
+// lower count never overwrites a newer one (the others would then see too
+// few sessions and admit past the limit).
 //
 // Leases. The sorted set <prefix>instances scores each instance by the
-// Redis-clock time its lease ends. Instances refresh it every lease/5; an
-// instance that stops (SIGKILL, partition) stops refreshing and its fields
-// stop counting once its lease has run out, so a dead instance's sessions
-// count for at most ClusterLease after its last refresh. Times come from
-// Redis's TIME, so instance clocks do not matter. Each refresh (sync) also
-// stamps <prefix>synced with the time it read the lease set, and brings back
-// the live instances: this instance's view (share.go) of who shares the
-// limits, its rank among them and when each last looked.
+// Redis-clock time its lease ends. Instances refresh it every lease/5 (at
+// most every second); an instance that stops (SIGKILL, partition) stops
+// refreshing and its fields stop counting once its lease has run out, so a
+// dead instance's sessions count for at most ClusterLease after its last
+// refresh. Times come from Redis's TIME, so instance clocks do not matter.
+// Each refresh (sync) also stamps <prefix>synced with the time it read the
+// lease set, and brings back the live instances: this instance's view
+// (share.go) of who shares the limits, its rank among them and when each
+// last looked.
 //
 // Admission is one Lua script (one round trip): sum the live instances'
 // counts, check max_sessions, take a token from the key's bucket, write
@@ -45,32 +53,58 @@ import (
 // sessions already open count against it, and an instance that has no view
 // yet, or that not every other instance has seen yet (it joined since their
 // last sync), has no share and admits none of a limited key's sessions
-// (rtgate_cluster_no_share_refusals_total, and the refusal says why). A
-// probe every probeEvery brings Redis back: every key's count is written
+// (rtgate_cluster_no_share_refusals_total, and the refusal says why).
+//
+// An instance alone cannot tell whether the others are alone too (Redis
+// down or frozen for all) or still decide in Redis (only its own calls
+// were late, as on a busy host). So it takes its share only once the
+// others would count it so: in the scripts, another instance counts one
+// whose last sync is older than stale at no less than ceil(limit ÷ live
+// instances), the most any share is; and an instance alone admits none of
+// a limited key's new sessions until grace (stale, plus a sync's budget and
+// some slack: about 2.6 s with the default lease) has passed since it last
+// tried to sync. A sync carries a deadline by Redis's clock and does
+// nothing if it lands past it, so a late sync never makes the others count
+// it low again. Until then the others count it at its field, which holds
+// at least every session it admitted through Redis and still holds
+// (fencing). The exception is a refused connection: Redis is gone for
+// every instance, nobody decides there, and the share is taken at once.
+// The trade-off: a short outage of one instance refuses its new sessions
+// of limited keys (429, Retry-After) until its probe brings Redis back
+// (probeEvery), and one of every instance does so for the grace; and an
+// instance whose syncs run late by more than stale on a loaded host is
+// counted at its share meanwhile, so the others may admit fewer. Never
+// more than the limit, rather than a few over it.
+//
+// A probe every probeEvery brings Redis back: every key's count is written
 // again and Redis decides again, but still within this instance's share
 // (recovering) until every instance of its view has synced since, or its
 // lease has run out: until then another may still be alone, deciding by its
 // share, with a count in Redis that is out of date. Each outage is logged
 // once and counted in rtgate_cluster_redis_outages_total.
 //
-// What this does not cover. The shares hold the instances within the limit
-// when Redis is away for all of them (down, frozen, too slow). An instance
-// left alone while the others still decide in Redis (only its own calls
-// were late) may add its share of what was free to what they admit there,
-// until its probe brings it back (probeEvery); a RedisTimeout above the
-// busy host's p99.9 makes that rare. A call that timed out may also land
-// after a later one and write an older, lower count (writes carry no
-// sequence number). Both let the instances together go a little over the
-// limit on a host loaded far past its cores (README). An instance cut off for longer than
-// its lease stops being counted by the others while its sessions stay
-// open, as before. And the free part an instance takes is what was free at
-// its own last word with Redis about the key, which may miss a connect
-// another instance admitted in the moment before the outage.
+// What this does not cover. An instance cut off for longer than its lease
+// stops being counted by the others while its sessions stay open, as
+// before. The others count a stale instance at the share over the live
+// instances they see, so an instance that joined during another's outage
+// lowers what they count for it (the instance alone took its share over
+// the fewer it knew). And a Redis restarted empty within one refresh,
+// unnoticed by an instance, holds no count of an instance alone.
 type Limiter struct {
 	st    *Store
 	log   *slog.Logger
 	lease time.Duration
 	floor int // CLUSTER_INSTANCES: a share is never more than over this many
+	// stale is how long after its last sync the others count an instance
+	// at no less than its share (it may be deciding alone); grace is how
+	// long an instance alone waits, from the start of its last sync
+	// attempt, before it takes its share: until the others count it so.
+	stale, grace time.Duration
+	born         time.Time    // the local clock below counts from it
+	lastStamp    atomic.Int64 // start of the last sync attempt, ms since born
+	offset       atomic.Int64 // Redis's clock less the local one, at most (ms)
+	offsetKnown  atomic.Bool
+	downForAll   atomic.Bool // Redis refuses connections: no instance reaches it
 
 	mu   sync.Mutex
 	keys map[string]*clusterKey
@@ -105,17 +139,32 @@ const (
 )
 
 // clusterKey is one client key's state on this instance. Writes of its
-// count are not serialised: whoever writes a count checks, once Redis has
-// it, that it is still the local count, and schedules another write if not,
-// so the last write to land is always followed by a correct one.
+// count are not serialised, but fenced: each takes the key's next sequence
+// number together with the count it writes (under mu), and Redis keeps
+// only a write newer than the last it took, so whatever order the calls
+// land in, the count there only ever moves to a later one. Whoever writes
+// a count checks, once Redis has it, that it is still the local count, and
+// schedules another write if not.
 type clusterKey struct {
 	name  string
 	local atomic.Int64 // sessions open here
 	dirty atomic.Bool  // local may differ from what Redis holds
+	maxs  atomic.Int64 // its max_sessions as last asked (for the totals a sync brings back)
+	mu    sync.Mutex
+	seq   int64 // last sequence number taken
 	// last is what Redis last said of the key on the connect path, before
 	// any outage: this instance's sessions then (high half, plus 1; 0: never)
 	// and the key's sessions cluster-wide (low half).
 	last atomic.Uint64
+}
+
+// stamp takes the next sequence number with the count it writes: the
+// local count, after adding add.
+func (k *clusterKey) stamp(add int64) (count, seq int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seq++
+	return k.local.Add(add), k.seq
 }
 
 func (k *clusterKey) remember(own, total int64) {
@@ -135,12 +184,25 @@ const (
 	flushTimeout = 100 * time.Millisecond // background writes, off the connect path
 )
 
+// refreshEvery is how often an instance renews its lease and syncs: lease/5,
+// at most a second (the grace of an instance alone is about two of these).
+func refreshEvery(lease time.Duration) time.Duration {
+	return min(max(lease/5, 100*time.Millisecond), time.Second)
+}
+
 // NewLimiter starts the limits shared through st and registers their
 // metrics; Close stops them. floor (CLUSTER_INSTANCES, at least 1) is the
 // fewest instances an outage share is ever computed over.
 func NewLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg prometheus.Registerer) *Limiter {
+	refresh, syncTimeout := refreshEvery(lease), max(flushTimeout, st.Timeout)
+	// A live instance syncs every refresh: two missed, each sync's whole
+	// budget, and slack for a busy host's scheduler. A sync lands within
+	// its budget or not at all (syncScript's deadline), so once grace has
+	// passed since an instance last tried, every other counts it stale.
+	stale := 2*refresh + 2*syncTimeout + 200*time.Millisecond
 	l := &Limiter{
 		st: st, log: log, lease: lease, floor: max(floor, 1),
+		stale: stale, grace: stale + syncTimeout + 100*time.Millisecond, born: time.Now(),
 		keys: map[string]*clusterKey{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
 		mUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_cluster_redis_up",
@@ -150,7 +212,7 @@ func NewLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg
 		mFallback: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_cluster_fallback_admissions_total",
 			Help: "Connects whose per-key limits were decided by this instance alone because Redis was down."}),
 		mNoShare: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_cluster_no_share_refusals_total",
-			Help: "Connects refused while Redis was down because this instance's share of the key's limit was 0, or unknown (no count of the instances learned yet)."}),
+			Help: "Connects refused while Redis was down because this instance's share of the key's limit was 0, or unknown (no count of the instances learned yet), or not yet usable (the others may still decide in Redis)."}),
 		mCall: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rtgate_cluster_admit_seconds",
 			Help:    "Time of the Redis admission call on the connect path.",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1}}),
@@ -178,27 +240,77 @@ func (l *Limiter) rateKey(name string) string     { return l.st.Key("rate", name
 func (l *Limiter) instancesKey() string           { return l.st.InstancesKey() }
 func (l *Limiter) syncedKey() string              { return l.st.Key("synced") }
 
+// luaCounts is what the admission and sync scripts share.
+//
+// liveSet is the live instances (lease not run out) and a set of them.
+//
+// others is what the other live instances hold of a key (hash h), each at
+// its field, or at no less than ceil(maxs / live instances) (the largest
+// share any of them can take, share.go) when its last sync (set s) is older
+// than stale ms: it may be deciding alone, by its share, and it waits until
+// it is that stale before it takes any (Limiter). Fields of instances no
+// longer live are dropped.
+//
+// write stores this instance's count n of a key with the write's sequence
+// number ("<instance>#" beside the count), unless a write of this instance
+// with a later number came first: calls of one instance reach Redis out of
+// order (concurrent connects, pooled connections, a call that timed out
+// landing late), and an older, lower count must never overwrite a newer one.
+const luaCounts = `
+local function liveSet(ikey, now)
+  local live = redis.call('ZRANGEBYSCORE', ikey, '(' .. now, '+inf')
+  local isLive = {}
+  for _, id in ipairs(live) do isLive[id] = true end
+  return live, isLive
+end
+local function others(h, s, inst, live, isLive, now, maxs, stale)
+  local sum = 0
+  for _, id in ipairs(live) do
+    if id ~= inst then
+      local v = tonumber(redis.call('HGET', h, id) or 0)
+      if maxs > 0 and now - tonumber(redis.call('ZSCORE', s, id) or 0) > stale then
+        v = math.max(v, math.ceil(maxs / #live))
+      end
+      sum = sum + v
+    end
+  end
+  for _, f in ipairs(redis.call('HKEYS', h)) do
+    local id = f
+    if string.sub(f, -1) == '#' then id = string.sub(f, 1, -2) end
+    if not isLive[id] then redis.call('HDEL', h, f) end
+  end
+  return sum
+end
+local function write(h, inst, n, seq, lease)
+  if seq <= tonumber(redis.call('HGET', h, inst .. '#') or 0) then
+    return
+  end
+  if n > 0 then
+    redis.call('HSET', h, inst, n, inst .. '#', seq)
+  else
+    redis.call('HDEL', h, inst)
+    redis.call('HSET', h, inst .. '#', seq)
+  end
+  redis.call('PEXPIRE', h, lease * 2)
+end
+`
+
 // admitScript returns {verdict, total, retry_ms}: verdict 0 admitted (total
 // = sessions of the key cluster-wide, this one included), 1 over
-// max_sessions, 2 over the connect rate.
-var admitScript = redis.NewScript(`
+// max_sessions, 2 over the connect rate. KEYS: sessions hash, instances,
+// rate hash, synced; ARGV: instance, its count with this session, max
+// sessions, rate, lease ms, stale ms, the write's sequence number. An
+// admission whose write was overtaken by a later one still stands: the
+// later count was taken after this session was reserved.
+var admitScript = redis.NewScript(luaCounts + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local inst, mine = ARGV[1], tonumber(ARGV[2])
 local maxs, rate, lease = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local stale, seq = tonumber(ARGV[6]), tonumber(ARGV[7])
 redis.call('ZADD', KEYS[2], now + lease, inst)
-local total = mine
-local f = redis.call('HGETALL', KEYS[1])
-for i = 1, #f, 2 do
-  if f[i] ~= inst then
-    local exp = redis.call('ZSCORE', KEYS[2], f[i])
-    if exp and tonumber(exp) > now then
-      total = total + tonumber(f[i + 1])
-    else
-      redis.call('HDEL', KEYS[1], f[i])
-    end
-  end
-end
+local live, isLive = liveSet(KEYS[2], now)
+local total = mine + others(KEYS[1], KEYS[4], inst, live, isLive, now, maxs, stale)
 if maxs > 0 and total > maxs then
   return {1, total - 1, 0}
 end
@@ -214,48 +326,42 @@ if rate > 0 then
   redis.call('HSET', KEYS[3], 'tokens', tostring(tokens - 1), 'at', now)
   redis.call('PEXPIRE', KEYS[3], math.ceil(burst / rate * 1000) + 1000)
 end
-redis.call('HSET', KEYS[1], inst, mine)
-redis.call('PEXPIRE', KEYS[1], lease * 2)
+write(KEYS[1], inst, mine, seq, lease)
 return {0, total, 0}
 `)
 
 // syncScript renews the lease, stamps this instance's sync, writes its
 // counts and brings back the view: KEYS[1] the instances set, KEYS[2] the
-// synced set, KEYS[3..] sessions hashes; ARGV[1] instance, ARGV[2] lease ms,
-// ARGV[3..] the count for each hash (0 removes the field). Returns {now,
-// the key's sessions cluster-wide for each hash, then id, lease end, synced
-// for every live instance}.
-var syncScript = redis.NewScript(`
+// synced set, KEYS[3..] sessions hashes; ARGV[1] instance, ARGV[2] lease
+// ms, ARGV[3] stale ms, ARGV[4] the deadline (Redis ms, 0 none), then per
+// hash the count, the key's max_sessions and the write's sequence number.
+// Returns {now, the key's sessions cluster-wide for each hash (others as
+// they count), then id, lease end, synced for every live instance}, or
+// {-1, now} when it ran past its deadline and did nothing: a sync that
+// timed out never stamps late (Limiter's grace counts on it).
+var syncScript = redis.NewScript(luaCounts + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local inst, lease = ARGV[1], tonumber(ARGV[2])
+local inst, lease, stale, deadline = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if deadline > 0 and now > deadline then
+  return {-1, now}
+end
 redis.call('ZADD', KEYS[1], now + lease, inst)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[2], now, inst)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 2 * lease)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
-local isLive = {}
-for i = 1, #live, 2 do isLive[live[i]] = true end
+local live, isLive = liveSet(KEYS[1], now)
 local out = {now}
 for i = 3, #KEYS do
-  local n = tonumber(ARGV[i])
-  if n > 0 then
-    redis.call('HSET', KEYS[i], inst, n)
-    redis.call('PEXPIRE', KEYS[i], lease * 2)
-  else
-    redis.call('HDEL', KEYS[i], inst)
-  end
-  local total = 0
-  local f = redis.call('HGETALL', KEYS[i])
-  for j = 1, #f, 2 do
-    if isLive[f[j]] then total = total + tonumber(f[j + 1]) end
-  end
-  out[#out + 1] = total
+  local j = 5 + (i - 3) * 3
+  local n, maxs, seq = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  write(KEYS[i], inst, n, seq, lease)
+  out[#out + 1] = n + others(KEYS[i], KEYS[2], inst, live, isLive, now, maxs, stale)
 end
-for i = 1, #live, 2 do
-  out[#out + 1] = live[i]
-  out[#out + 1] = math.floor(tonumber(live[i + 1]))
-  out[#out + 1] = math.floor(tonumber(redis.call('ZSCORE', KEYS[2], live[i]) or 0))
+for _, id in ipairs(live) do
+  out[#out + 1] = id
+  out[#out + 1] = math.floor(tonumber(redis.call('ZSCORE', KEYS[1], id)))
+  out[#out + 1] = math.floor(tonumber(redis.call('ZSCORE', KEYS[2], id) or 0))
 end
 return out
 `)
@@ -265,7 +371,7 @@ return out
 var leaveScript = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-for i = 3, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1]) end
+for i = 3, #KEYS do redis.call('HDEL', KEYS[i], ARGV[1], ARGV[1] .. '#') end
 return 0
 `)
 
@@ -276,6 +382,7 @@ return 0
 // (written in the background).
 func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refusal {
 	k := l.key(name)
+	k.maxs.Store(int64(max(maxSessions, 0)))
 	if maxSessions <= 0 && rate <= 0 {
 		k.local.Add(1)
 		l.markDirty(k)
@@ -283,20 +390,21 @@ func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refus
 	}
 	switch l.mode.Load() {
 	case onRedis:
+		r, err := l.admitRedis(k, maxSessions, rate, 1)
+		if err == nil {
+			return r
+		}
+		l.checkDown()
+		l.outage(err)
+	case recovering:
+		if _, r := l.reserveShare(k, maxSessions, false); r != nil {
+			return r
+		}
 		r, err := l.admitRedis(k, maxSessions, rate, 0)
 		if err == nil {
 			return r
 		}
-		l.outage(err)
-	case recovering:
-		mine, r := l.reserveShare(k, maxSessions)
-		if r != nil {
-			return r
-		}
-		r, err := l.admitRedis(k, maxSessions, rate, mine)
-		if err == nil {
-			return r
-		}
+		l.checkDown()
 		l.outage(err)
 	}
 	return l.admitAlone(k, maxSessions, rate)
@@ -305,27 +413,26 @@ func (l *Limiter) Admit(name string, maxSessions int, rate float64) *limit.Refus
 // Waits implements limit.Admitter: a key with limits asks Redis.
 func (l *Limiter) Waits(maxSessions int, rate float64) bool { return maxSessions > 0 || rate > 0 }
 
-// admitRedis asks Redis. mine is this instance's count with the session
-// already reserved (recovering), or 0 to reserve it here.
-func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64, mine int64) (*limit.Refusal, error) {
+// admitRedis asks Redis. add is 1 to reserve the session here, 0 when it
+// is already reserved (recovering).
+func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64, add int64) (*limit.Refusal, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.st.Timeout)
 	defer cancel()
 	before := l.mode.Load()
-	if mine == 0 {
-		mine = k.local.Add(1)
-	}
+	mine, seq := k.stamp(add)
 	start := time.Now()
 	res, err := admitScript.Run(ctx, l.st.Client,
-		[]string{l.sessionsKey(k.name), l.instancesKey(), l.rateKey(k.name)},
-		l.st.Instance, mine, maxSessions, rate, l.lease.Milliseconds()).Int64Slice()
+		[]string{l.sessionsKey(k.name), l.instancesKey(), l.rateKey(k.name), l.syncedKey()},
+		l.st.Instance, mine, maxSessions, rate, l.lease.Milliseconds(), l.stale.Milliseconds(), seq).Int64Slice()
 	l.mCall.Observe(time.Since(start).Seconds())
 	if err == nil && len(res) != 3 {
 		err = errors.New("admission script returned " + strconv.Itoa(len(res)) + " values")
 	}
 	if err != nil {
 		k.local.Add(-1)
-		// The script may have run even though the answer came late: the
-		// next write of this key's count puts it right.
+		// The script may have run even though the answer came late (or
+		// may yet run): the next write of this key's count, fenced by a
+		// later sequence number, puts it right.
 		k.dirty.Store(true)
 		return nil, err
 	}
@@ -353,11 +460,16 @@ func (l *Limiter) admitRedis(k *clusterKey, maxSessions int, rate float64, mine 
 
 // reserveShare reserves a session within this instance's outage share of
 // maxSessions (none when 0): the new local count, or the refusal.
-func (l *Limiter) reserveShare(k *clusterKey, maxSessions int) (int64, *limit.Refusal) {
+func (l *Limiter) reserveShare(k *clusterKey, maxSessions int, alone bool) (int64, *limit.Refusal) {
 	if maxSessions <= 0 {
 		return k.local.Add(1), nil
 	}
 	sh := l.share.Load()
+	if alone && sh.ok {
+		if r := l.waitForShare(limit.Full, maxSessions, "limit"); r != nil {
+			return 0, r
+		}
+	}
 	own, total, known := k.lastWord()
 	c := sh.sessionsCap(maxSessions, own, total, known)
 	n := k.local.Add(1)
@@ -371,6 +483,44 @@ func (l *Limiter) reserveShare(k *clusterKey, maxSessions int) (int64, *limit.Re
 	return 0, &limit.Refusal{Verdict: limit.Full, Limit: maxSessions, RetryAfter: 1, Note: shareNote(sh, c)}
 }
 
+// waitForShare refuses every new session of a limited key while this
+// instance, alone, may still be counted by the others at no more than its
+// field in Redis (grace, see Limiter), unless Redis refuses connections
+// (then no instance reaches it, and none decides there).
+// what names the limit ("limit", "connect rate").
+func (l *Limiter) waitForShare(v limit.Verdict, maxSessions int, what string) *limit.Refusal {
+	left := l.grace - l.silentFor()
+	if left <= 0 || l.downForAll.Load() {
+		return nil
+	}
+	l.mNoShare.Inc()
+	return &limit.Refusal{Verdict: v, Limit: maxSessions, RetryAfter: limit.RetryAfter(left),
+		Note: "this gateway instance cannot reach the shared store in time while the other instances may still decide there, " +
+			"so it admits none of this key's new sessions until they count it at its share of the key's " + what}
+}
+
+// silentFor is how long since this instance last tried to sync with Redis
+// (the stamp the others judge it by).
+func (l *Limiter) silentFor() time.Duration {
+	return time.Since(l.born) - time.Duration(l.lastStamp.Load())*time.Millisecond
+}
+
+// Sharing reports whether this instance decides alone by its share now:
+// Redis is away and the others count it at its share (or Redis refuses
+// connections, for every instance).
+func (l *Limiter) Sharing() bool {
+	return l.mode.Load() == alone && l.share.Load().ok && (l.downForAll.Load() || l.silentFor() >= l.grace)
+}
+
+// checkDown learns, after a failed call, whether Redis is down for every
+// instance: its address refuses connections (the process is gone). A
+// timeout says nothing (only this instance's calls may be late), and
+// go-redis reports a refused dial as a timeout once its dial retries
+// outlast the call's budget, so this asks the address itself.
+func (l *Limiter) checkDown() {
+	l.downForAll.Store(l.st.Refused(l.st.Timeout))
+}
+
 // shareNote says, in a refusal, why this instance admitted no more.
 func shareNote(sh *outageShare, c int) string {
 	if !sh.ok {
@@ -382,7 +532,12 @@ func shareNote(sh *outageShare, c int) string {
 // admitAlone decides by this instance's share of the limits.
 func (l *Limiter) admitAlone(k *clusterKey, maxSessions int, rate float64) *limit.Refusal {
 	l.mFallback.Inc()
-	if _, r := l.reserveShare(k, maxSessions); r != nil {
+	if maxSessions <= 0 && rate > 0 && l.share.Load().ok {
+		if r := l.waitForShare(limit.Throttled, 0, "connect rate"); r != nil {
+			return r
+		}
+	}
+	if _, r := l.reserveShare(k, maxSessions, true); r != nil {
 		return r
 	}
 	if rate > 0 {
@@ -491,7 +646,7 @@ func (l *Limiter) learn(v *view) {
 // and while Redis is down probes it to come back.
 func (l *Limiter) run() {
 	defer close(l.stopped)
-	refresh := time.NewTicker(max(l.lease/5, 100*time.Millisecond))
+	refresh := time.NewTicker(refreshEvery(l.lease))
 	defer refresh.Stop()
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
@@ -524,8 +679,10 @@ func (l *Limiter) run() {
 // are back.
 func (l *Limiter) probe() {
 	if l.st.Ping(max(flushTimeout, l.st.Timeout)) != nil {
+		l.checkDown()
 		return
 	}
+	l.downForAll.Store(false)
 	joined := l.joinedAt.Load()
 	l.joinedAt.Store(0) // the recovery's sync is a new join: the others must see it
 	if l.sync(true) != nil {
@@ -554,16 +711,24 @@ func (l *Limiter) sync(all bool) error {
 		part := ks[:min(batch, len(ks))]
 		ks = ks[len(part):]
 		keys := []string{l.instancesKey(), l.syncedKey()}
-		args := []any{l.st.Instance, l.lease.Milliseconds()}
+		timeout := max(flushTimeout, l.st.Timeout)
+		start := time.Since(l.born).Milliseconds()
+		l.lastStamp.Store(start) // the stamp may land even if the call fails
+		deadline := int64(0)
+		if l.offsetKnown.Load() {
+			deadline = start + l.offset.Load() + timeout.Milliseconds()
+		}
+		args := []any{l.st.Instance, l.lease.Milliseconds(), l.stale.Milliseconds(), deadline}
 		written := make([]int64, len(part))
 		for i, k := range part {
 			k.dirty.Store(false)
-			written[i] = max(k.local.Load(), 0)
+			n, seq := k.stamp(0)
+			written[i] = max(n, 0)
 			keys = append(keys, l.sessionsKey(k.name))
-			args = append(args, written[i])
+			args = append(args, written[i], k.maxs.Load(), seq)
 		}
 		before := l.mode.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), max(flushTimeout, l.st.Timeout))
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		res, err := syncScript.Run(ctx, l.st.Client, keys, args...).Slice()
 		cancel()
 		var v *view
@@ -584,9 +749,14 @@ func (l *Limiter) sync(all bool) error {
 			}
 		}
 		if err != nil {
+			l.checkDown()
 			l.outage(err)
 			return err
 		}
+		// Redis's clock less ours, never more than it is (its TIME was
+		// read before we got the answer): deadlines are never late.
+		l.offset.Store(v.now - time.Since(l.born).Milliseconds())
+		l.offsetKnown.Store(true)
 		l.learn(v)
 	}
 	l.syncs.Add(1)
@@ -596,6 +766,12 @@ func (l *Limiter) sync(all bool) error {
 // parseSync reads syncScript's answer for nkeys keys: the view, and each
 // key's sessions cluster-wide.
 func (l *Limiter) parseSync(res []any, nkeys int) (*view, []int64, error) {
+	if len(res) == 2 && res[0] == int64(-1) {
+		if now, ok := res[1].(int64); ok { // our clock's offset was off: take this one
+			l.offset.Store(now - time.Since(l.born).Milliseconds())
+		}
+		return nil, nil, errors.New("sync reached redis past its deadline and did nothing")
+	}
 	bad := fmt.Errorf("sync script returned %d values for %d keys", len(res), nkeys)
 	if len(res) < 1+nkeys || (len(res)-1-nkeys)%3 != 0 {
 		return nil, nil, bad

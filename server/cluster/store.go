@@ -9,11 +9,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,6 +121,23 @@ func (st *Store) Ping(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	return st.Client.Ping(ctx).Err()
+}
+
+// Refused reports whether Redis's address refuses connections, within d:
+// the process is gone, for every instance and not just this one. A frozen
+// or merely slow Redis still accepts them (its kernel does).
+func (st *Store) Refused(d time.Duration) bool {
+	o := st.Client.Options()
+	network := o.Network
+	if network == "" {
+		network = "tcp"
+	}
+	c, err := net.DialTimeout(network, o.Addr, d)
+	if err != nil {
+		return errors.Is(err, syscall.ECONNREFUSED)
+	}
+	_ = c.Close()
+	return false
 }
 
 // go-redis logs every failed background dial through a logger of its own;
