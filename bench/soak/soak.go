@@ -174,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Redis {
 		// The gateway may keep this many connections to Redis open
 		// once idle, where it started with one or none.
-		cfg.Margins.FDs += cluster.IdleConns
+		cfg.Margins.FDs += int64(cluster.PoolSize())
 	}
 	if cfg.Seed == 0 {
 		var b [8]byte

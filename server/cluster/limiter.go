@@ -466,7 +466,7 @@ func (l *Limiter) reserveShare(k *clusterKey, maxSessions int, alone bool) (int6
 	}
 	sh := l.share.Load()
 	if alone && sh.ok {
-		if r := l.waitForShare(limit.Full, maxSessions, "limit"); r != nil {
+		if r := l.waitForShare(*sh, limit.Full, maxSessions, "limit"); r != nil {
 			return 0, r
 		}
 	}
@@ -486,11 +486,14 @@ func (l *Limiter) reserveShare(k *clusterKey, maxSessions int, alone bool) (int6
 // waitForShare refuses every new session of a limited key while this
 // instance, alone, may still be counted by the others at no more than its
 // field in Redis (grace, see Limiter), unless Redis refuses connections
-// (then no instance reaches it, and none decides there).
+// (then no instance reaches it, and none decides there) or sh, the view it
+// decides by, counts no other instance (nobody else decides in Redis: a
+// lone gateway whose Redis call ran late on a busy host keeps admitting
+// within its share, the whole limit, instead of refusing for the grace).
 // what names the limit ("limit", "connect rate").
-func (l *Limiter) waitForShare(v limit.Verdict, maxSessions int, what string) *limit.Refusal {
+func (l *Limiter) waitForShare(sh outageShare, v limit.Verdict, maxSessions int, what string) *limit.Refusal {
 	left := l.grace - l.silentFor()
-	if left <= 0 || l.downForAll.Load() {
+	if left <= 0 || l.downForAll.Load() || sh.n <= 1 {
 		return nil
 	}
 	l.mNoShare.Inc()
@@ -533,7 +536,7 @@ func shareNote(sh *outageShare, c int) string {
 func (l *Limiter) admitAlone(k *clusterKey, maxSessions int, rate float64) *limit.Refusal {
 	l.mFallback.Inc()
 	if maxSessions <= 0 && rate > 0 && l.share.Load().ok {
-		if r := l.waitForShare(limit.Throttled, 0, "connect rate"); r != nil {
+		if r := l.waitForShare(*l.share.Load(), limit.Throttled, 0, "connect rate"); r != nil {
 			return r
 		}
 	}
