@@ -105,7 +105,9 @@ func (l *upLink) drainLocked() {
 	if h.ep.closedByGateway() {
 		return // the gateway closed it itself: nothing more is wanted from it
 	}
-	h.ep.byHandBegin()
+	if !h.ep.byHandBegin() {
+		return // its close callbacks ran already, the buffer freed with them
+	}
 	l.UpstreamReadable()
 	h.ep.byHandEnd()
 }

@@ -139,4 +139,13 @@
 //   - netpoll closes a connection's descriptor in a close callback of its
 //     own, added first and so run last; raw writes rely on that order (and
 //     on the endpoint's closed flag) never to hit a reused descriptor.
+//   - The same callback frees the input buffer (closeBuffer) without any
+//     lock against a reader outside OnRequest, and hands the socket's
+//     operator back to be reused by the next socket. So every read by hand
+//     (Handle.Start, FinishHandOver, a drain, Endpoint.ByHand) runs between
+//     byHandBegin and byHandEnd: the endpoint's close guard, which runs just
+//     before that callback, waits for a read under way, and a read that
+//     would start after the guard does not start. A read of a freed buffer
+//     crashes only once the operator serves another socket, so it went
+//     unseen in quiet tests.
 package poller

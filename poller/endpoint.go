@@ -55,6 +55,10 @@ type Endpoint struct {
 	pending    uint8    // a Close (1) or Drop (2) asked for during that read
 	closedByUs bool     // the gateway closed it (a hung-up peer leaves it readable)
 	fdGone     bool     // netpoll's close callbacks started: the descriptor may be closed soon
+	// inputGone is set by the close guard once no read by hand holds rmu
+	// any more: from then on netpoll's own close callback may free the
+	// input buffer, and no read outside OnRequest may start (byHandBegin).
+	inputGone bool
 	// dialed is set for a dialed socket until Handle.Start installs its
 	// read handler: netpoll closes a hung-up connection itself only when
 	// it has a handler, so until then closeConn must close, not shut down.
@@ -146,7 +150,8 @@ func fdOf(c netpoll.Connection) int {
 // while the descriptor is still this socket's: raw writes, which check closed
 // under mu, never reach a reused descriptor number. Waiting for wmu lets a
 // blocking Write of the writer goroutine (woken by the close) return before
-// netpoll frees the buffers it writes from.
+// netpoll frees the buffers it writes from, and waiting for rmu does the same
+// for a read by hand, after which none may start (inputGone).
 func (e *Endpoint) guard() {
 	_ = e.conn.AddCloseCallback(func(netpoll.Connection) error {
 		e.mu.Lock()
@@ -154,8 +159,13 @@ func (e *Endpoint) guard() {
 		e.mu.Unlock()
 		e.wmu.Lock()
 		e.wmu.Unlock() //nolint:staticcheck // an empty critical section: wait for the writer
+		// And for a read by hand; none starts once inputGone is set
+		// (byHandBegin), before rmu is let go of.
 		e.rmu.Lock()
-		e.rmu.Unlock() //nolint:staticcheck // and for a read by hand
+		e.mu.Lock()
+		e.inputGone = true
+		e.mu.Unlock()
+		e.rmu.Unlock()
 		return nil
 	})
 	if !e.conn.IsActive() {
@@ -393,11 +403,33 @@ func readFD(fd int, p []byte) (int, error) {
 // it (rmu); and a Close or Drop of this endpoint in between (which could run
 // the close callbacks inline, in this goroutine, and wait for rmu) is carried
 // out at byHandEnd.
-func (e *Endpoint) byHandBegin() {
+//
+// The guard's wait covers only a read that is under way when the close
+// comes. A read that would start after the guard got past rmu (a socket
+// that closed while a session was taking it: the peer's hang-up seen by its
+// poller, a Drop by the session itself while it attached, a pool-runner
+// Close that ran the close callbacks in this very goroutine) would find the
+// buffer freed, or being freed by netpoll's own close callback, which runs
+// right after the guard. So byHandBegin reports false, holding nothing,
+// when the guard already passed: the caller must not read. It is race-free
+// because both look at the guard's progress in the same order: rmu first,
+// then mu. If byHandBegin holds rmu first, the guard waits for byHandEnd
+// before it marks inputGone and before netpoll frees anything; if the guard
+// got rmu first, it marked inputGone before letting byHandBegin have rmu.
+// A socket that is closing but whose guard has not run yet is still read:
+// its last bytes are drained (drainLocked runs in the close callbacks,
+// before the guard).
+func (e *Endpoint) byHandBegin() bool {
+	e.rmu.Lock()
 	e.mu.Lock()
+	if e.inputGone {
+		e.mu.Unlock()
+		e.rmu.Unlock()
+		return false
+	}
 	e.byHand = true
 	e.mu.Unlock()
-	e.rmu.Lock()
+	return true
 }
 
 func (e *Endpoint) byHandEnd() {
@@ -420,9 +452,13 @@ func (e *Endpoint) byHandEnd() {
 // a simultaneous hang-up cannot make netpoll free the input buffer under it:
 // the close callbacks wait for it, and a Close or Drop meanwhile is carried
 // out when it returns. read must only read: it runs with the socket's read
-// guard held, which a close callback on the poller waits for.
+// guard held, which a close callback on the poller waits for. read does not
+// run when the socket's close already got past that guard (its input buffer
+// may be freed): there is nothing left to read.
 func (e *Endpoint) ByHand(read func()) {
-	e.byHandBegin()
+	if !e.byHandBegin() {
+		return
+	}
 	defer e.byHandEnd()
 	read()
 }

@@ -99,8 +99,9 @@ func (h *Handle) Start(o Owner, first func()) {
 		first()
 	}
 	conn := h.ep.conn
-	if !h.ep.closedByGateway() { // first may have closed it, and its buffers with it
-		h.ep.byHandBegin()
+	// first may have closed it, and its buffers with it; a hang-up may
+	// have freed them (byHandBegin says so).
+	if !h.ep.closedByGateway() && h.ep.byHandBegin() {
 		o.UpstreamReadable()
 		h.ep.byHandEnd()
 	}
@@ -176,11 +177,20 @@ func (h *Handle) TryHandOver(o Owner) bool {
 
 // FinishHandOver completes TryHandOver: the new owner reads whatever arrived
 // or crypto/tls decrypted while the socket waited, then events flow to it.
+//
+// The read lock TryHandOver took does not keep the socket open: between the
+// two, a new owner may drop the socket itself (a session attaching it finds
+// a close held in the frames handed over, and resumes), its peer may hang
+// up, and netpoll may run the close callbacks to their end, its own freeing
+// the input buffer included. Then there is nothing to read, and the read by
+// hand must not start (byHandBegin); the owner hears of the close from the
+// close callback, or from its own check of the socket (Session.adopt).
 func (h *Handle) FinishHandOver() {
 	o := h.Owner()
-	h.ep.byHandBegin()
-	o.UpstreamReadable()
-	h.ep.byHandEnd()
+	if h.ep.byHandBegin() {
+		o.UpstreamReadable()
+		h.ep.byHandEnd()
+	}
 	h.readMu.Unlock()
 	readEnded(o)
 }

@@ -1,12 +1,14 @@
 package poller_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cloudwego/netpoll"
 	"github.com/gobwas/ws"
 
 	"rtgate/frames"
@@ -239,4 +241,129 @@ func TestDialedSocketClosedBeforeStartReachesThePeer(t *testing.T) {
 	if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("peer read %d bytes, %v: want EOF once the socket is closed", n, err)
 	}
+}
+
+// holdLossCloses is a continuity Holder: it holds back the upstream's close
+// 1011, as the server's does, so that the session resumes instead.
+type holdLossCloses struct{}
+
+func (holdLossCloses) HoldText([]byte) bool          { return false }
+func (holdLossCloses) HoldClose(c frames.Close) bool { return c.Code == ws.StatusInternalServerError }
+
+// TestHandOverOfASocketThatClosedMeanwhile: a socket whose close ran to its
+// end (netpoll's own close callback freeing the input buffer included)
+// between TryHandOver and FinishHandOver is not read by hand: the new owner
+// learns it is gone. FinishHandOver used to read it regardless and crashed
+// in netpoll's Release on the freed buffer (the server suite, once, under
+// the pool runner: a resumed upstream whose handed-over frames ended with a
+// close 1011, which the session held back and answered by resuming again,
+// dropping the socket while it attached it).
+//
+// The socket has no read handler here (it is a dialed socket never
+// Started), so a close of it is netpoll's Close under both runners, run to
+// its end in the closing goroutine; with a handler, a close under
+// HandlersInline is a shutdown its poller carries out at a moment a test
+// cannot choose, and the window is the same. busyPollers, in the window,
+// makes the stale read crash as it did in the suite (before the fix: 6 of 6
+// runs under each runner).
+func TestHandOverOfASocketThatClosedMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// held is what the session must forward first; the close, if any,
+		// makes the session drop the socket while attaching it.
+		held []byte
+		// dropWhileTaken drops the socket after TryHandOver, before the
+		// session attaches it (the watchdog's Abort, say).
+		dropWhileTaken bool
+		wantCode       ws.StatusCode // the loss the session resumes after (0: a socket lost without a close)
+	}{
+		{"a close held in the frames handed over",
+			append(textFrame("created", false), frames.AppendClose(nil, ws.StatusInternalServerError, "lost", false)...),
+			false, ws.StatusInternalServerError},
+		{"the socket dropped while it is taken", textFrame("created", false), true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			losses := make(chan poller.Loss, 2)
+			r := newUnattached(t, func(c *poller.SessionConfig) {
+				c.Resume = func(_ *poller.Session, l poller.Loss) bool {
+					if l.Close != nil {
+						busyPollers(t) // the socket was dropped just now, inside AdoptResumed
+					}
+					losses <- l
+					return true
+				}
+			})
+			r.sess.HoldUpstream(holdLossCloses{})
+			ep := poller.NewPlainEndpoint(r.upSide)
+			ep.MarkDialed()
+			h := poller.NewHandle(ep)
+			if !r.sess.AdoptResumed(func(o poller.Owner) (*poller.Handle, []byte) {
+				if !h.TryHandOver(o) {
+					t.Error("hand-over refused")
+					return nil, nil
+				}
+				if tc.dropWhileTaken {
+					ep.Drop()
+					busyPollers(t)
+				}
+				return h, tc.held
+			}) {
+				t.Fatal("AdoptResumed missed")
+			}
+			if f := readFrame(t, r.clientPeer); string(f.Payload) != "created" {
+				t.Fatalf("client got %q, want the held frame", f.Payload)
+			}
+			select {
+			case l := <-losses:
+				code := ws.StatusCode(0)
+				if l.Close != nil {
+					code = l.Close.Code
+				}
+				if code != tc.wantCode {
+					t.Fatalf("resumed after a loss with close %d, want %d", code, tc.wantCode)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the session did not learn that its fresh upstream is gone")
+			}
+			if tc.wantCode != 0 { // the session answered the close it held
+				if code, _ := closeOf(t, r.upPeer); code != tc.wantCode {
+					t.Fatalf("upstream got close %d, want its own %d echoed", code, tc.wantCode)
+				}
+			}
+			expectEOF(t, r.upPeer, "the dropped upstream")
+			r.sess.ResumeFailed(nil)
+			if code, _ := closeOf(t, r.clientPeer); code != ws.StatusInternalServerError {
+				t.Fatalf("client closed with %d, want 1011", code)
+			}
+			_ = r.clientPeer.Close()
+			waitEnded(t, r)
+		})
+	}
+}
+
+// busyPollers opens a few sockets on netpoll's pollers and passes a byte
+// through each, as a busy gateway does at any moment: a socket closed just
+// before gives its poller's operator back to the poller's cache, and one of
+// these takes it. A stale use of the closed socket's operator then acts on
+// a live socket's: in netpoll's Release, a freed input buffer is read only
+// when the operator is in use again, which is how the server suite crashed.
+func busyPollers(t *testing.T) {
+	t.Helper()
+	for range 4 {
+		np, peer := netpollPair(t)
+		// With a handler, netpoll closes the socket itself once the peer
+		// hangs up (a Close here could spin on an operator a stale use
+		// left in use).
+		if err := np.SetOnRequest(func(_ context.Context, c netpoll.Connection) error {
+			_ = c.Reader().Skip(c.Reader().Len())
+			return c.Reader().Release()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := peer.Write([]byte{0}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = peer.Close() })
+	}
+	time.Sleep(20 * time.Millisecond) // the pollers woke, and freed what was freeable
 }
