@@ -397,12 +397,12 @@ func compareAllLegs(t *testing.T, up proc.Upstream) {
 	n := len(Schedule(cfg.Open))
 	open := out.OpenMarkdown()
 	for _, want := range []string{
-		"| metric | Direct | Gateway pool off | Gateway pool on | overhead (pool on vs direct) | pool on vs direct |",
-		"| success | 100.0% | 100.0% | 100.0% |",
+		"| metric | Direct | Gateway pool off | Gateway pool on | Gateway pool on, Redis limits | overhead (pool on vs direct) | pool on vs direct |",
+		"| success | 100.0% | 100.0% | 100.0% | 100.0% |",
 		"| session p99 |",
 		"| exchange p99 (total - held) |",
 		fmt.Sprintf("| arrivals (offered rate) | %d (", n),
-		"| dropped / delayed at cap | 0 / 0 | 0 / 0 | 0 / 0 |  |  |",
+		"| dropped / delayed at cap | 0 / 0 | 0 / 0 | 0 / 0 | 0 / 0 |  |  |",
 		"| pool hit rate | n/a | n/a |",
 	} {
 		if !strings.Contains(open, want) {

@@ -111,7 +111,7 @@ func TestRedisOutageFailsNoConnect(t *testing.T) {
 					ok++
 				} else {
 					failed++
-					failures = append(failures, strconv.Itoa(r.status)+" "+r.code+" "+errString(r.err))
+					failures = append(failures, strconv.Itoa(r.status)+" "+r.code+" ("+r.message+") "+errString(r.err))
 				}
 				mu.Unlock()
 				if r.conn != nil {

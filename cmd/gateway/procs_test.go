@@ -117,8 +117,14 @@ func startGatewayProc(t *testing.T, up upstreamProc, port int, env ...string) *g
 		if t.Failed() {
 			b, _ := os.ReadFile(p.logf)
 			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			t.Logf("gateway on %d (pid %d), last lines of its log:\n%s", port, p.cmd.Process.Pid,
-				strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			var warned []string // what the gateway warned of, which the last lines may not hold
+			for _, l := range lines {
+				if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+					warned = append(warned, l)
+				}
+			}
+			t.Logf("gateway on %d (pid %d), its warnings and errors:\n%s\nlast lines of its log:\n%s", port, p.cmd.Process.Pid,
+				strings.Join(warned[:min(len(warned), 30)], "\n"), strings.Join(lines[max(0, len(lines)-30):], "\n"))
 		}
 	})
 	deadline := time.Now().Add(10 * time.Second)
@@ -195,10 +201,11 @@ func (p *gatewayProc) logCount(s string) int {
 
 // dialResult is the outcome of one connect: a session (conn) or a refusal.
 type dialResult struct {
-	conn   *websocket.Conn
-	status int    // HTTP status of a refusal
-	code   string // its JSON error code
-	err    error  // anything else: the connect failed
+	conn    *websocket.Conn
+	status  int    // HTTP status of a refusal
+	code    string // its JSON error code
+	message string // and message, which says why
+	err     error  // anything else: the connect failed
 }
 
 // connect opens a session through addr and waits for session.created.
@@ -211,9 +218,11 @@ func connect(ctx context.Context, addr string) dialResult {
 			return dialResult{err: err}
 		}
 		defer resp.Body.Close()
-		var e struct{ Error struct{ Code string } }
+		var e struct {
+			Error struct{ Code, Message string }
+		}
 		_ = json.NewDecoder(resp.Body).Decode(&e)
-		return dialResult{status: resp.StatusCode, code: e.Error.Code, err: err}
+		return dialResult{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message, err: err}
 	}
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, msg, err := c.ReadMessage()

@@ -68,7 +68,9 @@ import (
 // it low again. Until then the others count it at its field, which holds
 // at least every session it admitted through Redis and still holds
 // (fencing). The exception is a refused connection: Redis is gone for
-// every instance, nobody decides there, and the share is taken at once.
+// every instance, nobody decides there, and the share is taken at once
+// (and until this instance is back on Redis: a Redis restarted holds no
+// count of it for the others to go by).
 // The trade-off: a short outage of one instance refuses its new sessions
 // of limited keys (429, Retry-After) until its probe brings Redis back
 // (probeEvery), and one of every instance does so for the grace; and an
@@ -520,8 +522,19 @@ func (l *Limiter) Sharing() bool {
 // timeout says nothing (only this instance's calls may be late), and
 // go-redis reports a refused dial as a timeout once its dial retries
 // outlast the call's budget, so this asks the address itself.
+//
+// Once refused, an outage stays one of every instance until this instance
+// is back on Redis (probe): the Redis that answers again was restarted and
+// holds no count of this instance, so nobody counts it at a field there
+// and the grace would buy nothing. (Its first answers often fail on the
+// pool's connections to the old process, and a refusal then came from
+// each of them for the grace: make test's TestRedisOutageFailsNoConnect.)
 func (l *Limiter) checkDown() {
-	l.downForAll.Store(l.st.Refused(l.st.Timeout))
+	down := l.st.Refused(l.st.Timeout)
+	if l.mode.Load() == alone {
+		down = down || l.downForAll.Load()
+	}
+	l.downForAll.Store(down)
 }
 
 // shareNote says, in a refusal, why this instance admitted no more.
@@ -685,7 +698,6 @@ func (l *Limiter) probe() {
 		l.checkDown()
 		return
 	}
-	l.downForAll.Store(false)
 	joined := l.joinedAt.Load()
 	l.joinedAt.Store(0) // the recovery's sync is a new join: the others must see it
 	if l.sync(true) != nil {
@@ -696,6 +708,7 @@ func (l *Limiter) probe() {
 		l.log.Info("redis reachable again: per-key limits are cluster-wide again")
 		l.learn(l.view.Load())
 	}
+	l.downForAll.Store(false) // once no connect decides alone
 }
 
 // sync renews the lease and writes the counts of dirty keys (all keys when
