@@ -13,7 +13,7 @@ package server
 //	entry point                      models, budget  key session (max_sessions, connect_rate)  deployment slot
 //	WebSocket connect (Realtime,     checked         counts until the session ends              held until it ends (GPT-Live:
 //	  translation, transcription,                                                               from its session.start, which
-//	  GPT-Live)                                                                                 names the model: live.go)
+//	  GPT-Live)                                                                                 names the model: admitLiveStart)
 //	WebRTC call, GPT-Live WebRTC     checked         counts while the call is live              held while the call is live
 //	  create, HTTP fork, SIP accept                  (released when its metering sideband       (on the deployment that took it)
 //	  of a call made elsewhere                       closes, or the gateway hangs it up)
@@ -116,6 +116,23 @@ func (s *Server) admitEntry(e entry, key *routes.ClientKey, table *routes.Table,
 	}
 	a.plan = plan
 	return a, nil
+}
+
+// admitLiveStart is the rest of a GPT-Live WebSocket connect's admission,
+// made once its session.start names the model (admitEntry admitted the
+// connect with no group, pickGroup has checked the key's models for the
+// group): the key's models for the backend it delegates to, and a slot of
+// the group's deployments, taken as admitEntry takes one for the entry
+// points whose group the connect names.
+func (s *Server) admitLiveStart(key *routes.ClientKey, table *routes.Table, group, backend string) (balance.Plan, *refusal) {
+	if herr := backendNotAllowed(key, backend); herr != nil {
+		return balance.Plan{}, herr
+	}
+	plan, busy := s.balancer.Reserve(table.Groups[group])
+	if busy != nil {
+		return balance.Plan{}, deploymentsBusy(busy)
+	}
+	return plan, nil
 }
 
 // keyLimits are the key's max_sessions and connect_rate in force: its own,

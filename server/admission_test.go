@@ -152,28 +152,40 @@ keys:
 	}
 }
 
-// TestOwnerLookupFailsClosed (item 1): with Redis unavailable, an instance
-// that does not know a call refuses its sideband 503 owner_unavailable:
-// not 403 (which blamed the call's own key for a Redis outage) and never as
-// a call the gateway did not make.
+// TestOwnerLookupFailsClosed (item 1): with Redis unavailable, gone or
+// frozen (every lookup past its budget), an instance that does not know a
+// call refuses its sideband 503 owner_unavailable: not 403 (which blamed
+// the call's own key for a Redis outage) and never as a call the gateway
+// did not make.
 func TestOwnerLookupFailsClosed(t *testing.T) {
+	outages := []struct {
+		name  string
+		begin func(*redistest.Server)
+	}{
+		{"redis stopped", (*redistest.Server).Stop},
+		{"redis frozen", (*redistest.Server).Freeze},
+	}
 	for _, up := range upstreams {
-		t.Run(up.name, func(t *testing.T) {
-			rd := redistest.Start(t)
-			g1, rt, tr := appsGateway(t, up.cfg, func(c *Settings) { c.RedisURL = rd.URL() })
-			g2 := appsGatewayOn(t, rt, tr, func(c *Settings) { c.RedisURL = rd.URL() })
-			q := "call_id=" + placeCall(t, g1, keyA, "call")
-			rd.Stop()
-			for _, key := range []string{keyA, keyOps} { // the maker, and a sideband: any key
-				if status, code := dialCode(t, g2, q, key); status != http.StatusServiceUnavailable || code != "owner_unavailable" {
-					t.Fatalf("sideband with the owner unknowable: HTTP %d %q, want 503 owner_unavailable", status, code)
-				}
-			}
-			// The instance that made the call still knows it.
-			if status, _ := dialCode(t, g1, q, keyA); status != 0 {
-				t.Fatalf("the maker's instance refused its sideband: HTTP %d", status)
-			}
-		})
+		for _, outage := range outages {
+			t.Run(up.name+"/"+outage.name, func(t *testing.T) { ownerLookupFailsClosed(t, up.cfg, outage.begin) })
+		}
+	}
+}
+
+func ownerLookupFailsClosed(t *testing.T, cfg mockai.Config, outage func(*redistest.Server)) {
+	rd := redistest.Start(t)
+	g1, rt, tr := appsGateway(t, cfg, func(c *Settings) { c.RedisURL = rd.URL() })
+	g2 := appsGatewayOn(t, rt, tr, func(c *Settings) { c.RedisURL = rd.URL() })
+	q := "call_id=" + placeCall(t, g1, keyA, "call")
+	outage(rd)
+	for _, key := range []string{keyA, keyOps} { // the maker, and a sideband: any key
+		if status, code := dialCode(t, g2, q, key); status != http.StatusServiceUnavailable || code != "owner_unavailable" {
+			t.Fatalf("sideband with the owner unknowable: HTTP %d %q, want 503 owner_unavailable", status, code)
+		}
+	}
+	// The instance that made the call still knows it.
+	if status, _ := dialCode(t, g1, q, keyA); status != 0 {
+		t.Fatalf("the maker's instance refused its sideband: HTTP %d", status)
 	}
 }
 

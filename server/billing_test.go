@@ -204,18 +204,19 @@ func TestTranscriptionPricedByItsModel(t *testing.T) {
 // TestTranscriptionUnpriced: a transcription model nothing prices is
 // flagged in the record and the metric, never booked as $0 in silence.
 func TestTranscriptionUnpriced(t *testing.T) {
-	mock := startMock(t, mockai.Config{})
-	g, logPath := billingGateway(t, mock, func(*Settings) {}, nil)
-	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-	read(t, c)
-	transcribeAndLeave(t, c, "mystery-transcribe")
-	rec := waitRecords(t, logPath, 1)[0]
-	if !slices.Equal(rec.Unpriced, []string{"mystery-transcribe"}) {
-		t.Fatalf("record unpriced %v, want [mystery-transcribe]", rec.Unpriced)
-	}
-	if got := metricValue(t, g, `rtgate_usage_flagged_total{flag="unpriced",model="mystery-transcribe",model_group="gpt-realtime"}`); got != 1 {
-		t.Errorf("rtgate_usage_flagged_total unpriced %v, want 1", got)
-	}
+	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
+		g, logPath := billingGateway(t, mock, trust, nil)
+		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		read(t, c)
+		transcribeAndLeave(t, c, "mystery-transcribe")
+		rec := waitRecords(t, logPath, 1)[0]
+		if !slices.Equal(rec.Unpriced, []string{"mystery-transcribe"}) {
+			t.Fatalf("record unpriced %v, want [mystery-transcribe]", rec.Unpriced)
+		}
+		if got := metricValue(t, g, `rtgate_usage_flagged_total{flag="unpriced",model="mystery-transcribe",model_group="gpt-realtime"}`); got != 1 {
+			t.Errorf("rtgate_usage_flagged_total unpriced %v, want 1", got)
+		}
+	})
 }
 
 // liveDelegate runs a GPT-Live session of key delegating to backend: two
@@ -246,10 +247,15 @@ func liveDelegate(t *testing.T, g *gateway, key, backend string) {
 // among Realtime prices only); a model nothing prices is flagged unpriced;
 // and a key limited to models: [gpt-live] may not delegate to o3-pro: its
 // session.start is refused with model_not_allowed (on main it started).
+// Over ws:// and wss://.
 func TestLiveBackendPricedAndAllowed(t *testing.T) {
-	m := startMock(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: -1}})
+	overBoth(t, mockai.Config{Live: mockai.LiveConfig{UsageInterval: -1}}, liveBackendPricedAndAllowed)
+}
+
+func liveBackendPricedAndAllowed(t *testing.T, m *mockai.Server, trust func(*Settings)) {
 	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
 	g := startGateway(t, nil, func(c *Settings) {
+		trust(c)
 		c.RoutesFile = liveConfig(t, m, "", "\n    models: [gpt-live]")
 		c.UsageLog = logPath
 	})

@@ -38,6 +38,7 @@ import (
 	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/apps"
+	"rtgate/server/balance"
 	"rtgate/server/continuity"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -224,16 +225,12 @@ func (ls *liveState) start(msg []byte) {
 		info.keep.StartLive(config, input, info.resume.lim, continuity.LiveCaps{})
 	}
 	group, herr := s.pickGroup(ls.table, info.key, groupAsk{model: st.Model, protocol: routes.ProtocolLive})
+	var plan balance.Plan
 	if herr == nil {
-		herr = backendNotAllowed(info.key, st.BackendModel())
+		plan, herr = s.admitLiveStart(info.key, ls.table, group, st.BackendModel())
 	}
 	if herr != nil {
 		ls.refuse(herr, st.EventID)
-		return
-	}
-	plan, busy := s.balancer.Reserve(ls.table.Groups[group])
-	if busy != nil {
-		ls.refuse(deploymentsBusy(busy), st.EventID)
 		return
 	}
 	// The session's group and slot are published under the registry's
