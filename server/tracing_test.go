@@ -366,8 +366,12 @@ func TestLiveTracesToOTLP(t *testing.T) {
 			}
 			longest = max(longest, time.Duration(sp.GetEndTimeUnixNano()-sp.GetStartTimeUnixNano()))
 		}
-		if longest < 30*time.Millisecond { // mockai delays a session's first answer
-			t.Errorf("the longest live_turn span took %v, want at least the upstream's 30 ms to its first audio", longest)
+		// mockai sends the input transcript, then waits 30 ms before the
+		// first audio; the gateway sees each when it arrives, so the span
+		// may be a little shorter (29.05 ms once over wss:// on a loaded
+		// box), but never near 0.
+		if longest < 24*time.Millisecond {
+			t.Errorf("the longest live_turn span took %v, want about the upstream's 30 ms to its first audio", longest)
 		}
 	})
 }

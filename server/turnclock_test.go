@@ -293,8 +293,12 @@ func TestFailingDeploymentLosesItsTraffic(t *testing.T) {
 		turnsConcurrently(t, g, n, 1)
 		onBad := failed() - before
 		t.Logf("%v of %d sessions after the first 4 went to the deployment that fails every response", onBad, n)
-		if onBad > 6 { // its exploration share is 5 %: 1.5 expected
-			t.Fatalf("%v of %d sessions on the failing deployment, want at most 6", onBad, n)
+		// Its exploration share is 5 % (10 % of connects go to a random
+		// one of the two): 1.5 expected; 19 runs gave 0-7, 2.0 on average.
+		// More than 8 of 30 comes about one run in 7,000 even at 7 %
+		// (the binomial tail). Before penalties about 90 % went there.
+		if onBad > 8 {
+			t.Fatalf("%v of %d sessions on the failing deployment, want at most 8", onBad, n)
 		}
 		if got := gatheredLabels(t, g.srv.metrics.reg, "rtgate_turn_failures_total", map[string]string{"deployment": badDep}); got < 1 {
 			t.Errorf("turn failures on the failing deployment %v, want at least 1", got)
