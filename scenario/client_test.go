@@ -183,13 +183,18 @@ func (r *loadResult) failureSummary() string {
 // caller starting its next call as its last one ends; each call holds its
 // session a random while in [0, maxHold) after response.done, so calls
 // vary in length and connects arrive continuously instead of in waves.
-// before(i), when set, runs just before call i is dialed. ctx bounds the
-// whole load: calls not started by its end are not made.
-func runCalls(ctx context.Context, c *caller, n, conc int, maxHold time.Duration, before func(i int)) *loadResult {
+// before(i), when set, runs just before call i is dialed; once it returns
+// false, that call and the calls after it are not made (those under way
+// go on). ctx bounds the whole load: calls not started by its end are not
+// made.
+func runCalls(ctx context.Context, c *caller, n, conc int, maxHold time.Duration, before func(i int) bool) *loadResult {
 	res := &loadResult{}
-	load.ForEach(ctx, n, conc, func(i int) {
-		if before != nil {
-			before(i)
+	starting, stop := context.WithCancel(ctx)
+	defer stop()
+	load.ForEach(starting, n, conc, func(i int) {
+		if before != nil && !before(i) {
+			stop()
+			return
 		}
 		res.add(c.call(ctx, time.Duration(rand.Int64N(int64(maxHold)))))
 	})
