@@ -175,6 +175,18 @@ func transcribeAndLeave(t *testing.T, c *websocket.Conn, model string) {
 	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
 }
 
+// transcribedRecord is the usage record of one session through a fresh
+// gateway in front of mock that turned input transcription on with model
+// and left, and the gateway.
+func transcribedRecord(t *testing.T, mock *mockai.Server, trust func(*Settings), model string) (*gateway, usage.Record) {
+	t.Helper()
+	g, logPath := billingGateway(t, mock, trust, nil)
+	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, c)
+	transcribeAndLeave(t, c, model)
+	return g, waitRecords(t, logPath, 1)[0]
+}
+
 // TestTranscriptionPricedByItsModel: a Realtime session with input
 // transcription on gpt-4o-transcribe, and no response, is billed the
 // transcription at gpt-4o-transcribe's prices, its output tokens (reported
@@ -183,11 +195,7 @@ func transcribeAndLeave(t *testing.T, c *websocket.Conn, model string) {
 // gpt-realtime's rate and the output ignored).
 func TestTranscriptionPricedByItsModel(t *testing.T) {
 	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		g, logPath := billingGateway(t, mock, trust, nil)
-		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-		read(t, c)
-		transcribeAndLeave(t, c, "gpt-4o-transcribe")
-		rec := waitRecords(t, logPath, 1)[0]
+		_, rec := transcribedRecord(t, mock, trust, "gpt-4o-transcribe")
 		if len(rec.Transcription) != 1 || rec.Transcription[0].Model != "gpt-4o-transcribe" {
 			t.Fatalf("transcription usage %+v, want gpt-4o-transcribe's", rec.Transcription)
 		}
@@ -205,11 +213,7 @@ func TestTranscriptionPricedByItsModel(t *testing.T) {
 // flagged in the record and the metric, never booked as $0 in silence.
 func TestTranscriptionUnpriced(t *testing.T) {
 	overBoth(t, mockai.Config{}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		g, logPath := billingGateway(t, mock, trust, nil)
-		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
-		read(t, c)
-		transcribeAndLeave(t, c, "mystery-transcribe")
-		rec := waitRecords(t, logPath, 1)[0]
+		g, rec := transcribedRecord(t, mock, trust, "mystery-transcribe")
 		if !slices.Equal(rec.Unpriced, []string{"mystery-transcribe"}) {
 			t.Fatalf("record unpriced %v, want [mystery-transcribe]", rec.Unpriced)
 		}
