@@ -321,7 +321,8 @@ keys:
 }
 
 // TestCallErrorsInGatewaysWords (item 8): a call no deployment answers is
-// refused in the gateway's words, naming no upstream host; an upstream's
+// refused in the gateway's words, naming no upstream host, and so is a
+// WebSocket session's unreachable upstream; an upstream's
 // absolute Location (with Azure's query) reaches the client as the
 // gateway's own path, and the call is remembered by its bare id.
 func TestCallErrorsInGatewaysWords(t *testing.T) {
@@ -356,6 +357,16 @@ func TestCallErrorsInGatewaysWords(t *testing.T) {
 		strings.Contains(string(body), deadPort) || strings.Contains(string(body), "127.0.0.1") || strings.Contains(string(body), "http") {
 		t.Fatalf("unreachable upstream: HTTP %d %s, want 502 upstream_unavailable naming no upstream", status, body)
 	}
+	// A WebSocket session whose upstream cannot be reached is told so in
+	// the gateway's words too.
+	c := g.dial(t, "model=dead", bearer(testMasterKey))
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, ev, err := c.ReadMessage()
+	if err != nil || !strings.Contains(string(ev), `"upstream_unavailable"`) ||
+		strings.Contains(string(ev), deadPort) || strings.Contains(string(ev), "127.0.0.1") || strings.Contains(string(ev), "http") {
+		t.Fatalf("WebSocket session with its upstream unreachable: %s (%v), want an error event upstream_unavailable naming no upstream", ev, err)
+	}
+	_ = c.Close()
 	status, h, _ := post(t, g, "/v1/realtime/calls?model=gpt-realtime", testMasterKey, "application/sdp", []byte(sdpOffer), nil)
 	if status != http.StatusCreated || h.Get("Location") != "/v1/realtime/calls/rtc_abc123" {
 		t.Fatalf("HTTP %d, Location %q; want 201 with the gateway's own path", status, h.Get("Location"))
