@@ -172,7 +172,7 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 	defer stop()
 	_ = conn.SetWriteTimeout(d.WriteTimeout)
 
-	ep, preface, resumed, err := d.handshake(ctx, conn, t, addr, secure)
+	ep, preface, resumed, err := d.handshake(conn, t, addr, secure)
 	if d.afterHandshake != nil {
 		d.afterHandshake(conn)
 	}
@@ -197,13 +197,21 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 	return &Upgraded{Endpoint: ep, Preface: preface, Resumed: resumed}, nil
 }
 
-func (d *Dialer) handshake(ctx context.Context, conn netpoll.Connection, t Target, addr string, secure bool) (*poller.Endpoint, []byte, bool, error) {
+func (d *Dialer) handshake(conn netpoll.Connection, t Target, addr string, secure bool) (*poller.Endpoint, []byte, bool, error) {
 	nb := poller.NewNBConn(conn)
 	var rw io.ReadWriter = nb
 	var tc *tls.Conn
 	if secure {
 		tc = tls.Client(nb, d.tlsConfigFor(t.URL, addr))
-		if err := tc.HandshakeContext(ctx); err != nil {
+		// Handshake, not HandshakeContext: on ctx's end HandshakeContext
+		// closes the connection from a goroutine of its own, and the
+		// handshake's writes go to the descriptor number by hand
+		// (poller.NBConn), not through netpoll's lock against Close, so
+		// a ClientHello could land on the socket that took the number
+		// next: a client's, accepted in the same moment (seen once in CI,
+		// a test client reading a ClientHello as its 101). Dial's
+		// shutdown enforces ctx's deadline instead, and only Dial closes.
+		if err := tc.Handshake(); err != nil {
 			return nil, nil, false, fmt.Errorf("TLS handshake: %w", err)
 		}
 		rw = tc

@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -83,4 +84,46 @@ func TestDialDeadlineMidReadNeverCrashes(t *testing.T) {
 		}()
 	}
 	dwg.Wait()
+}
+
+// TestDialDeadlineMidTLSHandshake: an upstream that takes the ClientHello
+// and never answers. The dial's deadline ends the TLS handshake by shutting
+// the socket down (Handshake, not HandshakeContext, whose own close from
+// another goroutine could give the descriptor number back while the
+// handshake writes to it): each dial fails with the deadline, none hangs.
+func TestDialDeadlineMidTLSHandshake(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, _ = c.Read(make([]byte, 4096)) // the ClientHello, never answered
+				_, _ = c.Read(make([]byte, 1))    // until the dialer gives up
+			})
+		}
+	})
+	u, _ := url.Parse("wss://" + ln.Addr().String() + "/v1/realtime?model=m")
+	for _, timeout := range []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		c, err := (&Dialer{}).Dial(ctx, Target{URL: u, Header: http.Header{}})
+		cancel()
+		if err == nil {
+			c.Endpoint.Close()
+			t.Fatalf("deadline %v: a dial to an upstream that never answers its ClientHello succeeded", timeout)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("deadline %v: dial failed with %v, want the deadline", timeout, err)
+		}
+	}
 }
