@@ -39,6 +39,14 @@ func IsWouldBlock(err error) bool {
 //
 // Only NBConn's Read touches the input buffer (never mix it with netpoll's own
 // net.Conn Read, which releases buffers underneath other readers).
+//
+// A blocking Write goes to the descriptor number by hand, outside netpoll's
+// lock that holds Close back from its own writers: nothing may Close the
+// connection from another goroutine while a Write may run, or the write can
+// land on the socket that took the number next. crypto/tls's
+// HandshakeContext does exactly that when its context ends (it closes the
+// net.Conn from a goroutine of its own): a dial's TLS handshake therefore
+// runs with Handshake, ended by a shutdown (upstream's Dial).
 type NBConn struct {
 	netpoll.Connection
 	nonBlocking atomic.Bool
