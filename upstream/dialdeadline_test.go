@@ -25,47 +25,26 @@ import (
 // checks the behaviour around it: hundreds of deadlines landing mid-read,
 // each dial failing cleanly, none upgraded, nothing crashing.
 func TestDialDeadlineMidReadNeverCrashes(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// At the end: stop the writers, stop accepting, then wait for both.
-	// The accept loop counts in wg itself, so a connection it accepts late
-	// is added while the count is above zero (never Add beside Wait at 0).
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer ln.Close()
+	// At the end: stop the writers, then the listener (serveRaw's cleanup).
 	stop := make(chan struct{})
-	defer close(stop)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+	addr := serveRaw(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = http.ReadRequest(bufio.NewReader(c))
+		_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nX-Trickle: "))
+		one := []byte("a")
+		for i := 0; i < 100000; i++ { // bounded: about a second at most per socket
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := c.Write(one); err != nil {
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_, _ = http.ReadRequest(bufio.NewReader(c))
-				_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nX-Trickle: "))
-				one := []byte("a")
-				for i := 0; i < 100000; i++ { // bounded: about a second at most per socket
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if _, err := c.Write(one); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	u, _ := url.Parse("ws://" + ln.Addr().String() + "/v1/realtime?model=m")
+	})
+	defer close(stop)
+	u, _ := url.Parse("ws://" + addr + "/v1/realtime?model=m")
 	const dials, parallel = 600, 16
 	sem := make(chan struct{}, parallel)
 	var dwg sync.WaitGroup
@@ -92,28 +71,13 @@ func TestDialDeadlineMidReadNeverCrashes(t *testing.T) {
 // another goroutine could give the descriptor number back while the
 // handshake writes to it): each dial fails with the deadline, none hangs.
 func TestDialDeadlineMidTLSHandshake(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer ln.Close()
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				_, _ = c.Read(make([]byte, 4096)) // the ClientHello, never answered
-				_, _ = c.Read(make([]byte, 1))    // until the dialer gives up
-			})
-		}
+	addr := serveRaw(t, func(c net.Conn) {
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Read(make([]byte, 4096)) // the ClientHello, never answered
+		_, _ = c.Read(make([]byte, 1))    // until the dialer gives up
 	})
-	u, _ := url.Parse("wss://" + ln.Addr().String() + "/v1/realtime?model=m")
+	u, _ := url.Parse("wss://" + addr + "/v1/realtime?model=m")
 	for _, timeout := range []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 200 * time.Millisecond} {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		c, err := (&Dialer{}).Dial(ctx, Target{URL: u, Header: http.Header{}})
@@ -126,4 +90,32 @@ func TestDialDeadlineMidTLSHandshake(t *testing.T) {
 			t.Errorf("deadline %v: dial failed with %v, want the deadline", timeout, err)
 		}
 	}
+}
+
+// serveRaw accepts TCP connections on a free loopback port and runs handle
+// on each in a goroutine of its own, until the test ends: then it stops
+// accepting and waits for every handle. The accept loop counts in the wait
+// group itself, so a connection it accepts late is added while the count
+// is above zero (never Add beside Wait at 0).
+func serveRaw(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { handle(c) })
+		}
+	})
+	return ln.Addr().String()
 }
