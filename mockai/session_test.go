@@ -3,6 +3,7 @@ package mockai_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -268,22 +269,11 @@ func TestResponseCancel(t *testing.T) {
 	send(t, c, map[string]any{"type": "response.create", "event_id": "evt_second"})
 	send(t, c, map[string]any{"type": "response.cancel"})
 
-	deltas, sawBusy := 1, false
-	var done event
-	for done == nil {
-		ev := readEvent(t, c)
-		switch ev.str("type") {
-		case "response.output_audio.delta":
-			deltas++
-		case "error":
-			sawBusy = ev.str("error.code") == "conversation_already_has_active_response" && ev.str("error.event_id") == "evt_second"
-		case "response.done":
-			done = ev
-		default:
-			t.Fatalf("unexpected event %v", ev)
-		}
-	}
-	if !sawBusy {
+	deltas, errs, done := untilDone(t, c)
+	deltas++ // the one read above
+	if !slices.ContainsFunc(errs, func(ev event) bool {
+		return ev.str("error.code") == "conversation_already_has_active_response" && ev.str("error.event_id") == "evt_second"
+	}) {
 		t.Error("a second response.create during a response got no conversation_already_has_active_response error")
 	}
 	if done.str("response.status") != "cancelled" || done.str("response.status_details.reason") != "client_cancelled" {
@@ -306,6 +296,27 @@ func TestResponseCancel(t *testing.T) {
 	expect(t, c, "response.created")
 }
 
+// untilDone reads a response's events up to its response.done: the audio
+// deltas counted, the errors among them, and the response.done. Any other
+// event fails the test.
+func untilDone(t *testing.T, c *websocket.Conn) (deltas int, errs []event, done event) {
+	t.Helper()
+	for done == nil {
+		ev := readEvent(t, c)
+		switch ev.str("type") {
+		case "response.output_audio.delta":
+			deltas++
+		case "error":
+			errs = append(errs, ev)
+		case "response.done":
+			done = ev
+		default:
+			t.Fatalf("unexpected event %v", ev)
+		}
+	}
+	return deltas, errs, done
+}
+
 // TestResponseCancelLate: with CancelLate a cancel crosses the response's
 // own end: the error response_cancel_not_active (naming the cancel) comes
 // first, then the response ends completed, billed the deltas sent.
@@ -318,26 +329,12 @@ func TestResponseCancelLate(t *testing.T) {
 	expect(t, c, "rate_limits.updated")
 	expect(t, c, "response.output_audio.delta")
 	send(t, c, map[string]any{"type": "response.cancel", "event_id": "evt_cancel"})
-	deltas, sawError := 1, false
-	var done event
-	for done == nil {
-		ev := readEvent(t, c)
-		switch ev.str("type") {
-		case "response.output_audio.delta":
-			deltas++
-		case "error":
-			if ev.str("error.code") != "response_cancel_not_active" || ev.str("error.event_id") != "evt_cancel" {
-				t.Fatalf("error %v, want response_cancel_not_active for evt_cancel", ev)
-			}
-			sawError = true
-		case "response.done":
-			done = ev
-		default:
-			t.Fatalf("unexpected event %v", ev)
-		}
-	}
-	if !sawError {
-		t.Error("the late cancel got no response_cancel_not_active before the response.done")
+	deltas, errs, done := untilDone(t, c)
+	deltas++ // the one read above
+	if len(errs) == 0 || slices.ContainsFunc(errs, func(ev event) bool {
+		return ev.str("error.code") != "response_cancel_not_active" || ev.str("error.event_id") != "evt_cancel"
+	}) {
+		t.Errorf("errors before the response.done %v, want response_cancel_not_active for evt_cancel", errs)
 	}
 	if done.str("response.status") != "completed" || deltas >= 1000 {
 		t.Errorf("response.done status %q after %d deltas, want completed at once", done.str("response.status"), deltas)
