@@ -106,7 +106,9 @@ type Limiter struct {
 	lastStamp    atomic.Int64 // start of the last sync attempt, ms since born
 	offset       atomic.Int64 // Redis's clock less the local one, at most (ms)
 	offsetKnown  atomic.Bool
-	downForAll   atomic.Bool // Redis refuses connections: no instance reaches it
+	downForAll   atomic.Bool  // Redis refuses connections: no instance reaches it
+	downAskedAt  atomic.Int64 // when a refusal last asked Redis's address (ms since born)
+	probeEvery   time.Duration
 
 	mu   sync.Mutex
 	keys map[string]*clusterKey
@@ -182,8 +184,11 @@ func (k *clusterKey) lastWord() (own, total int64, known bool) {
 }
 
 const (
-	probeEvery   = 500 * time.Millisecond
-	flushTimeout = 100 * time.Millisecond // background writes, off the connect path
+	defaultProbeEvery = 500 * time.Millisecond
+	flushTimeout      = 100 * time.Millisecond // background writes, off the connect path
+	// askDownEvery bounds how often refused connects ask Redis's address
+	// whether it is gone (askDown): a local dial, at most one per interval.
+	askDownEvery = 50 * time.Millisecond
 )
 
 // refreshEvery is how often an instance renews its lease and syncs: lease/5,
@@ -196,6 +201,12 @@ func refreshEvery(lease time.Duration) time.Duration {
 // metrics; Close stops them. floor (CLUSTER_INSTANCES, at least 1) is the
 // fewest instances an outage share is ever computed over.
 func NewLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg prometheus.Registerer) *Limiter {
+	return newLimiter(st, lease, floor, log, reg, defaultProbeEvery)
+}
+
+// newLimiter is NewLimiter probing every probeEvery while alone (tests
+// stretch it, to see what connects learn without the probe).
+func newLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg prometheus.Registerer, probeEvery time.Duration) *Limiter {
 	refresh, syncTimeout := refreshEvery(lease), max(flushTimeout, st.Timeout)
 	// A live instance syncs every refresh: two missed, each sync's whole
 	// budget, and slack for a busy host's scheduler. A sync lands within
@@ -204,7 +215,7 @@ func NewLimiter(st *Store, lease time.Duration, floor int, log *slog.Logger, reg
 	stale := 2*refresh + 2*syncTimeout + 200*time.Millisecond
 	l := &Limiter{
 		st: st, log: log, lease: lease, floor: max(floor, 1),
-		stale: stale, grace: stale + syncTimeout + 100*time.Millisecond, born: time.Now(),
+		stale: stale, grace: stale + syncTimeout + 100*time.Millisecond, born: time.Now(), probeEvery: probeEvery,
 		keys: map[string]*clusterKey{},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{}),
 		mUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_cluster_redis_up",
@@ -495,7 +506,7 @@ func (l *Limiter) reserveShare(k *clusterKey, maxSessions int, alone bool) (int6
 // what names the limit ("limit", "connect rate").
 func (l *Limiter) waitForShare(sh outageShare, v limit.Verdict, maxSessions int, what string) *limit.Refusal {
 	left := l.grace - l.silentFor()
-	if left <= 0 || l.downForAll.Load() || sh.n <= 1 {
+	if left <= 0 || sh.n <= 1 || l.downForAll.Load() || l.askDown() {
 		return nil
 	}
 	l.mNoShare.Inc()
@@ -535,6 +546,22 @@ func (l *Limiter) checkDown() {
 		down = down || l.downForAll.Load()
 	}
 	l.downForAll.Store(down)
+}
+
+// askDown asks Redis's address again, at most every askDownEvery, before
+// a connect is refused for the grace, and reports whether Redis is gone for
+// every instance. An instance that went alone on a late call while Redis
+// was up thus learns that Redis has since died from its next connects, not
+// only from its next probe: until then it refused every connect of a
+// limited key for up to probeEvery (101 refusals in one CI run of
+// TestRedisOutageFailsNoConnect).
+func (l *Limiter) askDown() bool {
+	now := time.Since(l.born).Milliseconds()
+	last := l.downAskedAt.Load()
+	if now-last >= askDownEvery.Milliseconds() && l.downAskedAt.CompareAndSwap(last, now) {
+		l.checkDown()
+	}
+	return l.downForAll.Load()
 }
 
 // shareNote says, in a refusal, why this instance admitted no more.
@@ -664,7 +691,7 @@ func (l *Limiter) run() {
 	defer close(l.stopped)
 	refresh := time.NewTicker(refreshEvery(l.lease))
 	defer refresh.Stop()
-	probe := time.NewTicker(probeEvery)
+	probe := time.NewTicker(l.probeEvery)
 	defer probe.Stop()
 	l.sync(true)
 	for {

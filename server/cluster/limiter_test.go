@@ -285,3 +285,43 @@ func TestRefusedOnlyWhenRedisIsGone(t *testing.T) {
 		t.Fatal("a killed Redis did not count as gone")
 	}
 }
+
+// TestConnectsLearnRedisDiedBeforeTheProbe: an instance that went alone on
+// a late call while Redis was up (frozen here: its kernel still accepts)
+// refuses a limited key's connects for the grace; once Redis is killed,
+// its next connects learn it (Redis is gone for every instance, nobody
+// decides there) and admit by its share at once, without waiting for the
+// probe (stretched to a minute here, so only the connects can learn it).
+func TestConnectsLearnRedisDiedBeforeTheProbe(t *testing.T) {
+	rd := redistest.Start(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var ls []*Limiter
+	for range 2 {
+		st, err := NewStore(rd.URL(), 50*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newLimiter(st, 4*time.Second, 1, quiet, prometheus.NewRegistry(), time.Minute)
+		t.Cleanup(l.Close)
+		ls = append(ls, l)
+	}
+	testwait.For(t, "the limiters to learn each other", func() bool {
+		return ls[0].Instances() == 2 && ls[1].Instances() == 2
+	})
+	l := ls[0]
+	if r := l.Admit("k", 10, 0); r != nil {
+		t.Fatalf("Redis up: refused %+v", r)
+	}
+	rd.Freeze()
+	if r := l.Admit("k", 10, 0); r == nil || r.Note == "" {
+		t.Fatalf("Redis frozen, one instance alone within its grace: got %+v, want a refusal saying why", r)
+	}
+	rd.Stop()
+	time.Sleep(2 * askDownEvery) // a refusal asks the address at most this often
+	if r := l.Admit("k", 10, 0); r != nil {
+		t.Fatalf("Redis killed: refused %+v, want admitted by the instance's share", r)
+	}
+	if counterValue(l.mFallback) == 0 {
+		t.Fatal("the admission after the kill was not counted as decided alone")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -130,6 +131,14 @@ func (st *Store) Ping(d time.Duration) error {
 // Refused reports whether Redis's address refuses connections, within d:
 // the process is gone, for every instance and not just this one. A frozen
 // or merely slow Redis still accepts them (its kernel does).
+//
+// A process being killed may still accept one for a moment (its
+// connections are reset before its listener closes, and the call that saw
+// the reset asks at once), so a connection accepted is asked an inline
+// PING: a dying Redis resets or closes it, a frozen one says nothing until
+// d, a live one answers (+PONG, or an error such as NOAUTH: alive all the
+// same). Over TLS (rediss://) a PING in clear would be dropped by a live
+// server too, so there only the connect decides.
 func (st *Store) Refused(d time.Duration) bool {
 	o := st.Client.Options()
 	network := o.Network
@@ -140,8 +149,15 @@ func (st *Store) Refused(d time.Duration) bool {
 	if err != nil {
 		return errors.Is(err, syscall.ECONNREFUSED)
 	}
-	_ = c.Close()
-	return false
+	defer c.Close()
+	if o.TLSConfig != nil {
+		return false
+	}
+	_ = c.SetDeadline(time.Now().Add(d))
+	if _, err = c.Write([]byte("PING\r\n")); err == nil {
+		_, err = c.Read(make([]byte, 1))
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // go-redis logs every failed background dial through a logger of its own;
