@@ -52,6 +52,12 @@ type LiveConfig struct {
 	// ever). How long OpenAI waits is not documented; a warm pool of
 	// unstarted sockets is tested against this.
 	StartTimeout time.Duration
+	// StartCrossed is a fault: every session.start is answered, this long
+	// after it came, with StartTimeout's error session_start_timeout and
+	// close 4000, as when the upstream's start timer fired just as the
+	// session.start was on its way (a warm pool of unstarted sockets must
+	// not hand such a socket to a client).
+	StartCrossed time.Duration
 	// NoClosed is a fault: a session.close is answered by close 1000 without
 	// session.closed, so the final usage is never confirmed (what a relay must
 	// book as unconfirmed). Also fault=no_closed in the query.

@@ -133,6 +133,13 @@ func (s *session) startLive(rec *Record, parent *liveSession) *liveSession {
 		return nil
 	}
 	_ = s.ws.SetReadDeadline(time.Time{})
+	if d := s.cfg.Live.StartCrossed; d > 0 && bad == nil {
+		if s.srv.sleep(s.ctx, d) {
+			s.failWith(liveError("session_start_timeout",
+				fmt.Sprintf("No session.start within %v.", s.cfg.Live.StartTimeout), "", ""), "invalid_request_error", "session_start_timeout")
+		}
+		return nil
+	}
 	if bad == nil && ev.Type != "session.start" {
 		bad = liveError("session_not_started", "The session has not started: the first client event must be session.start.", "", ev.EventID)
 	}

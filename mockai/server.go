@@ -177,7 +177,7 @@ func (c Config) validate() error {
 		return errors.New("session cap must not be negative")
 	case c.CertFile != "" && !c.TLS:
 		return errors.New("a cert file needs TLS")
-	case c.Live.MediaInterval < 0 || c.Live.MediaChunk < 0 || c.Live.MaxDuration < 0 || c.Live.StartTimeout < 0:
+	case c.Live.MediaInterval < 0 || c.Live.MediaChunk < 0 || c.Live.MaxDuration < 0 || c.Live.StartTimeout < 0 || c.Live.StartCrossed < 0:
 		return errors.New("live media interval and chunk, max duration and start timeout must not be negative")
 	case c.Live.MediaChunk > time.Minute:
 		return fmt.Errorf("live media chunk %v: at most 1m", c.Live.MediaChunk)

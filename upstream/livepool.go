@@ -90,7 +90,7 @@ var ErrNoLiveSocket = errors.New("no warm Live socket could be started")
 // for the session.
 func (p *Pool) TakeLive(t Target, model string, first []byte, tries int) (*LiveHold, error) {
 	for range max(tries, 1) {
-		hold := &LiveHold{}
+		hold := &LiveHold{answered: make(chan struct{})}
 		h, _ := p.Take(t, model, hold)
 		if h == nil {
 			return nil, ErrNoLiveSocket
@@ -117,10 +117,12 @@ func (p *Pool) TakeLive(t Target, model string, first []byte, tries int) (*LiveH
 // LiveHold owns a taken Live socket from TakeLive until a session adopts it
 // (Adopt), keeping what the upstream sends meanwhile.
 type LiveHold struct {
-	h    *poller.Handle
-	mu   sync.Mutex
-	buf  []byte
-	gone bool
+	h        *poller.Handle
+	mu       sync.Mutex
+	buf      []byte
+	gone     bool
+	answered chan struct{} // closed once buf holds a whole first frame, or the socket is gone
+	told     bool          // answered is closed
 }
 
 // UpstreamReadable implements poller.Owner: it keeps the bytes.
@@ -132,14 +134,36 @@ func (l *LiveHold) UpstreamReadable() {
 		l.buf = append(l.buf, b...)
 		return err
 	})
+	if wholeFrame(l.buf) {
+		l.tell()
+	}
 }
 
 // UpstreamGone implements poller.Owner.
 func (l *LiveHold) UpstreamGone() {
 	l.mu.Lock()
 	l.gone = true
+	l.tell()
 	l.mu.Unlock()
 }
+
+// tell closes answered once (under mu).
+func (l *LiveHold) tell() {
+	if !l.told {
+		l.told = true
+		close(l.answered)
+	}
+}
+
+// wholeFrame reports whether b starts with a whole WebSocket frame.
+func wholeFrame(b []byte) bool {
+	h, hlen, ok, err := frames.ParseHeader(b)
+	return err == nil && ok && int64(len(b)-hlen) >= h.Length
+}
+
+// answerWait bounds how long Adopt waits for the upstream's answer to
+// session.start before handing the socket over without it.
+const answerWait = time.Second
 
 // Handle is the held socket.
 func (l *LiveHold) Handle() *poller.Handle { return l.h }
@@ -148,10 +172,25 @@ func (l *LiveHold) Handle() *poller.Handle { return l.h }
 // the upstream sent since session.start, in the shape poller.Session's
 // AdoptWarm takes (the caller then calls FinishHandOver); nil when the
 // socket died meanwhile, or the upstream gave up on it (gaveUp): the
-// caller drops it and dials fresh. A read of
-// the hold may have the lock for a moment, so it retries briefly: call it
-// from a session's start goroutine, never on a poller.
+// caller drops it and dials fresh.
+//
+// It first waits for the upstream's answer to session.start (at most
+// answerWait). An upstream that drops unstarted sockets after a while
+// (mockai's StartTimeout; OpenAI's wait is not documented) may have given
+// up on this one just as session.start went: its error then comes after
+// the write, and handing the socket over before it came gave the client
+// that error (TestLivePoolUpstreamDropsUnstarted failed so in CI). The
+// wait costs the client nothing: it waits for that answer anyway, and the
+// answer goes to it at once with the socket. A read of the hold may have
+// the lock for a moment, so it retries briefly: call it from a session's
+// start goroutine, never on a poller.
 func (l *LiveHold) Adopt(o poller.Owner) (*poller.Handle, []byte) {
+	wait := time.NewTimer(answerWait)
+	select {
+	case <-l.answered:
+	case <-wait.C:
+	}
+	wait.Stop()
 	for range 1000 {
 		l.mu.Lock()
 		refused := gaveUp(l.buf)

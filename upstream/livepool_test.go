@@ -187,3 +187,35 @@ func adopt(hold *LiveHold) (*recorder, *poller.Handle) {
 	h.FinishHandOver()
 	return r, h
 }
+
+// TestLiveHoldWaitsForTheAnswerToSessionStart: an upstream whose start
+// timer fires just as session.start reaches it (mockai's StartCrossed: the
+// error session_start_timeout and close 4000 come 30 ms after the
+// session.start) gave up on the socket; Adopt waits for that answer and
+// hands nothing over, so the caller dials fresh and the client never sees
+// the error. (Handing the socket over at once, before the answer came, gave
+// the client the error: once in CI, TestLivePoolUpstreamDropsUnstarted.)
+func TestLiveHoldWaitsForTheAnswerToSessionStart(t *testing.T) {
+	eachScheme(t, func(t *testing.T, tls bool) {
+		m := startLiveMock(t, mockai.Config{Live: mockai.LiveConfig{StartTimeout: time.Minute, StartCrossed: 30 * time.Millisecond}}, tls)
+		p := newLiveTestPool(t, m, LivePoolConfig{Size: 1, PingInterval: -1})
+		ta := liveTarget(t, m, "k")
+		p.Prime(ta, "gpt-live-1")
+		testwait.For(t, "an unstarted socket", func() bool { return p.Warm(ta) == 1 })
+		hold, err := p.TakeLive(ta, "gpt-live-1", sessionStart("gpt-live-1"), 3)
+		if err != nil {
+			t.Fatalf("TakeLive: %v", err)
+		}
+		if r, h := adopt(hold); h != nil {
+			testwait.For(t, "a first event", func() bool {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				return firstEvent(r.got) != ""
+			})
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("a socket the upstream gave up on was handed over: its first event %q", firstEvent(r.got))
+		}
+		hold.Handle().Endpoint().Drop()
+	})
+}
