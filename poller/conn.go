@@ -3,7 +3,9 @@ package poller
 import (
 	"errors"
 	"io"
+	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cloudwego/netpoll"
@@ -41,16 +43,25 @@ func IsWouldBlock(err error) bool {
 // net.Conn Read, which releases buffers underneath other readers).
 //
 // A blocking Write goes to the descriptor number by hand, outside netpoll's
-// lock that holds Close back from its own writers: nothing may Close the
-// connection from another goroutine while a Write may run, or the write can
-// land on the socket that took the number next. crypto/tls's
-// HandshakeContext does exactly that when its context ends (it closes the
-// net.Conn from a goroutine of its own): a dial's TLS handshake therefore
-// runs with Handshake, ended by a shutdown (upstream's Dial).
+// lock that holds Close back from its own writers. A Close from another
+// goroutine (crypto/tls's HandshakeContext closes the net.Conn from a
+// goroutine of its own when its context ends; netpoll closes a socket whose
+// peer hung up) could then free the number between the write's look-up and
+// its system call, and the bytes land on the socket that took the number
+// next: a ClientHello once reached a client accepted in that moment. So
+// the write by hand runs under handWrite, and a close callback takes
+// handWrite and marks the descriptor gone before netpoll closes it (netpoll
+// runs close callbacks latest first, its own, which closes the descriptor,
+// last): a Close waits for a write by hand in progress, and no write by hand
+// starts after it.
 type NBConn struct {
 	netpoll.Connection
 	nonBlocking atomic.Bool
 	out         *Endpoint // set when an endpoint owns the connection's writes
+
+	handWrite sync.Mutex
+	fdGone    bool   // under handWrite: the descriptor is closed or about to be
+	beforeFD  func() // tests: runs between the descriptor's look-up and the write
 
 	// readAhead is set while the endpoint's read handler runs on the
 	// socket's poller and the socket may still hold bytes: then Read
@@ -110,7 +121,23 @@ func (r *recordCursor) midRecord() bool { return r.left > 0 || r.n > 0 }
 func (c *NBConn) Fed(b []byte) { c.rec.feed(b) }
 
 // NewNBConn wraps c; it starts in blocking mode.
-func NewNBConn(c netpoll.Connection) *NBConn { return &NBConn{Connection: c} }
+func NewNBConn(c netpoll.Connection) *NBConn {
+	nb := &NBConn{Connection: c}
+	_ = c.AddCloseCallback(nb.descriptorGone)
+	if !c.IsActive() {
+		_ = nb.descriptorGone(c)
+	}
+	return nb
+}
+
+// descriptorGone is NBConn's close callback: it waits for a write by hand in
+// progress and lets none start after it.
+func (c *NBConn) descriptorGone(netpoll.Connection) error {
+	c.handWrite.Lock()
+	c.fdGone = true
+	c.handWrite.Unlock()
+	return nil
+}
 
 // SetBlocking switches between blocking and event-driven reads.
 func (c *NBConn) SetBlocking(b bool) { c.nonBlocking.Store(!b) }
@@ -219,21 +246,37 @@ func (c *NBConn) Write(p []byte) (int, error) {
 	// output buffer, which then keeps a node of that size (~2 KiB for a
 	// ClientHello with a post-quantum key share) for the connection's life.
 	// Safe because only this goroutine writes before an endpoint owns the
-	// connection, and netpoll's output buffer is empty whenever its Write
-	// has returned.
-	sent := 0
-	if fd := fdOf(c.Connection); fd >= 0 {
-		n, err := writeFD(fd, p)
-		if err != nil {
-			return n, err
-		}
-		sent = n
+	// connection, netpoll's output buffer is empty whenever its Write has
+	// returned, and a close waits for handWrite (NBConn). netpoll's own
+	// Write, below, is outside handWrite: it may wait for the poller, which
+	// may be the one closing.
+	sent, err := c.writeByHand(p)
+	if err != nil {
+		return sent, err
 	}
 	if sent == len(p) {
 		return sent, nil
 	}
 	n, err := c.Connection.Write(p[sent:])
 	return sent + n, mapErr(err)
+}
+
+// writeByHand writes what the kernel takes of p straight to the descriptor,
+// unless the descriptor is gone.
+func (c *NBConn) writeByHand(p []byte) (int, error) {
+	c.handWrite.Lock()
+	defer c.handWrite.Unlock()
+	if c.fdGone {
+		return 0, net.ErrClosed
+	}
+	fd := fdOf(c.Connection)
+	if fd < 0 {
+		return 0, nil
+	}
+	if c.beforeFD != nil {
+		c.beforeFD()
+	}
+	return writeFD(fd, p)
 }
 
 func mapErr(err error) error {
