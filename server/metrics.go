@@ -14,6 +14,7 @@ import (
 	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/turns"
+	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -200,4 +201,17 @@ func (m *metrics) registerResumes() {
 		Help:    "From the loss of a session's upstream to the fresh upstream taking the client's frames (resumes that succeeded).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}})
 	m.reg.MustRegister(m.resumes, m.resumeSeconds)
+}
+
+// countTokens adds usage to the token metrics.
+func (m *metrics) countTokens(group, key string, u usage.Usage) {
+	in, out := u.InputTokenDetails, u.OutputTokenDetails
+	for kind, n := range map[string]int64{
+		"input_text": in.TextTokens, "input_audio": in.AudioTokens, "input_image": in.ImageTokens,
+		"input_cached": in.CachedTokens, "output_text": out.TextTokens, "output_audio": out.AudioTokens,
+	} {
+		if n > 0 {
+			m.tokens.WithLabelValues(group, key, kind).Add(float64(n))
+		}
+	}
 }
