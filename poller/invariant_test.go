@@ -68,11 +68,9 @@ func TestCloseChosenWhileDialedNeverLandsInAHandler(t *testing.T) {
 	o := &blockingOwner{h: h, inRead: inRead, release: make(chan struct{}), gone: make(chan struct{})}
 
 	atClose, proceed := make(chan struct{}), make(chan struct{})
-	poller.SetCloseHook(t, func(e *poller.Endpoint) {
-		if e == ep {
-			close(atClose)
-			<-proceed
-		}
+	ep.SetCloseHook(func() {
+		close(atClose)
+		<-proceed
 	})
 	closed := make(chan struct{})
 	go func() { ep.Close(); close(closed) }()
