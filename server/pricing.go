@@ -7,7 +7,7 @@ package server
 //	a Realtime session's input transcription its transcription model's prices: a model
 //	(transcription events' usage)           group of that name (its deployment's, model_info
 //	                                        included), else the built-in table
-//	                                        (spend.DefaultModelPrices, per second for
+//	                                        (spend.Lookup, spend.ModelInfo.SecondPrice for
 //	                                        whisper-1 and the like)
 //	GPT-Live's delegated Responses tokens   the Live deployment's model_info token prices
 //	(response.event)                        when it sets any (they override), else the

@@ -37,7 +37,7 @@ type modelEntry struct {
 	ModelName     yaml.Node `yaml:"model_name"`
 	LiteLLMParams yaml.Node `yaml:"litellm_params"`
 	// ModelInfo is LiteLLM's free-form metadata (ids, descriptions,
-	// pricing). Its price fields (spend.PriceFields) are read and checked;
+	// pricing). Its price fields (spend.IsPriceField) are read and checked;
 	// the rest is accepted and ignored: it does not affect routing.
 	ModelInfo yaml.Node `yaml:"model_info"`
 }
