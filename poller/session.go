@@ -10,21 +10,6 @@ import (
 	"rtgate/frames"
 )
 
-// Side names the two sockets of a session.
-type Side uint8
-
-const (
-	ClientSide Side = iota
-	UpstreamSide
-)
-
-func (s Side) String() string {
-	if s == ClientSide {
-		return "client"
-	}
-	return "upstream"
-}
-
 // SessionConfig holds the limits and callbacks every session of a gateway
 // shares.
 type SessionConfig struct {
@@ -76,7 +61,7 @@ type side struct {
 	mu    sync.Mutex
 	ep    *Endpoint // nil while the upstream connects
 	state closeState
-	which Side         // beside state: one word for both (two sides per session)
+	which frames.Side  // beside state: one word for both (two sides per session)
 	got   frames.Close // the close frame that came from the socket
 	timer *time.Timer
 }
@@ -134,7 +119,7 @@ type Session struct {
 
 	infoMu    sync.Mutex
 	close     frames.Close // the first close of the session
-	closeFrom Side
+	closeFrom frames.Side
 	closeSeen bool
 }
 
@@ -154,11 +139,11 @@ func NewSession(cfg *SessionConfig, client *Endpoint) *Session {
 // callbacks bound to it, live at that address.
 func (s *Session) Init(cfg *SessionConfig, client *Endpoint) {
 	s.cfg = cfg
-	s.client.ep, s.client.which = client, ClientSide
-	s.up.which = UpstreamSide
+	s.client.ep, s.client.which = client, frames.ClientSide
+	s.up.which = frames.UpstreamSide
 	s.lastActivity.Store(time.Now().UnixNano())
-	s.c2u.Init(frames.FromClient, cfg.MaxMessage)
-	s.u2c.Init(frames.FromServer, 0)
+	s.c2u.Init(frames.ClientSide, cfg.MaxMessage)
+	s.u2c.Init(frames.UpstreamSide, 0)
 	s.fromClientFn = s.fromClient
 	s.fromUpstreamFn = s.fromUpstream
 }
@@ -173,7 +158,7 @@ func (s *Session) Counters() (framesIn, bytesIn, framesOut, bytesOut uint64) {
 }
 
 // noteClose remembers the first close of the session, for its record.
-func (s *Session) noteClose(c frames.Close, from Side) {
+func (s *Session) noteClose(c frames.Close, from frames.Side) {
 	s.infoMu.Lock()
 	if !s.closeSeen {
 		s.close, s.closeFrom, s.closeSeen = c, from, true
@@ -184,7 +169,7 @@ func (s *Session) noteClose(c frames.Close, from Side) {
 // FirstClose returns the first close of the session (a close frame that
 // passed, or one the gateway sent) and which side it concerned; ok is false if
 // there was none, as when a socket simply dropped.
-func (s *Session) FirstClose() (c frames.Close, from Side, ok bool) {
+func (s *Session) FirstClose() (c frames.Close, from frames.Side, ok bool) {
 	s.infoMu.Lock()
 	defer s.infoMu.Unlock()
 	return s.close, s.closeFrom, s.closeSeen

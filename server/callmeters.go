@@ -64,7 +64,7 @@ func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deplo
 // not nil) callID, meter it for info until it ends.
 func (cm *callMeters) watch(info *sessionInfo, callID string, conn *upstream.Upgraded, lm *liveMetering) *callMeter {
 	m := &callMeter{meters: cm, info: info, callID: callID, h: poller.NewHandle(conn.Endpoint), lm: lm, gone: make(chan struct{})}
-	m.sc.Init(frames.FromServer, 0)
+	m.sc.Init(frames.UpstreamSide, 0)
 	m.sc.SetInspector(m)
 	cm.live.Store(m, struct{}{})
 	return m

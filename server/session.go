@@ -544,7 +544,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 }
 
 // sessionOutcome classifies how a session ended, for metrics.
-func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok bool) string {
+func sessionOutcome(sess *poller.Session, cl frames.Close, from frames.Side, ok bool) string {
 	switch {
 	case sess.UpstreamUnavailable():
 		return "upstream_unavailable"

@@ -12,6 +12,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/frames"
 	"rtgate/internal/every"
 	"rtgate/internal/sysmem"
 	"rtgate/poller"
@@ -116,7 +117,7 @@ func (w *watchdog) run(ctx context.Context) { every.Tick(ctx, watchdogTick, w.ti
 // backlog is a stalled session and what waits behind it.
 type backlog struct {
 	sess    *poller.Session
-	side    poller.Side
+	side    frames.Side
 	waiting int
 }
 
