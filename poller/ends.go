@@ -96,7 +96,7 @@ func (s *Session) sendClientNotice(notice []byte, closeCode ws.StatusCode, close
 // CloseTimeout.
 //
 // With a farewell (SetFarewell) the upstream gets the farewell instead, and
-// both close frames wait for its answer (farewell.go).
+// both close frames wait for its answer (Farewelled).
 func (s *Session) Terminate(code ws.StatusCode, reason string, notice []byte) {
 	s.terminating.Store(true)
 	if s.terminateGracefully(code, reason, notice) {

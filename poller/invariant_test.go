@@ -15,7 +15,7 @@ import (
 	"rtgate/poller"
 )
 
-// These tests hold the reactor to the inline invariant (doc.go): no netpoll
+// These tests hold the reactor to the inline invariant (the package doc): no netpoll
 // Close may land inside a socket's handler task, and no panic may leave a
 // handler. Under HandlersInline a breach spins the socket's poller in
 // FDOperator.unused, which testwait.NoSpin names; under the pool they check

@@ -39,7 +39,7 @@ type SessionConfig struct {
 	// than forwarded.
 	SameFirstFrame func(payload []byte) bool
 	// Resume, if set, is asked to carry the session onto a fresh upstream
-	// after a Loss (resume.go). It must not block: it dials elsewhere and
+	// after a Loss (Session.resume). It must not block: it dials elsewhere and
 	// then calls AdoptResumed (or ResumeFailed). It returns false to end
 	// the session as without it.
 	Resume func(*Session, Loss) bool
@@ -56,7 +56,7 @@ const (
 )
 
 // side is one socket of a session: its endpoint, where its close handshake
-// stands (close.go), and the timer that bounds it.
+// stands (closeState, closeTable), and the timer that bounds it.
 type side struct {
 	mu    sync.Mutex
 	ep    *Endpoint // nil while the upstream connects
@@ -69,12 +69,12 @@ type side struct {
 // Session relays one client WebSocket to one upstream WebSocket.
 //
 // Frames pass through verbatim. Each socket runs its own close handshake
-// (close.go): a close frame from one side is forwarded to the other, so close
+// (closeTable): a close frame from one side is forwarded to the other, so close
 // codes and reasons pass through; when one side drops without a close frame,
 // the other gets 1011 (upstream lost) or 1001 (client gone) from the gateway.
 //
 // Locking: each side's mu guards its close state and every write to its
-// socket (writes never block, see output.go); the upstream side's mu also
+// socket (writes never block, see Endpoint.sendLocked); the upstream side's mu also
 // guards upState, the pending queue and the redial state. No code holds both
 // sides' locks at once. Reads of the upstream run under its Handle's read
 // lock, reads of the client in the client's OnRequest.
@@ -95,7 +95,7 @@ type Session struct {
 	skipFirst  bool                       // consume the next upstream's first frame
 	skipNext   bool                       // a redial: the next upstream attached skips its first frame
 	cur        *upLink                    // the upstream's link, once attached
-	resumes    int                        // upstreams let go of to resume (resume.go)
+	resumes    int                        // upstreams let go of to resume (Session.resume)
 	queuedStop bool                       // a close frame is queued behind pending
 	resumable  bool                       // kept for continuity (HoldUpstream): set before the relay starts
 	redials    int                        // fresh upstreams dialed after a dead warm one
