@@ -20,7 +20,7 @@ type appState struct {
 	secrets    *apps.Secrets
 	calls      *apps.Calls
 	httpClient *http.Client // the upstream calls endpoints
-	meters     *callMeters  // the gateway's own metering sidebands (apps.go)
+	meters     *callMeters  // the gateway's own metering sidebands
 }
 
 // newAppState is made in New once the cluster store is known.
@@ -51,14 +51,14 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 	current := func() []*routes.Deployment { return s.balancer.Rank(s.routes.Load().Groups[group]) }
 	switch {
 	case u.liveAttach:
-		if !u.liveFork { // its frames meter the session only if the gateway's own sideband cannot (watch.go)
+		if !u.liveFork { // its frames meter the session only if the gateway's own sideband cannot (appSideband)
 			info.sideband = s.meters.sidebandOf(u.callID, u.made)
 			sess.InspectUpstream(info.sideband.inspector())
 		}
-		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband or WebSocket fork (liveapps.go)
+		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband or WebSocket fork
 		return true
 	case u.translation:
-		// Never pooled, never redialed: billed by the minute (apps.go).
+		// Never pooled, never redialed: billed by the minute.
 		info.redial = nil
 		if info.grant != nil {
 			go s.primeSession(sess, info, cands, q, h)
@@ -69,7 +69,7 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 	case u.callID != "":
 		info.redial = nil // a sideband holds no session of its own to redo
 		if u.made {
-			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (apps.go)
+			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (callMeters)
 		}
 		go s.connectUpstream(sess, info, cands, q, h, nil)
 		return true

@@ -229,13 +229,13 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
 	}
 	info.meter.OnEvent = func(add usage.Usage) { book(prices(info.currentDeployment()).Cost(add)) }
-	if info.meter.SplitTranscription { // a conversation's transcription, at its own model's prices (pricing.go)
+	if info.meter.SplitTranscription { // a conversation's transcription, at its own model's prices (transcriptionCost)
 		info.meter.OnTranscription = func(model string, add usage.Usage) { book(transcriptionCost(b.routes(), info, model, add)) }
 	}
 }
 
 // bookAfter books usd against the session's key at its end (estimated
-// responses in flight, flights.go): the session is ending already, so
+// responses in flight, estimateFlights): the session is ending already, so
 // nothing more is ended for it.
 func (b *budgets) bookAfter(info *sessionInfo, usd float64) {
 	if bud := b.budgetOf(info.key); info.key.Budget.Max > 0 && bud.Max > 0 && usd > 0 {

@@ -27,9 +27,9 @@ type callMeters struct {
 	records *records
 	live    sync.Map // *callMeter → struct{}
 	// sessions are the GPT-Live WebRTC sessions being metered, by id
-	// (*liveMetering, watch.go).
+	// (*liveMetering).
 	sessions sync.Map
-	// A GPT-Live WebRTC session's budget (liveapps.go): the ledger, and how
+	// A GPT-Live WebRTC session's budget (liveAPI.create): the ledger, and how
 	// a session over budget is ended (its call hung up upstream).
 	budgets *budgets
 	hangUp  func(d *routes.Deployment, id string)
@@ -90,7 +90,7 @@ type callMeter struct {
 	h      *poller.Handle
 	sc     frames.Scanner // under the Handle's read lock
 	once   sync.Once
-	lm     *liveMetering // a GPT-Live session's (watch.go); nil for a Realtime call
+	lm     *liveMetering // a GPT-Live session's; nil for a Realtime call
 	gone   chan struct{} // closed once it has ended
 	adm    *admission    // a Realtime call's admission, given back when it ends
 }
@@ -108,7 +108,7 @@ func (m *callMeter) Wants(prefix []byte) bool {
 // does.
 func (m *callMeter) Inspect(p []byte) {
 	if ls := m.info.live; ls != nil {
-		ls.meter.Inspect(p) // GPT-Live: seconds, backend tokens (liveapps.go)
+		ls.meter.Inspect(p) // GPT-Live: seconds, backend tokens (liveState.bookBackend)
 		return
 	}
 	if add, ok := m.info.meter.Book(p); ok {

@@ -13,7 +13,7 @@ package server
 // (/v1/realtime/calls/{id}).
 //
 // Media never flows through the gateway: the browser and OpenAI exchange it
-// directly. A call is admitted as a session (admission.go): the key's
+// directly. A call is admitted as a session (admitEntry): the key's
 // models, budget, max_sessions and connect_rate and the deployment's slot,
 // held while the call is live. To meter the call the gateway opens its own
 // sideband connection (?call_id=) to the deployment and books response.done
@@ -21,7 +21,7 @@ package server
 // call is hung up), as for WebSocket sessions; the call ends, and its
 // admission is given back, when that sideband closes. It remembers who made
 // the call (the key, the deployment, the client secret) for sideband access
-// (apps/calls.go).
+// (apps.Calls).
 
 import (
 	"bytes"

@@ -31,12 +31,12 @@ type metrics struct {
 	tokens         *prometheus.CounterVec
 	dialFailures   *prometheus.CounterVec
 	usageLogErrors prometheus.Counter
-	warmRedials    prometheus.Counter // registered in New (notices.go's redial)
+	warmRedials    prometheus.Counter // registered in New, counted by redial
 	resumes        *prometheus.CounterVec
 	resumeSeconds  prometheus.Histogram
 	spend          *prometheus.CounterVec
-	flagged        *prometheus.CounterVec // records with unpriced or unconfirmed usage (pricing.go, flights.go)
-	gatewayErrors  *prometheus.CounterVec // upstream errors for the gateway's own events (gatewayevents.go)
+	flagged        *prometheus.CounterVec // records with unpriced or unconfirmed usage (noteUnpriced, estimateFlights)
+	gatewayErrors  *prometheus.CounterVec // upstream errors for the gateway's own events (holdGatewayAnswer)
 
 	// Sessions by protocol (realtime, live): new series beside the totals
 	// above, whose labels stay as they were.
@@ -192,7 +192,7 @@ func sumCounter(c prometheus.Collector) float64 {
 	return total
 }
 
-// registerResumes adds session continuity's metrics (resume.go).
+// registerResumes adds session continuity's metrics (resumer).
 func (m *metrics) registerResumes() {
 	m.resumes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_session_resumes_total",
 		Help: "Sessions carried onto a fresh upstream session (session continuity), by cause (upstream_lost, upstream_closed, " +

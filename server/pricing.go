@@ -1,7 +1,7 @@
 package server
 
 // Prices for every model a session makes the gateway pay for, beside the
-// deployment's own model (whose prices are the deployment's, spend.go):
+// deployment's own model (whose prices are the deployment's: prices, secondPrice):
 //
 //	usage                                   priced at
 //	a Realtime session's input transcription its transcription model's prices: a model

@@ -21,7 +21,7 @@ import (
 // durable spend log, and the spend metric.
 type records struct {
 	log      *slog.Logger
-	routes   func() *routes.Table // the prices of models beside the deployment's (pricing.go)
+	routes   func() *routes.Table // the prices of models beside the deployment's (modelPrices)
 	spend    *prometheus.CounterVec
 	flagged  *prometheus.CounterVec // records with unpriced or unconfirmed usage
 	usageLog *usage.Log             // nil without USAGE_LOG
@@ -70,7 +70,7 @@ func (r *records) record(info *sessionInfo, rec *usage.Record) {
 			info.noteUnpriced(d.Model)
 		}
 		// A conversation's input transcription, at its own model's
-		// prices (pricing.go).
+		// prices (modelPrices).
 		for _, t := range rec.Transcription {
 			rec.CostUSD += transcriptionCost(r.routes(), info, t.Model, t.Usage)
 		}

@@ -28,7 +28,7 @@ import (
 // a slow link in front of a long answer), is kept up to that ceiling; a
 // side that reads nothing at all is not the watchdog's: its backlog writer
 // closes the socket once the kernel has taken nothing for WriteTimeout
-// (poller/output.go). A session over the ceiling is caught within
+// (poller.Endpoint's backlog). A session over the ceiling is caught within
 // watchdogTick+stallGrace of passing it, so its backlog stays under
 // MaxStalledBytes plus 0.2 s of the other side's sending rate. The walk for
 // stalls runs only while some socket has a backlog (see watchdog).
