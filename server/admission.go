@@ -25,7 +25,7 @@ package server
 //	                                 upstream's deployment, of the group as the routes table has it now)
 //
 // A WebSocket connect also passes the instance's front door first
-// (draining, MAX_CONNECTIONS: clientConn.admit), which counts every client
+// (draining, MAX_CONNECTIONS: Server.admit), which counts every client
 // socket, sidebands included.
 
 import (
