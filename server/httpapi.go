@@ -4,7 +4,7 @@ package server
 // the same port as the WebSocket upgrades.
 //
 // They arrive the way every request does, through netpoll's OnRequest (see
-// server.go), so the WebSocket path pays nothing for them: no second server,
+// Server.onRequest), so the WebSocket path pays nothing for them: no second server,
 // no sniffing, one switch on the path once the head is whole. A request body
 // is collected the way the head is: each OnRequest appends what the socket
 // has and returns, so no poller or handler goroutine ever waits for a slow
