@@ -32,7 +32,7 @@ const (
 	rssPerSession    = 16.6 * 1024
 	rssPerTLSSession = 37.4 * 1024
 	idleRSS          = 12 << 20
-	// Drain's own shutdown after the close handshakes (drain.go).
+	// Drain's own shutdown after the close handshakes.
 	shutdownSlack = 3 * time.Second
 )
 

@@ -32,7 +32,7 @@ func FuzzScanner(f *testing.F) {
 		if flags&2 != 0 {
 			maxMsg = 64
 		}
-		for _, dir := range []Direction{FromClient, FromServer} {
+		for _, dir := range []Side{ClientSide, UpstreamSide} {
 			want := refScan(data, dir, maxMsg)
 			got := fuzzFeed(t, dir, maxMsg, data, chunks, want.ends)
 			if !bytes.Equal(got.out, data[:len(got.out)]) {
@@ -49,7 +49,7 @@ func FuzzScanner(f *testing.F) {
 			}
 		}
 
-		dir := Direction(flags & 1)
+		dir := Side(flags & 1)
 		stream, closes := validStream(data, dir)
 		got := fuzzFeed(t, dir, 0, stream, chunks, refScan(stream, dir, 0).ends)
 		if got.err != nil {
@@ -114,7 +114,7 @@ type fed struct {
 // (cycled; each byte is a size of 1 to 256), as the reactor would see it
 // arrive, checking the invariants every call must keep. ends holds the
 // offsets in stream where frames end.
-func fuzzFeed(t *testing.T, dir Direction, maxMsg int64, stream, chunks []byte, ends map[int]bool) fed {
+func fuzzFeed(t *testing.T, dir Side, maxMsg int64, stream, chunks []byte, ends map[int]bool) fed {
 	t.Helper()
 	s := NewScanner(dir, maxMsg)
 	sink := &sliceSink{}
@@ -232,7 +232,7 @@ func refHeaderOK(h ws.Header, fromClient, fragmented bool) bool {
 // for a control frame, its whole payload arrived and passed); a data frame's
 // payload streams as it arrives; nothing of a refused frame is forwarded, and
 // nothing after it.
-func refScan(in []byte, dir Direction, maxMsg int64) refResult {
+func refScan(in []byte, dir Side, maxMsg int64) refResult {
 	r := refResult{ends: map[int]bool{0: true}}
 	var message int64
 	fragmented := false // a data message is open (RFC 6455 5.4)
@@ -259,7 +259,7 @@ func refScan(in []byte, dir Direction, maxMsg int64) refResult {
 		if op.IsControl() && int64(len(rest)-hlen) < h.Length {
 			return r // control frames are held until complete
 		}
-		if !refHeaderOK(h, dir == FromClient, fragmented) {
+		if !refHeaderOK(h, dir == ClientSide, fragmented) {
 			return refuse(ws.StatusProtocolError)
 		}
 		if h.OpCode == ws.OpClose {
@@ -326,7 +326,7 @@ func sendableCloseCode(code ws.StatusCode) bool {
 // validStream builds a stream of valid frames for direction dir from the
 // fuzz input: each frame takes a selector byte and up to 31 payload bytes.
 // It returns the stream and the close frames in it.
-func validStream(data []byte, dir Direction) ([]byte, []Close) {
+func validStream(data []byte, dir Side) ([]byte, []Close) {
 	var (
 		out        bytes.Buffer
 		closes     []Close
@@ -341,7 +341,7 @@ func validStream(data []byte, dir Direction) ([]byte, []Close) {
 	}
 	put := func(h ws.Header, payload []byte) {
 		h.Length = int64(len(payload))
-		if dir == FromClient {
+		if dir == ClientSide {
 			h.Masked = true
 			copy(h.Mask[:], take(4))
 		}

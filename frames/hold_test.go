@@ -29,7 +29,7 @@ func TestInspectMasked(t *testing.T) {
 	want := `{"type":"session.update","session":{"instructions":"` + strings.Repeat("x", 400) + `"}}`
 	stream := append(text(`{"type":"input_audio_buffer.append","audio":"AAAA"}`, true), text(want, true)...)
 	for _, chunk := range []int{1, 7, 100, len(stream)} {
-		s := NewScanner(FromClient, 0)
+		s := NewScanner(ClientSide, 0)
 		r := &recorder{wanted: `{"type":"session.update"`}
 		s.SetInspector(r)
 		sink := &sliceSink{}
@@ -61,7 +61,7 @@ func TestHolder(t *testing.T) {
 	}
 	wantOut := append(append(append([]byte{}, keep1...), big...), keep1...)
 	for _, chunk := range []int{1, 5, 64, len(stream) + len(closeHeld)} {
-		s := NewScanner(FromServer, 0)
+		s := NewScanner(UpstreamSide, 0)
 		s.SetHolder(&recorder{holdText: "session_expired", holdCode: ws.StatusGoingAway})
 		sink := &sliceSink{}
 		all := append(append([]byte{}, stream...), closeHeld...)

@@ -26,21 +26,23 @@ import (
 	"github.com/valyala/bytebufferpool"
 )
 
-// Direction says which way frames travel, which fixes the masking rule.
-type Direction uint8
+// Side names the two ends of a relayed WebSocket, the client and the
+// upstream (the server): which one a frame comes from fixes the masking
+// rule, and a session names its sockets by it.
+type Side uint8
 
 const (
-	// FromClient frames must be masked (RFC 6455 section 5.1).
-	FromClient Direction = iota
-	// FromServer frames must not be masked.
-	FromServer
+	// ClientSide frames must be masked (RFC 6455 section 5.1).
+	ClientSide Side = iota
+	// UpstreamSide frames must not be masked.
+	UpstreamSide
 )
 
-func (d Direction) String() string {
-	if d == FromClient {
+func (s Side) String() string {
+	if s == ClientSide {
 		return "client"
 	}
-	return "server"
+	return "upstream"
 }
 
 // Source is the part of netpoll.Reader the scanner reads from. Bytes returned
@@ -100,7 +102,7 @@ type Scanner struct {
 
 	remaining  uint64 // bytes of the current frame still to pass through
 	message    uint64 // payload bytes of the current message so far
-	dir        Direction
+	from       Side
 	fragmented bool // a fragmented data message is in progress
 	failed     bool // a frame was refused: the stream can no longer be parsed
 	holdClose  bool // close frames are returned, not written (HoldCloses)
@@ -139,19 +141,19 @@ func (s *Scanner) Remaining() uint64 { return s.remaining }
 // SetInspector makes the scanner offer text frames to insp.
 func (s *Scanner) SetInspector(insp Inspector) { s.insp = insp }
 
-// NewScanner returns a scanner for frames travelling in direction dir.
+// NewScanner returns a scanner for frames coming from side from.
 // maxMessage bounds the payload of one (possibly fragmented) message; 0 means
 // no limit.
-func NewScanner(dir Direction, maxMessage int64) *Scanner {
+func NewScanner(from Side, maxMessage int64) *Scanner {
 	s := &Scanner{}
-	s.Init(dir, maxMessage)
+	s.Init(from, maxMessage)
 	return s
 }
 
 // Init prepares a scanner embedded in a larger struct, saving an allocation
 // per session.
-func (s *Scanner) Init(dir Direction, maxMessage int64) {
-	*s = Scanner{dir: dir}
+func (s *Scanner) Init(from Side, maxMessage int64) {
+	*s = Scanner{from: from}
 	if maxMessage > 0 {
 		s.maxMessage = uint64(maxMessage)
 	}
@@ -454,7 +456,7 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 // direction, with no extensions negotiated.
 func (s *Scanner) check(h ws.Header) error {
 	state := ws.StateServerSide
-	if s.dir == FromServer {
+	if s.from == UpstreamSide {
 		state = ws.StateClientSide
 	}
 	if s.fragmented {

@@ -36,7 +36,7 @@ func BenchmarkScannerForward(b *testing.B) {
 				if sink == "linkbuffer" {
 					dst = out
 				}
-				s := frames.NewScanner(frames.FromClient, 0)
+				s := frames.NewScanner(frames.ClientSide, 0)
 
 				b.ReportAllocs()
 				b.SetBytes(int64(len(frame)))

@@ -20,7 +20,7 @@ func (s *sliceSink) WriteBinary(p []byte) (int, error) {
 // feed runs the stream through a scanner in chunks of the given size, as the
 // reactor would see it arrive, and returns the forwarded bytes, the close
 // frames seen and the first error.
-func feed(t *testing.T, dir Direction, maxMsg int64, stream []byte, chunk int) ([]byte, []Close, error) {
+func feed(t *testing.T, dir Side, maxMsg int64, stream []byte, chunk int) ([]byte, []Close, error) {
 	t.Helper()
 	s := NewScanner(dir, maxMsg)
 	sink := &sliceSink{}
@@ -60,25 +60,25 @@ func TestScannerForwardsVerbatim(t *testing.T) {
 	mask := [4]byte{1, 2, 3, 4}
 	cases := []struct {
 		name   string
-		dir    Direction
+		dir    Side
 		stream []byte
 		closes []Close
 	}{
-		{"masked text", FromClient, text(`{"type":"session.update"}`, true), nil},
-		{"unmasked text", FromServer, text(`{"type":"session.created"}`, false), nil},
-		{"16-bit length", FromClient, AppendFrame(nil, ws.OpBinary, mid, true), nil},
-		{"64-bit length", FromServer, AppendFrame(nil, ws.OpBinary, big, false), nil},
-		{"empty frame", FromClient, AppendFrame(nil, ws.OpText, nil, true), nil},
-		{"ping and pong", FromClient, append(AppendFrame(nil, ws.OpPing, []byte("hi"), true), AppendFrame(nil, ws.OpPong, nil, true)...), nil},
-		{"fragmented with control in the middle", FromClient, bytes.Join([][]byte{
+		{"masked text", ClientSide, text(`{"type":"session.update"}`, true), nil},
+		{"unmasked text", UpstreamSide, text(`{"type":"session.created"}`, false), nil},
+		{"16-bit length", ClientSide, AppendFrame(nil, ws.OpBinary, mid, true), nil},
+		{"64-bit length", UpstreamSide, AppendFrame(nil, ws.OpBinary, big, false), nil},
+		{"empty frame", ClientSide, AppendFrame(nil, ws.OpText, nil, true), nil},
+		{"ping and pong", ClientSide, append(AppendFrame(nil, ws.OpPing, []byte("hi"), true), AppendFrame(nil, ws.OpPong, nil, true)...), nil},
+		{"fragmented with control in the middle", ClientSide, bytes.Join([][]byte{
 			frameWith(ws.Header{OpCode: ws.OpText, Masked: true, Mask: mask, Length: 3}, []byte("abc")),
 			AppendFrame(nil, ws.OpPing, nil, true),
 			frameWith(ws.Header{OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 3}, []byte("def")),
 			frameWith(ws.Header{Fin: true, OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 3}, []byte("ghi")),
 		}, nil), nil},
-		{"close with reason", FromClient, AppendClose(nil, 4000, "bye now", true), []Close{{Code: 4000, Reason: "bye now"}}},
-		{"close without payload", FromServer, AppendFrame(nil, ws.OpClose, nil, false), []Close{{Code: ws.StatusNoStatusRcvd}}},
-		{"frames then close", FromServer, bytes.Join([][]byte{text("one", false), text("two", false), AppendClose(nil, 1000, "", false)}, nil), []Close{{Code: 1000}}},
+		{"close with reason", ClientSide, AppendClose(nil, 4000, "bye now", true), []Close{{Code: 4000, Reason: "bye now"}}},
+		{"close without payload", UpstreamSide, AppendFrame(nil, ws.OpClose, nil, false), []Close{{Code: ws.StatusNoStatusRcvd}}},
+		{"frames then close", UpstreamSide, bytes.Join([][]byte{text("one", false), text("two", false), AppendClose(nil, 1000, "", false)}, nil), []Close{{Code: 1000}}},
 	}
 	for _, tc := range cases {
 		for _, chunk := range []int{1, 2, 3, 7, 13, 100, 4096, 1 << 20} {
@@ -101,28 +101,28 @@ func TestScannerRejects(t *testing.T) {
 	hugeLen := []byte{0x82, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}
 	cases := []struct {
 		name   string
-		dir    Direction
+		dir    Side
 		maxMsg int64
 		stream []byte
 		code   ws.StatusCode
 	}{
-		{"unmasked client frame", FromClient, 0, text("x", false), ws.StatusProtocolError},
-		{"masked server frame", FromServer, 0, text("x", true), ws.StatusProtocolError},
-		{"reserved bits", FromClient, 0, frameWith(ws.Header{Fin: true, Rsv: 4, OpCode: ws.OpText, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
-		{"unknown data opcode", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: 3, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
-		{"unknown control opcode", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: 0xb, Masked: true, Mask: mask}, nil), ws.StatusProtocolError},
-		{"control over 125 bytes", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpPing, Masked: true, Mask: mask, Length: 126}, make([]byte, 126)), ws.StatusProtocolError},
-		{"fragmented control", FromClient, 0, frameWith(ws.Header{OpCode: ws.OpPing, Masked: true, Mask: mask}, nil), ws.StatusProtocolError},
-		{"continuation without start", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
-		{"new message inside fragmented one", FromClient, 0, append(
+		{"unmasked client frame", ClientSide, 0, text("x", false), ws.StatusProtocolError},
+		{"masked server frame", UpstreamSide, 0, text("x", true), ws.StatusProtocolError},
+		{"reserved bits", ClientSide, 0, frameWith(ws.Header{Fin: true, Rsv: 4, OpCode: ws.OpText, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
+		{"unknown data opcode", ClientSide, 0, frameWith(ws.Header{Fin: true, OpCode: 3, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
+		{"unknown control opcode", ClientSide, 0, frameWith(ws.Header{Fin: true, OpCode: 0xb, Masked: true, Mask: mask}, nil), ws.StatusProtocolError},
+		{"control over 125 bytes", ClientSide, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpPing, Masked: true, Mask: mask, Length: 126}, make([]byte, 126)), ws.StatusProtocolError},
+		{"fragmented control", ClientSide, 0, frameWith(ws.Header{OpCode: ws.OpPing, Masked: true, Mask: mask}, nil), ws.StatusProtocolError},
+		{"continuation without start", ClientSide, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 1}, []byte("x")), ws.StatusProtocolError},
+		{"new message inside fragmented one", ClientSide, 0, append(
 			frameWith(ws.Header{OpCode: ws.OpText, Masked: true, Mask: mask, Length: 1}, []byte("x")),
 			text("y", true)...), ws.StatusProtocolError},
-		{"length with top bit set", FromClient, 0, hugeLen, ws.StatusProtocolError},
-		{"close of one byte", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpClose, Masked: true, Mask: mask, Length: 1}, []byte{3}), ws.StatusProtocolError},
-		{"close with reserved code 1005", FromClient, 0, AppendClose(nil, 1005, "", true), ws.StatusProtocolError},
-		{"close reason not UTF-8", FromClient, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpClose, Masked: true, Mask: mask, Length: 4}, []byte{0x03, 0xe8, 0xff, 0xfe}), ws.StatusInvalidFramePayloadData},
-		{"message over the limit", FromClient, 10, text("0123456789a", true), ws.StatusMessageTooBig},
-		{"fragmented message over the limit", FromClient, 10, append(
+		{"length with top bit set", ClientSide, 0, hugeLen, ws.StatusProtocolError},
+		{"close of one byte", ClientSide, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpClose, Masked: true, Mask: mask, Length: 1}, []byte{3}), ws.StatusProtocolError},
+		{"close with reserved code 1005", ClientSide, 0, AppendClose(nil, 1005, "", true), ws.StatusProtocolError},
+		{"close reason not UTF-8", ClientSide, 0, frameWith(ws.Header{Fin: true, OpCode: ws.OpClose, Masked: true, Mask: mask, Length: 4}, []byte{0x03, 0xe8, 0xff, 0xfe}), ws.StatusInvalidFramePayloadData},
+		{"message over the limit", ClientSide, 10, text("0123456789a", true), ws.StatusMessageTooBig},
+		{"fragmented message over the limit", ClientSide, 10, append(
 			frameWith(ws.Header{OpCode: ws.OpText, Masked: true, Mask: mask, Length: 6}, []byte("012345")),
 			frameWith(ws.Header{Fin: true, OpCode: ws.OpContinuation, Masked: true, Mask: mask, Length: 6}, []byte("678901"))...), ws.StatusMessageTooBig},
 	}
@@ -143,7 +143,7 @@ func TestScannerRejects(t *testing.T) {
 func TestScannerForwardsNothingOfARejectedFrame(t *testing.T) {
 	good := text("fine", true)
 	bad := text("unmasked", false)
-	got, _, err := feed(t, FromClient, 0, append(append([]byte(nil), good...), bad...), 1)
+	got, _, err := feed(t, ClientSide, 0, append(append([]byte(nil), good...), bad...), 1)
 	if err == nil {
 		t.Fatal("want an error for the unmasked frame")
 	}
@@ -153,7 +153,7 @@ func TestScannerForwardsNothingOfARejectedFrame(t *testing.T) {
 }
 
 func TestScannerMidFrame(t *testing.T) {
-	s := NewScanner(FromServer, 0)
+	s := NewScanner(UpstreamSide, 0)
 	f := AppendFrame(nil, ws.OpBinary, make([]byte, 1000), false)
 	sink := &sliceSink{}
 	if _, err := s.Forward(NewByteSource(f[:500]), sink); err != nil {
@@ -176,7 +176,7 @@ func TestScannerMidFrame(t *testing.T) {
 func TestAppendCloseCutsLongReasonAtRuneBoundary(t *testing.T) {
 	reason := string(bytes.Repeat([]byte("é"), 100)) // 200 bytes
 	f := AppendClose(nil, 1000, reason, false)
-	_, closes, err := feed(t, FromServer, 0, f, 1<<10)
+	_, closes, err := feed(t, UpstreamSide, 0, f, 1<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestInspectorSeesChosenFramesWhole(t *testing.T) {
 	stream := bytes.Join(frames, nil)
 	want := []string{`{"type":"response.done","usage":{}}`, long, `{"type":"response.done","short":1}`}
 	for _, chunk := range []int{1, 2, 7, 100, 300, 4096, 1 << 20} {
-		s := NewScanner(FromServer, 0)
+		s := NewScanner(UpstreamSide, 0)
 		p := &pick{word: "response.done"}
 		s.SetInspector(p)
 		sink := &sliceSink{}
@@ -239,7 +239,7 @@ func TestScannerHoldsCloses(t *testing.T) {
 	text := AppendFrame(nil, ws.OpText, []byte(`{"type":"x"}`), true)
 	cl := AppendClose(nil, ws.StatusNormalClosure, "bye", true)
 	for _, chunk := range []int{1, 3, 1000} {
-		s := NewScanner(FromClient, 0)
+		s := NewScanner(ClientSide, 0)
 		s.HoldCloses()
 		sink := &sliceSink{}
 		var got []Close
@@ -282,7 +282,7 @@ func TestScannerKeepsCutFrame(t *testing.T) {
 		{"too long", big, []int{4000}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewScanner(FromClient, 0)
+			s := NewScanner(ClientSide, 0)
 			s.KeepCut(8 << 10)
 			sink := &sliceSink{}
 			off := 0
@@ -315,7 +315,7 @@ func TestScannerKeepsCutFrame(t *testing.T) {
 	}
 
 	// Whole frames in one read: nothing kept, nothing allocated.
-	s := NewScanner(FromClient, 0)
+	s := NewScanner(ClientSide, 0)
 	s.KeepCut(8 << 10)
 	stream := bytes.Repeat(small, 4)
 	src := NewByteSource(nil)
@@ -339,7 +339,7 @@ func (discard) WriteBinary(p []byte) (int, error) { return len(p), nil }
 func TestScannerDropsRest(t *testing.T) {
 	first := text(string(bytes.Repeat([]byte("x"), 2000)), true)
 	next := text("next", true)
-	s := NewScanner(FromClient, 0)
+	s := NewScanner(ClientSide, 0)
 	if _, err := s.Forward(NewByteSource(first[:100]), &sliceSink{}); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func (c Cut) validate() error {
 // A GPT-Live session has no response events: there an answer starts at the
 // input transcript delta that each append is heard with, its output is
 // the output audio delta, and it is done at the output transcript delta
-// that follows (livews.go's liveAppend); a delegated response (wrapped in
+// that follows (session.liveAppend); a delegated response (wrapped in
 // response.event) counts as a response too.
 var (
 	prefixResponseCreated = [][]byte{

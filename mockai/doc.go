@@ -43,7 +43,7 @@
 //
 // # Turns
 //
-// What a test of per-turn latency needs (turns.go):
+// What a test of per-turn latency needs:
 //
 //   - Server VAD, only once a session.update sets audio.input.turn_detection
 //     to {type: "server_vad", ...} (the default session advertises server_vad,
@@ -150,7 +150,7 @@
 // # Continuity
 //
 // For a relay that carries a conversation onto a fresh upstream session
-// (cut.go): Config.Cut ends sessions after (or, with During, inside) their
+// (Cut): Config.Cut ends sessions after (or, with During, inside) their
 // Nth response, by a TCP drop, a close frame with a chosen code (1011,
 // 1012, ...) or half a frame then a drop, on the first Cut.Times sessions
 // only, so the replacement lives (cmd/mockai -cut, -cut-after, -cut-during,
@@ -167,8 +167,8 @@
 //
 // # GPT-Live
 //
-// The same server speaks GPT-Live (live.go and its siblings describe each
-// route): WS /v1/live/sessions (and Azure's /openai/v1/live/sessions) with
+// The same server speaks GPT-Live (liveState and its routes' handlers
+// describe each): WS /v1/live/sessions (and Azure's /openai/v1/live/sessions) with
 // session.start first and a strict configuration, audio answered with output
 // audio and transcripts, session.usage.updated every LiveConfig.UsageInterval,
 // session.close answered by session.closed, Responses delegation wrapped in
@@ -190,5 +190,5 @@
 // /openai/v1/realtime/translations): session.created of type translation,
 // session.update of the audio settings, appended audio answered with
 // transcript and audio deltas, session.close answered by session.closed
-// (translation.go). No event carries usage.
+// (handleTranslation). No event carries usage.
 package mockai

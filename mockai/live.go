@@ -14,13 +14,13 @@ package mockai
 // second). A WebRTC or SIP session's simulated media adds MediaChunk of
 // audio (MediaInterval by default) per tick, as if someone were talking.
 //
-// The files:
+// Its parts:
 //
-//	live.go          this registry, the usage and media schedules, the end of a session
-//	liveconfig.go    the strict session configuration (unknown_parameter)
-//	livews.go        WS /v1/live/sessions and WS …/{id}/fork: the primary socket
-//	livesideband.go  WS …/{id}/attach: sidebands and their reflected audio
-//	livehttp.go      POST /v1/live/sessions (WebRTC), fork, content, call controls, /mock/live
+//	liveState        this registry, the usage and media schedules, the end of a session
+//	checkConfig      the strict session configuration (unknown_parameter)
+//	handleLiveWS     WS /v1/live/sessions and WS …/{id}/fork: the primary socket
+//	handleAttach     WS …/{id}/attach: sidebands and their reflected audio
+//	mountLive        POST /v1/live/sessions (WebRTC), fork, content, call controls, /mock/live
 
 import (
 	"math"

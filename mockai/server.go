@@ -93,18 +93,18 @@ type Config struct {
 	StallFor time.Duration
 	// FaultsFromQuery lets each connection choose a fault with the query parameters
 	// fault (drop, close, malformed, stall, or an HTTP error status) and fault_after
-	// (frames, default 1), on top of the knobs above; see queryfaults.go. A bad value
+	// (frames, default 1), on top of the knobs above; see Config.queryFault. A bad value
 	// is refused with HTTP 400. Off, those parameters are ignored.
 	FaultsFromQuery bool
 	// firstAudioPinned says FirstAudioDelay was set by the connection's query
 	// (first_audio_delay, with FaultsFromQuery), so POST /mock/config does not
-	// change it (turns.go).
+	// change it.
 	firstAudioPinned bool
 
 	// OneSegment writes the 101 response and the first data frame (session.created)
 	// with one socket write, so they arrive in one TCP segment: over TLS, two records
 	// in one segment. The 101 waits for session.created (so also for SessionDelay).
-	// See onesegment.go.
+	// See heldConn.
 	OneSegment bool
 
 	// Echo sends every data message (text or binary) back verbatim, with the same
@@ -113,21 +113,21 @@ type Config struct {
 	// time round trips and relay throughput without the conversation's JSON work.
 	Echo bool
 
-	// Stream is the sustained voice mode (stream.go): steady audio deltas both
+	// Stream is the sustained voice mode (session.streamVoice): steady audio deltas both
 	// ways for as long as the session lasts. Off when Stream.Interval is 0.
 	Stream StreamConfig
 
-	// Live is the GPT-Live side's schedule and Live-only faults (live.go).
+	// Live is the GPT-Live side's schedule and Live-only faults.
 	Live LiveConfig
 
 	// Cut ends upstream sessions at a point of their conversation
-	// (cut.go): after or during their Nth response.
+	// (session.cut): after or during their Nth response.
 	Cut Cut
 	// SessionCap is OpenAI's cap on a session's length (0: an hour, never
 	// enforced): expires_at in session.created says it, and when it passes
 	// the session gets an error event session_expired and close 1001
 	// "Your session hit the maximum duration of ...", whatever is in
-	// progress (cut.go).
+	// progress (session.expire).
 	SessionCap time.Duration
 	// NoExpiresAt leaves expires_at out of the session object (it is
 	// optional in GA; GPT-Live's session.started too): a relay then
@@ -243,14 +243,14 @@ type Server struct {
 
 	upgrades, rejected, active, sessions, framesIn, framesOut atomic.Int64
 	audioAppends, audioBytes                                  atomic.Int64
-	cuts                                                      atomic.Int64 // sessions Config.Cut chose (cut.go)
+	cuts                                                      atomic.Int64 // sessions Config.Cut chose
 	traceBytes                                                atomic.Int64 // handleTraces
 	// firstAudio is the first-audio delay (ns) of connections that did not
 	// set their own: Config.FirstAudioDelay until POST /mock/config.
 	firstAudio atomic.Int64
 
-	apps appState  // calls, sidebands and records (apps.go)
-	live liveState // GPT-Live sessions (live.go)
+	apps appState  // calls, sidebands and records
+	live liveState // GPT-Live sessions
 }
 
 // Start listens on addr (like "127.0.0.1:0") and serves in the background until Close.

@@ -53,7 +53,7 @@ type session struct {
 	wmu     sync.Mutex
 	sent    int  // data frames sent
 	stopped bool // a close frame went out or a fault fired: send nothing more
-	// Config.Cut's count (cut.go)
+	// Config.Cut's count (session.cutDue)
 	responsesCreated, responsesDone int
 	deltaSeen, cutChecked           bool
 
@@ -68,8 +68,8 @@ type session struct {
 	pendingAudio   int64 // raw bytes appended and not yet committed
 	committedAudio int64 // raw bytes committed since the last response
 	lastItemID     string
-	lastItemType   string   // "message", "function_call_output", ...: decides tool calls (turns.go)
-	vad            vadState // server VAD, when session.update asked for it (turns.go)
+	lastItemType   string   // "message", "function_call_output", ...: decides tool calls (session.shape)
+	vad            vadState // server VAD, when session.update asked for it (detectSpeech)
 
 	rmu    sync.Mutex
 	active *response      // the response being streamed, nil when none
@@ -86,9 +86,9 @@ type response struct {
 	cancelReason     string
 	inputAudioTokens int
 	text             bool      // output_modalities ["text"]: text deltas, no audio
-	tool             *toolCall // a function call instead of speech (turns.go)
+	tool             *toolCall // a function call instead of speech (session.shape)
 	// outOfBand: response.conversation "none": outside the conversation,
-	// beside the active response, conversation_id null (turns.go).
+	// beside the active response, conversation_id null (responseParams).
 	outOfBand bool
 	// announced: its response.created was sent (with
 	// Config.CreatedWithFirstOutput, only at its first output).
@@ -397,7 +397,7 @@ func (s *session) createResponse(ev clientEvent) {
 		s.lastItemID, s.lastItemType = r.itemID, "function_call"
 	default:
 		// So is the answer's message: the next item's previous_item_id.
-		// (Its type is left: it decides the next tool call, turns.go.)
+		// (Its type is left: it decides the next tool call, session.shape.)
 		s.lastItemID = r.itemID
 	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
@@ -624,7 +624,7 @@ func (s *session) write(mt int, data []byte) error {
 	return nil
 }
 
-// releaseHeld sends the held 101 together with what followed it (see onesegment.go).
+// releaseHeld sends the held 101 together with what followed it (see heldConn).
 func (s *session) releaseHeld() error {
 	if s.held == nil {
 		return nil

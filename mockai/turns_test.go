@@ -13,7 +13,7 @@ import (
 	"rtgate/mockai"
 )
 
-// Turns against mockai (turns.go): server VAD, text-only responses, tool-call
+// Turns against mockai: server VAD, text-only responses, tool-call
 // chains, interruptions and the first-audio delay, with gorilla as the
 // independent client, every case over ws:// and wss://.
 

@@ -197,7 +197,7 @@ func (s *Session) attach(l *upLink, preface []byte) {
 	// (session.created, then a close): forward what it sent before its
 	// close callback tells the client it is gone.
 	if s.clientGone.Load() {
-		s.tellGone(up, ClientSide)
+		s.tellGone(up, frames.ClientSide)
 	}
 	if len(preface) > 0 {
 		if err := s.fromUpstream(frames.NewByteSource(preface)); err != nil {

@@ -118,7 +118,7 @@ func (s *Session) step(sd *side, on closeEvent) closeAction {
 func (s *Session) run(sd *side, act closeAction) {
 	switch act {
 	case actFinish:
-		if sd.which == ClientSide || s.cfg.CloseTimeout <= 0 {
+		if sd.which == frames.ClientSide || s.cfg.CloseTimeout <= 0 {
 			sd.ep.Close()
 			return
 		}
@@ -171,10 +171,10 @@ func (s *Session) gone(sd *side) {
 		s.answerHalfClose(sd)
 	}
 	sd.mu.Unlock()
-	if sd.which == ClientSide {
-		s.tellGone(&s.up, ClientSide)
+	if sd.which == frames.ClientSide {
+		s.tellGone(&s.up, frames.ClientSide)
 	} else {
-		s.tellGone(&s.client, UpstreamSide)
+		s.tellGone(&s.client, frames.UpstreamSide)
 	}
 	s.maybeEnd()
 }
@@ -191,13 +191,13 @@ func (s *Session) gone(sd *side) {
 // Callers hold sd.mu.
 func (s *Session) answerHalfClose(sd *side) {
 	mid := s.u2c.MidFrame()
-	if sd.which == UpstreamSide {
+	if sd.which == frames.UpstreamSide {
 		mid = s.c2u.MidFrame()
 	}
 	if sd.ep == nil || mid {
 		return
 	}
-	mask := sd.which == UpstreamSide
+	mask := sd.which == frames.UpstreamSide
 	var frame []byte
 	if sd.got.Code == ws.StatusNoStatusRcvd {
 		frame = frames.AppendFrame(nil, ws.OpClose, nil, mask)
@@ -211,7 +211,7 @@ func (s *Session) answerHalfClose(sd *side) {
 // frame of the gateway's own if o has not had one yet (1001 for the upstream,
 // 1011 for the client, or the client's own close echoed when the client had
 // started the close), then o closes once it answers.
-func (s *Session) tellGone(o *side, lost Side) {
+func (s *Session) tellGone(o *side, lost frames.Side) {
 	o.mu.Lock()
 	if o.ep == nil || o.state == closeGone {
 		o.mu.Unlock()
@@ -219,27 +219,27 @@ func (s *Session) tellGone(o *side, lost Side) {
 	}
 	// Noted before o can answer, so that its answer is not taken for the
 	// session's first close.
-	if lost == UpstreamSide {
-		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "upstream connection lost"}, UpstreamSide)
+	if lost == frames.UpstreamSide {
+		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "upstream connection lost"}, frames.UpstreamSide)
 	} else {
-		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "client connection lost"}, ClientSide)
+		s.noteClose(frames.Close{Code: ws.StatusAbnormalClosure, Reason: "client connection lost"}, frames.ClientSide)
 	}
-	if lost == ClientSide && (s.farewellPending() || s.startFarewellLocked(ws.StatusGoingAway, "client went away")) {
+	if lost == frames.ClientSide && (s.farewellPending() || s.startFarewellLocked(ws.StatusGoingAway, "client went away")) {
 		o.mu.Unlock() // the upstream closes once the farewell is answered
 		return
 	}
 	var frame []byte
 	drop := false
-	fwEnds := lost == UpstreamSide && s.farewellPending() && s.fw.done.CompareAndSwap(false, true)
+	fwEnds := lost == frames.UpstreamSide && s.farewellPending() && s.fw.done.CompareAndSwap(false, true)
 	if o.mayWrite() {
 		switch {
 		case fwEnds && !s.u2c.MidFrame():
 			// The upstream went while the farewell waited: the client
 			// gets the end's own code.
 			frame = frames.AppendClose(nil, s.fw.code, s.fw.reason, false)
-		case lost == ClientSide && s.c2u.MidFrame(), lost == UpstreamSide && s.u2c.MidFrame():
+		case lost == frames.ClientSide && s.c2u.MidFrame(), lost == frames.UpstreamSide && s.u2c.MidFrame():
 			drop = true // a close frame now would be read as the rest of a frame
-		case lost == ClientSide:
+		case lost == frames.ClientSide:
 			frame = frames.AppendClose(nil, ws.StatusGoingAway, "client went away", true)
 		case o.state == closeRecv:
 			// The client started the close; answer it as the upstream

@@ -9,21 +9,22 @@
 // its own words (an error event before a close) is built by the server and
 // handed in as bytes, through SessionConfig or the ending methods.
 //
-// Files, bottom up:
-//   - conn.go: NBConn adapts a netpoll connection to the blocking net.Conn
+// Its parts, bottom up:
+//   - NBConn adapts a netpoll connection to the blocking net.Conn
 //     that crypto/tls and the WebSocket handshake expect, and then to a
 //     non-blocking one, so that TLS reads and writes stay event-driven after
 //     the handshake.
-//   - endpoint.go, output.go: Endpoint is one socket, plain or TLS: how to
+//   - Endpoint is one socket, plain or TLS: how to
 //     read it, write to it without ever blocking the caller, and close it.
-//   - handle.go: Handle is a dialed upstream socket whose single owner (the
+//   - Handle is a dialed upstream socket whose single owner (the
 //     warm pool, then a session) changes under one read lock.
-//   - session.go: the Session and its accessors; relay.go forwards frames;
-//     attach.go connects the upstream (fresh, warm, or redialed); close.go
-//     holds the close state table; ends.go ends a session on the gateway's
-//     initiative; watchdog.go answers the server's watchdog; resume.go lets
-//     go of a lost upstream (or one near its cap) and takes a fresh one,
-//     the relay's part of session continuity.
+//   - Session, with its accessors; fromClient and fromUpstream forward frames;
+//     AttachUpstream connects the upstream (fresh, warm, or redialed); the
+//     close state table (closeState) ends it; Abort and the other ending
+//     methods end it on the gateway's initiative; Stalled answers the
+//     server's watchdog; resume (on a Loss, or a Rollover) lets go of a lost
+//     upstream (or one near its cap) and takes a fresh one, the relay's part
+//     of session continuity.
 //
 // # Writes never block
 //
@@ -134,7 +135,7 @@
 //     output when it must wait.
 //   - A hang-up (EPOLLRDHUP, a peer that shut down its sending side) closes
 //     the socket right after the close callbacks: a half-closed peer's close
-//     frame is answered from the close callback by a raw write (close.go),
+//     frame is answered from the close callback by a raw write (answerHalfClose),
 //     and nothing the other side sends later can reach it.
 //   - netpoll closes a connection's descriptor in a close callback of its
 //     own, added first and so run last; raw writes rely on that order (and

@@ -34,7 +34,7 @@ var tlsScratch = sync.Pool{New: func() any { return new([tlsReadChunk]byte) }}
 // socket for the socket's whole life: the dialer makes it, the warm pool holds
 // it, a session takes it over; nothing copies its fields.
 //
-// It owns the socket's write side (output.go): every write goes through mu,
+// It owns the socket's write side (sendLocked, flushBatch): every write goes through mu,
 // never blocks, and nothing is written once the socket is closed, because
 // netpoll allows one writer at a time, may panic in its writer after Close,
 // and reuses descriptor numbers.
@@ -90,11 +90,16 @@ type Endpoint struct {
 	stalledSince atomic.Int64
 	backlogLen   atomic.Int64
 
-	// batch gathers one read's worth of forwarded frames; see output.go.
+	// batch gathers one read's worth of forwarded frames; see flushBatch.
 	// Only the session side that writes to this endpoint touches it.
 	batch batch
 
 	plain frames.ByteSource // decrypted bytes of the current TLS read
+
+	// closeHook, when set (tests only, before the endpoint is shared), runs
+	// between closeConn's choice of netpoll's Close and the Close itself:
+	// the window a racing Handle.Start used to fall into.
+	closeHook func()
 }
 
 // NewPlainEndpoint wraps a plain TCP netpoll connection.
@@ -191,7 +196,7 @@ func (e *Endpoint) Conn() netpoll.Connection { return e.conn }
 func (e *Endpoint) IsTLS() bool { return e.tls != nil }
 
 // Send writes bytes the gateway built itself (an HTTP response, a close
-// frame, an error event). It never blocks; see output.go.
+// frame, an error event). It never blocks; see sendLocked.
 func (e *Endpoint) Send(b []byte) error {
 	if e.tls != nil {
 		_, err := e.tls.Write(b) // each record goes through NBConn.Write
@@ -550,16 +555,11 @@ func (e *Endpoint) closeConn() {
 	// installed (Handle.Start checks closedByUs, set by our caller under mu
 	// before this choice), or shutdown failed on a socket netpoll is about
 	// to close anyway.
-	if hook := closeHook.Load(); hook != nil {
-		(*hook)(e)
+	if e.closeHook != nil {
+		e.closeHook()
 	}
 	_ = e.conn.Close()
 }
-
-// closeHook, when set (tests only), runs between closeConn's choice of
-// netpoll's Close and the Close itself: the window a racing Handle.Start
-// used to fall into.
-var closeHook atomic.Pointer[func(*Endpoint)]
 
 // handlerBegin and handlerEnd bracket the socket's read handler; onPoller
 // says whether this run surely is on the socket's own poller (see
@@ -610,7 +610,7 @@ func (e *Endpoint) Backlog() (bytes int, since int64) {
 // recoverHandler ends a read handler that panicked; it must be deferred by
 // the handler itself. A panic must not leave a handler under HandlersInline:
 // netpoll's task would Close the socket from the poller, inside the poller's
-// own handling of it, and spin there (doc.go), and a panic on the poller
+// own handling of it, and spin there (the package doc), and a panic on the poller
 // goroutine ends the process. So it is logged with its stack, the socket's
 // buffered input is discarded (netpoll calls a handler again at once while
 // input remains, and the same bytes would panic again) and the socket is

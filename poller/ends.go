@@ -22,7 +22,7 @@ func (s *Session) clientProtocolError(pe *frames.ProtocolError) {
 	}
 	c.mu.Unlock()
 	s.run(c, act)
-	s.noteClose(frames.Close{Code: pe.Code, Reason: pe.Reason}, ClientSide)
+	s.noteClose(frames.Close{Code: pe.Code, Reason: pe.Reason}, frames.ClientSide)
 	s.closeUpstream(ws.StatusGoingAway, "client protocol error")
 }
 
@@ -34,7 +34,7 @@ func (s *Session) upstreamProtocolError(pe *frames.ProtocolError) {
 		notice = s.cfg.UpstreamInvalid(pe.Reason)
 	}
 	s.sendClientNotice(notice, ws.StatusInternalServerError, "upstream protocol error")
-	s.noteClose(frames.Close{Code: pe.Code, Reason: pe.Reason}, UpstreamSide)
+	s.noteClose(frames.Close{Code: pe.Code, Reason: pe.Reason}, frames.UpstreamSide)
 	s.closeUpstream(pe.Code, pe.Reason)
 }
 
@@ -84,7 +84,7 @@ func (s *Session) sendClientNotice(notice []byte, closeCode ws.StatusCode, close
 	}
 	c.mu.Unlock()
 	if sent {
-		s.noteClose(frames.Close{Code: closeCode, Reason: closeReason}, UpstreamSide)
+		s.noteClose(frames.Close{Code: closeCode, Reason: closeReason}, frames.UpstreamSide)
 	}
 	s.run(c, act)
 }
@@ -96,7 +96,7 @@ func (s *Session) sendClientNotice(notice []byte, closeCode ws.StatusCode, close
 // CloseTimeout.
 //
 // With a farewell (SetFarewell) the upstream gets the farewell instead, and
-// both close frames wait for its answer (farewell.go).
+// both close frames wait for its answer (Farewelled).
 func (s *Session) Terminate(code ws.StatusCode, reason string, notice []byte) {
 	s.terminating.Store(true)
 	if s.terminateGracefully(code, reason, notice) {
@@ -109,10 +109,10 @@ func (s *Session) Terminate(code ws.StatusCode, reason string, notice []byte) {
 // Abort drops the socket on side at once, closing it under whatever write
 // waits for it (no close frame could get through a side that stopped
 // reading). The other side gets a close frame as if the socket had dropped.
-func (s *Session) Abort(side Side, reason string) {
+func (s *Session) Abort(side frames.Side, reason string) {
 	s.terminating.Store(true)
 	s.noteClose(frames.Close{Code: ws.StatusPolicyViolation, Reason: reason}, side)
-	if side == ClientSide {
+	if side == frames.ClientSide {
 		s.client.ep.Drop()
 		s.closeUpstream(ws.StatusGoingAway, reason)
 		return

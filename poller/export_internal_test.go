@@ -1,13 +1,8 @@
 package poller
 
-import "testing"
-
-// SetCloseHook makes f run in closeConn between its choice of netpoll's
-// Close and the Close, until the test ends.
-func SetCloseHook(t testing.TB, f func(*Endpoint)) {
-	closeHook.Store(&f)
-	t.Cleanup(func() { closeHook.Store(nil) })
-}
+// SetCloseHook makes f run in e's closeConn between its choice of
+// netpoll's Close and the Close. Call it before e is shared.
+func (e *Endpoint) SetCloseHook(f func()) { e.closeHook = f }
 
 // InlineHandlers reports whether Tune chose HandlersInline.
 func InlineHandlers() bool { return inlineHandlers.Load() }

@@ -90,7 +90,7 @@ func (s *Session) BytesToClient() uint64 { return s.u2c.Bytes }
 
 // BytesFromClient returns the bytes the client sent so far (its relay
 // counter, read under the lock its forwarding holds: up.mu). An upstream
-// Inspector may call it, under client.mu: that is the lock order (doc.go);
+// Inspector may call it, under client.mu: that is the lock order (the package doc);
 // a client Inspector may not (it runs under up.mu).
 func (s *Session) BytesFromClient() uint64 {
 	s.up.mu.Lock()
@@ -108,7 +108,7 @@ func (s *Session) Farewelled() {
 }
 
 // farewellResumed forgets the lost upstream's final event (a session.closed
-// at its cap, say): the fresh upstream's is yet to come (resume.go).
+// at its cap, say): the fresh upstream's is yet to come (Session.resume).
 func (s *Session) farewellResumed() {
 	if s.fw != nil {
 		s.fw.final.Store(false)

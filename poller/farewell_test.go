@@ -13,7 +13,7 @@ import (
 )
 
 // HoldFirst and SetFarewell on a Session between raw peers (the newRelay
-// harness): what GPT-Live asks of the reactor (farewell.go).
+// harness): what GPT-Live asks of the reactor.
 
 var farewellEvent = frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"session.close"}`), true)
 

@@ -149,7 +149,7 @@ func (h *Handle) Start(o Owner, first func()) {
 		// (a session.created sent just before a close still arrives
 		// first). Owners treat a repeated UpstreamGone as a no-op.
 		//
-		// This Close keeps the inline invariant (doc.go): the poller saw
+		// This Close keeps the inline invariant (the package doc): the poller saw
 		// the hang-up while no handler was installed, so it detached the
 		// socket and runs no handler task for it, and this goroutine is
 		// not a poller.

@@ -15,7 +15,7 @@ import (
 	"rtgate/poller"
 )
 
-// These tests hold the reactor to the inline invariant (doc.go): no netpoll
+// These tests hold the reactor to the inline invariant (the package doc): no netpoll
 // Close may land inside a socket's handler task, and no panic may leave a
 // handler. Under HandlersInline a breach spins the socket's poller in
 // FDOperator.unused, which testwait.NoSpin names; under the pool they check
@@ -68,11 +68,9 @@ func TestCloseChosenWhileDialedNeverLandsInAHandler(t *testing.T) {
 	o := &blockingOwner{h: h, inRead: inRead, release: make(chan struct{}), gone: make(chan struct{})}
 
 	atClose, proceed := make(chan struct{}), make(chan struct{})
-	poller.SetCloseHook(t, func(e *poller.Endpoint) {
-		if e == ep {
-			close(atClose)
-			<-proceed
-		}
+	ep.SetCloseHook(func() {
+		close(atClose)
+		<-proceed
 	})
 	closed := make(chan struct{})
 	go func() { ep.Close(); close(closed) }()

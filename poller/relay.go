@@ -99,7 +99,7 @@ func (s *Session) fromClient(src frames.Source) error {
 			return err
 		}
 		if cl != nil {
-			s.noteClose(*cl, ClientSide)
+			s.noteClose(*cl, frames.ClientSide)
 			s.closeReceived(&s.client, *cl)
 			if held {
 				s.clientClosed(*cl)
@@ -164,7 +164,7 @@ func (s *Session) fromUpstream(src frames.Source) error {
 				return errResumed
 			}
 			// Not resumed after all: the client gets the close frame.
-			s.noteClose(*cl, UpstreamSide)
+			s.noteClose(*cl, frames.UpstreamSide)
 			s.passHeldClose(*cl)
 			s.closeReceived(&s.up, *cl)
 			continue
@@ -174,7 +174,7 @@ func (s *Session) fromUpstream(src frames.Source) error {
 		}
 		if cl != nil {
 			if !swallowed {
-				s.noteClose(*cl, UpstreamSide)
+				s.noteClose(*cl, frames.UpstreamSide)
 			}
 			s.closeReceived(&s.up, *cl)
 			if swallowed {

@@ -30,7 +30,7 @@ import (
 // forwarded within one read, the common case, costs nothing. A longer one
 // cannot be re-sent: its rest is discarded and Loss.ClientCut says so.
 //
-// Swaps follow the inline rule (doc.go): the old socket is let go with
+// Swaps follow the inline rule (the package doc): the old socket is let go with
 // Drop, a hang-up, never netpoll's Close.
 
 // Loss is how a session lost its upstream.

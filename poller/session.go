@@ -10,21 +10,6 @@ import (
 	"rtgate/frames"
 )
 
-// Side names the two sockets of a session.
-type Side uint8
-
-const (
-	ClientSide Side = iota
-	UpstreamSide
-)
-
-func (s Side) String() string {
-	if s == ClientSide {
-		return "client"
-	}
-	return "upstream"
-}
-
 // SessionConfig holds the limits and callbacks every session of a gateway
 // shares.
 type SessionConfig struct {
@@ -54,7 +39,7 @@ type SessionConfig struct {
 	// than forwarded.
 	SameFirstFrame func(payload []byte) bool
 	// Resume, if set, is asked to carry the session onto a fresh upstream
-	// after a Loss (resume.go). It must not block: it dials elsewhere and
+	// after a Loss (Session.resume). It must not block: it dials elsewhere and
 	// then calls AdoptResumed (or ResumeFailed). It returns false to end
 	// the session as without it.
 	Resume func(*Session, Loss) bool
@@ -71,12 +56,12 @@ const (
 )
 
 // side is one socket of a session: its endpoint, where its close handshake
-// stands (close.go), and the timer that bounds it.
+// stands (closeState, closeTable), and the timer that bounds it.
 type side struct {
 	mu    sync.Mutex
 	ep    *Endpoint // nil while the upstream connects
 	state closeState
-	which Side         // beside state: one word for both (two sides per session)
+	which frames.Side  // beside state: one word for both (two sides per session)
 	got   frames.Close // the close frame that came from the socket
 	timer *time.Timer
 }
@@ -84,12 +69,12 @@ type side struct {
 // Session relays one client WebSocket to one upstream WebSocket.
 //
 // Frames pass through verbatim. Each socket runs its own close handshake
-// (close.go): a close frame from one side is forwarded to the other, so close
+// (closeTable): a close frame from one side is forwarded to the other, so close
 // codes and reasons pass through; when one side drops without a close frame,
 // the other gets 1011 (upstream lost) or 1001 (client gone) from the gateway.
 //
 // Locking: each side's mu guards its close state and every write to its
-// socket (writes never block, see output.go); the upstream side's mu also
+// socket (writes never block, see Endpoint.sendLocked); the upstream side's mu also
 // guards upState, the pending queue and the redial state. No code holds both
 // sides' locks at once. Reads of the upstream run under its Handle's read
 // lock, reads of the client in the client's OnRequest.
@@ -110,7 +95,7 @@ type Session struct {
 	skipFirst  bool                       // consume the next upstream's first frame
 	skipNext   bool                       // a redial: the next upstream attached skips its first frame
 	cur        *upLink                    // the upstream's link, once attached
-	resumes    int                        // upstreams let go of to resume (resume.go)
+	resumes    int                        // upstreams let go of to resume (Session.resume)
 	queuedStop bool                       // a close frame is queued behind pending
 	resumable  bool                       // kept for continuity (HoldUpstream): set before the relay starts
 	redials    int                        // fresh upstreams dialed after a dead warm one
@@ -134,7 +119,7 @@ type Session struct {
 
 	infoMu    sync.Mutex
 	close     frames.Close // the first close of the session
-	closeFrom Side
+	closeFrom frames.Side
 	closeSeen bool
 }
 
@@ -154,11 +139,11 @@ func NewSession(cfg *SessionConfig, client *Endpoint) *Session {
 // callbacks bound to it, live at that address.
 func (s *Session) Init(cfg *SessionConfig, client *Endpoint) {
 	s.cfg = cfg
-	s.client.ep, s.client.which = client, ClientSide
-	s.up.which = UpstreamSide
+	s.client.ep, s.client.which = client, frames.ClientSide
+	s.up.which = frames.UpstreamSide
 	s.lastActivity.Store(time.Now().UnixNano())
-	s.c2u.Init(frames.FromClient, cfg.MaxMessage)
-	s.u2c.Init(frames.FromServer, 0)
+	s.c2u.Init(frames.ClientSide, cfg.MaxMessage)
+	s.u2c.Init(frames.UpstreamSide, 0)
 	s.fromClientFn = s.fromClient
 	s.fromUpstreamFn = s.fromUpstream
 }
@@ -173,7 +158,7 @@ func (s *Session) Counters() (framesIn, bytesIn, framesOut, bytesOut uint64) {
 }
 
 // noteClose remembers the first close of the session, for its record.
-func (s *Session) noteClose(c frames.Close, from Side) {
+func (s *Session) noteClose(c frames.Close, from frames.Side) {
 	s.infoMu.Lock()
 	if !s.closeSeen {
 		s.close, s.closeFrom, s.closeSeen = c, from, true
@@ -184,7 +169,7 @@ func (s *Session) noteClose(c frames.Close, from Side) {
 // FirstClose returns the first close of the session (a close frame that
 // passed, or one the gateway sent) and which side it concerned; ok is false if
 // there was none, as when a socket simply dropped.
-func (s *Session) FirstClose() (c frames.Close, from Side, ok bool) {
+func (s *Session) FirstClose() (c frames.Close, from frames.Side, ok bool) {
 	s.infoMu.Lock()
 	defer s.infoMu.Unlock()
 	return s.close, s.closeFrom, s.closeSeen

@@ -147,7 +147,7 @@ func TestDropsBecomeCloses(t *testing.T) {
 		_, _ = r.upPeer.Write(frames.AppendClose(nil, ws.StatusGoingAway, "", false))
 		_ = r.upPeer.Close()
 		waitEnded(t, r)
-		if c, from, ok := r.sess.FirstClose(); !ok || from != poller.ClientSide || c.Code != ws.StatusAbnormalClosure {
+		if c, from, ok := r.sess.FirstClose(); !ok || from != frames.ClientSide || c.Code != ws.StatusAbnormalClosure {
 			t.Fatalf("first close %v from %v (%v), want 1006 from the client", c, from, ok)
 		}
 	})
@@ -260,7 +260,7 @@ func TestStalledClientDoesNotBlockTheUpstreamSide(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		side, waiting, stalled := r.sess.Stalled(time.Now(), 0)
-		if stalled && side == poller.ClientSide && waiting > 1<<20 {
+		if stalled && side == frames.ClientSide && waiting > 1<<20 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -281,7 +281,7 @@ func TestStalledClientDoesNotBlockTheUpstreamSide(t *testing.T) {
 	if r.sess.Buffered() == 0 {
 		t.Fatal("the stalled client's backlog is not accounted")
 	}
-	r.sess.Abort(poller.ClientSide, "too slow")
+	r.sess.Abort(frames.ClientSide, "too slow")
 	if code, _ := closeOf(t, r.upPeer); code != ws.StatusGoingAway {
 		t.Fatalf("upstream got close %d, want 1001", code)
 	}

@@ -40,7 +40,7 @@ const (
 	// HandlersInline runs the handler on the poller goroutine itself when
 	// the connection says its handler cannot block (see InlineKey), and on
 	// the pool otherwise. The relay's handlers never block (writes are
-	// non-blocking, see output.go; locks are held only for non-blocking
+	// non-blocking, see Endpoint.sendLocked; locks are held only for non-blocking
 	// work), so relayed sockets, both sides, run inline; an accepted
 	// socket still in its HTTP phase (auth, admission checks, API bodies)
 	// runs on the pool.
@@ -63,7 +63,7 @@ const (
 // p50 about 40 µs lower, CPU per round trip 15-30 % lower on the plain rows,
 // voice 10-18 % cheaper per core; slower only on saturated TLS echo of
 // audio-sized frames). It became the default once the paths that broke the
-// inline invariant (doc.go) were closed; POLLER_HANDLERS=pool is the
+// inline invariant (the package doc) were closed; POLLER_HANDLERS=pool is the
 // goroutine pool.
 const DefaultHandlers = HandlersInline
 

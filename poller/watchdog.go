@@ -3,6 +3,8 @@ package poller
 import (
 	"sync/atomic"
 	"time"
+
+	"rtgate/frames"
 )
 
 // Read-only queries for the server's watchdog. They take no locks, so a
@@ -40,18 +42,18 @@ func (s *Session) Idle(now time.Time) time.Duration {
 // it for longer than grace, and how many bytes wait for it: the side's own
 // backlog plus what netpoll has read from the other side and not yet
 // forwarded (netpoll keeps reading).
-func (s *Session) Stalled(now time.Time, grace time.Duration) (side Side, waiting int, stalled bool) {
+func (s *Session) Stalled(now time.Time, grace time.Duration) (side frames.Side, waiting int, stalled bool) {
 	n := now.UnixNano()
 	up := s.upEP.Load()
 	if b, since := s.client.ep.Backlog(); since != 0 && time.Duration(n-since) > grace {
 		if up != nil {
 			b += up.conn.Reader().Len()
 		}
-		return ClientSide, b, true
+		return frames.ClientSide, b, true
 	}
 	if up != nil {
 		if b, since := up.Backlog(); since != 0 && time.Duration(n-since) > grace {
-			return UpstreamSide, b + s.client.ep.conn.Reader().Len(), true
+			return frames.UpstreamSide, b + s.client.ep.conn.Reader().Len(), true
 		}
 	}
 	return 0, 0, false

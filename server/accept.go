@@ -43,7 +43,7 @@ import (
 //     timeout. Only a TLS handshake that is actually running (from a whole
 //     ClientHello to the end of the handshake) has a goroutine; at most
 //     MaxHandshakes run at once, and a ClientHello that completes beyond
-//     that is closed at once (tlsaccept.go).
+//     that is closed at once (refuseNotTLS).
 //
 // Descriptors: sessions hold two each and handshakes one, so
 // MaxConnections slots never need more than 2*MaxConnections + fdReserve,
@@ -59,11 +59,11 @@ type frontDoor struct {
 
 	refused *prometheus.CounterVec // connections refused at once, by reason
 	// restarts counts the listener served again after netpoll let go of it
-	// while the gateway ran (relisten.go).
+	// while the gateway ran (serveListener).
 	restarts prometheus.Counter
 
 	// pool hears of each connection accepted and answered: while it is
-	// short it dials ahead of the requests (upstream/anticipate.go).
+	// short it dials ahead of the requests (upstream.Pool.Expect).
 	pool *upstream.Pool
 
 	maxConnections, maxHandshakes int           // MAX_CONNECTIONS, MAX_HANDSHAKES

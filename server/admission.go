@@ -25,7 +25,7 @@ package server
 //	                                 upstream's deployment, of the group as the routes table has it now)
 //
 // A WebSocket connect also passes the instance's front door first
-// (draining, MAX_CONNECTIONS: connect.go's admit), which counts every client
+// (draining, MAX_CONNECTIONS: Server.admit), which counts every client
 // socket, sidebands included.
 
 import (
@@ -181,8 +181,8 @@ func (a *admission) handOver() (keyed bool, reserved *routes.Deployment) {
 // whose key t no longer holds (removed, or its secret changed) ends with an
 // error event key_revoked and close 1008, and a WebRTC call or GPT-Live
 // WebRTC session of such a key is hung up. The rest needs nothing here: a
-// resume or rollover reserves among t's deployments (resume.go), budgets
-// and limits are read from t (spend.go's budgetOf, admitEntry).
+// resume or rollover reserves among t's deployments (resumer.resume), budgets
+// and limits are read from t (budgets.budgetOf, admitEntry).
 func (s *Server) reachLive(t *routes.Table) {
 	var revoked []*poller.Session
 	s.sessMu.Lock()

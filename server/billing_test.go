@@ -15,8 +15,8 @@ import (
 	"rtgate/server/usage"
 )
 
-// Usage that cannot be walked away from (flights.go), and prices for every
-// model a session makes the gateway pay for (pricing.go): issue 32's items
+// Usage that cannot be walked away from (keepFlights), and prices for every
+// model a session makes the gateway pay for (modelPrices): issue 32's items
 // 2, 3 and 4.
 
 // walkAway asks for a response, reads n of its audio deltas and leaves:

@@ -75,7 +75,7 @@ type Settings struct {
 	HedgeDelay time.Duration
 
 	// MaxConnections caps concurrent sessions, counting connections still in
-	// their handshake from accept; further upgrades get 503 (accept.go).
+	// their handshake from accept; further upgrades get 503 (frontDoor).
 	MaxConnections int
 	// MaxHandshakes caps client TLS handshakes running at once (from a whole
 	// ClientHello to the end of the handshake, a goroutine each); a
@@ -83,7 +83,7 @@ type Settings struct {
 	MaxHandshakes int
 	// MaxBufferedBytes bounds, over all sessions, the bytes waiting behind
 	// writes to slow peers; above it the sessions holding
-	// the most are ended (watchdog.go). 0 turns the budget off.
+	// the most are ended (watchdog.enforceBudget). 0 turns the budget off.
 	MaxBufferedBytes int64
 	// IdleTimeout ends a session in which neither side sent anything for
 	// this long; 0 disables it.
@@ -96,7 +96,7 @@ type Settings struct {
 	MaxSessionDuration time.Duration
 	// Continuity (SESSION_CONTINUITY, on by default) carries a session
 	// onto a fresh upstream session when its upstream is lost or reaches
-	// its cap (resume.go); ContinuityMaxBytes (CONTINUITY_MAX_BYTES) is
+	// its cap (armRollover); ContinuityMaxBytes (CONTINUITY_MAX_BYTES) is
 	// what one session keeps for it, ContinuityGlobalMaxBytes
 	// (CONTINUITY_GLOBAL_MAX_BYTES) what all keep together.
 	Continuity               bool
@@ -128,10 +128,10 @@ type Settings struct {
 	Pool upstream.PoolConfig
 	// LivePool configures GPT-Live's warm pool of upgraded, unstarted
 	// sockets (LIVE_POOL_SIZE, off by default; LIVE_POOL_MAX_IDLE_SECS);
-	// see upstream/livepool.go and server/live.go.
+	// see upstream.NewLivePool and newLivePool.
 	LivePool upstream.LivePoolConfig
 	// PoolState (REALTIME_POOL_STATE), if set, is the file where `auto`
-	// remembers each key's demand across restarts (upstream/memory.go).
+	// remembers each key's demand across restarts (upstream.DemandMemory).
 	PoolState string
 
 	// AdminAddr serves /metrics and /debug/pprof/; empty turns it off.
@@ -158,7 +158,7 @@ type Settings struct {
 	// (default: USAGE_LOG with ".budgets.json" appended).
 	SpendState string
 
-	// Scale-out (server/cluster, accept.go, drain.go).
+	// Scale-out (server/cluster, listen's REUSEPORT, Drain).
 	// RedisURL, if set, makes per-key limits hold across every instance
 	// sharing that Redis.
 	RedisURL string
@@ -182,7 +182,7 @@ type Settings struct {
 	// are still served, before the listener closes.
 	DrainGrace time.Duration
 
-	// Browser and phone apps (clientsecrets.go, apps.go, transcription.go).
+	// Browser and phone apps (mintClientSecret, startApp, transcriptionGroup).
 	// ClientSecretKeys (CLIENT_SECRET_KEY, comma-separated) sign client
 	// secrets: the first signs, all verify. Empty means a random key per
 	// process.
@@ -511,7 +511,7 @@ func openFileLimit() int {
 	return int(min(lim.Max, 1<<22))
 }
 
-// defaultMaxHandshakes bounds running client TLS handshakes (accept.go).
+// defaultMaxHandshakes bounds running client TLS handshakes (frontDoor.startTLSHandshake).
 const defaultMaxHandshakes = 1024
 
 // defaultMaxStalledBytes fits a long answer on a slow link: a two-minute

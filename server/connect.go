@@ -5,7 +5,7 @@ package server
 //  1. decide (on the connection's handler, no I/O): the path, the method,
 //     the Origin, the credentials, the upgrade headers, the model group, the
 //     sideband's call owner when this process knows it, then admit
-//     (draining, MAX_CONNECTIONS, then admission.go's admitEntry: the key's
+//     (draining, MAX_CONNECTIONS, then admitEntry: the key's
 //     models, budget and limits, the deployment's slot). The outcome is an
 //     upgrade or one refusal.
 //  2. the off-loop step, only when the decision needs I/O: the call owner
@@ -69,20 +69,20 @@ type upgrade struct {
 	lookup bool
 	made   bool
 
-	live        bool // a GPT-Live session: no group until its session.start (live.go)
-	translation bool // a Realtime translation session (apps.go)
-	// A GPT-Live sideband (/v1/live/sessions/{id}/attach, liveapps.go):
+	live        bool // a GPT-Live session: no group until its session.start (keepLive)
+	translation bool // a Realtime translation session (isTranslationPath)
+	// A GPT-Live sideband (/v1/live/sessions/{id}/attach, resolveLiveAttach):
 	// callID is the session's id, attachTo the deployment that serves it.
 	// A WebSocket fork (…/{id}/fork) is decided as one (liveFork), but is
 	// a Live session of its own.
 	liveAttach, liveFork bool
 	attachTo             *routes.Deployment
 
-	adm     *admission // admit's (admission.go); nil until admitted
+	adm     *admission // admit's (admitEntry); nil until admitted
 	arrived time.Time  // when its head was read: the connect span's start
 }
 
-// entry is the way in u takes (admission.go).
+// entry is the way in u takes (its entryRule in admitEntry).
 func (u *upgrade) entry() entry {
 	switch {
 	case u.liveFork:
@@ -104,7 +104,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 	if s.startAPI(c, req, rest) {
 		return
 	}
-	live := false // a GPT-Live route (live.go)
+	live := false // a GPT-Live route
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
 		c.setPhase(phaseDone)
@@ -113,7 +113,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 				map[string]any{"status": "draining"}))
 		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
 			// Not ready until the pool holds its remembered demand
-			// (upstream/warming.go); alive all the same.
+			// (upstream.Pool.Warming); alive all the same.
 			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
 				map[string]any{"status": "warming"}))
 		} else {
@@ -126,7 +126,7 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		live = true
 	default:
 		if _, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
-			break // a GPT-Live sideband or WebSocket fork (liveapps.go)
+			break // a GPT-Live sideband or WebSocket fork (resolveLiveAttach)
 		}
 		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
 			message: "no such endpoint: " + req.URL.Path})
@@ -184,7 +184,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	}
 	if live {
 		// The model comes with session.start, after the upgrade: the
-		// key's models are checked then (live.go).
+		// key's models are checked then (keepLive).
 		return u, nil
 	}
 	// The key's own models are checked by admit (admitEntry), once a
@@ -231,7 +231,7 @@ func (u *upgrade) waits(s *Server) bool {
 
 // admit is the WebSocket front door (draining, MAX_CONNECTIONS: every
 // client socket counts), then the admission every entry point takes
-// (admission.go): the key's models, budget and limits, the deployment's
+// (admitEntry): the key's models, budget and limits, the deployment's
 // slot. sessionEnded gives back what it counts. With limits in Redis it
 // waits on Redis: the off-loop step's only.
 func (s *Server) admit(u *upgrade) *refusal {
@@ -357,8 +357,8 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.ep)
 	if realtimeConversation(u) {
-		info.keepFlights(sess, s.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription (flights.go)
-		s.checkTranscriptionModel(sess, info)      // transcriptionmodel.go
+		info.keepFlights(sess, s.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription
+		s.checkTranscriptionModel(sess, info)
 	}
 	s.budgets.meter(info, func(message string) {
 		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
@@ -367,15 +367,15 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	sess.InspectUpstream(&c.watch)
 	info.turns.Observe = c.watch.observeTurn
 	if !u.live && !s.cfg.NoTurnMetrics {
-		c.watchClient(sess, nil) // the turns' clock: what the client's events the gateway forwards (resume.go)
+		c.watchClient(sess, nil) // the turns' clock: what the client's events the gateway forwards
 	}
 	if u.live {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
 		if continuityOn(s.cfg, u.key) {
-			keepLive(c, s, sess, u) // live.go
+			keepLive(c, s, sess, u)
 		}
 	} else if u.liveFork {
-		info.live = newLiveFork(s, sess, info) // metered as a Live session (live.go)
+		info.live = newLiveFork(s, sess, info) // metered as a Live session
 	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&
 		(u.grant == nil || u.grant.Claims.Type != "transcription") {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
@@ -383,7 +383,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 				KeepAudio: keepAudio(s.cfg, u.key)}})
 	}
 	if realtimeConversation(u) && info.resume == nil {
-		sess.FilterUpstream(&c.watch) // the upstream's errors for the gateway's own events (gatewayevents.go)
+		sess.FilterUpstream(&c.watch) // the upstream's errors for the gateway's own events (holdGatewayAnswer)
 	}
 	c.startRelay(sess)
 	s.sessMu.Lock()
@@ -406,10 +406,10 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	bytebufferpool.Put(c.head)
 	c.head = nil
 	if u.live {
-		return // its session.start starts it (live.go)
+		return // its session.start starts it (keepLive)
 	}
 	if s.startApp(sess, info, u, plan.Cands) {
-		return // a client secret's, a sideband's or a transcription session's own start (apps.go)
+		return // a client secret's, a sideband's or a transcription session's own start (startApp)
 	}
 	// Only the headers that go upstream outlive the handshake: the redial
 	// closure lives as long as the session, and the whole parsed header
@@ -446,8 +446,8 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 //
 // On a miss it returns the pool's Miss (nil without a pool), which the
 // client's own dial hands to connectUpstream: until it is Done the pool's
-// refill yields to it (upstream/yield.go), and a warm socket that lands
-// first serves it (upstream/hedge.go).
+// refill yields to it (upstream.Pool.ClientDialing), and a warm socket that lands
+// first serves it (upstream.Miss).
 func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, miss *upstream.Miss) {
 	if s.pool == nil {
 		return false, nil

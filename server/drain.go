@@ -19,7 +19,7 @@ import (
 //	         Kubernetes readiness probe) stop sending clients, while connects
 //	         that still arrive are served normally; lasts DrainGrace.
 //	stopped  the listener stops accepting once netpoll has taken everything
-//	         queued (accept.go); the warm pool's sockets are closed (close
+//	         queued (frontDoor); the warm pool's sockets are closed (close
 //	         1000); live sessions continue until they end or timeout passes.
 //	closing  sessions still open get an error event and close 1001, new
 //	         upgrades on connections accepted earlier get 503, and Drain waits
@@ -95,7 +95,7 @@ func (s *Server) waitSessions(timeout time.Duration) bool {
 // Ending client connections without netpoll's Close.
 //
 // Under inline handlers a netpoll Close that lands while the connection's
-// handler task runs on its poller spins that poller forever (poller's doc.go,
+// handler task runs on its poller spins that poller forever (package poller's doc,
 // the inline invariant). A connection that may be relaying is therefore
 // ended by a hang-up: shutdown(2) on its descriptor, which the poller
 // reports at its next wait and answers by closing the connection itself,

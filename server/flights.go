@@ -9,7 +9,7 @@ package server
 // CLOSE_TIMEOUT_SECS passed. Responses still in flight then, or when a
 // resume lets go of their upstream (a loss, the cap, a rollover), are billed
 // an estimate, flagged unconfirmed. A rollover the gateway chooses cancels
-// first (rollover.go's forced moment waits for the cancelled responses).
+// first (forcedRollover waits for the cancelled responses).
 //
 // Only response.created and response.done are read for it, once per
 // response; the relay's per-frame path is unchanged.
@@ -28,7 +28,7 @@ package server
 //     under the upstream side's lock), then estimate what is left, with
 //     byte counts the Tracker does not keep.
 //   - The farewell's frame func and a rollover's quiet run under the
-//     upstream side's lock (poller's doc.go, Lock order); Flights' own
+//     upstream side's lock (package poller's doc, Lock order); Flights' own
 //     lock is a leaf taken there and at the end. The Tracker's lock is also
 //     taken from the client's read path for each forwarded create and
 //     (server VAD) audio append: one lock for both would make the session's end wait on
@@ -56,7 +56,7 @@ func (i *sessionInfo) keepFlights(sess *poller.Session, closeTimeout time.Durati
 		Cancel:     protocol.Realtime{}.Cancel,
 	}
 	i.flights, i.cancelWait = f, farewellWait(closeTimeout)
-	i.meter.SplitTranscription = true // its input transcription is its own model's (pricing.go)
+	i.meter.SplitTranscription = true // its input transcription is its own model's (transcriptionCost)
 	sess.SetFarewellFunc(f.Farewell, i.cancelWait)
 }
 

@@ -10,17 +10,17 @@ package server
 //
 //	the gateway's event                        the upstream's answer             the client gets
 //	response.cancel (a session's end, a        response.done, status cancelled   it: its response ended so
-//	  rollover it forces: flights.go)          error response_cancel_not_active  no: the response had ended on its
+//	  rollover it forces: forcedRollover)      error response_cancel_not_active  no: the response had ended on its
 //	                                                                               own (its response.done came)
 //	session.update (a transcription model      session.updated                   it: its session's transcription
-//	  the key may not use: transcriptionmodel.go)                                  changed, and it is told how
-//	                                           error                             no: logged as a warning; the meter
+//	  the key may not use:                                                         changed, and it is told how
+//	  checkTranscriptionModel)                 error                             no: logged as a warning; the meter
 //	                                                                               prices the model in force
 //
 // Other events the gateway makes (protocol.NewEventID, no own_ mark) are
 // not filtered: a client secret's session.update stands in for the
 // client's own configuration, and its error is the client's (the session
-// is refused with it: sessionprime.go); a resume's replay is answered to
+// is refused with it: primeSession); a resume's replay is answered to
 // the primer, which consumes every reply. GPT-Live is not filtered either:
 // the gateway's session.start there stands in for the client's own.
 //

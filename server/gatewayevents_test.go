@@ -13,7 +13,7 @@ import (
 	"rtgate/server/protocol"
 )
 
-// The upstream's answers to the gateway's own events (gatewayevents.go):
+// The upstream's answers to the gateway's own events (holdGatewayAnswer):
 // mockai's CancelLate answers every response.cancel with
 // response_cancel_not_active (the response ended on its own as the cancel
 // arrived), then ends the response, completed. The client never gets that
@@ -56,7 +56,7 @@ func eventsUntilClose(t *testing.T, c *websocket.Conn) ([]event, *websocket.Clos
 // the response's own end and the upstream answers it with
 // response_cancel_not_active. The client gets the response's (completed)
 // response.done and the resumed event, never that error (on the code before
-// gatewayevents.go it got it, every time: mockai sends it before the
+// holdGatewayAnswer it got it, every time: mockai sends it before the
 // response.done the rollover waits for); the record bills the response as
 // confirmed, and the metric counts the error.
 func TestRolloverCancelNotActiveKeptFromClient(t *testing.T) {
@@ -103,7 +103,7 @@ func TestRolloverCancelNotActiveKeptFromClient(t *testing.T) {
 // (MAX_SESSION_SECS) while a response streams, whose cancel the upstream
 // answers response_cancel_not_active: the client gets the gateway's notice,
 // the response's response.done and the close, never the upstream's error
-// (on the code before gatewayevents.go it got it before the close), with
+// (on the code before holdGatewayAnswer it got it before the close), with
 // continuity on (the holder is continuity's) and off (a filter only); the
 // record bills the response, confirmed.
 func TestGatewayEndCancelNotActiveKeptFromClient(t *testing.T) {

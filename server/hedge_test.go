@@ -19,7 +19,7 @@ import (
 // waits in the pool for the next client instead of being closed. (The
 // miss first claims the refill's dial in flight; with nothing landing, the
 // claim lapses after 1.5 refill times, a few milliseconds on loopback, and
-// its own dial starts: upstream/anticipate.go.)
+// its own dial starts: upstream.Miss.DialNow.)
 func TestPoolMissTakesAWarmSocketThatLandsFirst(t *testing.T) {
 	poolSchemes(t, func(t *testing.T, tls bool) {
 		px, g := startProxiedPool(t, tls, mockai.Config{}, nil)

@@ -106,7 +106,7 @@ func newTestServer(t testing.TB, mock *mockai.Server, mutate func(*Settings), lo
 }
 
 // serveChecked runs srv.Serve(ln) in a goroutine and fails the test if it returns
-// an error: the listener was lost while the gateway ran (relisten.go), and
+// an error: the listener was lost while the gateway ran (serveListener), and
 // the test's connects would go unanswered. Serve returns nil when the
 // gateway stops accepting (Drain, Shutdown). done closes when Serve has
 // returned; the caller waits for it before the test ends.

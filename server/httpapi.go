@@ -4,7 +4,7 @@ package server
 // the same port as the WebSocket upgrades.
 //
 // They arrive the way every request does, through netpoll's OnRequest (see
-// server.go), so the WebSocket path pays nothing for them: no second server,
+// Server.onRequest), so the WebSocket path pays nothing for them: no second server,
 // no sniffing, one switch on the path once the head is whole. A request body
 // is collected the way the head is: each OnRequest appends what the socket
 // has and returns, so no poller or handler goroutine ever waits for a slow
@@ -109,7 +109,7 @@ func (s *Server) startAPI(c *clientConn, req *http.Request, rest []byte) bool {
 		if endpoint = liveEndpoint(req); endpoint == "" {
 			return false
 		}
-		limit = maxLiveBody // SDP plus a whole session config (liveapps.go)
+		limit = maxLiveBody // SDP plus a whole session config (liveAPI.create)
 	}
 	c.setPhase(phaseBody)
 	c.api = &apiRequest{req: req, endpoint: endpoint, body: bytebufferpool.Get(), limit: limit}
@@ -247,7 +247,7 @@ func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiA
 		return errorAnswer(http.StatusForbidden, "invalid_request_error", "origin_not_allowed", "this Origin may not call the gateway")
 	}
 	if strings.HasPrefix(endpoint, "live_") {
-		return liveAPI{s}.answer(req, endpoint, body) // liveapps.go
+		return liveAPI{s}.answer(req, endpoint, body)
 	}
 	if req.Method != http.MethodPost {
 		a := errorAnswer(http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use POST")

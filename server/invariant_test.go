@@ -24,7 +24,7 @@ import (
 	"rtgate/mockai"
 )
 
-// These tests hold the server to the inline invariant (poller's doc.go): no
+// These tests hold the server to the inline invariant (package poller's doc): no
 // netpoll Close may land in a client socket's handler task on its poller, no
 // panic may leave a handler, and no handler on a poller may wait for a lock
 // another goroutine holds. Each drives its race's window with a hook, so

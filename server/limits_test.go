@@ -58,7 +58,7 @@ func refusalOf(t *testing.T, resp *http.Response, err error) (status int, code, 
 // them full is refused at once, before the gateway reads a byte of it. On a
 // plain listener the refusal is the OpenAI-shaped 503 too_many_connections
 // with Retry-After, as independent clients (gorilla, coder) see it; on a TLS
-// listener the connection is only closed (accept.go says why).
+// listener the connection is only closed (frontDoor.refuseAtAccept says why).
 func TestMaxConnectionsCountsFromAccept(t *testing.T) {
 	for _, tc := range []struct {
 		name string

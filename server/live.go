@@ -82,7 +82,7 @@ type liveState struct {
 	// the session (refuseBackend; the read path's).
 	backendRefused bool
 	// hangUp ends a WebRTC session (no sess: its events pass the gateway
-	// by): its call hung up upstream through the control API (watch.go).
+	// by): its call hung up upstream through the control API (liveMetering).
 	hangUp func()
 	// refused is the code of a refusal after the upgrade ("" for none).
 	mu      sync.Mutex
@@ -145,7 +145,7 @@ func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
 }
 
 // newLiveFork prepares a WebSocket fork (WS /v1/live/sessions/{id}/fork,
-// liveapps.go): a new Live session, relayed to the deployment that served
+// liveAPI): a new Live session, relayed to the deployment that served
 // the stored one, whose own session.start (which names no model: the fork
 // continues the stored session's) is relayed as the client sent it. Its
 // upstream is dialed at once, so nothing of the first message is held; it
@@ -247,7 +247,7 @@ func (ls *liveState) start(msg []byte) {
 		return
 	}
 	if ls.fromPool(plan.Cands[0], group, st) {
-		return // a warm unstarted socket of its first-choice deployment (live.go)
+		return // a warm unstarted socket of its first-choice deployment (liveState.fromPool)
 	}
 	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 	defer cancel()
@@ -300,7 +300,7 @@ func unmaskMessage(msg []byte) (payload []byte, text bool) {
 }
 
 // bookBackend prices a delegated response's backend tokens at their model's
-// prices (pricing.go's backendPrices); a model nothing prices is noted
+// prices (backendPrices); a model nothing prices is noted
 // unpriced. A backend the key may not use ends the session once its tokens
 // are booked (refuseBackend).
 func (ls *liveState) bookBackend(model string, add usage.Usage) {
@@ -376,7 +376,7 @@ func (ls *liveState) fill(rec *usage.Record) {
 }
 
 // GPT-Live's warm pool on the session path (LIVE_POOL_SIZE, off by
-// default). The pool itself (upstream/livepool.go) holds upgraded,
+// default). The pool itself (upstream.NewLivePool) holds upgraded,
 // unstarted sockets per upstream URL and header set; here the gateway
 // fills it for every Live deployment, and a Live session whose
 // session.start has named its model takes one for its first-choice
@@ -467,8 +467,8 @@ func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.St
 	return true
 }
 
-// GPT-Live's session continuity (resume.go has the common path; what is kept
-// is server/continuity's live.go). A Live session resumes on the same losses
+// GPT-Live's session continuity (resumer has the common path; what is kept
+// is server/continuity's liveConv). A Live session resumes on the same losses
 // as a Realtime one (its connection ends without a close frame; close 1011,
 // 1012 or 1013) and at its cap, which GPT-Live says with session.closed,
 // reason "expired", then a close (1000): both are held back from the client.

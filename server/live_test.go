@@ -22,7 +22,7 @@ import (
 // GPT-Live through the gateway, driven by gorilla (an independent client):
 // sessions, the first-frame rules, refusals after the upgrade, the
 // session.close farewell, metering and budgets. The Node SDK's LiveWS runs
-// the same path in TestLiveNodeSDK (sdk_test.go).
+// the same path in TestLiveNodeSDK.
 
 // liveSecond is one second of mockai's default Live input format (PCM16 at
 // 24 kHz): mockai bills the audio it receives.

@@ -8,14 +8,14 @@ package server
 //	                                       by session.model (a Live group), session.model rewritten
 //	                                       to the deployment's; 201 {session: {id}, transport: {sdp}}
 //	                                       unchanged. The owner (key, deployment) is remembered and the
-//	                                       session metered from a sideband (watch.go), its 15 s floor
+//	                                       session metered from a sideband (liveMetering), its 15 s floor
 //	                                       booked against the key's budget at once.
 //	WS   /v1/live/sessions/{id}/attach     a sideband: owner-checked, relayed to the owning
 //	                                       deployment (graceful_close passed through), never pooled;
 //	                                       it meters the session when the gateway's own cannot
 //	WS   /v1/live/sessions/{id}/fork       a stored session continued over WebSocket: owner-checked
 //	                                       as a sideband, relayed to the owning deployment, never
-//	                                       pooled; a Live session of its own, metered as one (live.go)
+//	                                       pooled; a Live session of its own, metered as one (newLiveFork)
 //	POST /v1/live/sessions/{id}/accept     SIP call controls, owner-checked, to the owning deployment;
 //	     …/reject, …/refer, …/hangup       an accept of a session the gateway never saw (an inbound
 //	                                       SIP call announced to the app by live.transport.incoming)
@@ -31,7 +31,7 @@ package server
 // `sideband: any` for sessions the gateway did not make. A lookup Redis
 // cannot answer refuses the attach, fork or control with 503
 // owner_unavailable. A create, an HTTP fork and the accept of a session the
-// gateway never saw are admitted as sessions (admission.go): the session
+// gateway never saw are admitted as sessions (admitEntry): the session
 // counts against its key and holds its deployment's slot until it ends.
 
 import (
@@ -136,7 +136,7 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 	if endpoint == "live_create" || op == "fork" || op == "accept" {
 		// The key's models apply to the backend the session delegates to,
 		// as at a WebSocket session.start; a later session.update is
-		// answered on the metering sideband (live.go's refuseBackend).
+		// answered on the metering sideband (liveState.refuseBackend).
 		if herr := backendNotAllowed(key, protocol.BodyBackendModel(body)); herr != nil {
 			return herr.answer()
 		}
@@ -274,7 +274,7 @@ func (a liveAPI) remember(keyName string, d *routes.Deployment, id string, table
 		return
 	}
 	s.log.Info("Live WebRTC session created", "key", keyName, "model_group", d.Group, "deployment", d.Name, "session", id)
-	s.meters.startLive(key, d, id, adm) // the floor booked now, its sideband attached in the background (watch.go)
+	s.meters.startLive(key, d, id, adm) // the floor booked now, its sideband attached in the background
 }
 
 // owned finds the deployment that serves session id for key, with the
@@ -539,8 +539,8 @@ func resolveLiveAttach(u *upgrade, owner apps.Owner, made bool) *refusal {
 // startLiveAttach connects a GPT-Live sideband (or WebSocket fork) to the
 // deployment that serves its session, never from a pool; it runs in its
 // own goroutine. A fork is a Live session of its own, metered from its
-// frames (live.go's newLiveFork). A sideband's frames meter its session
-// only when the gateway's own sideband cannot (watch.go's liveMetering):
+// frames (newLiveFork). A sideband's frames meter its session
+// only when the gateway's own sideband cannot (liveMetering):
 // the upstream allowing one sideband per session, the gateway's own makes
 // way for it.
 func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) {

@@ -14,6 +14,7 @@ import (
 	"rtgate/server/balance"
 	"rtgate/server/routes"
 	"rtgate/server/turns"
+	"rtgate/server/usage"
 	"rtgate/upstream"
 )
 
@@ -30,12 +31,12 @@ type metrics struct {
 	tokens         *prometheus.CounterVec
 	dialFailures   *prometheus.CounterVec
 	usageLogErrors prometheus.Counter
-	warmRedials    prometheus.Counter // registered in New (notices.go's redial)
+	warmRedials    prometheus.Counter // registered in New, counted by redial
 	resumes        *prometheus.CounterVec
 	resumeSeconds  prometheus.Histogram
 	spend          *prometheus.CounterVec
-	flagged        *prometheus.CounterVec // records with unpriced or unconfirmed usage (pricing.go, flights.go)
-	gatewayErrors  *prometheus.CounterVec // upstream errors for the gateway's own events (gatewayevents.go)
+	flagged        *prometheus.CounterVec // records with unpriced or unconfirmed usage (noteUnpriced, estimateFlights)
+	gatewayErrors  *prometheus.CounterVec // upstream errors for the gateway's own events (holdGatewayAnswer)
 
 	// Sessions by protocol (realtime, live): new series beside the totals
 	// above, whose labels stay as they were.
@@ -191,7 +192,7 @@ func sumCounter(c prometheus.Collector) float64 {
 	return total
 }
 
-// registerResumes adds session continuity's metrics (resume.go).
+// registerResumes adds session continuity's metrics (resumer).
 func (m *metrics) registerResumes() {
 	m.resumes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_session_resumes_total",
 		Help: "Sessions carried onto a fresh upstream session (session continuity), by cause (upstream_lost, upstream_closed, " +
@@ -200,4 +201,17 @@ func (m *metrics) registerResumes() {
 		Help:    "From the loss of a session's upstream to the fresh upstream taking the client's frames (resumes that succeeded).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}})
 	m.reg.MustRegister(m.resumes, m.resumeSeconds)
+}
+
+// countTokens adds usage to the token metrics.
+func (m *metrics) countTokens(group, key string, u usage.Usage) {
+	in, out := u.InputTokenDetails, u.OutputTokenDetails
+	for kind, n := range map[string]int64{
+		"input_text": in.TextTokens, "input_audio": in.AudioTokens, "input_image": in.ImageTokens,
+		"input_cached": in.CachedTokens, "output_text": out.TextTokens, "output_audio": out.AudioTokens,
+	} {
+		if n > 0 {
+			m.tokens.WithLabelValues(group, key, kind).Add(float64(n))
+		}
+	}
 }

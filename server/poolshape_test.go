@@ -10,7 +10,7 @@ import (
 )
 
 // TestClientShapesOpenNoPools: a pool key is the upstream session's shape,
-// never a client's (upstream/shape.go). 40 connects each with its own
+// never a client's (upstream.Poolable). 40 connects each with its own
 // query parameter, and 10 each with its own OpenAI-Safety-Identifier, open
 // exactly one upstream session each (counted at mockai: session.created
 // sent), all direct, with the parameter and the header forwarded as sent;

@@ -1,13 +1,13 @@
 package server
 
 // Prices for every model a session makes the gateway pay for, beside the
-// deployment's own model (whose prices are the deployment's, spend.go):
+// deployment's own model (whose prices are the deployment's: prices, secondPrice):
 //
 //	usage                                   priced at
 //	a Realtime session's input transcription its transcription model's prices: a model
 //	(transcription events' usage)           group of that name (its deployment's, model_info
 //	                                        included), else the built-in table
-//	                                        (spend.DefaultModelPrices, per second for
+//	                                        (spend.Lookup, spend.ModelInfo.SecondPrice for
 //	                                        whisper-1 and the like)
 //	GPT-Live's delegated Responses tokens   the Live deployment's model_info token prices
 //	(response.event)                        when it sets any (they override), else the
@@ -19,12 +19,52 @@ package server
 // Never $0 in silence.
 
 import (
+	"log/slog"
 	"slices"
 
 	"rtgate/server/routes"
 	"rtgate/server/spend"
 	"rtgate/server/usage"
 )
+
+// prices are the per-token prices of deployment d (nil: a session that
+// never reached an upstream, which costs nothing).
+func prices(d *routes.Deployment) spend.Prices {
+	if d == nil {
+		return spend.Prices{}
+	}
+	return d.Prices
+}
+
+// secondPrice is deployment d's price of a second of session time (0 for
+// nil).
+func secondPrice(d *routes.Deployment) float64 {
+	if d == nil {
+		return 0
+	}
+	return d.SecondPrice
+}
+
+// logTableNotices says once per load what the routes file's LiteLLM fields
+// did not do, and which deployments have no prices (their sessions cost 0).
+func logTableNotices(log *slog.Logger, t *routes.Table) {
+	for _, n := range t.Notices {
+		log.Info(n)
+	}
+	var unpriced []string
+	for _, ds := range t.Groups {
+		for _, d := range ds {
+			if !d.Priced {
+				unpriced = append(unpriced, d.Name+" ("+d.Model+")")
+			}
+		}
+	}
+	if len(unpriced) > 0 {
+		slices.Sort(unpriced)
+		log.Warn("no prices for these deployments: their sessions cost 0 USD and count nothing against budgets; "+
+			"set model_info prices (input_cost_per_token, ...) or model_info.base_model", "deployments", unpriced)
+	}
+}
 
 // modelPrices are the token prices, and the price per second of audio, of
 // model as something other than a deployment's own model; known is false

@@ -43,7 +43,7 @@ const onePollerEnv = "RTGATE_TEST_ONE_POLLER"
 //     operator through the event's pointer and drops the event. A third
 //     connect to the holder shows the poller is past that batch.
 //
-// Either way a client's upgrade must then succeed. Before relisten.go, with
+// Either way a client's upgrade must then succeed. Before serveListener, with
 // -race, it went unanswered (10 of 10 runs on a single poller, as in CI's
 // intermittent "upgrade not answered"); the restart count tells whether the
 // stale hang-up reached the listener: 1 with -race, 0 without. The test runs

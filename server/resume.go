@@ -1,6 +1,6 @@
 package server
 
-// Session continuity, the server's part (the relay's is poller/resume.go,
+// Session continuity, the server's part (the relay's is poller.Session's resume,
 // what is kept is server/continuity): when a session's upstream is lost in
 // a way a fresh upstream can repair, the session goes on over a new
 // upstream session of the same model group, with its configuration and its
@@ -10,7 +10,7 @@ package server
 //	connection ended, no close frame        upstream_lost     yes
 //	close 1011, 1012, 1013                  upstream_closed   yes
 //	error session_expired, then close 1001  session_expired   yes
-//	GPT-Live: session.closed expired, close session_expired   yes (live.go)
+//	GPT-Live: session.closed expired, close session_expired   yes (liveHoldText)
 //	the gateway before the cap (rollover)   rollover          yes
 //	a frame to the client half sent         mid_frame         no: ends as before
 //	close 1000, 1008, 4xxx, other 1001      -                 no: passes to the client
@@ -22,7 +22,7 @@ package server
 // upstream was lost); a deployment whose connection failed is reported to
 // the balancer (its health rules apply) and the others are tried first; a
 // slot is reserved like a connect's; the warm pool may serve the socket;
-// a primer (sessionprime.go) owns it while the kept configuration
+// a primer (newPrimer) owns it while the kept configuration
 // (session.update) and items (conversation.item.create, their original
 // ids) are replayed and every reply is consumed; then the client gets
 // EventResumed and the socket, its queued frames going up first.
@@ -93,7 +93,7 @@ type resumeArgs struct {
 	// fresh upstream can be lost again before the record says ok.
 	resuming atomic.Int32
 
-	// The rollover before the upstream's cap (rollover.go).
+	// The rollover before the upstream's cap (armRollover).
 	rollMu    sync.Mutex
 	rollTimer *time.Timer
 	rollGen   int  // which upstream session the timer is for
@@ -117,7 +117,7 @@ func keepAudio(cfg Settings, key *routes.ClientKey) bool {
 // resumer is the server's part of a resume (its own type, not more of
 // Server's methods): SessionConfig.Resume, the resume's goroutine, and the
 // primed upstream a resume and a client secret's session share
-// (sessionprime.go).
+// (resumer.primed).
 type resumer struct{ s *Server }
 
 // keepContinuity turns continuity on for a session: the client's
@@ -182,12 +182,12 @@ func (w *clientWatch) Inspect(p []byte) {
 }
 
 // HoldText implements frames.Holder: an error answering the gateway's own
-// event is held back for good (gatewayevents.go); with continuity, OpenAI's
+// event is held back for good (holdGatewayAnswer); with continuity, OpenAI's
 // session_expired error is held back (the session goes on), and makes the
 // 1001 that follows a cap.
 func (w *setupWatch) HoldText(p []byte) bool {
 	if w.live != nil {
-		return liveHoldText(p, w.resume) // GPT-Live's cap (live.go)
+		return liveHoldText(p, w.resume) // GPT-Live's cap
 	}
 	if t, ok := usage.EventType(p); !ok || string(t) != "error" {
 		return false
@@ -208,7 +208,7 @@ func (w *setupWatch) HoldText(p []byte) bool {
 // upstream repairs.
 func (w *setupWatch) HoldClose(c frames.Close) bool {
 	if w.resume == nil {
-		return false // only filtering (gatewayevents.go)
+		return false // only filtering (holdGatewayAnswer)
 	}
 	if w.live != nil {
 		return w.live.holdClose(c, w.resume)
@@ -262,9 +262,9 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		return false
 	}
 	snap := info.keep.Snapshot()
-	s.estimateFlights(info) // the responses in flight on the upstream let go of (flights.go)
+	s.estimateFlights(info) // the responses in flight on the upstream let go of
 	if info.live != nil {
-		info.live.resuming(sess, snap) // GPT-Live's meter and failed response (live.go)
+		info.live.resuming(sess, snap) // GPT-Live's meter and failed response
 	} else {
 		for _, id := range snap.Responses {
 			sess.SendClient(failedResponse(id))
@@ -342,7 +342,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	s.balancer.Release(prev)
 	cands := plan.Cands
 
-	sendFor, acks := liveReplay(snap), 0 // GPT-Live: one session.start (live.go)
+	sendFor, acks := liveReplay(snap), 0 // GPT-Live: one session.start
 	if info.live == nil {
 		send, n := realtimeReplay(s.proto, snap)
 		sendFor, acks = func(*routes.Deployment) []byte { return send }, n
@@ -499,7 +499,7 @@ func isRealtimeModel(q url.Values) bool {
 // Rollover: a session nearing its upstream session's cap (OpenAI ends a
 // session after 60 minutes, Azure after 30) moves to a fresh upstream
 // session before the cap, at a quiet moment, through the same resume as a
-// loss (resume.go), so that a two-hour call runs through.
+// loss (resumer.resume), so that a two-hour call runs through.
 //
 // The cap is the upstream session.created's expires_at when it has one,
 // else the upstream session's creation plus 60 minutes (30 on Azure); for
@@ -588,7 +588,7 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		// (less for a short life, so that the lead leaves room for it).
 		isQuiet = info.keep.LiveQuiet(time.Now, min(time.Second, lead/4))
 	}
-	var cancelledAt time.Time // a forced rollover cancelled the responses in flight then (flights.go)
+	var cancelledAt time.Time // a forced rollover cancelled the responses in flight then (forcedRollover)
 	var check func()
 	check = func() {
 		args.rollMu.Lock()

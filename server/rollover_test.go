@@ -123,7 +123,7 @@ func TestRolloverKeepsEveryTurn(t *testing.T) {
 
 // TestForcedRolloverDuringResponse: the deadline before the cap passes
 // while a response is in progress. The gateway cancels it first (a
-// rollover it chooses loses no usage: flights.go), so the client sees that
+// rollover it chooses loses no usage: forcedRollover), so the client sees that
 // response end as a cancelled response.done carrying its usage, then the
 // gateway's resumed event, and the conversation goes on on the fresh
 // upstream, which got the confirmed items.

@@ -95,7 +95,7 @@ func mockEvents(t *testing.T, p *mockaiProcess, roots *x509.CertPool) []mockai.E
 // OpenAIRealtimeWebSocket connects with the ek_ key and sees a configured
 // session.created, asks for a response and closes after three of its audio
 // deltas, and is billed that response (the cancelled response.done's usage:
-// the walked-away response of flights.go); calls.create({sdp}) gets 201,
+// the walked-away response of estimateFlights); calls.create({sdp}) gets 201,
 // the answer and Location.
 func TestNodeSDK(t *testing.T) {
 	node, err := exec.LookPath("node")

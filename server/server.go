@@ -51,19 +51,19 @@ type Server struct {
 	cancel context.CancelFunc
 
 	pool       *upstream.Pool // nil when the pool is off
-	livePool   *upstream.Pool // GPT-Live's unstarted sockets (live.go); nil when off
+	livePool   *upstream.Pool // GPT-Live's unstarted sockets (newLivePool); nil when off
 	metrics    *metrics
-	front      frontDoor          // admission at accept (accept.go)
-	memBudget  memoryBudget       // the global bound on bytes held for slow peers (watchdog.go)
+	front      frontDoor          // admission at accept
+	memBudget  memoryBudget       // the global bound on bytes held for slow peers (the watchdog's)
 	proto      protocol.Protocol  // what the sessions speak: OpenAI's Realtime API
 	admitter   limit.Admitter     // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
 	store      *cluster.Store     // nil without REDIS_URL
-	contGlobal *continuity.Budget // CONTINUITY_GLOBAL_MAX_BYTES: what all sessions keep (resume.go)
+	contGlobal *continuity.Budget // CONTINUITY_GLOBAL_MAX_BYTES: what all sessions keep (keepContinuity)
 
 	sessionsOpen atomic.Int64
 	clientConns  atomic.Int64 // accepted client sockets not yet closed, for Drain
 	// conns holds every accepted client connection until its close
-	// callback, for Shutdown's hang-up of each (shutdown.go).
+	// callback, for Shutdown's hang-up of each (hangUpClients).
 	connsMu  sync.Mutex
 	conns    map[*clientConn]struct{}
 	draining atomic.Bool // /health answers 503
@@ -77,13 +77,13 @@ type Server struct {
 	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
 	tracer   *tracing.Tracer              // OpenTelemetry spans; nil when off (server/tracing)
 	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
-	records  *records                     // where ended sessions' records go (spend.go)
-	budgets  *budgets                     // spend.go
+	records  *records                     // where ended sessions' records go
+	budgets  *budgets                     // the keys' spend budgets
 
-	appState // client secrets, calls, sidebands (apps.go)
+	appState // client secrets, calls, sidebands
 
 	admin   *admin.Server // the admin port: metrics, status page, playground
-	origins origins       // ALLOWED_ORIGINS (connect.go)
+	origins origins       // ALLOWED_ORIGINS (origins.allow)
 
 	hooks atomic.Pointer[testHooks] // nil outside tests
 }
@@ -212,7 +212,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if err != nil {
 		return err
 	}
-	sl, err := newStoppableListener(ln) // accept.go: Drain stops accepting through it
+	sl, err := newStoppableListener(ln) // Drain stops accepting through it
 	if err != nil {
 		return err
 	}
@@ -231,8 +231,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	if h := s.hooks.Load(); h != nil && h.serve != nil {
 		h.serve() // a Shutdown that comes before netpoll's Serve
 	}
-	err = s.serveListener(loop, sl) // relisten.go
-	sl.serveEnded()                 // the socket's closer, if Shutdown came first (accept.go)
+	err = s.serveListener(loop, sl)
+	sl.serveEnded() // the socket's closer, if Shutdown came first
 	return err
 }
 
@@ -272,7 +272,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	if loop != nil {
 		// netpoll's own Shutdown would Close each connection it finds idle,
-		// not atomically with the poller (poller's doc.go, the inline
+		// not atomically with the poller (package poller's doc, the inline
 		// invariant): hang them all up first, and let it find none.
 		s.StopAccepting()
 		s.hangUpClients()
@@ -308,7 +308,7 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.routes.Store(r)
-	s.reachLive(r) // revoked keys' sessions end (admission.go)
+	s.reachLive(r) // revoked keys' sessions end
 	logTableNotices(s.log, r)
 	primePool(s.pool, r)
 	primeLivePool(s.livePool, r)
@@ -339,9 +339,9 @@ type ctxKey = poller.InlineKey
 type connPhase uint8
 
 const (
-	phaseTLS   connPhase = iota // tlsaccept.go
-	phaseHTTP                   // readHead, then handle (connect.go)
-	phaseBody                   // httpapi.go
+	phaseTLS   connPhase = iota // collectTLS, tlsHandshake
+	phaseHTTP                   // readHead, then handle
+	phaseBody                   // readBody, then serveAPI
 	phaseRelay                  // poller.Session
 	phaseDone
 )
@@ -362,7 +362,7 @@ type clientConn struct {
 	sess     *poller.Session            // set under mu: onClose reads it from another goroutine
 	accepted time.Time
 
-	// TLS listeners only (tlsaccept.go): the handshake's connection, whether
+	// TLS listeners only (collectTLS): the handshake's connection, whether
 	// its goroutine started, and the lock that keeps OnRequest and the
 	// goroutine's hand-off from reading at the same time.
 	hs        *handshakeConn
@@ -373,8 +373,8 @@ type clientConn struct {
 	timer *time.Timer // handshake deadline; nil once upgraded
 	left  bool        // the handshake count was given back (Server.leave)
 
-	wait pendingStep // the off-loop step of the decision in flight (connect.go)
-	api  *apiRequest // an API request's body being collected (httpapi.go)
+	wait pendingStep // the off-loop step of the decision in flight (decideOffLoop)
+	api  *apiRequest // an API request's body being collected (readBody)
 
 	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
 	offLoop  atomic.Bool // a goroutine other than netpoll's handler is handling the request (startRelay)
@@ -391,7 +391,7 @@ type clientConn struct {
 	session poller.Session  // sess, once upgraded
 	info    sessionInfo
 	watch   setupWatch
-	cwatch  clientWatch // continuity's inspector on the client's frames (resume.go)
+	cwatch  clientWatch // continuity's inspector on the client's frames (watchClient)
 }
 
 func (s *Server) onPrepare(conn netpoll.Connection) context.Context {
@@ -438,7 +438,7 @@ func (c *clientConn) Value(key any) any {
 }
 
 // onRequest never blocks: during the TLS handshake it only moves bytes to
-// the handshake goroutine (tlsaccept.go).
+// the handshake goroutine (tlsHandshake).
 func (s *Server) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*clientConn)
 	defer recoverRequest(s.log, conn)
@@ -533,7 +533,7 @@ func (c *clientConn) refuse(e *refusal) {
 // an API request's body complete, or the socket closed): the deadline
 // timer (HANDSHAKE_TIMEOUT) stops and lets go, since a long-lived session
 // should not carry it, and the front door's count of connections awaiting
-// their answer (accept.go) is given back, once.
+// their answer (frontDoor.refuseAtAccept) is given back, once.
 func (c *clientConn) answered() {
 	c.mu.Lock()
 	if c.timer != nil {

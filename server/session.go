@@ -30,7 +30,7 @@ import (
 // passThroughHeaders are the client headers that go upstream; every other
 // client header (credentials, OpenAI-Organization, OpenAI-Project) stays.
 // OpenAI-Beta is part of a pool key's shape; OpenAI-Safety-Identifier, one
-// end user's, makes the connect dial direct (upstream/shape.go).
+// end user's, makes the connect dial direct (upstream.Poolable).
 var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 
 // sessionInfo is what the server knows of a session beyond the relay: who,
@@ -47,29 +47,29 @@ type sessionInfo struct {
 	counted    bool               // deployment's live count includes this session
 	ended      bool               // the session ended: a late attach (a redial's) is not counted
 	poolHit    bool               // the upstream came from the warm pool
-	keyCounted bool               // it counts against its key's max_sessions (admission.go): sessionEnded gives it back
-	overBudget atomic.Bool        // ended by its key's spend budget (spend.go); beside the flags: one word
+	keyCounted bool               // it counts against its key's max_sessions (admitEntry): sessionEnded gives it back
+	overBudget atomic.Bool        // ended by its key's spend budget (budgets.meter); beside the flags: one word
 	meter      usage.Meter
-	turns      turns.Watch        // the session's turns (watch.go)
+	turns      turns.Watch        // the session's turns (setupWatch.seeTurn)
 	trace      *tracing.Session   // its spans; nil with tracing off
 	start      time.Time          // when the client's upgrade completed
 	redial     func()             // dials a fresh upstream after a dead warm one
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
-	live       *liveState         // a GPT-Live session's own (live.go); nil for Realtime
+	live       *liveState         // a GPT-Live session's own; nil for Realtime
 	// translation: a Realtime translation session, billed by wall clock
-	// (apps.go); liveSideband: a GPT-Live sideband (liveapps.go), whose
+	// (checkSideband); liveSideband: a GPT-Live sideband (resolveLiveAttach), whose
 	// record says protocol live.
 	translation, liveSideband bool
-	sideband                  *appSideband // a Live sideband's metering side (watch.go); nil: it meters nothing
-	// Session continuity (resume.go): nil when off for the session; the
+	sideband                  *appSideband // a Live sideband's metering side; nil: it meters nothing
+	// Session continuity (keepContinuity): nil when off for the session; the
 	// kept conversation (a nil State until something is kept); the
 	// resumes so far (under depMu).
 	resume  *resumeArgs
 	keep    continuity.Keeper
 	resumes []usage.Resume
 
-	// A Realtime conversation session's responses in flight (flights.go;
+	// A Realtime conversation session's responses in flight (keepFlights;
 	// nil for other sessions), how long its end waits for them, and what
 	// was billed of them by estimate (under estMu).
 	flights    *usage.Flights
@@ -77,7 +77,7 @@ type sessionInfo struct {
 	estMu      sync.Mutex
 	estimated  usage.Usage
 	// unpriced names the models of usage no price was found for
-	// (pricing.go), booked on the read path, read at the end.
+	// (transcriptionCost), booked on the read path, read at the end.
 	unpriced []string
 
 	// The client leaving cancels the upstream attempt made for it.
@@ -257,7 +257,7 @@ func passThrough(h http.Header) http.Header {
 
 // primePool warms every Realtime deployment's target, and only those
 // (pool nil: off): a pool exists per configured deployment, never per
-// client (upstream/shape.go).
+// client (upstream.Poolable).
 func primePool(pool *upstream.Pool, r *routes.Table) {
 	if pool == nil {
 		return
@@ -346,11 +346,11 @@ func (i *sessionInfo) currentDeployment() *routes.Deployment {
 // At most balance.MaxAttempts deployments are tried.
 //
 // miss, when the connect missed the warm pool of cands[0], hedges the dial
-// (upstream/hedge.go): a warm socket of that deployment landing before the
+// (upstream.Miss): a warm socket of that deployment landing before the
 // dial completes serves the session at once, and the dial, left running,
 // goes into the pool when it completes. The client leaving cancels the
 // dial only while no warm socket was taken. A miss that claimed a pool dial
-// already in flight (upstream/anticipate.go) starts its own dial only when
+// already in flight (a claim) starts its own dial only when
 // the claim lapses, and not at all when that dial serves it.
 func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header, miss *upstream.Miss) {
 	defer miss.Done()
@@ -370,7 +370,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 	taken := make(chan struct{}) // a warm socket was taken: a dial not yet started is not needed
 	go func() {
 		defer close(done)
-		select { // a miss that claimed a pool dial in flight waits for it first (upstream/anticipate.go)
+		select { // a miss that claimed a pool dial in flight waits for it first (upstream.Miss.DialNow)
 		case <-miss.DialNow():
 		case <-taken:
 			return
@@ -384,7 +384,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		case <-done:
 			unhook()
 			cancelRace()
-			info.redial = nil // a fresh dial is never redialed (connect.go)
+			info.redial = nil // a fresh dial is never redialed
 			if conn, d := raced(s.proto, sess, info, own); conn != nil {
 				info.attached(s.balancer, d)
 				sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
@@ -474,7 +474,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	deployment := ""
 	dep := info.uncount(s.balancer, false)
-	info.depMu.Lock() // a resume may have swapped it (resume.go)
+	info.depMu.Lock() // a resume may have swapped it
 	reserved := info.reserved
 	info.reserved = nil
 	info.depMu.Unlock()
@@ -497,7 +497,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 		outcome = "client_lost" // it left while its upstream was being dialed
 	}
 	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
-	s.estimateFlights(info) // responses still in flight: billed an estimate (flights.go)
+	s.estimateFlights(info) // responses still in flight: billed an estimate
 	u := info.meter.Usage
 	est := info.estimatedUsage()
 	if est != nil {
@@ -531,11 +531,11 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info)
 	info.trace.End()
 	if info.liveSideband {
-		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (watch.go), not this one's
+		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (liveMetering), not this one's
 		info.sideband.ended()
 	}
 	if info.translation && dep != nil {
-		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock (apps.go)
+		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock: billed by the minute of session
 	}
 	s.records.record(info, &rec)
 	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
@@ -544,7 +544,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 }
 
 // sessionOutcome classifies how a session ended, for metrics.
-func sessionOutcome(sess *poller.Session, cl frames.Close, from poller.Side, ok bool) string {
+func sessionOutcome(sess *poller.Session, cl frames.Close, from frames.Side, ok bool) string {
 	switch {
 	case sess.UpstreamUnavailable():
 		return "upstream_unavailable"
@@ -603,7 +603,7 @@ func (s *Server) redial(sess *poller.Session) bool {
 
 // poolMemory is where the warm pool remembers demand across restarts: the
 // REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks
-// (upstream/memory.go); nil for neither.
+// (upstream.DemandMemory); nil for neither.
 func poolMemory(cfg Settings, store *cluster.Store) upstream.DemandMemory {
 	var ms upstream.Memories
 	if cfg.PoolState != "" {

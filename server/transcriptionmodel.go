@@ -3,7 +3,7 @@ package server
 // The transcription model a client asks for. A Realtime session's input
 // transcription runs on the model its session.update names
 // (session.audio.input.transcription.model), which the gateway pays for
-// (pricing.go): the key's models list applies to it. The meter reads the
+// (transcriptionCost): the key's models list applies to it. The meter reads the
 // model in force from the upstream's session.created and session.updated;
 // one the key may not use is replaced at once by the gateway's own
 // session.update (the client sees a second session.updated), per the key's
@@ -19,7 +19,7 @@ package server
 // answered to the client as any configuration change is (the session.updated
 // tells it the transcription in force); an error the upstream answers it
 // with is the gateway's, never the client's: logged and counted
-// (gatewayevents.go).
+// (holdGatewayAnswer).
 
 import (
 	"encoding/json"

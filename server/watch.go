@@ -36,11 +36,11 @@ type setupWatch struct {
 	srv        *Server
 	sess       *poller.Session
 	seen       bool // only the upstream read path touches it
-	capSeen    bool // the first upstream's session.created was read (rollover.go)
+	capSeen    bool // the first upstream's session.created was read (armCap)
 	wantUsage  bool // the frame Inspect gets carries usage
 	wantKeep   bool // the frame Inspect gets changes the kept conversation (continuity)
 	wantTurn   bool // the turns or spans read the frame Inspect gets
-	wantFlight bool // the frame Inspect gets opens or closes a response in flight (flights.go)
+	wantFlight bool // the frame Inspect gets opens or closes a response in flight (keepFlights)
 }
 
 // Wants implements frames.Inspector: the usage events, the turns' marks,
@@ -122,7 +122,7 @@ func (w *setupWatch) Inspect(p []byte) {
 
 // armCap reads the first upstream session's session.created (GPT-Live:
 // session.started) for its cap and arms the rollover before it; later
-// upstreams' caps come from their replay (resume.go).
+// upstreams' caps come from their replay (resumer.primed).
 func (w *setupWatch) armCap(p []byte) bool {
 	if w.capSeen {
 		return false
@@ -208,7 +208,7 @@ func traceWhere(d *routes.Deployment) tracing.Where {
 // Metering GPT-Live's WebRTC sessions. Their events travel between the
 // browser and OpenAI, outside the gateway, so the gateway reads the usage on
 // a sideband (…/{id}/attach) of each session it created (or whose SIP call
-// it accepted, or forked), as it meters Realtime WebRTC calls (apps.go's
+// it accepted, or forked), as it meters Realtime WebRTC calls (the
 // callMeter): cumulative usage.seconds in session.usage.updated and
 // session.closed, backend tokens in response.event. A sideband also carries
 // the session's reflected audio both ways (about 128 KB/s of base64): the
@@ -235,7 +235,7 @@ func traceWhere(d *routes.Deployment) tracing.Where {
 //
 // Done writes the session's record, billed at least the 15 s floor that
 // OpenAI bills at creation, credited against the duration. The floor is
-// booked against the key's budget at creation (spend.go's meterLive), and
+// booked against the key's budget at creation (budgets.meterLive), and
 // only the seconds beyond it as they are read.
 
 // liveWebRTCFloor is the least a WebRTC session is billed, in seconds.
@@ -248,7 +248,7 @@ type liveMetering struct {
 	info *sessionInfo
 	d    *routes.Deployment
 	id   string
-	adm  *admission // the session's (admission.go): given back when it is done
+	adm  *admission // the session's (admitEntry's): given back when it is done
 
 	mu      sync.Mutex
 	own     *callMeter                // the gateway's sideband, while it meters

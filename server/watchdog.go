@@ -12,6 +12,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/frames"
 	"rtgate/internal/every"
 	"rtgate/internal/sysmem"
 	"rtgate/poller"
@@ -27,7 +28,7 @@ import (
 // a slow link in front of a long answer), is kept up to that ceiling; a
 // side that reads nothing at all is not the watchdog's: its backlog writer
 // closes the socket once the kernel has taken nothing for WriteTimeout
-// (poller/output.go). A session over the ceiling is caught within
+// (poller.Endpoint's backlog). A session over the ceiling is caught within
 // watchdogTick+stallGrace of passing it, so its backlog stays under
 // MaxStalledBytes plus 0.2 s of the other side's sending rate. The walk for
 // stalls runs only while some socket has a backlog (see watchdog).
@@ -116,7 +117,7 @@ func (w *watchdog) run(ctx context.Context) { every.Tick(ctx, watchdogTick, w.ti
 // backlog is a stalled session and what waits behind it.
 type backlog struct {
 	sess    *poller.Session
-	side    poller.Side
+	side    frames.Side
 	waiting int
 }
 

@@ -73,7 +73,7 @@ func (p *Pool) Expect() {
 	if p.cfg.Spare != nil {
 		room = min(room, p.cfg.Spare()-p.total)
 	}
-	room = min(room, kp.inflight-kp.warming) // the key's in-flight limit (sizing.go)
+	room = min(room, kp.inflight-kp.warming) // the key's in-flight limit (inflightLimit)
 	if !dialAhead(len(kp.warm)+kp.warming, kp.claimed, p.expected, p.keyCap(), room) {
 		return
 	}

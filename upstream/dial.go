@@ -157,7 +157,7 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 	// whose dials timed out under load). Only this goroutine closes the
 	// socket, below, once the handshake has returned; fdMu keeps a late
 	// shutdown off a descriptor number that Close has given back. A
-	// shutdown also keeps the inline invariant (poller's doc.go) however
+	// shutdown also keeps the inline invariant (package poller's doc) however
 	// late it lands. Once the handshake is done, a deadline that already
 	// fired fails the dial.
 	var fdMu sync.Mutex

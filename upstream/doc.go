@@ -1,27 +1,27 @@
 // Package upstream opens WebSocket connections to the realtime upstream
 // (OpenAI or anything speaking its protocol) as netpoll connections, so the
-// gateway's reactor drives them like its client sockets (dial.go), and keeps
-// a warm pool of them (pool.go): sockets already past session.created, handed
+// gateway's reactor drives them like its client sockets (Dialer), and keeps
+// a warm pool of them (Pool): sockets already past session.created, handed
 // to client connects so that they skip the upstream's handshake.
 //
 // # The pool under load
 //
 // The pool must serve a first burst (hundreds of clients at once against a
 // pool at its floor) and sustained demand (callers arriving continuously)
-// alike. The files, in the order a connect meets them:
+// alike. Its parts, in the order a connect meets them:
 //
-//   - anticipate.go: a dial of the likely key starts when a client's TCP
+//   - Pool.Expect (dialAhead): a dial of the likely key starts when a client's TCP
 //     connection is accepted, ahead of its request; a miss claims a pool
 //     dial in flight instead of dialing its own.
-//   - hedge.go: a miss takes whichever lands first, its own dial or a warm
+//   - Miss: a miss takes whichever lands first, its own dial or a warm
 //     socket.
-//   - sizing.go: each key's target and in-flight limit, from its measured
+//   - targetSize, inflightLimit: each key's target and in-flight limit, from its measured
 //     connect rate and refill time (Little's law).
-//   - yield.go: which of a refill's dials may start now. A hit's
+//   - growRoomLocked, the yield rule: which of a refill's dials may start now. A hit's
 //     replacement always may; growth toward a raised target yields to a
 //     burst's own dials for a bounded window, then grows at the in-flight
 //     limit if misses keep coming, and is paced once the burst has passed.
-//   - memory.go, warming.go: demand remembered across restarts, and
+//   - DemandMemory, Pool.Warming: demand remembered across restarts, and
 //     /health reporting warming until the pool holds it.
 //
 // Why the yield is bounded (issue 31). Before, growth was held to max(2,

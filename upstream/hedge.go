@@ -23,11 +23,11 @@ import (
 
 // Miss is a client's connect that missed the pool and dials its own
 // upstream: at once, or once its claim on a pool dial in flight lapses
-// (anticipate.go, DialNow). Landed signals when a warm socket of its key
+// (Pool.claimLocked, DialNow). Landed signals when a warm socket of its key
 // may be there to Take; Give hands the own dial's socket to the pool when
 // a warm one was taken instead; Done, called once the client no longer
 // waits on the pool (its own dial ended, or it took a warm socket), ends
-// the client dial the yield rule counts (yield.go). All methods are safe
+// the client dial the yield rule counts (ClientDialing). All methods are safe
 // on a nil Miss.
 type Miss struct {
 	p      *Pool
@@ -35,7 +35,7 @@ type Miss struct {
 	landed chan struct{} // 1-buffered: one pending signal is enough
 	done   bool          // guarded by Pool.mu
 
-	// A claim (anticipate.go), guarded by Pool.mu: claimed while the miss
+	// A claim (Pool.claimLocked), guarded by Pool.mu: claimed while the miss
 	// waits on a pool dial in flight; dialNow is closed when it should
 	// dial its own (at once when it claimed nothing); late is the timer
 	// that checks on the claim.
@@ -63,7 +63,7 @@ func (m *Miss) Landed() <-chan struct{} {
 }
 
 // DialNow is closed when the miss should start its own dial: at once,
-// unless it claimed a pool dial in flight (anticipate.go), then when that
+// unless it claimed a pool dial in flight (Pool.claimLocked), then when that
 // claim lapses. It is never closed for a miss that is Done while still
 // claiming: its own dial is not needed. Nil for a nil Miss.
 func (m *Miss) DialNow() <-chan struct{} {

@@ -17,7 +17,7 @@ package upstream
 //     readIdle), as for Realtime's warm sockets;
 //   - pooled sockets are keyed by URL and headers (Key), so deployments
 //     that share a base and a key share them;
-//   - idle sockets are pinged (liveness.go) and replaced after MaxIdle,
+//   - idle sockets are pinged (checkLiveness) and replaced after MaxIdle,
 //     which should be short: how long OpenAI keeps an upgraded socket that
 //     never sent session.start is not documented.
 //

@@ -24,7 +24,7 @@ type PoolMetrics struct {
 	Pongs       *prometheus.CounterVec
 	MissedPongs *prometheus.CounterVec
 	// Anticipated counts warm-up dials started at a client's accept, ahead
-	// of its request (anticipate.go).
+	// of its request (Pool.Expect).
 	Anticipated *prometheus.CounterVec
 }
 
@@ -34,7 +34,7 @@ func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
 }
 
 // NewPoolMetricsNamed is NewPoolMetrics with another name prefix: the Live
-// pool's are rtgate_live_pool_* (livepool.go).
+// pool's are rtgate_live_pool_* (NewLivePool).
 func NewPoolMetricsNamed(reg prometheus.Registerer, prefix string) *PoolMetrics {
 	labels := []string{"model", "key"}
 	auto := promauto.With(reg)

@@ -45,7 +45,7 @@ type PoolConfig struct {
 	MaxInflight int
 	// PingInterval is how long a ready socket may sit idle before the pool
 	// checks it with a WebSocket ping; 0 means 5 s, negative turns the
-	// checks off. See liveness.go.
+	// checks off. See checkLiveness.
 	PingInterval time.Duration
 	// PongTimeout is how long a pinged socket has to answer before it is
 	// retired and replaced; 0 means 2 s.
@@ -60,7 +60,7 @@ type PoolConfig struct {
 	// client sessions need.
 	Spare func() int
 	// Memory, if set, remembers each key's peak demand across restarts
-	// (memory.go): the pool loads it when made, writes it every few
+	// (DemandMemory): the pool loads it when made, writes it every few
 	// seconds and when it closes.
 	Memory DemandMemory
 	// WarmupBound bounds how long a pool with remembered demand reports
@@ -69,7 +69,7 @@ type PoolConfig struct {
 	// Unstarted pools sockets whose upstream sends nothing before the
 	// client's first event (GPT-Live: no session exists until
 	// session.start): a socket is ready once upgraded, holds no frame, and
-	// any frame but a pong makes it unusable. See livepool.go.
+	// any frame but a pong makes it unusable. See NewLivePool.
 	Unstarted bool
 }
 
@@ -118,7 +118,7 @@ type Pool struct {
 	janitor Timer // the next janitor turn
 	swept   time.Time
 
-	// The yield rule (yield.go): client dials in flight; when their burst
+	// The yield rule (growRoomLocked): client dials in flight; when their burst
 	// began and how long its window is; when the latest client dial
 	// started and the last one ended; warm-up dials in flight across keys.
 	clientDials   int
@@ -130,12 +130,12 @@ type Pool struct {
 	yielded       bool // growth was held back in the current burst
 	pace          pace // the refill after a burst
 
-	// Dialing ahead (anticipate.go): connections accepted and not yet
+	// Dialing ahead (Expect): connections accepted and not yet
 	// decided, and the key the next connect most likely wants.
 	expected int
 	likely   *keyPool
 
-	// Remembered demand (memory.go): what was loaded, by key digest, the
+	// Remembered demand (DemandMemory): what was loaded, by key digest, the
 	// next write, and until when the pool may report Warming.
 	remembered  map[string]Remembered
 	saver       Timer
@@ -198,12 +198,12 @@ type keyPool struct {
 	warm    []*warmConn // ready, oldest first
 	warming int
 	// owed counts sockets clients took that no dial has replaced yet: a
-	// replacement is never held back (yield.go).
+	// replacement is never held back (growRoomLocked).
 	owed    int
-	waiters []*Miss // misses waiting for a socket, oldest first (hedge.go)
-	claimed int     // waiting misses that wait on a dial in flight, not their own (anticipate.go)
+	waiters []*Miss // misses waiting for a socket, oldest first
+	claimed int     // waiting misses that wait on a dial in flight, not their own (claimLocked)
 	// lastLanded is when a socket of the key last landed ready: a claim
-	// lapses only after a while without one (anticipate.go).
+	// lapses only after a while without one (claimWait).
 	lastLanded time.Time
 
 	// backoff after failed dials
@@ -211,7 +211,7 @@ type keyPool struct {
 	retryAt    time.Time
 	retryTimer Timer
 
-	// demand and sizing (sizing.go)
+	// demand and sizing (targetSize, inflightLimit)
 	windows     [numWindows]int // connects per window, a ring; windows[cur] is open
 	cur         int
 	windowStart time.Time     // of the open window
@@ -219,7 +219,7 @@ type keyPool struct {
 	size        int           // the current target
 	inflight    int           // the current limit on concurrent dials
 
-	// remembered demand (memory.go): the seed this key started from, used
+	// remembered demand (DemandMemory): the seed this key started from, used
 	// until seedUntil (burstMemory after its first connect), and the
 	// long-memory peak that is written for the next start.
 	seed      Remembered
@@ -246,7 +246,7 @@ func (p *Pool) keyLocked(k string, t Target, model string, now time.Time) *keyPo
 // Take hands out a warm socket for t, making owner its owner in the same
 // step, or returns nil on a miss. Either way the key's pool is refilled
 // behind it. Only Prime makes a pool: a target with none, or one a warm
-// socket cannot serve (shape.go), is a miss counted by its reason (model
+// socket cannot serve (Poolable), is a miss counted by its reason (model
 // labels it when there is no pool), and creates and sizes nothing.
 func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle, []byte) {
 	h, held, _ := p.take(t, model, owner, false)
@@ -255,11 +255,11 @@ func (p *Pool) Take(t Target, model string, owner poller.Owner) (*poller.Handle,
 
 // TakeOrDial is Take for a client that dials fresh on a miss: a miss is
 // counted as a client dial before the refill it starts, so that refill
-// already yields to it (yield.go), and returned as a Miss, which may still
+// already yields to it (ClientDialing), and returned as a Miss, which may still
 // take a warm socket that lands before the client's own dial completes
-// (hedge.go); its Done, called once the client no longer waits, lets the
+// (Miss.Take); its Done, called once the client no longer waits, lets the
 // pool grow again. A miss that claimed one of the pool's dials in flight
-// starts its own dial only when Miss.DialNow says so (anticipate.go). On a hit, or a target the pool does not serve, miss is
+// starts its own dial only when Miss.DialNow says so. On a hit, or a target the pool does not serve, miss is
 // nil (its methods do nothing).
 func (p *Pool) TakeOrDial(t Target, model string, owner poller.Owner) (h *poller.Handle, held []byte, miss *Miss) {
 	return p.take(t, model, owner, true)
@@ -564,7 +564,7 @@ const janitorSweep = 5 * time.Second
 // refill starts the dials that bring kp up to its target, within the
 // in-flight limit and the global caps, unless the key is backing off. What
 // replaces sockets clients took starts at once; growth beyond that yields
-// to client dials as yield.go says.
+// to client dials as growRoomLocked says.
 func (p *Pool) refill(kp *keyPool) {
 	p.mu.Lock()
 	retired := p.refillLocked(kp)
@@ -688,7 +688,7 @@ func (p *Pool) warmOne(kp *keyPool) {
 // landed files a socket that finished waiting for its session.created:
 // ready (w, err nil) it joins kp's ready list and the longest-waiting miss
 // hears of it; failed it counts toward kp's backoff. took is the dial's
-// time, 0 for a miss's own dial given to the pool (hedge.go), which neither
+// time, 0 for a miss's own dial given to the pool (Miss.Give), which neither
 // measures the refill nor, failing, backs the key off: it was not the
 // pool's dial.
 func (p *Pool) landed(kp *keyPool, w *warmConn, err error, took time.Duration) {
@@ -767,7 +767,7 @@ func (p *Pool) newWarm(kp *keyPool, c *Upgraded) *warmConn {
 	// by hand (crypto/tls may already hold session.created decrypted: 101
 	// and session.created as two records in one segment, and netpoll never
 	// announces bytes it does not hold itself), all before a read event
-	// can run (warmconn.go's start).
+	// can run (warmConn.start).
 	w.start(c.Preface)
 	return w
 }

@@ -429,7 +429,7 @@ func testPoolInflightCeiling(t *testing.T, tls bool) {
 }
 
 // TestAdaptiveTargetFollowsDemand: a burst of connects raises an auto key's
-// target and in-flight limit as sizing.go's table says, and 10 s later
+// target and in-flight limit as targetSize and inflightLimit say, and 10 s later
 // (on the pool's clock) both fall back.
 func TestAdaptiveTargetFollowsDemand(t *testing.T) { eachScheme(t, testAdaptiveTargetFollowsDemand) }
 

@@ -142,7 +142,7 @@ func (kp *keyPool) roll(now time.Time) {
 func (p *Pool) demandLocked(kp *keyPool, now time.Time) demand {
 	kp.roll(now)
 	burst, refill := slices.Max(kp.windows[:]), kp.refillTime
-	// The long memory that is written for the next start (memory.go).
+	// The long memory that is written for the next start (DemandMemory).
 	if r := float64(burst) / rateWindow.Seconds(); r > 0 && r >= kp.peak.RateAt(now) {
 		kp.peak = Remembered{Rate: r, At: now}
 	}

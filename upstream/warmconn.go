@@ -53,7 +53,7 @@ type warmConn struct {
 	held  []byte        // the session.created frame, verbatim
 	ready chan struct{} // closed when it leaves warmWaiting
 	stop  *time.Timer   // bounds warmRetiring
-	live  liveState     // pings while ready (liveness.go)
+	live  liveState     // pings while ready (checkLiveness)
 }
 
 // start hands the socket to the reactor with the pool as its owner. The
@@ -87,7 +87,7 @@ func (w *warmConn) UpstreamReadable() {
 		_ = ep.Read(func(src frames.Source) error { return src.Skip(src.Len()) })
 		return
 	}
-	// Ready: only the pong to a liveness ping may arrive (liveness.go);
+	// Ready: only the pong to a liveness ping may arrive (checkLiveness);
 	// anything else and the socket is no good to hand out. (A read with
 	// nothing to read, such as a read event for a hang-up, is fine.)
 	if state == warmReady {

@@ -8,7 +8,7 @@ import (
 )
 
 // Remembered demand in the pool: loading it at start, writing it as the pool
-// runs, and the warming state it implies (memory.go has the stores).
+// runs, and the warming state it implies (the stores are DemandMemory's).
 
 // restore loads remembered demand, and starts the warming period if any key
 // is remembered with demand left. A missing or unreadable memory is a cold

@@ -48,7 +48,7 @@ const (
 	yieldRefills = 4
 	// refillSpread is how long the refill after a burst takes to start
 	// what the burst took (the deficit less the target's headroom, see
-	// sizing.go); headroomSpread how long it takes to start the rest, the
+	// targetSize); headroomSpread how long it takes to start the rest, the
 	// headroom, after that; paceTick how often the paced refill looks
 	// again.
 	refillSpread   = time.Second

@@ -120,7 +120,7 @@ func testPoolYieldsToClientDials(t *testing.T, tls bool) {
 	clk.Advance(refillSpread)
 	// What the burst took is started; the target's headroom is not yet.
 	// (The target may have grown since the burst: refill times measured
-	// on a loaded machine can exceed a rate window, sizing.go.)
+	// on a loaded machine can exceed a rate window: targetSize.)
 	first, now := p.Warm(ta)+p.Dialing(ta), p.Target(ta)
 	if first < target/headroom || first >= now {
 		t.Fatalf("%d warm or dialing once the first tier has passed, want what the burst took (%d) but not the whole target %d",
@@ -186,7 +186,7 @@ func TestClientDialingCountsUntilDone(t *testing.T) {
 }
 
 // TestRefillRule: how much of a fixed pool of 10 is warm or dialing after
-// each sequence, by the rule of yield.go: a hit's replacement never yields,
+// each sequence, by the yield rule (growRoomLocked): a hit's replacement never yields,
 // growth yields within a burst's window (to the floor beside one client
 // dial) and not past it while client dials keep starting, and is paced
 // once the burst has passed. The upstream answers slowly, so that the dials

@@ -12,7 +12,7 @@
 // Each leg (setup) runs Config.Runs times back to back against one fresh
 // gateway; the table shows the runs' samples combined, and the JSON keeps
 // every run's samples and the per-run p50 spread. After its closed-loop
-// runs each leg also takes one open-loop steady-state run (openloop.go).
+// runs each leg also takes one open-loop steady-state run (OpenLoop).
 package compare
 
 import (
@@ -118,10 +118,10 @@ type Config struct {
 	// Warmup is the pause after the gateway is healthy, before the first
 	// run, so a pool can fill; Pause separates runs.
 	Warmup, Pause time.Duration
-	// Instances > 1 runs that many gateways behind HAProxy (instances.go).
+	// Instances > 1 runs that many gateways behind HAProxy (startInstances).
 	Instances int
 	// FirstBurst is how many of each run's first calls are reported apart
-	// from the rest (burst.go); 0 means Concurrency, the first wave.
+	// from the rest (Split); 0 means Concurrency, the first wave.
 	FirstBurst int
 	// Protocol is what the calls speak: Realtime (the default) or GPT-Live
 	// (-protocol live: /v1/live/sessions, the pool-on leg with
@@ -129,7 +129,7 @@ type Config struct {
 	Protocol load.Protocol
 	// LivePool is LIVE_POOL_SIZE for a Live pool-on leg (0: Concurrency).
 	LivePool int
-	// RedisTimeoutMS is REDIS_TIMEOUT_MS for the Redis leg (redis.go; 0:
+	// RedisTimeoutMS is REDIS_TIMEOUT_MS for the Redis leg (withRedis; 0:
 	// the gateway's default).
 	RedisTimeoutMS int
 	// Restart restarts each gateway leg's gateway before every run after
@@ -138,7 +138,7 @@ type Config struct {
 	// with remembered demand, run 1's that of a cold instance.
 	Restart bool
 	// Open is the steady-state open-loop run each leg takes after its
-	// closed-loop runs (openloop.go); Open.Rate 0 leaves it out.
+	// closed-loop runs (OpenLoop); Open.Rate 0 leaves it out.
 	Open OpenLoop
 }
 
@@ -217,7 +217,7 @@ type LegResult struct {
 	PoolHitRate *float64
 	// InstanceHitRates are each instance's, with -instances.
 	InstanceHitRates []*float64
-	// Open is the leg's open-loop run, nil without one (openloop.go).
+	// Open is the leg's open-loop run, nil without one (OpenRun).
 	Open *OpenRun
 }
 
@@ -336,7 +336,7 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			defer stop() // after the gateways (deferred later, so stopped first)
 		}
 		if cfg.Instances == 1 {
-			// Which sessions were pool hits, in start order (burst.go).
+			// Which sessions were pool hits, in start order (sessionHits).
 			usageLog = filepath.Join(dir, "usage-"+id+".jsonl")
 			set["USAGE_LOG"] = usageLog
 		}

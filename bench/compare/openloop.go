@@ -22,7 +22,7 @@ import (
 // for direct) also takes an open-loop run, calls arriving at a constant
 // mean rate with Poisson spacing whatever the calls in flight, each with
 // a length drawn from a distribution and measured from its scheduled
-// arrival (bench/load, arrivals.go). Every leg gets the same schedule (one
+// arrival (load.Schedule). Every leg gets the same schedule (one
 // seed), so the legs differ only in what serves them.
 
 // OpenLoop configures the steady-state leg; Rate 0 leaves it out.

@@ -34,7 +34,7 @@ type jsonResults struct {
 			DeltaIntervalMS   float64 `json:"delta_interval_ms"`
 			FloorMS           float64 `json:"floor_ms"`
 		} `json:"mockai_profile"`
-		// OpenLoop is the steady-state leg's load (openloop.go), nil without one.
+		// OpenLoop is the steady-state leg's load, nil without one.
 		OpenLoop *jsonOpenConfig `json:"open_loop,omitempty"`
 	} `json:"config"`
 	// Table is the closed-loop comparison, OpenTable the open-loop one.
@@ -52,7 +52,7 @@ type jsonLeg struct {
 	// runs disagree.
 	P50SpreadMS map[string]float64 `json:"p50_spread_ms"`
 	Runs        []jsonRun          `json:"runs"`
-	// Open is the leg's open-loop run (openloop.go); Runs are closed-loop.
+	// Open is the leg's open-loop run (OpenRun); Runs are closed-loop.
 	Open *jsonOpenRun `json:"open_loop,omitempty"`
 }
 

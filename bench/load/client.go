@@ -53,7 +53,7 @@ type Config struct {
 	BufferSize int
 	// Turns is the number of exchanges per call (0 or 1: one); VAD makes
 	// them server-VAD turns with VADSilence (default 500 ms) as the
-	// silence window. See turns.go.
+	// silence window. See Client.callTurns.
 	Turns      int
 	VAD        bool
 	VADSilence time.Duration

@@ -15,8 +15,8 @@
 // moment a worker picks it up, in open-loop (-rate) mode its scheduled arrival
 // time, so queueing delay in the generator counts against latency instead of
 // hiding it (no coordinated omission). An open-loop run's arrivals are drawn
-// up front from a seed (arrivals.go: Poisson or even spacing, call lengths)
-// and every arrival is accounted for (openloop.go: started, dropped or
+// up front from a seed (Schedule: Poisson or even spacing, call lengths)
+// and every arrival is accounted for (OpenLoop: started, dropped or
 // delayed at the in-flight cap, or not reached).
 //
 // A call with a length (Options.CallLength) keeps its session open after its
@@ -51,6 +51,6 @@
 //
 // With Config.Turns (wsbench -turns N) a call is N exchanges on one session,
 // manual or server-VAD ones, and the first turn's first audio is reported
-// apart from the later turns'; turns.go says what each turn sends and from
+// apart from the later turns'; Client.callTurns says what each turn sends and from
 // when its first audio is measured. A failure names its turn in Detail.
 package load

@@ -32,7 +32,7 @@ const typePrefix = `{"type":"`
 // EventType returns an event's type. Audio deltas (most of the traffic)
 // put "type" first, so the common case is a prefix match that does not look
 // at the rest of the message; anything else is scanned for its top-level
-// "type" (see jsonscan.go).
+// "type" (see stringField).
 func EventType(msg []byte) (string, error) {
 	trimmed := bytes.TrimLeft(msg, " \t\r\n")
 	if rest, ok := bytes.CutPrefix(trimmed, []byte(typePrefix)); ok {

@@ -23,7 +23,7 @@ type Options struct {
 	// Rate, when positive, makes the run open-loop: calls arrive at Rate per
 	// second on average, spaced by Spacing (default Poisson), whatever the
 	// calls in flight, and each is measured from its scheduled arrival
-	// (arrivals.go).
+	// (Schedule).
 	Rate    float64
 	Spacing Spacing
 	// Duration, when positive, bounds an open-loop run's arrivals in time

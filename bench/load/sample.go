@@ -46,7 +46,7 @@ type Sample struct {
 	Session    time.Duration // 101 -> session.created
 	FirstAudio time.Duration // response.create sent -> first audio delta (the first turn's)
 	// LaterFirstAudio holds the first-audio times of turns 2..N of a call
-	// of several turns (turns.go): not nil even when no later turn got that
+	// of several turns (Client.callTurns): not nil even when no later turn got that
 	// far; nil for a call of one turn.
 	LaterFirstAudio []time.Duration
 	Total           time.Duration // start -> response.done + clean close

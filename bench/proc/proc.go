@@ -4,7 +4,7 @@
 // killed with the benchmark if it dies (Pdeathsig on Linux). It also reads
 // what a child's process tree uses (RSS and CPU, from /proc) and remembers
 // the descendants it saw, so that Stop can end a proxy's workers too. And it
-// holds the open-file limit those processes run under (limit_unix.go), which
+// holds the open-file limit those processes run under (RaiseFileLimit), which
 // wsbench and mockai raise for themselves at start.
 package proc
 

@@ -4,7 +4,7 @@
 // It starts mockai (with -faults-from-query) and the gateway as separate
 // processes on free loopback ports, with the gateway's warm pool on
 // (REALTIME_POOL_SIZE=auto), and runs Config.Concurrency workers for
-// Config.Duration. Each session is planned before it starts (kinds.go): a
+// Config.Duration. Each session is planned before it starts (Plan): a
 // normal call, or a call with one fault the soak injects itself, so the soak
 // always knows which sessions it made faulty:
 //

@@ -88,7 +88,7 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	PoolMaxIdle      time.Duration
 	// Redis shares the gateway's limits through a redis-server the soak
-	// starts (redis.go).
+	// starts (startRedis).
 	Redis bool
 
 	Margins Margins

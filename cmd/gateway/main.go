@@ -113,7 +113,7 @@ wait:
 		select {
 		case err := <-errc:
 			// Serve ends without a signal only when the client listener
-			// is lost (server/relisten.go): exit non-zero so that a
+			// is lost (server's serveListener): exit non-zero so that a
 			// supervisor starts a fresh process.
 			if err == nil {
 				err = errors.New("the client listener stopped without a signal")

@@ -32,14 +32,14 @@ type benchOptions struct {
 	jsonPath       string
 	caFile         string
 	sourceIPs      []net.IP
-	open           openLoopOptions // openloop.go
+	open           openLoopOptions
 	hold           int
 	holdFor        time.Duration
 	audio          bool
 	turns          int
 	vad            bool
 	vadSilence     time.Duration
-	voice          voiceOptions // voice.go
+	voice          voiceOptions
 }
 
 // parseBenchFlags reads a plain run's flags; getenv supplies WSBENCH_KEY.

@@ -12,7 +12,7 @@ import (
 )
 
 // openLoopOptions are a plain run's open-loop and call-length flags (see
-// bench/load's arrivals.go): -rate makes the run open-loop.
+// load.Schedule): -rate makes the run open-loop.
 type openLoopOptions struct {
 	rate        float64
 	spacing     load.Spacing

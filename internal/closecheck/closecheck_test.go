@@ -104,7 +104,7 @@ func TestNetpollClosesAreAllowed(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("%s calls netpoll's Close/Detach %d times and is not in the allowlist: under inline handlers "+
-				"a Close that lands in the socket's handler task spins its poller (poller's doc.go); end the socket "+
+				"a Close that lands in the socket's handler task spins its poller (package poller's doc); end the socket "+
 				"with a hang-up (Endpoint.Close/Drop, server's hangUp) or add it with the reason it is safe", fn, n)
 		case n != a.n:
 			t.Errorf("%s calls netpoll's Close/Detach %d times, the allowlist says %d (%s): check the new one", fn, n, a.n, a.reason)

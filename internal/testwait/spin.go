@@ -8,8 +8,8 @@ import (
 )
 
 // spinFrame is where a netpoll poller loops forever when a connection's
-// operator is freed from inside the poller's own handling of it (poller's
-// doc.go, "The inline invariant").
+// operator is freed from inside the poller's own handling of it (package
+// poller's doc, "The inline invariant").
 const spinFrame = "netpoll.(*FDOperator).unused"
 
 // PollerSpinning reports whether some goroutine is in netpoll's

@@ -1,6 +1,6 @@
 // Package admin is the gateway's admin port: /metrics, /debug/pprof/, and
-// two pages for people, the live status page (status.go) and the playground
-// (playground.go). It reads the gateway through the Gateway interface and
+// two pages for people, the live status page (serveStatusPage) and the
+// playground (servePlayground). It reads the gateway through the Gateway interface and
 // never imports the server package.
 package admin
 

@@ -8,7 +8,7 @@ package admin
 // openai-insecure-api-key subprotocol, exactly as a browser app would.
 //
 // The mint endpoint is what a hostile page would want, so besides the Host
-// check of every admin request (admin.go) it requires:
+// check of every admin request (HostAllowed) it requires:
 //   - the page token: signed by this process, embedded in each served page,
 //     sent back in the X-Playground-Token header. A cross-site page cannot
 //     read the playground page, so it cannot know a token; and a custom

@@ -9,12 +9,12 @@
 //
 // A connect asks Reserve for a plan (the deployments to try, in order, the
 // first holding the connect's slot) or a refusal; the session dials with
-// Race (race.go), which reports each dial's outcome to Succeeded or Failed;
+// Race, which reports each dial's outcome to Succeeded or Failed;
 // the session's upstream is counted with Attach and Detach, and its slot
 // given back with Release when it ends. Snapshot is what the status page
 // shows.
 //
-// Health (health.go) is passive: nothing is sent to a deployment to learn
+// Health (Healthy, Succeeded, Failed) is passive: nothing is sent to a deployment to learn
 // it; the dials made for clients are watched.
 package balance
 
@@ -113,7 +113,7 @@ func (b *Balancer) hostOf(d *routes.Deployment) *Host {
 
 // rank orders ds for a connect: first an ejected deployment whose backoff
 // is over (the probe, returned as due, not yet claimed), then the healthy
-// ones in the routing strategy's order (strategy.go; least-busy by
+// ones in the routing strategy's order (Balancer.order; least-busy by
 // default), then the other ejected ones as a last resort, fewest live
 // sessions and dials in flight first (counting dials spreads a burst of
 // connects that arrive together, and keeps a deployment that is slow to

@@ -32,7 +32,7 @@ func testBalancer(probeTimeout time.Duration, now *time.Time) (*Balancer, *prome
 	return b, reg
 }
 
-// TestHealthStates drives the health table of health.go with a clock of its
+// TestHealthStates drives the health table (healthState) with a clock of its
 // own: each step is an event at a time (in seconds) and the order ranking
 // gives afterwards.
 func TestHealthStates(t *testing.T) {

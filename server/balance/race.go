@@ -6,7 +6,7 @@ package balance
 // upgrade to complete wins. The dial that lost is cancelled, and closed with
 // a close frame if it completed anyway. A deployment that went dark (accepts
 // TCP, never answers) thus costs a connect about the hedge delay, not the
-// dial timeout, and the dial it overtook ejects it (health.go).
+// dial timeout, and the dial it overtook ejects it (Balancer.Failed).
 
 import (
 	"context"

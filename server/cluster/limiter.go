@@ -39,7 +39,7 @@ import (
 // refresh. Times come from Redis's TIME, so instance clocks do not matter.
 // Each refresh (sync) also stamps <prefix>synced with the time it read the
 // lease set, and brings back the live instances: this instance's view
-// (share.go) of who shares the limits, its rank among them and when each
+// (view) of who shares the limits, its rank among them and when each
 // last looked.
 //
 // Admission is one Lua script (one round trip): sum the live instances'
@@ -48,7 +48,7 @@ import (
 // RedisTimeout, never on netpoll's handler (Waits says when).
 //
 // Outages. A failed or late call leaves this instance alone: it decides by
-// its share (share.go) of each key's limits, taken from the view it last
+// its share (Share, RateShare) of each key's limits, taken from the view it last
 // learned, so that the instances together stay within the limit: its
 // sessions already open count against it, and an instance that has no view
 // yet, or that not every other instance has seen yet (it joined since their
@@ -259,7 +259,7 @@ func (l *Limiter) syncedKey() string              { return l.st.Key("synced") }
 //
 // others is what the other live instances hold of a key (hash h), each at
 // its field, or at no less than ceil(maxs / live instances) (the largest
-// share any of them can take, share.go) when its last sync (set s) is older
+// share any of them can take, Share) when its last sync (set s) is older
 // than stale ms: it may be deciding alone, by its share, and it waits until
 // it is that stale before it takes any (Limiter). Fields of instances no
 // longer live are dropped.

@@ -26,7 +26,7 @@ import (
 
 // Store is this instance's handle on the Redis that every gateway
 // instance of one deployment shares (REDIS_URL). The per-key limits use it
-// (limiter.go); other cluster-wide state (budgets) can share the
+// (Limiter); other cluster-wide state (budgets) can share the
 // client and the instance identity.
 //
 // The client is set up for calls on the connect path: no retries (a retry

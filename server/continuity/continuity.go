@@ -3,8 +3,8 @@
 // or reaches its cap: the session's effective configuration and its
 // conversation as replayable items, with their original ids, bounded per
 // session and across the gateway. A GPT-Live session's (its configuration
-// and its transcripts as history messages) is in live.go; keeping the
-// user's audio itself, opt-in, in audio.go.
+// and its transcripts as history messages) is a liveConv (Keeper.StartLive);
+// keeping the user's audio itself, opt-in, is heardAudio's.
 //
 // It reads only a few event types, picked out by the relay's type scan
 // (usage.EventType) before anything is decoded: the client's session.update
@@ -13,7 +13,7 @@
 // response or a user's speech is in progress. Audio frames
 // (input_audio_buffer.append, the output deltas) are never parsed.
 //
-// What becomes a replayable item (replayable.go), from the upstream's
+// What becomes a replayable item (replayable), from the upstream's
 // confirmations (conversation.item.done, or for the response's own items
 // response.output_item.done or response.done's output, whichever comes
 // first; later ones replace the kept body, so the final transcript wins), in
@@ -23,7 +23,7 @@
 //	user message, input_audio             its transcript as input_text, once
 //	                                      transcription gave one (else left out);
 //	                                      with Limits.KeepAudio its own audio,
-//	                                      as input_audio (audio.go)
+//	                                      as input_audio (attachAudio)
 //	assistant message, output_audio       output_text carrying its transcript
 //	assistant message, output_text        kept as it is
 //	system message                        kept as it is
@@ -38,7 +38,7 @@
 // later replays all the same.
 //
 // A response asked for and not started yet makes the session busy, and an
-// unanswered response.create is asked again of a fresh upstream (asked.go).
+// unanswered response.create is asked again of a fresh upstream (State.askAgain).
 //
 // A session's State is nil until it keeps something (Keeper): an idle
 // session with an empty conversation costs one pointer and a lock.
@@ -64,7 +64,7 @@ const itemOverhead = 64
 type Limits struct {
 	MaxBytes int     // per session (0: DefaultMaxBytes)
 	Global   *Budget // every session together (nil: no cap)
-	// KeepAudio keeps the user's audio turns themselves (audio.go).
+	// KeepAudio keeps the user's audio turns themselves (heardAudio).
 	KeepAudio bool
 }
 
@@ -115,7 +115,7 @@ func (k *Keeper) Client(p []byte, lim Limits, queued bool) {
 			return
 		}
 		if st := k.state(lim); st.live != nil {
-			st.replaceConfig(ev.Session) // GPT-Live's (live.go)
+			st.replaceConfig(ev.Session) // GPT-Live's
 			return
 		}
 		k.state(lim).mergeConfig(ev.Session)
@@ -132,7 +132,7 @@ func (k *Keeper) Client(p []byte, lim Limits, queued bool) {
 		}
 	case "input_audio_buffer.append", "input_audio_buffer.clear":
 		if lim.KeepAudio {
-			k.clientAudio(typ, p, lim) // audio.go
+			k.clientAudio(typ, p, lim)
 		}
 	}
 }
@@ -190,7 +190,7 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 		}
 	case "input_audio_buffer.committed":
 		if k.st != nil && lim.KeepAudio {
-			k.st.committedAudio(ev.ItemID) // audio.go
+			k.st.committedAudio(ev.ItemID)
 		}
 	case "input_audio_buffer.cleared":
 		if k.st != nil {
@@ -278,7 +278,7 @@ func (k *Keeper) Snapshot() Snapshot {
 		}
 		body := it.body
 		if it.audio != nil {
-			body = audioBody(it.id, it.audio) // the user's own audio, kept by opt-in (audio.go)
+			body = audioBody(it.id, it.audio) // the user's own audio, kept by opt-in
 		}
 		snap.Items = append(snap.Items, body)
 		snap.IDs = append(snap.IDs, it.id)
@@ -346,21 +346,21 @@ type State struct {
 	// response (conversation "none") may run beside the conversation's.
 	responses []string
 	speaking  bool // speech_started without its speech_stopped
-	waiting   bool // a response asked for and not started (asked.go)
+	waiting   bool // a response asked for and not started (State.ask)
 	// askedEvent is the kept response.create's event_id ("" when it had
-	// none): an error naming another event answers that one (asked.go).
+	// none): an error naming another event answers that one (State.refused).
 	askedEvent string
 	asked      []byte // the client's response.create while waiting; nil when too large or none
 
-	live  *liveConv   // a GPT-Live session's conversation (live.go); nil for Realtime
-	heard *heardAudio // the user's audio, when kept (audio.go); nil otherwise
+	live  *liveConv   // a GPT-Live session's conversation; nil for Realtime
+	heard *heardAudio // the user's audio, when kept; nil otherwise
 }
 
 // item is one conversation item.
 type item struct {
 	id        string
 	body      []byte // replayable JSON; nil while a user's audio awaits its transcript
-	audio     []byte // a user's audio turn itself, kept by opt-in (audio.go)
+	audio     []byte // a user's audio turn itself, kept by opt-in (heardAudio)
 	truncated bool
 }
 

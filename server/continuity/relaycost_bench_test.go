@@ -67,9 +67,9 @@ func BenchmarkRelayCost(b *testing.B) {
 		},
 	}
 	for _, name := range []string{"append", "delta", "transcript"} {
-		frame, dir, setup := frameOf[name], frames.FromServer, setups["upstream"]
+		frame, dir, setup := frameOf[name], frames.UpstreamSide, setups["upstream"]
 		if name == "append" {
-			dir, setup = frames.FromClient, setups["append"]
+			dir, setup = frames.ClientSide, setups["append"]
 		}
 		for _, reads := range []int{1, 2} {
 			for _, on := range []bool{false, true} {

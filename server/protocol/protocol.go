@@ -2,8 +2,8 @@
 // and the voice protocol the session speaks. The front door, the balancer,
 // the pool and the relay are the same for every protocol; what differs is
 // behind Protocol, with OpenAI's Realtime API as its first implementation
-// (realtime.go) and GPT-Live as its second (live.go; the session side is
-// server/live.go). The answers, per protocol:
+// (Realtime) and GPT-Live as its second (Live; the session side is
+// package server's liveState). The answers, per protocol:
 //
 // Where the model comes from.
 //   - Realtime: the URL, before the upgrade: ?model= names a model group;

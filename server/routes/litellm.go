@@ -3,8 +3,8 @@ package routes
 // LiteLLM compatibility: a LiteLLM proxy config.yaml loads as it is. Of
 // litellm_params, rpm, max_parallel_requests and organization are honoured,
 // weight and tpm weigh simple-shuffle routing; of router_settings, the
-// routing strategy (router.go);
-// the fields that mean nothing to a realtime relay (schema.go, tagged
+// routing strategy (Router);
+// the fields that mean nothing to a realtime relay (modelEntry's, tagged
 // rtgate:"ignored") are accepted and named in one notice; anything else is
 // still a typo and stops the load. Entries for providers rtgate does not
 // relay (anthropic/, bedrock/, ...) and entries whose model_info.mode says
@@ -69,7 +69,7 @@ func (l *loader) protocolOf(e *modelEntry, itemPath string, d *Deployment) bool 
 	case live:
 		d.setProtocol(ProtocolLive)
 	case IsTranslationModel(d.Model) || IsTranslationModel(scalarField(&e.ModelInfo, "base_model")):
-		d.setProtocol(ProtocolTranslation) // Realtime translation (translation.go)
+		d.setProtocol(ProtocolTranslation) // Realtime translation (IsTranslationModel)
 	default:
 		d.setProtocol(ProtocolRealtime)
 	}

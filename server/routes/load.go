@@ -71,7 +71,7 @@ type loader struct {
 	// reported twice.
 	groups map[string]bool
 	// ignored are LiteLLM fields accepted and ignored, with their lines;
-	// skipped the model_list entries not served (litellm.go).
+	// skipped the model_list entries not served (notServed).
 	ignored map[string][]int
 	skipped []string
 }

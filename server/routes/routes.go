@@ -38,7 +38,7 @@ const (
 	ProtocolRealtime = "realtime" // OpenAI's Realtime API: /realtime?model=
 	ProtocolLive     = "live"     // GPT-Live: /live/sessions, the model in session.start
 	// ProtocolTranslation is Realtime translation: /realtime/translations?model=
-	// (translation.go).
+	// (IsTranslationModel).
 	ProtocolTranslation = "translation"
 )
 
@@ -155,7 +155,7 @@ func (d Deployment) LogValue() slog.Value { return slog.StringValue(d.Name) }
 // neither call_id nor intent (a call_id or transcription socket may carry no
 // model). The returned Target is fresh: callers may add headers to it. A
 // target carrying the client's other parameters is forwarded as asked, and
-// so is never served from the warm pool (upstream/shape.go).
+// so is never served from the warm pool (upstream.Poolable).
 func (d *Deployment) Target(clientQuery url.Values) upstream.Target {
 	q := make(url.Values, len(clientQuery)+2)
 	for k, v := range clientQuery {
@@ -266,7 +266,7 @@ type Table struct {
 	// Notices are what the gateway says once at start-up (and reload)
 	// about the file: LiteLLM fields it ignores, entries it does not serve.
 	Notices []string
-	// Router is router_settings' routing strategy (router.go).
+	// Router is router_settings' routing strategy.
 	Router Router
 
 	master *ClientKey // nil when no master key is set

@@ -27,7 +27,7 @@ type fileDoc struct {
 	// whole, so that users can point rtgate at the config file their
 	// LiteLLM proxy already uses.
 	LiteLLMSettings yaml.Node `yaml:"litellm_settings"`
-	// The routing strategy and its arguments are read (router.go); the
+	// The routing strategy and its arguments are read (loader.router); the
 	// rest is accepted and named in the start-up notice.
 	RouterSettings yaml.Node `yaml:"router_settings"`
 }
@@ -37,7 +37,7 @@ type modelEntry struct {
 	ModelName     yaml.Node `yaml:"model_name"`
 	LiteLLMParams yaml.Node `yaml:"litellm_params"`
 	// ModelInfo is LiteLLM's free-form metadata (ids, descriptions,
-	// pricing). Its price fields (spend.PriceFields) are read and checked;
+	// pricing). Its price fields (spend.IsPriceField) are read and checked;
 	// the rest is accepted and ignored: it does not affect routing.
 	ModelInfo yaml.Node `yaml:"model_info"`
 }
@@ -49,11 +49,11 @@ type litellmParams struct {
 	APIBase    yaml.Node `yaml:"api_base"`
 	APIVersion yaml.Node `yaml:"api_version"`
 
-	// LiteLLM's fields that mean something here (litellm.go).
+	// LiteLLM's fields that mean something here (litellmExtras).
 	RPM                 yaml.Node `yaml:"rpm"`
 	MaxParallelRequests yaml.Node `yaml:"max_parallel_requests"`
 	Organization        yaml.Node `yaml:"organization"`
-	// Weights of simple-shuffle routing (router.go).
+	// Weights of simple-shuffle routing (Router).
 	Weight yaml.Node `yaml:"weight"`
 	TPM    yaml.Node `yaml:"tpm"`
 

@@ -6,7 +6,6 @@ package routes
 
 import (
 	"math"
-	"slices"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
@@ -38,7 +37,7 @@ func (l *loader) modelInfo(n *yaml.Node, path string, d *Deployment) bool {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		p := join(path, k.Value)
-		if !slices.Contains(spend.PriceFields, k.Value) {
+		if !spend.IsPriceField(k.Value) {
 			continue
 		}
 		s, ok := l.str(v, p)

@@ -36,15 +36,15 @@ keys:
     key_hash: "`+strings.Repeat("ab", 32)+`"
     max_budget: 100
 `)
-	if d := only(t, r, "rt"); d.Prices != spend.DefaultPrices["gpt-realtime"] || !d.Priced {
+	if d := only(t, r, "rt"); d.Prices != listPrices(t, "gpt-realtime") || !d.Priced {
 		t.Errorf("rt prices %+v", d.Prices)
 	}
-	want := spend.DefaultPrices["gpt-realtime-mini"]
+	want := listPrices(t, "gpt-realtime-mini")
 	want.OutputCostPerAudioToken, want.CacheReadInputTokenCost = 0.00003, 0
 	if d := only(t, r, "rt-custom"); d.Prices != want {
 		t.Errorf("rt-custom prices %+v, want %+v", d.Prices, want)
 	}
-	if d := only(t, r, "on-azure"); d.Prices != spend.DefaultPrices["gpt-realtime"] {
+	if d := only(t, r, "on-azure"); d.Prices != listPrices(t, "gpt-realtime") {
 		t.Errorf("on-azure prices %+v", d.Prices)
 	}
 	if d := only(t, r, "unpriced"); d.Priced {
@@ -113,4 +113,14 @@ keys:
 			}
 		})
 	}
+}
+
+// listPrices are model's built-in prices.
+func listPrices(t *testing.T, model string) spend.Prices {
+	t.Helper()
+	p, ok := spend.Lookup(model)
+	if !ok {
+		t.Fatalf("no built-in prices for %s", model)
+	}
+	return p
 }

@@ -7,6 +7,7 @@ package spend
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"rtgate/server/usage"
@@ -42,21 +43,24 @@ type ModelInfo struct {
 	InputCostPerSecond *float64 `yaml:"input_cost_per_second"`
 }
 
-// PriceFields are the model_info fields ModelInfo reads.
-var PriceFields = []string{"base_model", "input_cost_per_token", "output_cost_per_token", "input_cost_per_audio_token",
+// priceFields are the model_info fields ModelInfo reads.
+var priceFields = []string{"base_model", "input_cost_per_token", "output_cost_per_token", "input_cost_per_audio_token",
 	"output_cost_per_audio_token", "cache_read_input_token_cost", "cache_read_input_audio_token_cost",
 	"input_cost_per_image_token", "input_cost_per_second"}
+
+// IsPriceField reports whether name is a model_info field ModelInfo reads.
+func IsPriceField(name string) bool { return slices.Contains(priceFields, name) }
 
 // perM is a price per million tokens, as OpenAI's pricing page states them.
 func perM(usd float64) float64 { return usd / 1e6 }
 
-// DefaultPrices are OpenAI's list prices for the realtime models, in USD per
+// defaultPrices are OpenAI's list prices for the realtime models, in USD per
 // token, from OpenAI's API pricing page (developers.openai.com/api/docs/pricing,
 // "Realtime API" table) as published in October 2026 and read for this
 // table on 2026-12-01. Prices change: a model_info block on a model_list
 // entry overrides any of them, and a model not listed here costs 0 unless
 // its entry states prices (the gateway says so at start-up).
-var DefaultPrices = map[string]Prices{
+var defaultPrices = map[string]Prices{
 	// gpt-realtime, and gpt-realtime-1.5 at the same prices: text $4 in,
 	// $0.40 cached, $16 out; audio $32 in, $0.40 cached, $64 out; image $5.
 	"gpt-realtime":     {perM(4), perM(16), perM(32), perM(64), perM(0.40), perM(0.40), perM(5)},
@@ -79,7 +83,7 @@ var DefaultPrices = map[string]Prices{
 	"gpt-4o-mini-realtime-preview": {perM(0.60), perM(2.40), perM(10), perM(20), perM(0.30), perM(0.30), 0},
 }
 
-// DefaultModelPrices are OpenAI's list prices of the models a Realtime or
+// defaultModelPrices are OpenAI's list prices of the models a Realtime or
 // GPT-Live session makes the gateway pay for beside its own model, in USD
 // per token: the Responses models GPT-Live delegates to (their tokens come
 // in response.event) and the transcription models a Realtime session's
@@ -91,7 +95,7 @@ var DefaultPrices = map[string]Prices{
 // on 2026-12-04. Text models have no audio or image rates: Resolve charges
 // those kinds at the text rates if they ever come. A deployment's model_info
 // overrides these as it overrides the Realtime prices.
-var DefaultModelPrices = map[string]Prices{
+var defaultModelPrices = map[string]Prices{
 	// Responses models (text in, cached in, out, per million).
 	"gpt-5":        text(1.25, 0.125, 10),
 	"gpt-5-mini":   text(0.25, 0.025, 2),
@@ -115,7 +119,7 @@ var DefaultModelPrices = map[string]Prices{
 	"o1-pro":       text(150, 150, 600),
 	// Transcription models: text in (the prompt), audio in, text out.
 	// gpt-4o-transcribe $2.50, $6, $10; gpt-4o-mini-transcribe $1.25, $3,
-	// $5 (whisper-1 is billed by the minute: DefaultSecondPrices).
+	// $5 (whisper-1 is billed by the minute: defaultSecondPrices).
 	"gpt-4o-transcribe":      {InputCostPerToken: perM(2.50), OutputCostPerToken: perM(10), InputCostPerAudioToken: perM(6)},
 	"gpt-4o-mini-transcribe": {InputCostPerToken: perM(1.25), OutputCostPerToken: perM(5), InputCostPerAudioToken: perM(3)},
 }
@@ -125,7 +129,7 @@ func text(in, cached, out float64) Prices {
 	return Prices{InputCostPerToken: perM(in), CacheReadInputTokenCost: perM(cached), OutputCostPerToken: perM(out)}
 }
 
-// DefaultSecondPrices are OpenAI's list prices of the models billed by
+// defaultSecondPrices are OpenAI's list prices of the models billed by
 // session time, in USD per second, from the same pricing page and the model
 // pages, read on 2026-12-01. gpt-live-1: $0.05 per minute. gpt-live-1.1:
 // $0.05 per active minute and $0.02 per standby minute; standby time is not
@@ -137,7 +141,7 @@ func text(in, cached, out float64) Prices {
 // audio, the seconds the transcription events report. whisper-1 (a
 // Realtime session's input transcription, read 2026-12-04): $0.006 per
 // minute of audio.
-var DefaultSecondPrices = map[string]float64{
+var defaultSecondPrices = map[string]float64{
 	"gpt-live-1":             0.05 / 60,
 	"gpt-live-1.1":           0.05 / 60,
 	"gpt-realtime-translate": 0.034 / 60,
@@ -157,7 +161,7 @@ func (info ModelInfo) SecondPrice(model string) (usd float64, known bool) {
 	if info.BaseModel != "" {
 		name = info.BaseModel
 	}
-	return lookupIn(DefaultSecondPrices, name)
+	return lookupIn(defaultSecondPrices, name)
 }
 
 // snapshot matches a dated snapshot suffix (gpt-realtime-2025-08-28): a
@@ -167,12 +171,12 @@ var snapshot = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}$`)
 // Lookup returns the built-in prices of an upstream model name ("openai/"
 // and similar provider prefixes and dated snapshot suffixes are looked
 // through), and whether there are any: the Realtime models', else the
-// other models' a session may pay for (DefaultModelPrices).
+// other models' a session may pay for (defaultModelPrices).
 func Lookup(model string) (Prices, bool) {
-	if p, ok := lookupIn(DefaultPrices, model); ok {
+	if p, ok := lookupIn(defaultPrices, model); ok {
 		return p, true
 	}
-	return lookupIn(DefaultModelPrices, model)
+	return lookupIn(defaultModelPrices, model)
 }
 
 // lookupIn finds model in a built-in table, looking through a provider

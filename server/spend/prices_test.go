@@ -74,7 +74,7 @@ func TestCostEveryKind(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
-	rt := DefaultPrices["gpt-realtime"]
+	rt := defaultPrices["gpt-realtime"]
 	for _, tc := range []struct {
 		name  string
 		info  ModelInfo

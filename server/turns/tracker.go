@@ -2,7 +2,7 @@
 // for the first audio of an answer, how long the answer took, and how it
 // ended. The protocol says what each upstream event is to a turn
 // (protocol.Protocol.Turn); the client's events the gateway forwards say when
-// the upstream had what it needed to answer (client.go); a Tracker per
+// the upstream had what it needed to answer (Watch.Client); a Tracker per
 // session follows both through the tables below; Metrics exports what the
 // trackers measure.
 //
@@ -70,7 +70,7 @@
 // output after FirstOutputBound (seen at its response.done or the session's
 // end).
 //
-// # A turn, per GPT-Live (live.go)
+// # A turn, per GPT-Live (liveTurn)
 //
 // GPT-Live sends no response or done events; InputSpeech is an input
 // transcript delta, FirstOutput an output audio delta:
@@ -162,7 +162,7 @@ type Tracker struct {
 	Observe func(Event)
 
 	waiting atomic.Int32 // open responses (or a Live turn) without output yet
-	timed   atomic.Bool  // server VAD is on: forwarded audio is timed (client.go)
+	timed   atomic.Bool  // server VAD is on: forwarded audio is timed (audioClock)
 
 	mu sync.Mutex
 	// What the upstream's configuration says.
@@ -179,7 +179,7 @@ type Tracker struct {
 
 // turnState is what a session's turns keep once it has some.
 type turnState struct {
-	// What the gateway forwarded (client.go).
+	// What the gateway forwarded (Watch.Client).
 	creates [2]queue // by conversation: auto, none
 	audio   audioClock
 	commit  time.Time // a forwarded commit that a VAD response may answer

@@ -251,7 +251,7 @@ func BenchmarkUpstreamDeltas(b *testing.B) {
 	delta := frame(`{"type":"response.output_audio.delta","response_id":"resp_1","item_id":"item_1","output_index":0,"content_index":0,"delta":"` + strings.Repeat("A", 6400) + `"}`)
 	start, done := frame(created), frame(`{"type":"response.done","response":{"status":"completed","usage":{"total_tokens":70,"input_tokens":60,"output_tokens":10}}}`)
 	in := &benchInspector{}
-	s := frames.NewScanner(frames.FromServer, 0)
+	s := frames.NewScanner(frames.UpstreamSide, 0)
 	s.SetInspector(in)
 	src := frames.NewByteSource(nil)
 	b.ReportAllocs()
@@ -303,7 +303,7 @@ func (in *benchInspector) Inspect(p []byte) {
 // through the session's inspector allocates nothing.
 func TestDeltaAllocatesNothing(t *testing.T) {
 	in := &benchInspector{}
-	s := frames.NewScanner(frames.FromServer, 0)
+	s := frames.NewScanner(frames.UpstreamSide, 0)
 	s.SetInspector(in)
 	src := frames.NewByteSource(nil)
 	forward := func(f []byte) {
@@ -402,7 +402,7 @@ func vadWatch() *Watch {
 // allocates nothing once the clock's marks are made.
 func TestClientAppendAllocatesNothing(t *testing.T) {
 	w := vadWatch()
-	s := frames.NewScanner(frames.FromClient, 0)
+	s := frames.NewScanner(frames.ClientSide, 0)
 	s.SetInspector(clientInspector{w})
 	src := frames.NewByteSource(nil)
 	forward := func() {
@@ -426,7 +426,7 @@ func TestClientAppendAllocatesNothing(t *testing.T) {
 func BenchmarkClientAppend(b *testing.B) {
 	for _, mode := range []string{"none", "vad-off", "vad-on"} {
 		b.Run(mode, func(b *testing.B) {
-			s := frames.NewScanner(frames.FromClient, 0)
+			s := frames.NewScanner(frames.ClientSide, 0)
 			switch mode {
 			case "vad-off":
 				s.SetInspector(clientInspector{&Watch{}})

@@ -6,7 +6,7 @@ import "rtgate/server/protocol"
 // upstream's frames, See with each event's type mark (and the frame's first
 // bytes), and Inspect with the whole event when See asked for it; on the
 // client's frames the gateway forwarded, ClientWants with each event's type
-// and Client with the whole event when it asked (client.go).
+// and Client with the whole event when it asked.
 type Watch struct {
 	Tracker
 	// Off skips the tracker (TURN_METRICS=0): See and Inspect still

@@ -24,7 +24,7 @@ func done(id string, inText, inAudio, outText, outAudio int64) []byte {
 		id, inText+inAudio, outText+outAudio, inText, inAudio, outText, outAudio)
 }
 
-// TestFlightsEstimate follows the rule in flights.go: a confirmed response
+// TestFlightsEstimate follows the rule of Flights.Estimate: a confirmed response
 // measures the output rate (200 tokens over 2 s of relayed audio: 100 a
 // second); the response left in flight after 1 s of audio more is
 // estimated 100 output audio tokens, and its input is the last response's

@@ -16,7 +16,7 @@ func BenchmarkForwardWithUsageReader(b *testing.B) {
 	delta := frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"response.output_audio.delta","response_id":"resp_1","item_id":"item_1","output_index":0,"content_index":0,"delta":"`+strings.Repeat("A", 6400)+`"}`), false)
 	done := frames.AppendFrame(nil, ws.OpText, []byte(`{"type":"response.done","response":{"usage":{"total_tokens":70,"input_tokens":60,"output_tokens":10,"input_token_details":{"text_tokens":10,"audio_tokens":50},"output_token_details":{"text_tokens":5,"audio_tokens":5}}}}`), false)
 	m := &Meter{}
-	s := frames.NewScanner(frames.FromServer, 0)
+	s := frames.NewScanner(frames.UpstreamSide, 0)
 	s.SetInspector(m)
 	src := frames.NewByteSource(nil)
 	b.ReportAllocs()

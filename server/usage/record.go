@@ -46,7 +46,7 @@ type Record struct {
 	// Estimated is the part of Usage the upstream never reported: the
 	// responses a session ended (or a resume let go of) while they were in
 	// flight, whose cancelled response.done did not come in time, billed
-	// by the estimate in flights.go. Unconfirmed is set with it.
+	// by Flights.Estimate. Unconfirmed is set with it.
 	Estimated *Usage `json:"estimated,omitempty"`
 	// Transcription is a Realtime session's input transcription usage, by
 	// transcription model, priced at that model's prices (in CostUSD).

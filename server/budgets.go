@@ -1,175 +1,5 @@
 package server
 
-// The server's side of spend: pricing each session by the deployment that
-// served it, and handing the ended session's record to the usage log (and
-// the durable spend log). The pricing and the stores live in server/spend
-// and server/usage; this file only connects them to the session lifecycle.
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net/http"
-	"slices"
-	"strconv"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"rtgate/internal/every"
-	"rtgate/server/cluster"
-	"rtgate/server/routes"
-	"rtgate/server/spend"
-	"rtgate/server/spenddb"
-	"rtgate/server/usage"
-)
-
-// prices are the per-token prices of deployment d (nil: a session that
-// never reached an upstream, which costs nothing).
-func prices(d *routes.Deployment) spend.Prices {
-	if d == nil {
-		return spend.Prices{}
-	}
-	return d.Prices
-}
-
-// secondPrice is deployment d's price of a second of session time (0 for
-// nil).
-func secondPrice(d *routes.Deployment) float64 {
-	if d == nil {
-		return 0
-	}
-	return d.SecondPrice
-}
-
-// logTableNotices says once per load what the routes file's LiteLLM fields
-// did not do, and which deployments have no prices (their sessions cost 0).
-func logTableNotices(log *slog.Logger, t *routes.Table) {
-	for _, n := range t.Notices {
-		log.Info(n)
-	}
-	var unpriced []string
-	for _, ds := range t.Groups {
-		for _, d := range ds {
-			if !d.Priced {
-				unpriced = append(unpriced, d.Name+" ("+d.Model+")")
-			}
-		}
-	}
-	if len(unpriced) > 0 {
-		slices.Sort(unpriced)
-		log.Warn("no prices for these deployments: their sessions cost 0 USD and count nothing against budgets; "+
-			"set model_info prices (input_cost_per_token, ...) or model_info.base_model", "deployments", unpriced)
-	}
-}
-
-// records is where ended sessions' records go: the log, USAGE_LOG, the
-// durable spend log, and the spend metric.
-type records struct {
-	log      *slog.Logger
-	routes   func() *routes.Table // the prices of models beside the deployment's (pricing.go)
-	spend    *prometheus.CounterVec
-	flagged  *prometheus.CounterVec // records with unpriced or unconfirmed usage
-	usageLog *usage.Log             // nil without USAGE_LOG
-	spendDB  *spenddb.Writer        // nil without DATABASE_URL
-}
-
-// openRecords opens USAGE_LOG and starts the durable spend log when
-// DATABASE_URL is set.
-func openRecords(cfg Settings, m *metrics, log *slog.Logger, table func() *routes.Table) (*records, error) {
-	r := &records{log: log, spend: m.spend, flagged: m.flagged, routes: table}
-	if cfg.UsageLog != "" {
-		ul, err := usage.Open(cfg.UsageLog, log, m.usageLogErrors)
-		if err != nil {
-			return nil, fmt.Errorf("USAGE_LOG: %w", err)
-		}
-		r.usageLog = ul
-	}
-	if cfg.DatabaseURL != "" {
-		spool := cfg.SpendSpool
-		if spool == "" {
-			spool = cfg.UsageLog + ".pg-spool"
-		}
-		w, err := spenddb.Open(spenddb.Config{URL: cfg.DatabaseURL, Spool: spool, Log: log, Registry: m.reg})
-		if err != nil {
-			return nil, err
-		}
-		r.spendDB = w
-	}
-	return r, nil
-}
-
-// record prices an ended session, counts its spend and writes its record
-// wherever records go.
-func (r *records) record(info *sessionInfo, rec *usage.Record) {
-	// Postgres keeps microseconds: so do the log line and the JSON line,
-	// so that the three read alike.
-	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
-	if info.live != nil {
-		rec.CostUSD = info.live.cost() // seconds, and backend tokens at their own model's prices
-	} else {
-		// Tokens, and the time billed by duration: a translation
-		// session's wall clock, a per-minute transcription model's audio.
-		d := info.currentDeployment()
-		rec.CostUSD = prices(d).Cost(rec.Usage) + secondPrice(d)*(rec.Seconds+rec.Usage.TranscriptionSeconds)
-		if d != nil && !d.Priced && rec.Usage.TotalTokens+int64(rec.Usage.TranscriptionSeconds) > 0 {
-			info.noteUnpriced(d.Model)
-		}
-		// A conversation's input transcription, at its own model's
-		// prices (pricing.go).
-		for _, t := range rec.Transcription {
-			rec.CostUSD += transcriptionCost(r.routes(), info, t.Model, t.Usage)
-		}
-	}
-	rec.Unpriced = info.unpricedModels()
-	for _, model := range rec.Unpriced {
-		r.flagged.WithLabelValues(rec.ModelGroup, model, "unpriced").Inc()
-	}
-	if rec.Unconfirmed {
-		r.flagged.WithLabelValues(rec.ModelGroup, "", "unconfirmed").Inc()
-	}
-	if info.overBudget.Load() {
-		rec.Outcome = "budget_exceeded"
-	}
-	r.spend.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.CostUSD)
-	r.log.Info("session ended", rec.LogAttrs()...)
-	if r.usageLog != nil {
-		r.usageLog.Write(*rec)
-	}
-	if r.spendDB != nil {
-		r.spendDB.Enqueue(*rec)
-	}
-}
-
-// close flushes the usage log and the spend log at shutdown.
-func (r *records) close(ctx context.Context) {
-	if r.spendDB != nil {
-		if err := r.spendDB.Close(ctx); err != nil {
-			r.log.Warn("the spend log did not drain before shutdown; the rest is in the spool", "err", err)
-		}
-	}
-	if r.usageLog != nil {
-		r.usageLog.Close()
-	}
-}
-
-// ReopenLogs reopens the files the gateway writes (USAGE_LOG), on SIGHUP,
-// so that logrotate's postrotate `kill -HUP` starts new ones. (The spend
-// spool is not rotated: it empties itself once Postgres takes its records.)
-func (s *Server) ReopenLogs() error {
-	ul := s.records.usageLog
-	if ul == nil {
-		return nil
-	}
-	if err := ul.Reopen(); err != nil {
-		s.log.Error("reopening USAGE_LOG failed; still writing the old file", "err", err)
-		return err
-	}
-	s.log.Info("USAGE_LOG reopened")
-	return nil
-}
-
 // Budgets per key (max_budget, budget_duration): spend is booked as each
 // response ends, from the relay's read path, into a spend.Ledger; a connect
 // from a key at its budget is refused with 429, and a live session whose
@@ -182,6 +12,24 @@ func (s *Server) ReopenLogs() error {
 // remained at the last good sync (spend.Ledger.Cap), so that the instances
 // together stay within the budget; one that has not synced yet lets a
 // budgeted key spend nothing.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"rtgate/internal/every"
+	"rtgate/server/cluster"
+	"rtgate/server/routes"
+	"rtgate/server/spend"
+	"rtgate/server/usage"
+)
 
 const (
 	budgetSync = 250 * time.Millisecond // with Redis
@@ -381,13 +229,13 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
 	}
 	info.meter.OnEvent = func(add usage.Usage) { book(prices(info.currentDeployment()).Cost(add)) }
-	if info.meter.SplitTranscription { // a conversation's transcription, at its own model's prices (pricing.go)
+	if info.meter.SplitTranscription { // a conversation's transcription, at its own model's prices (transcriptionCost)
 		info.meter.OnTranscription = func(model string, add usage.Usage) { book(transcriptionCost(b.routes(), info, model, add)) }
 	}
 }
 
 // bookAfter books usd against the session's key at its end (estimated
-// responses in flight, flights.go): the session is ending already, so
+// responses in flight, estimateFlights): the session is ending already, so
 // nothing more is ended for it.
 func (b *budgets) bookAfter(info *sessionInfo, usd float64) {
 	if bud := b.budgetOf(info.key); info.key.Budget.Max > 0 && bud.Max > 0 && usd > 0 {

@@ -1,0 +1,94 @@
+package server
+
+// Browser and phone apps: what the server holds for client secrets, WebRTC
+// calls and sidebands, and how their WebSocket sessions start.
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"rtgate/poller"
+	"rtgate/server/apps"
+	"rtgate/server/cluster"
+	"rtgate/server/routes"
+)
+
+// appState is the Server's state for them.
+type appState struct {
+	secrets    *apps.Secrets
+	calls      *apps.Calls
+	httpClient *http.Client // the upstream calls endpoints
+	meters     *callMeters  // the gateway's own metering sidebands
+}
+
+// newAppState is made in New once the cluster store is known.
+func newAppState(cfg Settings, store *cluster.Store, upTLS *tls.Config, meters *callMeters, log *slog.Logger) appState {
+	return appState{
+		secrets: apps.NewSecrets(cfg.ClientSecretKeys, store, log),
+		calls:   apps.NewCalls(store),
+		httpClient: &http.Client{
+			Transport: &http.Transport{TLSClientConfig: upTLS, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
+				ForceAttemptHTTP2: false},
+			// Location and the status are the client's to see: never follow.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		meters: meters,
+	}
+}
+
+// startApp starts the sessions that do not take the plain path: a client
+// secret's (configured before the client sees anything), a sideband's and a
+// transcription session's (never from the warm pool). cands are the
+// deployments the connect was routed to, in order, the one whose slot it
+// holds (or the probe) first: the first attempt dials them as they are, as
+// a plain connect does. It reports false for a plain connect.
+func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, cands []*routes.Deployment) bool {
+	group, q, h := info.group, u.q, u.req.Header
+	// A redial goes to the deployments in force then: never one a reload
+	// removed.
+	current := func() []*routes.Deployment { return s.balancer.Rank(s.routes.Load().Groups[group]) }
+	switch {
+	case u.liveAttach:
+		if !u.liveFork { // its frames meter the session only if the gateway's own sideband cannot (appSideband)
+			info.sideband = s.meters.sidebandOf(u.callID, u.made)
+			sess.InspectUpstream(info.sideband.inspector())
+		}
+		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband or WebSocket fork
+		return true
+	case u.translation:
+		// Never pooled, never redialed: billed by the minute.
+		info.redial = nil
+		if info.grant != nil {
+			go s.primeSession(sess, info, cands, q, h)
+		} else {
+			go s.connectUpstream(sess, info, cands, q, h, nil)
+		}
+		return true
+	case u.callID != "":
+		info.redial = nil // a sideband holds no session of its own to redo
+		if u.made {
+			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (callMeters)
+		}
+		go s.connectUpstream(sess, info, cands, q, h, nil)
+		return true
+	case info.grant != nil:
+		if info.grant.Claims.Type == "transcription" {
+			q.Set("intent", "transcription")
+		} else if !isTranscription(q) {
+			q.Set("model", group)
+		}
+		info.redial = func() { s.primeSession(sess, info, current(), q, h) }
+		if info.resume != nil {
+			info.resume.rawQuery = q.Encode() // the group the secret was minted for
+		}
+		go s.primeSession(sess, info, cands, q, h)
+		return true
+	case isTranscription(q):
+		info.redial = func() { s.connectUpstream(sess, info, current(), q, h, nil) }
+		go s.connectUpstream(sess, info, cands, q, h, nil)
+		return true
+	}
+	return false
+}

@@ -1,0 +1,275 @@
+package server
+
+// WebRTC calls: POST /v1/realtime/calls with an SDP offer, as raw
+// application/sdp or OpenAI's multipart form with sdp and session parts. The
+// gateway authenticates the caller (a gateway key or a client secret), picks
+// the model group (the session part's model, else a model query, else the
+// secret's group, else the default), and forwards the offer to the chosen
+// deployment's calls endpoint (<base>/realtime/calls; Azure GA
+// /openai/v1/realtime/calls) with the deployment's key, always as the
+// multipart form with a session part naming the deployment's model (a
+// secret's session config when the caller sent none). The SDP answer, the
+// status come back unchanged, the Location header as the gateway's own path
+// (/v1/realtime/calls/{id}).
+//
+// Media never flows through the gateway: the browser and OpenAI exchange it
+// directly. A call is admitted as a session (admitEntry): the key's
+// models, budget, max_sessions and connect_rate and the deployment's slot,
+// held while the call is live. To meter the call the gateway opens its own
+// sideband connection (?call_id=) to the deployment and books response.done
+// usage against the key (its token metrics and its budget: over budget, the
+// call is hung up), as for WebSocket sessions; the call ends, and its
+// admission is given back, when that sideband closes. It remembers who made
+// the call (the key, the deployment, the client secret) for sideband access
+// (apps.Calls).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"path"
+	"time"
+
+	"rtgate/server/apps"
+	"rtgate/server/balance"
+	"rtgate/server/routes"
+)
+
+// callOffer is what a calls request carried.
+type callOffer struct {
+	sdp     []byte
+	session map[string]any // nil when none was sent
+}
+
+// parseCallOffer reads raw application/sdp or the multipart form.
+func parseCallOffer(req *http.Request, body []byte) (*callOffer, *apiAnswer) {
+	mt, params, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	bad := func(msg string) (*callOffer, *apiAnswer) {
+		a := errorAnswer(http.StatusBadRequest, "invalid_request_error", "invalid_value", msg)
+		return nil, &a
+	}
+	switch {
+	case err == nil && mt == "application/sdp":
+		return &callOffer{sdp: body}, nil
+	case err == nil && mt == "multipart/form-data":
+		mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+		o := &callOffer{}
+		for {
+			p, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return bad("malformed multipart body: " + err.Error())
+			}
+			b, _ := io.ReadAll(io.LimitReader(p, maxAPIBody))
+			switch p.FormName() {
+			case "sdp":
+				o.sdp = b
+			case "session":
+				if err := json.Unmarshal(b, &o.session); err != nil || o.session == nil {
+					return bad("Invalid 'session': expected a JSON object.")
+				}
+			}
+		}
+		if len(o.sdp) == 0 {
+			return bad("Missing required parameter: 'sdp'.")
+		}
+		return o, nil
+	}
+	a := errorAnswer(http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_media_type",
+		"Send the SDP offer as application/sdp, or multipart/form-data with sdp and session parts.")
+	return nil, &a
+}
+
+// createCall answers POST /v1/realtime/calls; it runs in the request's own
+// goroutine.
+func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
+	table := s.routes.Load()
+	key, grant, herr := s.authenticateConnect(table, credentials(req.Header).key)
+	if herr != nil {
+		return herr.answer()
+	}
+	offer, bad := parseCallOffer(req, body)
+	if bad != nil {
+		return *bad
+	}
+	ask := groupAsk{grant: grant, model: req.URL.Query().Get("model")}
+	if grant != nil {
+		if offer.session == nil {
+			if err := s.secrets.LoadConfig(req.Context(), grant); err != nil {
+				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", apps.ErrSecretConfig.Error())
+			}
+			_ = json.Unmarshal(grant.Config, &offer.session)
+		}
+	} else if offer.session != nil && offer.session["model"] != nil {
+		ask.model, _ = offer.session["model"].(string) // the session part's model wins over the query's
+	}
+	group, herr := s.pickGroup(table, key, ask)
+	if herr != nil {
+		return herr.answer()
+	}
+	if offer.session == nil {
+		offer.session = map[string]any{"type": "realtime"}
+	}
+	adm, herr := s.admitEntry(entryCall, key, table, group, nil)
+	if herr != nil {
+		return herr.answer()
+	}
+	tried := 0
+	for i, d := range adm.plan.Cands {
+		if i == balance.MaxAttempts {
+			break
+		}
+		tried++
+		a, callID, err := forwardCall(req.Context(), s.httpClient, s.cfg.DialTimeout, d, offer)
+		if err != nil {
+			s.balancer.Failed(d, "calls request failed")
+			s.log.Warn("upstream calls request failed", "deployment", d.Name, "err", err)
+			continue
+		}
+		s.balancer.Succeeded(d)
+		if callID == "" {
+			adm.release() // refused upstream: no call to count
+			return a
+		}
+		owner := apps.Owner{Key: key.Name, Deployment: d.Name}
+		if grant != nil {
+			owner.Secret = grant.Claims.ID
+		}
+		if err := s.calls.Remember(context.Background(), callID, owner); err != nil {
+			s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
+		}
+		s.log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)
+		go s.meters.start(key, group, d, callID, adm)
+		return a
+	}
+	adm.release()
+	return upstreamUnreachable(group, tried)
+}
+
+// upstreamUnreachable is the answer to an API request no deployment of
+// group answered, in the gateway's words: which deployments and why are
+// the log's (they name upstream hosts).
+func upstreamUnreachable(group string, tried int) apiAnswer {
+	return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
+		fmt.Sprintf("No deployment of model group '%s' could be reached (%d tried); the gateway's log says why.", group, tried))
+}
+
+// hangUpCall ends call id on d (a call over its key's budget, or of a
+// revoked key).
+func (s *Server) hangUpCall(d *routes.Deployment, id string) {
+	u, h := callsURL(d)
+	u.Path = path.Join(u.Path, id, "hangup")
+	ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.DialTimeout, time.Second))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
+	if err != nil {
+		return
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := s.httpClient.Do(req)
+	if err != nil {
+		s.log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "err", err)
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAPIBody))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "status", resp.StatusCode)
+	}
+}
+
+// callsURL is the deployment's calls endpoint.
+func callsURL(d *routes.Deployment) (*url.URL, http.Header) {
+	t := d.Target(url.Values{"call_id": {"x"}}) // no model in the query
+	u := *t.URL
+	switch u.Scheme {
+	case "wss":
+		u.Scheme = "https"
+	case "ws":
+		u.Scheme = "http"
+	}
+	u.Path = path.Join(u.Path, "calls")
+	q := u.Query()
+	q.Del("call_id")
+	u.RawQuery = q.Encode()
+	return &u, t.Header
+}
+
+// forwardCall sends the offer to d and returns its answer unchanged; err is
+// set only when d could not be reached (or answered 5xx), so the next
+// deployment is tried.
+func forwardCall(ctx context.Context, client *http.Client, timeout time.Duration, d *routes.Deployment, offer *callOffer) (apiAnswer, string, error) {
+	session := map[string]any{}
+	for k, v := range offer.session {
+		session[k] = v
+	}
+	session["model"] = d.Model
+	if session["type"] == nil {
+		session["type"] = "realtime"
+	}
+	sj, _ := json.Marshal(session)
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("sdp", string(offer.sdp))
+	_ = mw.WriteField("session", string(sj))
+	_ = mw.Close()
+
+	u, h := callsURL(d)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), &buf)
+	if err != nil {
+		return apiAnswer{}, "", err
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := client.Do(req)
+	if err != nil {
+		return apiAnswer{}, "", fmt.Errorf("POST %s: %w", redactedURL(u), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIBody))
+	if err != nil {
+		return apiAnswer{}, "", fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode >= 500 {
+		return apiAnswer{}, "", fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	a := apiAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body, header: http.Header{}}
+	// The client sees the gateway's own path for the call, never the
+	// upstream's host (an absolute Location, an Azure api-version query).
+	callID := callIDOf(resp.Header.Get("Location"))
+	if callID != "" {
+		a.header.Set("Location", "/v1/realtime/calls/"+callID)
+	}
+	if resp.StatusCode != http.StatusCreated {
+		callID = ""
+	}
+	return a, callID, nil
+}
+
+// callIDOf is the call id a Location header names (its path's last
+// segment: never its query), "" when there is none that is an id.
+func callIDOf(loc string) string {
+	u, err := url.Parse(loc)
+	if err != nil || u.Path == "" {
+		return ""
+	}
+	id := path.Base(u.Path)
+	if !validLiveID(id) {
+		return ""
+	}
+	return id
+}

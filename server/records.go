@@ -1,0 +1,124 @@
+package server
+
+// Where an ended session's record goes: the usage log (and USAGE_LOG), the
+// durable spend log, and the spend metric. The stores live in server/usage
+// and server/spenddb; records connects them to the session lifecycle.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"rtgate/server/routes"
+	"rtgate/server/spenddb"
+	"rtgate/server/usage"
+)
+
+// records is where ended sessions' records go: the log, USAGE_LOG, the
+// durable spend log, and the spend metric.
+type records struct {
+	log      *slog.Logger
+	routes   func() *routes.Table // the prices of models beside the deployment's (modelPrices)
+	spend    *prometheus.CounterVec
+	flagged  *prometheus.CounterVec // records with unpriced or unconfirmed usage
+	usageLog *usage.Log             // nil without USAGE_LOG
+	spendDB  *spenddb.Writer        // nil without DATABASE_URL
+}
+
+// openRecords opens USAGE_LOG and starts the durable spend log when
+// DATABASE_URL is set.
+func openRecords(cfg Settings, m *metrics, log *slog.Logger, table func() *routes.Table) (*records, error) {
+	r := &records{log: log, spend: m.spend, flagged: m.flagged, routes: table}
+	if cfg.UsageLog != "" {
+		ul, err := usage.Open(cfg.UsageLog, log, m.usageLogErrors)
+		if err != nil {
+			return nil, fmt.Errorf("USAGE_LOG: %w", err)
+		}
+		r.usageLog = ul
+	}
+	if cfg.DatabaseURL != "" {
+		spool := cfg.SpendSpool
+		if spool == "" {
+			spool = cfg.UsageLog + ".pg-spool"
+		}
+		w, err := spenddb.Open(spenddb.Config{URL: cfg.DatabaseURL, Spool: spool, Log: log, Registry: m.reg})
+		if err != nil {
+			return nil, err
+		}
+		r.spendDB = w
+	}
+	return r, nil
+}
+
+// record prices an ended session, counts its spend and writes its record
+// wherever records go.
+func (r *records) record(info *sessionInfo, rec *usage.Record) {
+	// Postgres keeps microseconds: so do the log line and the JSON line,
+	// so that the three read alike.
+	rec.StartedAt, rec.EndedAt = rec.StartedAt.Truncate(time.Microsecond), rec.EndedAt.Truncate(time.Microsecond)
+	if info.live != nil {
+		rec.CostUSD = info.live.cost() // seconds, and backend tokens at their own model's prices
+	} else {
+		// Tokens, and the time billed by duration: a translation
+		// session's wall clock, a per-minute transcription model's audio.
+		d := info.currentDeployment()
+		rec.CostUSD = prices(d).Cost(rec.Usage) + secondPrice(d)*(rec.Seconds+rec.Usage.TranscriptionSeconds)
+		if d != nil && !d.Priced && rec.Usage.TotalTokens+int64(rec.Usage.TranscriptionSeconds) > 0 {
+			info.noteUnpriced(d.Model)
+		}
+		// A conversation's input transcription, at its own model's
+		// prices (modelPrices).
+		for _, t := range rec.Transcription {
+			rec.CostUSD += transcriptionCost(r.routes(), info, t.Model, t.Usage)
+		}
+	}
+	rec.Unpriced = info.unpricedModels()
+	for _, model := range rec.Unpriced {
+		r.flagged.WithLabelValues(rec.ModelGroup, model, "unpriced").Inc()
+	}
+	if rec.Unconfirmed {
+		r.flagged.WithLabelValues(rec.ModelGroup, "", "unconfirmed").Inc()
+	}
+	if info.overBudget.Load() {
+		rec.Outcome = "budget_exceeded"
+	}
+	r.spend.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.CostUSD)
+	r.log.Info("session ended", rec.LogAttrs()...)
+	if r.usageLog != nil {
+		r.usageLog.Write(*rec)
+	}
+	if r.spendDB != nil {
+		r.spendDB.Enqueue(*rec)
+	}
+}
+
+// close flushes the usage log and the spend log at shutdown.
+func (r *records) close(ctx context.Context) {
+	if r.spendDB != nil {
+		if err := r.spendDB.Close(ctx); err != nil {
+			r.log.Warn("the spend log did not drain before shutdown; the rest is in the spool", "err", err)
+		}
+	}
+	if r.usageLog != nil {
+		r.usageLog.Close()
+	}
+}
+
+// ReopenLogs reopens the files the gateway writes (USAGE_LOG), on SIGHUP,
+// so that logrotate's postrotate `kill -HUP` starts new ones. (The spend
+// spool is not rotated: it empties itself once Postgres takes its records.)
+func (s *Server) ReopenLogs() error {
+	ul := s.records.usageLog
+	if ul == nil {
+		return nil
+	}
+	if err := ul.Reopen(); err != nil {
+		s.log.Error("reopening USAGE_LOG failed; still writing the old file", "err", err)
+		return err
+	}
+	s.log.Info("USAGE_LOG reopened")
+	return nil
+}

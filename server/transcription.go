@@ -1,0 +1,41 @@
+package server
+
+// Transcription sessions (?intent=transcription) carry no model in the URL,
+// and their transcription model only arrives later in a session.update, so
+// the gateway routes them at connect time: by a model query when there is
+// one, else by the secret's session config when the client came with a
+// client secret, else by TRANSCRIPTION_MODEL (a model group), else the
+// default group. They are metered from the usage on
+// conversation.item.input_audio_transcription.completed events, since they
+// have no response.done.
+
+import (
+	"net/url"
+
+	"rtgate/server/routes"
+)
+
+// isTranscription reports whether a connect is a transcription session.
+func isTranscription(q url.Values) bool { return q.Get("intent") == "transcription" }
+
+// transcriptionGroup picks the model group of a transcription session whose
+// transcription model is model ("" when unknown): that model when it is a
+// group, else configured (TRANSCRIPTION_MODEL), else the default group.
+func transcriptionGroup(table *routes.Table, configured, model string) string {
+	if _, ok := table.Groups[model]; ok && model != "" {
+		return model
+	}
+	if configured != "" {
+		return configured
+	}
+	return table.Default
+}
+
+// transcriptionModelOf reads session.audio.input.transcription.model.
+func transcriptionModelOf(session map[string]any) string {
+	audio, _ := session["audio"].(map[string]any)
+	input, _ := audio["input"].(map[string]any)
+	tr, _ := input["transcription"].(map[string]any)
+	m, _ := tr["model"].(string)
+	return m
+}
