@@ -8,6 +8,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"rtgate/frames"
+	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/usage"
 )
@@ -78,7 +79,7 @@ func runProto(t *testing.T, p protocol.Protocol, steps []step) ([]Event, *Watch)
 	w := &Watch{Tracker: Tracker{Now: func() time.Time { return now }, Observe: func(ev Event) { out = append(out, ev) }}}
 	for _, s := range steps {
 		now = epoch.Add(time.Duration(s.at) * time.Millisecond)
-		typ, ok := usage.EventType([]byte(s.event))
+		typ, ok := eventtype.Of([]byte(s.event))
 		if !ok {
 			t.Fatalf("no type in %s", s.event)
 		}
@@ -283,7 +284,7 @@ type benchInspector struct {
 }
 
 func (in *benchInspector) Wants(prefix []byte) bool {
-	typ, ok := usage.EventType(prefix)
+	typ, ok := eventtype.Of(prefix)
 	if !ok {
 		return false
 	}
@@ -377,7 +378,7 @@ func countStarts(evs []Event) int {
 type clientInspector struct{ turns *Watch }
 
 func (in clientInspector) Wants(prefix []byte) bool {
-	typ, ok := usage.EventType(prefix)
+	typ, ok := eventtype.Of(prefix)
 	return ok && in.turns.ClientWants(typ)
 }
 
