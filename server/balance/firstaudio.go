@@ -3,6 +3,7 @@ package balance
 import (
 	"time"
 
+	"rtgate/internal/sketch"
 	"rtgate/server/routes"
 	"rtgate/server/turns"
 )
@@ -21,7 +22,7 @@ type firstAudioWindow struct {
 // minuteSlot is one minute of a firstAudioWindow.
 type minuteSlot struct {
 	minute   int64 // Unix minute the sketch counts; stale when older than the span
-	sketch   turns.Sketch
+	sketch   sketch.Durations
 	failures int // turns the upstream failed (penalty samples)
 }
 
@@ -40,7 +41,7 @@ func (w *firstAudioWindow) add(now time.Time, d time.Duration) { w.slot(now).ske
 func (w *firstAudioWindow) fail(now time.Time) { w.slot(now).failures++ }
 
 // recent merges the minutes within the span (the current one included).
-func (w *firstAudioWindow) recent(now time.Time) (all turns.Sketch, failures int) {
+func (w *firstAudioWindow) recent(now time.Time) (all sketch.Durations, failures int) {
 	m := now.Unix() / 60
 	for i := range w.minutes {
 		if slot := &w.minutes[i]; m-slot.minute < int64(len(w.minutes)) {

@@ -95,6 +95,7 @@ import (
 	"time"
 
 	"rtgate/internal/jsonscan"
+	"rtgate/internal/sketch"
 )
 
 // Outcomes of a turn, the outcome label of rtgate_turns_total.
@@ -171,7 +172,7 @@ type Tracker struct {
 	createResponse bool    // server VAD creates responses itself
 	textSession    bool    // output_modalities ["text"]
 	turns          int
-	firstAudio     *Sketch // nil until the first turn with output
+	firstAudio     *sketch.Durations // nil until the first turn with output
 	// The turns' state, made at the session's first create, append,
 	// response or speech (an idle session has none).
 	*turnState
@@ -276,7 +277,7 @@ func (t *Tracker) output(prefix []byte) {
 		t.waiting.Add(-1)
 		ev := Event{Kind: r.kind, Routes: r.routes, FirstAudio: max(now.Sub(r.start), 0), HasFirstAudio: true}
 		if r.routes {
-			t.sketch(ev.FirstAudio)
+			t.countFirstAudio(ev.FirstAudio)
 		}
 		es.add(ev)
 	}
@@ -309,9 +310,9 @@ func (t *Tracker) deltaOf(prefix []byte) *response {
 	return only
 }
 
-func (t *Tracker) sketch(d time.Duration) {
+func (t *Tracker) countFirstAudio(d time.Duration) {
 	if t.firstAudio == nil {
-		t.firstAudio = &Sketch{}
+		t.firstAudio = &sketch.Durations{}
 	}
 	t.firstAudio.Add(d)
 }
