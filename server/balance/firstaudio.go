@@ -5,7 +5,6 @@ import (
 
 	"rtgate/internal/sketch"
 	"rtgate/server/routes"
-	"rtgate/server/turns"
 )
 
 // firstAudioSpan is how far back the status page's first-audio percentiles
@@ -75,9 +74,16 @@ func (b *Balancer) ObserveFirstOutput(d *routes.Deployment, took time.Duration, 
 	h.firstAudio.add(now, took)
 }
 
+// Penalty is the value of a penalty sample (ObservePenalty): a turn the
+// upstream failed weighs in a deployment's mean first audio as a turn that
+// waited this long (as long as turns.FirstOutputBound lets a turn wait for
+// its first output before it counts as failed). It ages out like every
+// sample.
+const Penalty = 10 * time.Second
+
 // ObservePenalty records a turn on d that the upstream failed (a failed
 // response, a server_error or rate limit, no first output within
-// turns.FirstOutputBound): a sample of turns.Penalty in the list routing
+// turns.FirstOutputBound): a sample of Penalty in the list routing
 // ranks by, which ages out like the others, so that a deployment that
 // accepts sessions and fails their turns stops attracting connects. The
 // status page counts it.
@@ -87,9 +93,9 @@ func (b *Balancer) ObservePenalty(d *routes.Deployment, text bool) {
 	defer b.mu.Unlock()
 	h := b.host(d)
 	if text {
-		h.textLatency.add(now, turns.Penalty.Seconds())
+		h.textLatency.add(now, Penalty.Seconds())
 		return
 	}
-	h.latency.add(now, turns.Penalty.Seconds())
+	h.latency.add(now, Penalty.Seconds())
 	h.firstAudio.fail(now)
 }

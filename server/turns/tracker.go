@@ -109,13 +109,9 @@ const (
 
 // FirstOutputBound is how long a response (or a forwarded create) may go
 // without its first output before the turn counts as failed by the
-// upstream (a penalty sample), and Penalty is the value of that sample: a
-// failed turn weighs in a deployment's mean first audio as a turn that
-// waited this long. It ages out like every sample.
-const (
-	FirstOutputBound = 10 * time.Second
-	Penalty          = 10 * time.Second
-)
+// upstream (a penalty sample; balance.Penalty is what it weighs in
+// routing).
+const FirstOutputBound = 10 * time.Second
 
 // Kind is what a response is to the figures.
 type Kind uint8
