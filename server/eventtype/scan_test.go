@@ -8,15 +8,14 @@ import (
 	"unicode/utf8"
 )
 
-// responseDoneEvent is shaped like a GA response.done from the upstream.
-const responseDoneEvent = `{"type":"response.done","event_id":"event_C2x","response":{"object":"realtime.response",` +
-	`"id":"resp_C2x","status":"completed","status_details":null,"output":[{"id":"item_C2x","type":"message",` +
-	`"status":"completed","role":"assistant","content":[{"type":"output_audio","transcript":"Hello! \"Quoted\" text."}]}],` +
-	`"conversation_id":"conv_C2x","output_modalities":["audio"],"max_output_tokens":"inf","audio":{"output":{"format":` +
-	`{"type":"audio/pcm","rate":24000},"voice":"alloy"}},"usage":{"total_tokens":253,"input_tokens":132,"output_tokens":121,` +
-	`"input_token_details":{"text_tokens":119,"audio_tokens":13,"image_tokens":0,"cached_tokens":64,` +
-	`"cached_tokens_details":{"text_tokens":60,"audio_tokens":4,"image_tokens":0}},` +
-	`"output_token_details":{"text_tokens":30,"audio_tokens":91}},"metadata":null}}`
+// sessionCreatedEvent is shaped like a GA session.created from the
+// upstream: nested "type" members after the event's own, a quoted quote.
+const sessionCreatedEvent = `{"type":"session.created","event_id":"event_C2y","session":{"type":"realtime",` +
+	`"object":"realtime.session","id":"sess_C2y","model":"gpt-realtime","output_modalities":["audio"],` +
+	`"instructions":"Say \"hello\" first.","tools":[],"tool_choice":"auto","max_output_tokens":"inf",` +
+	`"audio":{"input":{"format":{"type":"audio/pcm","rate":24000},"transcription":null,"noise_reduction":null,` +
+	`"turn_detection":{"type":"server_vad","threshold":0.5,"prefix_padding_ms":300,"silence_duration_ms":200}},` +
+	`"output":{"format":{"type":"audio/pcm","rate":24000},"voice":"alloy","speed":1}},"expires_at":1756324625}}`
 
 func TestOf(t *testing.T) {
 	long := strings.Repeat("a", 300)
@@ -25,6 +24,7 @@ func TestOf(t *testing.T) {
 		ok             bool
 	}{
 		{"plain", `{"type":"response.done","event_id":"e1"}`, "response.done", true},
+		{"GA session.created", sessionCreatedEvent, "session.created", true},
 		{"not first", `{"event_id":"e1","type":"session.created"}`, "session.created", true},
 		{"whitespace", " \r\n\t{ \n\"type\" \t:\r\n \"error\" }", "error", true},
 		{"empty type", `{"type":""}`, "", true},
@@ -97,7 +97,7 @@ func TestInner(t *testing.T) {
 
 func TestOfDoesNotAllocate(t *testing.T) {
 	events := [][]byte{
-		[]byte(responseDoneEvent),
+		[]byte(sessionCreatedEvent),
 		[]byte(`{"event_id":"e","session":{"type":"realtime"},"type":"session.created"}`),
 		[]byte(`{"type":"response.output_audio.delta","delta":"` + strings.Repeat("A", 4096) + `"}`),
 		[]byte(`{"x":"` + strings.Repeat("a", 1000) + `"}`),
@@ -156,7 +156,7 @@ func checkAgainstJSON(t *testing.T, p, got []byte) {
 
 func FuzzOf(f *testing.F) {
 	for _, s := range []string{
-		responseDoneEvent,
+		sessionCreatedEvent,
 		`{"type":"session.created","event_id":"e","session":{"type":"realtime"}}`,
 		`{"session":{"type":"realtime"},"type":"session.created"}`,
 		`{"event_id":"a\"b","type":"t"}`,
