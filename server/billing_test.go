@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/eventtype"
 	"rtgate/server/usage"
 )
 
@@ -171,7 +172,7 @@ func transcribeAndLeave(t *testing.T, c *websocket.Conn, model string) {
 	readUntil(t, c, "session.updated")
 	appendRealtimeAudio(t, c, 48000) // 1 s: 100 audio tokens
 	send(t, c, map[string]any{"type": "input_audio_buffer.commit"})
-	readUntil(t, c, usage.TypeTranscriptionComplete)
+	readUntil(t, c, eventtype.TranscriptionComplete)
 	_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
 }
 

@@ -40,6 +40,7 @@ import (
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/continuity"
+	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -492,7 +493,7 @@ func keepLive(c *clientConn, s *Server, sess *poller.Session, u *upgrade) {
 // "expired"): the session goes on; the close that follows is the cap's.
 // The meter still reads it (its final seconds).
 func liveHoldText(p []byte, args *resumeArgs) bool {
-	if t, ok := usage.EventType(p); !ok || string(t) != usage.TypeLiveClosed || !bytes.Contains(p, []byte(`"expired"`)) {
+	if t, ok := eventtype.Of(p); !ok || string(t) != eventtype.LiveClosed || !bytes.Contains(p, []byte(`"expired"`)) {
 		return false
 	}
 	var ev struct {
@@ -538,7 +539,7 @@ func (ls *liveState) resuming(sess *poller.Session, snap continuity.Snapshot) {
 		return
 	}
 	body, _ := json.Marshal(map[string]any{
-		"type":          usage.TypeLiveResponse,
+		"type":          eventtype.LiveResponse,
 		"event_id":      protocol.NewEventID(),
 		"delegation_id": snap.Delegation,
 		"event": map[string]any{

@@ -43,6 +43,7 @@ import (
 	"rtgate/poller"
 	"rtgate/server/balance"
 	"rtgate/server/continuity"
+	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -162,7 +163,7 @@ type clientWatch struct {
 
 // Wants implements frames.Inspector.
 func (w *clientWatch) Wants(prefix []byte) bool {
-	t, ok := usage.EventType(prefix)
+	t, ok := eventtype.Of(prefix)
 	if !ok {
 		return false
 	}
@@ -189,7 +190,7 @@ func (w *setupWatch) HoldText(p []byte) bool {
 	if w.live != nil {
 		return liveHoldText(p, w.resume) // GPT-Live's cap
 	}
-	if t, ok := usage.EventType(p); !ok || string(t) != "error" {
+	if t, ok := eventtype.Of(p); !ok || string(t) != "error" {
 		return false
 	}
 	if w.holdGatewayAnswer(p) {
@@ -537,7 +538,7 @@ const rolloverPoll = 50 * time.Millisecond
 // session's cap: expires_at, else created plus the deployment's lifetime.
 // ok is false when p is not a session.created.
 func upstreamCap(p []byte, created time.Time, d *routes.Deployment) (capAt time.Time, ok bool) {
-	t, okType := usage.EventType(p)
+	t, okType := eventtype.Of(p)
 	if !okType || (string(t) != "session.created" && string(t) != "session.started") {
 		return time.Time{}, false
 	}

@@ -19,6 +19,7 @@ import (
 	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/continuity"
+	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
@@ -68,14 +69,14 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		// GPT-Live's turn marks need the type only (seeTurn), but for
 		// session.started, which the spans read; the meter and, with
 		// continuity, the kept conversation read events whole.
-		typ, ok := usage.EventType(prefix)
+		typ, ok := eventtype.Of(prefix)
 		w.wantTurn = ok && w.seeTurn(typ, prefix)
 		w.wantUsage = ok && w.live.meter.WantsType(typ, prefix)
 		w.wantKeep = ok && w.resume != nil && (continuity.LiveUpstreamWants(typ, prefix) ||
-			(!w.capSeen && string(typ) == usage.TypeLiveStarted))
+			(!w.capSeen && string(typ) == eventtype.LiveStarted))
 		return w.wantUsage || w.wantKeep || w.wantTurn
 	}
-	typ, ok := usage.EventType(prefix)
+	typ, ok := eventtype.Of(prefix)
 	if !ok {
 		return false
 	}

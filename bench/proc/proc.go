@@ -4,8 +4,8 @@
 // killed with the benchmark if it dies (Pdeathsig on Linux). It also reads
 // what a child's process tree uses (RSS and CPU, from /proc) and remembers
 // the descendants it saw, so that Stop can end a proxy's workers too. And it
-// holds the open-file limit those processes run under (RaiseFileLimit), which
-// wsbench and mockai raise for themselves at start.
+// says the open-file limit those processes run under (FileLimit), which
+// wsbench and mockai raise for themselves at start (fdlimit.Raise).
 package proc
 
 import (

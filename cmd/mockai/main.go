@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"rtgate/bench/proc"
+	"rtgate/internal/fdlimit"
 	"rtgate/mockai"
 )
 
@@ -110,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	o.cfg.Logger = logger
 
-	if err := proc.RaiseFileLimit(); err != nil {
+	if err := fdlimit.Raise(); err != nil {
 		logger.Warn("could not raise the open file limit", "err", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

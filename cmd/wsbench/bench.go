@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"rtgate/bench/load"
-	"rtgate/bench/proc"
 	"rtgate/bench/report"
 	"rtgate/bench/stats"
+	"rtgate/internal/fdlimit"
 )
 
 // benchOptions is the parsed command line of a plain run.
@@ -177,7 +177,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if o.hold > 0 {
 		// Idle sessions need little buffer; small ones keep 9,000 cheap.
 		cfg.BufferSize = 1024
-		if lim := proc.SoftFileLimit(); lim > 0 && uint64(o.hold)+64 > lim {
+		if lim := fdlimit.Soft(); lim > 0 && uint64(o.hold)+64 > lim {
 			fmt.Fprintf(stderr, "wsbench: -hold %d needs %d open files but the limit is %d\n", o.hold, o.hold+64, lim)
 			return 1
 		}

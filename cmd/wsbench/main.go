@@ -38,7 +38,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"rtgate/bench/proc"
+	"rtgate/internal/fdlimit"
 )
 
 func main() {
@@ -57,7 +57,7 @@ func main() {
 
 // run is main without the process around it, for tests.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if err := proc.RaiseFileLimit(); err != nil {
+	if err := fdlimit.Raise(); err != nil {
 		fmt.Fprintln(stderr, "wsbench: warning:", err)
 	}
 	if len(args) > 0 {

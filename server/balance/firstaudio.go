@@ -3,8 +3,8 @@ package balance
 import (
 	"time"
 
+	"rtgate/internal/sketch"
 	"rtgate/server/routes"
-	"rtgate/server/turns"
 )
 
 // firstAudioSpan is how far back the status page's first-audio percentiles
@@ -21,7 +21,7 @@ type firstAudioWindow struct {
 // minuteSlot is one minute of a firstAudioWindow.
 type minuteSlot struct {
 	minute   int64 // Unix minute the sketch counts; stale when older than the span
-	sketch   turns.Sketch
+	sketch   sketch.Durations
 	failures int // turns the upstream failed (penalty samples)
 }
 
@@ -40,7 +40,7 @@ func (w *firstAudioWindow) add(now time.Time, d time.Duration) { w.slot(now).ske
 func (w *firstAudioWindow) fail(now time.Time) { w.slot(now).failures++ }
 
 // recent merges the minutes within the span (the current one included).
-func (w *firstAudioWindow) recent(now time.Time) (all turns.Sketch, failures int) {
+func (w *firstAudioWindow) recent(now time.Time) (all sketch.Durations, failures int) {
 	m := now.Unix() / 60
 	for i := range w.minutes {
 		if slot := &w.minutes[i]; m-slot.minute < int64(len(w.minutes)) {
@@ -74,9 +74,16 @@ func (b *Balancer) ObserveFirstOutput(d *routes.Deployment, took time.Duration, 
 	h.firstAudio.add(now, took)
 }
 
+// Penalty is the value of a penalty sample (ObservePenalty): a turn the
+// upstream failed weighs in a deployment's mean first audio as a turn that
+// waited this long (as long as turns.FirstOutputBound lets a turn wait for
+// its first output before it counts as failed). It ages out like every
+// sample.
+const Penalty = 10 * time.Second
+
 // ObservePenalty records a turn on d that the upstream failed (a failed
 // response, a server_error or rate limit, no first output within
-// turns.FirstOutputBound): a sample of turns.Penalty in the list routing
+// turns.FirstOutputBound): a sample of Penalty in the list routing
 // ranks by, which ages out like the others, so that a deployment that
 // accepts sessions and fails their turns stops attracting connects. The
 // status page counts it.
@@ -86,9 +93,9 @@ func (b *Balancer) ObservePenalty(d *routes.Deployment, text bool) {
 	defer b.mu.Unlock()
 	h := b.host(d)
 	if text {
-		h.textLatency.add(now, turns.Penalty.Seconds())
+		h.textLatency.add(now, Penalty.Seconds())
 		return
 	}
-	h.latency.add(now, turns.Penalty.Seconds())
+	h.latency.add(now, Penalty.Seconds())
 	h.firstAudio.fail(now)
 }

@@ -13,7 +13,7 @@ package balance
 //	                         lowest_latency_buffer of the lowest at random;
 //	                         unmeasured ones first; 1 connect in 10 in random order.
 //	                         A turn the upstream failed is a sample of
-//	                         turns.Penalty (10 s); a group with no voice
+//	                         Penalty (10 s); a group with no voice
 //	                         samples (text-only sessions) ranks by first text
 //	usage-based-routing(-v2) as least-busy
 //	cost-based-routing       as least-busy

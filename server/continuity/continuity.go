@@ -7,7 +7,7 @@
 // keeping the user's audio itself, opt-in, is heardAudio's.
 //
 // It reads only a few event types, picked out by the relay's type scan
-// (usage.EventType) before anything is decoded: the client's session.update
+// (eventtype.Of) before anything is decoded: the client's session.update
 // and conversation.item.truncate, and the upstream's item confirmations,
 // deletions, truncations, transcripts and the events that say whether a
 // response or a user's speech is in progress. Audio frames
@@ -50,7 +50,7 @@ import (
 	"slices"
 	"sync"
 
-	"rtgate/server/usage"
+	"rtgate/server/eventtype"
 )
 
 // DefaultMaxBytes is CONTINUITY_MAX_BYTES' default: what one session keeps.
@@ -88,9 +88,9 @@ func ClientWants(typ []byte) bool {
 // UpstreamWants reports whether an upstream event of type typ is read.
 func UpstreamWants(typ []byte) bool {
 	switch string(typ) {
-	case "conversation.item.done", "conversation.item.created", "response.output_item.done", usage.TypeResponseDone,
+	case "conversation.item.done", "conversation.item.created", "response.output_item.done", eventtype.ResponseDone,
 		"response.created", "conversation.item.deleted", "conversation.item.truncated", "error",
-		usage.TypeTranscriptionComplete, "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped":
+		eventtype.TranscriptionComplete, "input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped":
 		return true
 	}
 	return false
@@ -168,7 +168,7 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 			st.responses = append(st.responses, ev.Response.ID)
 		}
 		st.answered()
-	case usage.TypeResponseDone:
+	case eventtype.ResponseDone:
 		st := k.state(lim)
 		st.responses = slices.DeleteFunc(st.responses, func(id string) bool { return id == ev.Response.ID })
 		for _, it := range ev.Response.Output {
@@ -184,7 +184,7 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 		if k.st != nil {
 			k.st.truncate(ev.ItemID)
 		}
-	case usage.TypeTranscriptionComplete:
+	case eventtype.TranscriptionComplete:
 		if k.st != nil {
 			k.st.transcribed(ev.ItemID, ev.Transcript)
 		}
@@ -201,7 +201,7 @@ func (k *Keeper) Upstream(p []byte, lim Limits) {
 
 // lock reads an event's type and, when it has one, takes the lock.
 func (k *Keeper) lock(p []byte) (typ string, ok bool) {
-	t, ok := usage.EventType(p)
+	t, ok := eventtype.Of(p)
 	if !ok {
 		return "", false
 	}
@@ -547,6 +547,6 @@ func (st *State) setBody(i int, body []byte) {
 // IsSessionExpired reports whether an upstream event (its payload) is the
 // error OpenAI sends at its cap; it allocates nothing.
 func IsSessionExpired(p []byte) bool {
-	typ, ok := usage.EventType(p)
+	typ, ok := eventtype.Of(p)
 	return ok && string(typ) == "error" && bytes.Contains(p, []byte(`"session_expired"`))
 }

@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 
 	"rtgate/internal/jsonscan"
-	"rtgate/server/usage"
+	"rtgate/server/eventtype"
 )
 
 // GPT-Live's kept conversation. A Live session has no conversation items:
@@ -112,8 +112,8 @@ func LiveUpstreamWants(typ, prefix []byte) bool {
 	switch string(typ) {
 	case "session.input_transcript.delta", "session.output_transcript.delta":
 		return true
-	case usage.TypeLiveResponse:
-		inner, ok := usage.InnerType(prefix, "event")
+	case eventtype.LiveResponse:
+		inner, ok := eventtype.Inner(prefix, "event")
 		if !ok {
 			return true // not within the prefix: looked at whole
 		}
@@ -129,7 +129,7 @@ func LiveUpstreamWants(typ, prefix []byte) bool {
 // transcript delta, the most frequent, is read by hand (liveDelta): it
 // allocates nothing.
 func (k *Keeper) LiveUpstream(p []byte, lim Limits) {
-	if typ, ok := usage.EventType(p); ok && k.liveDelta(typ, p) {
+	if typ, ok := eventtype.Of(p); ok && k.liveDelta(typ, p) {
 		return
 	}
 	var ev struct {
@@ -160,7 +160,7 @@ func (k *Keeper) LiveUpstream(p []byte, lim Limits) {
 	case "session.output_transcript.delta":
 		lv.deltas++
 		st.liveAppend("assistant", []byte(ev.Delta), false)
-	case usage.TypeLiveResponse:
+	case eventtype.LiveResponse:
 		if ev.Event == nil || ev.Event.Response == nil {
 			return
 		}

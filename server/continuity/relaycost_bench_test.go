@@ -9,6 +9,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/server/continuity"
+	"rtgate/server/eventtype"
 	"rtgate/server/usage"
 )
 
@@ -108,7 +109,7 @@ func (discard) WriteBinary(p []byte) (int, error) { return len(p), nil }
 type clientTypes struct{}
 
 func (clientTypes) Wants(prefix []byte) bool {
-	t, ok := usage.EventType(prefix)
+	t, ok := eventtype.Of(prefix)
 	return ok && continuity.ClientWants(t)
 }
 func (clientTypes) Inspect([]byte) {}
@@ -118,7 +119,7 @@ func (clientTypes) Inspect([]byte) {}
 type upstreamTypes struct{ keep bool }
 
 func (u *upstreamTypes) Wants(prefix []byte) bool {
-	t, ok := usage.EventType(prefix)
+	t, ok := eventtype.Of(prefix)
 	if !ok {
 		return false
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"rtgate/frames"
-	"rtgate/server/usage"
+	"rtgate/server/eventtype"
 )
 
 // Live is OpenAI's GPT-Live protocol (/v1/live/sessions): the model is in
@@ -42,7 +42,7 @@ func (Live) Refusal(code, message string, status int) []byte {
 // UsageEvent implements Protocol: the events usage.LiveMeter reads.
 func (Live) UsageEvent(typ []byte) bool {
 	switch string(typ) {
-	case usage.TypeLiveUsage, usage.TypeLiveClosed, usage.TypeLiveResponse:
+	case eventtype.LiveUsage, eventtype.LiveClosed, eventtype.LiveResponse:
 		return true
 	}
 	return false

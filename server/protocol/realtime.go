@@ -11,7 +11,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"rtgate/frames"
-	"rtgate/server/usage"
+	"rtgate/server/eventtype"
 )
 
 // Realtime is OpenAI's Realtime API (/v1/realtime), the GA interface.
@@ -28,7 +28,7 @@ func (Realtime) Model(q url.Values) (string, bool) { return q.Get("model"), fals
 
 // Warm implements Protocol: a session.created.
 func (Realtime) Warm(payload []byte) bool {
-	t, ok := usage.EventType(payload)
+	t, ok := eventtype.Of(payload)
 	return ok && string(t) == "session.created"
 }
 
@@ -74,7 +74,7 @@ func (Realtime) Refusal(code, message string, status int) []byte {
 // UsageEvent implements Protocol: response.done, and a transcription's
 // completed event.
 func (Realtime) UsageEvent(typ []byte) bool {
-	return string(typ) == usage.TypeResponseDone || string(typ) == usage.TypeTranscriptionComplete
+	return string(typ) == eventtype.ResponseDone || string(typ) == eventtype.TranscriptionComplete
 }
 
 // End implements Protocol: a close frame is enough when no response is in
@@ -103,7 +103,7 @@ func (Realtime) Turn(typ []byte) TurnMark {
 		return SpeechEnd
 	case "input_audio_buffer.speech_started":
 		return SpeechStart
-	case usage.TypeResponseDone:
+	case eventtype.ResponseDone:
 		return TurnEnd
 	case "session.created", "session.updated":
 		return TurnConfig

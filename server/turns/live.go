@@ -44,7 +44,7 @@ func (t *Tracker) liveOutput(now time.Time, es *events) {
 	l.output = true
 	t.waiting.Add(-1)
 	d := max(now.Sub(l.start), 0)
-	t.sketch(d)
+	t.countFirstAudio(d)
 	es.add(Event{Kind: Voice, Routes: true, FirstAudio: d, HasFirstAudio: true})
 }
 

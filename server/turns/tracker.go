@@ -95,6 +95,7 @@ import (
 	"time"
 
 	"rtgate/internal/jsonscan"
+	"rtgate/internal/sketch"
 )
 
 // Outcomes of a turn, the outcome label of rtgate_turns_total.
@@ -108,13 +109,9 @@ const (
 
 // FirstOutputBound is how long a response (or a forwarded create) may go
 // without its first output before the turn counts as failed by the
-// upstream (a penalty sample), and Penalty is the value of that sample: a
-// failed turn weighs in a deployment's mean first audio as a turn that
-// waited this long. It ages out like every sample.
-const (
-	FirstOutputBound = 10 * time.Second
-	Penalty          = 10 * time.Second
-)
+// upstream (a penalty sample; balance.Penalty is what it weighs in
+// routing).
+const FirstOutputBound = 10 * time.Second
 
 // Kind is what a response is to the figures.
 type Kind uint8
@@ -171,7 +168,7 @@ type Tracker struct {
 	createResponse bool    // server VAD creates responses itself
 	textSession    bool    // output_modalities ["text"]
 	turns          int
-	firstAudio     *Sketch // nil until the first turn with output
+	firstAudio     *sketch.Durations // nil until the first turn with output
 	// The turns' state, made at the session's first create, append,
 	// response or speech (an idle session has none).
 	*turnState
@@ -276,7 +273,7 @@ func (t *Tracker) output(prefix []byte) {
 		t.waiting.Add(-1)
 		ev := Event{Kind: r.kind, Routes: r.routes, FirstAudio: max(now.Sub(r.start), 0), HasFirstAudio: true}
 		if r.routes {
-			t.sketch(ev.FirstAudio)
+			t.countFirstAudio(ev.FirstAudio)
 		}
 		es.add(ev)
 	}
@@ -309,9 +306,9 @@ func (t *Tracker) deltaOf(prefix []byte) *response {
 	return only
 }
 
-func (t *Tracker) sketch(d time.Duration) {
+func (t *Tracker) countFirstAudio(d time.Duration) {
 	if t.firstAudio == nil {
-		t.firstAudio = &Sketch{}
+		t.firstAudio = &sketch.Durations{}
 	}
 	t.firstAudio.Add(d)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"rtgate/frames"
+	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/usage"
 )
@@ -78,7 +79,7 @@ func runProto(t *testing.T, p protocol.Protocol, steps []step) ([]Event, *Watch)
 	w := &Watch{Tracker: Tracker{Now: func() time.Time { return now }, Observe: func(ev Event) { out = append(out, ev) }}}
 	for _, s := range steps {
 		now = epoch.Add(time.Duration(s.at) * time.Millisecond)
-		typ, ok := usage.EventType([]byte(s.event))
+		typ, ok := eventtype.Of([]byte(s.event))
 		if !ok {
 			t.Fatalf("no type in %s", s.event)
 		}
@@ -219,29 +220,6 @@ func TestSummaryPercentiles(t *testing.T) {
 	}
 }
 
-func TestSketch(t *testing.T) {
-	var s Sketch
-	if s.Quantile(0.5) != 0 {
-		t.Fatal("empty sketch has a median")
-	}
-	s.Add(437 * time.Millisecond)
-	if s.Quantile(0.5) != 437*time.Millisecond || s.Quantile(0.95) != 437*time.Millisecond {
-		t.Fatalf("one value: p50 %v p95 %v, want it exactly", s.Quantile(0.5), s.Quantile(0.95))
-	}
-	var o Sketch
-	for range 99 {
-		o.Add(50 * time.Millisecond)
-	}
-	o.Add(time.Hour) // beyond the last bucket: counted there
-	s.Merge(&o)
-	if s.Count() != 101 || s.Quantile(0.5) < 45*time.Millisecond || s.Quantile(0.5) > 55*time.Millisecond {
-		t.Fatalf("merged: n %d p50 %v", s.Count(), s.Quantile(0.5))
-	}
-	if s.Quantile(1) != time.Hour {
-		t.Fatalf("max %v", s.Quantile(1))
-	}
-}
-
 // BenchmarkUpstreamDeltas forwards a voice answer's upstream frames (audio
 // deltas, a response.created and response.done now and then) through a
 // scanner whose inspector reads usage and turns as the session's does: a
@@ -283,7 +261,7 @@ type benchInspector struct {
 }
 
 func (in *benchInspector) Wants(prefix []byte) bool {
-	typ, ok := usage.EventType(prefix)
+	typ, ok := eventtype.Of(prefix)
 	if !ok {
 		return false
 	}
@@ -377,7 +355,7 @@ func countStarts(evs []Event) int {
 type clientInspector struct{ turns *Watch }
 
 func (in clientInspector) Wants(prefix []byte) bool {
-	typ, ok := usage.EventType(prefix)
+	typ, ok := eventtype.Of(prefix)
 	return ok && in.turns.ClientWants(typ)
 }
 

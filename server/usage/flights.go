@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
+
+	"rtgate/server/eventtype"
 )
 
 // Responses in flight: usage a client cannot walk away from.
@@ -87,7 +89,7 @@ type flight struct {
 
 // WantsType reports whether Flights reads an event of type t.
 func WantsType(t []byte) bool {
-	return string(t) == "response.created" || string(t) == TypeResponseDone
+	return string(t) == "response.created" || string(t) == eventtype.ResponseDone
 }
 
 // flightEvent is what Flights reads of response.created and response.done.
@@ -107,7 +109,7 @@ func (f *Flights) Inspect(p []byte) {
 	}
 	relayed := f.relayed()
 	var client uint64
-	if ev.Type == TypeResponseDone && f.FromClient != nil {
+	if ev.Type == eventtype.ResponseDone && f.FromClient != nil {
 		client = f.FromClient() // before the lock: it takes the relay's
 	}
 	f.mu.Lock()
@@ -118,7 +120,7 @@ func (f *Flights) Inspect(p []byte) {
 		}
 		f.mu.Unlock()
 		return
-	case TypeResponseDone:
+	case eventtype.ResponseDone:
 		i := slices.IndexFunc(f.open, func(x flight) bool { return x.id == ev.Response.ID })
 		if i >= 0 {
 			fl := f.open[i]

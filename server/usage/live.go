@@ -3,22 +3,8 @@ package usage
 import (
 	"encoding/json"
 	"math"
-)
 
-// GPT-Live's usage (../shared/live-protocol.md): session time as a
-// cumulative usage.seconds in session.usage.updated and, final, in
-// session.closed; and, with Responses delegation, the backend model's tokens
-// in the response.completed (incomplete, failed) that response.event wraps.
-const (
-	TypeLiveUsage    = "session.usage.updated"
-	TypeLiveClosed   = "session.closed"
-	TypeLiveResponse = "response.event"
-	// TypeLiveStarted names the session (session.id): read once, when
-	// OnStarted is set.
-	TypeLiveStarted = "session.started"
-	// TypeLiveUpdated carries the session's configuration after a
-	// session.update: its delegation is read when OnDelegation is set.
-	TypeLiveUpdated = "session.updated"
+	"rtgate/server/eventtype"
 )
 
 // maxLiveResponseIDs bounds the response ids a LiveMeter remembers to book
@@ -28,9 +14,9 @@ const maxLiveResponseIDs = 256
 
 // LiveMeter is a GPT-Live session's frames.Inspector on the upstream's
 // frames, as Meter is a Realtime session's: it picks the usage events out
-// with EventType and InnerType, allocating nothing for the frames it passes
-// over (audio and transcript deltas, the wrapped Responses deltas), and
-// keeps the session's seconds and backend tokens. Written only from the
+// with eventtype.Of and eventtype.Inner, allocating nothing for the frames
+// it passes over (audio and transcript deltas, the wrapped Responses
+// deltas), and keeps the session's seconds and backend tokens. Written only from the
 // upstream's read path, read once the session has ended (or from the
 // callbacks, on that path).
 type LiveMeter struct {
@@ -77,7 +63,7 @@ type LiveMeter struct {
 // response.event whose wrapped type is not within the prefix is looked at
 // whole rather than missed.
 func (m *LiveMeter) Wants(prefix []byte) bool {
-	t, ok := EventType(prefix)
+	t, ok := eventtype.Of(prefix)
 	return ok && m.WantsType(t, prefix)
 }
 
@@ -85,14 +71,14 @@ func (m *LiveMeter) Wants(prefix []byte) bool {
 // (a Live session's inspector reads it once for the turns and the meter).
 func (m *LiveMeter) WantsType(t, prefix []byte) bool {
 	switch string(t) {
-	case TypeLiveUsage, TypeLiveClosed:
+	case eventtype.LiveUsage, eventtype.LiveClosed:
 		return true
-	case TypeLiveStarted:
+	case eventtype.LiveStarted:
 		return m.OnStarted != nil && !m.started
-	case TypeLiveUpdated:
+	case eventtype.LiveUpdated:
 		return m.OnDelegation != nil
-	case TypeLiveResponse:
-		inner, ok := InnerType(prefix, "event")
+	case eventtype.LiveResponse:
+		inner, ok := eventtype.Inner(prefix, "event")
 		return !ok || terminalResponse(string(inner))
 	}
 	return false
@@ -146,12 +132,12 @@ func (m *LiveMeter) Inspect(p []byte) {
 		return
 	}
 	switch ev.Type {
-	case TypeLiveStarted:
+	case eventtype.LiveStarted:
 		if !m.started && m.OnStarted != nil && ev.Session != nil && ev.Session.ID != "" {
 			m.started = true
 			m.OnStarted(ev.Session.ID)
 		}
-	case TypeLiveUpdated:
+	case eventtype.LiveUpdated:
 		if m.OnDelegation == nil || ev.Session == nil {
 			return
 		}
@@ -160,17 +146,17 @@ func (m *LiveMeter) Inspect(p []byte) {
 			model = d.Responses.Model
 		}
 		m.OnDelegation(model)
-	case TypeLiveUsage, TypeLiveClosed:
+	case eventtype.LiveUsage, eventtype.LiveClosed:
 		if ev.Usage != nil && ev.Usage.Seconds != nil {
 			m.seconds(*ev.Usage.Seconds)
 		}
-		if ev.Type == TypeLiveClosed && !m.Closed {
+		if ev.Type == eventtype.LiveClosed && !m.Closed {
 			m.Closed, m.Reason = true, ev.Reason
 			if m.OnClosed != nil {
 				m.OnClosed()
 			}
 		}
-	case TypeLiveResponse:
+	case eventtype.LiveResponse:
 		if ev.Event == nil || !terminalResponse(ev.Event.Type) || ev.Event.Response == nil {
 			return
 		}

@@ -1,10 +1,14 @@
 package usage
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"rtgate/server/eventtype"
+)
 
 // Meter is a session's frames.Inspector on the upstream's frames: it picks
 // the usage-bearing events (response.done, transcription completed) out with
-// EventType, allocating nothing for the frames it passes over, which are
+// eventtype.Of, allocating nothing for the frames it passes over, which are
 // nearly all of them, and sums their usage. It is written only from the
 // upstream's read path and read once the session has ended, so it needs no
 // lock.
@@ -42,14 +46,14 @@ type ModelUsage struct {
 
 // Wants picks the usage-bearing events out of the upstream's text frames.
 func (m *Meter) Wants(prefix []byte) bool {
-	t, ok := EventType(prefix)
+	t, ok := eventtype.Of(prefix)
 	return ok && m.WantsType(t)
 }
 
 // WantsType is Wants for an event whose type was already read.
 func (m *Meter) WantsType(t []byte) bool {
 	switch string(t) {
-	case TypeResponseDone, TypeTranscriptionComplete:
+	case eventtype.ResponseDone, eventtype.TranscriptionComplete:
 		return true
 	case "session.created", "session.updated":
 		return m.SplitTranscription
@@ -61,7 +65,7 @@ func (m *Meter) WantsType(t []byte) bool {
 // that does not parse adds nothing (the client got it verbatim all the same).
 func (m *Meter) Inspect(p []byte) {
 	if m.SplitTranscription {
-		if t, ok := EventType(p); ok && (string(t) == "session.created" || string(t) == "session.updated") {
+		if t, ok := eventtype.Of(p); ok && (string(t) == "session.created" || string(t) == "session.updated") {
 			m.readTranscriptionModel(p)
 			return
 		}

@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"rtgate/server/eventtype"
 )
 
 // Usage is token usage summed over a session's events, in the shape of
@@ -89,12 +91,6 @@ func (u *Usage) counts() []int64 {
 		u.OutputTokenDetails.TextTokens, u.OutputTokenDetails.AudioTokens}
 }
 
-// Event types that carry usage.
-const (
-	TypeResponseDone          = "response.done"
-	TypeTranscriptionComplete = "conversation.item.input_audio_transcription.completed"
-)
-
 // tokenUsage is the usage object of either event. Transcription events add
 // a type: "tokens" (counts as in response.done) or "duration" (seconds).
 type tokenUsage struct {
@@ -125,12 +121,12 @@ func Parse(payload []byte) (Usage, error) {
 	var add Usage
 	var tu *tokenUsage
 	switch ev.Type {
-	case TypeResponseDone:
+	case eventtype.ResponseDone:
 		add.Responses = 1
 		if ev.Response != nil {
 			tu = ev.Response.Usage
 		}
-	case TypeTranscriptionComplete:
+	case eventtype.TranscriptionComplete:
 		if ev.Usage == nil {
 			return Usage{}, nil
 		}
@@ -154,7 +150,7 @@ func Parse(payload []byte) (Usage, error) {
 		}
 		// Only token counts come from the event: the event counts are ours.
 		tu.Responses, tu.Transcriptions, tu.TranscriptionSeconds = 0, 0, 0
-		if ev.Type == TypeTranscriptionComplete {
+		if ev.Type == eventtype.TranscriptionComplete {
 			tu.Usage.fillTranscriptionKinds()
 		}
 		add.Add(tu.Usage)

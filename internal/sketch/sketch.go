@@ -1,11 +1,16 @@
-package turns
+// Package sketch summarises durations in a fixed size, so that a count of
+// them costs the same memory whatever the traffic. A turns.Tracker keeps one
+// per session for its times to first audio, the balance.Balancer one per
+// deployment and minute for the status page: it sits below both, so that
+// the balancer need not import the turn clock for it.
+package sketch
 
 import (
 	"math"
 	"time"
 )
 
-// Sketch summarises durations (times to first audio) in a fixed size: a
+// Durations summarises durations (times to first audio) in a fixed size: a
 // histogram of 64 logarithmic buckets, four per doubling from 1 ms (the
 // last one open-ended, from 32.8 s), with the exact smallest and largest
 // value. A session keeps one instead of a list of its turns, so an hour of
@@ -15,7 +20,7 @@ import (
 // A percentile is the geometric middle of its bucket, clamped to the exact
 // extremes: within 9 % of the true value, and exact when every value is the
 // same (a session of one turn).
-type Sketch struct {
+type Durations struct {
 	counts   [sketchBuckets]uint16 // saturate at 65,535 per bucket
 	n        uint32
 	min, max time.Duration
@@ -36,7 +41,7 @@ func bucket(d time.Duration) int {
 }
 
 // Add counts d.
-func (s *Sketch) Add(d time.Duration) {
+func (s *Durations) Add(d time.Duration) {
 	d = max(d, 0)
 	if s.n == 0 || d < s.min {
 		s.min = d
@@ -51,7 +56,7 @@ func (s *Sketch) Add(d time.Duration) {
 }
 
 // Merge adds o's counts to s.
-func (s *Sketch) Merge(o *Sketch) {
+func (s *Durations) Merge(o *Durations) {
 	if o.n == 0 {
 		return
 	}
@@ -68,11 +73,11 @@ func (s *Sketch) Merge(o *Sketch) {
 }
 
 // Count is how many durations were added.
-func (s *Sketch) Count() int { return int(s.n) }
+func (s *Durations) Count() int { return int(s.n) }
 
 // Quantile is the q-quantile (0 < q ≤ 1) of what was added; 0 when nothing
 // was.
-func (s *Sketch) Quantile(q float64) time.Duration {
+func (s *Durations) Quantile(q float64) time.Duration {
 	if s.n == 0 {
 		return 0
 	}

@@ -1,11 +1,11 @@
-package usage
+package eventtype
 
 import "unicode/utf8"
 
-// eventTypeScan bounds EventType's look at an event.
-const eventTypeScan = 256
+// scanBound bounds Of's look at an event.
+const scanBound = 256
 
-// EventType returns the top-level "type" of a JSON event, looking at no more
+// Of returns the top-level "type" of a JSON event, looking at no more
 // than its first 256 bytes and allocating nothing, so the relay can pick out
 // the few events it acts on (response.done) without decoding every frame.
 // typ is a subslice of p.
@@ -27,9 +27,9 @@ const eventTypeScan = 256
 // It is written by hand, not with encoding/json or a JSON library, because it
 // runs on every upstream frame of every session: it must neither allocate
 // nor read past the type, which a decoder cannot promise.
-func EventType(p []byte) (typ []byte, ok bool) {
-	if len(p) > eventTypeScan {
-		p = p[:eventTypeScan]
+func Of(p []byte) (typ []byte, ok bool) {
+	if len(p) > scanBound {
+		p = p[:scanBound]
 	}
 	i, ok := valueOf(p, "type")
 	if !ok || i >= len(p) || p[i] != '"' {
@@ -81,19 +81,19 @@ func valueOf(p []byte, key string) (int, bool) {
 	}
 }
 
-// InnerType is the type of the event a wrapper event carries in its
+// Inner is the type of the event a wrapper event carries in its
 // top-level field key (GPT-Live's response.event wraps a Responses event in
-// "event"), under EventType's rules and bound: ok is false when it is not
+// "event"), under Of's rules and bound: ok is false when it is not
 // within the first 256 bytes.
-func InnerType(p []byte, key string) (typ []byte, ok bool) {
-	if len(p) > eventTypeScan {
-		p = p[:eventTypeScan]
+func Inner(p []byte, key string) (typ []byte, ok bool) {
+	if len(p) > scanBound {
+		p = p[:scanBound]
 	}
 	i, ok := valueOf(p, key)
 	if !ok {
 		return nil, false
 	}
-	return EventType(p[i:])
+	return Of(p[i:])
 }
 
 func skipSpace(p []byte, i int) int {
@@ -123,7 +123,7 @@ func scanString(p []byte, i int) (end int, escaped bool) {
 
 // skipValue returns the index just past the JSON value starting at p[i], or
 // -1 if it does not end within p. It does not validate the value: for valid
-// JSON it finds the right end, which is all EventType needs.
+// JSON it finds the right end, which is all Of needs.
 func skipValue(p []byte, i int) int {
 	if i >= len(p) {
 		return -1
