@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/netpoll"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
-
-	"rtgate/upstream"
 )
 
 // Admission at accept. A client connection costs a descriptor, netpoll's
@@ -48,51 +45,8 @@ import (
 // Descriptors: sessions hold two each and handshakes one, so
 // MaxConnections slots never need more than 2*MaxConnections + fdReserve,
 // and refusals waiting for their request at most maxRefusing more.
-type frontDoor struct {
-	// unanswered counts connections from accept until their request is
-	// answered (they become a session, are refused, or close).
-	unanswered atomic.Int64
-	// tlsRunning counts TLS handshake goroutines.
-	tlsRunning atomic.Int64
-	// refusing counts refused plain connections waiting for their request.
-	refusing atomic.Int64
 
-	refused *prometheus.CounterVec // connections refused at once, by reason
-	// restarts counts the listener served again after netpoll let go of it
-	// while the gateway ran (serveListener).
-	restarts prometheus.Counter
-
-	// pool hears of each connection accepted and answered: while it is
-	// short it dials ahead of the requests (upstream.Pool.Expect).
-	pool *upstream.Pool
-
-	maxConnections, maxHandshakes int           // MAX_CONNECTIONS, MAX_HANDSHAKES
-	tls                           bool          // a TLS listener
-	sessionsOpen                  *atomic.Int64 // the server's admitted sessions
-
-	// fullResponse is tooManyConnections rendered once, for refuseAtAccept.
-	fullResponse []byte
-}
-
-func (f *frontDoor) init(cfg Settings, tlsListener bool, sessionsOpen *atomic.Int64, reg prometheus.Registerer) {
-	f.maxConnections, f.maxHandshakes, f.tls, f.sessionsOpen = cfg.MaxConnections, cfg.MaxHandshakes, tlsListener, sessionsOpen
-	f.fullResponse = tooManyConnections().response()
-	f.refused = newReasonCounter("rtgate_connections_refused_total",
-		"Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS "+
-			"(connections), or on a whole ClientHello when MAX_HANDSHAKES TLS handshakes were running (handshakes).",
-		refusedHandshakes, refusedConnections)
-	f.restarts = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_listener_restarts_total",
-		Help: "Times netpoll stopped serving the client listener while the gateway ran and it was served again " +
-			"(netpoll's race build, README's Known issues); a listener that cannot be served again ends the process."})
-	reg.MustRegister(f.refused, f.restarts,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_handshakes",
-			Help: "Client connections between accept and the answer to their request (they hold MAX_CONNECTIONS slots)."},
-			func() float64 { return float64(f.unanswered.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_tls_handshakes_running",
-			Help: "Client TLS handshakes in progress, a goroutine each (at most MAX_HANDSHAKES)."},
-			func() float64 { return float64(f.tlsRunning.Load()) }))
-}
-
+// The reasons of rtgate_connections_refused_total.
 const (
 	refusedHandshakes  = "handshakes"
 	refusedConnections = "connections"
@@ -102,20 +56,20 @@ const (
 // accepted must later call leave exactly once.
 func (f *frontDoor) accept() bool {
 	n := f.unanswered.Add(1)
-	if max := f.maxConnections; max > 0 && n+f.sessionsOpen.Load() > int64(max) {
+	if max := f.cfg.MaxConnections; max > 0 && n+f.deps.SessionsOpen.Load() > int64(max) {
 		f.unanswered.Add(-1)
 		f.refused.WithLabelValues(refusedConnections).Inc()
 		return false
 	}
-	f.pool.Expect()
+	f.deps.Demand.Expect()
 	return true
 }
 
 // tooManyConnections is the refusal of a connection that finds the
 // MaxConnections slots full, at accept or when its request arrives.
 func tooManyConnections() *refusal {
-	return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "too_many_connections",
-		message: "this gateway instance is at its connection limit; try again shortly", header: http.Header{"Retry-After": {"1"}}}
+	return &refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "too_many_connections",
+		Message: "this gateway instance is at its connection limit; try again shortly", Header: http.Header{"Retry-After": {"1"}}}
 }
 
 const (
@@ -136,9 +90,9 @@ type refusedKey struct{}
 // TLS one, or one beyond maxRefusing, is closed now; a plain one waits up to
 // refusalWait for its request's first bytes, which answerRefused answers.
 func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
-	if f.tls || !f.takeRefusalSlot() {
+	if f.cfg.TLS != nil || !f.takeRefusalSlot() {
 		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
-		return context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
+		return context.WithValue(context.Background(), ctxKey{}, (*doorConn)(nil))
 	}
 	timer := time.AfterFunc(refusalWait, func() { _ = conn.Close() })
 	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
@@ -146,9 +100,9 @@ func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
 		f.refusing.Add(-1)
 		return nil
 	})
-	// No Inliner (a nil *clientConn says "not inline"): a refused connection
+	// No Inliner (a nil *doorConn says "not inline"): a refused connection
 	// closes itself in its handler, which netpoll cannot do on the poller.
-	ctx := context.WithValue(context.Background(), ctxKey{}, (*clientConn)(nil))
+	ctx := context.WithValue(context.Background(), ctxKey{}, (*doorConn)(nil))
 	return context.WithValue(ctx, refusedKey{}, true)
 }
 
@@ -183,14 +137,14 @@ func (f *frontDoor) answerRefused(conn netpoll.Connection) error {
 // leave gives back a connection's handshake count.
 func (f *frontDoor) leave() {
 	f.unanswered.Add(-1)
-	f.pool.Settle()
+	f.deps.Demand.Settle()
 }
 
 // startTLSHandshake reserves one of the MaxHandshakes running handshakes, or
 // refuses (false); endTLSHandshake gives it back.
 func (f *frontDoor) startTLSHandshake() bool {
 	n := f.tlsRunning.Add(1)
-	if max := f.maxHandshakes; max > 0 && n > int64(max) {
+	if max := f.cfg.MaxHandshakes; max > 0 && n > int64(max) {
 		f.tlsRunning.Add(-1)
 		f.refused.WithLabelValues(refusedHandshakes).Inc()
 		return false
@@ -200,12 +154,13 @@ func (f *frontDoor) startTLSHandshake() bool {
 
 func (f *frontDoor) endTLSHandshake() { f.tlsRunning.Add(-1) }
 
-// listen opens the client listener, with SO_REUSEPORT when REUSEPORT is
-// set so that several gateway processes can share HOST:PORT (the kernel
-// spreads new connections over them by a hash of the client's address).
-func listen(cfg Settings) (net.Listener, error) {
+// listen opens the client listener on addr, with SO_REUSEPORT when
+// reusePort (REUSEPORT) is set so that several gateway processes can share
+// HOST:PORT (the kernel spreads new connections over them by a hash of the
+// client's address).
+func listen(addr string, reusePort bool) (net.Listener, error) {
 	var lc net.ListenConfig
-	if cfg.ReusePort {
+	if reusePort {
 		lc.Control = func(_, _ string, c syscall.RawConn) error {
 			var serr error
 			if err := c.Control(func(fd uintptr) {
@@ -219,7 +174,7 @@ func listen(cfg Settings) (net.Listener, error) {
 			return nil
 		}
 	}
-	return lc.Listen(context.Background(), "tcp", cfg.Addr())
+	return lc.Listen(context.Background(), "tcp", addr)
 }
 
 // stoppableListener is the client listener as netpoll sees it: the listening

@@ -165,8 +165,8 @@ func (b *budgets) check(key *routes.ClientKey) *refusal {
 				"nor has it learned how many instances share it: it admits none of this key's sessions until the store answers",
 				strconv.FormatFloat(bud.Max, 'f', -1, 64))
 		}
-		return &refusal{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
-			message: msg + ".", header: http.Header{"Retry-After": {"1"}}}
+		return &refusal{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: "budget_exceeded",
+			Message: msg + ".", Header: http.Header{"Retry-After": {"1"}}}
 	}
 	h := http.Header{}
 	if anchor, ok := b.ledger.Anchor(key.Name); ok && bud.Every > 0 {
@@ -176,8 +176,8 @@ func (b *budgets) check(key *routes.ClientKey) *refusal {
 	} else {
 		msg += " (a lifetime budget)."
 	}
-	return &refusal{status: http.StatusTooManyRequests, errType: "insufficient_quota", code: "budget_exceeded",
-		message: msg, header: h}
+	return &refusal{Status: http.StatusTooManyRequests, Type: "insufficient_quota", Code: "budget_exceeded",
+		Message: msg, Header: h}
 }
 
 // budgetOf is key's budget in force: the routes table's now (a reload's

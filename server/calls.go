@@ -94,7 +94,7 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	table := s.routes.Load()
 	key, grant, herr := s.authenticateConnect(table, credentials(req.Header).key)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	offer, bad := parseCallOffer(req, body)
 	if bad != nil {
@@ -113,14 +113,14 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	}
 	group, herr := s.pickGroup(table, key, ask)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	if offer.session == nil {
 		offer.session = map[string]any{"type": "realtime"}
 	}
 	adm, herr := s.admitEntry(entryCall, key, table, group, nil)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	tried := 0
 	for i, d := range adm.plan.Cands {

@@ -72,7 +72,7 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 	}
 	typ, herr := secretType(session, translation)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	session["type"] = typ
 	ask := groupAsk{transcription: typ == "transcription"}
@@ -86,7 +86,7 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 	}
 	group, herr := s.pickGroup(table, key, ask)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	if typ != "transcription" {
 		session["model"] = group
@@ -136,14 +136,14 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 func secretType(session map[string]any, translation bool) (string, *refusal) {
 	typ, _ := session["type"].(string)
 	bad := func(want string) *refusal {
-		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_value",
-			message: "Invalid value for 'session.type': expected " + want + ".", param: "session.type"}
+		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value",
+			Message: "Invalid value for 'session.type': expected " + want + ".", Param: "session.type"}
 	}
 	switch {
 	case translation && (typ == "" || typ == secretTypeTranslation):
 		if m, _ := session["model"].(string); m == "" {
-			return "", &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "missing_required_parameter",
-				message: "Missing required parameter: 'session.model'.", param: "session.model"}
+			return "", &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
+				Message: "Missing required parameter: 'session.model'.", Param: "session.model"}
 		}
 		return secretTypeTranslation, nil
 	case translation:
@@ -164,8 +164,8 @@ func configPlace(store string) string {
 }
 
 func paramError(param, msg string) apiAnswer {
-	return (&refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_value",
-		message: msg, param: param}).answer()
+	return refusedAnswer(&refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value",
+		Message: msg, Param: param})
 }
 
 // authenticateConnect finds who a connect is for: a gateway key, or a client
@@ -176,7 +176,7 @@ func (s *Server) authenticateConnect(table *routes.Table, presented string) (*ro
 		return key, nil, nil
 	}
 	unauthorized := func(msg string) *refusal {
-		return &refusal{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key", message: msg}
+		return &refusal{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg}
 	}
 	if !strings.HasPrefix(presented, apps.SecretPrefix) {
 		return nil, nil, unauthorized("Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol.")

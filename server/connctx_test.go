@@ -7,11 +7,11 @@ import (
 	"rtgate/poller"
 )
 
-// A clientConn is the netpoll context of its connection (no
+// A doorConn is the netpoll context of its connection (no
 // context.WithValue per connection): it must answer the lookups the server's
 // handlers and netpoll's inline runner make, and nothing else.
-func TestClientConnIsItsOwnContext(t *testing.T) {
-	c := &clientConn{}
+func TestDoorConnIsItsOwnContext(t *testing.T) {
+	c := &doorConn{}
 	var ctx context.Context = c
 	for _, tc := range []struct {
 		name string

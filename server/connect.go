@@ -21,22 +21,17 @@ package server
 // does not re-evaluate it.
 
 import (
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/bytebufferpool"
 
-	"rtgate/frames"
 	"rtgate/poller"
 	"rtgate/server/admin"
 	"rtgate/server/apps"
@@ -93,17 +88,12 @@ func (u *upgrade) entry() entry {
 	return entryConnect
 }
 
-// handle acts on a complete request head; rest holds bytes the client sent
-// behind it (frames, for a client that did not wait for the 101).
-func (s *Server) handle(c *clientConn, head, rest []byte) {
-	req, herr := parseRequest(head)
-	if herr != nil {
-		c.refuse(herr)
-		return
-	}
-	if s.startAPI(c, req, rest) {
-		return
-	}
+// HandleRequest implements Handler: it acts on a request that is not an
+// API request (health, the WebSocket connects); rest holds bytes the client
+// sent behind its head (frames, for a client that did not wait for the
+// 101).
+func (s *Server) HandleRequest(dc *doorConn, req *http.Request, rest []byte) {
+	c := dc.owner.(*clientConn)
 	live := false // a GPT-Live route
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
@@ -128,13 +118,13 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 		if _, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
 			break // a GPT-Live sideband or WebSocket fork (resolveLiveAttach)
 		}
-		c.refuse(&refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "not_found",
-			message: "no such endpoint: " + req.URL.Path})
+		c.refuse(&refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: "no such endpoint: " + req.URL.Path})
 		return
 	}
 	if req.Method != http.MethodGet {
-		c.refuse(&refusal{status: http.StatusMethodNotAllowed, errType: "invalid_request_error", code: "method_not_allowed",
-			message: "use GET with a WebSocket upgrade", header: http.Header{"Allow": {"GET"}}})
+		c.refuse(&refusal{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: "use GET with a WebSocket upgrade", Header: http.Header{"Allow": {"GET"}}})
 		return
 	}
 	u, herr := s.decide(req, live)
@@ -156,8 +146,8 @@ func (s *Server) handle(c *clientConn, head, rest []byte) {
 // left (a call owner only Redis knows) is marked for the off-loop step.
 func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	if !s.origins.allow(req.Header.Get("Origin")) {
-		return nil, &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "origin_not_allowed",
-			message: "this Origin may not connect"}
+		return nil, &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "origin_not_allowed",
+			Message: "this Origin may not connect"}
 	}
 	u := &upgrade{req: req, table: s.routes.Load(), live: live, arrived: time.Now()}
 	creds := credentials(req.Header)
@@ -236,8 +226,8 @@ func (u *upgrade) waits(s *Server) bool {
 // waits on Redis: the off-loop step's only.
 func (s *Server) admit(u *upgrade) *refusal {
 	if s.stopping.Load() {
-		return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "draining",
-			message: "this gateway instance is shutting down; connect again", header: http.Header{"Retry-After": {"1"}}}
+		return &refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "draining",
+			Message: "this gateway instance is shutting down; connect again", Header: http.Header{"Retry-After": {"1"}}}
 	}
 	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
 		s.sessionsOpen.Add(-1)
@@ -256,14 +246,11 @@ func (s *Server) admit(u *upgrade) *refusal {
 	return nil
 }
 
-// decideOffLoop finishes deciding u in a goroutine of its own (the call
+// decideOffLoop finishes deciding u off netpoll's handler (the call
 // owner from Redis, then the key's checks; the Redis admission), then
-// refuses or opens the session. Until it has, the connection's handler only
-// collects what the client sends (pendingStep).
+// refuses or opens the session (doorConn.offLoopStep).
 func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
-	w := &c.wait
-	w.pending.Store(true)
-	go func() {
+	c.offLoopStep(func() func(rest []byte) {
 		var herr *refusal
 		if u.lookup {
 			if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
@@ -280,66 +267,14 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 		if herr == nil {
 			herr = s.admit(u)
 		}
-		c.offLoop.Store(true)
-		defer c.goInline() // after the unlock below (startRelay)
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if herr != nil {
-			c.refuse(herr)
-		} else {
-			end := headEnd(c.head.B)
-			s.open(c, u, c.head.B[end:])
+		return func(rest []byte) {
+			if herr != nil {
+				c.refuse(herr)
+				return
+			}
+			s.open(c, u, rest)
 		}
-		w.pending.Store(false)
-		if w.gone.Load() && w.told.CompareAndSwap(false, true) && c.sess != nil {
-			s.clientLeft(c.sess) // the socket closed while the step was out
-		}
-	}()
-}
-
-// pendingStep is the connection's side of an off-loop step:
-//
-//	state       event                          next
-//	http        decision needs I/O             pending (goroutine started)
-//	pending     client bytes                   pending (appended behind head)
-//	pending     verdict                        done (refused) or relay (opened)
-//
-// netpoll's close callback does not wait for that goroutine, so while a step
-// is out it leaves telling the session to the goroutine (clientGone).
-type pendingStep struct {
-	pending atomic.Bool // set by the handler, cleared by the goroutine
-	mu      sync.Mutex  // held by the goroutine while it finishes the request
-	gone    atomic.Bool // the client's socket closed
-	told    atomic.Bool // the session was told so
-}
-
-// clientGone is the close callback's side: it reports whether the step's
-// goroutine tells the session instead (or already did).
-func (w *pendingStep) clientGone() bool {
-	w.gone.Store(true)
-	if w.pending.Load() {
-		return true
-	}
-	return !w.told.CompareAndSwap(false, true)
-}
-
-// bufferWhilePending collects what the client sends while its step is out,
-// and reports whether it did (false: the verdict is in, carry on).
-func (c *clientConn) bufferWhilePending() bool {
-	c.wait.mu.Lock()
-	defer c.wait.mu.Unlock()
-	if !c.wait.pending.Load() {
-		return false
-	}
-	err := c.ep.Read(func(src frames.Source) error {
-		p, err := src.Next(src.Len())
-		c.head.B = append(c.head.B, p...)
-		return err
 	})
-	if (err != nil && !errors.Is(err, net.ErrClosed)) || len(c.head.B) > c.srv.cfg.MaxHeaderBytes+c.srv.cfg.MaxPending {
-		_ = c.conn.Close()
-	}
-	return true
 }
 
 // open makes a decided and admitted upgrade a session: it answers 101 and
@@ -498,8 +433,8 @@ func deploymentsBusy(b *balance.Busy) *refusal {
 	if b.Capped {
 		code, msg = "deployment_at_capacity", "every deployment of this model is at its session limit (max_parallel_requests); try again shortly"
 	}
-	return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: code, message: msg,
-		header: http.Header{"Retry-After": {strconv.Itoa(b.RetryAfter)}}}
+	return &refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: code, Message: msg,
+		Header: http.Header{"Retry-After": {strconv.Itoa(b.RetryAfter)}}}
 }
 
 // origins is ALLOWED_ORIGINS: which browser origins may connect and call
@@ -533,13 +468,13 @@ func keyRefused(r *limit.Refusal) *refusal {
 		note = ": " + r.Note
 	}
 	if r.Verdict == limit.Full {
-		return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "concurrent_sessions_exceeded",
-			message: "too many concurrent sessions for this key (limit " + strconv.Itoa(r.Limit) + ")" + note,
-			header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
+		return &refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "concurrent_sessions_exceeded",
+			Message: "too many concurrent sessions for this key (limit " + strconv.Itoa(r.Limit) + ")" + note,
+			Header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
 	}
-	return &refusal{status: http.StatusTooManyRequests, errType: "rate_limit_error", code: "rate_limit_exceeded",
-		message: "connect rate limit exceeded for this key" + note,
-		header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
+	return &refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limit_exceeded",
+		Message: "connect rate limit exceeded for this key" + note,
+		Header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
 }
 
 // newAdmitter decides where the per-key limits are kept: in Redis, shared

@@ -159,9 +159,9 @@ func TestFrontDoorListenerHeldOnce(t *testing.T) {
 	g := startGateway(t, nil, nil)
 	var l *stoppableListener
 	waitFor(t, "the gateway to serve", func() bool {
-		g.srv.mu.Lock()
-		defer g.srv.mu.Unlock()
-		l = g.srv.listener
+		g.srv.front.mu.Lock()
+		defer g.srv.front.mu.Unlock()
+		l = g.srv.front.listener
 		return l != nil
 	})
 	if n := socketsOf(t, l.Fd()); n != 1 {
@@ -194,7 +194,7 @@ func TestFrontDoorSocketsNotInherited(t *testing.T) {
 	if _, err := conn.Write([]byte("GET /no-such-endpoint HTTP/1.1\r\nHost: gateway\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the connection to be accepted", func() bool { return g.srv.clientConns.Load() == 1 })
+	waitFor(t, "the connection to be accepted", func() bool { return g.srv.front.open.Load() == 1 })
 	child := exec.Command("sleep", "30")
 	if err := child.Start(); err != nil {
 		t.Fatalf("starting a child process: %v", err)
@@ -229,7 +229,7 @@ func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
 	srv, ln := newUnservedGateway(t)
 	sock := socketOf(t, listenerFd(t, ln))
 	shutDown, serving := make(chan struct{}), make(chan struct{})
-	srv.hooks.Store(&testHooks{serve: func() { close(serving); <-shutDown }})
+	srv.front.hooks.Store(&doorHooks{serve: func() { close(serving); <-shutDown }})
 	done := serveChecked(t, srv, ln)
 	<-serving
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -345,9 +345,9 @@ func startAndShutDown(t *testing.T) {
 	srv, ln := newUnservedGateway(t)
 	done := serveChecked(t, srv, ln)
 	waitFor(t, "the neighbour to serve", func() bool {
-		srv.mu.Lock()
-		defer srv.mu.Unlock()
-		return srv.listener != nil
+		srv.front.mu.Lock()
+		defer srv.front.mu.Unlock()
+		return srv.front.listener != nil
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -85,8 +85,8 @@ func keyInInput(key string, data []byte) bool {
 // HTTP response with an OpenAI-shaped JSON body that says why.
 func checkRefusal(t *testing.T, herr *refusal) {
 	t.Helper()
-	if herr.status < 400 || herr.status > 499 {
-		t.Fatalf("refusal with status %d, want 4xx: %v", herr.status, herr)
+	if herr.Status < 400 || herr.Status > 499 {
+		t.Fatalf("refusal with status %d, want 4xx: %v", herr.Status, herr)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(herr.response())), nil)
 	if err != nil {
@@ -94,7 +94,7 @@ func checkRefusal(t *testing.T, herr *refusal) {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != herr.status {
+	if err != nil || resp.StatusCode != herr.Status {
 		t.Fatalf("refusal response: status %d, body error %v", resp.StatusCode, err)
 	}
 	var e struct {

@@ -1,40 +1,21 @@
 package server
 
-// The gateway's few plain HTTP endpoints (client secrets, WebRTC calls) on
-// the same port as the WebSocket upgrades.
+// The gateway's few plain HTTP endpoints (client secrets, WebRTC calls,
+// GPT-Live's controls) on the same port as the WebSocket upgrades.
 //
-// They arrive the way every request does, through netpoll's OnRequest (see
-// Server.onRequest), so the WebSocket path pays nothing for them: no second server,
-// no sniffing, one switch on the path once the head is whole. A request body
-// is collected the way the head is: each OnRequest appends what the socket
-// has and returns, so no poller or handler goroutine ever waits for a slow
-// client; the head's deadline (HANDSHAKE_TIMEOUT_SECS) bounds the whole
-// request, and the body is bounded at maxAPIBody (413 beyond, decided from
-// Content-Length before reading when it is given). Once the body is whole the
-// request is answered from a goroutine of its own, since answering may wait
-// on Redis or on the upstream (calls), then the connection closes.
-//
-//	state  event                         next
-//	http   head of an API request        body (or answered when bodiless)
-//	body   bytes; body still short       body
-//	body   body whole                    done (answer goroutine started)
-//	body   body over maxAPIBody          done (413)
+// They arrive the way every request does, through the front door (Route
+// names them), so the WebSocket path pays nothing for them: no second
+// server, no sniffing, one switch on the path once the head is whole. The
+// front door collects the body (bounded at maxAPIBody, or maxLiveBody) and
+// hands the whole request to HandleAPI, in a goroutine of its own, since
+// answering may wait on Redis or on the upstream (calls).
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 
-	"github.com/valyala/bytebufferpool"
-
-	"rtgate/frames"
 	"rtgate/server/apps"
 )
 
@@ -47,14 +28,6 @@ var apiPaths = map[string]string{
 	"/v1/realtime/client_secrets": "client_secrets", "/realtime/client_secrets": "client_secrets",
 	"/v1/realtime/calls": "calls", "/realtime/calls": "calls",
 	"/v1/realtime/translations/client_secrets": "translation_secrets", "/realtime/translations/client_secrets": "translation_secrets",
-}
-
-// apiRequest is an API request whose body is being collected.
-type apiRequest struct {
-	req      *http.Request
-	endpoint string
-	body     *bytebufferpool.ByteBuffer // raw body bytes as sent (chunked included)
-	limit    int                        // the body's bound: maxAPIBody, or a Live request's maxLiveBody
 }
 
 // apiAnswer is a response to an API request: a body, or a refusal.
@@ -73,169 +46,55 @@ func jsonAnswer(status int, v any) apiAnswer {
 
 // errorAnswer is an OpenAI-shaped error.
 func errorAnswer(status int, errType, code, msg string) apiAnswer {
-	return (&refusal{status: status, errType: errType, code: code, message: msg}).answer()
+	return refusedAnswer(&refusal{Status: status, Type: errType, Code: code, Message: msg})
 }
 
-// render writes the response; the connection closes after it.
+// render writes the response with extra headers after its own; the
+// connection closes after it.
 func (a apiAnswer) render(extra http.Header) []byte {
-	body, contentType, own := a.body, a.contentType, http.Header(nil)
 	if a.refused != nil {
-		body, contentType, own = a.refused.body(), "application/json", a.refused.header
+		return writeResponse(a.status, "application/json", a.refused.body(), a.refused.Header, a.header, extra)
 	}
-	var buf bytes.Buffer
-	buf.WriteString("HTTP/1.1 " + strconv.Itoa(a.status) + " " + http.StatusText(a.status) + "\r\n")
-	if contentType != "" && len(body) > 0 {
-		buf.WriteString("Content-Type: " + contentType + "\r\n")
-	}
-	buf.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n")
-	for _, h := range []http.Header{own, a.header, extra} {
-		for k, vs := range h {
-			for _, v := range vs {
-				buf.WriteString(k + ": " + v + "\r\n")
-			}
-		}
-	}
-	buf.WriteString("\r\n")
-	buf.Write(body)
-	return buf.Bytes()
+	return writeResponse(a.status, a.contentType, a.body, a.header, extra)
 }
 
-// startAPI takes over a request for one of apiPaths; it reports false for
-// any other path (the WebSocket path carries on).
-func (s *Server) startAPI(c *clientConn, req *http.Request, rest []byte) bool {
-	endpoint, ok := apiPaths[req.URL.Path]
-	limit := maxAPIBody
-	if !ok {
-		if endpoint = liveEndpoint(req); endpoint == "" {
-			return false
-		}
-		limit = maxLiveBody // SDP plus a whole session config (liveAPI.create)
-	}
-	c.setPhase(phaseBody)
-	c.api = &apiRequest{req: req, endpoint: endpoint, body: bytebufferpool.Get(), limit: limit}
-	c.api.body.B = append(c.api.body.B[:0], rest...)
-	bytebufferpool.Put(c.head)
-	c.head = nil
-	switch {
-	case req.ContentLength > int64(limit):
-		c.answerEarly(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-			"The request body is larger than "+strconv.Itoa(limit)+" bytes."))
-		return true
-	case req.ContentLength < 0 && !isChunked(req):
-		if req.Method == http.MethodPost {
-			c.answerNow(errorAnswer(http.StatusLengthRequired, "invalid_request_error", "length_required",
-				"Send Content-Length or a chunked body."))
-			return true
-		}
-	}
-	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
-		_ = c.ep.Send([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
-	}
-	c.bodyProgress()
-	return true
+// refusedAnswer is a refusal as an API answer.
+func refusedAnswer(e *refusal) apiAnswer { return apiAnswer{status: e.Status, refused: e} }
+
+// httpResponse renders body as a JSON answer; it shares apiAnswer's renderer
+// so that every response the gateway writes by hand has one format.
+func httpResponse(status int, h http.Header, body any) []byte {
+	return jsonAnswer(status, body).render(h)
 }
 
-func isChunked(req *http.Request) bool {
-	for _, te := range req.TransferEncoding {
-		if strings.EqualFold(te, "chunked") {
-			return true
-		}
+// Route implements Handler: one of apiPaths, or a GPT-Live control
+// (liveEndpoint), with its body's bound; "" for any other request (the
+// WebSocket path, HandleRequest).
+func (s *Server) Route(req *http.Request) (endpoint string, bodyLimit int) {
+	if endpoint, ok := apiPaths[req.URL.Path]; ok {
+		return endpoint, maxAPIBody
 	}
-	return false
+	if endpoint = liveEndpoint(req); endpoint != "" {
+		return endpoint, maxLiveBody // SDP plus a whole session config (liveAPI.create)
+	}
+	return "", 0
 }
 
-// readBody is phaseBody's OnRequest: append what arrived and see whether
-// the body is whole.
-func (c *clientConn) readBody() error {
-	err := c.ep.Read(func(src frames.Source) error {
-		p, err := src.Next(src.Len())
-		c.api.body.B = append(c.api.body.B, p...)
-		return err
-	})
-	if err != nil && !errors.Is(err, net.ErrClosed) {
-		return c.conn.Close()
-	}
-	c.bodyProgress()
-	return nil
-}
-
-// bodyProgress answers once the body is whole, or refuses one too large.
-func (c *clientConn) bodyProgress() {
-	a := c.api
-	var body []byte
-	switch {
-	case isChunked(a.req):
-		if len(a.body.B) > 2*a.limit {
-			c.answerNow(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-				"The request body is larger than "+strconv.Itoa(a.limit)+" bytes."))
-			return
-		}
-		b, err := io.ReadAll(io.LimitReader(httputil.NewChunkedReader(bytes.NewReader(a.body.B)), int64(a.limit)+1))
-		if errors.Is(err, io.ErrUnexpectedEOF) || (err == nil && !chunkedEnded(a.body.B)) {
-			return // more to come
-		}
-		if err != nil {
-			c.answerNow(errorAnswer(http.StatusBadRequest, "invalid_request_error", "bad_request", "malformed chunked body"))
-			return
-		}
-		if len(b) > a.limit {
-			c.answerNow(errorAnswer(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
-				"The request body is larger than "+strconv.Itoa(a.limit)+" bytes."))
-			return
-		}
-		body = b
-	default:
-		n := max(a.req.ContentLength, 0)
-		if int64(len(a.body.B)) < n {
-			return
-		}
-		body = append([]byte(nil), a.body.B[:n]...)
-	}
-	c.setPhase(phaseDone)
-	c.answered()
-	bytebufferpool.Put(a.body)
-	a.body = nil
-	go c.srv.serveAPI(c, a.req, a.endpoint, body)
-}
-
-// chunkedEnded reports whether raw holds the last chunk's terminator.
-func chunkedEnded(raw []byte) bool { return bytes.Contains(raw, []byte("0\r\n\r\n")) }
-
-// answerEarly refuses a request before its body is read: the answer goes
-// at once, but the socket stays open (discarding input) until the client,
-// told Connection: close, closes it or the request deadline does, so a
-// client still sending reads the answer rather than a reset.
-func (c *clientConn) answerEarly(a apiAnswer) {
-	c.setPhase(phaseDone)
-	if c.api.body != nil {
-		bytebufferpool.Put(c.api.body)
-		c.api.body = nil
-	}
-	_ = c.ep.Send(a.render(c.srv.origins.corsHeaders(c.api.req)))
-}
-
-// answerNow sends a and closes the connection.
-func (c *clientConn) answerNow(a apiAnswer) {
-	c.setPhase(phaseDone)
-	if c.api != nil && c.api.body != nil {
-		bytebufferpool.Put(c.api.body)
-		c.api.body = nil
-	}
-	var extra http.Header
-	if c.api != nil {
-		extra = c.srv.origins.corsHeaders(c.api.req)
-	}
-	_ = c.ep.Send(a.render(extra))
-	c.ep.Close()
-}
-
-// serveAPI answers a whole API request; it runs in its own goroutine.
-func (s *Server) serveAPI(c *clientConn, req *http.Request, endpoint string, body []byte) {
+// HandleAPI implements Handler: it answers a whole API request, in its own
+// goroutine.
+func (s *Server) HandleAPI(dc *doorConn, req *http.Request, endpoint string, body []byte) {
+	c := dc.owner.(*clientConn)
 	if endpoint == "live_content" && req.Method != http.MethodOptions {
 		liveAPI{s}.streamContent(c, req) // streamed, never held whole
 		return
 	}
-	c.answerNow(s.apiAnswer(req, endpoint, body))
+	s.answerAPI(c, req, s.apiAnswer(req, endpoint, body))
+}
+
+// answerAPI sends an API request's answer, with the headers every answer
+// to an allowed origin carries, and closes the connection.
+func (s *Server) answerAPI(c *clientConn, req *http.Request, a apiAnswer) {
+	c.answerNow(a.render(s.origins.corsHeaders(req)))
 }
 
 func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiAnswer {

@@ -57,7 +57,7 @@ func TestHandshakeTimerFiringAtTheAnswerLeavesTheSession(t *testing.T) {
 	g := startGateway(t, mock, func(s *Settings) { s.HandshakeTimeout = 300 * time.Millisecond })
 	fired, release, acted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once, doneOnce sync.Once
-	g.srv.hooks.Store(&testHooks{
+	g.srv.front.hooks.Store(&doorHooks{
 		handshakeTimer: func() {
 			once.Do(func() {
 				close(fired)
@@ -99,9 +99,9 @@ func TestRequestHandlerPanicDropsOnlyThatConnection(t *testing.T) {
 	mock := startMock(t, mockai.Config{Echo: true})
 	logs := &syncBuffer{}
 	g := startGatewayLog(t, mock, nil, slog.New(slog.NewTextHandler(logs, nil)))
-	var victim atomic.Pointer[clientConn]
+	var victim atomic.Pointer[doorConn]
 	var armed atomic.Bool
-	g.srv.hooks.Store(&testHooks{request: func(c *clientConn) {
+	g.srv.front.hooks.Store(&doorHooks{request: func(c *doorConn) {
 		if armed.Load() && c != nil && victim.CompareAndSwap(nil, c) {
 			panic("request handler bug")
 		}
@@ -145,7 +145,7 @@ func pollerWaitsInOnRequest() (waiting, onPoller bool) {
 	buf := make([]byte, 4<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "(*Server).onRequest") && strings.Contains(g, "sync.(*Mutex).Lock") {
+		if strings.Contains(g, "(*frontDoor).onRequest") && strings.Contains(g, "sync.(*Mutex).Lock") {
 			waiting = true
 			if strings.Contains(g, "netpoll.(*defaultPoll).Wait") {
 				onPoller = true
@@ -169,7 +169,7 @@ func TestTLSRequestHandledOffThePollerDoesNotStallIt(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	var requestBytes, sent atomic.Int64
-	g.srv.hooks.Store(&testHooks{tlsHandshaken: func(c *clientConn) {
+	g.srv.front.hooks.Store(&doorHooks{tlsHandshaken: func(c *doorConn) {
 		// Wait until everything the client sent, its request included, is
 		// out of the kernel and netpoll and in the handshake's hands: the
 		// goroutine will handle the request itself.
@@ -186,7 +186,7 @@ func TestTLSRequestHandledOffThePollerDoesNotStallIt(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-	}, tlsRequest: func(c *clientConn) {
+	}, tlsRequest: func(c *doorConn) {
 		c.mu.Lock()
 		opened := c.sess != nil
 		c.mu.Unlock()
@@ -248,7 +248,7 @@ func TestShutdownWithSendingSessionsNeverSpins(t *testing.T) {
 		g := startGateway(t, mock, nil)
 		var leftForNetpoll atomic.Int64
 		leftForNetpoll.Store(-1)
-		g.srv.hooks.Store(&testHooks{loopShutdown: func(open int64) { leftForNetpoll.Store(open) }})
+		g.srv.front.hooks.Store(&doorHooks{loopShutdown: func(open int64) { leftForNetpoll.Store(open) }})
 		var wg sync.WaitGroup
 		var ended atomic.Int32
 		stop := make(chan struct{})
@@ -413,7 +413,7 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 	raw := g.rawDial(t)
 	var once sync.Once
 	heldOff := make(chan bool, 1)
-	g.srv.hooks.Store(&testHooks{headRead: func(c *clientConn) {
+	g.srv.front.hooks.Store(&doorHooks{headRead: func(c *doorConn) {
 		if !c.offLoop.Load() {
 			return // a read from netpoll's handler: not the one under test
 		}
@@ -421,7 +421,7 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 			_ = raw.Close() // the client hangs up now
 			deadline := time.Now().Add(testwait.Timeout)
 			for time.Now().Before(deadline) {
-				if g.srv.clientConns.Load() == 0 {
+				if g.srv.front.open.Load() == 0 {
 					heldOff <- false // the close callbacks ran under the read
 					return
 				}
@@ -446,7 +446,7 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 	case <-time.After(testwait.Timeout):
 		t.Fatal("the poller neither held off the hang-up nor closed the connection")
 	}
-	waitFor(t, "the hung-up connection to close after the read", func() bool { return g.srv.clientConns.Load() == 0 })
+	waitFor(t, "the hung-up connection to close after the read", func() bool { return g.srv.front.open.Load() == 0 })
 }
 
 // closeCallbackWaitsForRead reports whether a netpoll close callback waits

@@ -93,8 +93,8 @@ type liveState struct {
 // refuseLiveSecret refuses one of rtgate's client secrets on a Live route:
 // GPT-Live has none (browsers reach it by WebRTC through the app's server).
 func refuseLiveSecret() *refusal {
-	return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "client_secret_not_supported",
-		message: "GPT-Live has no ephemeral client secrets: connect with an API key from a server, " +
+	return &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "client_secret_not_supported",
+		Message: "GPT-Live has no ephemeral client secrets: connect with an API key from a server, " +
 			"or have the app's server create a WebRTC session (POST /v1/live/sessions) for the browser."}
 }
 
@@ -270,8 +270,8 @@ func (ls *liveState) start(msg []byte) {
 // refuse ends the session with the error event of an HTTP refusal (its
 // type, code and message) and close 1008.
 func (ls *liveState) refuse(herr *refusal, clientEventID string) {
-	ls.end(protocol.ErrorEvent(herr.errType, herr.code, herr.message, clientEventID),
-		ws.StatusPolicyViolation, herr.code, herr.code)
+	ls.end(protocol.ErrorEvent(herr.Type, herr.Code, herr.Message, clientEventID),
+		ws.StatusPolicyViolation, herr.Code, herr.Code)
 }
 
 // unmaskMessage joins the payloads of a client message's data frames
@@ -330,12 +330,12 @@ func (ls *liveState) refuseBackend(model string) {
 	}
 	ls.backendRefused = true
 	ls.mu.Lock()
-	ls.refused = herr.code
+	ls.refused = herr.Code
 	ls.mu.Unlock()
 	switch {
 	case ls.sess != nil:
-		go ls.sess.Terminate(ws.StatusPolicyViolation, herr.code,
-			protocol.ErrorEvent(herr.errType, herr.code, herr.message, ""))
+		go ls.sess.Terminate(ws.StatusPolicyViolation, herr.Code,
+			protocol.ErrorEvent(herr.Type, herr.Code, herr.Message, ""))
 	case ls.hangUp != nil:
 		go ls.hangUp()
 	}
@@ -347,8 +347,8 @@ func backendNotAllowed(key *routes.ClientKey, model string) *refusal {
 	if model == "" || key == nil || key.Allows(model) {
 		return nil
 	}
-	return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
-		message: "This key may not delegate to the model '" + model + "'."}
+	return &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
+		Message: "This key may not delegate to the model '" + model + "'."}
 }
 
 // cost is the session's cost: its seconds at the deployment's price per

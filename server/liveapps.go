@@ -130,7 +130,7 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 	table := a.s.routes.Load()
 	key, herr := a.key(table, req)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	id, op, _ := liveSubPath(req.URL.Path)
 	if endpoint == "live_create" || op == "fork" || op == "accept" {
@@ -138,7 +138,7 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 		// as at a WebSocket session.start; a later session.update is
 		// answered on the metering sideband (liveState.refuseBackend).
 		if herr := backendNotAllowed(key, protocol.BodyBackendModel(body)); herr != nil {
-			return herr.answer()
+			return refusedAnswer(herr)
 		}
 	}
 	if endpoint == "live_create" {
@@ -146,7 +146,7 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 	}
 	owner, d, herr := a.owned(table, key, id, op, body)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	// A fork, and the accept of a session the gateway never saw, make a
 	// session here: admitted as one. A key at its budget starts no session
@@ -155,11 +155,11 @@ func (a liveAPI) answer(req *http.Request, endpoint string, body []byte) apiAnsw
 	switch {
 	case op == "fork" || (op == "accept" && owner.Key == ""):
 		if adm, herr = a.s.admitEntry(entryCall, key, table, d.Group, []*routes.Deployment{d}); herr != nil {
-			return herr.answer()
+			return refusedAnswer(herr)
 		}
 	case op == "accept":
 		if herr := a.s.budgets.check(key); herr != nil {
-			return herr.answer()
+			return refusedAnswer(herr)
 		}
 	}
 	if op == "accept" {
@@ -206,8 +206,8 @@ func (a liveAPI) key(table *routes.Table, req *http.Request) (*routes.ClientKey,
 	}
 	key, ok := table.Authenticate(presented)
 	if !ok {
-		return nil, &refusal{status: http.StatusUnauthorized, errType: "invalid_request_error", code: "invalid_api_key",
-			message: "Incorrect or missing API key. Send a gateway key as Authorization: Bearer."}
+		return nil, &refusal{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+			Message: "Incorrect or missing API key. Send a gateway key as Authorization: Bearer."}
 	}
 	return key, nil
 }
@@ -224,17 +224,17 @@ func (a liveAPI) create(ctx context.Context, table *routes.Table, key *routes.Cl
 	}
 	model, _ := req.Session["model"].(string)
 	if model == "" {
-		return (&refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "missing_required_parameter",
-			message: "Missing required parameter: 'session.model'.", param: "session.model"}).answer()
+		return refusedAnswer(&refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
+			Message: "Missing required parameter: 'session.model'.", Param: "session.model"})
 	}
 	s := a.s
 	group, herr := s.pickGroup(table, key, groupAsk{model: model, protocol: routes.ProtocolLive})
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	adm, herr := s.admitEntry(entryCall, key, table, group, nil)
 	if herr != nil {
-		return herr.answer()
+		return refusedAnswer(herr)
 	}
 	tried := 0
 	for i, d := range adm.plan.Cands {
@@ -294,12 +294,12 @@ func (a liveAPI) owned(table *routes.Table, key *routes.ClientKey, id, op string
 		if d := table.Named(owner.Deployment); d != nil {
 			return owner, d, nil
 		}
-		return owner, nil, &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found",
-			message: "The deployment that served this session is no longer configured."}
+		return owner, nil, &refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "session_not_found",
+			Message: "The deployment that served this session is no longer configured."}
 	}
 	if op != "accept" {
-		return owner, nil, &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found",
-			message: "The gateway does not know this Live session: create it, or accept its call, through the gateway."}
+		return owner, nil, &refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "session_not_found",
+			Message: "The gateway does not know this Live session: create it, or accept its call, through the gateway."}
 	}
 	var acc struct {
 		Session struct {
@@ -308,8 +308,8 @@ func (a liveAPI) owned(table *routes.Table, key *routes.ClientKey, id, op string
 	}
 	_ = json.Unmarshal(body, &acc)
 	if acc.Session.Model == "" {
-		return owner, nil, &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "missing_required_parameter",
-			message: "Missing required parameter: 'session.model' (it routes a call the gateway did not see).", param: "session.model"}
+		return owner, nil, &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
+			Message: "Missing required parameter: 'session.model' (it routes a call the gateway did not see).", Param: "session.model"}
 	}
 	group, herr := s.pickGroup(table, key, groupAsk{model: acc.Session.Model, protocol: routes.ProtocolLive})
 	if herr != nil {
@@ -377,19 +377,19 @@ func (a liveAPI) streamContent(c *clientConn, req *http.Request) {
 	if req.Method != http.MethodGet {
 		ans := errorAnswer(http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "use GET")
 		ans.header = http.Header{"Allow": {"GET"}}
-		c.answerNow(ans)
+		a.s.answerAPI(c, req, ans)
 		return
 	}
 	table := a.s.routes.Load()
 	key, herr := a.key(table, req)
 	if herr != nil {
-		c.answerNow(herr.answer())
+		a.s.answerAPI(c, req, refusedAnswer(herr))
 		return
 	}
 	id, op, _ := liveSubPath(req.URL.Path)
 	_, d, herr := a.owned(table, key, id, op, nil)
 	if herr != nil {
-		c.answerNow(herr.answer())
+		a.s.answerAPI(c, req, refusedAnswer(herr))
 		return
 	}
 	// The whole transfer may take longer than a dial: bounded by the
@@ -397,7 +397,7 @@ func (a liveAPI) streamContent(c *clientConn, req *http.Request) {
 	resp, err := a.doStream(d, "/"+id+"/content")
 	if err != nil {
 		a.s.log.Warn("Live recording not fetched", "session", id, "deployment", d.Name, "err", err)
-		c.answerNow(errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
+		a.s.answerAPI(c, req, errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
 			"The deployment that serves this session could not be reached; the gateway's log says why."))
 		return
 	}
@@ -518,7 +518,7 @@ func resolveLiveAttach(u *upgrade, owner apps.Owner, made bool) *refusal {
 		return nil
 	}
 	notFound := func(msg string) *refusal {
-		return &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "session_not_found", message: msg}
+		return &refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "session_not_found", Message: msg}
 	}
 	if made {
 		d := u.table.Named(owner.Deployment)

@@ -161,19 +161,13 @@ func (v adminView) Deployment(d *routes.Deployment) balance.HostStatus {
 }
 
 func (v adminView) ClientListener() (net.Addr, bool) {
-	v.s.mu.Lock()
-	ln := v.s.ln
-	v.s.mu.Unlock()
-	if ln == nil {
-		return nil, v.s.tlsConfig != nil
-	}
-	return ln.Addr(), v.s.tlsConfig != nil
+	return v.s.front.addr(), v.s.tlsConfig != nil
 }
 
 func (v adminView) MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
 	a := v.s.mintSecretFor(ctx, table, key, body, false)
 	if r := a.refused; r != nil {
-		return admin.Answer{Status: r.status, ErrType: r.errType, ErrCode: r.code, ErrMsg: r.message}
+		return admin.Answer{Status: r.Status, ErrType: r.Type, ErrCode: r.Code, ErrMsg: r.Message}
 	}
 	return admin.Answer{Status: a.status, Body: a.body}
 }

@@ -54,7 +54,7 @@ const (
 // serveListener runs netpoll's Serve on sl until StopAccepting stops it
 // (nil), or until netpoll lets go of it and it cannot be served again (the
 // error).
-func (s *Server) serveListener(loop netpoll.EventLoop, sl *stoppableListener) error {
+func (f *frontDoor) serveListener(loop netpoll.EventLoop, sl *stoppableListener) error {
 	quick := 0
 	for {
 		began := time.Now()
@@ -73,27 +73,28 @@ func (s *Server) serveListener(loop netpoll.EventLoop, sl *stoppableListener) er
 		if why := canServeAgain(sl, quick); why != nil {
 			err = fmt.Errorf("client listener %s: netpoll stopped serving it (%w) and it cannot be served again: %w",
 				sl.Addr(), err, why)
-			s.log.Error("client listener lost while the gateway runs; no new client can connect", "err", err)
+			f.log.Error("client listener lost while the gateway runs; no new client can connect", "err", err)
 			return err
 		}
-		next, nerr := s.newEventLoop()
+		next, nerr := f.newEventLoop()
 		if nerr != nil {
 			return fmt.Errorf("client listener %s: serving it again after %w: %w", sl.Addr(), err, nerr)
 		}
-		// Under s.mu, as Shutdown reads s.loop after cancelling s.ctx: either
-		// Shutdown finds the new loop, or this finds the server stopping.
-		s.mu.Lock()
-		stopping := s.ctx.Err() != nil
+		// Under f.mu, as shutdown reads f.loop as it marks the front door
+		// closing: either shutdown finds the new loop, or this finds it
+		// closing.
+		f.mu.Lock()
+		stopping := f.closing
 		if !stopping {
-			s.loop = next
+			f.loop = next
 		}
-		s.mu.Unlock()
+		f.mu.Unlock()
 		if stopping {
-			return nil // Shutdown has begun; it stops and closes the listener
+			return nil // shutdown has begun; it stops and closes the listener
 		}
 		loop = next
-		s.front.restarts.Inc()
-		s.log.Warn("client listener: netpoll stopped serving it while the gateway runs; serving it again "+
+		f.restarts.Inc()
+		f.log.Warn("client listener: netpoll stopped serving it while the gateway runs; serving it again "+
 			"(README, Known issues)", "addr", sl.Addr().String(), "err", err)
 	}
 }

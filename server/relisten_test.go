@@ -351,9 +351,9 @@ func TestFrontDoorLostListenerEndsServe(t *testing.T) {
 		_ = srv.Shutdown(ctx)
 	})
 	waitFor(t, "the gateway to serve", func() bool {
-		srv.mu.Lock()
-		defer srv.mu.Unlock()
-		return srv.listener != nil
+		srv.front.mu.Lock()
+		defer srv.front.mu.Unlock()
+		return srv.front.listener != nil
 	})
 	if err := unix.Shutdown(listenerFd(t, ln), unix.SHUT_RD); err != nil {
 		t.Fatal(err)

@@ -185,8 +185,8 @@ func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask group
 		g = table.Default
 	}
 	if _, ok := table.Groups[g]; !ok {
-		return "", &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "model_not_found",
-			message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
+		return "", &refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found",
+			Message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
 	}
 	if herr := wrongProtocol(table, g, ask.protocol); herr != nil {
 		return "", herr
@@ -208,24 +208,24 @@ func wrongProtocol(table *routes.Table, g, want string) *refusal {
 	case have == want:
 		return nil
 	case have == routes.ProtocolTranslation:
-		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
-			message: fmt.Sprintf("The model '%s' is a Realtime translation model: connect to /v1/realtime/translations?model=%s.", g, g)}
+		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
+			Message: fmt.Sprintf("The model '%s' is a Realtime translation model: connect to /v1/realtime/translations?model=%s.", g, g)}
 	case want == routes.ProtocolTranslation:
-		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
-			message: fmt.Sprintf("The model '%s' is not a Realtime translation model; translation sessions use %s.", g, routes.TranslationModel)}
+		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
+			Message: fmt.Sprintf("The model '%s' is not a Realtime translation model; translation sessions use %s.", g, routes.TranslationModel)}
 	case have == routes.ProtocolLive:
-		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
-			message: fmt.Sprintf("The model '%s' is a GPT-Live model: open a session at /v1/live/sessions (its session.start names the model).", g)}
+		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
+			Message: fmt.Sprintf("The model '%s' is a GPT-Live model: open a session at /v1/live/sessions (its session.start names the model).", g)}
 	default:
-		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "invalid_model",
-			message: fmt.Sprintf("The model '%s' is a Realtime model: connect to /v1/realtime?model=%s.", g, g)}
+		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
+			Message: fmt.Sprintf("The model '%s' is a Realtime model: connect to /v1/realtime?model=%s.", g, g)}
 	}
 }
 
 // modelNotAllowed refuses a key a group it may not use.
 func modelNotAllowed(group string) *refusal {
-	return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "model_not_allowed",
-		message: fmt.Sprintf("This key may not use the model '%s'.", group)}
+	return &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
+		Message: fmt.Sprintf("This key may not use the model '%s'.", group)}
 }
 
 // target is the upstream request for deployment d: the client's query, the

@@ -31,8 +31,8 @@ func checkSideband(u *upgrade, owner apps.Owner, made bool) *refusal {
 	}
 	d := u.table.Named(owner.Deployment)
 	if d == nil {
-		return &refusal{status: http.StatusNotFound, errType: "invalid_request_error", code: "call_not_found",
-			message: "The deployment that serves this call is no longer configured."}
+		return &refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "call_not_found",
+			Message: "The deployment that serves this call is no longer configured."}
 	}
 	u.group, u.attachTo = d.Group, d
 	return nil
@@ -45,7 +45,7 @@ func checkSideband(u *upgrade, owner apps.Owner, made bool) *refusal {
 // key may do).
 func sidebandAccess(key *routes.ClientKey, grant *apps.Grant, owner apps.Owner, made bool) *refusal {
 	forbidden := func(msg string) *refusal {
-		return &refusal{status: http.StatusForbidden, errType: "invalid_request_error", code: "call_not_allowed", message: msg}
+		return &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "call_not_allowed", Message: msg}
 	}
 	switch {
 	case made && owner.Key != key.Name:
@@ -64,7 +64,7 @@ func sidebandAccess(key *routes.ClientKey, grant *apps.Grant, owner apps.Owner, 
 // could not be looked up (Redis down or slow): the gateway does not know
 // whether the caller may, so it does not guess.
 func ownerUnavailable() *refusal {
-	return &refusal{status: http.StatusServiceUnavailable, errType: "server_error", code: "owner_unavailable",
-		message: "The gateway could not look up who owns this call just now; try again shortly.",
-		header:  http.Header{"Retry-After": {"1"}}}
+	return &refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "owner_unavailable",
+		Message: "The gateway could not look up who owns this call just now; try again shortly.",
+		Header:  http.Header{"Retry-After": {"1"}}}
 }

@@ -196,7 +196,7 @@ func clientHelloComplete(b []byte) (bool, error) {
 // collectTLS runs in OnRequest while the handshake has not finished: it moves
 // what arrived into the handshake's buffer and starts the handshake once the
 // ClientHello is whole. It never blocks. Callers hold c.readMu.
-func (c *clientConn) collectTLS() error {
+func (c *doorConn) collectTLS() error {
 	r := c.conn.Reader()
 	b, _ := r.Next(r.Len())
 	n := c.hs.feed(b)
@@ -213,7 +213,7 @@ func (c *clientConn) collectTLS() error {
 		c.refuseNotTLS()
 		return nil
 	case complete:
-		if !c.srv.front.startTLSHandshake() {
+		if !c.door.startTLSHandshake() {
 			return c.conn.Close() // MaxHandshakes running: refused at once
 		}
 		c.hsStarted = true
@@ -226,19 +226,19 @@ func (c *clientConn) collectTLS() error {
 
 // tlsHandshake runs the server side of TLS in its own goroutine, bounded by
 // the handshake deadline, then hands the connection to the HTTP phase.
-func (c *clientConn) tlsHandshake() {
-	defer c.srv.front.endTLSHandshake()
-	ctx, cancel := context.WithDeadline(c.srv.ctx, c.accepted.Add(c.srv.cfg.HandshakeTimeout))
+func (c *doorConn) tlsHandshake() {
+	defer c.door.endTLSHandshake()
+	ctx, cancel := context.WithDeadline(c.door.deps.Context, c.accepted.Add(c.door.cfg.HandshakeTimeout))
 	defer cancel()
-	tc := tls.Server(c.hs, c.srv.tlsConfig)
+	tc := tls.Server(c.hs, c.door.cfg.TLS)
 	// On the deadline HandshakeContext closes the connection, which wakes a
 	// blocked read (onClose shuts handshakeConn).
 	if err := tc.HandshakeContext(ctx); err != nil {
-		c.srv.log.Debug("client TLS handshake failed", "remote", c.conn.RemoteAddr().String(), "err", err)
+		c.door.log.Debug("client TLS handshake failed", "remote", c.conn.RemoteAddr().String(), "err", err)
 		_ = c.conn.Close()
 		return
 	}
-	if h := c.srv.hooks.Load(); h != nil && h.tlsHandshaken != nil {
+	if h := c.door.hooks.Load(); h != nil && h.tlsHandshaken != nil {
 		h.tlsHandshaken(c)
 	}
 	c.offLoop.Store(true)
@@ -251,7 +251,7 @@ func (c *clientConn) tlsHandshake() {
 	// What the client sent behind its Finished is in handshakeConn's buffer
 	// or inside tc; no read event will come for it.
 	_ = c.readHead()
-	if h := c.srv.hooks.Load(); h != nil && h.tlsRequest != nil {
+	if h := c.door.hooks.Load(); h != nil && h.tlsRequest != nil {
 		h.tlsRequest(c)
 	}
 }
@@ -259,7 +259,7 @@ func (c *clientConn) tlsHandshake() {
 // refuseNotTLS answers a client that spoke plaintext to the TLS listener: a
 // plain HTTP request (someone dialed ws:// or http://) gets a readable 400;
 // anything else is closed.
-func (c *clientConn) refuseNotTLS() {
+func (c *doorConn) refuseNotTLS() {
 	c.hs.mu.Lock()
 	looksHTTP := len(c.hs.in) > 0 && c.hs.in[0] >= 'A' && c.hs.in[0] <= 'Z'
 	c.hs.mu.Unlock()
@@ -280,9 +280,9 @@ func (c *clientConn) refuseNotTLS() {
 // away, instead of waiting out the handshake timeout; anyone who looks at
 // the bytes sees the reason. An alert would be reported as a TLS version or
 // cipher problem, which misleads.
-func (c *clientConn) refuseTLS() {
-	c.refuse(&refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "tls_not_served",
-		message: "this gateway serves plain ws:// on this port, not TLS: connect with ws:// (or http://)"})
+func (c *doorConn) refuseTLS() {
+	c.refuse(&refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "tls_not_served",
+		Message: "this gateway serves plain ws:// on this port, not TLS: connect with ws:// (or http://)"})
 }
 
 // tlsRecordStart reports whether b starts like a TLS handshake record.

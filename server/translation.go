@@ -41,9 +41,9 @@ func isTranslationPath(path string) bool {
 // translation client secret names its group.
 func translationAsk(q url.Values, grant *apps.Grant) *refusal {
 	if grant == nil && q.Get("model") == "" {
-		return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "missing_required_parameter",
-			message: "Missing required parameter: 'model' (a Realtime translation model, such as " + routes.TranslationModel + ").",
-			param:   "model"}
+		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
+			Message: "Missing required parameter: 'model' (a Realtime translation model, such as " + routes.TranslationModel + ").",
+			Param:   "model"}
 	}
 	return nil
 }

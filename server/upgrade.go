@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -29,43 +30,62 @@ func headEnd(b []byte) int {
 
 // refusal is every refusal the gateway answers over HTTP (an upgrade's
 // before its 101, an API request's), sent as an OpenAI-shaped JSON error
-// body. An API answer carries one when it is a refusal (apiAnswer.refused).
+// body. An API answer carries one when it is a refusal.
 type refusal struct {
-	status  int
-	errType string
-	code    string
-	message string
-	param   string // the request field at fault, "" for none
-	header  http.Header
+	Status  int
+	Type    string // the error's type: invalid_request_error, rate_limit_error, ...
+	Code    string
+	Message string
+	Param   string // the request field at fault, "" for none
+	Header  http.Header
 }
 
-func (e *refusal) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.message) }
+func (e *refusal) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message) }
 
 // body is the refusal's JSON body.
 func (e *refusal) body() []byte {
 	var param any
-	if e.param != "" {
-		param = e.param
+	if e.Param != "" {
+		param = e.Param
 	}
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": e.message, "type": e.errType, "param": param, "code": e.code}})
+		"message": e.Message, "type": e.Type, "param": param, "code": e.Code}})
 	return b
 }
 
+// render writes the refusal as a response with extra headers after its
+// own; the connection closes after it.
+func (e *refusal) render(extra http.Header) []byte {
+	return writeResponse(e.Status, "application/json", e.body(), e.Header, extra)
+}
+
 // response renders the refusal. The connection closes after it.
-func (e *refusal) response() []byte { return e.answer().render(nil) }
+func (e *refusal) response() []byte { return e.render(nil) }
 
-// answer is the refusal as an API answer.
-func (e *refusal) answer() apiAnswer { return apiAnswer{status: e.status, refused: e} }
-
-// httpResponse renders body as a JSON answer; it shares apiAnswer's renderer
-// so that every response the gateway writes by hand has one format.
-func httpResponse(status int, h http.Header, body any) []byte {
-	return jsonAnswer(status, body).render(h)
+// writeResponse is every response the gateway writes by hand: the status
+// line, the body's type and length, Connection: close, the headers in
+// order, the body.
+func writeResponse(status int, contentType string, body []byte, headers ...http.Header) []byte {
+	var buf bytes.Buffer
+	buf.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
+	if contentType != "" && len(body) > 0 {
+		buf.WriteString("Content-Type: " + contentType + "\r\n")
+	}
+	buf.WriteString("Content-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n")
+	for _, h := range headers {
+		for k, vs := range h {
+			for _, v := range vs {
+				buf.WriteString(k + ": " + v + "\r\n")
+			}
+		}
+	}
+	buf.WriteString("\r\n")
+	buf.Write(body)
+	return buf.Bytes()
 }
 
 func badRequest(msg string) *refusal {
-	return &refusal{status: http.StatusBadRequest, errType: "invalid_request_error", code: "bad_request", message: msg}
+	return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "bad_request", Message: msg}
 }
 
 // parseRequest parses a complete request head.
@@ -82,16 +102,16 @@ func parseRequest(head []byte) (*http.Request, *refusal) {
 func checkUpgrade(req *http.Request) (string, *refusal) {
 	if !headerHasToken(req.Header, "Connection", "upgrade") || !headerHasToken(req.Header, "Upgrade", "websocket") {
 		return "", &refusal{
-			status: http.StatusUpgradeRequired, errType: "invalid_request_error", code: "upgrade_required",
-			message: "this endpoint speaks WebSocket: send Connection: Upgrade and Upgrade: websocket",
-			header:  http.Header{"Upgrade": {"websocket"}, "Sec-WebSocket-Version": {"13"}},
+			Status: http.StatusUpgradeRequired, Type: "invalid_request_error", Code: "upgrade_required",
+			Message: "this endpoint speaks WebSocket: send Connection: Upgrade and Upgrade: websocket",
+			Header:  http.Header{"Upgrade": {"websocket"}, "Sec-WebSocket-Version": {"13"}},
 		}
 	}
 	if req.Header.Get("Sec-WebSocket-Version") != "13" {
 		return "", &refusal{
-			status: http.StatusUpgradeRequired, errType: "invalid_request_error", code: "unsupported_websocket_version",
-			message: "only WebSocket version 13 is supported",
-			header:  http.Header{"Sec-WebSocket-Version": {"13"}},
+			Status: http.StatusUpgradeRequired, Type: "invalid_request_error", Code: "unsupported_websocket_version",
+			Message: "only WebSocket version 13 is supported",
+			Header:  http.Header{"Sec-WebSocket-Version": {"13"}},
 		}
 	}
 	key := req.Header.Get("Sec-WebSocket-Key")

@@ -1,0 +1,50 @@
+package server
+
+import (
+	"crypto/tls"
+	"net/http"
+
+	"rtgate/poller"
+)
+
+// The server as the front door's Handler: the front door reads a request,
+// the server decides what it becomes (HandleRequest: health or a session;
+// HandleAPI: an API answer).
+
+var _ Handler = (*Server)(nil)
+
+// clientConn is an accepted connection as the server keeps it: the front
+// door's doorConn and, in the same allocation, the state a plain session
+// keeps for its whole life, rather than four allocations of their own (each
+// rounds up to a size class and is one more object for the collector). Only
+// pointers to them are handed out (sess, the registry's *sessionInfo), and
+// a clientConn is never copied. What outlives the client socket (a session
+// still closing its upstream) keeps the whole struct alive, which costs
+// nothing more: the connection's netpoll context holds it anyway.
+type clientConn struct {
+	doorConn
+	session poller.Session // sess, once upgraded
+	info    sessionInfo
+	watch   setupWatch
+	cwatch  clientWatch // continuity's inspector on the client's frames (watchClient)
+}
+
+// NewConn implements Handler: the connection's one allocation.
+func (s *Server) NewConn() *doorConn {
+	c := &clientConn{}
+	c.owner = c
+	return &c.doorConn
+}
+
+// CORSHeaders implements Handler (ALLOWED_ORIGINS: origins.corsHeaders).
+func (s *Server) CORSHeaders(req *http.Request) http.Header { return s.origins.corsHeaders(req) }
+
+// ClientLeft implements Handler (clientLeft).
+func (s *Server) ClientLeft(sess *poller.Session) { s.clientLeft(sess) }
+
+// doorSettings maps the settings to the front door's.
+func doorSettings(cfg Settings, tlsConfig *tls.Config) doorConfig {
+	return doorConfig{MaxConnections: cfg.MaxConnections, MaxHandshakes: cfg.MaxHandshakes,
+		HandshakeTimeout: cfg.HandshakeTimeout, WriteTimeout: cfg.WriteTimeout,
+		MaxHeaderBytes: cfg.MaxHeaderBytes, MaxPending: cfg.MaxPending, TLS: tlsConfig}
+}
