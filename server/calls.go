@@ -38,6 +38,7 @@ import (
 
 	"rtgate/server/apps"
 	"rtgate/server/balance"
+	"rtgate/server/frontdoor"
 	"rtgate/server/routes"
 )
 
@@ -92,7 +93,7 @@ func parseCallOffer(req *http.Request, body []byte) (*callOffer, *apiAnswer) {
 // goroutine.
 func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	table := s.routes.Load()
-	key, grant, herr := s.authenticateConnect(table, credentials(req.Header).key)
+	key, grant, herr := s.authenticateConnect(table, frontdoor.ReadCredentials(req.Header).Key)
 	if herr != nil {
 		return refusedAnswer(herr)
 	}

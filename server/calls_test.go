@@ -385,7 +385,7 @@ func TestSidebandOwnerAcrossInstances(t *testing.T) {
 	g2.srv.hooks.Store(&testHooks{sidebandLookup: func() {
 		lookups.Add(1)
 		buf := make([]byte, 64<<10)
-		if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*frontDoor).onRequest") {
+		if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*Door).onRequest") {
 			inHandler.Add(1)
 		}
 	}})

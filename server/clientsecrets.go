@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"rtgate/server/apps"
+	"rtgate/server/frontdoor"
 	"rtgate/server/routes"
 )
 
@@ -31,8 +32,8 @@ type clientSecretRequest struct {
 // /v1/realtime/translations/client_secrets.
 func (s *Server) mintClientSecret(req *http.Request, body []byte) apiAnswer {
 	table := s.routes.Load()
-	creds := credentials(req.Header)
-	key, ok := table.Authenticate(creds.key)
+	creds := frontdoor.ReadCredentials(req.Header)
+	key, ok := table.Authenticate(creds.Key)
 	if !ok {
 		return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Incorrect or missing API key. Mint client secrets with a gateway key as Authorization: Bearer.")

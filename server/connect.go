@@ -30,7 +30,6 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/bytebufferpool"
 
 	"rtgate/poller"
 	"rtgate/server/admin"
@@ -38,6 +37,7 @@ import (
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
 	"rtgate/server/continuity"
+	"rtgate/server/frontdoor"
 	"rtgate/server/limit"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -92,24 +92,22 @@ func (u *upgrade) entry() entry {
 // API request (health, the WebSocket connects); rest holds bytes the client
 // sent behind its head (frames, for a client that did not wait for the
 // 101).
-func (s *Server) HandleRequest(dc *doorConn, req *http.Request, rest []byte) {
-	c := dc.owner.(*clientConn)
+func (s *Server) HandleRequest(dc *frontdoor.Conn, req *http.Request, rest []byte) {
+	c := dc.Owner().(*clientConn)
 	live := false // a GPT-Live route
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
-		c.setPhase(phaseDone)
 		if s.draining.Load() {
-			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
+			c.AnswerNow(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
 				map[string]any{"status": "draining"}))
 		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
 			// Not ready until the pool holds its remembered demand
 			// (upstream.Pool.Warming); alive all the same.
-			_ = c.ep.Send(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
+			c.AnswerNow(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
 				map[string]any{"status": "warming"}))
 		} else {
-			_ = c.ep.Send(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
+			c.AnswerNow(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
 		}
-		c.ep.Close()
 		return
 	case "/v1/realtime", "/realtime", "/v1/realtime/translations", "/realtime/translations":
 	case livePaths[0], livePaths[1], livePaths[2]:
@@ -118,12 +116,12 @@ func (s *Server) HandleRequest(dc *doorConn, req *http.Request, rest []byte) {
 		if _, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
 			break // a GPT-Live sideband or WebSocket fork (resolveLiveAttach)
 		}
-		c.refuse(&refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		c.Refuse(&refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no such endpoint: " + req.URL.Path})
 		return
 	}
 	if req.Method != http.MethodGet {
-		c.refuse(&refusal{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+		c.Refuse(&refusal{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: "use GET with a WebSocket upgrade", Header: http.Header{"Allow": {"GET"}}})
 		return
 	}
@@ -132,7 +130,7 @@ func (s *Server) HandleRequest(dc *doorConn, req *http.Request, rest []byte) {
 		herr = s.admit(u)
 	}
 	if herr != nil {
-		c.refuse(herr)
+		c.Refuse(herr)
 		return
 	}
 	if u.waits(s) {
@@ -150,19 +148,19 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 			Message: "this Origin may not connect"}
 	}
 	u := &upgrade{req: req, table: s.routes.Load(), live: live, arrived: time.Now()}
-	creds := credentials(req.Header)
+	creds := frontdoor.ReadCredentials(req.Header)
 	var herr *refusal
-	if live && isLiveSecret(u.table, creds.key) {
+	if live && isLiveSecret(u.table, creds.Key) {
 		return nil, refuseLiveSecret()
 	}
-	if u.key, u.grant, herr = s.authenticateConnect(u.table, creds.key); herr != nil {
+	if u.key, u.grant, herr = s.authenticateConnect(u.table, creds.Key); herr != nil {
 		return nil, herr
 	}
-	if u.accept, herr = checkUpgrade(req); herr != nil {
+	if u.accept, herr = frontdoor.CheckUpgrade(req); herr != nil {
 		return nil, herr
 	}
-	if creds.offeredRealtime {
-		u.protocol = subprotocolRealtime
+	if creds.OfferedRealtime {
+		u.protocol = frontdoor.SubprotocolRealtime
 	}
 	u.q = req.URL.Query()
 	if id, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
@@ -231,7 +229,7 @@ func (s *Server) admit(u *upgrade) *refusal {
 	}
 	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
 		s.sessionsOpen.Add(-1)
-		return tooManyConnections()
+		return frontdoor.TooManyConnections()
 	}
 	var ds []*routes.Deployment
 	if u.attachTo != nil { // a sideband's or fork's: the deployment that serves its call
@@ -248,9 +246,9 @@ func (s *Server) admit(u *upgrade) *refusal {
 
 // decideOffLoop finishes deciding u off netpoll's handler (the call
 // owner from Redis, then the key's checks; the Redis admission), then
-// refuses or opens the session (doorConn.offLoopStep).
+// refuses or opens the session (frontdoor.Conn.OffLoopStep).
 func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
-	c.offLoopStep(func() func(rest []byte) {
+	c.OffLoopStep(func() func(rest []byte) {
 		var herr *refusal
 		if u.lookup {
 			if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
@@ -269,7 +267,7 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 		}
 		return func(rest []byte) {
 			if herr != nil {
-				c.refuse(herr)
+				c.Refuse(herr)
 				return
 			}
 			s.open(c, u, rest)
@@ -282,7 +280,7 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 // reserves once its session.start names the model).
 func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	plan := u.adm.plan
-	c.answered()
+	c.Answered()
 	info := &c.info
 	info.keyCounted, info.reserved = u.adm.handOver() // given back by sessionEnded
 	info.id, info.key, info.group, info.start, info.grant = usage.NewSessionID(), u.key, u.group, time.Now(), u.grant
@@ -290,7 +288,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.turns.Off = s.cfg.NoTurnMetrics
 	info.translation, info.liveSideband = u.translation, u.liveAttach && !u.liveFork
 	sess := &c.session
-	sess.Init(&s.sessCfg, c.ep)
+	sess.Init(&s.sessCfg, c.Endpoint())
 	if realtimeConversation(u) {
 		info.keepFlights(sess, s.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription
 		s.checkTranscriptionModel(sess, info)
@@ -320,26 +318,21 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	if realtimeConversation(u) && info.resume == nil {
 		sess.FilterUpstream(&c.watch) // the upstream's errors for the gateway's own events (holdGatewayAnswer)
 	}
-	c.startRelay(sess)
+	c.StartRelay(sess)
 	s.sessMu.Lock()
 	s.sessions[sess] = info
 	s.sessMu.Unlock()
 	s.metrics.sessionsOpen.Inc()
 	s.metrics.protocolOpen.WithLabelValues(info.protocol()).Inc()
-	if err := c.ep.Send(upgradeResponse(u.accept, u.protocol)); err != nil {
+	if err := c.Switch(frontdoor.UpgradeResponse(u.accept, u.protocol), rest); err != nil {
 		sess.Cancel() // the client is gone before its 101: no upstream
 		// Its close callback may have run before the session existed (the
 		// TLS listener's first request is read off netpoll's handlers): end
 		// the client side here; ClientGone is idempotent.
 		sess.ClientGone()
-		c.ep.Close()
+		c.Endpoint().Close()
 		return
 	}
-	if len(rest) > 0 {
-		sess.ClientBytes(rest)
-	}
-	bytebufferpool.Put(c.head)
-	c.head = nil
 	if u.live {
 		return // its session.start starts it (keepLive)
 	}

@@ -50,7 +50,7 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	// their handshake; netpoll's Shutdown would close them unanswered. Each
 	// is answered or closed by its handshake deadline.
 	answered, stop := context.WithDeadline(context.Background(), stopped.Add(s.cfg.HandshakeTimeout))
-	s.front.waitConns(answered)
+	s.front.WaitConns(answered)
 	stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -62,7 +62,7 @@ func (s *Server) Drain(timeout time.Duration) bool {
 // StopAccepting stops the client listener (after netpoll has accepted what
 // the kernel had queued, waiting up to a second for that); connections
 // already accepted carry on. Safe to call more than once.
-func (s *Server) StopAccepting() { s.front.stopAccepting() }
+func (s *Server) StopAccepting() { s.front.StopAccepting() }
 
 // waitSessions waits until no session is open, or timeout passes.
 func (s *Server) waitSessions(timeout time.Duration) bool {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"rtgate/mockai"
+	"rtgate/server/frontdoor"
 )
 
 // headStyle is one way a client's upgrade request reaches the gateway: whole,
@@ -157,14 +158,13 @@ func descriptorsOf(t *testing.T, target string) int {
 // socket, a dial, the spend log's connection) under its owner.
 func TestFrontDoorListenerHeldOnce(t *testing.T) {
 	g := startGateway(t, nil, nil)
-	var l *stoppableListener
+	var fd int
 	waitFor(t, "the gateway to serve", func() bool {
-		g.srv.front.mu.Lock()
-		defer g.srv.front.mu.Unlock()
-		l = g.srv.front.listener
-		return l != nil
+		var ok bool
+		fd, ok = g.srv.front.ListenerFd()
+		return ok
 	})
-	if n := socketsOf(t, l.Fd()); n != 1 {
+	if n := socketsOf(t, fd); n != 1 {
 		t.Fatalf("%d descriptors hold the listening socket, want 1 (netpoll's duplicate is closed twice at Shutdown)", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -172,7 +172,7 @@ func TestFrontDoorListenerHeldOnce(t *testing.T) {
 	if err := g.srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(l.Fd())); err == nil {
+	if _, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil {
 		// The number may have been reused since: only a listening socket
 		// on the gateway's port would be the listener left open.
 		if c, err := net.DialTimeout("tcp", g.addr, time.Second); err == nil {
@@ -194,7 +194,7 @@ func TestFrontDoorSocketsNotInherited(t *testing.T) {
 	if _, err := conn.Write([]byte("GET /no-such-endpoint HTTP/1.1\r\nHost: gateway\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the connection to be accepted", func() bool { return g.srv.front.open.Load() == 1 })
+	waitFor(t, "the connection to be accepted", func() bool { return g.srv.front.Open() == 1 })
 	child := exec.Command("sleep", "30")
 	if err := child.Start(); err != nil {
 		t.Fatalf("starting a child process: %v", err)
@@ -229,7 +229,7 @@ func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
 	srv, ln := newUnservedGateway(t)
 	sock := socketOf(t, listenerFd(t, ln))
 	shutDown, serving := make(chan struct{}), make(chan struct{})
-	srv.front.hooks.Store(&doorHooks{serve: func() { close(serving); <-shutDown }})
+	srv.front.SetHooks(&frontdoor.Hooks{Serve: func() { close(serving); <-shutDown }})
 	done := serveChecked(t, srv, ln)
 	<-serving
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -345,9 +345,8 @@ func startAndShutDown(t *testing.T) {
 	srv, ln := newUnservedGateway(t)
 	done := serveChecked(t, srv, ln)
 	waitFor(t, "the neighbour to serve", func() bool {
-		srv.front.mu.Lock()
-		defer srv.front.mu.Unlock()
-		return srv.front.listener != nil
+		_, ok := srv.front.ListenerFd()
+		return ok
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -5,16 +5,21 @@ import (
 	"net/http"
 
 	"rtgate/poller"
+	"rtgate/server/frontdoor"
 )
 
 // The server as the front door's Handler: the front door reads a request,
 // the server decides what it becomes (HandleRequest: health or a session;
 // HandleAPI: an API answer).
 
-var _ Handler = (*Server)(nil)
+var _ frontdoor.Handler = (*Server)(nil)
+
+// refusal is every refusal the gateway answers over HTTP; the front door
+// renders it.
+type refusal = frontdoor.Refusal
 
 // clientConn is an accepted connection as the server keeps it: the front
-// door's doorConn and, in the same allocation, the state a plain session
+// door's Conn and, in the same allocation, the state a plain session
 // keeps for its whole life, rather than four allocations of their own (each
 // rounds up to a size class and is one more object for the collector). Only
 // pointers to them are handed out (sess, the registry's *sessionInfo), and
@@ -22,7 +27,7 @@ var _ Handler = (*Server)(nil)
 // still closing its upstream) keeps the whole struct alive, which costs
 // nothing more: the connection's netpoll context holds it anyway.
 type clientConn struct {
-	doorConn
+	frontdoor.Conn
 	session poller.Session // sess, once upgraded
 	info    sessionInfo
 	watch   setupWatch
@@ -30,10 +35,10 @@ type clientConn struct {
 }
 
 // NewConn implements Handler: the connection's one allocation.
-func (s *Server) NewConn() *doorConn {
+func (s *Server) NewConn() *frontdoor.Conn {
 	c := &clientConn{}
-	c.owner = c
-	return &c.doorConn
+	c.SetOwner(c)
+	return &c.Conn
 }
 
 // CORSHeaders implements Handler (ALLOWED_ORIGINS: origins.corsHeaders).
@@ -43,8 +48,8 @@ func (s *Server) CORSHeaders(req *http.Request) http.Header { return s.origins.c
 func (s *Server) ClientLeft(sess *poller.Session) { s.clientLeft(sess) }
 
 // doorSettings maps the settings to the front door's.
-func doorSettings(cfg Settings, tlsConfig *tls.Config) doorConfig {
-	return doorConfig{MaxConnections: cfg.MaxConnections, MaxHandshakes: cfg.MaxHandshakes,
+func doorSettings(cfg Settings, tlsConfig *tls.Config) frontdoor.Config {
+	return frontdoor.Config{MaxConnections: cfg.MaxConnections, MaxHandshakes: cfg.MaxHandshakes,
 		HandshakeTimeout: cfg.HandshakeTimeout, WriteTimeout: cfg.WriteTimeout,
 		MaxHeaderBytes: cfg.MaxHeaderBytes, MaxPending: cfg.MaxPending, TLS: tlsConfig}
 }

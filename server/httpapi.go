@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"rtgate/server/apps"
+	"rtgate/server/frontdoor"
 )
 
 // maxAPIBody bounds an API request's body.
@@ -53,9 +54,9 @@ func errorAnswer(status int, errType, code, msg string) apiAnswer {
 // connection closes after it.
 func (a apiAnswer) render(extra http.Header) []byte {
 	if a.refused != nil {
-		return writeResponse(a.status, "application/json", a.refused.body(), a.refused.Header, a.header, extra)
+		return frontdoor.Response(a.status, "application/json", a.refused.Body(), a.refused.Header, a.header, extra)
 	}
-	return writeResponse(a.status, a.contentType, a.body, a.header, extra)
+	return frontdoor.Response(a.status, a.contentType, a.body, a.header, extra)
 }
 
 // refusedAnswer is a refusal as an API answer.
@@ -82,8 +83,8 @@ func (s *Server) Route(req *http.Request) (endpoint string, bodyLimit int) {
 
 // HandleAPI implements Handler: it answers a whole API request, in its own
 // goroutine.
-func (s *Server) HandleAPI(dc *doorConn, req *http.Request, endpoint string, body []byte) {
-	c := dc.owner.(*clientConn)
+func (s *Server) HandleAPI(dc *frontdoor.Conn, req *http.Request, endpoint string, body []byte) {
+	c := dc.Owner().(*clientConn)
 	if endpoint == "live_content" && req.Method != http.MethodOptions {
 		liveAPI{s}.streamContent(c, req) // streamed, never held whole
 		return
@@ -94,7 +95,7 @@ func (s *Server) HandleAPI(dc *doorConn, req *http.Request, endpoint string, bod
 // answerAPI sends an API request's answer, with the headers every answer
 // to an allowed origin carries, and closes the connection.
 func (s *Server) answerAPI(c *clientConn, req *http.Request, a apiAnswer) {
-	c.answerNow(a.render(s.origins.corsHeaders(req)))
+	c.AnswerNow(a.render(s.origins.corsHeaders(req)))
 }
 
 func (s *Server) apiAnswer(req *http.Request, endpoint string, body []byte) apiAnswer {

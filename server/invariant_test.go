@@ -22,6 +22,7 @@ import (
 
 	"rtgate/internal/testwait"
 	"rtgate/mockai"
+	"rtgate/server/frontdoor"
 )
 
 // These tests hold the server to the inline invariant (package poller's doc): no
@@ -57,14 +58,14 @@ func TestHandshakeTimerFiringAtTheAnswerLeavesTheSession(t *testing.T) {
 	g := startGateway(t, mock, func(s *Settings) { s.HandshakeTimeout = 300 * time.Millisecond })
 	fired, release, acted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once, doneOnce sync.Once
-	g.srv.front.hooks.Store(&doorHooks{
-		handshakeTimer: func() {
+	g.srv.front.SetHooks(&frontdoor.Hooks{
+		HandshakeTimer: func() {
 			once.Do(func() {
 				close(fired)
 				<-release
 			})
 		},
-		handshakeTimerDone: func() { doneOnce.Do(func() { close(acted) }) },
+		HandshakeTimerDone: func() { doneOnce.Do(func() { close(acted) }) },
 	})
 	raw, err := net.Dial("tcp", g.addr)
 	if err != nil {
@@ -99,9 +100,9 @@ func TestRequestHandlerPanicDropsOnlyThatConnection(t *testing.T) {
 	mock := startMock(t, mockai.Config{Echo: true})
 	logs := &syncBuffer{}
 	g := startGatewayLog(t, mock, nil, slog.New(slog.NewTextHandler(logs, nil)))
-	var victim atomic.Pointer[doorConn]
+	var victim atomic.Pointer[frontdoor.Conn]
 	var armed atomic.Bool
-	g.srv.front.hooks.Store(&doorHooks{request: func(c *doorConn) {
+	g.srv.front.SetHooks(&frontdoor.Hooks{Request: func(c *frontdoor.Conn) {
 		if armed.Load() && c != nil && victim.CompareAndSwap(nil, c) {
 			panic("request handler bug")
 		}
@@ -145,7 +146,7 @@ func pollerWaitsInOnRequest() (waiting, onPoller bool) {
 	buf := make([]byte, 4<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "(*frontDoor).onRequest") && strings.Contains(g, "sync.(*Mutex).Lock") {
+		if strings.Contains(g, "(*Door).onRequest") && strings.Contains(g, "sync.(*Mutex).Lock") {
 			waiting = true
 			if strings.Contains(g, "netpoll.(*defaultPoll).Wait") {
 				onPoller = true
@@ -169,27 +170,24 @@ func TestTLSRequestHandledOffThePollerDoesNotStallIt(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	var requestBytes, sent atomic.Int64
-	g.srv.front.hooks.Store(&doorHooks{tlsHandshaken: func(c *doorConn) {
+	g.srv.front.SetHooks(&frontdoor.Hooks{TLSHandshaken: func(c *frontdoor.Conn) {
 		// Wait until everything the client sent, its request included, is
 		// out of the kernel and netpoll and in the handshake's hands: the
 		// goroutine will handle the request itself.
-		fd := c.conn.(netpoll.Conn).Fd()
+		fd := c.Connection().(netpoll.Conn).Fd()
 		deadline := time.Now().Add(testwait.Timeout)
 		for time.Now().Before(deadline) {
 			info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 			queued, err2 := unix.IoctlGetInt(fd, unix.SIOCINQ)
 			if err == nil && err2 == nil && requestBytes.Load() > 0 && int64(info.Bytes_received) == sent.Load() &&
-				queued == 0 && c.conn.Reader().Len() == 0 {
-				c.readMu.Lock()   // a handler still moving the last bytes
-				c.readMu.Unlock() //nolint:staticcheck // wait for it
+				queued == 0 && c.Connection().Reader().Len() == 0 {
+				c.WaitReads() // a handler still moving the last bytes
 				return
 			}
 			time.Sleep(time.Millisecond)
 		}
-	}, tlsRequest: func(c *doorConn) {
-		c.mu.Lock()
-		opened := c.sess != nil
-		c.mu.Unlock()
+	}, TLSRequest: func(c *frontdoor.Conn) {
+		opened := c.Relaying()
 		if !opened {
 			t.Errorf("the request behind the client's Finished was not handled by the handshake goroutine")
 			return
@@ -248,7 +246,7 @@ func TestShutdownWithSendingSessionsNeverSpins(t *testing.T) {
 		g := startGateway(t, mock, nil)
 		var leftForNetpoll atomic.Int64
 		leftForNetpoll.Store(-1)
-		g.srv.front.hooks.Store(&doorHooks{loopShutdown: func(open int64) { leftForNetpoll.Store(open) }})
+		g.srv.front.SetHooks(&frontdoor.Hooks{LoopShutdown: func(open int64) { leftForNetpoll.Store(open) }})
 		var wg sync.WaitGroup
 		var ended atomic.Int32
 		stop := make(chan struct{})
@@ -413,15 +411,15 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 	raw := g.rawDial(t)
 	var once sync.Once
 	heldOff := make(chan bool, 1)
-	g.srv.front.hooks.Store(&doorHooks{headRead: func(c *doorConn) {
-		if !c.offLoop.Load() {
+	g.srv.front.SetHooks(&frontdoor.Hooks{HeadRead: func(c *frontdoor.Conn) {
+		if !c.OffLoop() {
 			return // a read from netpoll's handler: not the one under test
 		}
 		once.Do(func() {
 			_ = raw.Close() // the client hangs up now
 			deadline := time.Now().Add(testwait.Timeout)
 			for time.Now().Before(deadline) {
-				if g.srv.front.open.Load() == 0 {
+				if g.srv.front.Open() == 0 {
 					heldOff <- false // the close callbacks ran under the read
 					return
 				}
@@ -446,7 +444,7 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 	case <-time.After(testwait.Timeout):
 		t.Fatal("the poller neither held off the hang-up nor closed the connection")
 	}
-	waitFor(t, "the hung-up connection to close after the read", func() bool { return g.srv.front.open.Load() == 0 })
+	waitFor(t, "the hung-up connection to close after the read", func() bool { return g.srv.front.Open() == 0 })
 }
 
 // closeCallbackWaitsForRead reports whether a netpoll close callback waits

@@ -24,6 +24,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/frontdoor"
 )
 
 // dialStatus tries an upgrade and returns the HTTP status and JSON error
@@ -148,7 +149,7 @@ func testMaxConnectionsCountsFromAccept(t *testing.T, overTLS bool) {
 
 // A refused plain connection is answered once its request begins to arrive,
 // whatever the client; one that sends nothing is closed after refusalWait,
-// without a byte, and at most maxRefusing of them wait at once: a flood of
+// without a byte, and at most frontdoor.MaxRefusing of them wait at once: a flood of
 // silent connections against a full gateway costs a bounded set of
 // descriptors for a bounded time.
 func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
@@ -176,7 +177,7 @@ func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
 	}
 
 	// A flood of silent connections.
-	const flood = maxRefusing + 20
+	const flood = frontdoor.MaxRefusing + 20
 	conns := make([]net.Conn, 0, flood)
 	defer func() {
 		for _, c := range conns {
@@ -189,8 +190,8 @@ func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
-		if n := g.srv.front.refusing.Load(); n > maxRefusing {
-			t.Fatalf("%d refused connections waiting, want at most %d", n, maxRefusing)
+		if n := g.srv.front.RefusedWaiting(); n > frontdoor.MaxRefusing {
+			t.Fatalf("%d refused connections waiting, want at most %d", n, frontdoor.MaxRefusing)
 		}
 	}
 	for i, c := range conns {
@@ -199,7 +200,7 @@ func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
 			t.Fatalf("silent connection %d: read %d bytes, %v; want EOF without a byte", i, n, err)
 		}
 	}
-	waitFor(t, "the refusals to be forgotten", func() bool { return g.srv.front.refusing.Load() == 0 })
+	waitFor(t, "the refusals to be forgotten", func() bool { return g.srv.front.RefusedWaiting() == 0 })
 	if got := metricValue(t, g, `rtgate_connections_refused_total{reason="connections"}`); got != flood+1 {
 		t.Errorf("rtgate_connections_refused_total{reason=\"connections\"} = %v, want %d", got, flood+1)
 	}

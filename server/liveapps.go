@@ -49,6 +49,7 @@ import (
 	"rtgate/poller"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
+	"rtgate/server/frontdoor"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/upstream"
@@ -200,7 +201,7 @@ func (a liveAPI) hangUp(d *routes.Deployment, id string) {
 // key authenticates a Live API request: a gateway key (GPT-Live has no
 // client secrets).
 func (a liveAPI) key(table *routes.Table, req *http.Request) (*routes.ClientKey, *refusal) {
-	presented := credentials(req.Header).key
+	presented := frontdoor.ReadCredentials(req.Header).Key
 	if isLiveSecret(table, presented) {
 		return nil, refuseLiveSecret()
 	}
@@ -419,9 +420,9 @@ func (a liveAPI) streamContent(c *clientConn, req *http.Request) {
 		}
 	}
 	head.WriteString("Connection: close\r\n\r\n")
-	c.setPhase(phaseDone)
-	if err := c.ep.Send(head.Bytes()); err != nil {
-		c.ep.Close()
+	ep := c.Endpoint() // HandleAPI runs once the front door has read the request
+	if err := ep.Send(head.Bytes()); err != nil {
+		ep.Close()
 		return
 	}
 	buf := make([]byte, 32<<10)
@@ -432,18 +433,18 @@ func (a liveAPI) streamContent(c *clientConn, req *http.Request) {
 			if chunked {
 				out = append(append([]byte(strconv.FormatInt(int64(n), 16)+"\r\n"), out...), "\r\n"...)
 			}
-			if err := c.ep.Send(out); err != nil {
+			if err := ep.Send(out); err != nil {
 				break // the client left
 			}
 		}
 		if rerr != nil {
 			if rerr == io.EOF && chunked {
-				_ = c.ep.Send([]byte("0\r\n\r\n"))
+				_ = ep.Send([]byte("0\r\n\r\n"))
 			}
 			break
 		}
 	}
-	c.ep.Close()
+	ep.Close()
 }
 
 // doStream is do for a GET whose body may take long: bounded by the

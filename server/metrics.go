@@ -161,7 +161,7 @@ func (v adminView) Deployment(d *routes.Deployment) balance.HostStatus {
 }
 
 func (v adminView) ClientListener() (net.Addr, bool) {
-	return v.s.front.addr(), v.s.tlsConfig != nil
+	return v.s.front.Addr(), v.s.tlsConfig != nil
 }
 
 func (v adminView) MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"rtgate/mockai"
+	"rtgate/server/frontdoor"
 )
 
 // onePollerEnv marks the child process in which
@@ -68,8 +69,9 @@ func TestFrontDoorServedAgainAfterStaleHangUp(t *testing.T) {
 		h.waitHeld(t)
 		h.connect(t)
 		waitFor(t, "the second connect to queue", func() bool {
-			n, err := h.ln.acceptQueueLen()
-			return err == nil && n == 1
+			// tcpi_unacked of a listening socket: connects nobody accepted yet
+			info, err := unix.GetsockoptTCPInfo(h.ln.Fd(), unix.IPPROTO_TCP, unix.TCP_INFO)
+			return err == nil && info.Unacked == 1
 		})
 		_ = peer.Close()
 		waitFor(t, "X's hang-up", func() bool { return hungUp(xfd) })
@@ -145,7 +147,7 @@ func runOnOnePoller(t *testing.T) {
 // OnPrepare runs on the poller goroutine that accepted the connection, so
 // each connect to it holds that poller until letGo (or stop).
 type pollerHolder struct {
-	ln      *stoppableListener
+	ln      netpoll.Listener
 	held    chan struct{} // OnPrepare has begun to hold
 	release chan struct{} // lets one OnPrepare go
 	stopped chan struct{} // closed by stop: nothing holds any more
@@ -158,7 +160,7 @@ func holdPoller(t *testing.T) *pollerHolder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sl, err := newStoppableListener(ln)
+	sl, err := frontdoor.NewListener(ln)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,9 +353,8 @@ func TestFrontDoorLostListenerEndsServe(t *testing.T) {
 		_ = srv.Shutdown(ctx)
 	})
 	waitFor(t, "the gateway to serve", func() bool {
-		srv.front.mu.Lock()
-		defer srv.front.mu.Unlock()
-		return srv.front.listener != nil
+		_, ok := srv.front.ListenerFd()
+		return ok
 	})
 	if err := unix.Shutdown(listenerFd(t, ln), unix.SHUT_RD); err != nil {
 		t.Fatal(err)

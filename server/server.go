@@ -20,6 +20,7 @@ import (
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
 	"rtgate/server/continuity"
+	"rtgate/server/frontdoor"
 	"rtgate/server/limit"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -42,7 +43,7 @@ type Server struct {
 	pool       *upstream.Pool // nil when the pool is off
 	livePool   *upstream.Pool // GPT-Live's unstarted sockets (newLivePool); nil when off
 	metrics    *metrics
-	front      *frontDoor         // the client listener, accept, TLS, request heads and bodies (Handler)
+	front      *frontdoor.Door    // the client listener, accept, TLS, request heads and bodies (Handler)
 	memBudget  memoryBudget       // the global bound on bytes held for slow peers (the watchdog's)
 	proto      protocol.Protocol  // what the sessions speak: OpenAI's Realtime API
 	admitter   limit.Admitter     // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
@@ -73,7 +74,7 @@ type Server struct {
 }
 
 // testHooks are pauses that tests put into the windows of races, to make
-// them happen every time (the front door's: doorHooks). All are nil
+// them happen every time (the front door's: frontdoor.Hooks). All are nil
 // outside tests.
 type testHooks struct {
 	sidebandLookup func() // a sideband's call is about to be looked up in Redis
@@ -100,11 +101,11 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		NoResumption: cfg.NoUpstreamTLSResumption}
 
 	if cfg.TLSCert != "" {
-		certs, err := newCertReloader(cfg.TLSCert, cfg.TLSKey, log)
+		tlsConfig, err := frontdoor.TLSConfig(cfg.TLSCert, cfg.TLSKey, log)
 		if err != nil {
 			return nil, fmt.Errorf("loading TLS_CERT/TLS_KEY: %w", err)
 		}
-		s.tlsConfig = serverTLSConfig(certs)
+		s.tlsConfig = tlsConfig
 	}
 	if cfg.UpstreamRoots != nil {
 		upTLS.RootCAs = cfg.UpstreamRoots
@@ -157,7 +158,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
 	}
 	// A nil pool hears of demand and does nothing (upstream.Pool.Expect).
-	s.front = newFrontDoor(doorSettings(cfg, s.tlsConfig), doorDeps{Context: s.ctx, Log: log,
+	s.front = frontdoor.New(doorSettings(cfg, s.tlsConfig), frontdoor.Deps{Context: s.ctx, Log: log,
 		Registerer: s.metrics.reg, SessionsOpen: &s.sessionsOpen, Demand: s.pool}, s)
 	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.metrics.reg)
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
@@ -171,7 +172,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 
 // ListenAndServe listens on the configured address and serves until Shutdown.
 func (s *Server) ListenAndServe() error {
-	ln, err := listen(s.cfg.Addr(), s.cfg.ReusePort)
+	ln, err := frontdoor.Listen(s.cfg.Addr(), s.cfg.ReusePort)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr(), err)
 	}
@@ -182,10 +183,10 @@ func (s *Server) ListenAndServe() error {
 //
 // It returns nil once StopAccepting (Drain, Shutdown) has stopped the
 // listener, and an error only when the listener stopped being served for
-// another reason and could not be served again (serveListener): then the
+// another reason and could not be served again (frontdoor.Door.Serve): then the
 // gateway no longer accepts clients, and cmd/gateway exits non-zero.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.front.serve(ln, func() {
+	return s.front.Serve(ln, func() {
 		go s.newWatchdog().run(s.ctx)
 		s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
 			"upstream", redactedURL(s.cfg.APIBase), "model", s.cfg.Model, "pool", poolDesc(s.cfg.Pool))
@@ -216,7 +217,7 @@ func poolDesc(c upstream.PoolConfig) string {
 func (s *Server) Shutdown(ctx context.Context) error {
 	closePools(s.pool, s.livePool)
 	s.cancel()
-	err := s.front.shutdown(ctx)
+	err := s.front.Shutdown(ctx)
 	s.records.close(ctx)
 	s.budgets.close(ctx)
 	s.meters.close()

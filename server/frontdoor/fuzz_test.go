@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 )
 
 // FuzzHandshake runs the gateway's request-head path (headEnd, parseRequest,
-// checkUpgrade, credentials) on arbitrary bytes. Seeds live in
+// CheckUpgrade, credentials) on arbitrary bytes. Seeds live in
 // testdata/fuzz/FuzzHandshake/; `make fuzz` runs it for a bounded time.
 func FuzzHandshake(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -39,35 +39,35 @@ func FuzzHandshake(f *testing.F) {
 			return
 		}
 
-		accept, herr := checkUpgrade(req)
+		accept, herr := CheckUpgrade(req)
 		if herr != nil {
 			if accept != "" {
-				t.Fatalf("checkUpgrade refused (%v) but returned an accept value", herr)
+				t.Fatalf("CheckUpgrade refused (%v) but returned an accept value", herr)
 			}
 			checkRefusal(t, herr)
 		} else {
 			key := req.Header.Get("Sec-WebSocket-Key")
 			raw, err := base64.StdEncoding.DecodeString(key)
 			if err != nil || len(raw) != 16 {
-				t.Fatalf("checkUpgrade accepted key %q, which is not 16 bytes in base64", key)
+				t.Fatalf("CheckUpgrade accepted key %q, which is not 16 bytes in base64", key)
 			}
 			// RFC 6455 section 4.2.2, computed here independently.
 			sum := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 			if want := base64.StdEncoding.EncodeToString(sum[:]); accept != want {
 				t.Fatalf("accept %q, want %q", accept, want)
 			}
-			resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(upgradeResponse(accept, subprotocolRealtime))), nil)
+			resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(UpgradeResponse(accept, SubprotocolRealtime))), nil)
 			if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != accept {
 				t.Fatalf("101 answer does not parse back: %v", err)
 			}
 		}
 
-		creds := credentials(req.Header)
-		if creds.key != "" && !keyInInput(creds.key, data) {
-			t.Fatalf("credentials returned key %q, which is not in the request", creds.key)
+		creds := ReadCredentials(req.Header)
+		if creds.Key != "" && !keyInInput(creds.Key, data) {
+			t.Fatalf("credentials returned key %q, which is not in the request", creds.Key)
 		}
-		if strings.TrimSpace(creds.key) != creds.key {
-			t.Fatalf("credentials returned key %q with surrounding space", creds.key)
+		if strings.TrimSpace(creds.Key) != creds.Key {
+			t.Fatalf("credentials returned key %q with surrounding space", creds.Key)
 		}
 	})
 }
@@ -83,7 +83,7 @@ func keyInInput(key string, data []byte) bool {
 
 // checkRefusal checks that a refusal is a client error and renders as an
 // HTTP response with an OpenAI-shaped JSON body that says why.
-func checkRefusal(t *testing.T, herr *refusal) {
+func checkRefusal(t *testing.T, herr *Refusal) {
 	t.Helper()
 	if herr.Status < 400 || herr.Status > 499 {
 		t.Fatalf("refusal with status %d, want 4xx: %v", herr.Status, herr)

@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"rtgate/poller"
 )
 
-// A doorConn is the netpoll context of its connection (no
+// A Conn is the netpoll context of its connection (no
 // context.WithValue per connection): it must answer the lookups the server's
 // handlers and netpoll's inline runner make, and nothing else.
-func TestDoorConnIsItsOwnContext(t *testing.T) {
-	c := &doorConn{}
+func TestConnIsItsOwnContext(t *testing.T) {
+	c := &Conn{}
 	var ctx context.Context = c
 	for _, tc := range []struct {
 		name string

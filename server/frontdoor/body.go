@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 // An API request's body, collected the way the head is: each OnRequest
 // appends what the socket has and returns, so no poller or handler
@@ -41,7 +41,7 @@ type apiRequest struct {
 
 // startBody begins collecting the body of an API request (Handler.Route
 // named its endpoint and limit); rest is what came behind the head.
-func (c *doorConn) startBody(req *http.Request, endpoint string, limit int, rest []byte) {
+func (c *Conn) startBody(req *http.Request, endpoint string, limit int, rest []byte) {
 	c.setPhase(phaseBody)
 	c.api = &apiRequest{req: req, endpoint: endpoint, body: bytebufferpool.Get(), limit: limit}
 	c.api.body.B = append(c.api.body.B[:0], rest...)
@@ -53,7 +53,7 @@ func (c *doorConn) startBody(req *http.Request, endpoint string, limit int, rest
 		return
 	case req.ContentLength < 0 && !isChunked(req):
 		if req.Method == http.MethodPost {
-			c.refuseBody(&refusal{Status: http.StatusLengthRequired, Type: "invalid_request_error", Code: "length_required",
+			c.refuseBody(&Refusal{Status: http.StatusLengthRequired, Type: "invalid_request_error", Code: "length_required",
 				Message: "Send Content-Length or a chunked body."})
 			return
 		}
@@ -65,8 +65,8 @@ func (c *doorConn) startBody(req *http.Request, endpoint string, limit int, rest
 }
 
 // bodyTooLarge refuses a body over limit.
-func bodyTooLarge(limit int) *refusal {
-	return &refusal{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+func bodyTooLarge(limit int) *Refusal {
+	return &Refusal{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 		Message: "The request body is larger than " + strconv.Itoa(limit) + " bytes."}
 }
 
@@ -81,7 +81,7 @@ func isChunked(req *http.Request) bool {
 
 // readBody is phaseBody's OnRequest: append what arrived and see whether
 // the body is whole.
-func (c *doorConn) readBody() error {
+func (c *Conn) readBody() error {
 	err := c.ep.Read(func(src frames.Source) error {
 		p, err := src.Next(src.Len())
 		c.api.body.B = append(c.api.body.B, p...)
@@ -95,7 +95,7 @@ func (c *doorConn) readBody() error {
 }
 
 // bodyProgress answers once the body is whole, or refuses one too large.
-func (c *doorConn) bodyProgress() {
+func (c *Conn) bodyProgress() {
 	a := c.api
 	var body []byte
 	switch {
@@ -109,7 +109,7 @@ func (c *doorConn) bodyProgress() {
 			return // more to come
 		}
 		if err != nil {
-			c.refuseBody(&refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "bad_request",
+			c.refuseBody(&Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "bad_request",
 				Message: "malformed chunked body"})
 			return
 		}
@@ -126,7 +126,7 @@ func (c *doorConn) bodyProgress() {
 		body = append([]byte(nil), a.body.B[:n]...)
 	}
 	c.setPhase(phaseDone)
-	c.answered()
+	c.Answered()
 	bytebufferpool.Put(a.body)
 	a.body = nil
 	go c.door.h.HandleAPI(c, a.req, a.endpoint, body)
@@ -139,7 +139,7 @@ func chunkedEnded(raw []byte) bool { return bytes.Contains(raw, []byte("0\r\n\r\
 // at once, but the socket stays open (discarding input) until the client,
 // told Connection: close, closes it or the request deadline does, so a
 // client still sending reads the answer rather than a reset.
-func (c *doorConn) answerEarly(r *refusal) {
+func (c *Conn) answerEarly(r *Refusal) {
 	c.setPhase(phaseDone)
 	if c.api.body != nil {
 		bytebufferpool.Put(c.api.body)
@@ -150,13 +150,13 @@ func (c *doorConn) answerEarly(r *refusal) {
 
 // refuseBody refuses an API request, with the headers every answer to it
 // carries, and closes the connection.
-func (c *doorConn) refuseBody(r *refusal) {
-	c.answerNow(r.render(c.door.h.CORSHeaders(c.api.req)))
+func (c *Conn) refuseBody(r *Refusal) {
+	c.AnswerNow(r.render(c.door.h.CORSHeaders(c.api.req)))
 }
 
 // answerNow sends response, a whole HTTP response, and closes the
 // connection.
-func (c *doorConn) answerNow(response []byte) {
+func (c *Conn) AnswerNow(response []byte) {
 	c.setPhase(phaseDone)
 	if c.api != nil && c.api.body != nil {
 		bytebufferpool.Put(c.api.body)

@@ -31,7 +31,7 @@
 // loop) and are ended by Server.Shutdown's hang-up of every client
 // connection, like all others.
 
-package server
+package frontdoor
 
 import (
 	"errors"
@@ -54,7 +54,7 @@ const (
 // serveListener runs netpoll's Serve on sl until StopAccepting stops it
 // (nil), or until netpoll lets go of it and it cannot be served again (the
 // error).
-func (f *frontDoor) serveListener(loop netpoll.EventLoop, sl *stoppableListener) error {
+func (f *Door) serveListener(loop netpoll.EventLoop, sl *stoppableListener) error {
 	quick := 0
 	for {
 		began := time.Now()

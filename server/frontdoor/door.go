@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 // The front door: bytes in, a routed request out. It accepts client
 // connections (counted from accept against MAX_CONNECTIONS, the canned 503
@@ -6,9 +6,9 @@ package server
 // reads the request head (MAX_HEADER_BYTES), collects an API request's body,
 // and hands the request to a Handler: the rest of the gateway, which decides
 // what the request becomes (a session, an API answer, a refusal). The
-// Handler answers through the doorConn it is given. What the front door
-// needs from the rest comes in doorConfig (limits, timeouts, the TLS
-// configuration) and doorDeps (the server's life, logger, metrics registry,
+// Handler answers through the Conn it is given. What the front door
+// needs from the rest comes in Config (limits, timeouts, the TLS
+// configuration) and Deps (the server's life, logger, metrics registry,
 // the session count and the warm pool's demand); it knows nothing of
 // sessions or protocols.
 
@@ -31,22 +31,22 @@ import (
 
 // Handler is what the front door hands a request to once it is read.
 // Except for NewConn and Route, its methods own the connection's answer:
-// they end in a refusal, an answer, or a relay (doorConn.startRelay).
+// they end in a refusal, an answer, or a relay (Conn.startRelay).
 type Handler interface {
-	// NewConn allocates an accepted connection: the front door's doorConn,
+	// NewConn allocates an accepted connection: the front door's Conn,
 	// in one allocation with what the handler keeps beside it for a session
-	// (doorConn.owner).
-	NewConn() *doorConn
+	// (Conn.owner).
+	NewConn() *Conn
 	// Route names the API endpoint of a request head and the bound of its
 	// body; "" for any other request (an upgrade, health, an unknown path).
 	Route(req *http.Request) (endpoint string, bodyLimit int)
 	// HandleRequest acts on a request that is not an API request, on the
 	// connection's handler, which must not block (I/O goes to a goroutine:
-	// doorConn.offLoopStep); rest is what the client sent behind the head.
-	HandleRequest(c *doorConn, req *http.Request, rest []byte)
+	// Conn.offLoopStep); rest is what the client sent behind the head.
+	HandleRequest(c *Conn, req *http.Request, rest []byte)
 	// HandleAPI answers an API request whose body is whole, in a goroutine
-	// of its own (doorConn.answerNow, or a stream of its own).
-	HandleAPI(c *doorConn, req *http.Request, endpoint string, body []byte)
+	// of its own (Conn.answerNow, or a stream of its own).
+	HandleAPI(c *Conn, req *http.Request, endpoint string, body []byte)
 	// CORSHeaders are the headers every answer to req carries
 	// (ALLOWED_ORIGINS).
 	CORSHeaders(req *http.Request) http.Header
@@ -54,8 +54,8 @@ type Handler interface {
 	ClientLeft(sess *poller.Session)
 }
 
-// doorConfig is the front door's share of the settings.
-type doorConfig struct {
+// Config is the front door's share of the settings.
+type Config struct {
 	MaxConnections   int           // MAX_CONNECTIONS: sessions and connections awaiting their answer
 	MaxHandshakes    int           // MAX_HANDSHAKES: TLS handshakes running at once
 	HandshakeTimeout time.Duration // HANDSHAKE_TIMEOUT: from accept to the request's answer
@@ -65,8 +65,8 @@ type doorConfig struct {
 	TLS              *tls.Config   // the client listener's TLS; nil for plain
 }
 
-// doorDeps is what the front door needs from the rest of the gateway.
-type doorDeps struct {
+// Deps is what the front door needs from the rest of the gateway.
+type Deps struct {
 	// Context is the gateway's life: TLS handshakes end with it.
 	Context context.Context
 	Log     *slog.Logger
@@ -83,24 +83,24 @@ type doorDeps struct {
 	}
 }
 
-// doorHooks are pauses that tests put into the windows of races in the
+// Hooks are pauses that tests put into the windows of races in the
 // front door, to make them happen every time. All are nil outside tests.
-type doorHooks struct {
-	handshakeTimer     func()           // the handshake timer fired, before it acts
-	handshakeTimerDone func()           // and after it acted
-	tlsHandshaken      func(*doorConn)  // the TLS handshake is done, before the goroutine reads the request
-	tlsRequest         func(*doorConn)  // the TLS goroutine handled the first request, before it lets the connection go
-	loopShutdown       func(open int64) // shutdown is about to call netpoll's, with open client connections left
-	headRead           func(*doorConn)  // readHead is about to read the request
-	request            func(*doorConn)  // at the start of each read handler of an accepted connection
-	serve              func()           // serve is about to hand the listener to netpoll
+type Hooks struct {
+	HandshakeTimer     func()           // the handshake timer fired, before it acts
+	HandshakeTimerDone func()           // and after it acted
+	TLSHandshaken      func(*Conn)      // the TLS handshake is done, before the goroutine reads the request
+	TLSRequest         func(*Conn)      // the TLS goroutine handled the first request, before it lets the connection go
+	LoopShutdown       func(open int64) // shutdown is about to call netpoll's, with open client connections left
+	HeadRead           func(*Conn)      // readHead is about to read the request
+	Request            func(*Conn)      // at the start of each read handler of an accepted connection
+	Serve              func()           // serve is about to hand the listener to netpoll
 }
 
-// frontDoor is the client listener and the connections it accepted until
+// Door is the client listener and the connections it accepted until
 // their request is answered (admission at accept: accept.go's counts).
-type frontDoor struct {
-	cfg  doorConfig
-	deps doorDeps
+type Door struct {
+	cfg  Config
+	deps Deps
 	h    Handler
 	log  *slog.Logger
 
@@ -117,7 +117,7 @@ type frontDoor struct {
 	// while the gateway ran (serveListener).
 	restarts prometheus.Counter
 
-	// fullResponse is tooManyConnections rendered once, for refuseAtAccept.
+	// fullResponse is TooManyConnections rendered once, for refuseAtAccept.
 	fullResponse []byte
 
 	mu       sync.Mutex
@@ -130,19 +130,21 @@ type frontDoor struct {
 	// conns holds every accepted client connection until its close
 	// callback, for shutdown's hang-up of each (hangUpClients).
 	connsMu sync.Mutex
-	conns   map[*doorConn]struct{}
+	conns   map[*Conn]struct{}
 
-	hooks atomic.Pointer[doorHooks] // nil outside tests
+	hooks atomic.Pointer[Hooks] // nil outside tests
 }
 
-// newFrontDoor prepares the front door; serve starts it.
-func newFrontDoor(cfg doorConfig, deps doorDeps, h Handler) *frontDoor {
-	f := &frontDoor{cfg: cfg, deps: deps, h: h, log: deps.Log, conns: map[*doorConn]struct{}{}}
-	f.fullResponse = tooManyConnections().response()
-	f.refused = newReasonCounter("rtgate_connections_refused_total",
-		"Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS "+
-			"(connections), or on a whole ClientHello when MAX_HANDSHAKES TLS handshakes were running (handshakes).",
-		refusedHandshakes, refusedConnections)
+// New prepares the front door; serve starts it.
+func New(cfg Config, deps Deps, h Handler) *Door {
+	f := &Door{cfg: cfg, deps: deps, h: h, log: deps.Log, conns: map[*Conn]struct{}{}}
+	f.fullResponse = TooManyConnections().response()
+	f.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_connections_refused_total",
+		Help: "Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS " +
+			"(connections), or on a whole ClientHello when MAX_HANDSHAKES TLS handshakes were running (handshakes)."},
+		[]string{"reason"})
+	f.refused.WithLabelValues(refusedHandshakes) // both reasons show from the start, at 0
+	f.refused.WithLabelValues(refusedConnections)
 	f.restarts = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_listener_restarts_total",
 		Help: "Times netpoll stopped serving the client listener while the gateway ran and it was served again " +
 			"(netpoll's race build, README's Known issues); a listener that cannot be served again ends the process."})
@@ -162,7 +164,7 @@ func newFrontDoor(cfg doorConfig, deps doorDeps, h Handler) *frontDoor {
 // It returns nil once stopAccepting has stopped the listener, and an error
 // only when the listener stopped being served for another reason and could
 // not be served again (serveListener).
-func (f *frontDoor) serve(ln net.Listener, ready func()) error {
+func (f *Door) Serve(ln net.Listener, ready func()) error {
 	loop, err := f.newEventLoop()
 	if err != nil {
 		return err
@@ -175,8 +177,8 @@ func (f *frontDoor) serve(ln net.Listener, ready func()) error {
 	f.loop, f.ln, f.listener = loop, ln, sl
 	f.mu.Unlock()
 	ready()
-	if h := f.hooks.Load(); h != nil && h.serve != nil {
-		h.serve() // a shutdown that comes before netpoll's Serve
+	if h := f.hooks.Load(); h != nil && h.Serve != nil {
+		h.Serve() // a shutdown that comes before netpoll's Serve
 	}
 	err = f.serveListener(loop, sl)
 	sl.serveEnded() // the socket's closer, if shutdown came first
@@ -184,7 +186,7 @@ func (f *frontDoor) serve(ln net.Listener, ready func()) error {
 }
 
 // newEventLoop is a netpoll event loop for the client listener.
-func (f *frontDoor) newEventLoop() (netpoll.EventLoop, error) {
+func (f *Door) newEventLoop() (netpoll.EventLoop, error) {
 	loop, err := netpoll.NewEventLoop(f.onRequest,
 		netpoll.WithOnPrepare(f.onPrepare),
 		netpoll.WithWriteTimeout(f.cfg.WriteTimeout),
@@ -196,7 +198,7 @@ func (f *frontDoor) newEventLoop() (netpoll.EventLoop, error) {
 }
 
 // addr is the client listener's address; nil before serve.
-func (f *frontDoor) addr() net.Addr {
+func (f *Door) Addr() net.Addr {
 	f.mu.Lock()
 	ln := f.ln
 	f.mu.Unlock()
@@ -209,7 +211,7 @@ func (f *frontDoor) addr() net.Addr {
 // stopAccepting stops the client listener (after netpoll has accepted what
 // the kernel had queued, waiting up to a second for that); connections
 // already accepted carry on. Safe to call more than once.
-func (f *frontDoor) stopAccepting() {
+func (f *Door) StopAccepting() {
 	f.mu.Lock()
 	l := f.listener
 	f.mu.Unlock()
@@ -224,7 +226,7 @@ func (f *frontDoor) stopAccepting() {
 
 // shutdown stops accepting, hangs up every client connection, waits (until
 // ctx ends) for their close callbacks and shuts netpoll's loop down.
-func (f *frontDoor) shutdown(ctx context.Context) error {
+func (f *Door) Shutdown(ctx context.Context) error {
 	f.mu.Lock()
 	f.closing = true
 	loop, sl := f.loop, f.listener
@@ -235,11 +237,11 @@ func (f *frontDoor) shutdown(ctx context.Context) error {
 	// netpoll's own Shutdown would Close each connection it finds idle,
 	// not atomically with the poller (package poller's doc, the inline
 	// invariant): hang them all up first, and let it find none.
-	f.stopAccepting()
+	f.StopAccepting()
 	f.hangUpClients()
-	f.waitConns(ctx)
-	if h := f.hooks.Load(); h != nil && h.loopShutdown != nil {
-		h.loopShutdown(f.open.Load())
+	f.WaitConns(ctx)
+	if h := f.hooks.Load(); h != nil && h.LoopShutdown != nil {
+		h.LoopShutdown(f.open.Load())
 	}
 	err := loop.Shutdown(ctx)
 	sl.shutDown()
@@ -247,7 +249,7 @@ func (f *frontDoor) shutdown(ctx context.Context) error {
 }
 
 // hangUpClients hangs up every accepted client connection, for shutdown.
-func (f *frontDoor) hangUpClients() {
+func (f *Door) hangUpClients() {
 	f.connsMu.Lock()
 	defer f.connsMu.Unlock()
 	for c := range f.conns {
@@ -257,16 +259,16 @@ func (f *frontDoor) hangUpClients() {
 
 // waitConns waits until every accepted client socket is closed, or ctx
 // ends.
-func (f *frontDoor) waitConns(ctx context.Context) {
+func (f *Door) WaitConns(ctx context.Context) {
 	for f.open.Load() > 0 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // onPrepare is netpoll's OnPrepare: a connection just accepted is counted
-// or refused (accept), and gets its doorConn, its handshake deadline and
+// or refused (accept), and gets its Conn, its handshake deadline and
 // its close callback.
-func (f *frontDoor) onPrepare(conn netpoll.Connection) context.Context {
+func (f *Door) onPrepare(conn netpoll.Connection) context.Context {
 	if !f.accept() {
 		return f.refuseAtAccept(conn)
 	}
@@ -295,11 +297,11 @@ func (f *frontDoor) onPrepare(conn netpoll.Connection) context.Context {
 // onRequest is netpoll's OnRequest: it dispatches on the connection's
 // phase, and never blocks: during the TLS handshake it only moves bytes to
 // the handshake goroutine (tlsHandshake).
-func (f *frontDoor) onRequest(ctx context.Context, conn netpoll.Connection) error {
-	c, _ := ctx.Value(ctxKey{}).(*doorConn)
+func (f *Door) onRequest(ctx context.Context, conn netpoll.Connection) error {
+	c, _ := ctx.Value(ctxKey{}).(*Conn)
 	defer recoverRequest(f.log, conn)
-	if h := f.hooks.Load(); h != nil && h.request != nil {
-		h.request(c)
+	if h := f.hooks.Load(); h != nil && h.Request != nil {
+		h.Request(c)
 	}
 	if c == nil {
 		if ctx.Value(refusedKey{}) != nil {
@@ -328,4 +330,33 @@ func (f *frontDoor) onRequest(ctx context.Context, conn netpoll.Connection) erro
 		return c.collectTLS()
 	}
 	return c.readHead()
+}
+
+// SetHooks puts tests' pauses into the front door (nil: none).
+func (f *Door) SetHooks(h *Hooks) { f.hooks.Store(h) }
+
+// Open is the number of accepted client sockets not yet closed.
+func (f *Door) Open() int64 { return f.open.Load() }
+
+// Unanswered is the number of connections between accept and the answer
+// to their request (rtgate_client_handshakes).
+func (f *Door) Unanswered() int64 { return f.unanswered.Load() }
+
+// TLSHandshakesRunning is the number of client TLS handshakes in progress,
+// each with its goroutine (rtgate_client_tls_handshakes_running).
+func (f *Door) TLSHandshakesRunning() int64 { return f.tlsRunning.Load() }
+
+// RefusedWaiting is the number of refused plain connections waiting for
+// their request, to be answered with the 503 (at most MaxRefusing).
+func (f *Door) RefusedWaiting() int64 { return f.refusing.Load() }
+
+// ListenerFd is the descriptor netpoll polls for the client listener; false
+// before Serve has adopted it.
+func (f *Door) ListenerFd() (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listener == nil {
+		return -1, false
+	}
+	return f.listener.Fd(), true
 }

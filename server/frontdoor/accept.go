@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 //     arrive, not at accept, because an HTTP client need not read a response
 //     that comes before its request (Go's net/http, and so coder/websocket,
 //     drops it as "unsolicited" and reports no response). Until then the
-//     connection holds a descriptor and no slot; at most maxRefusing wait at
+//     connection holds a descriptor and no slot; at most MaxRefusing wait at
 //     once, each at most refusalWait, and a connection beyond that is closed
 //     at once. On a TLS listener nothing readable can be sent without a
 //     handshake, the cost the refusal is there to avoid, so the connection
@@ -44,7 +44,7 @@ import (
 //
 // Descriptors: sessions hold two each and handshakes one, so
 // MaxConnections slots never need more than 2*MaxConnections + fdReserve,
-// and refusals waiting for their request at most maxRefusing more.
+// and refusals waiting for their request at most MaxRefusing more.
 
 // The reasons of rtgate_connections_refused_total.
 const (
@@ -54,7 +54,7 @@ const (
 
 // accept counts a new connection, or refuses it (false). A connection
 // accepted must later call leave exactly once.
-func (f *frontDoor) accept() bool {
+func (f *Door) accept() bool {
 	n := f.unanswered.Add(1)
 	if max := f.cfg.MaxConnections; max > 0 && n+f.deps.SessionsOpen.Load() > int64(max) {
 		f.unanswered.Add(-1)
@@ -65,17 +65,17 @@ func (f *frontDoor) accept() bool {
 	return true
 }
 
-// tooManyConnections is the refusal of a connection that finds the
+// TooManyConnections is the refusal of a connection that finds the
 // MaxConnections slots full, at accept or when its request arrives.
-func tooManyConnections() *refusal {
-	return &refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "too_many_connections",
+func TooManyConnections() *Refusal {
+	return &Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "too_many_connections",
 		Message: "this gateway instance is at its connection limit; try again shortly", Header: http.Header{"Retry-After": {"1"}}}
 }
 
 const (
-	// maxRefusing bounds the refused plain connections that wait for their
+	// MaxRefusing bounds the refused plain connections that wait for their
 	// request to be answered with the 503; more are closed at once.
-	maxRefusing = 64
+	MaxRefusing = 64
 	// refusalWait is how long a refused connection may take to send its
 	// request's first bytes: one round trip for a client that sends its
 	// request as it connects, as every WebSocket client does.
@@ -87,12 +87,12 @@ const (
 type refusedKey struct{}
 
 // refuseAtAccept handles a connection that accept refused, in OnPrepare: a
-// TLS one, or one beyond maxRefusing, is closed now; a plain one waits up to
+// TLS one, or one beyond MaxRefusing, is closed now; a plain one waits up to
 // refusalWait for its request's first bytes, which answerRefused answers.
-func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
+func (f *Door) refuseAtAccept(conn netpoll.Connection) context.Context {
 	if f.cfg.TLS != nil || !f.takeRefusalSlot() {
 		_ = conn.Close() // netpoll allows closing in OnPrepare; nothing is registered yet
-		return context.WithValue(context.Background(), ctxKey{}, (*doorConn)(nil))
+		return context.WithValue(context.Background(), ctxKey{}, (*Conn)(nil))
 	}
 	timer := time.AfterFunc(refusalWait, func() { _ = conn.Close() })
 	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
@@ -100,20 +100,20 @@ func (f *frontDoor) refuseAtAccept(conn netpoll.Connection) context.Context {
 		f.refusing.Add(-1)
 		return nil
 	})
-	// No Inliner (a nil *doorConn says "not inline"): a refused connection
+	// No Inliner (a nil *Conn says "not inline"): a refused connection
 	// closes itself in its handler, which netpoll cannot do on the poller.
-	ctx := context.WithValue(context.Background(), ctxKey{}, (*doorConn)(nil))
+	ctx := context.WithValue(context.Background(), ctxKey{}, (*Conn)(nil))
 	return context.WithValue(ctx, refusedKey{}, true)
 }
 
 // takeRefusalSlot counts one more refused connection waiting for its
-// request, unless maxRefusing already wait. A compare-and-swap rather than
-// an add and a take-back: the count never shows more than maxRefusing, even
+// request, unless MaxRefusing already wait. A compare-and-swap rather than
+// an add and a take-back: the count never shows more than MaxRefusing, even
 // for the moment between the two.
-func (f *frontDoor) takeRefusalSlot() bool {
+func (f *Door) takeRefusalSlot() bool {
 	for {
 		n := f.refusing.Load()
-		if n >= maxRefusing {
+		if n >= MaxRefusing {
 			return false
 		}
 		if f.refusing.CompareAndSwap(n, n+1) {
@@ -126,7 +126,7 @@ func (f *frontDoor) takeRefusalSlot() bool {
 // request has begun to arrive, and closes it. The request is not parsed.
 // netpoll has read what arrived, so the close is a FIN after the response,
 // not a reset that could overtake it.
-func (f *frontDoor) answerRefused(conn netpoll.Connection) error {
+func (f *Door) answerRefused(conn netpoll.Connection) error {
 	w := conn.Writer()
 	if _, err := w.WriteBinary(f.fullResponse); err == nil {
 		_ = w.Flush()
@@ -135,14 +135,14 @@ func (f *frontDoor) answerRefused(conn netpoll.Connection) error {
 }
 
 // leave gives back a connection's handshake count.
-func (f *frontDoor) leave() {
+func (f *Door) leave() {
 	f.unanswered.Add(-1)
 	f.deps.Demand.Settle()
 }
 
 // startTLSHandshake reserves one of the MaxHandshakes running handshakes, or
 // refuses (false); endTLSHandshake gives it back.
-func (f *frontDoor) startTLSHandshake() bool {
+func (f *Door) startTLSHandshake() bool {
 	n := f.tlsRunning.Add(1)
 	if max := f.cfg.MaxHandshakes; max > 0 && n > int64(max) {
 		f.tlsRunning.Add(-1)
@@ -152,13 +152,13 @@ func (f *frontDoor) startTLSHandshake() bool {
 	return true
 }
 
-func (f *frontDoor) endTLSHandshake() { f.tlsRunning.Add(-1) }
+func (f *Door) endTLSHandshake() { f.tlsRunning.Add(-1) }
 
 // listen opens the client listener on addr, with SO_REUSEPORT when
 // reusePort (REUSEPORT) is set so that several gateway processes can share
 // HOST:PORT (the kernel spreads new connections over them by a hash of the
 // client's address).
-func listen(addr string, reusePort bool) (net.Listener, error) {
+func Listen(addr string, reusePort bool) (net.Listener, error) {
 	var lc net.ListenConfig
 	if reusePort {
 		lc.Control = func(_, _ string, c syscall.RawConn) error {
@@ -407,3 +407,8 @@ func (l *stoppableListener) stop(wait time.Duration) (int, error) {
 // serveEndWait bounds stop's wait for netpoll's Serve to see the shut
 // socket: Serve may not have handed it to netpoll yet (serveEnded).
 const serveEndWait = time.Second
+
+// NewListener is ln as netpoll accepts from it (stoppableListener), for an
+// event loop of one's own: netpoll's ConvertListener closes the socket's
+// number twice and accepts without SOCK_CLOEXEC.
+func NewListener(ln net.Listener) (netpoll.Listener, error) { return newStoppableListener(ln) }

@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 // A client connection at the front door, from accept until it relays or is
 // answered: its phase, its request head, its deadline, and the hand-offs
@@ -25,8 +25,8 @@ import (
 	"rtgate/poller"
 )
 
-// ctxKey is where a connection's netpoll context keeps its *doorConn:
-// poller's InlineKey, so that the inline runner asks the doorConn.
+// ctxKey is where a connection's netpoll context keeps its *Conn:
+// poller's InlineKey, so that the inline runner asks the Conn.
 type ctxKey = poller.InlineKey
 
 // connPhase is where a client connection is; OnRequest reads it to know
@@ -52,14 +52,14 @@ const (
 // handler or a goroutine that holds the request (the TLS handshake, the
 // off-loop step, an API request's answer) while the handler may still read
 // the phase: hence an atomic.
-func (c *doorConn) setPhase(p connPhase) { c.phase.Store(uint32(p)) }
+func (c *Conn) setPhase(p connPhase) { c.phase.Store(uint32(p)) }
 
-// doorConn is the front door's state for one accepted connection. It is
+// Conn is the front door's state for one accepted connection. It is
 // allocated by the Handler (NewConn), inside the handler's own state for
 // the connection, which owner points to.
-type doorConn struct {
-	door     *frontDoor
-	owner    any // what NewConn allocated this doorConn in
+type Conn struct {
+	door     *Door
+	owner    any // what NewConn allocated this Conn in
 	conn     netpoll.Connection
 	ep       *poller.Endpoint
 	phase    atomic.Uint32              // a connPhase: setPhase
@@ -76,7 +76,7 @@ type doorConn struct {
 
 	mu    sync.Mutex
 	timer *time.Timer // handshake deadline; nil once upgraded
-	left  bool        // the handshake count was given back (frontDoor.leave)
+	left  bool        // the handshake count was given back (Door.leave)
 
 	wait pendingStep // the off-loop step of the decision in flight (offLoopStep)
 	api  *apiRequest // an API request's body being collected (readBody)
@@ -86,22 +86,22 @@ type doorConn struct {
 
 	// The plain listener's endpoint lives here, in the connection's one
 	// allocation (NewConn's), rather than in one of its own; only a
-	// pointer to it is handed out (ep), and a doorConn is never copied.
+	// pointer to it is handed out (ep), and a Conn is never copied.
 	plainEP poller.Endpoint // ep on a plain listener
 }
 
-// A doorConn is its own netpoll context, which holds nothing but the
-// doorConn under ctxKey: context.WithValue would be one more allocation
+// A Conn is its own netpoll context, which holds nothing but the
+// Conn under ctxKey: context.WithValue would be one more allocation
 // per connection (48 B). It is never cancelled and has no deadline.
 
-func (c *doorConn) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c *doorConn) Done() <-chan struct{}       { return nil }
-func (c *doorConn) Err() error                  { return nil }
+func (c *Conn) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *Conn) Done() <-chan struct{}       { return nil }
+func (c *Conn) Err() error                  { return nil }
 
-var _ context.Context = (*doorConn)(nil)
+var _ context.Context = (*Conn)(nil)
 
-// Value answers ctxKey with the doorConn.
-func (c *doorConn) Value(key any) any {
+// Value answers ctxKey with the Conn.
+func (c *Conn) Value(key any) any {
 	if key == (ctxKey{}) {
 		return c
 	}
@@ -109,14 +109,14 @@ func (c *doorConn) Value(key any) any {
 }
 
 // readHead collects the request head and acts on it once complete.
-func (c *doorConn) readHead() error {
+func (c *Conn) readHead() error {
 	if c.head == nil {
 		c.head = bytebufferpool.Get()
 	}
 	var err error
 	read := func() {
-		if h := c.door.hooks.Load(); h != nil && h.headRead != nil {
-			h.headRead(c)
+		if h := c.door.hooks.Load(); h != nil && h.HeadRead != nil {
+			h.HeadRead(c)
 		}
 		err = c.ep.Read(func(src frames.Source) error {
 			p, err := src.Next(src.Len())
@@ -141,12 +141,12 @@ func (c *doorConn) readHead() error {
 	end := headEnd(c.head.B)
 	if end < 0 {
 		if len(c.head.B) > c.door.cfg.MaxHeaderBytes {
-			c.refuse(headersTooLarge())
+			c.Refuse(headersTooLarge())
 		}
 		return nil
 	}
 	if end > c.door.cfg.MaxHeaderBytes {
-		c.refuse(headersTooLarge())
+		c.Refuse(headersTooLarge())
 		return nil
 	}
 	head, rest := c.head.B[:end], c.head.B[end:]
@@ -155,18 +155,18 @@ func (c *doorConn) readHead() error {
 }
 
 // headersTooLarge refuses a head over MAX_HEADER_BYTES.
-func headersTooLarge() *refusal {
-	return &refusal{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
+func headersTooLarge() *Refusal {
+	return &Refusal{Status: http.StatusRequestHeaderFieldsTooLarge, Type: "invalid_request_error",
 		Code: "headers_too_large", Message: "request head too large"}
 }
 
 // route is the front door's mux: a whole request head is parsed and handed
 // on, an API request once its body is collected (startBody), any other to
 // the Handler at once.
-func (c *doorConn) route(head, rest []byte) {
+func (c *Conn) route(head, rest []byte) {
 	req, herr := parseRequest(head)
 	if herr != nil {
-		c.refuse(herr)
+		c.Refuse(herr)
 		return
 	}
 	if endpoint, limit := c.door.h.Route(req); endpoint != "" {
@@ -177,7 +177,7 @@ func (c *doorConn) route(head, rest []byte) {
 }
 
 // refuse answers the request with an HTTP error and closes the connection.
-func (c *doorConn) refuse(e *refusal) {
+func (c *Conn) Refuse(e *Refusal) {
 	c.setPhase(phaseDone)
 	_ = c.ep.Send(e.response())
 	c.ep.Close()
@@ -187,8 +187,8 @@ func (c *doorConn) refuse(e *refusal) {
 // an API request's body complete, or the socket closed): the deadline
 // timer (HANDSHAKE_TIMEOUT) stops and lets go, since a long-lived session
 // should not carry it, and the front door's count of connections awaiting
-// their answer (frontDoor.refuseAtAccept) is given back, once.
-func (c *doorConn) answered() {
+// their answer (Door.refuseAtAccept) is given back, once.
+func (c *Conn) Answered() {
 	c.mu.Lock()
 	if c.timer != nil {
 		c.timer.Stop()
@@ -212,7 +212,7 @@ func (c *doorConn) answered() {
 // until that goroutine lets it go (goInline): an inline handler would wait
 // on the poller for the locks that goroutine holds, stalling every socket of
 // that poller meanwhile.
-func (c *doorConn) startRelay(sess *poller.Session) {
+func (c *Conn) StartRelay(sess *poller.Session) {
 	c.mu.Lock()
 	c.sess = sess
 	c.setPhase(phaseRelay)
@@ -225,7 +225,7 @@ func (c *doorConn) startRelay(sess *poller.Session) {
 // goInline ends a goroutine's handling of the connection outside netpoll's
 // handlers (see startRelay), once it holds none of the connection's locks:
 // a session it opened may now run its handlers on the poller.
-func (c *doorConn) goInline() {
+func (c *Conn) goInline() {
 	c.offLoop.Store(false)
 	c.mu.Lock()
 	relay := c.sess != nil
@@ -240,18 +240,18 @@ func (c *doorConn) goInline() {
 // before, the HTTP phase may wait (auth, admission, API bodies).
 // A refused connection (nil) closes itself in its handler, which netpoll
 // cannot do on the poller. c.ep is set before relaying is.
-func (c *doorConn) InlineEndpoint() *poller.Endpoint {
+func (c *Conn) InlineEndpoint() *poller.Endpoint {
 	if c == nil || !c.relaying.Load() {
 		return nil
 	}
 	return c.ep
 }
 
-func (c *doorConn) onClose(netpoll.Connection) error {
+func (c *Conn) onClose(netpoll.Connection) error {
 	c.door.connsMu.Lock()
 	delete(c.door.conns, c)
 	c.door.connsMu.Unlock()
-	c.answered()
+	c.Answered()
 	if c.hs != nil {
 		c.hs.shut()
 	}
@@ -273,11 +273,11 @@ func (c *doorConn) onClose(netpoll.Connection) error {
 // was answered (Stop cannot stop a running timer function) finds the timer
 // gone and leaves the new session alone; otherwise the connection is hung
 // up, under c.mu so that it is still open (onClose waits for c.mu).
-func (c *doorConn) handshakeExpired() {
-	if h := c.door.hooks.Load(); h != nil && h.handshakeTimer != nil {
-		h.handshakeTimer()
-		if h.handshakeTimerDone != nil {
-			defer h.handshakeTimerDone()
+func (c *Conn) handshakeExpired() {
+	if h := c.door.hooks.Load(); h != nil && h.HandshakeTimer != nil {
+		h.HandshakeTimer()
+		if h.HandshakeTimerDone != nil {
+			defer h.HandshakeTimerDone()
 		}
 	}
 	c.mu.Lock()
@@ -340,7 +340,7 @@ func recoverRequest(log *slog.Logger, conn netpoll.Connection) {
 // head meanwhile; it refuses or opens, exactly as the handler would have.
 // Until then the connection's handler only collects what the client sends
 // (pendingStep).
-func (c *doorConn) offLoopStep(decide func() (finish func(rest []byte))) {
+func (c *Conn) OffLoopStep(decide func() (finish func(rest []byte))) {
 	w := &c.wait
 	w.pending.Store(true)
 	go func() {
@@ -385,7 +385,7 @@ func (w *pendingStep) clientGone() bool {
 
 // bufferWhilePending collects what the client sends while its step is out,
 // and reports whether it did (false: the verdict is in, carry on).
-func (c *doorConn) bufferWhilePending() bool {
+func (c *Conn) bufferWhilePending() bool {
 	c.wait.mu.Lock()
 	defer c.wait.mu.Unlock()
 	if !c.wait.pending.Load() {
@@ -401,3 +401,54 @@ func (c *doorConn) bufferWhilePending() bool {
 	}
 	return true
 }
+
+// SetOwner keeps what NewConn allocated c in; Owner gives it back, to the
+// Handler that gets c.
+func (c *Conn) SetOwner(owner any) { c.owner = owner }
+
+// Owner is what SetOwner kept.
+func (c *Conn) Owner() any { return c.owner }
+
+// Endpoint is the connection's side of the socket, once its TLS handshake
+// (if any) is done: what the Handler answers on and a session relays on.
+func (c *Conn) Endpoint() *poller.Endpoint { return c.ep }
+
+// Switch sends the upgrade's answer (the 101) to a connection that
+// StartRelay made a session's client side, hands rest (what the client
+// sent behind its head) to the session, and lets the request's bytes go.
+// An error means the client is gone before its 101.
+func (c *Conn) Switch(response, rest []byte) error {
+	if err := c.ep.Send(response); err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		c.sess.ClientBytes(rest)
+	}
+	bytebufferpool.Put(c.head)
+	c.head = nil
+	return nil
+}
+
+// What tests observe of a connection, in the windows their Hooks open.
+
+// Connection is the connection's netpoll connection.
+func (c *Conn) Connection() netpoll.Connection { return c.conn }
+
+// WaitReads returns once no handler is moving the connection's bytes (a TLS
+// listener's: the handshake's read lock).
+func (c *Conn) WaitReads() {
+	c.readMu.Lock()
+	c.readMu.Unlock() //nolint:staticcheck // only waits for the holder
+}
+
+// Relaying reports whether StartRelay has made the connection a session's
+// client side.
+func (c *Conn) Relaying() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sess != nil
+}
+
+// OffLoop reports whether a goroutine other than netpoll's handler is
+// handling the request (the TLS handshake's, an off-loop step's).
+func (c *Conn) OffLoop() bool { return c.offLoop.Load() }

@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 import (
 	"context"
@@ -196,7 +196,7 @@ func clientHelloComplete(b []byte) (bool, error) {
 // collectTLS runs in OnRequest while the handshake has not finished: it moves
 // what arrived into the handshake's buffer and starts the handshake once the
 // ClientHello is whole. It never blocks. Callers hold c.readMu.
-func (c *doorConn) collectTLS() error {
+func (c *Conn) collectTLS() error {
 	r := c.conn.Reader()
 	b, _ := r.Next(r.Len())
 	n := c.hs.feed(b)
@@ -226,7 +226,7 @@ func (c *doorConn) collectTLS() error {
 
 // tlsHandshake runs the server side of TLS in its own goroutine, bounded by
 // the handshake deadline, then hands the connection to the HTTP phase.
-func (c *doorConn) tlsHandshake() {
+func (c *Conn) tlsHandshake() {
 	defer c.door.endTLSHandshake()
 	ctx, cancel := context.WithDeadline(c.door.deps.Context, c.accepted.Add(c.door.cfg.HandshakeTimeout))
 	defer cancel()
@@ -238,8 +238,8 @@ func (c *doorConn) tlsHandshake() {
 		_ = c.conn.Close()
 		return
 	}
-	if h := c.door.hooks.Load(); h != nil && h.tlsHandshaken != nil {
-		h.tlsHandshaken(c)
+	if h := c.door.hooks.Load(); h != nil && h.TLSHandshaken != nil {
+		h.TLSHandshaken(c)
 	}
 	c.offLoop.Store(true)
 	defer c.goInline() // after the unlock below
@@ -251,15 +251,15 @@ func (c *doorConn) tlsHandshake() {
 	// What the client sent behind its Finished is in handshakeConn's buffer
 	// or inside tc; no read event will come for it.
 	_ = c.readHead()
-	if h := c.door.hooks.Load(); h != nil && h.tlsRequest != nil {
-		h.tlsRequest(c)
+	if h := c.door.hooks.Load(); h != nil && h.TLSRequest != nil {
+		h.TLSRequest(c)
 	}
 }
 
 // refuseNotTLS answers a client that spoke plaintext to the TLS listener: a
 // plain HTTP request (someone dialed ws:// or http://) gets a readable 400;
 // anything else is closed.
-func (c *doorConn) refuseNotTLS() {
+func (c *Conn) refuseNotTLS() {
 	c.hs.mu.Lock()
 	looksHTTP := len(c.hs.in) > 0 && c.hs.in[0] >= 'A' && c.hs.in[0] <= 'Z'
 	c.hs.mu.Unlock()
@@ -280,8 +280,8 @@ func (c *doorConn) refuseNotTLS() {
 // away, instead of waiting out the handshake timeout; anyone who looks at
 // the bytes sees the reason. An alert would be reported as a TLS version or
 // cipher problem, which misleads.
-func (c *doorConn) refuseTLS() {
-	c.refuse(&refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "tls_not_served",
+func (c *Conn) refuseTLS() {
+	c.Refuse(&Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "tls_not_served",
 		Message: "this gateway serves plain ws:// on this port, not TLS: connect with ws:// (or http://)"})
 }
 
@@ -323,6 +323,17 @@ type certReloader struct {
 	cert    *tls.Certificate
 	mod     time.Time // newest modification time of the two files when loaded
 	checked time.Time
+}
+
+// TLSConfig is the client listener's TLS (serverTLSConfig) for the
+// certificate in certFile and keyFile (TLS_CERT, TLS_KEY), reloaded when
+// the files change (certReloader).
+func TLSConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) {
+	certs, err := newCertReloader(certFile, keyFile, log)
+	if err != nil {
+		return nil, err
+	}
+	return serverTLSConfig(certs), nil
 }
 
 func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {

@@ -1,4 +1,4 @@
-package server
+package frontdoor
 
 import (
 	"bufio"
@@ -31,7 +31,7 @@ func headEnd(b []byte) int {
 // refusal is every refusal the gateway answers over HTTP (an upgrade's
 // before its 101, an API request's), sent as an OpenAI-shaped JSON error
 // body. An API answer carries one when it is a refusal.
-type refusal struct {
+type Refusal struct {
 	Status  int
 	Type    string // the error's type: invalid_request_error, rate_limit_error, ...
 	Code    string
@@ -40,10 +40,10 @@ type refusal struct {
 	Header  http.Header
 }
 
-func (e *refusal) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message) }
+func (e *Refusal) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message) }
 
-// body is the refusal's JSON body.
-func (e *refusal) body() []byte {
+// Body is the refusal's JSON body.
+func (e *Refusal) Body() []byte {
 	var param any
 	if e.Param != "" {
 		param = e.Param
@@ -55,17 +55,17 @@ func (e *refusal) body() []byte {
 
 // render writes the refusal as a response with extra headers after its
 // own; the connection closes after it.
-func (e *refusal) render(extra http.Header) []byte {
-	return writeResponse(e.Status, "application/json", e.body(), e.Header, extra)
+func (e *Refusal) render(extra http.Header) []byte {
+	return Response(e.Status, "application/json", e.Body(), e.Header, extra)
 }
 
 // response renders the refusal. The connection closes after it.
-func (e *refusal) response() []byte { return e.render(nil) }
+func (e *Refusal) response() []byte { return e.render(nil) }
 
-// writeResponse is every response the gateway writes by hand: the status
+// Response is every response the gateway writes by hand: the status
 // line, the body's type and length, Connection: close, the headers in
 // order, the body.
-func writeResponse(status int, contentType string, body []byte, headers ...http.Header) []byte {
+func Response(status int, contentType string, body []byte, headers ...http.Header) []byte {
 	var buf bytes.Buffer
 	buf.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
 	if contentType != "" && len(body) > 0 {
@@ -84,12 +84,12 @@ func writeResponse(status int, contentType string, body []byte, headers ...http.
 	return buf.Bytes()
 }
 
-func badRequest(msg string) *refusal {
-	return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "bad_request", Message: msg}
+func badRequest(msg string) *Refusal {
+	return &Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "bad_request", Message: msg}
 }
 
 // parseRequest parses a complete request head.
-func parseRequest(head []byte) (*http.Request, *refusal) {
+func parseRequest(head []byte) (*http.Request, *Refusal) {
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 	if err != nil {
 		return nil, badRequest("malformed HTTP request")
@@ -97,18 +97,18 @@ func parseRequest(head []byte) (*http.Request, *refusal) {
 	return req, nil
 }
 
-// checkUpgrade validates the WebSocket parts of an upgrade request (RFC 6455
+// CheckUpgrade validates the WebSocket parts of an upgrade request (RFC 6455
 // section 4.2.1) and returns the Sec-WebSocket-Accept value.
-func checkUpgrade(req *http.Request) (string, *refusal) {
+func CheckUpgrade(req *http.Request) (string, *Refusal) {
 	if !headerHasToken(req.Header, "Connection", "upgrade") || !headerHasToken(req.Header, "Upgrade", "websocket") {
-		return "", &refusal{
+		return "", &Refusal{
 			Status: http.StatusUpgradeRequired, Type: "invalid_request_error", Code: "upgrade_required",
 			Message: "this endpoint speaks WebSocket: send Connection: Upgrade and Upgrade: websocket",
 			Header:  http.Header{"Upgrade": {"websocket"}, "Sec-WebSocket-Version": {"13"}},
 		}
 	}
 	if req.Header.Get("Sec-WebSocket-Version") != "13" {
-		return "", &refusal{
+		return "", &Refusal{
 			Status: http.StatusUpgradeRequired, Type: "invalid_request_error", Code: "unsupported_websocket_version",
 			Message: "only WebSocket version 13 is supported",
 			Header:  http.Header{"Sec-WebSocket-Version": {"13"}},
@@ -139,38 +139,38 @@ func headerHasToken(h http.Header, name, token string) bool {
 }
 
 const (
-	subprotocolRealtime  = "realtime"
+	SubprotocolRealtime  = "realtime"
 	subprotocolKeyPrefix = "openai-insecure-api-key."
 )
 
-// clientCredentials is what a request offered for authentication.
-type clientCredentials struct {
-	key             string
-	offeredRealtime bool // the subprotocol realtime was offered and must be echoed
+// Credentials is what a request offered for authentication.
+type Credentials struct {
+	Key             string
+	OfferedRealtime bool // the subprotocol realtime was offered and must be echoed
 }
 
 // credentials finds the client's key the three ways realtime clients send it:
 // Authorization: Bearer, api-key (Azure style), and the browser subprotocol
 // openai-insecure-api-key.<key>. Unknown subprotocols are ignored.
-func credentials(h http.Header) clientCredentials {
-	var c clientCredentials
+func ReadCredentials(h http.Header) Credentials {
+	var c Credentials
 	for _, v := range h.Values("Sec-WebSocket-Protocol") {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)
 			switch {
-			case p == subprotocolRealtime:
-				c.offeredRealtime = true
-			case strings.HasPrefix(p, subprotocolKeyPrefix) && c.key == "":
-				c.key = strings.TrimPrefix(p, subprotocolKeyPrefix)
+			case p == SubprotocolRealtime:
+				c.OfferedRealtime = true
+			case strings.HasPrefix(p, subprotocolKeyPrefix) && c.Key == "":
+				c.Key = strings.TrimPrefix(p, subprotocolKeyPrefix)
 			}
 		}
 	}
 	if auth := h.Get("Authorization"); auth != "" {
 		if k, ok := cutPrefixFold(auth, "Bearer "); ok {
-			c.key = strings.TrimSpace(k)
+			c.Key = strings.TrimSpace(k)
 		}
 	} else if k := h.Get("Api-Key"); k != "" {
-		c.key = strings.TrimSpace(k)
+		c.Key = strings.TrimSpace(k)
 	}
 	return c
 }
@@ -182,8 +182,8 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 	return s, false
 }
 
-// upgradeResponse is the 101 answer.
-func upgradeResponse(accept string, protocol string) []byte {
+// UpgradeResponse is the 101 answer.
+func UpgradeResponse(accept string, protocol string) []byte {
 	var b strings.Builder
 	b.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ")
 	b.WriteString(accept)
