@@ -75,7 +75,7 @@ type Settings struct {
 	HedgeDelay time.Duration
 
 	// MaxConnections caps concurrent sessions, counting connections still in
-	// their handshake from accept; further upgrades get 503 (frontDoor).
+	// their handshake from accept; further upgrades get 503 (frontdoor.Door).
 	MaxConnections int
 	// MaxHandshakes caps client TLS handshakes running at once (from a whole
 	// ClientHello to the end of the handshake, a goroutine each); a
@@ -511,7 +511,7 @@ func openFileLimit() int {
 	return int(min(lim.Max, 1<<22))
 }
 
-// defaultMaxHandshakes bounds running client TLS handshakes (frontDoor.startTLSHandshake).
+// defaultMaxHandshakes bounds running client TLS handshakes (frontdoor.Door.startTLSHandshake).
 const defaultMaxHandshakes = 1024
 
 // defaultMaxStalledBytes fits a long answer on a slow link: a two-minute

@@ -11,8 +11,8 @@ package server
 //  2. the off-loop step, only when the decision needs I/O: the call owner
 //     from Redis, the key's limits from Redis. It runs in a goroutine of its
 //     own, never on netpoll's handler; bytes the client sends meanwhile are
-//     collected behind the head (pendingStep). It ends in a refusal or in
-//     open, exactly as the handler would have.
+//     collected behind the head (frontdoor.Conn.OffLoopStep). It ends in a
+//     refusal or in open, exactly as the handler would have.
 //  3. open: with the admission's deployments (its slot reserved by
 //     admitEntry), the 101 sent, and the session's upstream attached (warm
 //     socket, dial, or an app's own start).

@@ -1,30 +1,25 @@
-// Package server is the gateway's front door and session lifecycle: a
-// client connection becomes a session here. What a session needs that is
-// not its own lives in packages with one job each: balance (which
-// deployment, its health and slots, the routing strategies, the hedged dial
-// race), turns (per-turn latency), tracing (OpenTelemetry spans), limit and
+// Package server wires the gateway and runs its sessions: a request that
+// the front door (server/frontdoor: accept, TLS, the request head, an API
+// request's body) has read becomes a session or an API answer here. What a
+// session needs that is not its own lives in packages with one job each:
+// balance (which deployment, its health and slots, the routing strategies,
+// the hedged dial race), turns (per-turn latency), tracing (OpenTelemetry spans), limit and
 // cluster (per-key limits on one instance or across a Redis), apps (client
 // secrets, call owners), protocol (what is specific to the voice protocol),
 // admin (the admin port), and routes, usage, spend, spenddb below them.
 //
-// The path of a connect, in order, step by step:
+// The path of a connect, in order, step by step, once the front door has
+// read its request (the server is its frontdoor.Handler; NewConn allocates
+// a clientConn: the front door's Conn and a session's state, in one
+// allocation):
 //
-//	onPrepare     a clientConn (one allocation; its own netpoll context), the
-//	              HANDSHAKE_TIMEOUT timer; onRequest dispatches on the
-//	              connection's phase (connPhase)
-//	frontDoor.accept  MAX_CONNECTIONS and the front door's counts, or the
-//	              canned 503 (refuseAtAccept)
-//	collectTLS    the ClientHello is collected on the handler; tlsHandshake
-//	              runs in a goroutine (MAX_HANDSHAKES), then reads the first
-//	              request head
-//	readHead      the head is collected from netpoll's buffer, bounded by
-//	              MAX_HEADER_BYTES
-//	handle        health, API requests (serveAPI: client secrets in
+//	Route         an API request (apiPaths, liveEndpoint): its body is
+//	              collected, then HandleAPI answers it (client secrets in
 //	              mintClientSecret, calls in createCall, GPT-Live's WebRTC
-//	              create, call controls, forks and recordings in liveAPI),
-//	              the path and the method; then decide (no I/O):
+//	              create, call controls, forks and recordings in liveAPI)
+//	HandleRequest health, the path and the method; then decide (no I/O):
 //	  origins.allow   ALLOWED_ORIGINS
-//	  credentials, then checkUpgrade
+//	  frontdoor.ReadCredentials, then frontdoor.CheckUpgrade
 //	  authenticateConnect  a key, or a client secret (apps.Secrets.Verify)
 //	  pickGroup       a secret's group, transcription routing, the
 //	                  protocol's model, the default
@@ -43,13 +38,14 @@
 //	                  client secrets refused (refuseLiveSecret)
 //	decideOffLoop only when the decision needs I/O (a call owner in Redis,
 //	              the Redis admission): a goroutine, client bytes buffered
-//	              meanwhile (pendingStep)
+//	              meanwhile (frontdoor.Conn.OffLoopStep)
 //	open          the admission's plan (the deployments to try, the probe or
 //	              the slot holder first, in the routing strategy's order:
 //	              balance's Balancer.order), the connect span
-//	              (server/tracing), the 101, the session registered
+//	              (server/tracing), the session registered
 //	              (sessionInfo, setupWatch: the upstream's events read for
-//	              usage, turns and spans), budgets.meter, then the upstream:
+//	              usage, turns and spans), budgets.meter, the 101
+//	              (frontdoor.Conn.Switch), then the upstream:
 //	  keepLive        a GPT-Live session: the first message held
 //	                  (poller.HoldFirst) and read (protocol.ReadStart), then
 //	                  pickGroup, balance.Reserve, dialFor, the rewritten
@@ -98,11 +94,11 @@
 //	records.record  USAGE_LOG, the spend log; metrics.countTokens
 //	explainBeta   a close for the retired beta interface, explained
 //
-// Beside the path: Drain (SIGTERM, Shutdown's hang-ups: hangUpClients), the
-// watchdog (idle and stalled sessions, the memory budget), listen and
-// stoppableListener (the client listener netpoll polls, accepted from and
-// closed by the gateway itself; REUSEPORT), metrics and ServeAdmin (the
-// gateway's metrics, the admin port's view of the gateway), FromEnv
+// Beside the path: Drain (SIGTERM; Shutdown's hang-ups are the front
+// door's: frontdoor.Door.Shutdown), the watchdog (idle and stalled
+// sessions, the memory budget), doorSettings (the front door's share of the
+// settings), metrics and ServeAdmin (the gateway's metrics, the admin
+// port's view of the gateway), FromEnv
 // (Settings from the environment), callMeters (the gateway's own metering
 // sidebands to WebRTC calls) and liveMetering (which sideband meters a
 // GPT-Live WebRTC session), newLivePool (GPT-Live's warm pool, primed for

@@ -14,8 +14,9 @@ import (
 //	         Kubernetes readiness probe) stop sending clients, while connects
 //	         that still arrive are served normally; lasts DrainGrace.
 //	stopped  the listener stops accepting once netpoll has taken everything
-//	         queued (frontDoor); the warm pool's sockets are closed (close
-//	         1000); live sessions continue until they end or timeout passes.
+//	         queued (frontdoor.Door.StopAccepting); the warm pool's sockets
+//	         are closed (close 1000); live sessions continue until they end
+//	         or timeout passes.
 //	closing  sessions still open get an error event and close 1001, new
 //	         upgrades on connections accepted earlier get 503, and Drain waits
 //	         for the close handshakes before it shuts the reactor down.

@@ -1,16 +1,8 @@
 package frontdoor
 
-// The front door: bytes in, a routed request out. It accepts client
-// connections (counted from accept against MAX_CONNECTIONS, the canned 503
-// beyond), runs the TLS handshake off netpoll's handlers (MAX_HANDSHAKES),
-// reads the request head (MAX_HEADER_BYTES), collects an API request's body,
-// and hands the request to a Handler: the rest of the gateway, which decides
-// what the request becomes (a session, an API answer, a refusal). The
-// Handler answers through the Conn it is given. What the front door
-// needs from the rest comes in Config (limits, timeouts, the TLS
-// configuration) and Deps (the server's life, logger, metrics registry,
-// the session count and the warm pool's demand); it knows nothing of
-// sessions or protocols.
+// The front door as a whole: Handler, Config and Deps (its seam with the
+// rest of the gateway), Door (the listener, accept, the connections' registry
+// and their hang-ups), and netpoll's OnPrepare and OnRequest.
 
 import (
 	"context"
@@ -97,7 +89,7 @@ type Hooks struct {
 }
 
 // Door is the client listener and the connections it accepted until
-// their request is answered (admission at accept: accept.go's counts).
+// their request is answered (admission at accept: Door.accept).
 type Door struct {
 	cfg  Config
 	deps Deps
