@@ -154,7 +154,7 @@ func (c *Conn) refuseBody(r *Refusal) {
 	c.AnswerNow(r.render(c.door.h.CORSHeaders(c.api.req)))
 }
 
-// answerNow sends response, a whole HTTP response, and closes the
+// AnswerNow sends response, a whole HTTP response, and closes the
 // connection.
 func (c *Conn) AnswerNow(response []byte) {
 	c.setPhase(phaseDone)

@@ -78,11 +78,11 @@ type Conn struct {
 	timer *time.Timer // handshake deadline; nil once upgraded
 	left  bool        // the handshake count was given back (Door.leave)
 
-	wait pendingStep // the off-loop step of the decision in flight (offLoopStep)
+	wait pendingStep // the off-loop step of the decision in flight (OffLoopStep)
 	api  *apiRequest // an API request's body being collected (readBody)
 
 	relaying atomic.Bool // phase is phaseRelay, for netpoll's runner (poller.Inliner)
-	offLoop  atomic.Bool // a goroutine other than netpoll's handler is handling the request (startRelay)
+	offLoop  atomic.Bool // a goroutine other than netpoll's handler is handling the request (StartRelay)
 
 	// The plain listener's endpoint lives here, in the connection's one
 	// allocation (NewConn's), rather than in one of its own; only a
@@ -185,7 +185,7 @@ func (c *Conn) Refuse(e *Refusal) {
 
 // answered marks the connection's request as answered (a session opened,
 // an API request's body complete, or the socket closed): the deadline
-// timer (HANDSHAKE_TIMEOUT) stops and lets go, since a long-lived session
+// timer (HANDSHAKE_TIMEOUT_SECS) stops and lets go, since a long-lived session
 // should not carry it, and the front door's count of connections awaiting
 // their answer (Door.refuseAtAccept) is given back, once.
 func (c *Conn) Answered() {
@@ -202,7 +202,7 @@ func (c *Conn) Answered() {
 	}
 }
 
-// startRelay makes the connection a session's client side. Under mu, so
+// StartRelay makes the connection a session's client side. Under mu, so
 // that onClose, which may run on another goroutine (the TLS handshake's
 // hand-off runs outside netpoll's handler), sees either no session or this
 // one; a client gone before this sees its 101 fail.
@@ -223,7 +223,7 @@ func (c *Conn) StartRelay(sess *poller.Session) {
 }
 
 // goInline ends a goroutine's handling of the connection outside netpoll's
-// handlers (see startRelay), once it holds none of the connection's locks:
+// handlers (see StartRelay), once it holds none of the connection's locks:
 // a session it opened may now run its handlers on the poller.
 func (c *Conn) goInline() {
 	c.offLoop.Store(false)
@@ -333,7 +333,7 @@ func recoverRequest(log *slog.Logger, conn netpoll.Connection) {
 	hangUp(conn) // inside the handler: netpoll closes only after it returns
 }
 
-// offLoopStep finishes the request in a goroutine of its own, for a
+// OffLoopStep finishes the request in a goroutine of its own, for a
 // Handler whose decision needs I/O (a call owner or the key's limits in
 // Redis): decide runs there and returns finish, which then runs with the
 // connection's handler held off, given what the client sent behind its
@@ -346,7 +346,7 @@ func (c *Conn) OffLoopStep(decide func() (finish func(rest []byte))) {
 	go func() {
 		finish := decide()
 		c.offLoop.Store(true)
-		defer c.goInline() // after the unlock below (startRelay)
+		defer c.goInline() // after the unlock below (StartRelay)
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		finish(c.head.B[headEnd(c.head.B):])

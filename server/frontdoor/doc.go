@@ -7,7 +7,7 @@
 // Why a package of its own: everything before a request is read is the same
 // for every kind of session and every protocol, and it is where a hostile or
 // slow client is met, so it is bounded on its own terms (MAX_CONNECTIONS
-// counted from accept, MAX_HANDSHAKES, HANDSHAKE_TIMEOUT, MAX_HEADER_BYTES,
+// counted from accept, MAX_HANDSHAKES, HANDSHAKE_TIMEOUT_SECS, MAX_HEADER_BYTES,
 // the body's bound) and never blocks netpoll's handlers. It imports the
 // reactor (poller) and nothing of sessions or protocols; what it needs from
 // the rest comes in Config and Deps, and what it hands on goes through
@@ -20,7 +20,7 @@
 //	                 listener, a close on a TLS one); Handler.NewConn
 //	                 allocates its Conn (one allocation with the handler's
 //	                 own state; the Conn is its own netpoll context), the
-//	                 HANDSHAKE_TIMEOUT timer (Conn.handshakeExpired)
+//	                 HANDSHAKE_TIMEOUT_SECS timer (Conn.handshakeExpired)
 //	Door.onRequest   dispatches on the connection's phase (connPhase)
 //	Conn.collectTLS  the ClientHello is collected on the handler;
 //	                 Conn.tlsHandshake runs in a goroutine (MAX_HANDSHAKES),

@@ -23,21 +23,21 @@ import (
 
 // Handler is what the front door hands a request to once it is read.
 // Except for NewConn and Route, its methods own the connection's answer:
-// they end in a refusal, an answer, or a relay (Conn.startRelay).
+// they end in a refusal, an answer, or a relay (Conn.StartRelay).
 type Handler interface {
 	// NewConn allocates an accepted connection: the front door's Conn,
 	// in one allocation with what the handler keeps beside it for a session
-	// (Conn.owner).
+	// (Conn.SetOwner).
 	NewConn() *Conn
 	// Route names the API endpoint of a request head and the bound of its
 	// body; "" for any other request (an upgrade, health, an unknown path).
 	Route(req *http.Request) (endpoint string, bodyLimit int)
 	// HandleRequest acts on a request that is not an API request, on the
 	// connection's handler, which must not block (I/O goes to a goroutine:
-	// Conn.offLoopStep); rest is what the client sent behind the head.
+	// Conn.OffLoopStep); rest is what the client sent behind the head.
 	HandleRequest(c *Conn, req *http.Request, rest []byte)
 	// HandleAPI answers an API request whose body is whole, in a goroutine
-	// of its own (Conn.answerNow, or a stream of its own).
+	// of its own (Conn.AnswerNow, or a stream of its own).
 	HandleAPI(c *Conn, req *http.Request, endpoint string, body []byte)
 	// CORSHeaders are the headers every answer to req carries
 	// (ALLOWED_ORIGINS).
@@ -50,10 +50,10 @@ type Handler interface {
 type Config struct {
 	MaxConnections   int           // MAX_CONNECTIONS: sessions and connections awaiting their answer
 	MaxHandshakes    int           // MAX_HANDSHAKES: TLS handshakes running at once
-	HandshakeTimeout time.Duration // HANDSHAKE_TIMEOUT: from accept to the request's answer
-	WriteTimeout     time.Duration // WRITE_TIMEOUT: netpoll's, for every client socket
+	HandshakeTimeout time.Duration // HANDSHAKE_TIMEOUT_SECS: from accept to the request's answer
+	WriteTimeout     time.Duration // WRITE_TIMEOUT_SECS: netpoll's, for every client socket
 	MaxHeaderBytes   int           // MAX_HEADER_BYTES: the request head's bound
-	MaxPending       int           // what a client may send while its request is decided off the loop
+	MaxPending       int           // MAX_PENDING_BYTES: what a client may send while its request is decided off the loop
 	TLS              *tls.Config   // the client listener's TLS; nil for plain
 }
 

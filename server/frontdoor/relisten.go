@@ -14,7 +14,7 @@
 // counted (rtgate_listener_restarts_total) and run again, on a new event
 // loop, as long as the socket still listens. When it cannot be (the socket
 // no longer listens, or netpoll gave it up again at once maxQuickReturns
-// times in a row), Server.Serve returns the error and cmd/gateway exits
+// times in a row), Door.Serve returns the error and cmd/gateway exits
 // non-zero, so that a supervisor starts a fresh process rather than leave
 // one that accepts nothing.
 //
@@ -28,7 +28,7 @@
 // (stoppableListener.serveEnded). The old loop is dropped, not shut down:
 // its Shutdown would detach and close the listener under the new loop.
 // Connections it accepted live on (they belong to their pollers, not to the
-// loop) and are ended by Server.Shutdown's hang-up of every client
+// loop) and are ended by Door.Shutdown's hang-up of every client
 // connection, like all others.
 
 package frontdoor

@@ -40,7 +40,7 @@ import (
 // goroutine exists only from a complete ClientHello to the end of the
 // handshake, at most MaxHandshakes of them (more are closed at once), each
 // ended by the handshake deadline. OnRequest never blocks: it only moves bytes. It and the
-// handshake goroutine's hand-off run under clientConn.readMu, so reads of
+// handshake goroutine's hand-off run under Conn.readMu, so reads of
 // the connection never overlap.
 
 const (
