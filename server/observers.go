@@ -27,29 +27,31 @@ import (
 //
 // Locks. Observers run on the upstream's read path, under the upstream
 // Handle's read lock and the relay's client lock (poller.Session's
-// client.mu, held across frames.Scanner.Forward). What they take under it,
-// each briefly and none while holding another of this list, except as
-// noted:
+// client.mu, held across the frame's forward and inspection: package
+// poller's doc, Lock order). Under it they take, each briefly:
 //
-//   - usage: the meter's own state takes no lock; its callbacks (budgets'
-//     OnTokens, the Live meter's OnDelegation/OnStarted) take the budget's
-//     and the spend book's locks;
-//   - flights: usage.Flights.mu;
-//   - turns: turns.Tracker.mu, and with tracing tracing.Session.mu; a turn
-//     that ends calls turns.Watch.Observe (observeTurn) after, which takes
-//     sessionInfo.depMu (currentDeployment) and then, released, the
-//     balancer's mutex (ObserveFirstOutput, ObservePenalty);
-//   - keep: continuity.Keeper.mu, and under it the global budget's
-//     (continuity.Global); armCap takes sessionInfo.depMu, then
-//     resumeArgs.rollMu (armRollover).
+//	client.mu (the relay's)
+//	  → up.mu (the relay's): flights, BytesFromClient at response.done,
+//	    before Flights.mu, never under it
+//	  → leaves, none held while another is taken:
+//	    usage:   the meter takes none itself; its callbacks take
+//	             sessionInfo.depMu (currentDeployment, for prices), then
+//	             spend.Ledger.mu (budgets.meter), or liveState.mu (the
+//	             GPT-Live meter's OnTokens, OnDelegation)
+//	    flights: usage.Flights.mu
+//	    turns:   turns.Tracker.mu, tracing.Session.mu; a turn that ends is
+//	             emitted after Tracker.mu is let go (observeTurn):
+//	             sessionInfo.depMu, then the balancer's mutex
+//	             (ObserveFirstOutput, ObservePenalty)
+//	    keep:    continuity.Keeper.mu (the global budget is atomic);
+//	             armCap: sessionInfo.depMu, then resumeArgs.rollMu
+//	             (armRollover; its timer runs on a goroutine of its own)
 //
-// So the order is: upstream read lock → client.mu → {Flights.mu,
-// Tracker.mu → tracing.Session.mu, depMu, balancer mutex, Keeper.mu →
-// Global, rollMu, budget locks}. None of these may be held while calling
-// into the relay (poller.Session: Send, Cancel, ClientGone, …), which
-// takes client.mu or up.mu: an observer that must end or write to the
-// session does it from its own goroutine (budget's terminate, the Live
-// meter's hangUp).
+// None of these leaves may be held while taking client.mu or up.mu, nor
+// while calling into the relay (poller.Session: SendClient, Terminate,
+// Cancel, Rollover, …): an observer that must end or write to the session
+// does it from a goroutine of its own (budgets.meter's end, the GPT-Live
+// meter's refusal). Found so on this path: no inversion.
 type observer interface {
 	// wants reports whether the observer reads the whole event of type
 	// typ (prefix: the frame's first bytes); it may note the type itself
