@@ -29,15 +29,18 @@ import (
 
 // setupWatch is the session's frames.Inspector: it records the session setup
 // time at the first upstream text frame (session.created) and passes every
-// frame on to the session's usage accounting, turn measurement and kept
-// conversation, reading each event's type once for all.
+// frame on to the session's observers (usage accounting, responses in
+// flight, turn measurement, kept conversation), chosen by the session's kind
+// when it opens (chooseObservers), reading each event's type once for all.
+// It runs under the relay's client lock: the observer type's doc says what
+// may be taken under it.
 type setupWatch struct {
 	*sessionInfo
 	srv       *Server
 	sess      *poller.Session
-	seen      bool // only the upstream read path touches it
-	capSeen   bool // the first upstream's session.created was read (armCap)
-	turnProto protocol.Protocol
+	seen      bool              // only the upstream read path touches it
+	capSeen   bool              // the first upstream's session.created was read (armCap)
+	turnProto protocol.Protocol // whose turn marks the turns read (seeTurn): Realtime's or GPT-Live's
 
 	// The session's observers (chooseObservers), and which of them want
 	// the whole of the frame Inspect gets (bit i: obs[i]).
