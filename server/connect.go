@@ -315,6 +315,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 			lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
 				KeepAudio: keepAudio(s.cfg, u.key)}})
 	}
+	c.watch.chooseObservers() // by the kind set above
 	if realtimeConversation(u) && info.resume == nil {
 		sess.FilterUpstream(&c.watch) // the upstream's errors for the gateway's own events (holdGatewayAnswer)
 	}

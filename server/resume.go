@@ -94,7 +94,9 @@ type resumeArgs struct {
 	// fresh upstream can be lost again before the record says ok.
 	resuming atomic.Int32
 
-	// The rollover before the upstream's cap (armRollover).
+	// The rollover before the upstream's cap (armRollover). rollMu is
+	// taken under the relay's client lock (the watch's armCap) and is a
+	// leaf: its timer's check lets it go before sess.Rollover.
 	rollMu    sync.Mutex
 	rollTimer *time.Timer
 	rollGen   int  // which upstream session the timer is for

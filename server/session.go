@@ -41,7 +41,10 @@ type sessionInfo struct {
 	key   *routes.ClientKey
 	group string
 	// depMu guards deployment and counted: a redial (its own goroutine)
-	// and the session's end may race over them.
+	// and the session's end may race over them. Lock order: taken under
+	// the relay's client lock by the watch's observers (observer); it may
+	// be held over the balancer's mutex (uncount's Detach), never over a
+	// relay lock.
 	depMu      sync.Mutex
 	deployment *routes.Deployment // nil until an upstream is attached
 	counted    bool               // deployment's live count includes this session

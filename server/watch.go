@@ -18,7 +18,6 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
-	"rtgate/server/continuity"
 	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -30,23 +29,28 @@ import (
 
 // setupWatch is the session's frames.Inspector: it records the session setup
 // time at the first upstream text frame (session.created) and passes every
-// frame on to the session's usage accounting, turn measurement and kept
-// conversation, reading each event's type once for all.
+// frame on to the session's observers (usage accounting, responses in
+// flight, turn measurement, kept conversation), chosen by the session's kind
+// when it opens (chooseObservers), reading each event's type once for all.
+// It runs under the relay's client lock: the observer type's doc says what
+// may be taken under it.
 type setupWatch struct {
 	*sessionInfo
-	srv        *Server
-	sess       *poller.Session
-	seen       bool // only the upstream read path touches it
-	capSeen    bool // the first upstream's session.created was read (armCap)
-	wantUsage  bool // the frame Inspect gets carries usage
-	wantKeep   bool // the frame Inspect gets changes the kept conversation (continuity)
-	wantTurn   bool // the turns or spans read the frame Inspect gets
-	wantFlight bool // the frame Inspect gets opens or closes a response in flight (keepFlights)
+	srv       *Server
+	sess      *poller.Session
+	seen      bool              // only the upstream read path touches it
+	capSeen   bool              // the first upstream's session.created was read (armCap)
+	turnProto protocol.Protocol // whose turn marks the turns read (seeTurn): Realtime's or GPT-Live's
+
+	// The session's observers (chooseObservers), and which of them want
+	// the whole of the frame Inspect gets (bit i: obs[i]).
+	obs  [maxObservers]observer
+	nobs uint8
+	want uint8
 }
 
-// Wants implements frames.Inspector: the usage events, the turns' marks,
-// and with continuity the events that change the kept conversation. The
-// event type is read once for all three.
+// Wants implements frames.Inspector: it reads the event's type once and
+// asks each of the session's observers whether it reads the whole event.
 func (w *setupWatch) Wants(prefix []byte) bool {
 	if !w.seen && w.live != nil {
 		// A Live session's first event answers the client's own
@@ -65,60 +69,27 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		}
 		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
-	if w.live != nil {
-		// GPT-Live's turn marks need the type only (seeTurn), but for
-		// session.started, which the spans read; the meter and, with
-		// continuity, the kept conversation read events whole.
-		typ, ok := eventtype.Of(prefix)
-		w.wantTurn = ok && w.seeTurn(typ, prefix)
-		w.wantUsage = ok && w.live.meter.WantsType(typ, prefix)
-		w.wantKeep = ok && w.resume != nil && (continuity.LiveUpstreamWants(typ, prefix) ||
-			(!w.capSeen && string(typ) == eventtype.LiveStarted))
-		return w.wantUsage || w.wantKeep || w.wantTurn
-	}
+	w.want = 0
 	typ, ok := eventtype.Of(prefix)
 	if !ok {
 		return false
 	}
-	w.wantUsage = w.meter.WantsType(typ)
-	w.wantKeep = w.resume != nil && (continuity.UpstreamWants(typ) || (!w.capSeen && string(typ) == "session.created") ||
-		(w.resume.lim.KeepAudio && continuity.AudioUpstreamWants(typ)))
-	w.wantTurn = w.seeTurn(typ, prefix)
-	w.wantFlight = w.flights != nil && usage.WantsType(typ)
-	return w.wantTurn || w.wantUsage || w.wantKeep || w.wantFlight
+	for i, o := range w.obs[:w.nobs] {
+		if o.wants(typ, prefix) {
+			w.want |= 1 << i
+		}
+	}
+	return w.want != 0
 }
 
-// Inspect implements frames.Inspector: the usage meter, the turns and, with
-// continuity, the kept conversation read the event.
+// Inspect implements frames.Inspector: the observers that wanted the
+// event read it, in their order.
 func (w *setupWatch) Inspect(p []byte) {
-	if w.live != nil {
-		if w.wantUsage {
-			w.live.meter.Inspect(p)
+	for i, o := range w.obs[:w.nobs] {
+		if w.want&(1<<i) != 0 {
+			o.inspect(p)
 		}
-		if w.wantTurn {
-			w.inspectTurn(p)
-		}
-		if w.wantKeep && !w.armCap(p) {
-			w.keep.LiveUpstream(p, w.resume.lim)
-		}
-		return
 	}
-	if w.wantUsage {
-		w.meter.Inspect(p)
-	}
-	if w.wantFlight {
-		w.flights.Inspect(p) // after the meter: a cancelled response's usage is booked before its end may close the session
-	}
-	if w.wantTurn {
-		w.inspectTurn(p)
-	}
-	if !w.wantKeep {
-		return
-	}
-	if w.armCap(p) {
-		return
-	}
-	w.keep.Upstream(p, w.resume.lim)
 }
 
 // armCap reads the first upstream session's session.created (GPT-Live:
@@ -148,10 +119,7 @@ func (w *setupWatch) armCap(p []byte) bool {
 // (prefix: its frame's first bytes), and reports whether the whole event is
 // wanted (inspectTurn).
 func (w *setupWatch) seeTurn(typ, prefix []byte) bool {
-	m := w.srv.proto.Turn(typ)
-	if w.live != nil {
-		m = protocol.Live{}.Turn(typ)
-	}
+	m := w.turnProto.Turn(typ)
 	w.trace.Mark(m)
 	whole := w.turns.See(m, prefix)
 	return whole && (!w.turns.Off || w.trace != nil)

@@ -72,6 +72,9 @@ type Limits struct {
 // State made on the first thing worth keeping. Both read paths (client and
 // upstream) and the resume goroutine call it. The zero value is ready.
 type Keeper struct {
+	// mu is a leaf, taken under either of the relay's locks (the read
+	// paths') and by the resume: nothing under it calls back into the
+	// relay (the global Budget is atomic).
 	mu sync.Mutex
 	st *State
 }

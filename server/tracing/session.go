@@ -20,6 +20,8 @@ type Session struct {
 	t   *Tracer
 	ctx context.Context // the connect span's: the parent of the session's spans
 
+	// mu is a leaf, taken under the relay's client lock (the watch's turn
+	// marks) and at the session's end.
 	mu      sync.Mutex
 	connect trace.Span // nil once ended
 	attrs   []attribute.KeyValue

@@ -161,6 +161,10 @@ type Tracker struct {
 	waiting atomic.Int32 // open responses (or a Live turn) without output yet
 	timed   atomic.Bool  // server VAD is on: forwarded audio is timed (audioClock)
 
+	// mu is a leaf, taken under either of the relay's locks (its client
+	// lock on the upstream's read path, its upstream lock on the
+	// client's): Observe is called after it is let go (emit), so that
+	// what Observe takes (the balancer's mutex) is never under it.
 	mu sync.Mutex
 	// What the upstream's configuration says.
 	silence        time.Duration

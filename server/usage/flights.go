@@ -68,6 +68,9 @@ type Flights struct {
 	// to cancel response id: the protocol's (protocol.Realtime.Cancel).
 	Cancel func(id string) []byte
 
+	// mu is a leaf: taken on the upstream's read path under the relay's
+	// client lock, and by the farewell under its upstream lock; FromClient
+	// (which takes the latter) is called before it, never under it.
 	mu     sync.Mutex
 	open   []flight
 	ending bool // Farewell asked for cancels
