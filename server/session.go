@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -311,11 +312,29 @@ func (i *sessionInfo) uncount(b *balance.Balancer, forget bool) *routes.Deployme
 	return d
 }
 
-// dialTo dials a deployment with dialer for a session that asked with
-// query q and pass-through headers h.
-func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.DialFunc {
-	return func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error) {
-		return dialer.Dial(ctx, target(d, q, h))
+// dialTo is a hedged race's I/O for a session that asked with query q and
+// pass-through headers h: it dials a deployment with dialer, reads the HTTP
+// status a refusal carried (*upstream.Error), and closes a dial that
+// completed after the race was decided with 1001 and a close frame.
+func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.Dial[*upstream.Upgraded] {
+	return balance.Dial[*upstream.Upgraded]{
+		Dial: func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error) {
+			return dialer.Dial(ctx, target(d, q, h))
+		},
+		Status: func(err error) int {
+			var ue *upstream.Error
+			if errors.As(err, &ue) {
+				return ue.Status
+			}
+			return 0
+		},
+		Abandon: func(c *upstream.Upgraded) {
+			if c == nil {
+				return
+			}
+			_ = c.Endpoint.Send(frames.AppendClose(nil, ws.StatusGoingAway, "hedged dial not needed", true))
+			c.Endpoint.Close()
+		},
 	}
 }
 
@@ -380,7 +399,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		case <-raceCtx.Done():
 			return
 		}
-		own.conn, own.d, own.status = s.balancer.Race(info.trace.Context(raceCtx), info.group, cands, dialTo(s.dialer, q, h))
+		own.conn, own.d, own.status = balance.Race(info.trace.Context(raceCtx), s.balancer, info.group, cands, dialTo(s.dialer, q, h))
 	}()
 	for {
 		select {
@@ -422,7 +441,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 // left (nobody to tell), else told that no upstream could be reached.
 func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
-	conn, d, status := s.balancer.Race(info.trace.Context(ctx), info.group, cands, dialTo(s.dialer, q, h))
+	conn, d, status := balance.Race(info.trace.Context(ctx), s.balancer, info.group, cands, dialTo(s.dialer, q, h))
 	return raced(s.proto, sess, info, hedgedDial{conn, d, status})
 }
 

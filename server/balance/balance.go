@@ -9,7 +9,9 @@
 //
 // A connect asks Reserve for a plan (the deployments to try, in order, the
 // first holding the connect's slot) or a refusal; the session dials with
-// Race, which reports each dial's outcome to Succeeded or Failed;
+// Race, which reports each dial's outcome to Succeeded or Failed. The
+// balancer does no I/O: Race runs the dials, the refusals' classification
+// and the losers' close the session gives it (Dial);
 // the session's upstream is counted with Attach and Detach, and its slot
 // given back with Release when it ends. Snapshot is what the status page
 // shows.

@@ -14,26 +14,34 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gobwas/ws"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"rtgate/frames"
 	"rtgate/server/routes"
-	"rtgate/upstream"
 )
 
 // MaxAttempts bounds failover: a connect tries at most this many
 // deployments of its model group before the client gets the error.
 const MaxAttempts = 3
 
-// DialFunc dials deployment d for the session being connected.
-type DialFunc func(ctx context.Context, d *routes.Deployment) (*upstream.Upgraded, error)
+// Dial is what a race needs from its caller, which does the I/O: the
+// balancer ranks and reserves, the caller dials. C is what a completed dial
+// yields (the session's upgraded upstream connection).
+type Dial[C any] struct {
+	// Dial dials deployment d for the session being connected.
+	Dial func(ctx context.Context, d *routes.Deployment) (C, error)
+	// Status is the HTTP status with which the deployment refused a
+	// failed dial, 0 if it did not answer with one.
+	Status func(err error) int
+	// Abandon closes a dial that completed after the race was decided
+	// (with 1001, as a client that changed its mind would).
+	Abandon func(conn C)
+}
 
 // dialResult is one dial's outcome.
-type dialResult struct {
+type dialResult[C any] struct {
 	i    int // index of the dial in the attempt
-	conn *upstream.Upgraded
+	conn C
 	err  error
 }
 
@@ -59,9 +67,12 @@ type attempt struct {
 // it just failed). A hedge takes the next healthy one; it takes an ejected
 // one only when no deployment of the attempt is healthy, so that ejected
 // deployments stay skipped while a healthy one exists.
-func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deployment, dial DialFunc) (*upstream.Upgraded, *routes.Deployment, int) {
+//
+// Race is a function, not a method, because it is generic over C.
+func Race[C any](ctx context.Context, b *Balancer, group string, cands []*routes.Deployment, dial Dial[C]) (C, *routes.Deployment, int) {
+	var none C
 	cands = cands[:min(len(cands), MaxAttempts)]
-	results := make(chan dialResult, len(cands)) // buffered: no dial waits for a reader that left
+	results := make(chan dialResult[C], len(cands)) // buffered: no dial waits for a reader that left
 	dials := make([]attempt, 0, len(cands))
 	pending := slices.Clone(cands) // not dialed yet, in order
 	inflight, status := 0, 0
@@ -75,9 +86,9 @@ func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deplo
 		dialing := &b.hostOf(d).dialing
 		dialing.Add(1)
 		go func() {
-			conn, err := dial(dctx, d)
+			conn, err := dial.Dial(dctx, d)
 			dialing.Add(-1)
-			results <- dialResult{i: i, conn: conn, err: err}
+			results <- dialResult[C]{i: i, conn: conn, err: err}
 		}()
 	}
 	// hedgeTo is the pending candidate a hedge dials now, -1 for none.
@@ -119,7 +130,7 @@ func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deplo
 			}
 		}
 		if inflight > 0 {
-			go closeLate(results, inflight)
+			go closeLate(results, inflight, dial.Abandon)
 		}
 	}
 
@@ -166,9 +177,8 @@ func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deplo
 			if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
 				continue // the client left or the gateway is stopping: no verdict on the deployment
 			}
-			var ue *upstream.Error
-			if errors.As(r.err, &ue) && ue.Status != 0 {
-				status = ue.Status
+			if st := dial.Status(r.err); st != 0 {
+				status = st
 			}
 			b.cfg.DialFailures.WithLabelValues(group).Inc()
 			b.log.Warn("upstream dial failed", "deployment", dl.d.Name, "attempt", r.i+1, "status", status,
@@ -194,23 +204,19 @@ func (b *Balancer) Race(ctx context.Context, group string, cands []*routes.Deplo
 				}
 			}
 			stop()
-			return nil, nil, status
+			return none, nil, status
 		}
 	}
 	stop()
-	return nil, nil, status
+	return none, nil, status
 }
 
-// closeLate collects the results of n cancelled dials and closes any that
-// completed its upgrade anyway, with 1001 and a close frame, as a client
-// that changed its mind would.
-func closeLate(results <-chan dialResult, n int) {
+// closeLate collects the results of n cancelled dials and hands any that
+// completed its upgrade anyway to abandon.
+func closeLate[C any](results <-chan dialResult[C], n int, abandon func(C)) {
 	for range n {
-		r := <-results
-		if r.conn != nil {
-			ep := r.conn.Endpoint
-			_ = ep.Send(frames.AppendClose(nil, ws.StatusGoingAway, "hedged dial not needed", true))
-			ep.Close()
+		if r := <-results; r.err == nil {
+			abandon(r.conn)
 		}
 	}
 }
