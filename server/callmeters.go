@@ -46,7 +46,7 @@ type callMeters struct {
 func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deployment, callID string, adm *admission) {
 	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
 	defer cancel()
-	conn, err := cm.dialer.Dial(ctx, d.Target(url.Values{"call_id": {callID}}))
+	conn, err := cm.dialer.Dial(ctx, dialTarget(d, url.Values{"call_id": {callID}}))
 	if err != nil {
 		adm.release()
 		cm.log.Warn("call not metered: its sideband did not connect", "call_id", callID, "deployment", d.Name, "err", err)

@@ -191,19 +191,13 @@ func (s *Server) hangUpCall(d *routes.Deployment, id string) {
 
 // callsURL is the deployment's calls endpoint.
 func callsURL(d *routes.Deployment) (*url.URL, http.Header) {
-	t := d.Target(url.Values{"call_id": {"x"}}) // no model in the query
-	u := *t.URL
-	switch u.Scheme {
-	case "wss":
-		u.Scheme = "https"
-	case "ws":
-		u.Scheme = "http"
-	}
+	ws, h := d.Address(url.Values{"call_id": {"x"}}) // no model in the query
+	u := routes.HTTPURL(ws)
 	u.Path = path.Join(u.Path, "calls")
 	q := u.Query()
 	q.Del("call_id")
 	u.RawQuery = q.Encode()
-	return &u, t.Header
+	return u, h
 }
 
 // forwardCall sends the offer to d and returns its answer unchanged; err is

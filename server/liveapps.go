@@ -336,8 +336,8 @@ func (a liveAPI) forward(ctx context.Context, d *routes.Deployment, method, suff
 
 // do sends the request; the caller closes the response's body.
 func (a liveAPI) do(ctx context.Context, d *routes.Deployment, method, suffix string, body []byte) (*http.Response, error) {
-	t := d.LiveTarget(suffix, nil)
-	u := routes.HTTPURL(t.URL)
+	ws, h := d.LiveAddress(suffix, nil)
+	u := routes.HTTPURL(ws)
 	ctx, cancel := context.WithTimeout(ctx, a.s.cfg.DialTimeout)
 	var rd io.Reader
 	if body != nil {
@@ -348,7 +348,7 @@ func (a liveAPI) do(ctx context.Context, d *routes.Deployment, method, suffix st
 		cancel()
 		return nil, err
 	}
-	for k, v := range t.Header {
+	for k, v := range h {
 		req.Header[k] = v
 	}
 	if body != nil {
@@ -450,13 +450,13 @@ func (a liveAPI) streamContent(c *clientConn, req *http.Request) {
 // doStream is do for a GET whose body may take long: bounded by the
 // server's context and the HTTP client's timeouts, not the dial timeout.
 func (a liveAPI) doStream(d *routes.Deployment, suffix string) (*http.Response, error) {
-	t := d.LiveTarget(suffix, nil)
-	u := routes.HTTPURL(t.URL)
+	ws, h := d.LiveAddress(suffix, nil)
+	u := routes.HTTPURL(ws)
 	req, err := http.NewRequestWithContext(a.s.ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
-	for k, v := range t.Header {
+	for k, v := range h {
 		req.Header[k] = v
 	}
 	resp, err := a.s.httpClient.Do(req)
@@ -500,13 +500,13 @@ func sessionIDOf(body []byte) string {
 // session id on d: a sideband's graceful_close passed through.
 func liveAttachTarget(d *routes.Deployment, id string, fork bool, q url.Values) upstream.Target {
 	if fork {
-		return d.LiveTarget("/"+id+"/fork", nil)
+		return liveDialTarget(d, "/"+id+"/fork", nil)
 	}
 	up := url.Values{}
 	if g := q.Get("graceful_close"); g != "" {
 		up.Set("graceful_close", g)
 	}
-	return d.LiveTarget("/"+id+"/attach", up)
+	return liveDialTarget(d, "/"+id+"/attach", up)
 }
 
 // resolveLiveAttach finds where a GPT-Live sideband goes once its owner

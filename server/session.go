@@ -235,7 +235,7 @@ func modelNotAllowed(group string) *refusal {
 // target is the upstream request for deployment d: the client's query, the
 // deployment's credentials, and the client headers that pass through.
 func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
-	t := d.Target(q)
+	t := dialTarget(d, q)
 	for _, name := range passThroughHeaders {
 		if v := h.Values(name); len(v) > 0 {
 			t.Header[name] = slices.Clone(v)

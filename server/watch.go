@@ -281,7 +281,7 @@ func (lm *liveMetering) attachOwn() {
 	var conn *upstream.Upgraded
 	var err error
 	for i := range liveTakeOverTries {
-		conn, err = cm.dialer.Dial(ctx, lm.d.LiveTarget("/"+lm.id+"/attach", url.Values{"graceful_close": {"true"}}))
+		conn, err = cm.dialer.Dial(ctx, liveDialTarget(lm.d, "/"+lm.id+"/attach", url.Values{"graceful_close": {"true"}}))
 		ue, refused := errors.AsType[*upstream.Error](err)
 		lm.mu.Lock()
 		others := len(lm.open) > 0

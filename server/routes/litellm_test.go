@@ -98,8 +98,8 @@ func TestRealisticLiteLLMConfig(t *testing.T) {
 	if oa.RPM != 120 || oa.MaxSessions != 50 {
 		t.Errorf("rpm %v, max_parallel_requests %v; want 120, 50", oa.RPM, oa.MaxSessions)
 	}
-	tg := oa.Target(nil)
-	if got := tg.Header.Get("OpenAI-Organization"); got != "org-rtgate-test" {
+	_, oaHeader := oa.Address(nil)
+	if got := oaHeader.Get("OpenAI-Organization"); got != "org-rtgate-test" {
 		t.Errorf("OpenAI-Organization %q", got)
 	}
 	if !az.Priced || az.Prices != oa.Prices {

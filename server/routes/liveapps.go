@@ -1,22 +1,21 @@
 package routes
 
 import (
+	"net/http"
 	"net/url"
-
-	"rtgate/upstream"
 )
 
-// LiveTarget is a GPT-Live deployment's upstream for a request under its
+// LiveAddress is a GPT-Live deployment's address for a request under its
 // sessions path: suffix is appended to it ("" for the WebRTC create,
 // "/{id}/attach" for a sideband, "/{id}/accept" for a call control, ...),
-// q is the query to send (graceful_close, say). The returned Target is
-// fresh; its URL keeps the ws:// or wss:// scheme (HTTPURL turns it into
+// q is the query to send (graceful_close, say). Both are fresh; the URL
+// keeps the ws:// or wss:// scheme (HTTPURL turns it into
 // http:// or https:// for the HTTP routes).
-func (d *Deployment) LiveTarget(suffix string, q url.Values) upstream.Target {
-	t := d.Target(nil)
-	t.URL.Path += suffix
-	t.URL.RawQuery = q.Encode()
-	return t
+func (d *Deployment) LiveAddress(suffix string, q url.Values) (*url.URL, http.Header) {
+	u, h := d.Address(nil)
+	u.Path += suffix
+	u.RawQuery = q.Encode()
+	return u, h
 }
 
 // HTTPURL is u with its WebSocket scheme turned into the HTTP one.

@@ -68,20 +68,20 @@ func only(t *testing.T, r *Table, group string) *Deployment {
 // one of Authorization and Api-Key (or neither when want is empty).
 func checkTarget(t *testing.T, d *Deployment, q url.Values, wantURL, wantHeader, wantValue string) {
 	t.Helper()
-	tg := d.Target(q)
-	if got := tg.URL.String(); got != wantURL {
-		t.Errorf("Target(%v) URL = %s, want %s", q, got, wantURL)
+	u, header := d.Address(q)
+	if got := u.String(); got != wantURL {
+		t.Errorf("Address(%v) URL = %s, want %s", q, got, wantURL)
 	}
 	for _, h := range []string{"Authorization", "Api-Key"} {
-		got := tg.Header.Get(h)
+		got := header.Get(h)
 		switch {
 		case h == wantHeader && got != wantValue:
-			t.Errorf("Target header %s is not the configured credential", h)
+			t.Errorf("Address header %s is not the configured credential", h)
 		case h != wantHeader && got != "":
-			t.Errorf("Target sends %s, want only %q", h, wantHeader)
+			t.Errorf("Address sends %s, want only %q", h, wantHeader)
 		}
 	}
-	if ua := tg.Header.Get("User-Agent"); ua != "rtgate" {
+	if ua := header.Get("User-Agent"); ua != "rtgate" {
 		t.Errorf("User-Agent = %q, want rtgate", ua)
 	}
 }
@@ -395,14 +395,14 @@ func TestSingle(t *testing.T) {
 	}
 }
 
-func TestRoutesTargetIsFresh(t *testing.T) {
+func TestRoutesAddressIsFresh(t *testing.T) {
 	d := only(t, mustLoad(t, keysConfig), "mini")
-	a := d.Target(nil)
-	a.Header.Set("X-Extra", "1")
-	a.URL.Path = "/elsewhere"
-	b := d.Target(nil)
-	if b.Header.Get("X-Extra") != "" || b.URL.Path != "/v1/realtime" || d.Base.Path != "/v1" {
-		t.Errorf("changing one Target changed the next: header %v, path %q, base %q", b.Header, b.URL.Path, d.Base.Path)
+	au, ah := d.Address(nil)
+	ah.Set("X-Extra", "1")
+	au.Path = "/elsewhere"
+	bu, bh := d.Address(nil)
+	if bh.Get("X-Extra") != "" || bu.Path != "/v1/realtime" || d.Base.Path != "/v1" {
+		t.Errorf("changing one Address changed the next: header %v, path %q, base %q", bh, bu.Path, d.Base.Path)
 	}
 }
 

@@ -24,7 +24,6 @@ import (
 	"strings"
 
 	"rtgate/server/spend"
-	"rtgate/upstream"
 )
 
 // Upstream kinds.
@@ -147,16 +146,18 @@ func (d Deployment) String() string       { return d.Name }
 func (d Deployment) GoString() string     { return "routes.Deployment{" + d.Name + "}" }
 func (d Deployment) LogValue() slog.Value { return slog.StringValue(d.Name) }
 
-// Target builds the upstream connect for a client's query. The client's
+// Address is where a session for a client's query connects: the URL and the
+// headers (the deployment's credential among them). The client's
 // other parameters (intent, call_id, anything else) pass through; model,
 // deployment and api-version, which say where the session goes, are the
 // gateway's to set. As the gateway does for a single upstream, the
 // deployment's model is named when the client named one or connected with
 // neither call_id nor intent (a call_id or transcription socket may carry no
-// model). The returned Target is fresh: callers may add headers to it. A
-// target carrying the client's other parameters is forwarded as asked, and
-// so is never served from the warm pool (upstream.Poolable).
-func (d *Deployment) Target(clientQuery url.Values) upstream.Target {
+// model). Both are fresh: callers may add headers. An address carrying the
+// client's other parameters is forwarded as asked, and so is never served
+// from the warm pool (upstream.Poolable). The session turns it into a dial
+// target; the configuration does no I/O and knows nothing of dialing.
+func (d *Deployment) Address(clientQuery url.Values) (*url.URL, http.Header) {
 	q := make(url.Values, len(clientQuery)+2)
 	for k, v := range clientQuery {
 		switch k {
@@ -184,7 +185,7 @@ func (d *Deployment) Target(clientQuery url.Values) upstream.Target {
 		h = http.Header{}
 	}
 	h.Set("User-Agent", "rtgate")
-	return upstream.Target{URL: &u, Header: h}
+	return &u, h
 }
 
 // ClientKey is a key clients present to the gateway.
