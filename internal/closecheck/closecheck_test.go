@@ -82,16 +82,16 @@ var allowed = map[string]struct {
 		" (Handle.Start checks closedByUs under the endpoint's lock, which closeConn's callers set before choosing); or shutdown failed"},
 	"rtgate/poller.(*Handle).Start": {1, "the socket is inactive: the poller saw its hang-up while it had no handler, " +
 		"so it detached it and runs no task for it, and Start never runs on a poller"},
-	"rtgate/server.(*frontDoor).answerRefused":       {1, "a connection refused at accept: its context has no clientConn, so it never runs inline"},
-	"rtgate/server.(*Server).onRequest":              {1, "a connection refused at accept (no clientConn): never inline"},
-	"rtgate/server.(*frontDoor).refuseAtAccept":      {2, "in OnPrepare, before netpoll registers the socket with a poller"},
-	"rtgate/server.(*clientConn).bufferWhilePending": {1, "a Redis admission is out: " + onPool + " (startRelay defers inline until the admission's goroutine lets go)"},
-	"rtgate/server.(*clientConn).collectTLS":         {3, "the TLS handshake phase: " + onPool},
-	"rtgate/server.(*clientConn).readBody":           {1, "an API request's body: " + onPool},
-	"rtgate/server.(*clientConn).readHead":           {1, "the HTTP phase, in a handler or in the TLS goroutine: " + onPool},
-	"rtgate/server.(*clientConn).refuseNotTLS":       {1, "the TLS handshake phase: " + onPool},
-	"rtgate/server.(*clientConn).tlsHandshake":       {1, "the TLS handshake failed: " + onPool},
-	"rtgate/upstream.(*Dialer).Dial":                 {1, beforeHandler + ": the handshake's own goroutine, after the handshake returned (the deadline only shuts the socket down)"},
+	"rtgate/server/frontdoor.(*Door).answerRefused":      {1, "a connection refused at accept: its context has no Conn, so it never runs inline"},
+	"rtgate/server/frontdoor.(*Door).onRequest":          {1, "a connection refused at accept (no Conn): never inline"},
+	"rtgate/server/frontdoor.(*Door).refuseAtAccept":     {2, "in OnPrepare, before netpoll registers the socket with a poller"},
+	"rtgate/server/frontdoor.(*Conn).bufferWhilePending": {1, "a Redis admission is out: " + onPool + " (Conn.StartRelay defers inline until the admission's goroutine lets go)"},
+	"rtgate/server/frontdoor.(*Conn).collectTLS":         {3, "the TLS handshake phase: " + onPool},
+	"rtgate/server/frontdoor.(*Conn).readBody":           {1, "an API request's body: " + onPool},
+	"rtgate/server/frontdoor.(*Conn).readHead":           {1, "the HTTP phase, in a handler or in the TLS goroutine: " + onPool},
+	"rtgate/server/frontdoor.(*Conn).refuseNotTLS":       {1, "the TLS handshake phase: " + onPool},
+	"rtgate/server/frontdoor.(*Conn).tlsHandshake":       {1, "the TLS handshake failed: " + onPool},
+	"rtgate/upstream.(*Dialer).Dial":                     {1, beforeHandler + ": the handshake's own goroutine, after the handshake returned (the deadline only shuts the socket down)"},
 }
 
 // TestNetpollClosesAreAllowed fails on a call to netpoll's Close or Detach
