@@ -88,12 +88,12 @@ bench-live: build
 # wss:// upstream, then over plain ws:// (PEERS_ARGS="-upstream plain" for one);
 # 20-40 minutes (it waits for other jobs on the machine to finish before each system).
 # Installs nginx and haproxy when missing (caddy too is measured with -systems ...,caddy).
-# A full run writes its table into README.md between the wsbench peers markers.
-# PEERS_ARGS=-quick is a small check (never written into the README).
+# A full run writes its table into docs/benchmarks/peers.md between the wsbench peers markers.
+# PEERS_ARGS=-quick is a small check (never written into the page).
 bench-peers: build
 	@command -v nginx >/dev/null && command -v haproxy >/dev/null || \
 		{ apt-get update -q && apt-get install -y -q nginx haproxy; }
-	$(BIN)/wsbench peers -mockai $(BIN)/mockai -gateway $(BIN)/gateway -readme README.md $(PEERS_ARGS)
+	$(BIN)/wsbench peers -mockai $(BIN)/mockai -gateway $(BIN)/gateway -readme docs/benchmarks/peers.md $(PEERS_ARGS)
 
 # Many idle sessions on one host (bench/huge, `wsbench huge`): 12 gateway processes
 # sharing one port (REUSEPORT=1), enough mockai and `wsbench -hold` client processes
@@ -113,8 +113,8 @@ soak: build
 # The round trip of the shared limits' admission script against a local
 # redis-server (bench/redislat), 20,000 admissions idle and again with two CPU
 # burners on the box: p50, p99, p99.9 and how many exceed 5-50 ms. The
-# default REDIS_TIMEOUT_MS sits above the busy run's p99.9 (README, "Limits
-# and timeouts"). Needs redis-server.
+# default REDIS_TIMEOUT_MS sits above the busy run's p99.9 (docs/operations.md,
+# "Limits and timeouts"). Needs redis-server.
 redis-latency: build
 	$(BIN)/wsbench redis-latency $(REDISLAT_ARGS)
 
@@ -130,7 +130,7 @@ fuzz:
 clean:
 	rm -rf $(BIN)
 
-# The README's screenshots of the admin pages, taken from the real pages by the
+# The admin pages' screenshots in docs/ (docs/operations.md), taken from the real pages by the
 # browser tests (headless Chromium, apt-get install -y chromium).
 screenshots:
 	$(GO) test -count=1 -run '^(TestStatusPageShowsLiveSessionsInChromium|TestPlaygroundStreamsMicrophoneInChromium)$$/^ws$$' \

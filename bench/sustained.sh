@@ -17,7 +17,7 @@
 # at 50-200 concurrent take under a second, less than the pool needs to fill
 # to the load's target: 1,851-1,872 of 2,000 and 2,457-2,585 of 3,000 warm,
 # the misses in the run's first part; with WARMUP=1200 every connect was
-# (2026-12-04, README "The warm pool under sustained load").
+# (2026-12-04, docs/warm-pool.md, "The warm pool under sustained load").
 #
 # Needs curl and jq. Ports from PORTBASE (27400); BIN (bin) holds mockai and wsbench.
 set -uo pipefail

@@ -4,7 +4,7 @@
 # drift over the run meets both alike. The gateway is pinned to core 0 and
 # wsbench with mockai to core 1 (`taskset`), which takes the load generator's
 # own CPU out of the gateway's way; even so the figure moves by ±10 % from run
-# to run of the same build on a 2-core box (README, "Session continuity":
+# to run of the same build on a 2-core box (docs/continuity.md:
 # use the medians, and BenchmarkRelayCost for continuity's own work).
 # Needs jq and taskset (util-linux).
 #

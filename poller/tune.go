@@ -59,7 +59,7 @@ const (
 
 // DefaultHandlers is what the gateway runs with when nothing is set:
 // inline, with one poller per core (Tune). It measured faster on the 2-core
-// dev box, same binary, interleaved (README, "How it compares": added rtt
+// dev box, same binary, interleaved (docs/benchmarks/peers.md: added rtt
 // p50 about 40 µs lower, CPU per round trip 15-30 % lower on the plain rows,
 // voice 10-18 % cheaper per core; slower only on saturated TLS echo of
 // audio-sized frames). It became the default once the paths that broke the

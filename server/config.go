@@ -165,8 +165,8 @@ type Settings struct {
 	// RedisTimeout is the budget of one Redis call on the connect path;
 	// past it this instance decides alone, by its share of the limits
 	// (server/cluster). The default sits above the admission call's p99.9
-	// on a busy 2-core host (make redis-latency; README, "Limits and
-	// timeouts"): a budget a busy host misses makes outages of its own.
+	// on a busy 2-core host (make redis-latency; docs/operations.md, "Limits
+	// and timeouts"): a budget a busy host misses makes outages of its own.
 	RedisTimeout time.Duration
 	// ClusterLease is how long an instance that stopped refreshing (killed,
 	// partitioned) keeps its sessions counted.
@@ -543,7 +543,7 @@ func boolean(set func(bool)) func(string) error {
 
 // defaultRedisTimeout is REDIS_TIMEOUT_MS's default: above the p99.9 of the
 // shared limits' admission call on a busy 2-core host, a burst included
-// (make redis-latency, README "Limits and timeouts": two CPU burners, 4
+// (make redis-latency, docs/operations.md, "Limits and timeouts": two CPU burners, 4
 // admissions in flight, p99.9 8-22 ms; 200 in flight, p99.9 62 ms). The
 // 5 ms it replaces was missed by 0.3-0.9 % of calls there, and 50 ms by a
 // burst of 200 GPT-Live connects on one instance (make bench's Redis leg:

@@ -301,7 +301,7 @@ func TestFrontDoorNeighbourShutdowns(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	// With the race detector netpoll dispatches a socket's late hang-up by
-	// its descriptor number (README, Known issues), which now and then ends
+	// its descriptor number (docs/known-issues.md), which now and then ends
 	// a connection another gateway of the process has just accepted under
 	// that number: 1 of 10,398 requests once, with the two runners' suites
 	// side by side. That is netpoll's race build, not the gateways' own

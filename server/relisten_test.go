@@ -24,7 +24,7 @@ import (
 const onePollerEnv = "RTGATE_TEST_ONE_POLLER"
 
 // TestFrontDoorServedAgainAfterStaleHangUp reproduces netpoll's race-build
-// lookup of an event's handler by descriptor number (README, "Known issues")
+// lookup of an event's handler by descriptor number (docs/known-issues.md)
 // and shows the front door keeps answering. On one poller:
 //
 //  1. a handler holds the poller (a test event loop whose OnPrepare waits:

@@ -404,7 +404,7 @@ keys:
 		readUntil(t, c, "response.done")
 		if i == 0 {
 			// What the client sends before this may reach the dying
-			// upstream and be lost with it (README).
+			// upstream and be lost with it (docs/continuity.md).
 			readUntil(t, c, EventResumed)
 		}
 	}

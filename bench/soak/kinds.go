@@ -184,7 +184,7 @@ type Expect struct {
 
 // Expectations is the attribution table: the endings the plan's fault
 // explains. A normal session must complete. An upstream fault must reach
-// the client the way the gateway documents (README, "What a client sees"):
+// the client the way the gateway documents (docs/what-a-client-sees.md):
 // an upstream drop or stall as close 1011 "upstream connection lost", the
 // upstream's own close code and reason passed through, an invalid upstream
 // frame as an upstream_protocol_error event, a refused upstream upgrade as

@@ -2,7 +2,7 @@
 //
 // Configuration comes from the environment (LITELLM_MASTER_KEY,
 // OPENAI_API_KEY, OPENAI_REALTIME_MODEL, OPENAI_API_BASE, HOST, PORT, ...);
-// flags override it. See the README for every setting.
+// flags override it. docs/configuration.md lists every setting.
 package main
 
 import (

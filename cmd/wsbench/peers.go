@@ -56,7 +56,7 @@ func parsePeersFlags(args []string, stderr io.Writer) (peers.Options, string, er
 	fs.Float64Var(&o.DisturbedCores, "disturbed-cores", d.DisturbedCores, "repeat a timed phase when other jobs used more CPU than this during it (cores)")
 	fs.IntVar(&o.Retries, "retries", d.Retries, "most repeats of a disturbed phase")
 	verbose := fs.Bool("v", false, "debug logging")
-	readme := fs.String("readme", "", "also write the table into this Markdown file, between its wsbench peers markers (make bench-peers: README.md)")
+	readme := fs.String("readme", "", "also write the table into this Markdown file, between its wsbench peers markers (make bench-peers: docs/benchmarks/peers.md)")
 	if err := parseHarness(fs, args); err != nil {
 		return o, "", err
 	}

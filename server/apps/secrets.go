@@ -20,7 +20,7 @@ package apps
 // travels inside the claims (deflated) when the whole token stays within
 // MaxInlineSecret bytes, which fits a browser's Sec-WebSocket-Protocol header
 // and the gateway's own MAX_HEADER_BYTES head limit with room to spare (see
-// the README for what Chromium accepts). A larger config is kept in Redis
+// docs/apps.md for what Chromium accepts). A larger config is kept in Redis
 // under the secret's id with the expiry as TTL when REDIS_URL is set, so that
 // any instance can serve it; without Redis it is kept in this process's
 // memory, and only this instance accepts that secret.

@@ -39,7 +39,7 @@ import (
 //
 // Events continuity keeps (items, response.done, session.update) cost a
 // whole-payload copy and a JSON parse each, a few per turn: not here.
-// The README relates on minus off to the gateway's CPU per frame on the
+// docs/continuity.md relates on minus off to the gateway's CPU per frame on the
 // voice row of make bench-peers.
 func BenchmarkRelayCost(b *testing.B) {
 	audio := strings.Repeat("A", 1280) // 20 ms of 24 kHz PCM16, base64

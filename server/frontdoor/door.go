@@ -139,7 +139,7 @@ func New(cfg Config, deps Deps, h Handler) *Door {
 	f.refused.WithLabelValues(refusedConnections)
 	f.restarts = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_listener_restarts_total",
 		Help: "Times netpoll stopped serving the client listener while the gateway ran and it was served again " +
-			"(netpoll's race build, README's Known issues); a listener that cannot be served again ends the process."})
+			"(netpoll's race build, docs/known-issues.md); a listener that cannot be served again ends the process."})
 	deps.Registerer.MustRegister(f.refused, f.restarts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_client_handshakes",
 			Help: "Client connections between accept and the answer to their request (they hold MAX_CONNECTIONS slots)."},

@@ -5,7 +5,7 @@
 // Any other leaves a socket that may well still listen with no poller
 // watching it: connects complete in the kernel, wait in the accept queue and
 // are never accepted, and a client's upgrade goes unanswered, in silence.
-// netpoll's race build does exactly that (README, "Known issues"): it finds
+// netpoll's race build does exactly that (docs/known-issues.md): it finds
 // an event's handler by descriptor number, so a hang-up fetched for a socket
 // that was then closed, and whose number the listener took, is delivered to
 // the listener.
@@ -95,7 +95,7 @@ func (f *Door) serveListener(loop netpoll.EventLoop, sl *stoppableListener) erro
 		loop = next
 		f.restarts.Inc()
 		f.log.Warn("client listener: netpoll stopped serving it while the gateway runs; serving it again "+
-			"(README, Known issues)", "addr", sl.Addr().String(), "err", err)
+			"(docs/known-issues.md)", "addr", sl.Addr().String(), "err", err)
 	}
 }
 

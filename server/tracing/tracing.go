@@ -2,7 +2,7 @@
 // span for each connect, one span per generation (a response) and, for
 // GPT-Live, one per turn (live_turn: its input transcript to its answer's
 // first audio), per the
-// GenAI semantic conventions' realtime draft (README: Tracing). It is off
+// GenAI semantic conventions' realtime draft (docs/turns-and-traces.md, "Tracing"). It is off
 // unless the standard OpenTelemetry environment names an exporter or an
 // OTLP endpoint; then the exporter (contrib autoexport), the sampler and the
 // resource all come from that environment.
