@@ -10,6 +10,7 @@
 #   make run     the gateway in front of a local mockai until Ctrl-C
 #   make fuzz    each fuzz target for FUZZTIME (default 60s)
 #   make build   binaries into bin/
+#   make docs    the settings tables of docs/configuration.md and docs/operations.md, from server.SettingsTable
 #   make screenshots  docs/status.png, docs/status-phone.png, docs/playground.png from headless Chromium
 
 GO       ?= go
@@ -22,7 +23,7 @@ PEERS_ARGS ?=
 HUGE_ARGS ?=
 REDISLAT_ARGS ?=
 
-.PHONY: all build test vet run bench bench-live bench-peers bench-huge soak redis-latency clean screenshots
+.PHONY: all build test vet run bench bench-live bench-peers bench-huge soak redis-latency clean screenshots docs
 
 all: build
 
@@ -32,6 +33,11 @@ build:
 
 vet:
 	$(GO) vet ./...
+
+# The pages' settings tables are written from the table FromEnv reads
+# (server.SettingsTable); TestSettingsPagesMatchTheTable fails until this runs.
+docs:
+	$(GO) run ./cmd/settingsdoc
 
 # The suite runs with the race detector. The reactor's and the server's
 # suites run twice, once under each of netpoll's runners: inline (the

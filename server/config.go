@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -245,203 +244,26 @@ func Defaults() Settings {
 }
 
 // FromEnv reads the configuration through lookup (os.LookupEnv in the
-// binary), starting from Defaults. An invalid value is an error naming the
-// variable.
+// binary), starting from Defaults, one SettingsTable row at a time. An
+// invalid value is an error naming the variable.
 func FromEnv(lookup func(string) (string, bool)) (Settings, error) {
 	c := Defaults()
 	var errs []error
-	getenv := func(name string) string { v, _ := lookup(name); return v }
-	set := func(name string, fn func(string) error) {
-		if v := getenv(name); v != "" {
-			if err := fn(v); err != nil {
+	for _, row := range SettingsTable() {
+		if row.read == nil {
+			continue
+		}
+		for _, name := range row.Vars {
+			v, ok := lookup(name)
+			if !ok || (v == "" && !row.EmptyCounts) {
+				continue
+			}
+			if err := row.read(&c, name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
 		}
 	}
-	count := func(dst *int, min int) func(string) error {
-		return func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < min {
-				return fmt.Errorf("%q is not a whole number of at least %d", v, min)
-			}
-			*dst = n
-			return nil
-		}
-	}
-	// list reads a comma-separated list, dropping blanks around and between
-	// the items.
-	list := func(dst *[]string) func(string) error {
-		return func(v string) error {
-			for _, item := range strings.Split(v, ",") {
-				if item = strings.TrimSpace(item); item != "" {
-					*dst = append(*dst, item)
-				}
-			}
-			return nil
-		}
-	}
-	c.MasterKey = getenv("LITELLM_MASTER_KEY")
-	c.UpstreamKey = getenv("OPENAI_API_KEY")
-	set("OPENAI_REALTIME_MODEL", func(v string) error { c.Model = v; return nil })
-	if v, ok := lookup("LIVE_MODEL"); ok {
-		c.LiveModel = strings.TrimSpace(v) // empty: no GPT-Live on the environment path
-	}
-	set("OPENAI_API_BASE", func(v string) error {
-		u, err := ParseAPIBase(v)
-		c.APIBase = u
-		return err
-	})
-	set("HOST", func(v string) error { c.Host = v; return nil })
-	set("PORT", func(v string) error {
-		p, err := strconv.Atoi(v)
-		if err != nil || p < 0 || p > 65535 {
-			return fmt.Errorf("%q is not a port number", v)
-		}
-		c.Port = p
-		return nil
-	})
-	set("CONFIG_FILE", func(v string) error { c.RoutesFile = v; return nil })
-	set("USAGE_LOG", func(v string) error { c.UsageLog = v; return nil })
-	set("DATABASE_URL", func(v string) error { c.DatabaseURL = v; return nil })
-	set("SPEND_SPOOL", func(v string) error { c.SpendSpool = v; return nil })
-	set("SPEND_STATE", func(v string) error { c.SpendState = v; return nil })
-	set("UPSTREAM_CA_FILE", func(v string) error { c.UpstreamCAFile = v; return nil })
-	set("UPSTREAM_SOURCE_IPS", func(v string) error {
-		ips, err := upstream.ParseSourceIPs(v)
-		c.UpstreamSourceIPs = ips
-		return err
-	})
-	set("TLS_CERT", func(v string) error { c.TLSCert = v; return nil })
-	set("TLS_KEY", func(v string) error { c.TLSKey = v; return nil })
-	set("REALTIME_POOL_SIZE", func(v string) error {
-		if strings.EqualFold(v, "auto") {
-			c.Pool.Auto = true
-			return nil
-		}
-		return count(&c.Pool.Size, 0)(v)
-	})
-	set("REALTIME_POOL_MIN", count(&c.Pool.Min, 0))
-	set("REALTIME_POOL_MAX", count(&c.Pool.Max, 1))
-	set("REALTIME_POOL_MAX_TOTAL", count(&c.Pool.MaxTotal, 1))
-	set("REALTIME_POOL_MAX_INFLIGHT", count(&c.Pool.MaxInflight, 1))
-	secs := func(dst *time.Duration, min int) func(string) error {
-		return func(v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < float64(min) {
-				return fmt.Errorf("%q is not a number of seconds of at least %d", v, min)
-			}
-			*dst = time.Duration(f * float64(time.Second))
-			return nil
-		}
-	}
-	set("REALTIME_POOL_MAX_IDLE_SECS", secs(&c.Pool.MaxIdle, 1))
-	set("LIVE_POOL_SIZE", count(&c.LivePool.Size, 0))
-	set("LIVE_POOL_MAX_IDLE_SECS", secs(&c.LivePool.MaxIdle, 1))
-	set("REALTIME_POOL_STATE", func(v string) error { c.PoolState = v; return nil })
-	set("POOL_WARMUP_SECS", secs(&c.Pool.WarmupBound, 1))
-	set("REALTIME_POOL_PING_SECS", func(v string) error {
-		if err := secs(&c.Pool.PingInterval, 0)(v); err != nil {
-			return err
-		}
-		if c.Pool.PingInterval == 0 {
-			c.Pool.PingInterval = -1 // 0 turns the checks off
-		}
-		return nil
-	})
-	set("HANDSHAKE_TIMEOUT_SECS", secs(&c.HandshakeTimeout, 1))
-	set("LIVE_START_TIMEOUT_SECS", secs(&c.LiveStartTimeout, 1))
-	set("UPSTREAM_DIAL_TIMEOUT_SECS", secs(&c.DialTimeout, 1))
-	set("UPSTREAM_HEDGE_MS", func(v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%q is not a whole number of milliseconds of at least 0 (0 turns hedging off)", v)
-		}
-		c.HedgeDelay = time.Duration(n) * time.Millisecond
-		return nil
-	})
-	set("WRITE_TIMEOUT_SECS", secs(&c.WriteTimeout, 1))
-	set("CLOSE_TIMEOUT_SECS", secs(&c.CloseTimeout, 1))
-	set("IDLE_TIMEOUT_SECS", secs(&c.IdleTimeout, 0))
-	set("MAX_SESSION_SECS", secs(&c.MaxSessionDuration, 0))
-	set("SESSION_CONTINUITY", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not 1 or 0 (true or false)", v)
-		}
-		c.Continuity = b
-		return nil
-	})
-	set("CONTINUITY_KEEP_AUDIO", boolean(func(b bool) { c.ContinuityKeepAudio = b }))
-	set("CONTINUITY_MAX_BYTES", count(&c.ContinuityMaxBytes, 1024))
-	set("CONTINUITY_GLOBAL_MAX_BYTES", func(v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%q is not a whole number of bytes (0: no global cap)", v)
-		}
-		c.ContinuityGlobalMaxBytes = n
-		return nil
-	})
-	set("DRAIN_TIMEOUT", secs(&c.DrainTimeout, 0))
-	set("MAX_HEADER_BYTES", count(&c.MaxHeaderBytes, 1024))
-	set("MAX_PENDING_BYTES", count(&c.MaxPending, 0))
-	set("MAX_STALLED_BYTES", count(&c.MaxStalledBytes, 64<<10))
-	set("MAX_CONNECTIONS", count(&c.MaxConnections, 1))
-	set("MAX_HANDSHAKES", count(&c.MaxHandshakes, 0))
-	set("MAX_BUFFERED_BYTES", func(v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return fmt.Errorf("%q is not a whole number of bytes (0 turns the budget off)", v)
-		}
-		c.MaxBufferedBytes = n
-		return nil
-	})
-	set("MAX_SESSIONS_PER_KEY", count(&c.MaxSessionsPerKey, 0))
-	set("MAX_MESSAGE_BYTES", func(v string) error {
-		var n int
-		if err := count(&n, 1024)(v); err != nil {
-			return err
-		}
-		c.MaxMessage = int64(n)
-		return nil
-	})
-	set("CONNECT_RATE_PER_KEY", func(v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 {
-			return fmt.Errorf("%q is not a rate of connects per second", v)
-		}
-		c.ConnectRatePerKey = f
-		return nil
-	})
-	set("ALLOWED_ORIGINS", list(&c.AllowedOrigins))
-	set("REDIS_URL", func(v string) error { c.RedisURL = v; return nil })
-	set("REDIS_TIMEOUT_MS", func(v string) error {
-		var ms int
-		if err := count(&ms, 1)(v); err != nil {
-			return err
-		}
-		c.RedisTimeout = time.Duration(ms) * time.Millisecond
-		return nil
-	})
-	set("REDIS_LEASE_SECS", secs(&c.ClusterLease, 1))
-	set("CLUSTER_INSTANCES", count(&c.ClusterInstances, 1))
-	set("UPSTREAM_TLS_RESUMPTION", boolean(func(b bool) { c.NoUpstreamTLSResumption = !b }))
-	set("TURN_METRICS", boolean(func(b bool) { c.NoTurnMetrics = !b }))
-	set("REUSEPORT", boolean(func(b bool) { c.ReusePort = b }))
-	set("DRAIN_GRACE_SECS", secs(&c.DrainGrace, 0))
-	set("CLIENT_SECRET_KEY", list(&c.ClientSecretKeys))
-	set("TRANSCRIPTION_MODEL", func(v string) error { c.TranscriptionModel = v; return nil })
-	set("ADMIN_HOSTS", func(v string) error {
-		for _, h := range strings.Split(v, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				c.AdminHosts = append(c.AdminHosts, strings.ToLower(h))
-			}
-		}
-		return nil
-	})
-	if v, ok := lookup("ADMIN_ADDR"); ok {
-		c.AdminAddr = v // empty turns the admin listener off
-	}
-	if getenv("MAX_SESSION_SECS") == "" && !c.Continuity {
+	if v, _ := lookup("MAX_SESSION_SECS"); v == "" && !c.Continuity {
 		c.MaxSessionDuration = plainMaxSession // without continuity, the upstream's cap ends a session anyway
 	}
 	return c, errors.Join(append(errs, c.Validate())...)
@@ -527,18 +349,6 @@ const defaultMaxStalledBytes = 64 << 20
 // refused for the pool's sake.
 func defaultMaxConnections() int {
 	return max((openFileLimit()-fdReserve)/2, 1)
-}
-
-// boolean reads a 1/0/true/false setting into set.
-func boolean(set func(bool)) func(string) error {
-	return func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not 1, 0, true or false", v)
-		}
-		set(b)
-		return nil
-	}
 }
 
 // defaultRedisTimeout is REDIS_TIMEOUT_MS's default: above the p99.9 of the

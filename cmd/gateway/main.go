@@ -136,6 +136,9 @@ wait:
 	return nil
 }
 
+// envOr reads one of the settings the gateway's main reads itself
+// (server.ReadByCommand rows of server.SettingsTable: LOG_LEVEL,
+// POLLER_HANDLERS), def when unset.
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -143,8 +146,6 @@ func envOr(name, def string) string {
 	return def
 }
 
-// envInt is envOr for a whole number; a value that does not parse keeps def
-// (the flag's own parsing then reports nothing, so it is logged at start).
 // envCount reads a count of 0 or more from the environment (0 when unset);
 // anything else is a start-up error naming the variable.
 func envCount(name string) (int, error) {
