@@ -33,7 +33,6 @@ import (
 
 	"github.com/gobwas/ws"
 
-	"rtgate/poller"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
 )
@@ -184,16 +183,16 @@ func (a *admission) handOver() (keyed bool, reserved *routes.Deployment) {
 // resume or rollover reserves among t's deployments (resumer.resume), budgets
 // and limits are read from t (budgets.budgetOf, admitEntry).
 func (s *Server) reachLive(t *routes.Table) {
-	var revoked []*poller.Session
+	var revoked []liveSession
 	s.sessMu.Lock()
 	for sess, info := range s.sessions {
 		if t.Current(info.key) == nil {
-			revoked = append(revoked, sess)
+			revoked = append(revoked, liveSession{sess: sess, proto: info.proto()})
 		}
 	}
 	s.sessMu.Unlock()
-	for _, sess := range revoked {
-		terminate(s.proto, sess, ws.StatusPolicyViolation, "key revoked", "key_revoked",
+	for _, l := range revoked {
+		terminate(l.proto, l.sess, ws.StatusPolicyViolation, "key revoked", "key_revoked",
 			"The key this session was opened with has been revoked.")
 	}
 	n := len(revoked)

@@ -49,15 +49,15 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 	// A redial goes to the deployments in force then: never one a reload
 	// removed.
 	current := func() []*routes.Deployment { return s.balancer.Rank(s.routes.Load().Groups[group]) }
-	switch {
-	case u.liveAttach:
-		if !u.liveFork { // its frames meter the session only if the gateway's own sideband cannot (appSideband)
+	switch u.kind {
+	case kindLiveSideband, kindLiveFork:
+		if u.kind == kindLiveSideband { // its frames meter the session only if the gateway's own sideband cannot (appSideband)
 			info.sideband = s.meters.sidebandOf(u.callID, u.made)
 			sess.InspectUpstream(info.sideband.inspector())
 		}
 		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband or WebSocket fork
 		return true
-	case u.translation:
+	case kindTranslation:
 		// Never pooled, never redialed: billed by the minute.
 		info.redial = nil
 		if info.grant != nil {
@@ -66,17 +66,19 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 			go s.connectUpstream(sess, info, cands, q, h, nil)
 		}
 		return true
-	case u.callID != "":
+	case kindSideband:
 		info.redial = nil // a sideband holds no session of its own to redo
 		if u.made {
 			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (callMeters)
 		}
 		go s.connectUpstream(sess, info, cands, q, h, nil)
 		return true
+	}
+	switch {
 	case info.grant != nil:
 		if info.grant.Claims.Type == "transcription" {
 			q.Set("intent", "transcription")
-		} else if !isTranscription(q) {
+		} else if u.kind != kindTranscription {
 			q.Set("model", group)
 		}
 		info.redial = func() { s.primeSession(sess, info, current(), q, h) }
@@ -85,7 +87,7 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		}
 		go s.primeSession(sess, info, cands, q, h)
 		return true
-	case isTranscription(q):
+	case u.kind == kindTranscription:
 		info.redial = func() { s.connectUpstream(sess, info, current(), q, h, nil) }
 		go s.connectUpstream(sess, info, cands, q, h, nil)
 		return true

@@ -55,6 +55,7 @@ type upgrade struct {
 	protocol string      // the subprotocol answered ("" for none)
 	q        url.Values
 	group    string
+	kind     sessionKind // decided here, read by every phase after (sessionKind.traits)
 
 	// A sideband's call (?call_id=): lookup is set when its owner must be
 	// asked of Redis; made once known that the gateway made the call;
@@ -64,28 +65,15 @@ type upgrade struct {
 	lookup bool
 	made   bool
 
-	live        bool // a GPT-Live session: no group until its session.start (keepLive)
-	translation bool // a Realtime translation session (isTranslationPath)
 	// A GPT-Live sideband (/v1/live/sessions/{id}/attach, resolveLiveAttach):
 	// callID is the session's id, attachTo the deployment that serves it.
-	// A WebSocket fork (…/{id}/fork) is decided as one (liveFork), but is
-	// a Live session of its own.
-	liveAttach, liveFork bool
-	attachTo             *routes.Deployment
+	// A WebSocket fork (…/{id}/fork) is decided as one, but is a Live
+	// session of its own. A GPT-Live session has no group until its
+	// session.start (keepLive).
+	attachTo *routes.Deployment
 
 	adm     *admission // admit's (admitEntry); nil until admitted
 	arrived time.Time  // when its head was read: the connect span's start
-}
-
-// entry is the way in u takes (its entryRule in admitEntry).
-func (u *upgrade) entry() entry {
-	switch {
-	case u.liveFork:
-		return entryFork
-	case u.callID != "":
-		return entrySideband
-	}
-	return entryConnect
 }
 
 // HandleRequest implements Handler: it acts on a request that is not an
@@ -147,7 +135,10 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		return nil, &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "origin_not_allowed",
 			Message: "this Origin may not connect"}
 	}
-	u := &upgrade{req: req, table: s.routes.Load(), live: live, arrived: time.Now()}
+	u := &upgrade{req: req, table: s.routes.Load(), arrived: time.Now()}
+	if live {
+		u.kind = kindLive
+	}
 	creds := frontdoor.ReadCredentials(req.Header)
 	var herr *refusal
 	if live && isLiveSecret(u.table, creds.Key) {
@@ -167,7 +158,10 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		if u.grant != nil {
 			return nil, refuseLiveSecret()
 		}
-		u.callID, u.liveAttach, u.liveFork = id, true, op == "fork"
+		u.callID, u.kind = id, kindLiveSideband
+		if op == "fork" {
+			u.kind = kindLiveFork
+		}
 		return decideSideband(s, u)
 	}
 	if live {
@@ -177,9 +171,10 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	}
 	// The key's own models are checked by admit (admitEntry), once a
 	// sideband's call owner has named its group.
-	model, _ := s.proto.Model(u.q)
+	u.kind = realtimeKind(req.URL.Path, u.q, u.grant)
+	model, _ := u.kind.traits().proto.Model(u.q)
 	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
-	if u.translation = isTranslationPath(req.URL.Path); u.translation {
+	if isTranslationPath(req.URL.Path) {
 		if herr = translationAsk(u.q, u.grant); herr != nil {
 			return nil, herr
 		}
@@ -191,7 +186,8 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	// The session keeps its group for its whole life; from the query it
 	// would keep the whole request line it points into.
 	u.group = strings.Clone(u.group)
-	if u.callID = u.q.Get("call_id"); u.callID != "" {
+	if u.kind == kindSideband {
+		u.callID = u.q.Get("call_id")
 		return decideSideband(s, u)
 	}
 	return u, nil
@@ -214,7 +210,7 @@ func decideSideband(s *Server, u *upgrade) (*upgrade, *refusal) {
 // waits reports whether deciding u needs I/O: its call's owner in Redis,
 // or the Redis admitter.
 func (u *upgrade) waits(s *Server) bool {
-	return u.lookup || s.admitWaits(u.entry(), u.key)
+	return u.lookup || s.admitWaits(u.kind.traits().entry, u.key)
 }
 
 // admit is the WebSocket front door (draining, MAX_CONNECTIONS: every
@@ -235,7 +231,7 @@ func (s *Server) admit(u *upgrade) *refusal {
 	if u.attachTo != nil { // a sideband's or fork's: the deployment that serves its call
 		ds = []*routes.Deployment{u.attachTo}
 	}
-	adm, herr := s.admitEntry(u.entry(), u.key, u.table, u.group, ds)
+	adm, herr := s.admitEntry(u.kind.traits().entry, u.key, u.table, u.group, ds)
 	if herr != nil {
 		s.sessionsOpen.Add(-1)
 		return herr
@@ -286,37 +282,37 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	info.id, info.key, info.group, info.start, info.grant = usage.NewSessionID(), u.key, u.group, time.Now(), u.grant
 	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
 	info.turns.Off = s.cfg.NoTurnMetrics
-	info.translation, info.liveSideband = u.translation, u.liveAttach && !u.liveFork
+	info.kind = u.kind
 	sess := &c.session
 	sess.Init(&s.sessCfg, c.Endpoint())
-	if realtimeConversation(u) {
+	conversation := u.kind.traits().conversation
+	if conversation {
 		info.keepFlights(sess, s.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription
 		s.checkTranscriptionModel(sess, info)
 	}
 	s.budgets.meter(info, func(message string) {
-		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
+		terminate(info.proto(), sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
 	c.watch = setupWatch{sessionInfo: info, srv: s, sess: sess}
 	sess.InspectUpstream(&c.watch)
 	info.turns.Observe = c.watch.observeTurn
-	if !u.live && !s.cfg.NoTurnMetrics {
+	if u.kind != kindLive && !s.cfg.NoTurnMetrics {
 		c.watchClient(sess, nil) // the turns' clock: what the client's events the gateway forwards
 	}
-	if u.live {
+	if u.kind == kindLive {
 		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
 		if continuityOn(s.cfg, u.key) {
 			keepLive(c, s, sess, u)
 		}
-	} else if u.liveFork {
+	} else if u.kind == kindLiveFork {
 		info.live = newLiveFork(s, sess, info) // metered as a Live session
-	} else if continuityOn(s.cfg, u.key) && u.callID == "" && !u.translation && !u.liveAttach && isRealtimeModel(u.q) &&
-		(u.grant == nil || u.grant.Claims.Type != "transcription") {
+	} else if conversation && continuityOn(s.cfg, u.key) {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
 			lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
 				KeepAudio: keepAudio(s.cfg, u.key)}})
 	}
 	c.watch.chooseObservers() // by the kind set above
-	if realtimeConversation(u) && info.resume == nil {
+	if conversation && info.resume == nil {
 		sess.FilterUpstream(&c.watch) // the upstream's errors for the gateway's own events (holdGatewayAnswer)
 	}
 	c.StartRelay(sess)
@@ -334,7 +330,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 		c.Endpoint().Close()
 		return
 	}
-	if u.live {
+	if u.kind == kindLive {
 		return // its session.start starts it (keepLive)
 	}
 	if s.startApp(sess, info, u, plan.Cands) {

@@ -42,7 +42,7 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	if !clean {
 		s.stopping.Store(true)
 		for _, l := range s.liveSessions() {
-			go terminate(s.proto, l.sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
+			go terminate(l.proto, l.sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
 				"The gateway is restarting; reconnect to continue.")
 		}
 		s.waitSessions(s.cfg.CloseTimeout + time.Second)

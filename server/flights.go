@@ -60,14 +60,6 @@ func (i *sessionInfo) keepFlights(sess *poller.Session, closeTimeout time.Durati
 	sess.SetFarewellFunc(f.Farewell, i.cancelWait)
 }
 
-// realtimeConversation reports whether an upgrade opens a Realtime
-// conversation session: not GPT-Live, a sideband (?call_id=), a translation
-// or a transcription session.
-func realtimeConversation(u *upgrade) bool {
-	return !u.live && !u.liveFork && !u.liveAttach && u.callID == "" && !u.translation && isRealtimeModel(u.q) &&
-		(u.grant == nil || u.grant.Claims.Type != "transcription")
-}
-
 // farewellWait is how long a Realtime session's end waits for its cancelled
 // responses: half of CLOSE_TIMEOUT_SECS, so that the close handshake that
 // follows still fits the drain's budget.

@@ -126,7 +126,7 @@ func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState 
 	ls.meter.OnDelegation = ls.refuseBackend
 	ls.meter.OnStarted = func(id string) { go rememberLiveOwner(s, info, id) }
 	s.budgets.meterLive(info, ls, func(message string) {
-		terminate(s.proto, sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
+		terminate(info.proto(), sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
 	return ls
 }
@@ -260,7 +260,7 @@ func (ls *liveState) start(msg []byte) {
 	// client's frames queued meanwhile follow (AttachUpstream).
 	if err := conn.Endpoint.Send(st.For(d.Model)); err != nil {
 		conn.Endpoint.Drop()
-		dialFailed(s.proto, ls.sess, 0)
+		dialFailed(info.proto(), ls.sess, 0)
 		return
 	}
 	info.attached(s.balancer, d)

@@ -33,7 +33,7 @@ func liveAttachTarget(d *routes.Deployment, id string, fork bool, q url.Values) 
 // the Live group its ?model= names (a session the gateway never saw), else
 // 404.
 func resolveLiveAttach(u *upgrade, owner apps.Owner, made bool) *refusal {
-	if !u.liveAttach {
+	if !u.kind.isLive() {
 		return nil
 	}
 	notFound := func(msg string) *refusal {
@@ -65,7 +65,7 @@ func resolveLiveAttach(u *upgrade, owner apps.Owner, made bool) *refusal {
 func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) {
 	info.redial = nil
 	sb := info.sideband // nil for a fork, or a sideband that meters nothing
-	target := liveAttachTarget(u.attachTo, u.callID, u.liveFork, u.q)
+	target := liveAttachTarget(u.attachTo, u.callID, u.kind == kindLiveFork, u.q)
 	dial := func() (*upstream.Upgraded, error) {
 		ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
 		defer cancel()
@@ -88,7 +88,7 @@ func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgr
 		if ue, ok := errors.AsType[*upstream.Error](err); ok {
 			status = ue.Status
 		}
-		dialFailed(s.proto, sess, status)
+		dialFailed(info.proto(), sess, status)
 		return
 	}
 	info.attached(s.balancer, u.attachTo)

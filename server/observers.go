@@ -91,7 +91,7 @@ func (w *setupWatch) chooseObservers() {
 		}
 		return
 	}
-	w.turnProto = w.srv.proto
+	w.turnProto = protocol.Realtime{} // also a GPT-Live sideband's: its frames are watched as a Realtime session's (its usage is its session's, liveMetering)
 	add((*realtimeUsage)(w))
 	if w.flights != nil {
 		add((*flightsWatch)(w))

@@ -18,7 +18,7 @@ func TestChooseObservers(t *testing.T) {
 	flights := func(i *sessionInfo) { i.flights = &usage.Flights{} }
 	keep := func(i *sessionInfo) { i.resume = &resumeArgs{} }
 	live := func(i *sessionInfo) { i.live = &liveState{} }
-	sideband := func(i *sessionInfo) { i.liveSideband = true }
+	sideband := func(i *sessionInfo) { i.kind = kindLiveSideband }
 	for _, tc := range []struct {
 		kind  string
 		set   []func(*sessionInfo)
@@ -41,7 +41,7 @@ func TestChooseObservers(t *testing.T) {
 			for _, set := range tc.set {
 				set(info)
 			}
-			w := &setupWatch{sessionInfo: info, srv: &Server{proto: protocol.Realtime{}}}
+			w := &setupWatch{sessionInfo: info, srv: &Server{}}
 			w.chooseObservers()
 			var got []string
 			for _, o := range w.obs[:w.nobs] {
@@ -64,7 +64,7 @@ func TestWatchAudioDeltaDoesNotAllocate(t *testing.T) {
 	seq := realtimeTurnEvents()
 	info := &sessionInfo{flights: &usage.Flights{Relayed: func() uint64 { return 0 }, FromClient: func() uint64 { return 0 },
 		Cancel: protocol.Realtime{}.Cancel}, resume: &resumeArgs{}}
-	w := &setupWatch{sessionInfo: info, srv: &Server{proto: protocol.Realtime{}}, seen: true, capSeen: true}
+	w := &setupWatch{sessionInfo: info, srv: &Server{}, seen: true, capSeen: true}
 	w.chooseObservers()
 	s := frames.NewScanner(frames.UpstreamSide, 0)
 	s.SetInspector(w)

@@ -32,7 +32,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -274,7 +273,7 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		}
 	}
 	if loss.ClientCut {
-		sess.SendClient(s.proto.Refusal("client_event_lost",
+		sess.SendClient(info.proto().Refusal("client_event_lost",
 			"the upstream was lost while a client event was on its way to it; that event was not delivered: send it again", 0))
 	}
 	info.turns.Resumed() // the lost upstream's responses end; the fresh one counts its audio anew
@@ -329,7 +328,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	plan, busy := r.reserve(s.routes.Load().Groups[info.group], failed)
 	if busy != nil {
 		s.log.Warn("session not resumed: every deployment is busy", "session", info.id, "cause", cause)
-		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the upstream was lost and no deployment has room to resume the session", 0))
+		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the upstream was lost and no deployment has room to resume the session", 0))
 		return
 	}
 	info.depMu.Lock()
@@ -347,7 +346,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 
 	sendFor, acks := liveReplay(snap), 0 // GPT-Live: one session.start
 	if info.live == nil {
-		send, n := realtimeReplay(s.proto, snap)
+		send, n := realtimeReplay(info.proto(), snap)
 		sendFor, acks = func(*routes.Deployment) []byte { return send }, n
 	}
 	q, _ := url.ParseQuery(args.rawQuery)
@@ -363,7 +362,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 			return
 		}
 		s.log.Warn("session not resumed", "session", info.id, "deployment", d.Name, "cause", cause, "why", why)
-		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the upstream was lost and the session could not be resumed: "+why, 0))
+		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the upstream was lost and the session could not be resumed: "+why, 0))
 		return
 	}
 	if p.replayErrors > 0 {
@@ -372,7 +371,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	created := upstreamCreated(s.cfg, p.warm)
 	sess.SendClient(resumedEvent(cause, len(snap.Items), snap.Dropped+p.replayErrors, snap.Response, sess.Resumes()))
 	if !adoptPrimed(s.balancer, info, p, d, sess.AdoptResumed) {
-		sess.ResumeFailed(s.proto.Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
+		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
 		return
 	}
 	outcome = "ok"
@@ -490,13 +489,6 @@ func (i *sessionInfo) resumeRecord(rec *usage.Record) {
 			rec.UpstreamSessions++
 		}
 	}
-}
-
-// isRealtimeModel reports whether a plain connect's query names a model
-// session (not a sideband or a transcription session), the sessions that
-// resume.
-func isRealtimeModel(q url.Values) bool {
-	return q.Get("call_id") == "" && !isTranscription(q) && !strings.EqualFold(q.Get("intent"), "transcription")
 }
 
 // Rollover: a session nearing its upstream session's cap (OpenAI ends a

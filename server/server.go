@@ -22,7 +22,6 @@ import (
 	"rtgate/server/continuity"
 	"rtgate/server/frontdoor"
 	"rtgate/server/limit"
-	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
 	"rtgate/upstream"
@@ -45,7 +44,6 @@ type Server struct {
 	metrics    *metrics
 	front      *frontdoor.Door    // the client listener, accept, TLS, request heads and bodies (Handler)
 	memBudget  memoryBudget       // the global bound on bytes held for slow peers (the watchdog's)
-	proto      protocol.Protocol  // what the sessions speak: OpenAI's Realtime API
 	admitter   limit.Admitter     // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
 	store      *cluster.Store     // nil without REDIS_URL
 	contGlobal *continuity.Budget // CONTINUITY_GLOBAL_MAX_BYTES: what all sessions keep (keepContinuity)
@@ -85,7 +83,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{}}
+	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}

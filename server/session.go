@@ -61,11 +61,8 @@ type sessionInfo struct {
 	reserved   *routes.Deployment // holds a slot of its rpm/max_parallel_requests (balance.Reserve)
 	grant      *apps.Grant        // the client secret it connected with; nil for a key
 	live       *liveState         // a GPT-Live session's own; nil for Realtime
-	// translation: a Realtime translation session, billed by wall clock
-	// (checkSideband); liveSideband: a GPT-Live sideband (resolveLiveAttach), whose
-	// record says protocol live.
-	translation, liveSideband bool
-	sideband                  *appSideband // a Live sideband's metering side; nil: it meters nothing
+	kind       sessionKind        // its upgrade's; a WebRTC session's meter (liveMetering, callMeters) says its own
+	sideband   *appSideband       // a Live sideband's metering side; nil: it meters nothing
 	// Session continuity (keepContinuity): nil when off for the session; the
 	// kept conversation (a nil State until something is kept); the
 	// resumes so far (under depMu).
@@ -338,16 +335,9 @@ func dialTo(dialer *upstream.Dialer, q url.Values, h http.Header) balance.Dial[*
 	}
 }
 
-// protocol names the protocol the session speaks, for metrics.
-func (i *sessionInfo) protocol() string {
-	switch {
-	case i.live != nil, i.liveSideband:
-		return routes.ProtocolLive
-	case i.translation:
-		return routes.ProtocolTranslation
-	}
-	return routes.ProtocolRealtime
-}
+// protocol names the protocol the session speaks, for metrics and its
+// record.
+func (i *sessionInfo) protocol() string { return i.kind.traits().label }
 
 // currentDeployment is the deployment serving the session (nil if none yet).
 func (i *sessionInfo) currentDeployment() *routes.Deployment {
@@ -407,7 +397,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 			unhook()
 			cancelRace()
 			info.redial = nil // a fresh dial is never redialed
-			if conn, d := raced(s.proto, sess, info, own); conn != nil {
+			if conn, d := raced(info.proto(), sess, info, own); conn != nil {
 				info.attached(s.balancer, d)
 				sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 			}
@@ -442,7 +432,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
 	conn, d, status := balance.Race(info.trace.Context(ctx), s.balancer, info.group, cands, dialTo(s.dialer, q, h))
-	return raced(s.proto, sess, info, hedgedDial{conn, d, status})
+	return raced(info.proto(), sess, info, hedgedDial{conn, d, status})
 }
 
 // raced is the end of a session's dial race: the winner, or, when it gave
@@ -471,12 +461,12 @@ func sessionConfig(s *Server) poller.SessionConfig {
 		CloseTimeout: s.cfg.CloseTimeout,
 		OnEnd:        s.sessionEnded,
 		UpstreamInvalid: func(reason string) []byte {
-			return s.proto.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
+			return protocol.Realtime{}.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
 		},
 		Redial:         s.redial,
 		Resume:         resumer{s}.resume,
 		MidFrameLost:   resumer{s}.midFrameLost,
-		SameFirstFrame: s.proto.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
+		SameFirstFrame: protocol.Realtime{}.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
 	}
 }
 
@@ -552,11 +542,11 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info)
 	info.trace.End()
-	if info.liveSideband {
+	if info.kind == kindLiveSideband {
 		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (liveMetering), not this one's
 		info.sideband.ended()
 	}
-	if info.translation && dep != nil {
+	if info.kind == kindTranslation && dep != nil {
 		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock: billed by the minute of session
 	}
 	s.records.record(info, &rec)
@@ -580,7 +570,7 @@ func sessionOutcome(sess *poller.Session, cl frames.Close, from frames.Side, ok 
 	return from.String() + "_closed"
 }
 
-// What the gateway tells a client, in its protocol's words (s.proto builds
+// What the gateway tells a client, in its protocol's words (info.proto() builds
 // the frames: server/protocol). The reactor (poller) relays frames and
 // reports events; the server decides what an event means to the client, and
 // keeps the per-session bookkeeping that feeds metrics (pool hit, setup

@@ -260,11 +260,11 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 	defer cancel()
 	if err := s.secrets.LoadConfig(ctx, info.grant); err != nil {
 		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.Claims.ID, "err", err)
-		sess.DialFailed(s.proto.Refusal("session_config_unavailable", apps.ErrSecretConfig.Error(), 0))
+		sess.DialFailed(info.proto().Refusal("session_config_unavailable", apps.ErrSecretConfig.Error(), 0))
 		return
 	}
 	info.keepBase(info.grant.Config)
-	prime := s.proto.Prime(info.grant.Config)
+	prime := info.proto().Prime(info.grant.Config)
 	p, d := resumer{s}.primed(ctx, sess, info, cands, q, h, func(*routes.Deployment) []byte { return prime }, -1)
 	if p == nil {
 		return
@@ -277,11 +277,11 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 			return
 		}
 		s.log.Warn("session config not applied", "key", info.key.Name, "deployment", d.Name, "why", why)
-		sess.DialFailed(s.proto.Refusal("upstream_unavailable", why, 0))
+		sess.DialFailed(info.proto().Refusal("upstream_unavailable", why, 0))
 		return
 	}
 	if !adoptPrimed(s.balancer, info, p, d, sess.AdoptWarm) {
-		sess.DialFailed(s.proto.Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
+		sess.DialFailed(info.proto().Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
 		return
 	}
 	if state == primeRejected {
@@ -306,7 +306,7 @@ func (r resumer) primed(ctx context.Context, sess *poller.Session, info *session
 		if p := r.livePrimed(cands[0], info, h, send(cands[0]), acks); p != nil {
 			return p, cands[0]
 		}
-	} else if s.pool != nil && !isTranscription(q) && !info.translation { // the pool warms realtime sockets only
+	} else if s.pool != nil && info.kind.traits().pooled { // the pool warms conversations' sockets only
 		d := cands[0]
 		p := newPrimer(primeAwaitUpdated, acks)
 		if hd, held := s.pool.Take(target(d, q, h), info.group, p); hd != nil {
@@ -335,7 +335,7 @@ func (r resumer) primed(ctx context.Context, sess *poller.Session, info *session
 	p.h = poller.NewHandle(conn.Endpoint)
 	if err := conn.Endpoint.Send(send(d)); err != nil {
 		conn.Endpoint.Drop()
-		dialFailed(s.proto, sess, 0)
+		dialFailed(info.proto(), sess, 0)
 		return nil, nil
 	}
 	p.h.Start(p, func() { p.feed(conn.Preface) })

@@ -23,7 +23,7 @@ func checkSideband(u *upgrade, owner apps.Owner, made bool) *refusal {
 	if herr := sidebandAccess(u.key, u.grant, owner, made); herr != nil {
 		return herr
 	}
-	if u.liveAttach {
+	if u.kind.isLive() {
 		return resolveLiveAttach(u, owner, made)
 	}
 	if !made || owner.Deployment == "" {

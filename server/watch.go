@@ -251,7 +251,7 @@ func (cm *callMeters) endedByRequest(id string) {
 // background.
 // adm, the session's admission, is given back when it ends.
 func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string, adm *admission) {
-	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now()}
+	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now(), kind: kindLive}
 	ls := &liveState{info: info, floor: liveWebRTCFloor}
 	ls.meter.OnTokens = ls.bookBackend
 	ls.meter.OnDelegation = ls.refuseBackend

@@ -94,7 +94,6 @@ const (
 // backlog fields).
 type watchdog struct {
 	live        func() []liveSession
-	proto       protocol.Protocol
 	log         *slog.Logger
 	budget      *memoryBudget
 	maxStalled  int           // MaxStalledBytes
@@ -108,7 +107,7 @@ type watchdog struct {
 const limitsEvery = time.Second
 
 func (s *Server) newWatchdog() *watchdog {
-	return &watchdog{live: s.liveSessions, proto: s.proto, log: s.log, budget: &s.memBudget,
+	return &watchdog{live: s.liveSessions, log: s.log, budget: &s.memBudget,
 		maxStalled: s.cfg.MaxStalledBytes, maxDuration: s.cfg.MaxSessionDuration, idleTimeout: s.cfg.IdleTimeout}
 }
 
@@ -157,12 +156,12 @@ func (w *watchdog) tick(now time.Time) {
 			d = time.Duration(l.maxSecs) * time.Second // the key's max_session_secs
 		}
 		if d > 0 && now.Sub(l.start) > d {
-			go terminate(w.proto, sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
+			go terminate(l.proto, sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
 				"The session reached the gateway's maximum duration of "+d.String()+".")
 			continue
 		}
 		if d := w.idleTimeout; d > 0 && sess.Idle(now) > d {
-			go terminate(w.proto, sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
+			go terminate(l.proto, sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
 				"No frames in either direction for "+d.String()+"; the gateway closed the session.")
 		}
 	}
@@ -196,7 +195,8 @@ func (w *watchdog) enforceBudget(stalled []backlog, total int64) {
 type liveSession struct {
 	sess    *poller.Session
 	start   time.Time
-	maxSecs int // the key's max_session_secs, 0 for MAX_SESSION_SECS
+	maxSecs int               // the key's max_session_secs, 0 for MAX_SESSION_SECS
+	proto   protocol.Protocol // what its client speaks (its kind's)
 }
 
 // liveSessions copies the registry so that a walk runs without the lock.
@@ -206,7 +206,7 @@ func (s *Server) liveSessions() []liveSession {
 	out := make([]liveSession, 0, len(s.sessions))
 	for sess, info := range s.sessions {
 		if !sess.Terminating() {
-			out = append(out, liveSession{sess, info.start, info.key.MaxSessionSecs})
+			out = append(out, liveSession{sess, info.start, info.key.MaxSessionSecs, info.proto()})
 		}
 	}
 	return out
