@@ -9,6 +9,10 @@
 // its own words (an error event before a close) is built by the server and
 // handed in as bytes, through SessionConfig or the ending methods.
 //
+// How a connect reaches the relay, and an upstream frame's path through it
+// into the server's watch, are told in docs/architecture.md. The sections
+// below are the rules a change to this package must keep.
+//
 // Its parts, bottom up:
 //   - NBConn adapts a netpoll connection to the blocking net.Conn
 //     that crypto/tls and the WebSocket handshake expect, and then to a
