@@ -127,49 +127,41 @@ func (s *Server) ServeAdmin(ln net.Listener) error {
 	return srv.Serve(ln)
 }
 
-// adminView is the gateway as the admin port reads it (admin.Gateway).
-type adminView struct{ s *Server }
-
-func (v adminView) Routes() *routes.Table { return v.s.routes.Load() }
-func (v adminView) Draining() bool        { return v.s.draining.Load() }
-func (v adminView) Pool() *upstream.Pool  { return v.s.pool }
-
-func (v adminView) Sessions() int {
-	v.s.sessMu.Lock()
-	defer v.s.sessMu.Unlock()
-	return len(v.s.sessions)
-}
-
-func (v adminView) SessionCounts() (byGroup, byKey, byProtocol map[string]int) {
-	byGroup, byKey, byProtocol = map[string]int{}, map[string]int{}, map[string]int{}
-	v.s.sessMu.Lock()
-	defer v.s.sessMu.Unlock()
-	for _, info := range v.s.sessions {
-		byGroup[info.group]++
-		if info.key != nil {
-			byKey[info.key.Name]++
-		}
-		byProtocol[info.protocol()]++
+// adminGateway is the gateway as the admin port reads it.
+func adminGateway(s *Server) admin.Gateway {
+	return admin.Gateway{
+		Routes:   s.routes.Load,
+		Draining: s.draining.Load,
+		Pool:     func() *upstream.Pool { return s.pool },
+		Sessions: func() int {
+			s.sessMu.Lock()
+			defer s.sessMu.Unlock()
+			return len(s.sessions)
+		},
+		SessionCounts: func() (byGroup, byKey, byProtocol map[string]int) {
+			byGroup, byKey, byProtocol = map[string]int{}, map[string]int{}, map[string]int{}
+			s.sessMu.Lock()
+			defer s.sessMu.Unlock()
+			for _, info := range s.sessions {
+				byGroup[info.group]++
+				if info.key != nil {
+					byKey[info.key.Name]++
+				}
+				byProtocol[info.protocol()]++
+			}
+			return byGroup, byKey, byProtocol
+		},
+		SessionsEnded:  func() float64 { return sumCounter(s.metrics.sessionsTotal) },
+		Deployment:     func(d *routes.Deployment) balance.HostStatus { return s.balancer.Snapshot(d) },
+		ClientListener: func() (net.Addr, bool) { return s.front.Addr(), s.tlsConfig != nil },
+		MintSecret: func(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
+			a := s.mintSecretFor(ctx, table, key, body, false)
+			if r := a.refused; r != nil {
+				return admin.Answer{Status: r.Status, ErrType: r.Type, ErrCode: r.Code, ErrMsg: r.Message}
+			}
+			return admin.Answer{Status: a.status, Body: a.body}
+		},
 	}
-	return byGroup, byKey, byProtocol
-}
-
-func (v adminView) SessionsEnded() float64 { return sumCounter(v.s.metrics.sessionsTotal) }
-
-func (v adminView) Deployment(d *routes.Deployment) balance.HostStatus {
-	return v.s.balancer.Snapshot(d)
-}
-
-func (v adminView) ClientListener() (net.Addr, bool) {
-	return v.s.front.Addr(), v.s.tlsConfig != nil
-}
-
-func (v adminView) MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
-	a := v.s.mintSecretFor(ctx, table, key, body, false)
-	if r := a.refused; r != nil {
-		return admin.Answer{Status: r.Status, ErrType: r.Type, ErrCode: r.Code, ErrMsg: r.Message}
-	}
-	return admin.Answer{Status: a.status, Body: a.body}
 }
 
 // sumCounter adds up every series of a counter vector.

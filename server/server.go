@@ -67,15 +67,6 @@ type Server struct {
 
 	admin   *admin.Server // the admin port: metrics, status page, playground
 	origins origins       // ALLOWED_ORIGINS (origins.allow)
-
-	hooks atomic.Pointer[testHooks] // nil outside tests
-}
-
-// testHooks are pauses that tests put into the windows of races, to make
-// them happen every time (the front door's: frontdoor.Hooks). All are nil
-// outside tests.
-type testHooks struct {
-	sidebandLookup func() // a sideband's call is about to be looked up in Redis
 }
 
 // New prepares a server; Serve starts it.
@@ -119,7 +110,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	s.routes.Store(table)
 	logTableNotices(log, table)
 	s.metrics = newMetrics()
-	s.admin = admin.New(adminView{s}, s.metrics.reg, cfg.AdminHosts, cfg.Port)
+	s.admin = admin.New(adminGateway(s), s.metrics.reg, cfg.AdminHosts, cfg.Port)
 	s.origins = origins{allowed: cfg.AllowedOrigins, admin: s.admin}
 	s.memBudget.init(cfg, s.metrics.reg)
 	tracer, err := tracing.FromEnv(s.ctx, s.metrics.reg, log)
@@ -157,7 +148,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	}
 	// A nil pool hears of demand and does nothing (upstream.Pool.Expect).
 	s.front = frontdoor.New(doorSettings(cfg, s.tlsConfig), frontdoor.Deps{Context: s.ctx, Log: log,
-		Registerer: s.metrics.reg, SessionsOpen: &s.sessionsOpen, Demand: s.pool}, s)
+		Registerer: s.metrics.reg, SessionsOpen: &s.sessionsOpen, Demand: s.pool, Hooks: cfg.frontHooks}, s)
 	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.metrics.reg)
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})

@@ -42,29 +42,30 @@ import (
 	"rtgate/upstream"
 )
 
-// Gateway is what the admin port reads of the gateway it serves.
-type Gateway interface {
+// Gateway is what the admin port reads of the gateway it serves, given as
+// functions by the gateway's wiring (server's adminGateway).
+type Gateway struct {
 	// Routes is the configuration in force.
-	Routes() *routes.Table
+	Routes func() *routes.Table
 	// Sessions is the number of sessions in the registry now, and
 	// SessionCounts the same by model group, by key name and by protocol
 	// (realtime, live; a walk). A Live session counts under the model
 	// group "" until its session.start names the model.
-	Sessions() int
-	SessionCounts() (byGroup, byKey, byProtocol map[string]int)
+	Sessions      func() int
+	SessionCounts func() (byGroup, byKey, byProtocol map[string]int)
 	// SessionsEnded is the number of sessions ended so far.
-	SessionsEnded() float64
-	Draining() bool
+	SessionsEnded func() float64
+	Draining      func() bool
 	// Pool is the warm pool, nil when it is off.
-	Pool() *upstream.Pool
+	Pool func() *upstream.Pool
 	// Deployment is a deployment's state as the balancer holds it.
-	Deployment(d *routes.Deployment) balance.HostStatus
+	Deployment func(d *routes.Deployment) balance.HostStatus
 	// ClientListener is the client port: its address once listening (nil
 	// before), and whether it speaks TLS.
-	ClientListener() (addr net.Addr, tls bool)
+	ClientListener func() (addr net.Addr, tls bool)
 	// MintSecret mints a client secret for key from a mint request body,
 	// as POST /v1/realtime/client_secrets would.
-	MintSecret(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) Answer
+	MintSecret func(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) Answer
 }
 
 // Answer is a JSON API answer: Body on success, else the error's fields.
