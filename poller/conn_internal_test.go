@@ -23,8 +23,6 @@ func TestWriteByHandNeverReachesAReusedDescriptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	// Not netpollPair: that opens a listener per pair, whose socket would
-	// take the freed number before the new connection could.
 	dial := func() (netpoll.Connection, net.Conn) {
 		t.Helper()
 		accepted := make(chan net.Conn, 1)
