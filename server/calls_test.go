@@ -380,17 +380,15 @@ func expectAttachRefused(t *testing.T, g *gateway, q, key, what string) {
 func TestSidebandOwnerAcrossInstances(t *testing.T) {
 	rd := redistest.Start(t)
 	g1, rt, tr := appsGateway(t, mockai.Config{}, func(c *Settings) { c.RedisURL = rd.URL() })
+	g2 := appsGatewayOn(t, rt, tr, func(c *Settings) { c.RedisURL = rd.URL() })
 	var lookups, inHandler atomic.Int32
-	g2 := appsGatewayOn(t, rt, tr, func(c *Settings) {
-		c.RedisURL = rd.URL()
-		c.sidebandLookupHook = func() {
-			lookups.Add(1)
-			buf := make([]byte, 64<<10)
-			if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*Door).onRequest") {
-				inHandler.Add(1)
-			}
+	g2.srv.hooks.Store(&testHooks{sidebandLookup: func() {
+		lookups.Add(1)
+		buf := make([]byte, 64<<10)
+		if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*Door).onRequest") {
+			inHandler.Add(1)
 		}
-	})
+	}})
 	defer func() {
 		if lookups.Load() == 0 || inHandler.Load() != 0 {
 			t.Errorf("%d Redis lookups of the call's owner, %d of them in netpoll's read handler; want some, none there",

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"rtgate/server/frontdoor"
 	"rtgate/server/routes"
 	"rtgate/upstream"
 )
@@ -191,13 +190,6 @@ type Settings struct {
 	// connects that name no model (TRANSCRIPTION_MODEL); empty means the
 	// default group.
 	TranscriptionModel string
-
-	// frontHooks and sidebandLookupHook are pauses this package's tests
-	// put into the windows of races (frontdoor.Hooks; a sideband's call
-	// about to be looked up in Redis), given with the settings so that a
-	// running gateway holds none it could change. Nil in the binary.
-	frontHooks         *frontdoor.Hooks
-	sidebandLookupHook func()
 }
 
 // Defaults returns the configuration with every default filled in.

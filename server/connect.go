@@ -247,8 +247,8 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 	c.OffLoopStep(func() func(rest []byte) {
 		var herr *refusal
 		if u.lookup {
-			if h := s.cfg.sidebandLookupHook; h != nil {
-				h()
+			if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
+				h.sidebandLookup()
 			}
 			owner, known, err := s.calls.Lookup(u.callID)
 			if err != nil {

@@ -226,9 +226,10 @@ func TestFrontDoorSocketsNotInherited(t *testing.T) {
 // later garbage collection, by number, when that number belongs to another
 // socket.
 func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
-	shutDown, serving := make(chan struct{}), make(chan struct{})
-	srv, ln := newUnservedGateway(t, &frontdoor.Hooks{Serve: func() { close(serving); <-shutDown }})
+	srv, ln := newUnservedGateway(t)
 	sock := socketOf(t, listenerFd(t, ln))
+	shutDown, serving := make(chan struct{}), make(chan struct{})
+	srv.front.SetHooks(&frontdoor.Hooks{Serve: func() { close(serving); <-shutDown }})
 	done := serveChecked(t, srv, ln)
 	<-serving
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -341,7 +342,7 @@ func healthOnce(addr string) error {
 // as soon as it serves.
 func startAndShutDown(t *testing.T) {
 	t.Helper()
-	srv, ln := newUnservedGateway(t, nil)
+	srv, ln := newUnservedGateway(t)
 	done := serveChecked(t, srv, ln)
 	waitFor(t, "the neighbour to serve", func() bool {
 		_, ok := srv.front.ListenerFd()
@@ -359,11 +360,10 @@ func startAndShutDown(t *testing.T) {
 
 // newUnservedGateway is a gateway with no upstream and a fresh loopback
 // listener, not yet serving; the caller serves it and shuts it down.
-func newUnservedGateway(t *testing.T, hooks *frontdoor.Hooks) (*Server, net.Listener) {
+func newUnservedGateway(t *testing.T) (*Server, net.Listener) {
 	t.Helper()
 	cfg := Defaults()
 	cfg.MasterKey, cfg.UpstreamKey, cfg.AdminAddr = testMasterKey, testUpstreamKey, ""
-	cfg.frontHooks = hooks
 	cfg.Pool.Size = 0
 	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -55,19 +55,17 @@ func echoOnce(t *testing.T, c *websocket.Conn, msg string) error {
 // (issue 20, path 2). Now the timer finds itself stopped and does nothing.
 func TestHandshakeTimerFiringAtTheAnswerLeavesTheSession(t *testing.T) {
 	mock := startMock(t, mockai.Config{Echo: true})
+	g := startGateway(t, mock, func(s *Settings) { s.HandshakeTimeout = 300 * time.Millisecond })
 	fired, release, acted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once, doneOnce sync.Once
-	g := startGateway(t, mock, func(s *Settings) {
-		s.HandshakeTimeout = 300 * time.Millisecond
-		s.frontHooks = &frontdoor.Hooks{
-			HandshakeTimer: func() {
-				once.Do(func() {
-					close(fired)
-					<-release
-				})
-			},
-			HandshakeTimerDone: func() { doneOnce.Do(func() { close(acted) }) },
-		}
+	g.srv.front.SetHooks(&frontdoor.Hooks{
+		HandshakeTimer: func() {
+			once.Do(func() {
+				close(fired)
+				<-release
+			})
+		},
+		HandshakeTimerDone: func() { doneOnce.Do(func() { close(acted) }) },
 	})
 	raw, err := net.Dial("tcp", g.addr)
 	if err != nil {
@@ -101,15 +99,14 @@ func TestHandshakeTimerFiringAtTheAnswerLeavesTheSession(t *testing.T) {
 func TestRequestHandlerPanicDropsOnlyThatConnection(t *testing.T) {
 	mock := startMock(t, mockai.Config{Echo: true})
 	logs := &syncBuffer{}
+	g := startGatewayLog(t, mock, nil, slog.New(slog.NewTextHandler(logs, nil)))
 	var victim atomic.Pointer[frontdoor.Conn]
 	var armed atomic.Bool
-	g := startGatewayLog(t, mock, func(s *Settings) {
-		s.frontHooks = &frontdoor.Hooks{Request: func(c *frontdoor.Conn) {
-			if armed.Load() && c != nil && victim.CompareAndSwap(nil, c) {
-				panic("request handler bug")
-			}
-		}}
-	}, slog.New(slog.NewTextHandler(logs, nil)))
+	g.srv.front.SetHooks(&frontdoor.Hooks{Request: func(c *frontdoor.Conn) {
+		if armed.Load() && c != nil && victim.CompareAndSwap(nil, c) {
+			panic("request handler bug")
+		}
+	}})
 	c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 	defer c.Close()
 	if e := read(t, c); e.typ() != "session.created" {
@@ -169,10 +166,11 @@ func pollerWaitsInOnRequest() (waiting, onPoller bool) {
 func TestTLSRequestHandledOffThePollerDoesNotStallIt(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{Echo: true})
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
 	release := make(chan struct{})
 	var once sync.Once
 	var requestBytes, sent atomic.Int64
-	hooks := &frontdoor.Hooks{TLSHandshaken: func(c *frontdoor.Conn) {
+	g.srv.front.SetHooks(&frontdoor.Hooks{TLSHandshaken: func(c *frontdoor.Conn) {
 		// Wait until everything the client sent, its request included, is
 		// out of the kernel and netpoll and in the handshake's hands: the
 		// goroutine will handle the request itself.
@@ -200,11 +198,7 @@ func TestTLSRequestHandledOffThePollerDoesNotStallIt(t *testing.T) {
 			case <-time.After(testwait.Timeout):
 			}
 		})
-	}}
-	g := startGateway(t, mock, func(c *Settings) {
-		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
-		c.frontHooks = hooks
-	})
+	}})
 	c := dialTLSRequestWithFinished(t, g, cert, &requestBytes, &sent)
 	defer c.tc.Close()
 	if err := c.send(`{"type":"while the request goroutine holds on"}`); err != nil {
@@ -249,11 +243,10 @@ func TestShutdownWithSendingSessionsNeverSpins(t *testing.T) {
 	const rounds, sessions = 8, 64
 	mock := startMock(t, mockai.Config{Echo: true})
 	for round := range rounds {
+		g := startGateway(t, mock, nil)
 		var leftForNetpoll atomic.Int64
 		leftForNetpoll.Store(-1)
-		g := startGateway(t, mock, func(s *Settings) {
-			s.frontHooks = &frontdoor.Hooks{LoopShutdown: func(open int64) { leftForNetpoll.Store(open) }}
-		})
+		g.srv.front.SetHooks(&frontdoor.Hooks{LoopShutdown: func(open int64) { leftForNetpoll.Store(open) }})
 		var wg sync.WaitGroup
 		var ended atomic.Int32
 		stop := make(chan struct{})
@@ -414,17 +407,11 @@ func dialTLSRequestWithFinished(t *testing.T, g *gateway, cert listenerCert, req
 func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 	cert := newListenerCert(t)
 	mock := startMock(t, mockai.Config{Echo: true})
-	var g *gateway
-	var raw net.Conn             // the client under test
-	armed := make(chan struct{}) // closed once g and raw are set
+	g := startGateway(t, mock, func(c *Settings) { c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile })
+	raw := g.rawDial(t)
 	var once sync.Once
 	heldOff := make(chan bool, 1)
-	hooks := &frontdoor.Hooks{HeadRead: func(c *frontdoor.Conn) {
-		select {
-		case <-armed:
-		default:
-			return // a connection before the one under test
-		}
+	g.srv.front.SetHooks(&frontdoor.Hooks{HeadRead: func(c *frontdoor.Conn) {
 		if !c.OffLoop() {
 			return // a read from netpoll's handler: not the one under test
 		}
@@ -443,13 +430,7 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		})
-	}}
-	g = startGateway(t, mock, func(c *Settings) {
-		c.TLSCert, c.TLSKey = cert.certFile, cert.keyFile
-		c.frontHooks = hooks
-	})
-	raw = g.rawDial(t)
-	close(armed)
+	}})
 	tc := tls.Client(raw, &tls.Config{RootCAs: cert.roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
 	_ = raw.SetDeadline(time.Now().Add(testwait.Timeout))
 	if err := tc.Handshake(); err != nil {

@@ -344,7 +344,7 @@ func watches(t *testing.T, ep, fd int) bool {
 // that accepts nothing. Here the socket is shut from outside, not by
 // StopAccepting: the poller reports the hang-up and netpoll's Serve returns.
 func TestFrontDoorLostListenerEndsServe(t *testing.T) {
-	srv, ln := newUnservedGateway(t, nil)
+	srv, ln := newUnservedGateway(t)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {

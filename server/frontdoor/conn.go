@@ -115,7 +115,7 @@ func (c *Conn) readHead() error {
 	}
 	var err error
 	read := func() {
-		if h := c.door.hooks; h.HeadRead != nil {
+		if h := c.door.hooks.Load(); h != nil && h.HeadRead != nil {
 			h.HeadRead(c)
 		}
 		err = c.ep.Read(func(src frames.Source) error {
@@ -274,7 +274,7 @@ func (c *Conn) onClose(netpoll.Connection) error {
 // gone and leaves the new session alone; otherwise the connection is hung
 // up, under c.mu so that it is still open (onClose waits for c.mu).
 func (c *Conn) handshakeExpired() {
-	if h := c.door.hooks; h.HandshakeTimer != nil {
+	if h := c.door.hooks.Load(); h != nil && h.HandshakeTimer != nil {
 		h.HandshakeTimer()
 		if h.HandshakeTimerDone != nil {
 			defer h.HandshakeTimerDone()

@@ -73,16 +73,10 @@ type Deps struct {
 		Expect()
 		Settle()
 	}
-	// Hooks are called at the front door's steps; the gateway passes
-	// none. Given here, at construction, they are nothing a running door
-	// can change.
-	Hooks *Hooks
 }
 
-// Hooks are calls at the points of the front door where races have
-// windows; tests pause in them to make a race happen every time (like
-// net/http/httptrace's ClientTrace, they observe and may wait; they change
-// nothing). Any of them may be nil.
+// Hooks are pauses that tests put into the windows of races in the
+// front door, to make them happen every time. All are nil outside tests.
 type Hooks struct {
 	HandshakeTimer     func()           // the handshake timer fired, before it acts
 	HandshakeTimerDone func()           // and after it acted
@@ -130,15 +124,12 @@ type Door struct {
 	connsMu sync.Mutex
 	conns   map[*Conn]struct{}
 
-	hooks *Hooks // Deps.Hooks, or none (never nil)
+	hooks atomic.Pointer[Hooks] // nil outside tests
 }
 
 // New prepares the front door; serve starts it.
 func New(cfg Config, deps Deps, h Handler) *Door {
-	f := &Door{cfg: cfg, deps: deps, h: h, log: deps.Log, conns: map[*Conn]struct{}{}, hooks: deps.Hooks}
-	if f.hooks == nil {
-		f.hooks = &Hooks{}
-	}
+	f := &Door{cfg: cfg, deps: deps, h: h, log: deps.Log, conns: map[*Conn]struct{}{}}
 	f.fullResponse = TooManyConnections().response()
 	f.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_connections_refused_total",
 		Help: "Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS " +
@@ -178,7 +169,7 @@ func (f *Door) Serve(ln net.Listener, ready func()) error {
 	f.loop, f.ln, f.listener = loop, ln, sl
 	f.mu.Unlock()
 	ready()
-	if h := f.hooks; h.Serve != nil {
+	if h := f.hooks.Load(); h != nil && h.Serve != nil {
 		h.Serve() // a shutdown that comes before netpoll's Serve
 	}
 	err = f.serveListener(loop, sl)
@@ -241,7 +232,7 @@ func (f *Door) Shutdown(ctx context.Context) error {
 	f.StopAccepting()
 	f.hangUpClients()
 	f.WaitConns(ctx)
-	if h := f.hooks; h.LoopShutdown != nil {
+	if h := f.hooks.Load(); h != nil && h.LoopShutdown != nil {
 		h.LoopShutdown(f.open.Load())
 	}
 	err := loop.Shutdown(ctx)
@@ -301,7 +292,7 @@ func (f *Door) onPrepare(conn netpoll.Connection) context.Context {
 func (f *Door) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*Conn)
 	defer recoverRequest(f.log, conn)
-	if h := f.hooks; h.Request != nil {
+	if h := f.hooks.Load(); h != nil && h.Request != nil {
 		h.Request(c)
 	}
 	if c == nil {
@@ -332,6 +323,9 @@ func (f *Door) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	}
 	return c.readHead()
 }
+
+// SetHooks puts tests' pauses into the front door (nil: none).
+func (f *Door) SetHooks(h *Hooks) { f.hooks.Store(h) }
 
 // Open is the number of accepted client sockets not yet closed.
 func (f *Door) Open() int64 { return f.open.Load() }

@@ -238,7 +238,7 @@ func (c *Conn) tlsHandshake() {
 		_ = c.conn.Close()
 		return
 	}
-	if h := c.door.hooks; h.TLSHandshaken != nil {
+	if h := c.door.hooks.Load(); h != nil && h.TLSHandshaken != nil {
 		h.TLSHandshaken(c)
 	}
 	c.offLoop.Store(true)
@@ -251,7 +251,7 @@ func (c *Conn) tlsHandshake() {
 	// What the client sent behind its Finished is in handshakeConn's buffer
 	// or inside tc; no read event will come for it.
 	_ = c.readHead()
-	if h := c.door.hooks; h.TLSRequest != nil {
+	if h := c.door.hooks.Load(); h != nil && h.TLSRequest != nil {
 		h.TLSRequest(c)
 	}
 }
