@@ -74,7 +74,7 @@ type Server struct {
 }
 
 // testHooks are pauses that tests put into the windows of races, to make
-// them happen every time (the front door's: frontdoor.Hooks). All are nil
+// them happen every time (the front door's: package testhooks). All are nil
 // outside tests.
 type testHooks struct {
 	sidebandLookup func() // a sideband's call is about to be looked up in Redis
@@ -82,11 +82,17 @@ type testHooks struct {
 
 // New prepares a server; Serve starts it.
 func New(cfg Settings, log *slog.Logger) (*Server, error) {
+	return newServer(context.Background(), cfg, log)
+}
+
+// newServer is New with the context the server's life derives from: tests
+// put their pauses into it (package testhooks).
+func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}, proto: protocol.Realtime{}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.ctx, s.cancel = context.WithCancel(base)
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.UpstreamCAFile != "" {
