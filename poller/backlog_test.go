@@ -63,7 +63,7 @@ func TestSlowPeerThatKeepsReadingIsKept(t *testing.T) {
 	expectOpen(t, r.upPeer, 200*time.Millisecond, "the slow peer's socket")
 }
 
-// slowLinkPair is netpollPair over a link that takes little at a time: the
+// slowLinkPair is poller.DialPair over a link that takes little at a time: the
 // peer (accepted) end has a 4 KiB receive buffer and a 1,024-byte MSS, set
 // on the listener before the handshake; the netpoll end a 4 KiB send buffer
 // and a 2 s write timeout.
@@ -80,20 +80,7 @@ func slowLinkPair(t *testing.T) (netpoll.Connection, net.Conn) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	np, err := netpoll.DialConnection("tcp", ln.Addr().String(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { _ = peer.Close() })
+	np, peer := poller.DialPair(t, ln)
 	if err := np.SetWriteTimeout(2 * time.Second); err != nil {
 		t.Fatal(err)
 	}

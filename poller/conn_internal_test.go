@@ -23,24 +23,7 @@ func TestWriteByHandNeverReachesAReusedDescriptor(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	dial := func() (netpoll.Connection, net.Conn) {
-		t.Helper()
-		accepted := make(chan net.Conn, 1)
-		go func() {
-			c, _ := ln.Accept()
-			accepted <- c
-		}()
-		np, err := netpoll.DialConnection("tcp", ln.Addr().String(), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		peer := <-accepted
-		if peer == nil {
-			t.Fatal("accept failed")
-		}
-		t.Cleanup(func() { _ = np.Close(); _ = peer.Close() })
-		return np, peer
-	}
+	dial := func() (netpoll.Connection, net.Conn) { return DialPair(t, ln) }
 
 	reused := 0
 	for range 20 { // bounded: the number is reused almost always at once

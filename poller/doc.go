@@ -9,26 +9,14 @@
 // its own words (an error event before a close) is built by the server and
 // handed in as bytes, through SessionConfig or the ending methods.
 //
-// How a connect reaches the relay, and an upstream frame's path through it
-// into the server's watch, are told in docs/architecture.md. The sections
-// below are the rules a change to this package must keep.
-//
-// Its parts, bottom up:
-//   - NBConn adapts a netpoll connection to the blocking net.Conn
-//     that crypto/tls and the WebSocket handshake expect, and then to a
-//     non-blocking one, so that TLS reads and writes stay event-driven after
-//     the handshake.
-//   - Endpoint is one socket, plain or TLS: how to
-//     read it, write to it without ever blocking the caller, and close it.
-//   - Handle is a dialed upstream socket whose single owner (the
-//     warm pool, then a session) changes under one read lock.
-//   - Session, with its accessors; fromClient and fromUpstream forward frames;
-//     AttachUpstream connects the upstream (fresh, warm, or redialed); the
-//     close state table (closeState) ends it; Abort and the other ending
-//     methods end it on the gateway's initiative; Stalled answers the
-//     server's watchdog; resume (on a Loss, or a Rollover) lets go of a lost
-//     upstream (or one near its cap) and takes a fresh one, the relay's part
-//     of session continuity.
+// Its parts, bottom up: NBConn (a netpoll connection as the net.Conn that
+// crypto/tls expects, blocking for the handshake, then non-blocking),
+// Endpoint (one socket, plain or TLS: read, write without ever blocking the
+// caller, close), Handle (a dialed upstream socket with one owner at a
+// time: the warm pool, then a session), and Session (the splice, its close
+// state table closeState, and resume: the relay's part of session
+// continuity). docs/architecture.md follows a frame through them; the
+// sections below are the rules they keep.
 //
 // # Writes never block
 //
@@ -46,13 +34,11 @@
 //
 // # Reads on the poller
 //
-// netpoll reads a socket in pieces no larger than its buffer node (512
-// bytes with the gateway's settings) and, under HandlersInline, runs the
-// handler on the poller after each piece. So a handler that runs on its
-// socket's own poller, and only there (where netpoll cannot be reading the
-// same socket), reads the rest of an unfinished frame or TLS record straight
-// from the descriptor (Endpoint.readAhead, NBConn.Read): one read event
-// stays one batch and one write to the other socket.
+// A handler that runs on its socket's own poller, and only there (where
+// netpoll cannot be reading the same socket), reads the rest of an
+// unfinished frame or TLS record straight from the descriptor
+// (Endpoint.readAhead, NBConn.Read): netpoll reads in pieces of its buffer
+// node (512 bytes here) and would otherwise run the handler per piece.
 //
 // # The inline invariant
 //

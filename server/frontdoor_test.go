@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"rtgate/mockai"
-	"rtgate/server/frontdoor"
+	"rtgate/server/internal/testhooks"
 )
 
 // headStyle is one way a client's upgrade request reaches the gateway: whole,
@@ -157,25 +157,23 @@ func descriptorsOf(t *testing.T, target string) int {
 // closing whatever descriptor the process had opened in between (a client
 // socket, a dial, the spend log's connection) under its owner.
 func TestFrontDoorListenerHeldOnce(t *testing.T) {
-	g := startGateway(t, nil, nil)
-	var fd int
-	waitFor(t, "the gateway to serve", func() bool {
-		var ok bool
-		fd, ok = g.srv.front.ListenerFd()
-		return ok
-	})
+	srv, ln := newUnservedGateway(t)
+	fd, addr := listenerFd(t, ln), ln.Addr().String()
+	done := serveChecked(t, srv, ln)
+	waitServing(t, srv)
 	if n := socketsOf(t, fd); n != 1 {
 		t.Fatalf("%d descriptors hold the listening socket, want 1 (netpoll's duplicate is closed twice at Shutdown)", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := g.srv.Shutdown(ctx); err != nil {
+	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
+	<-done
 	if _, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil {
 		// The number may have been reused since: only a listening socket
 		// on the gateway's port would be the listener left open.
-		if c, err := net.DialTimeout("tcp", g.addr, time.Second); err == nil {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			_ = c.Close()
 			t.Fatal("the listening socket is still open after Shutdown")
 		}
@@ -194,7 +192,7 @@ func TestFrontDoorSocketsNotInherited(t *testing.T) {
 	if _, err := conn.Write([]byte("GET /no-such-endpoint HTTP/1.1\r\nHost: gateway\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the connection to be accepted", func() bool { return g.srv.front.Open() == 1 })
+	waitFor(t, "the connection to be accepted", func() bool { return g.srv.Handshaking() == 1 })
 	child := exec.Command("sleep", "30")
 	if err := child.Start(); err != nil {
 		t.Fatalf("starting a child process: %v", err)
@@ -229,7 +227,7 @@ func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
 	srv, ln := newUnservedGateway(t)
 	sock := socketOf(t, listenerFd(t, ln))
 	shutDown, serving := make(chan struct{}), make(chan struct{})
-	srv.front.SetHooks(&frontdoor.Hooks{Serve: func() { close(serving); <-shutDown }})
+	srv.setDoorHooks(&testhooks.Door{Serve: func() { close(serving); <-shutDown }})
 	done := serveChecked(t, srv, ln)
 	<-serving
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -244,6 +242,13 @@ func TestFrontDoorShutdownBeforeServeClosesListener(t *testing.T) {
 	if n := descriptorsOf(t, sock); n != 0 {
 		t.Fatalf("after Shutdown and Serve's return %d descriptors still hold the listening socket", n)
 	}
+}
+
+// waitServing waits until srv's front door has adopted its listener (its
+// descriptor, listenerFd, is the one netpoll polls).
+func waitServing(t *testing.T, srv *Server) {
+	t.Helper()
+	waitFor(t, "the gateway to serve", func() bool { return srv.front.Addr() != nil })
 }
 
 // listenerFd is ln's descriptor number.
@@ -344,10 +349,7 @@ func startAndShutDown(t *testing.T) {
 	t.Helper()
 	srv, ln := newUnservedGateway(t)
 	done := serveChecked(t, srv, ln)
-	waitFor(t, "the neighbour to serve", func() bool {
-		_, ok := srv.front.ListenerFd()
-		return ok
-	})
+	waitServing(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
@@ -365,7 +367,7 @@ func newUnservedGateway(t *testing.T) (*Server, net.Listener) {
 	cfg := Defaults()
 	cfg.MasterKey, cfg.UpstreamKey, cfg.AdminAddr = testMasterKey, testUpstreamKey, ""
 	cfg.Pool.Size = 0
-	srv, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := newServer(testContext(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

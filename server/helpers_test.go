@@ -98,7 +98,7 @@ func newTestServer(t testing.TB, mock *mockai.Server, mutate func(*Settings), lo
 			log = slog.New(slog.NewTextHandler(&testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	}
-	srv, err := New(cfg, log)
+	srv, err := newServer(testContext(), cfg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -22,7 +22,7 @@ import (
 
 	"rtgate/internal/testwait"
 	"rtgate/mockai"
-	"rtgate/server/frontdoor"
+	"rtgate/server/internal/testhooks"
 )
 
 // These tests hold the server to the inline invariant (package poller's doc): no
@@ -58,7 +58,7 @@ func TestHandshakeTimerFiringAtTheAnswerLeavesTheSession(t *testing.T) {
 	g := startGateway(t, mock, func(s *Settings) { s.HandshakeTimeout = 300 * time.Millisecond })
 	fired, release, acted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var once, doneOnce sync.Once
-	g.srv.front.SetHooks(&frontdoor.Hooks{
+	g.srv.setDoorHooks(&testhooks.Door{
 		HandshakeTimer: func() {
 			once.Do(func() {
 				close(fired)
@@ -100,10 +100,10 @@ func TestRequestHandlerPanicDropsOnlyThatConnection(t *testing.T) {
 	mock := startMock(t, mockai.Config{Echo: true})
 	logs := &syncBuffer{}
 	g := startGatewayLog(t, mock, nil, slog.New(slog.NewTextHandler(logs, nil)))
-	var victim atomic.Pointer[frontdoor.Conn]
+	var victim atomic.Pointer[netpoll.Connection]
 	var armed atomic.Bool
-	g.srv.front.SetHooks(&frontdoor.Hooks{Request: func(c *frontdoor.Conn) {
-		if armed.Load() && c != nil && victim.CompareAndSwap(nil, c) {
+	g.srv.setDoorHooks(&testhooks.Door{Request: func(c netpoll.Connection) {
+		if armed.Load() && victim.CompareAndSwap(nil, &c) {
 			panic("request handler bug")
 		}
 	}})
@@ -170,24 +170,23 @@ func TestTLSRequestHandledOffThePollerDoesNotStallIt(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	var requestBytes, sent atomic.Int64
-	g.srv.front.SetHooks(&frontdoor.Hooks{TLSHandshaken: func(c *frontdoor.Conn) {
+	g.srv.setDoorHooks(&testhooks.Door{TLSHandshaken: func(c netpoll.Connection, waitReads func()) {
 		// Wait until everything the client sent, its request included, is
 		// out of the kernel and netpoll and in the handshake's hands: the
 		// goroutine will handle the request itself.
-		fd := c.Connection().(netpoll.Conn).Fd()
+		fd := c.(netpoll.Conn).Fd()
 		deadline := time.Now().Add(testwait.Timeout)
 		for time.Now().Before(deadline) {
 			info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 			queued, err2 := unix.IoctlGetInt(fd, unix.SIOCINQ)
 			if err == nil && err2 == nil && requestBytes.Load() > 0 && int64(info.Bytes_received) == sent.Load() &&
-				queued == 0 && c.Connection().Reader().Len() == 0 {
-				c.WaitReads() // a handler still moving the last bytes
+				queued == 0 && c.Reader().Len() == 0 {
+				waitReads() // a handler still moving the last bytes
 				return
 			}
 			time.Sleep(time.Millisecond)
 		}
-	}, TLSRequest: func(c *frontdoor.Conn) {
-		opened := c.Relaying()
+	}, TLSRequest: func(opened bool) {
 		if !opened {
 			t.Errorf("the request behind the client's Finished was not handled by the handshake goroutine")
 			return
@@ -246,7 +245,7 @@ func TestShutdownWithSendingSessionsNeverSpins(t *testing.T) {
 		g := startGateway(t, mock, nil)
 		var leftForNetpoll atomic.Int64
 		leftForNetpoll.Store(-1)
-		g.srv.front.SetHooks(&frontdoor.Hooks{LoopShutdown: func(open int64) { leftForNetpoll.Store(open) }})
+		g.srv.setDoorHooks(&testhooks.Door{LoopShutdown: func(open int64) { leftForNetpoll.Store(open) }})
 		var wg sync.WaitGroup
 		var ended atomic.Int32
 		stop := make(chan struct{})
@@ -411,16 +410,16 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 	raw := g.rawDial(t)
 	var once sync.Once
 	heldOff := make(chan bool, 1)
-	g.srv.front.SetHooks(&frontdoor.Hooks{HeadRead: func(c *frontdoor.Conn) {
-		if !c.OffLoop() {
+	g.srv.setDoorHooks(&testhooks.Door{HeadRead: func(offLoop bool) {
+		if !offLoop {
 			return // a read from netpoll's handler: not the one under test
 		}
 		once.Do(func() {
 			_ = raw.Close() // the client hangs up now
 			deadline := time.Now().Add(testwait.Timeout)
 			for time.Now().Before(deadline) {
-				if g.srv.front.Open() == 0 {
-					heldOff <- false // the close callbacks ran under the read
+				if g.srv.Handshaking() == 0 {
+					heldOff <- false // the close callbacks ran under the read (onClose gives the count back)
 					return
 				}
 				if closeCallbackWaitsForRead() {
@@ -444,7 +443,7 @@ func TestTLSRequestReadHoldsOffAHangUp(t *testing.T) {
 	case <-time.After(testwait.Timeout):
 		t.Fatal("the poller neither held off the hang-up nor closed the connection")
 	}
-	waitFor(t, "the hung-up connection to close after the read", func() bool { return g.srv.front.Open() == 0 })
+	waitFor(t, "the hung-up connection to close after the read", func() bool { return g.srv.Handshaking() == 0 })
 }
 
 // closeCallbackWaitsForRead reports whether a netpoll close callback waits

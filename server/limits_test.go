@@ -25,6 +25,7 @@ import (
 
 	"rtgate/mockai"
 	"rtgate/server/frontdoor"
+	"rtgate/server/internal/testhooks"
 )
 
 // dialStatus tries an upgrade and returns the HTTP status and JSON error
@@ -176,7 +177,18 @@ func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
 		t.Fatalf("partial request got %q, %v; want the 503 too_many_connections with Retry-After, then EOF", got, err)
 	}
 
-	// A flood of silent connections.
+	// A flood of silent connections. The front door reports each refused
+	// connection that starts to wait, with the number waiting then, and each
+	// that stops.
+	var most, taken, givenBack atomic.Int64
+	g.srv.setDoorHooks(&testhooks.Door{
+		RefusalTaken: func(waiting int64) {
+			taken.Add(1)
+			for m := most.Load(); waiting > m && !most.CompareAndSwap(m, waiting); m = most.Load() {
+			}
+		},
+		RefusalGivenBack: func() { givenBack.Add(1) },
+	})
 	const flood = frontdoor.MaxRefusing + 20
 	conns := make([]net.Conn, 0, flood)
 	defer func() {
@@ -190,9 +202,6 @@ func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
-		if n := g.srv.front.RefusedWaiting(); n > frontdoor.MaxRefusing {
-			t.Fatalf("%d refused connections waiting, want at most %d", n, frontdoor.MaxRefusing)
-		}
 	}
 	for i, c := range conns {
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second)) // refusalWait, not the 60 s handshake timeout
@@ -200,7 +209,10 @@ func TestRefusedAtAcceptWaitsBoundedForRequest(t *testing.T) {
 			t.Fatalf("silent connection %d: read %d bytes, %v; want EOF without a byte", i, n, err)
 		}
 	}
-	waitFor(t, "the refusals to be forgotten", func() bool { return g.srv.front.RefusedWaiting() == 0 })
+	if n := most.Load(); n > frontdoor.MaxRefusing {
+		t.Fatalf("%d refused connections waited at once, want at most %d", n, frontdoor.MaxRefusing)
+	}
+	waitFor(t, "the refusals to be forgotten", func() bool { return taken.Load() > 0 && givenBack.Load() == taken.Load() })
 	if got := metricValue(t, g, `rtgate_connections_refused_total{reason="connections"}`); got != flood+1 {
 		t.Errorf("rtgate_connections_refused_total{reason=\"connections\"} = %v, want %d", got, flood+1)
 	}

@@ -352,10 +352,7 @@ func TestFrontDoorLostListenerEndsServe(t *testing.T) {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	})
-	waitFor(t, "the gateway to serve", func() bool {
-		_, ok := srv.front.ListenerFd()
-		return ok
-	})
+	waitServing(t, srv)
 	if err := unix.Shutdown(listenerFd(t, ln), unix.SHUT_RD); err != nil {
 		t.Fatal(err)
 	}

@@ -67,15 +67,30 @@ type Server struct {
 
 	admin   *admin.Server // the admin port: metrics, status page, playground
 	origins origins       // ALLOWED_ORIGINS (origins.allow)
+
+	hooks atomic.Pointer[testHooks] // nil outside tests
+}
+
+// testHooks are pauses that tests put into the windows of races, to make
+// them happen every time (the front door's: package testhooks). All are nil
+// outside tests.
+type testHooks struct {
+	sidebandLookup func() // a sideband's call is about to be looked up in Redis
 }
 
 // New prepares a server; Serve starts it.
 func New(cfg Settings, log *slog.Logger) (*Server, error) {
+	return newServer(context.Background(), cfg, log)
+}
+
+// newServer is New with the context the server's life derives from: tests
+// put their pauses into it (package testhooks).
+func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.ctx, s.cancel = context.WithCancel(base)
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.UpstreamCAFile != "" {
@@ -148,7 +163,7 @@ func New(cfg Settings, log *slog.Logger) (*Server, error) {
 	}
 	// A nil pool hears of demand and does nothing (upstream.Pool.Expect).
 	s.front = frontdoor.New(doorSettings(cfg, s.tlsConfig), frontdoor.Deps{Context: s.ctx, Log: log,
-		Registerer: s.metrics.reg, SessionsOpen: &s.sessionsOpen, Demand: s.pool, Hooks: cfg.frontHooks}, s)
+		Registerer: s.metrics.reg, SessionsOpen: &s.sessionsOpen, Demand: s.pool}, s)
 	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.metrics.reg)
 	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})

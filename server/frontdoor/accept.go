@@ -98,6 +98,9 @@ func (f *Door) refuseAtAccept(conn netpoll.Connection) context.Context {
 	_ = conn.AddCloseCallback(func(netpoll.Connection) error {
 		timer.Stop()
 		f.refusing.Add(-1)
+		if h := f.testHooks(); h != nil && h.RefusalGivenBack != nil {
+			h.RefusalGivenBack()
+		}
 		return nil
 	})
 	// No Inliner (a nil *Conn says "not inline"): a refused connection
@@ -117,6 +120,9 @@ func (f *Door) takeRefusalSlot() bool {
 			return false
 		}
 		if f.refusing.CompareAndSwap(n, n+1) {
+			if h := f.testHooks(); h != nil && h.RefusalTaken != nil {
+				h.RefusalTaken(n + 1)
+			}
 			return true
 		}
 	}

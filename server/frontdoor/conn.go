@@ -115,8 +115,8 @@ func (c *Conn) readHead() error {
 	}
 	var err error
 	read := func() {
-		if h := c.door.hooks.Load(); h != nil && h.HeadRead != nil {
-			h.HeadRead(c)
+		if h := c.door.testHooks(); h != nil && h.HeadRead != nil {
+			h.HeadRead(c.offLoop.Load())
 		}
 		err = c.ep.Read(func(src frames.Source) error {
 			p, err := src.Next(src.Len())
@@ -274,7 +274,7 @@ func (c *Conn) onClose(netpoll.Connection) error {
 // gone and leaves the new session alone; otherwise the connection is hung
 // up, under c.mu so that it is still open (onClose waits for c.mu).
 func (c *Conn) handshakeExpired() {
-	if h := c.door.hooks.Load(); h != nil && h.HandshakeTimer != nil {
+	if h := c.door.testHooks(); h != nil && h.HandshakeTimer != nil {
 		h.HandshakeTimer()
 		if h.HandshakeTimerDone != nil {
 			defer h.HandshakeTimerDone()
@@ -429,26 +429,17 @@ func (c *Conn) Switch(response, rest []byte) error {
 	return nil
 }
 
-// What tests observe of a connection, in the windows their Hooks open.
-
-// Connection is the connection's netpoll connection.
-func (c *Conn) Connection() netpoll.Connection { return c.conn }
-
-// WaitReads returns once no handler is moving the connection's bytes (a TLS
-// listener's: the handshake's read lock).
-func (c *Conn) WaitReads() {
+// waitReads returns once no handler is moving the connection's bytes (a TLS
+// listener's: the handshake's read lock), for a test's hook.
+func (c *Conn) waitReads() {
 	c.readMu.Lock()
 	c.readMu.Unlock() //nolint:staticcheck // only waits for the holder
 }
 
-// Relaying reports whether StartRelay has made the connection a session's
+// hasSession reports whether StartRelay has made the connection a session's
 // client side.
-func (c *Conn) Relaying() bool {
+func (c *Conn) hasSession() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.sess != nil
 }
-
-// OffLoop reports whether a goroutine other than netpoll's handler is
-// handling the request (the TLS handshake's, an off-loop step's).
-func (c *Conn) OffLoop() bool { return c.offLoop.Load() }

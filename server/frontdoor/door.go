@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/poller"
+	"rtgate/server/internal/testhooks"
 )
 
 // Handler is what the front door hands a request to once it is read.
@@ -75,19 +76,6 @@ type Deps struct {
 	}
 }
 
-// Hooks are pauses that tests put into the windows of races in the
-// front door, to make them happen every time. All are nil outside tests.
-type Hooks struct {
-	HandshakeTimer     func()           // the handshake timer fired, before it acts
-	HandshakeTimerDone func()           // and after it acted
-	TLSHandshaken      func(*Conn)      // the TLS handshake is done, before the goroutine reads the request
-	TLSRequest         func(*Conn)      // the TLS goroutine handled the first request, before it lets the connection go
-	LoopShutdown       func(open int64) // shutdown is about to call netpoll's, with open client connections left
-	HeadRead           func(*Conn)      // readHead is about to read the request
-	Request            func(*Conn)      // at the start of each read handler of an accepted connection
-	Serve              func()           // serve is about to hand the listener to netpoll
-}
-
 // Door is the client listener and the connections it accepted until
 // their request is answered (admission at accept: Door.accept).
 type Door struct {
@@ -124,12 +112,14 @@ type Door struct {
 	connsMu sync.Mutex
 	conns   map[*Conn]struct{}
 
-	hooks atomic.Pointer[Hooks] // nil outside tests
+	// hooks are tests' pauses in the windows of races (package testhooks,
+	// through Deps.Context); nil in production.
+	hooks *testhooks.Slot
 }
 
 // New prepares the front door; serve starts it.
 func New(cfg Config, deps Deps, h Handler) *Door {
-	f := &Door{cfg: cfg, deps: deps, h: h, log: deps.Log, conns: map[*Conn]struct{}{}}
+	f := &Door{cfg: cfg, deps: deps, h: h, log: deps.Log, conns: map[*Conn]struct{}{}, hooks: testhooks.From(deps.Context)}
 	f.fullResponse = TooManyConnections().response()
 	f.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_connections_refused_total",
 		Help: "Client connections closed at once: at accept when sessions and handshakes filled MAX_CONNECTIONS " +
@@ -169,7 +159,7 @@ func (f *Door) Serve(ln net.Listener, ready func()) error {
 	f.loop, f.ln, f.listener = loop, ln, sl
 	f.mu.Unlock()
 	ready()
-	if h := f.hooks.Load(); h != nil && h.Serve != nil {
+	if h := f.testHooks(); h != nil && h.Serve != nil {
 		h.Serve() // a shutdown that comes before netpoll's Serve
 	}
 	err = f.serveListener(loop, sl)
@@ -232,7 +222,7 @@ func (f *Door) Shutdown(ctx context.Context) error {
 	f.StopAccepting()
 	f.hangUpClients()
 	f.WaitConns(ctx)
-	if h := f.hooks.Load(); h != nil && h.LoopShutdown != nil {
+	if h := f.testHooks(); h != nil && h.LoopShutdown != nil {
 		h.LoopShutdown(f.open.Load())
 	}
 	err := loop.Shutdown(ctx)
@@ -292,8 +282,8 @@ func (f *Door) onPrepare(conn netpoll.Connection) context.Context {
 func (f *Door) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	c, _ := ctx.Value(ctxKey{}).(*Conn)
 	defer recoverRequest(f.log, conn)
-	if h := f.hooks.Load(); h != nil && h.Request != nil {
-		h.Request(c)
+	if h := f.testHooks(); h != nil && h.Request != nil && c != nil {
+		h.Request(conn)
 	}
 	if c == nil {
 		if ctx.Value(refusedKey{}) != nil {
@@ -324,31 +314,11 @@ func (f *Door) onRequest(ctx context.Context, conn netpoll.Connection) error {
 	return c.readHead()
 }
 
-// SetHooks puts tests' pauses into the front door (nil: none).
-func (f *Door) SetHooks(h *Hooks) { f.hooks.Store(h) }
-
-// Open is the number of accepted client sockets not yet closed.
-func (f *Door) Open() int64 { return f.open.Load() }
-
-// Unanswered is the number of connections between accept and the answer
-// to their request (rtgate_client_handshakes).
-func (f *Door) Unanswered() int64 { return f.unanswered.Load() }
-
-// TLSHandshakesRunning is the number of client TLS handshakes in progress,
-// each with its goroutine (rtgate_client_tls_handshakes_running).
-func (f *Door) TLSHandshakesRunning() int64 { return f.tlsRunning.Load() }
-
-// RefusedWaiting is the number of refused plain connections waiting for
-// their request, to be answered with the 503 (at most MaxRefusing).
-func (f *Door) RefusedWaiting() int64 { return f.refusing.Load() }
-
-// ListenerFd is the descriptor netpoll polls for the client listener; false
-// before Serve has adopted it.
-func (f *Door) ListenerFd() (int, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.listener == nil {
-		return -1, false
+// testHooks are the pauses a test has set (package testhooks); nil in
+// production.
+func (f *Door) testHooks() *testhooks.Door {
+	if f.hooks == nil {
+		return nil
 	}
-	return f.listener.Fd(), true
+	return f.hooks.Load()
 }

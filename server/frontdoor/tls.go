@@ -238,8 +238,8 @@ func (c *Conn) tlsHandshake() {
 		_ = c.conn.Close()
 		return
 	}
-	if h := c.door.hooks.Load(); h != nil && h.TLSHandshaken != nil {
-		h.TLSHandshaken(c)
+	if h := c.door.testHooks(); h != nil && h.TLSHandshaken != nil {
+		h.TLSHandshaken(c.conn, c.waitReads)
 	}
 	c.offLoop.Store(true)
 	defer c.goInline() // after the unlock below
@@ -251,8 +251,8 @@ func (c *Conn) tlsHandshake() {
 	// What the client sent behind its Finished is in handshakeConn's buffer
 	// or inside tc; no read event will come for it.
 	_ = c.readHead()
-	if h := c.door.hooks.Load(); h != nil && h.TLSRequest != nil {
-		h.TLSRequest(c)
+	if h := c.door.testHooks(); h != nil && h.TLSRequest != nil {
+		h.TLSRequest(c.hasSession())
 	}
 }
 
