@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/mockai"
+	"rtgate/server/internal/testhooks"
 	"rtgate/server/redistest"
 	"rtgate/server/routes"
 )
@@ -382,7 +383,7 @@ func TestSidebandOwnerAcrossInstances(t *testing.T) {
 	g1, rt, tr := appsGateway(t, mockai.Config{}, func(c *Settings) { c.RedisURL = rd.URL() })
 	g2 := appsGatewayOn(t, rt, tr, func(c *Settings) { c.RedisURL = rd.URL() })
 	var lookups, inHandler atomic.Int32
-	g2.srv.hooks.Store(&testHooks{sidebandLookup: func() {
+	g2.srv.setSessionHooks(&testhooks.Session{SidebandLookup: func() {
 		lookups.Add(1)
 		buf := make([]byte, 64<<10)
 		if strings.Contains(string(buf[:runtime.Stack(buf, false)]), "(*Door).onRequest") {

@@ -247,8 +247,10 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 	c.OffLoopStep(func() func(rest []byte) {
 		var herr *refusal
 		if u.lookup {
-			if h := s.hooks.Load(); h != nil && h.sidebandLookup != nil {
-				h.sidebandLookup()
+			if s.hooks != nil {
+				if h := s.hooks.Load(); h != nil && h.SidebandLookup != nil {
+					h.SidebandLookup()
+				}
 			}
 			owner, known, err := s.calls.Lookup(u.callID)
 			if err != nil {

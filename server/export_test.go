@@ -36,7 +36,17 @@ func (s *Server) gauge(name string) int64 {
 // testContext is what a test's server derives its life from: it carries
 // the slot for the front door's hooks (setDoorHooks).
 func testContext() context.Context {
-	return testhooks.With(context.Background(), new(testhooks.Slot))
+	ctx := testhooks.With(context.Background(), new(testhooks.Slot))
+	return testhooks.WithSession(ctx, new(testhooks.SessionSlot))
+}
+
+// setSessionHooks puts h's pauses into the session path (nil: none). The
+// server must have been made with testContext.
+func (s *Server) setSessionHooks(h *testhooks.Session) {
+	if s.hooks == nil {
+		panic("setSessionHooks: the server was not made with testContext")
+	}
+	s.hooks.Store(h)
 }
 
 // setDoorHooks puts h's pauses into the front door (nil: none). The server

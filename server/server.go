@@ -21,6 +21,7 @@ import (
 	"rtgate/server/cluster"
 	"rtgate/server/continuity"
 	"rtgate/server/frontdoor"
+	"rtgate/server/internal/testhooks"
 	"rtgate/server/limit"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
@@ -68,14 +69,7 @@ type Server struct {
 	admin   *admin.Server // the admin port: metrics, status page, playground
 	origins origins       // ALLOWED_ORIGINS (origins.allow)
 
-	hooks atomic.Pointer[testHooks] // nil outside tests
-}
-
-// testHooks are pauses that tests put into the windows of races, to make
-// them happen every time (the front door's: package testhooks). All are nil
-// outside tests.
-type testHooks struct {
-	sidebandLookup func() // a sideband's call is about to be looked up in Redis
+	hooks *testhooks.SessionSlot // tests' pauses in a session's races (package testhooks); nil outside tests
 }
 
 // New prepares a server; Serve starts it.
@@ -91,6 +85,7 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 	}
 	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}}
 	s.ctx, s.cancel = context.WithCancel(base)
+	s.hooks = testhooks.SessionFrom(base)
 
 	upTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.UpstreamCAFile != "" {

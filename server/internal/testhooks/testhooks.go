@@ -1,5 +1,5 @@
-// Package testhooks carries tests' pauses into the windows of the front
-// door's races, so that a race happens the same way every run, without a
+// Package testhooks carries tests' pauses into the windows of the
+// gateway's races (the front door's, Door; a session's, Session), so that a race happens the same way every run, without a
 // test-only part in the front door's API.
 //
 // The hooks travel in the context the front door is given
@@ -33,15 +33,37 @@ type Door struct {
 	RefusalGivenBack   func()                                          // and it no longer waits
 }
 
+// Session are the session path's hook points. Any may be nil.
+type Session struct {
+	SidebandLookup func() // a sideband's call is about to be looked up in Redis (off netpoll's handler)
+}
+
+// SessionSlot holds the session hooks a test has set (nil: none).
+type SessionSlot = atomic.Pointer[Session]
+
 // Slot holds the hooks a test has set, swapped whole at any time (nil:
 // none).
 type Slot = atomic.Pointer[Door]
 
-type slotKey struct{}
+type (
+	slotKey        struct{}
+	sessionSlotKey struct{}
+)
 
 // With is ctx carrying slot, for the gateway a test builds.
 func With(ctx context.Context, slot *Slot) context.Context {
 	return context.WithValue(ctx, slotKey{}, slot)
+}
+
+// WithSession is ctx carrying slot, for the gateway a test builds.
+func WithSession(ctx context.Context, slot *SessionSlot) context.Context {
+	return context.WithValue(ctx, sessionSlotKey{}, slot)
+}
+
+// SessionFrom is the session slot ctx carries; nil in production.
+func SessionFrom(ctx context.Context) *SessionSlot {
+	s, _ := ctx.Value(sessionSlotKey{}).(*SessionSlot)
+	return s
 }
 
 // From is the slot ctx carries; nil in production.
