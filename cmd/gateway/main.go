@@ -33,47 +33,25 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.StringVar(&cfg.Host, "host", cfg.Host, "listen address (HOST)")
-	fs.IntVar(&cfg.Port, "port", cfg.Port, "listen port (PORT)")
-	fs.StringVar(&cfg.Model, "model", cfg.Model, "model name clients ask for (OPENAI_REALTIME_MODEL)")
-	apiBase := fs.String("api-base", "", "upstream base URL, e.g. wss://api.openai.com/v1 (OPENAI_API_BASE)")
-	fs.StringVar(&cfg.UpstreamCAFile, "upstream-ca", cfg.UpstreamCAFile, "extra CA file for wss:// upstreams (UPSTREAM_CA_FILE)")
-	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "certificate for a TLS client listener (TLS_CERT)")
-	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "key for a TLS client listener (TLS_KEY)")
-	fs.StringVar(&cfg.RoutesFile, "config", cfg.RoutesFile, "LiteLLM-style YAML of model groups, deployments and keys (CONFIG_FILE)")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listener for /metrics, /debug/pprof/, /status and /playground, empty for none (ADMIN_ADDR)")
-	fs.BoolVar(&cfg.ReusePort, "reuseport", cfg.ReusePort, "listen with SO_REUSEPORT so several processes share the port (REUSEPORT)")
-	fs.DurationVar(&cfg.DrainGrace, "drain-grace", cfg.DrainGrace, "after SIGTERM, how long /health says 503 while connects are still served (DRAIN_GRACE_SECS)")
-	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "then how long live sessions may continue (DRAIN_TIMEOUT)")
-	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
-	// 256 rather than 512: an idle session keeps one node of each per socket
-	// (0.75 KiB less live heap per idle plain session, measured), and a read
-	// that fills its buffer doubles the next one, so large frames still get
-	// large nodes (CPU per round trip showed no difference in the noise).
-	bufSize := fs.Int("buffer-size", 256, "netpoll's initial input buffer per connection, bytes")
-	nodeSize := fs.Int("node-size", 256, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
-	defPollers, err := envCount("POLLER_NUM")
+	f, err := newFlags(&cfg)
 	if err != nil {
 		return err
 	}
-	pollers := fs.Int("pollers", defPollers, "netpoll's epoll loops; 0: one per core (GOMAXPROCS) with inline handlers, netpoll's GOMAXPROCS/20+1 with pool (POLLER_NUM)")
-	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", poller.DefaultHandlers.String()), "where read handlers run: inline (relayed sockets on their poller goroutine) or pool (a goroutine per read event) (POLLER_HANDLERS)")
-	if err := fs.Parse(args); err != nil {
+	if err := f.fs.Parse(args); err != nil {
 		return err
 	}
-	if *pollers < 0 {
-		return fmt.Errorf("-pollers: %d is negative (0 picks the default)", *pollers)
+	if *f.pollers < 0 {
+		return fmt.Errorf("-pollers: %d is negative (0 picks the default)", *f.pollers)
 	}
-	if *apiBase != "" {
-		u, err := server.ParseAPIBase(*apiBase)
+	if *f.apiBase != "" {
+		u, err := server.ParseAPIBase(*f.apiBase)
 		if err != nil {
 			return fmt.Errorf("-api-base: %w", err)
 		}
 		cfg.APIBase = u
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(strings.ToLower(*logLevel))); err != nil {
+	if err := level.UnmarshalText([]byte(strings.ToLower(*f.logLevel))); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
@@ -81,11 +59,11 @@ func run(args []string) error {
 		log.Warn("LITELLM_MASTER_KEY is not set: every request will be refused")
 	}
 
-	runOn, err := poller.ParseHandlers(*handlers)
+	runOn, err := poller.ParseHandlers(*f.handlers)
 	if err != nil {
 		return fmt.Errorf("-handlers: %w", err)
 	}
-	if err := poller.Tune(poller.Tuning{Pollers: *pollers, BufferSize: *bufSize, NodeSize: *nodeSize, Handlers: runOn}); err != nil {
+	if err := poller.Tune(poller.Tuning{Pollers: *f.pollers, BufferSize: *f.bufSize, NodeSize: *f.nodeSize, Handlers: runOn}); err != nil {
 		return err
 	}
 	srv, err := server.New(cfg, log)
@@ -136,8 +114,51 @@ wait:
 	return nil
 }
 
+// gatewayFlags is the command line: each flag overrides its setting in the
+// settings it was made over (newFlags), or sets what only the command reads.
+type gatewayFlags struct {
+	fs                          *flag.FlagSet
+	apiBase, logLevel, handlers *string
+	bufSize, nodeSize, pollers  *int
+}
+
+// newFlags is the command line over cfg, whose values (the environment's)
+// are the flags' defaults. Every flag is a row of server.SettingsTable
+// (TestEveryFlagIsInTheSettingsTable).
+func newFlags(cfg *server.Settings) (*gatewayFlags, error) {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "listen address (HOST)")
+	fs.IntVar(&cfg.Port, "port", cfg.Port, "listen port (PORT)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model name clients ask for (OPENAI_REALTIME_MODEL)")
+	apiBase := fs.String("api-base", "", "upstream base URL, e.g. wss://api.openai.com/v1 (OPENAI_API_BASE)")
+	fs.StringVar(&cfg.UpstreamCAFile, "upstream-ca", cfg.UpstreamCAFile, "extra CA file for wss:// upstreams (UPSTREAM_CA_FILE)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "certificate for a TLS client listener (TLS_CERT)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "key for a TLS client listener (TLS_KEY)")
+	fs.StringVar(&cfg.RoutesFile, "config", cfg.RoutesFile, "LiteLLM-style YAML of model groups, deployments and keys (CONFIG_FILE)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listener for /metrics, /debug/pprof/, /status and /playground, empty for none (ADMIN_ADDR)")
+	fs.BoolVar(&cfg.ReusePort, "reuseport", cfg.ReusePort, "listen with SO_REUSEPORT so several processes share the port (REUSEPORT)")
+	fs.DurationVar(&cfg.DrainGrace, "drain-grace", cfg.DrainGrace, "after SIGTERM, how long /health says 503 while connects are still served (DRAIN_GRACE_SECS)")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "then how long live sessions may continue (DRAIN_TIMEOUT)")
+	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
+	// 256 rather than 512: an idle session keeps one node of each per socket
+	// (0.75 KiB less live heap per idle plain session, measured), and a read
+	// that fills its buffer doubles the next one, so large frames still get
+	// large nodes (CPU per round trip showed no difference in the noise).
+	bufSize := fs.Int("buffer-size", 256, "netpoll's initial input buffer per connection, bytes")
+	nodeSize := fs.Int("node-size", 256, "netpoll's smallest buffer node, bytes (kept per connection on the output side)")
+	defPollers, err := envCount("POLLER_NUM")
+	if err != nil {
+		return nil, err
+	}
+	pollers := fs.Int("pollers", defPollers, "netpoll's epoll loops; 0: one per core (GOMAXPROCS) with inline handlers, netpoll's GOMAXPROCS/20+1 with pool (POLLER_NUM)")
+	handlers := fs.String("handlers", envOr("POLLER_HANDLERS", poller.DefaultHandlers.String()), "where read handlers run: inline (relayed sockets on their poller goroutine) or pool (a goroutine per read event) (POLLER_HANDLERS)")
+	return &gatewayFlags{fs: fs, apiBase: apiBase, logLevel: logLevel, handlers: handlers,
+		bufSize: bufSize, nodeSize: nodeSize, pollers: pollers}, nil
+}
+
 // envOr reads one of the settings the gateway's main reads itself
 // (server.ReadByCommand rows of server.SettingsTable: LOG_LEVEL,
+
 // POLLER_HANDLERS), def when unset.
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
