@@ -1,6 +1,11 @@
 package continuity
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+
+	"rtgate/server/protocol"
+)
 
 // A response asked for and not started yet: the client's response.create
 // forwarded to the upstream, or server VAD's speech_stopped (the upstream
@@ -45,20 +50,25 @@ func (st *State) answered() { st.waiting, st.asked, st.askedEvent = false, nil, 
 
 // refused reads an upstream error event p: it answers a client event, most
 // likely the request a response waits for (an active response already, a
-// bad parameter), unless it names the client event it answers
-// (error.event_id) and that is not the kept response.create's (an empty
-// commit, say). OpenAI's cap is no answer to anything.
+// bad parameter), unless it names the event it answers (error.event_id)
+// and that is an event the gateway made (protocol.GatewayEventPrefix: a
+// forced rollover's response.cancel that arrived after its response ended,
+// say) or not the kept response.create's (an empty commit). OpenAI's cap is
+// no answer to anything.
 func (st *State) refused(p []byte) {
 	if IsSessionExpired(p) {
 		return
 	}
-	if st.askedEvent != "" {
-		var ev struct {
-			Error struct {
-				EventID string `json:"event_id"`
-			} `json:"error"`
+	var ev struct {
+		Error struct {
+			EventID string `json:"event_id"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(p, &ev) == nil && ev.Error.EventID != "" {
+		if strings.HasPrefix(ev.Error.EventID, protocol.GatewayEventPrefix) {
+			return // the gateway's own event's error: the client's request still waits
 		}
-		if json.Unmarshal(p, &ev) == nil && ev.Error.EventID != "" && ev.Error.EventID != st.askedEvent {
+		if st.askedEvent != "" && ev.Error.EventID != st.askedEvent {
 			return // another request's error
 		}
 	}

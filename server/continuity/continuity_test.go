@@ -223,6 +223,11 @@ func TestAsked(t *testing.T) {
 		{"refused", []ev{{'c', ask}, {'u', `{"type":"error","error":{"code":"x"}}`}}, "", true},
 		{"another request's error", []ev{{'c', askID}, {'u', `{"type":"error","error":{"code":"x","event_id":"evt_commit"}}`}}, askID, false},
 		{"its own error", []ev{{'c', askID}, {'u', `{"type":"error","error":{"code":"x","event_id":"evt_ask"}}`}}, "", true},
+		// A forced rollover's response.cancel that reached the upstream after
+		// its response ended: the error answers the gateway's cancel, not the
+		// client's id-less request sent meanwhile (which the rollover would
+		// otherwise leave unasked on the abandoned upstream).
+		{"the gateway's own event's error", []ev{{'c', ask}, {'u', `{"type":"error","error":{"type":"invalid_request_error","code":"response_cancel_not_active","event_id":"event_gw_own_1"}}`}}, ask, false},
 		{"queued", []ev{{'q', ask}}, "", true},
 		{"the unanswered one first, the queued one with the queue", []ev{{'c', ask}, {'q', `{"type":"response.create"}`}}, ask, false},
 		{"server VAD's wait ends: its audio is lost", []ev{{'u', `{"type":"input_audio_buffer.speech_stopped"}`}}, "", true},
