@@ -33,7 +33,9 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"rtgate/server/api"
 	"rtgate/server/balance"
+	"rtgate/server/limit"
 	"rtgate/server/routes"
 )
 
@@ -63,11 +65,13 @@ var entryRules = [...]entryRule{
 
 // admission is what an entry point holds once admitted: where it may go,
 // and what it counts until released. Only admitEntry makes one; an entry
-// point opens nothing upstream without it (open, createCall, the GPT-Live
-// creates take it).
+// point opens nothing upstream without it (open takes it, and server/api's
+// calls and GPT-Live creates, through callAdmission).
 type admission struct {
-	s     *Server
-	entry entry
+	// admitter and balancer are what it gives back to.
+	admitter limit.Admitter
+	balancer *balance.Balancer
+	entry    entry
 	// key is the name of the key whose session it counts ("" when it
 	// counts none).
 	key string
@@ -90,7 +94,7 @@ func (s *Server) admitEntry(e entry, key *routes.ClientKey, table *routes.Table,
 	if herr := s.budgets.check(key); herr != nil {
 		return nil, herr
 	}
-	a := &admission{s: s, entry: e}
+	a := &admission{admitter: s.admitter, balancer: s.balancer, entry: e}
 	if rule.session {
 		maxSessions, rate := s.keyLimits(key)
 		if r := s.admitter.Admit(key.Name, maxSessions, rate); r != nil {
@@ -124,7 +128,7 @@ func (s *Server) admitEntry(e entry, key *routes.ClientKey, table *routes.Table,
 // the group's deployments, taken as admitEntry takes one for the entry
 // points whose group the connect names.
 func (s *Server) admitLiveStart(key *routes.ClientKey, table *routes.Table, group, backend string) (balance.Plan, *refusal) {
-	if herr := backendNotAllowed(key, backend); herr != nil {
+	if herr := api.BackendNotAllowed(key, backend); herr != nil {
 		return balance.Plan{}, herr
 	}
 	plan, busy := s.balancer.Reserve(table.Groups[group])
@@ -163,9 +167,9 @@ func (a *admission) release() {
 		return
 	}
 	if a.key != "" {
-		a.s.admitter.Release(a.key)
+		a.admitter.Release(a.key)
 	}
-	a.s.balancer.Release(a.plan.Reserved)
+	a.balancer.Release(a.plan.Reserved)
 }
 
 // handOver is the admission given to a WebSocket session, which gives back

@@ -139,7 +139,7 @@ keys:
 			id = placeCall(t, g, keyB, "app-b's call")
 			waitFor(t, "app-b's metering sideband", func() bool { return callsLive(g) == 2 })
 			postToMock(t, m, "/mock/calls/"+id+"/respond")
-			bud := keyNamed(g.srv.routes.Load(), "app-b").Budget
+			bud := g.srv.routes.Load().KeyNamed("app-b").Budget
 			waitFor(t, "the call's usage in app-b's budget", func() bool {
 				return g.srv.budgets.ledger.Spent("app-b", bud, time.Now()) >= 0.0032
 			})

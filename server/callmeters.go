@@ -29,7 +29,7 @@ type callMeters struct {
 	// sessions are the GPT-Live WebRTC sessions being metered, by id
 	// (*liveMetering).
 	sessions sync.Map
-	// A GPT-Live WebRTC session's budget (liveAPI.create): the ledger, and how
+	// A GPT-Live WebRTC session's budget (server/api's createLive): the ledger, and how
 	// a session over budget is ended (its call hung up upstream).
 	budgets *budgets
 	hangUp  func(d *routes.Deployment, id string)

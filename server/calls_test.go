@@ -9,7 +9,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
-	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"rtgate/mockai"
 	"rtgate/server/internal/testhooks"
 	"rtgate/server/redistest"
-	"rtgate/server/routes"
 )
 
 const (
@@ -402,37 +400,6 @@ func TestSidebandOwnerAcrossInstances(t *testing.T) {
 	c := g2.dial(t, q, bearer(keyA))
 	if e := read(t, c); e.typ() != "session.created" {
 		t.Fatalf("first event %s", e.typ())
-	}
-}
-
-// TestCallsURL: the calls endpoint of each kind of deployment, with the
-// deployment's credentials and no model in the query.
-func TestCallsURL(t *testing.T) {
-	t.Setenv("AZ_KEY", "az-test-key")
-	path := writeConfig(t, `model_list:
-  - model_name: gpt-realtime
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: https://api.example.test/v1
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
-  - model_name: azure-rt
-    litellm_params:
-      model: azure/my-deployment
-      api_base: https://res.openai.azure.com
-      api_key: os.environ/AZ_KEY
-`+configTail)
-	table, err := routes.Load(path, os.LookupEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for group, want := range map[string]struct{ url, header, value string }{
-		"gpt-realtime": {"https://api.example.test/v1/realtime/calls", "Authorization", "Bearer " + testUpstreamKey},
-		"azure-rt":     {"https://res.openai.azure.com/openai/v1/realtime/calls", "Api-Key", "az-test-key"},
-	} {
-		u, h := callsURL(table.Groups[group][0])
-		if u.String() != want.url || h.Get(want.header) != want.value {
-			t.Errorf("%s: %s (%s set: %v), want %s", group, u, want.header, h.Get(want.header) == want.value, want.url)
-		}
 	}
 }
 

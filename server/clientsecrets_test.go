@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"rtgate/server/api"
 	"strconv"
 	"strings"
 	"testing"
@@ -299,7 +300,7 @@ func TestClientSecretRotationAndRedis(t *testing.T) {
 func TestAPIRequestBounds(t *testing.T) {
 	mock := startMock(t, mockai.Config{})
 	g := startGateway(t, mock, func(c *Settings) { c.AllowedOrigins = []string{"https://app.example"} })
-	status, _, _ := post(t, g, "/v1/realtime/client_secrets", testMasterKey, "application/json", bytes.Repeat([]byte(" "), maxAPIBody+1), nil)
+	status, _, _ := post(t, g, "/v1/realtime/client_secrets", testMasterKey, "application/json", bytes.Repeat([]byte(" "), api.MaxBody+1), nil)
 	if status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("oversized body: HTTP %d", status)
 	}

@@ -33,12 +33,14 @@ import (
 
 	"rtgate/poller"
 	"rtgate/server/admin"
+	"rtgate/server/api"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
 	"rtgate/server/continuity"
 	"rtgate/server/frontdoor"
 	"rtgate/server/limit"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
 	"rtgate/upstream"
@@ -86,22 +88,22 @@ func (s *Server) HandleRequest(dc *frontdoor.Conn, req *http.Request, rest []byt
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
 		if s.draining.Load() {
-			c.AnswerNow(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
+			c.AnswerNow(api.JSONResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
 				map[string]any{"status": "draining"}))
 		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
 			// Not ready until the pool holds its remembered demand
 			// (upstream.Pool.Warming); alive all the same.
-			c.AnswerNow(httpResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
+			c.AnswerNow(api.JSONResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
 				map[string]any{"status": "warming"}))
 		} else {
-			c.AnswerNow(httpResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
+			c.AnswerNow(api.JSONResponse(http.StatusOK, nil, map[string]any{"status": "ok"}))
 		}
 		return
 	case "/v1/realtime", "/realtime", "/v1/realtime/translations", "/realtime/translations":
-	case livePaths[0], livePaths[1], livePaths[2]:
+	case protocol.LivePaths[0], protocol.LivePaths[1], protocol.LivePaths[2]:
 		live = true
 	default:
-		if _, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
+		if _, op, ok := protocol.LiveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
 			break // a GPT-Live sideband or WebSocket fork (resolveLiveAttach)
 		}
 		c.Refuse(&refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
@@ -141,10 +143,10 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	}
 	creds := frontdoor.ReadCredentials(req.Header)
 	var herr *refusal
-	if live && isLiveSecret(u.table, creds.Key) {
-		return nil, refuseLiveSecret()
+	if live && api.IsLiveSecret(u.table, creds.Key) {
+		return nil, api.RefuseLiveSecret()
 	}
-	if u.key, u.grant, herr = s.authenticateConnect(u.table, creds.Key); herr != nil {
+	if u.key, u.grant, herr = s.api.Authenticate(u.table, creds.Key); herr != nil {
 		return nil, herr
 	}
 	if u.accept, herr = frontdoor.CheckUpgrade(req); herr != nil {
@@ -154,9 +156,9 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		u.protocol = frontdoor.SubprotocolRealtime
 	}
 	u.q = req.URL.Query()
-	if id, op, ok := liveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
+	if id, op, ok := protocol.LiveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
 		if u.grant != nil {
-			return nil, refuseLiveSecret()
+			return nil, api.RefuseLiveSecret()
 		}
 		u.callID, u.kind = id, kindLiveSideband
 		if op == "fork" {
@@ -255,7 +257,7 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 			owner, known, err := s.calls.Lookup(u.callID)
 			if err != nil {
 				s.log.Warn("sideband refused: its call's owner could not be looked up", "call_id", u.callID, "err", err)
-				herr = ownerUnavailable()
+				herr = api.OwnerUnavailable()
 			} else {
 				herr = checkSideband(u, owner, known)
 			}

@@ -1,6 +1,6 @@
 // Package server wires the gateway and runs its sessions: a request that
-// the front door (server/frontdoor) has read becomes a session or an API
-// answer here. The server is the front door's Handler; SettingsTable is
+// the front door (server/frontdoor) has read becomes a session here, or
+// goes to the HTTP endpoints (server/api). The server is the front door's Handler; SettingsTable is
 // what FromEnv reads its settings with; decide gives each connect its kind
 // (sessionKind), which every later phase reads. What a session needs
 // that is not its own lives in packages with one job each (balance, routes,

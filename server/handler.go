@@ -10,7 +10,7 @@ import (
 
 // The server as the front door's Handler: the front door reads a request,
 // the server decides what it becomes (HandleRequest: health or a session;
-// HandleAPI: an API answer).
+// Route and HandleAPI: an API answer, server/api's).
 
 var _ frontdoor.Handler = (*Server)(nil)
 
@@ -41,8 +41,17 @@ func (s *Server) NewConn() *frontdoor.Conn {
 	return &c.Conn
 }
 
-// CORSHeaders implements Handler (ALLOWED_ORIGINS: origins.corsHeaders).
-func (s *Server) CORSHeaders(req *http.Request) http.Header { return s.origins.corsHeaders(req) }
+// Route implements Handler: the API's endpoints (api.Endpoints.Route); ""
+// for the rest (HandleRequest).
+func (s *Server) Route(req *http.Request) (endpoint string, bodyLimit int) { return s.api.Route(req) }
+
+// HandleAPI implements Handler: the API answers (api.Endpoints.HandleAPI).
+func (s *Server) HandleAPI(c *frontdoor.Conn, req *http.Request, endpoint string, body []byte) {
+	s.api.HandleAPI(c, req, endpoint, body)
+}
+
+// CORSHeaders implements Handler (ALLOWED_ORIGINS: api.Endpoints.CORSHeaders).
+func (s *Server) CORSHeaders(req *http.Request) http.Header { return s.api.CORSHeaders(req) }
 
 // ClientLeft implements Handler (clientLeft).
 func (s *Server) ClientLeft(sess *poller.Session) { s.clientLeft(sess) }

@@ -27,7 +27,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +36,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/api"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/continuity"
@@ -46,9 +46,6 @@ import (
 	"rtgate/server/usage"
 	"rtgate/upstream"
 )
-
-// livePaths are the routes of GPT-Live WebSocket sessions.
-var livePaths = []string{"/v1/live/sessions", "/openai/v1/live/sessions", "/live/sessions"}
 
 // liveCloseWait bounds the wait for session.closed after session.close.
 const liveCloseWait = 5 * time.Second
@@ -90,20 +87,6 @@ type liveState struct {
 	refused string
 }
 
-// refuseLiveSecret refuses one of rtgate's client secrets on a Live route:
-// GPT-Live has none (browsers reach it by WebRTC through the app's server).
-func refuseLiveSecret() *refusal {
-	return &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "client_secret_not_supported",
-		Message: "GPT-Live has no ephemeral client secrets: connect with an API key from a server, " +
-			"or have the app's server create a WebRTC session (POST /v1/live/sessions) for the browser."}
-}
-
-// isLiveSecret reports whether presented is a client secret (and not a key).
-func isLiveSecret(table *routes.Table, presented string) bool {
-	_, isKey := table.Authenticate(presented)
-	return !isKey && strings.HasPrefix(presented, apps.SecretPrefix)
-}
-
 // newLiveState prepares an opened Live session, before its relay starts:
 // the farewell, the hold on the first message and its deadline, and the
 // meter.
@@ -137,7 +120,7 @@ func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState 
 // closed. It runs in a goroutine of its own (Redis may be asked).
 func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
 	d := info.currentDeployment()
-	if d == nil || !validLiveID(id) {
+	if d == nil || !protocol.ValidID(id) {
 		return
 	}
 	if err := s.calls.Remember(s.ctx, id, apps.Owner{Key: info.key.Name, Deployment: d.Name}); err != nil {
@@ -145,9 +128,9 @@ func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
 	}
 }
 
-// newLiveFork prepares a WebSocket fork (WS /v1/live/sessions/{id}/fork,
-// liveAPI): a new Live session, relayed to the deployment that served
-// the stored one, whose own session.start (which names no model: the fork
+// newLiveFork prepares a WebSocket fork (WS /v1/live/sessions/{id}/fork;
+// the HTTP fork is server/api's): a new Live session, relayed to the
+// deployment that served the stored one, whose own session.start (which names no model: the fork
 // continues the stored session's) is relayed as the client sent it. Its
 // upstream is dialed at once, so nothing of the first message is held; it
 // is metered, budgeted and ended as any Live WebSocket session.
@@ -324,7 +307,7 @@ func (ls *liveState) bookBackend(model string, add usage.Usage) {
 // gateway cannot write to, has its call hung up upstream. Either way its
 // record's outcome is "refused", with the usage it had.
 func (ls *liveState) refuseBackend(model string) {
-	herr := backendNotAllowed(ls.info.key, model)
+	herr := api.BackendNotAllowed(ls.info.key, model)
 	if herr == nil || ls.backendRefused {
 		return
 	}
@@ -339,16 +322,6 @@ func (ls *liveState) refuseBackend(model string) {
 	case ls.hangUp != nil:
 		go ls.hangUp()
 	}
-}
-
-// backendNotAllowed refuses a delegation to a Responses model the key's
-// models list does not name (nil: allowed, or no delegation).
-func backendNotAllowed(key *routes.ClientKey, model string) *refusal {
-	if model == "" || key == nil || key.Allows(model) {
-		return nil
-	}
-	return &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
-		Message: "This key may not delegate to the model '" + model + "'."}
 }
 
 // cost is the session's cost: its seconds at the deployment's price per

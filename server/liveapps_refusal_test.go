@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"rtgate/server/protocol"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func createLive(t *testing.T, g *gateway, key, instructions string) (int, []byte
 func newWebRTCSession(t *testing.T, g *gateway, key string) string {
 	t.Helper()
 	status, b := createLive(t, g, key, "")
-	id := sessionIDOf(b)
+	id := protocol.LiveSessionID(b)
 	if status != http.StatusCreated || id == "" {
 		t.Fatalf("create: HTTP %d %s", status, b)
 	}
@@ -199,7 +200,7 @@ func createUpstream(t *testing.T, mock *mockai.Server) string {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	id := sessionIDOf(b)
+	id := protocol.LiveSessionID(b)
 	if id == "" {
 		t.Fatalf("creating a session upstream: HTTP %d %s", resp.StatusCode, b)
 	}

@@ -12,7 +12,7 @@ import (
 
 // A GPT-Live sideband or WebSocket fork as a session: where it goes
 // (resolveLiveAttach) and how it is dialed (startLiveAttach). The HTTP
-// controls of the same sessions are liveAPI's.
+// controls of the same sessions are server/api's.
 
 // liveAttachTarget is the upstream of a sideband (or a WebSocket fork) of
 // session id on d: a sideband's graceful_close passed through.

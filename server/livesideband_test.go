@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
+	"rtgate/server/protocol"
 	"strings"
 	"testing"
 	"time"
@@ -127,7 +128,7 @@ func TestLiveForkWebSocket(t *testing.T) {
 			})
 			// A stored session made through the gateway by app-a, ended.
 			status, _, b := post(t, g, "/v1/live/sessions", keyA, "application/json", webrtcBody("gpt-live", true), nil)
-			parent := sessionIDOf(b)
+			parent := protocol.LiveSessionID(b)
 			if status != http.StatusCreated || parent == "" {
 				t.Fatalf("create: HTTP %d %s", status, b)
 			}
@@ -137,7 +138,7 @@ func TestLiveForkWebSocket(t *testing.T) {
 			waitFor(t, "the stored session to close", func() bool { return mockLiveSession(t, mock, roots, parent).State == "closed" })
 			// And one the gateway never saw, made and ended upstream.
 			status, b = mockPost(t, mock, roots, "/v1/live/sessions", json.RawMessage(webrtcBody("gpt-live-1", true)))
-			elsewhere := sessionIDOf(b)
+			elsewhere := protocol.LiveSessionID(b)
 			if status != http.StatusCreated || elsewhere == "" {
 				t.Fatalf("create upstream: HTTP %d %s", status, b)
 			}

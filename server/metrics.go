@@ -155,11 +155,11 @@ func adminGateway(s *Server) admin.Gateway {
 		Deployment:     func(d *routes.Deployment) balance.HostStatus { return s.balancer.Snapshot(d) },
 		ClientListener: func() (net.Addr, bool) { return s.front.Addr(), s.tlsConfig != nil },
 		MintSecret: func(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
-			a := s.mintSecretFor(ctx, table, key, body, false)
-			if r := a.refused; r != nil {
+			a := s.api.MintSecretFor(ctx, table, key, body, false)
+			if r := a.Refused; r != nil {
 				return admin.Answer{Status: r.Status, ErrType: r.Type, ErrCode: r.Code, ErrMsg: r.Message}
 			}
-			return admin.Answer{Status: a.status, Body: a.body}
+			return admin.Answer{Status: a.Status, Body: a.Body}
 		},
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"rtgate/poller"
 	"rtgate/server/admin"
+	"rtgate/server/api"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
 	"rtgate/server/continuity"
@@ -66,8 +67,9 @@ type Server struct {
 
 	appState // client secrets, calls, sidebands
 
-	admin   *admin.Server // the admin port: metrics, status page, playground
-	origins origins       // ALLOWED_ORIGINS (origins.allow)
+	admin   *admin.Server  // the admin port: metrics, status page, playground
+	origins origins        // ALLOWED_ORIGINS (origins.allow)
+	api     *api.Endpoints // the HTTP endpoints: client secrets, calls, GPT-Live's controls (server/api)
 
 	hooks *testhooks.SessionSlot // tests' pauses in a session's races (package testhooks); nil outside tests
 }
@@ -144,8 +146,9 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 	}
 	go s.budgets.run(s.ctx)
 	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
-		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: liveAPI{s}.hangUp,
-		hangUpCall: s.hangUpCall}, log)
+		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: func(d *routes.Deployment, id string) { s.api.HangUpLive(d, id) },
+		hangUpCall: func(d *routes.Deployment, callID string) { s.api.HangUpCall(d, callID) }}, log)
+	s.api = newEndpoints(s)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -188,7 +191,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.front.Serve(ln, func() {
 		go s.newWatchdog().run(s.ctx)
 		s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
-			"upstream", redactedURL(s.cfg.APIBase), "model", s.cfg.Model, "pool", poolDesc(s.cfg.Pool))
+			"upstream", routes.RedactedURL(s.cfg.APIBase), "model", s.cfg.Model, "pool", poolDesc(s.cfg.Pool))
 		if s.pool != nil {
 			// The configured model's key is known now: warm it before the
 			// first client arrives.

@@ -30,12 +30,3 @@ func transcriptionGroup(table *routes.Table, configured, model string) string {
 	}
 	return table.Default
 }
-
-// transcriptionModelOf reads session.audio.input.transcription.model.
-func transcriptionModelOf(session map[string]any) string {
-	audio, _ := session["audio"].(map[string]any)
-	input, _ := audio["input"].(map[string]any)
-	tr, _ := input["transcription"].(map[string]any)
-	m, _ := tr["model"].(string)
-	return m
-}

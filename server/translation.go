@@ -28,9 +28,6 @@ import (
 	"rtgate/server/routes"
 )
 
-// secretTypeTranslation is the Claims.Type of a translation client secret.
-const secretTypeTranslation = "translation"
-
 // isTranslationPath reports whether a WebSocket connect asks for a
 // translation session.
 func isTranslationPath(path string) bool {

@@ -2,7 +2,7 @@ package apps
 
 // Sideband connections: GET /v1/realtime?call_id=... attaches a WebSocket to
 // a live WebRTC or SIP call. The gateway remembers who made each call it
-// forwarded (package server's createCall) — the key, the deployment that serves the call
+// forwarded (server/api's Endpoints) — the key, the deployment that serves the call
 // and, when a client secret made it, that secret's id — in this process and,
 // with REDIS_URL, in Redis so that every instance knows. A sideband for such
 // a call is relayed only for that key, to that deployment; a client secret

@@ -30,6 +30,15 @@ func HTTPURL(u *url.URL) *url.URL {
 	return &h
 }
 
+// RedactedURL is u fit for logs: no user info, no query (which may carry
+// identifiers).
+func RedactedURL(u *url.URL) string {
+	r := *u
+	r.User = nil
+	r.RawQuery = ""
+	return r.String()
+}
+
 // Named finds a deployment by its Name across every group (nil if none).
 func (t *Table) Named(name string) *Deployment {
 	for _, ds := range t.Groups {

@@ -319,6 +319,20 @@ func (t *Table) Current(k *ClientKey) *ClientKey {
 	return nil
 }
 
+// KeyNamed finds a client key by name, the master key included (nil if
+// none): who a client secret or a call owner names.
+func (t *Table) KeyNamed(name string) *ClientKey {
+	if name == MasterKeyName {
+		return t.Master()
+	}
+	for _, k := range t.Keys {
+		if k.Name == name {
+			return k
+		}
+	}
+	return nil
+}
+
 // Protocol is the protocol group g's deployments speak ("" for no such
 // group). A group never mixes protocols (Load refuses it).
 func (t *Table) Protocol(g string) string {

@@ -1,4 +1,4 @@
-package server
+package api
 
 // WebRTC calls: POST /v1/realtime/calls with an SDP offer, as raw
 // application/sdp or OpenAI's multipart form with sdp and session parts. The
@@ -13,15 +13,15 @@ package server
 // (/v1/realtime/calls/{id}).
 //
 // Media never flows through the gateway: the browser and OpenAI exchange it
-// directly. A call is admitted as a session (admitEntry): the key's
+// directly. A call is admitted as a session (Deps.Admit): the key's
 // models, budget, max_sessions and connect_rate and the deployment's slot,
 // held while the call is live. To meter the call the gateway opens its own
 // sideband connection (?call_id=) to the deployment and books response.done
 // usage against the key (its token metrics and its budget: over budget, the
-// call is hung up), as for WebSocket sessions; the call ends, and its
-// admission is given back, when that sideband closes. It remembers who made
-// the call (the key, the deployment, the client secret) for sideband access
-// (apps.Calls).
+// call is hung up: HangUpCall), as for WebSocket sessions; the call ends,
+// and its admission is given back, when that sideband closes
+// (Admission.MeterCall). It remembers who made the call (the key, the
+// deployment, the client secret) for sideband access (Deps.Owners).
 
 import (
 	"bytes"
@@ -37,8 +37,8 @@ import (
 	"time"
 
 	"rtgate/server/apps"
-	"rtgate/server/balance"
 	"rtgate/server/frontdoor"
+	"rtgate/server/protocol"
 	"rtgate/server/routes"
 )
 
@@ -49,9 +49,9 @@ type callOffer struct {
 }
 
 // parseCallOffer reads raw application/sdp or the multipart form.
-func parseCallOffer(req *http.Request, body []byte) (*callOffer, *apiAnswer) {
+func parseCallOffer(req *http.Request, body []byte) (*callOffer, *Answer) {
 	mt, params, err := mime.ParseMediaType(req.Header.Get("Content-Type"))
-	bad := func(msg string) (*callOffer, *apiAnswer) {
+	bad := func(msg string) (*callOffer, *Answer) {
 		a := errorAnswer(http.StatusBadRequest, "invalid_request_error", "invalid_value", msg)
 		return nil, &a
 	}
@@ -69,7 +69,7 @@ func parseCallOffer(req *http.Request, body []byte) (*callOffer, *apiAnswer) {
 			if err != nil {
 				return bad("malformed multipart body: " + err.Error())
 			}
-			b, _ := io.ReadAll(io.LimitReader(p, maxAPIBody))
+			b, _ := io.ReadAll(io.LimitReader(p, MaxBody))
 			switch p.FormName() {
 			case "sdp":
 				o.sdp = b
@@ -91,9 +91,9 @@ func parseCallOffer(req *http.Request, body []byte) (*callOffer, *apiAnswer) {
 
 // createCall answers POST /v1/realtime/calls; it runs in the request's own
 // goroutine.
-func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
-	table := s.routes.Load()
-	key, grant, herr := s.authenticateConnect(table, frontdoor.ReadCredentials(req.Header).Key)
+func (e *Endpoints) createCall(req *http.Request, body []byte) Answer {
+	table := e.deps.Routes()
+	key, grant, herr := e.Authenticate(table, frontdoor.ReadCredentials(req.Header).Key)
 	if herr != nil {
 		return refusedAnswer(herr)
 	}
@@ -101,74 +101,60 @@ func (s *Server) createCall(req *http.Request, body []byte) apiAnswer {
 	if bad != nil {
 		return *bad
 	}
-	ask := groupAsk{grant: grant, model: req.URL.Query().Get("model")}
+	ask := GroupAsk{Grant: grant, Model: req.URL.Query().Get("model")}
 	if grant != nil {
 		if offer.session == nil {
-			if err := s.secrets.LoadConfig(req.Context(), grant); err != nil {
+			if err := e.deps.Secrets.LoadConfig(req.Context(), grant); err != nil {
 				return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", apps.ErrSecretConfig.Error())
 			}
 			_ = json.Unmarshal(grant.Config, &offer.session)
 		}
 	} else if offer.session != nil && offer.session["model"] != nil {
-		ask.model, _ = offer.session["model"].(string) // the session part's model wins over the query's
+		ask.Model, _ = offer.session["model"].(string) // the session part's model wins over the query's
 	}
-	group, herr := s.pickGroup(table, key, ask)
+	group, herr := e.deps.PickGroup(table, key, ask)
 	if herr != nil {
 		return refusedAnswer(herr)
 	}
 	if offer.session == nil {
 		offer.session = map[string]any{"type": "realtime"}
 	}
-	adm, herr := s.admitEntry(entryCall, key, table, group, nil)
+	adm, herr := e.deps.Admit(key, table, group, nil)
 	if herr != nil {
 		return refusedAnswer(herr)
 	}
-	tried := 0
-	for i, d := range adm.plan.Cands {
-		if i == balance.MaxAttempts {
-			break
-		}
-		tried++
-		a, callID, err := forwardCall(req.Context(), s.httpClient, s.cfg.DialTimeout, d, offer)
-		if err != nil {
-			s.balancer.Failed(d, "calls request failed")
-			s.log.Warn("upstream calls request failed", "deployment", d.Name, "err", err)
-			continue
-		}
-		s.balancer.Succeeded(d)
-		if callID == "" {
-			adm.release() // refused upstream: no call to count
-			return a
-		}
-		owner := apps.Owner{Key: key.Name, Deployment: d.Name}
-		if grant != nil {
-			owner.Secret = grant.Claims.ID
-		}
-		if err := s.calls.Remember(context.Background(), callID, owner); err != nil {
-			s.log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
-		}
-		s.log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)
-		go s.meters.start(key, group, d, callID, adm)
+	var a Answer
+	var callID string
+	d, tried := e.firstToAnswer(adm, "calls request", func(d *routes.Deployment) (err error) {
+		a, callID, err = forwardCall(req.Context(), e.deps.HTTPClient, e.cfg.DialTimeout, d, offer)
+		return err
+	})
+	if d == nil {
+		adm.Release()
+		return upstreamUnreachable(group, tried)
+	}
+	if callID == "" {
+		adm.Release() // refused upstream: no call to count
 		return a
 	}
-	adm.release()
-	return upstreamUnreachable(group, tried)
+	owner := apps.Owner{Key: key.Name, Deployment: d.Name}
+	if grant != nil {
+		owner.Secret = grant.Claims.ID
+	}
+	if err := e.deps.Owners.Remember(context.Background(), callID, owner); err != nil {
+		e.deps.Log.Warn("call owner not stored in Redis; only this instance knows it", "call_id", callID, "err", err)
+	}
+	e.deps.Log.Info("call created", "key", key.Name, "model_group", group, "deployment", d.Name, "call_id", callID)
+	go adm.MeterCall(key, group, d, callID)
+	return a
 }
 
-// upstreamUnreachable is the answer to an API request no deployment of
-// group answered, in the gateway's words: which deployments and why are
-// the log's (they name upstream hosts).
-func upstreamUnreachable(group string, tried int) apiAnswer {
-	return errorAnswer(http.StatusBadGateway, "server_error", "upstream_unavailable",
-		fmt.Sprintf("No deployment of model group '%s' could be reached (%d tried); the gateway's log says why.", group, tried))
-}
-
-// hangUpCall ends call id on d (a call over its key's budget, or of a
-// revoked key).
-func (s *Server) hangUpCall(d *routes.Deployment, id string) {
+// HangUpCall ends call id on d: a call over its key's budget, or of a
+// revoked key (the server's call meters and reload call it).
+func (e *Endpoints) HangUpCall(d *routes.Deployment, id string) {
 	u, h := callsURL(d)
 	u.Path = path.Join(u.Path, id, "hangup")
-	ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.DialTimeout, time.Second))
+	ctx, cancel := context.WithTimeout(e.deps.Context, max(e.cfg.DialTimeout, time.Second))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
 	if err != nil {
@@ -177,15 +163,15 @@ func (s *Server) hangUpCall(d *routes.Deployment, id string) {
 	for k, v := range h {
 		req.Header[k] = v
 	}
-	resp, err := s.httpClient.Do(req)
+	resp, err := e.deps.HTTPClient.Do(req)
 	if err != nil {
-		s.log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "err", err)
+		e.deps.Log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "err", err)
 		return
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAPIBody))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxBody))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		s.log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "status", resp.StatusCode)
+		e.deps.Log.Warn("call not hung up", "call_id", id, "deployment", d.Name, "status", resp.StatusCode)
 	}
 }
 
@@ -203,7 +189,7 @@ func callsURL(d *routes.Deployment) (*url.URL, http.Header) {
 // forwardCall sends the offer to d and returns its answer unchanged; err is
 // set only when d could not be reached (or answered 5xx), so the next
 // deployment is tried.
-func forwardCall(ctx context.Context, client *http.Client, timeout time.Duration, d *routes.Deployment, offer *callOffer) (apiAnswer, string, error) {
+func forwardCall(ctx context.Context, client *http.Client, timeout time.Duration, d *routes.Deployment, offer *callOffer) (Answer, string, error) {
 	session := map[string]any{}
 	for k, v := range offer.session {
 		session[k] = v
@@ -224,7 +210,7 @@ func forwardCall(ctx context.Context, client *http.Client, timeout time.Duration
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), &buf)
 	if err != nil {
-		return apiAnswer{}, "", err
+		return Answer{}, "", err
 	}
 	for k, v := range h {
 		req.Header[k] = v
@@ -232,22 +218,22 @@ func forwardCall(ctx context.Context, client *http.Client, timeout time.Duration
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	resp, err := client.Do(req)
 	if err != nil {
-		return apiAnswer{}, "", fmt.Errorf("POST %s: %w", redactedURL(u), err)
+		return Answer{}, "", fmt.Errorf("POST %s: %w", routes.RedactedURL(u), err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
 	if err != nil {
-		return apiAnswer{}, "", fmt.Errorf("reading the answer: %w", err)
+		return Answer{}, "", fmt.Errorf("reading the answer: %w", err)
 	}
 	if resp.StatusCode >= 500 {
-		return apiAnswer{}, "", fmt.Errorf("HTTP %d", resp.StatusCode)
+		return Answer{}, "", fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	a := apiAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body, header: http.Header{}}
+	a := Answer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: body, Header: http.Header{}}
 	// The client sees the gateway's own path for the call, never the
 	// upstream's host (an absolute Location, an Azure api-version query).
 	callID := callIDOf(resp.Header.Get("Location"))
 	if callID != "" {
-		a.header.Set("Location", "/v1/realtime/calls/"+callID)
+		a.Header.Set("Location", "/v1/realtime/calls/"+callID)
 	}
 	if resp.StatusCode != http.StatusCreated {
 		callID = ""
@@ -263,7 +249,7 @@ func callIDOf(loc string) string {
 		return ""
 	}
 	id := path.Base(u.Path)
-	if !validLiveID(id) {
+	if !protocol.ValidID(id) {
 		return ""
 	}
 	return id

@@ -1,8 +1,9 @@
-package server
+package api
 
-// The client-secret endpoint (POST /v1/realtime/client_secrets) and the
-// authentication of a connect by key or client secret; the secrets
-// themselves are server/apps's.
+// The client-secret endpoints (POST /v1/realtime/client_secrets, POST
+// /v1/realtime/translations/client_secrets) and the authentication of a
+// request by key or client secret; the secrets themselves are
+// server/apps's.
 
 import (
 	"bytes"
@@ -19,6 +20,9 @@ import (
 	"rtgate/server/routes"
 )
 
+// secretTypeTranslation is the Claims.Type of a translation client secret.
+const secretTypeTranslation = "translation"
+
 // clientSecretRequest is the GA request body.
 type clientSecretRequest struct {
 	ExpiresAfter *struct {
@@ -30,21 +34,21 @@ type clientSecretRequest struct {
 
 // mintClientSecret answers POST /v1/realtime/client_secrets and POST
 // /v1/realtime/translations/client_secrets.
-func (s *Server) mintClientSecret(req *http.Request, body []byte) apiAnswer {
-	table := s.routes.Load()
+func (e *Endpoints) mintClientSecret(req *http.Request, body []byte) Answer {
+	table := e.deps.Routes()
 	creds := frontdoor.ReadCredentials(req.Header)
 	key, ok := table.Authenticate(creds.Key)
 	if !ok {
 		return errorAnswer(http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Incorrect or missing API key. Mint client secrets with a gateway key as Authorization: Bearer.")
 	}
-	return s.mintSecretFor(req.Context(), table, key, body, apiPaths[req.URL.Path] == "translation_secrets")
+	return e.MintSecretFor(req.Context(), table, key, body, apiPaths[req.URL.Path] == "translation_secrets")
 }
 
-// mintSecretFor mints a client secret for key, already authenticated (the
+// MintSecretFor mints a client secret for key, already authenticated (the
 // admin playground mints for the master key without holding it in clear);
 // translation: for a Realtime translation session.
-func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte, translation bool) apiAnswer {
+func (e *Endpoints) MintSecretFor(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte, translation bool) Answer {
 	var r clientSecretRequest
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := json.Unmarshal(body, &r); err != nil {
@@ -76,16 +80,16 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 		return refusedAnswer(herr)
 	}
 	session["type"] = typ
-	ask := groupAsk{transcription: typ == "transcription"}
+	ask := GroupAsk{Transcription: typ == "transcription"}
 	if translation {
-		ask.protocol = routes.ProtocolTranslation
+		ask.Protocol = routes.ProtocolTranslation
 	}
-	if ask.transcription {
-		ask.model = transcriptionModelOf(session)
+	if ask.Transcription {
+		ask.Model = transcriptionModelOf(session)
 	} else {
-		ask.model, _ = session["model"].(string)
+		ask.Model, _ = session["model"].(string)
 	}
-	group, herr := s.pickGroup(table, key, ask)
+	group, herr := e.deps.PickGroup(table, key, ask)
 	if herr != nil {
 		return refusedAnswer(herr)
 	}
@@ -106,18 +110,18 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 		IssuedAt: now.Unix(), Expires: now.Add(time.Duration(ttl) * time.Second).Unix(), Digest: apps.DigestOf(cfg)}
 	inline := c
 	inline.Config = apps.Deflate(cfg)
-	token := s.secrets.Sign(inline)
+	token := e.deps.Secrets.Sign(inline)
 	if len(token) > apps.MaxInlineSecret {
-		where, err := s.secrets.Keep(ctx, c.ID, cfg, time.Duration(ttl)*time.Second)
+		where, err := e.deps.Secrets.Keep(ctx, c.ID, cfg, time.Duration(ttl)*time.Second)
 		if err != nil {
-			s.log.Error("client secret not minted", "key", key.Name, "err", err)
+			e.deps.Log.Error("client secret not minted", "key", key.Name, "err", err)
 			return errorAnswer(http.StatusServiceUnavailable, "server_error", "secret_store_unavailable",
 				"The session config is too large for a stateless secret and could not be stored; try again.")
 		}
 		c.Store = where
-		token = s.secrets.Sign(c)
+		token = e.deps.Secrets.Sign(c)
 	}
-	s.log.Info("client secret minted", "key", key.Name, "model_group", group, "type", typ, "secret_id", c.ID,
+	e.deps.Log.Info("client secret minted", "key", key.Name, "model_group", group, "type", typ, "secret_id", c.ID,
 		"expires_in_s", ttl, "config_in", configPlace(c.Store), "token_bytes", len(token))
 	out := map[string]any{}
 	for k, v := range session {
@@ -134,16 +138,16 @@ func (s *Server) mintSecretFor(ctx context.Context, table *routes.Table, key *ro
 // secretType is a secret's session.type: realtime (the default) or
 // transcription on /v1/realtime/client_secrets, translation (the default
 // and only) on the translation route.
-func secretType(session map[string]any, translation bool) (string, *refusal) {
+func secretType(session map[string]any, translation bool) (string, *frontdoor.Refusal) {
 	typ, _ := session["type"].(string)
-	bad := func(want string) *refusal {
-		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value",
+	bad := func(want string) *frontdoor.Refusal {
+		return &frontdoor.Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value",
 			Message: "Invalid value for 'session.type': expected " + want + ".", Param: "session.type"}
 	}
 	switch {
 	case translation && (typ == "" || typ == secretTypeTranslation):
 		if m, _ := session["model"].(string); m == "" {
-			return "", &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
+			return "", &frontdoor.Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
 				Message: "Missing required parameter: 'session.model'.", Param: "session.model"}
 		}
 		return secretTypeTranslation, nil
@@ -157,6 +161,15 @@ func secretType(session map[string]any, translation bool) (string, *refusal) {
 	return "", bad("'realtime' or 'transcription'")
 }
 
+// transcriptionModelOf reads session.audio.input.transcription.model.
+func transcriptionModelOf(session map[string]any) string {
+	audio, _ := session["audio"].(map[string]any)
+	input, _ := audio["input"].(map[string]any)
+	tr, _ := input["transcription"].(map[string]any)
+	m, _ := tr["model"].(string)
+	return m
+}
+
 func configPlace(store string) string {
 	if store == apps.StoreToken {
 		return "token"
@@ -164,47 +177,36 @@ func configPlace(store string) string {
 	return store
 }
 
-func paramError(param, msg string) apiAnswer {
-	return refusedAnswer(&refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value",
+func paramError(param, msg string) Answer {
+	return refusedAnswer(&frontdoor.Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value",
 		Message: msg, Param: param})
 }
 
-// authenticateConnect finds who a connect is for: a gateway key, or a client
-// secret standing for the key that minted it (which the session then counts
-// against). A refused secret is a 401 that says why, never what it was.
-func (s *Server) authenticateConnect(table *routes.Table, presented string) (*routes.ClientKey, *apps.Grant, *refusal) {
+// Authenticate finds who a request is for: a gateway key, or a client
+// secret standing for the key that minted it (which the session then
+// counts against). A refused secret is a 401 that says why, never what it
+// was. It is here, beside the minting, and exported for the server's
+// WebSocket connects, which present the same keys and secrets.
+func (e *Endpoints) Authenticate(table *routes.Table, presented string) (*routes.ClientKey, *apps.Grant, *frontdoor.Refusal) {
 	if key, ok := table.Authenticate(presented); ok {
 		return key, nil, nil
 	}
-	unauthorized := func(msg string) *refusal {
-		return &refusal{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg}
+	unauthorized := func(msg string) *frontdoor.Refusal {
+		return &frontdoor.Refusal{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key", Message: msg}
 	}
 	if !strings.HasPrefix(presented, apps.SecretPrefix) {
 		return nil, nil, unauthorized("Incorrect or missing API key. Send it as Authorization: Bearer, api-key, or the openai-insecure-api-key subprotocol.")
 	}
-	g, err := s.secrets.Verify(presented, time.Now())
+	g, err := e.deps.Secrets.Verify(presented, time.Now())
 	if err != nil {
-		s.log.Info("client secret refused", "reason", err.Error())
+		e.deps.Log.Info("client secret refused", "reason", err.Error())
 		return nil, nil, unauthorized(err.Error())
 	}
-	key := keyNamed(table, g.Claims.Key)
+	key := table.KeyNamed(g.Claims.Key)
 	if key == nil || !key.Allows(g.Claims.Group) {
-		s.log.Info("client secret refused", "reason", "the issuing key no longer exists or may not use the model",
+		e.deps.Log.Info("client secret refused", "reason", "the issuing key no longer exists or may not use the model",
 			"key", g.Claims.Key, "secret_id", g.Claims.ID)
 		return nil, nil, unauthorized("The key that minted this client secret is no longer valid for its model.")
 	}
 	return key, g, nil
-}
-
-// keyNamed finds a client key by name (the master key included).
-func keyNamed(table *routes.Table, name string) *routes.ClientKey {
-	if name == routes.MasterKeyName {
-		return table.Master()
-	}
-	for _, k := range table.Keys {
-		if k.Name == name {
-			return k
-		}
-	}
-	return nil
 }

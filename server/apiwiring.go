@@ -1,0 +1,59 @@
+package server
+
+// The server's side of server/api: the Deps its endpoints get, made of what
+// the session side already has. The endpoints decide nothing of their own
+// about groups, admission or budgets: they ask the same functions a
+// WebSocket connect asks (pickGroup, admitEntry, budgets.check), so an API
+// request and a connect are governed alike.
+
+import (
+	"rtgate/server/api"
+	"rtgate/server/routes"
+)
+
+// newEndpoints makes the API's endpoints; New calls it once the balancer,
+// the budgets, the admitter and the app state exist.
+func newEndpoints(s *Server) *api.Endpoints {
+	return api.New(api.Config{DialTimeout: s.cfg.DialTimeout}, api.Deps{
+		Context:       s.ctx,
+		Log:           s.log,
+		Routes:        s.routes.Load,
+		OriginAllowed: s.origins.allow,
+		PickGroup: func(table *routes.Table, key *routes.ClientKey, ask api.GroupAsk) (string, *refusal) {
+			return s.pickGroup(table, key, groupAsk{grant: ask.Grant, model: ask.Model,
+				transcription: ask.Transcription, protocol: ask.Protocol})
+		},
+		Admit: func(key *routes.ClientKey, table *routes.Table, group string, ds []*routes.Deployment) (api.Admission, *refusal) {
+			adm, herr := s.admitEntry(entryCall, key, table, group, ds)
+			if herr != nil {
+				return nil, herr // a nil interface, not a nil *admission in one
+			}
+			return callAdmission{adm: adm, meters: s.meters}, nil
+		},
+		CheckBudget: s.budgets.check,
+		LiveEnded:   s.meters.endedByRequest,
+		Balancer:    s.balancer,
+		Owners:      s.calls,
+		Secrets:     s.secrets,
+		HTTPClient:  s.httpClient,
+	})
+}
+
+// callAdmission is an admission through entryCall as the API holds it
+// (api.Admission): given back, or handed to the meter of the call or GPT-Live
+// session the upstream made.
+type callAdmission struct {
+	adm    *admission
+	meters *callMeters
+}
+
+func (a callAdmission) Candidates() []*routes.Deployment { return a.adm.plan.Cands }
+func (a callAdmission) Release()                         { a.adm.release() }
+
+func (a callAdmission) MeterCall(key *routes.ClientKey, group string, d *routes.Deployment, callID string) {
+	a.meters.start(key, group, d, callID, a.adm)
+}
+
+func (a callAdmission) MeterLive(key *routes.ClientKey, d *routes.Deployment, id string) {
+	a.meters.startLive(key, d, id, a.adm)
+}
