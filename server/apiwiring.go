@@ -2,11 +2,12 @@ package server
 
 // The server's side of server/api: the Deps its endpoints get, made of what
 // the session side already has. The endpoints decide nothing of their own
-// about groups, admission or budgets: they ask the same functions a
-// WebSocket connect asks (pickGroup, admitEntry, budgets.check), so an API
-// request and a connect are governed alike.
+// about groups, admission or budgets: they ask what a WebSocket connect
+// asks (pickGroup, admission.Gate.Admit, budgets.check), so an API request
+// and a connect are governed alike.
 
 import (
+	"rtgate/server/admission"
 	"rtgate/server/api"
 	"rtgate/server/routes"
 )
@@ -24,11 +25,11 @@ func newEndpoints(s *Server) *api.Endpoints {
 				transcription: ask.Transcription, protocol: ask.Protocol})
 		},
 		Admit: func(key *routes.ClientKey, table *routes.Table, group string, ds []*routes.Deployment) (api.Admission, *refusal) {
-			adm, herr := s.admitEntry(entryCall, key, table, group, ds)
+			adm, herr := s.gate.Admit(admission.Call, key, table, group, ds)
 			if herr != nil {
-				return nil, herr // a nil interface, not a nil *admission in one
+				return nil, herr // a nil interface, not a nil *admission.Admission in one
 			}
-			return callAdmission{adm: adm, meters: s.meters}, nil
+			return callAdmission{Admission: adm, meters: s.meters}, nil
 		},
 		CheckBudget: s.budgets.check,
 		LiveEnded:   s.meters.endedByRequest,
@@ -39,21 +40,18 @@ func newEndpoints(s *Server) *api.Endpoints {
 	})
 }
 
-// callAdmission is an admission through entryCall as the API holds it
-// (api.Admission): given back, or handed to the meter of the call or GPT-Live
-// session the upstream made.
+// callAdmission is an admission through admission.Call as the API holds it
+// (api.Admission): given back, or handed to the meter of the call or
+// GPT-Live session the upstream made.
 type callAdmission struct {
-	adm    *admission
+	*admission.Admission
 	meters *callMeters
 }
 
-func (a callAdmission) Candidates() []*routes.Deployment { return a.adm.plan.Cands }
-func (a callAdmission) Release()                         { a.adm.release() }
-
 func (a callAdmission) MeterCall(key *routes.ClientKey, group string, d *routes.Deployment, callID string) {
-	a.meters.start(key, group, d, callID, a.adm)
+	a.meters.start(key, group, d, callID, a.Admission)
 }
 
 func (a callAdmission) MeterLive(key *routes.ClientKey, d *routes.Deployment, id string) {
-	a.meters.startLive(key, d, id, a.adm)
+	a.meters.startLive(key, d, id, a.Admission)
 }

@@ -11,6 +11,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/admission"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
 	"rtgate/upstream"
@@ -43,12 +44,12 @@ type callMeters struct {
 // until the call ends; adm, the call's admission, is given back then (or
 // at once when the sideband cannot connect: the gateway cannot know when
 // such a call ends).
-func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deployment, callID string, adm *admission) {
+func (cm *callMeters) start(key *routes.ClientKey, group string, d *routes.Deployment, callID string, adm *admission.Admission) {
 	ctx, cancel := context.WithTimeout(cm.ctx, cm.timeout)
 	defer cancel()
 	conn, err := cm.dialer.Dial(ctx, dialTarget(d, url.Values{"call_id": {callID}}))
 	if err != nil {
-		adm.release()
+		adm.Release()
 		cm.log.Warn("call not metered: its sideband did not connect", "call_id", callID, "deployment", d.Name, "err", err)
 		cm.metrics.dialFailures.WithLabelValues(group).Inc()
 		return
@@ -90,9 +91,9 @@ type callMeter struct {
 	h      *poller.Handle
 	sc     frames.Scanner // under the Handle's read lock
 	once   sync.Once
-	lm     *liveMetering // a GPT-Live session's; nil for a Realtime call
-	gone   chan struct{} // closed once it has ended
-	adm    *admission    // a Realtime call's admission, given back when it ends
+	lm     *liveMetering        // a GPT-Live session's; nil for a Realtime call
+	gone   chan struct{}        // closed once it has ended
+	adm    *admission.Admission // a Realtime call's admission, given back when it ends
 }
 
 // Wants implements frames.Inspector: the events that carry usage.
@@ -148,7 +149,7 @@ func (m *callMeter) UpstreamGone() {
 			m.lm.ownGone(m) // its session's record, unless it made way for the app's sideband
 			return
 		}
-		m.adm.release()
+		m.adm.Release()
 		cm.log.Info("call metered", "call_id", m.callID, "session_id", m.info.id)
 		rec := usage.Record{SessionID: m.info.id, KeyName: m.info.key.Name, ModelGroup: m.info.group,
 			Deployment: m.info.currentDeployment().Name, StartedAt: m.info.start.UTC(), EndedAt: time.Now().UTC(),

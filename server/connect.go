@@ -5,7 +5,7 @@ package server
 //  1. decide (on the connection's handler, no I/O): the path, the method,
 //     the Origin, the credentials, the upgrade headers, the model group, the
 //     sideband's call owner when this process knows it, then admit
-//     (draining, MAX_CONNECTIONS, then admitEntry: the key's
+//     (draining, MAX_CONNECTIONS, then admission.Gate.Admit: the key's
 //     models, budget and limits, the deployment's slot). The outcome is an
 //     upgrade or one refusal.
 //  2. the off-loop step, only when the decision needs I/O: the call owner
@@ -14,8 +14,8 @@ package server
 //     collected behind the head (frontdoor.Conn.OffLoopStep). It ends in a
 //     refusal or in open, exactly as the handler would have.
 //  3. open: with the admission's deployments (its slot reserved by
-//     admitEntry), the 101 sent, and the session's upstream attached (warm
-//     socket, dial, or an app's own start).
+//     admission.Gate.Admit), the 101 sent, and the session's upstream
+//     attached (warm socket, dial, or an app's own start).
 //
 // The request is decided once: a reload (SIGHUP) during the off-loop step
 // does not re-evaluate it.
@@ -24,7 +24,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 
 	"rtgate/poller"
 	"rtgate/server/admin"
+	"rtgate/server/admission"
 	"rtgate/server/api"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
@@ -74,8 +74,8 @@ type upgrade struct {
 	// session.start (keepLive).
 	attachTo *routes.Deployment
 
-	adm     *admission // admit's (admitEntry); nil until admitted
-	arrived time.Time  // when its head was read: the connect span's start
+	adm     *admission.Admission // admit's (admission.Gate.Admit); nil until admitted
+	arrived time.Time            // when its head was read: the connect span's start
 }
 
 // HandleRequest implements Handler: it acts on a request that is not an
@@ -171,7 +171,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		// key's models are checked then (keepLive).
 		return u, nil
 	}
-	// The key's own models are checked by admit (admitEntry), once a
+	// The key's own models are checked by admit (admission.Gate.Admit), once a
 	// sideband's call owner has named its group.
 	u.kind = realtimeKind(req.URL.Path, u.q, u.grant)
 	model, _ := u.kind.traits().proto.Model(u.q)
@@ -212,12 +212,12 @@ func decideSideband(s *Server, u *upgrade) (*upgrade, *refusal) {
 // waits reports whether deciding u needs I/O: its call's owner in Redis,
 // or the Redis admitter.
 func (u *upgrade) waits(s *Server) bool {
-	return u.lookup || s.admitWaits(u.kind.traits().entry, u.key)
+	return u.lookup || s.gate.Waits(u.kind.traits().entry, u.key)
 }
 
 // admit is the WebSocket front door (draining, MAX_CONNECTIONS: every
 // client socket counts), then the admission every entry point takes
-// (admitEntry): the key's models, budget and limits, the deployment's
+// (admission.Gate.Admit): the key's models, budget and limits, the deployment's
 // slot. sessionEnded gives back what it counts. With limits in Redis it
 // waits on Redis: the off-loop step's only.
 func (s *Server) admit(u *upgrade) *refusal {
@@ -233,7 +233,7 @@ func (s *Server) admit(u *upgrade) *refusal {
 	if u.attachTo != nil { // a sideband's or fork's: the deployment that serves its call
 		ds = []*routes.Deployment{u.attachTo}
 	}
-	adm, herr := s.admitEntry(u.kind.traits().entry, u.key, u.table, u.group, ds)
+	adm, herr := s.gate.Admit(u.kind.traits().entry, u.key, u.table, u.group, ds)
 	if herr != nil {
 		s.sessionsOpen.Add(-1)
 		return herr
@@ -279,10 +279,10 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 // starts the upstream on the admission's deployments (a Live session
 // reserves once its session.start names the model).
 func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
-	plan := u.adm.plan
+	plan := u.adm.Plan()
 	c.Answered()
 	info := &c.info
-	info.keyCounted, info.reserved = u.adm.handOver() // given back by sessionEnded
+	info.keyCounted, info.reserved = u.adm.HandOver() // given back by sessionEnded
 	info.id, info.key, info.group, info.start, info.grant = usage.NewSessionID(), u.key, u.group, time.Now(), u.grant
 	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
 	info.turns.Off = s.cfg.NoTurnMetrics
@@ -420,17 +420,6 @@ type hedgedDial struct {
 // none: it may outlive its client, for the pool.
 const maxHedgedDial = 30 * time.Second
 
-// deploymentsBusy is the refusal of a connect no deployment of its group
-// has room for: 429 with Retry-After.
-func deploymentsBusy(b *balance.Busy) *refusal {
-	code, msg := "deployment_rate_limited", "every deployment of this model is at its connect rate (rpm); try again shortly"
-	if b.Capped {
-		code, msg = "deployment_at_capacity", "every deployment of this model is at its session limit (max_parallel_requests); try again shortly"
-	}
-	return &refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: code, Message: msg,
-		Header: http.Header{"Retry-After": {strconv.Itoa(b.RetryAfter)}}}
-}
-
 // origins is ALLOWED_ORIGINS: which browser origins may connect and call
 // the API (any when empty; the admin port's own pages always, so that the
 // playground can connect).
@@ -453,23 +442,6 @@ func (o origins) allow(origin string) bool {
 
 // The per-key limits (max_sessions, connect_rate): which Admitter decides
 // them (this instance, or Redis with REDIS_URL), and how their refusals read.
-
-// keyRefused words a refusal of the per-key limits (max_sessions,
-// connect_rate), whether this instance or Redis decided it.
-func keyRefused(r *limit.Refusal) *refusal {
-	note := ""
-	if r.Note != "" {
-		note = ": " + r.Note
-	}
-	if r.Verdict == limit.Full {
-		return &refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "concurrent_sessions_exceeded",
-			Message: "too many concurrent sessions for this key (limit " + strconv.Itoa(r.Limit) + ")" + note,
-			Header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
-	}
-	return &refusal{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "rate_limit_exceeded",
-		Message: "connect rate limit exceeded for this key" + note,
-		Header:  http.Header{"Retry-After": {strconv.Itoa(r.RetryAfter)}}}
-}
 
 // newAdmitter decides where the per-key limits are kept: in Redis, shared
 // by the instances, when REDIS_URL is set (with the store, nil otherwise),

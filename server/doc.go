@@ -16,7 +16,8 @@
 //     goes to a goroutine through frontdoor.Conn.OffLoopStep.
 //   - Every entry point (WebSocket connects, WebRTC calls and GPT-Live
 //     creates, sidebands, forks) is admitted through one admission,
-//     admitEntry, whose table says what each entry counts.
+//     admission.Gate.Admit (server/admission), whose table says what each
+//     entry counts.
 //   - A session's observers (the observer type) run under the relay's
 //     locks, in the order written on that type; none takes the relay's
 //     locks or calls into the relay while holding one of its own.

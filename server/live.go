@@ -36,7 +36,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
-	"rtgate/server/api"
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/continuity"
@@ -211,7 +211,7 @@ func (ls *liveState) start(msg []byte) {
 	group, herr := s.pickGroup(ls.table, info.key, groupAsk{model: st.Model, protocol: routes.ProtocolLive})
 	var plan balance.Plan
 	if herr == nil {
-		plan, herr = s.admitLiveStart(info.key, ls.table, group, st.BackendModel())
+		plan, herr = s.gate.AdmitLiveStart(info.key, ls.table, group, st.BackendModel())
 	}
 	if herr != nil {
 		ls.refuse(herr, st.EventID)
@@ -307,7 +307,7 @@ func (ls *liveState) bookBackend(model string, add usage.Usage) {
 // gateway cannot write to, has its call hung up upstream. Either way its
 // record's outcome is "refused", with the usage it had.
 func (ls *liveState) refuseBackend(model string) {
-	herr := api.BackendNotAllowed(ls.info.key, model)
+	herr := admission.BackendNotAllowed(ls.info.key, model)
 	if herr == nil || ls.backendRefused {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 
 	"rtgate/poller"
 	"rtgate/server/admin"
+	"rtgate/server/admission"
 	"rtgate/server/api"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
@@ -47,6 +48,7 @@ type Server struct {
 	front      *frontdoor.Door    // the client listener, accept, TLS, request heads and bodies (Handler)
 	memBudget  memoryBudget       // the global bound on bytes held for slow peers (the watchdog's)
 	admitter   limit.Admitter     // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
+	gate       *admission.Gate    // the one way in: models, budget, key limits, deployment slots (server/admission)
 	store      *cluster.Store     // nil without REDIS_URL
 	contGlobal *continuity.Budget // CONTINUITY_GLOBAL_MAX_BYTES: what all sessions keep (keepContinuity)
 
@@ -145,6 +147,8 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 		return nil, err
 	}
 	go s.budgets.run(s.ctx)
+	s.gate = admission.New(admission.Config{MaxSessionsPerKey: cfg.MaxSessionsPerKey, ConnectRatePerKey: cfg.ConnectRatePerKey},
+		admission.Deps{Limiter: s.admitter, Balancer: s.balancer, CheckBudget: s.budgets.check})
 	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
 		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: func(d *routes.Deployment, id string) { s.api.HangUpLive(d, id) },
 		hangUpCall: func(d *routes.Deployment, callID string) { s.api.HangUpCall(d, callID) }}, log)

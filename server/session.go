@@ -16,6 +16,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
@@ -51,7 +52,7 @@ type sessionInfo struct {
 	counted    bool               // deployment's live count includes this session
 	ended      bool               // the session ended: a late attach (a redial's) is not counted
 	poolHit    bool               // the upstream came from the warm pool
-	keyCounted bool               // it counts against its key's max_sessions (admitEntry): sessionEnded gives it back
+	keyCounted bool               // it counts against its key's max_sessions (admission.Gate.Admit): sessionEnded gives it back
 	overBudget atomic.Bool        // ended by its key's spend budget (budgets.meter); beside the flags: one word
 	meter      usage.Meter
 	turns      turns.Watch        // the session's turns (setupWatch.seeTurn)
@@ -193,7 +194,7 @@ func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask group
 		return "", herr
 	}
 	if key != nil && !key.Allows(g) {
-		return "", modelNotAllowed(g)
+		return "", admission.ModelNotAllowed(g)
 	}
 	return g, nil
 }
@@ -221,12 +222,6 @@ func wrongProtocol(table *routes.Table, g, want string) *refusal {
 		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
 			Message: fmt.Sprintf("The model '%s' is a Realtime model: connect to /v1/realtime?model=%s.", g, g)}
 	}
-}
-
-// modelNotAllowed refuses a key a group it may not use.
-func modelNotAllowed(group string) *refusal {
-	return &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
-		Message: fmt.Sprintf("This key may not use the model '%s'.", group)}
 }
 
 // target is the upstream request for deployment d: the client's query, the

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -44,9 +45,9 @@ type kindTraits struct {
 	// label is the protocol label of the metrics and the record
 	// (rtgate_sessions_open{protocol}, sessionInfo.protocol).
 	label string
-	// entry is the admission's way in (entryRule): a session slot and the
+	// entry is the admission's way in (its rule in server/admission): a session slot and the
 	// deployment's slot, or neither for a sideband.
-	entry entry
+	entry admission.Entry
 	// conversation: a Realtime conversation the gateway follows closely:
 	// the responses in flight (keepFlights, cancelled at the end), the
 	// client's events on the turn clock, the answers to the gateway's own
@@ -60,13 +61,13 @@ type kindTraits struct {
 // traits is k's row.
 func (k sessionKind) traits() kindTraits {
 	return [...]kindTraits{
-		kindRealtime:      {"realtime", protocol.Realtime{}, routes.ProtocolRealtime, entryConnect, true, true},
-		kindTranscription: {"transcription", protocol.Realtime{}, routes.ProtocolRealtime, entryConnect, false, false},
-		kindTranslation:   {"translation", protocol.Realtime{}, routes.ProtocolTranslation, entryConnect, false, false},
-		kindSideband:      {"sideband", protocol.Realtime{}, routes.ProtocolRealtime, entrySideband, false, false},
-		kindLive:          {"live", protocol.Live{}, routes.ProtocolLive, entryConnect, false, true},
-		kindLiveSideband:  {"live sideband", protocol.Live{}, routes.ProtocolLive, entrySideband, false, false},
-		kindLiveFork:      {"live fork", protocol.Live{}, routes.ProtocolLive, entryFork, false, false},
+		kindRealtime:      {"realtime", protocol.Realtime{}, routes.ProtocolRealtime, admission.Connect, true, true},
+		kindTranscription: {"transcription", protocol.Realtime{}, routes.ProtocolRealtime, admission.Connect, false, false},
+		kindTranslation:   {"translation", protocol.Realtime{}, routes.ProtocolTranslation, admission.Connect, false, false},
+		kindSideband:      {"sideband", protocol.Realtime{}, routes.ProtocolRealtime, admission.Sideband, false, false},
+		kindLive:          {"live", protocol.Live{}, routes.ProtocolLive, admission.Connect, false, true},
+		kindLiveSideband:  {"live sideband", protocol.Live{}, routes.ProtocolLive, admission.Sideband, false, false},
+		kindLiveFork:      {"live fork", protocol.Live{}, routes.ProtocolLive, admission.Fork, false, false},
 	}[k]
 }
 

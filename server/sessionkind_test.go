@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"testing"
 
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -45,17 +46,17 @@ func TestSessionKindTraits(t *testing.T) {
 		kind                 sessionKind
 		proto                protocol.Protocol
 		label                string
-		entry                entry
+		entry                admission.Entry
 		conversation, pooled bool
 		speaksLive           bool
 	}{
-		{kindRealtime, protocol.Realtime{}, routes.ProtocolRealtime, entryConnect, true, true, false},
-		{kindTranscription, protocol.Realtime{}, routes.ProtocolRealtime, entryConnect, false, false, false},
-		{kindTranslation, protocol.Realtime{}, routes.ProtocolTranslation, entryConnect, false, false, false},
-		{kindSideband, protocol.Realtime{}, routes.ProtocolRealtime, entrySideband, false, false, false},
-		{kindLive, protocol.Live{}, routes.ProtocolLive, entryConnect, false, true, true},
-		{kindLiveSideband, protocol.Live{}, routes.ProtocolLive, entrySideband, false, false, true},
-		{kindLiveFork, protocol.Live{}, routes.ProtocolLive, entryFork, false, false, true},
+		{kindRealtime, protocol.Realtime{}, routes.ProtocolRealtime, admission.Connect, true, true, false},
+		{kindTranscription, protocol.Realtime{}, routes.ProtocolRealtime, admission.Connect, false, false, false},
+		{kindTranslation, protocol.Realtime{}, routes.ProtocolTranslation, admission.Connect, false, false, false},
+		{kindSideband, protocol.Realtime{}, routes.ProtocolRealtime, admission.Sideband, false, false, false},
+		{kindLive, protocol.Live{}, routes.ProtocolLive, admission.Connect, false, true, true},
+		{kindLiveSideband, protocol.Live{}, routes.ProtocolLive, admission.Sideband, false, false, true},
+		{kindLiveFork, protocol.Live{}, routes.ProtocolLive, admission.Fork, false, false, true},
 	} {
 		tr := tc.kind.traits()
 		if tr.proto != tc.proto || tr.label != tc.label || tr.entry != tc.entry || tr.conversation != tc.conversation ||

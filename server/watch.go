@@ -18,6 +18,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/admission"
 	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -217,7 +218,7 @@ type liveMetering struct {
 	info *sessionInfo
 	d    *routes.Deployment
 	id   string
-	adm  *admission // the session's (admitEntry's): given back when it is done
+	adm  *admission.Admission // the session's (admission.Gate.Admit's): given back when it is done
 
 	mu      sync.Mutex
 	own     *callMeter                // the gateway's sideband, while it meters
@@ -250,7 +251,7 @@ func (cm *callMeters) endedByRequest(id string) {
 // floor is booked now, the gateway's own sideband attached in the
 // background.
 // adm, the session's admission, is given back when it ends.
-func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string, adm *admission) {
+func (cm *callMeters) startLive(key *routes.ClientKey, d *routes.Deployment, id string, adm *admission.Admission) {
 	info := &sessionInfo{id: usage.NewSessionID(), key: key, group: d.Group, deployment: d, start: time.Now(), kind: kindLive}
 	ls := &liveState{info: info, floor: liveWebRTCFloor}
 	ls.meter.OnTokens = ls.bookBackend
@@ -356,7 +357,7 @@ func (lm *liveMetering) finish() {
 	}
 	metered, endedAt := lm.metered, lm.endedAt
 	lm.mu.Unlock()
-	lm.adm.release()
+	lm.adm.Release()
 	cm, info := lm.cm, lm.info
 	if !metered && !endedAt.IsZero() {
 		// Ended by the app's request before a sideband metered it: its

@@ -59,13 +59,3 @@ func IsLiveSecret(table *routes.Table, presented string) bool {
 	_, isKey := table.Authenticate(presented)
 	return !isKey && strings.HasPrefix(presented, apps.SecretPrefix)
 }
-
-// BackendNotAllowed refuses a delegation to a Responses model the key's
-// models list does not name (nil: allowed, or no delegation).
-func BackendNotAllowed(key *routes.ClientKey, model string) *frontdoor.Refusal {
-	if model == "" || key == nil || key.Allows(model) {
-		return nil
-	}
-	return &frontdoor.Refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed",
-		Message: "This key may not delegate to the model '" + model + "'."}
-}

@@ -19,8 +19,7 @@
 // HangUpLive (a call or Live session over its budget, or of a revoked key),
 // MintSecretFor (the admin playground), CORSHeaders (ALLOWED_ORIGINS'
 // answer headers), and the owner and GPT-Live refusals a sideband shares
-// with the controls (SidebandAccess, OwnerUnavailable, RefuseLiveSecret,
-// BackendNotAllowed).
+// with the controls (SidebandAccess, OwnerUnavailable, RefuseLiveSecret).
 //
 // Every endpoint is admitted as a session where it makes one (Deps.Admit:
 // a call, a Live create, an HTTP fork, the accept of a call the gateway

@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/frontdoor"
 	"rtgate/server/protocol"
@@ -82,7 +83,7 @@ func (e *Endpoints) answerLive(req *http.Request, endpoint string, body []byte) 
 		// The key's models apply to the backend the session delegates to,
 		// as at a WebSocket session.start; a later session.update is
 		// answered on the metering sideband (liveState.refuseBackend).
-		if herr := BackendNotAllowed(key, protocol.BodyBackendModel(body)); herr != nil {
+		if herr := admission.BackendNotAllowed(key, protocol.BodyBackendModel(body)); herr != nil {
 			return refusedAnswer(herr)
 		}
 	}
@@ -184,7 +185,7 @@ func (e *Endpoints) createLive(ctx context.Context, table *routes.Table, key *ro
 	}
 	var ans Answer
 	var status int
-	d, tried := e.firstToAnswer(adm, "Live create", func(d *routes.Deployment) (err error) {
+	d, tried := e.firstToAnswer(adm, "live create", func(d *routes.Deployment) (err error) {
 		ans, status, err = e.forwardLive(ctx, d, http.MethodPost, "", withModel(body, d.Model))
 		if err == nil && status >= 500 {
 			err = fmt.Errorf("HTTP %d", status)

@@ -20,7 +20,7 @@ import (
 )
 
 // Issue 32: every door governed. One test per item; each failed on the
-// code before the admission path (admitEntry).
+// code before the admission path (admission.Gate.Admit).
 
 // admissionGateway is a gateway whose group gpt-realtime has a deployment
 // on each of ms, with the keys of keysYAML (a routes file's keys: section,
