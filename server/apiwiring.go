@@ -3,7 +3,7 @@ package server
 // The server's side of server/api: the Deps its endpoints get, made of what
 // the session side already has. The endpoints decide nothing of their own
 // about groups, admission or budgets: they ask what a WebSocket connect
-// asks (pickGroup, admission.Gate.Admit, budgets.check), so an API request
+// asks (admission.Gate.PickGroup and Admit, budgets.check), so an API request
 // and a connect are governed alike.
 
 import (
@@ -20,10 +20,7 @@ func newEndpoints(s *Server) *api.Endpoints {
 		Log:           s.log,
 		Routes:        s.routes.Load,
 		OriginAllowed: s.origins.allow,
-		PickGroup: func(table *routes.Table, key *routes.ClientKey, ask api.GroupAsk) (string, *refusal) {
-			return s.pickGroup(table, key, groupAsk{grant: ask.Grant, model: ask.Model,
-				transcription: ask.Transcription, protocol: ask.Protocol})
-		},
+		PickGroup:     s.gate.PickGroup,
 		Admit: func(key *routes.ClientKey, table *routes.Table, group string, ds []*routes.Deployment) (api.Admission, *refusal) {
 			adm, herr := s.gate.Admit(admission.Call, key, table, group, ds)
 			if herr != nil {

@@ -181,7 +181,7 @@ type Settings struct {
 	// are still served, before the listener closes.
 	DrainGrace time.Duration
 
-	// Browser and phone apps (server/api, startApp, transcriptionGroup).
+	// Browser and phone apps (server/api, startApp, admission.Gate.PickGroup).
 	// ClientSecretKeys (CLIENT_SECRET_KEY, comma-separated) sign client
 	// secrets: the first signs, all verify. Empty means a random key per
 	// process.

@@ -175,14 +175,14 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	// sideband's call owner has named its group.
 	u.kind = realtimeKind(req.URL.Path, u.q, u.grant)
 	model, _ := u.kind.traits().proto.Model(u.q)
-	ask := groupAsk{grant: u.grant, model: model, transcription: isTranscription(u.q) && model == ""}
+	ask := admission.GroupAsk{Grant: u.grant, Model: model, Transcription: isTranscription(u.q) && model == ""}
 	if isTranslationPath(req.URL.Path) {
 		if herr = translationAsk(u.q, u.grant); herr != nil {
 			return nil, herr
 		}
-		ask.protocol, ask.transcription = routes.ProtocolTranslation, false
+		ask.Protocol, ask.Transcription = routes.ProtocolTranslation, false
 	}
-	if u.group, herr = s.pickGroup(u.table, nil, ask); herr != nil {
+	if u.group, herr = s.gate.PickGroup(u.table, nil, ask); herr != nil {
 		return nil, herr
 	}
 	// The session keeps its group for its whole life; from the query it

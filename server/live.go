@@ -208,7 +208,7 @@ func (ls *liveState) start(msg []byte) {
 		config, input := st.Kept()
 		info.keep.StartLive(config, input, info.resume.lim, continuity.LiveCaps{})
 	}
-	group, herr := s.pickGroup(ls.table, info.key, groupAsk{model: st.Model, protocol: routes.ProtocolLive})
+	group, herr := s.gate.PickGroup(ls.table, info.key, admission.GroupAsk{Model: st.Model, Protocol: routes.ProtocolLive})
 	var plan balance.Plan
 	if herr == nil {
 		plan, herr = s.gate.AdmitLiveStart(info.key, ls.table, group, st.BackendModel())

@@ -147,7 +147,8 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 		return nil, err
 	}
 	go s.budgets.run(s.ctx)
-	s.gate = admission.New(admission.Config{MaxSessionsPerKey: cfg.MaxSessionsPerKey, ConnectRatePerKey: cfg.ConnectRatePerKey},
+	s.gate = admission.New(admission.Config{MaxSessionsPerKey: cfg.MaxSessionsPerKey, ConnectRatePerKey: cfg.ConnectRatePerKey,
+		TranscriptionModel: cfg.TranscriptionModel},
 		admission.Deps{Limiter: s.admitter, Balancer: s.balancer, CheckBudget: s.budgets.check})
 	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
 		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: func(d *routes.Deployment, id string) { s.api.HangUpLive(d, id) },

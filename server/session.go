@@ -16,7 +16,6 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
-	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
@@ -153,75 +152,6 @@ func (s *Server) clientLeft(sess *poller.Session) {
 		}
 	}
 	sess.ClientGone()
-}
-
-// groupAsk is what a request says of the model group it wants.
-type groupAsk struct {
-	grant *apps.Grant // a client secret: the group it was minted for
-	model string      // a model the request names ("" for none)
-	// transcription: model is a transcription model (or ""), which may
-	// not be a group: TRANSCRIPTION_MODEL's group then, else the default.
-	transcription bool
-	// protocol is the protocol the route speaks (routes.ProtocolLive for
-	// the GPT-Live routes; "" for Realtime): a group of the other
-	// protocol is refused (400 invalid_model), as OpenAI refuses a Live
-	// model on /v1/realtime.
-	protocol string
-}
-
-// pickGroup is the one place a model group is chosen, for a connect, a
-// call and a client secret alike: the secret's group, else the
-// transcription routing, else the model named, else the default group. It
-// must exist (404 model_not_found) and, when key is given, key must be
-// allowed it (403 model_not_allowed).
-func (s *Server) pickGroup(table *routes.Table, key *routes.ClientKey, ask groupAsk) (string, *refusal) {
-	var g string
-	switch {
-	case ask.grant != nil:
-		g = ask.grant.Claims.Group
-	case ask.transcription:
-		g = transcriptionGroup(table, s.cfg.TranscriptionModel, ask.model)
-	case ask.model != "":
-		g = ask.model
-	default:
-		g = table.Default
-	}
-	if _, ok := table.Groups[g]; !ok {
-		return "", &refusal{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found",
-			Message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", g)}
-	}
-	if herr := wrongProtocol(table, g, ask.protocol); herr != nil {
-		return "", herr
-	}
-	if key != nil && !key.Allows(g) {
-		return "", admission.ModelNotAllowed(g)
-	}
-	return g, nil
-}
-
-// wrongProtocol refuses group g on a route of protocol want ("" is
-// Realtime) when its deployments speak the other protocol, saying where the
-// model is served.
-func wrongProtocol(table *routes.Table, g, want string) *refusal {
-	if want == "" {
-		want = routes.ProtocolRealtime
-	}
-	switch have := table.Protocol(g); {
-	case have == want:
-		return nil
-	case have == routes.ProtocolTranslation:
-		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
-			Message: fmt.Sprintf("The model '%s' is a Realtime translation model: connect to /v1/realtime/translations?model=%s.", g, g)}
-	case want == routes.ProtocolTranslation:
-		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
-			Message: fmt.Sprintf("The model '%s' is not a Realtime translation model; translation sessions use %s.", g, routes.TranslationModel)}
-	case have == routes.ProtocolLive:
-		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
-			Message: fmt.Sprintf("The model '%s' is a GPT-Live model: open a session at /v1/live/sessions (its session.start names the model).", g)}
-	default:
-		return &refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_model",
-			Message: fmt.Sprintf("The model '%s' is a Realtime model: connect to /v1/realtime?model=%s.", g, g)}
-	}
 }
 
 // target is the upstream request for deployment d: the client's query, the

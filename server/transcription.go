@@ -9,24 +9,7 @@ package server
 // conversation.item.input_audio_transcription.completed events, since they
 // have no response.done.
 
-import (
-	"net/url"
-
-	"rtgate/server/routes"
-)
+import "net/url"
 
 // isTranscription reports whether a connect is a transcription session.
 func isTranscription(q url.Values) bool { return q.Get("intent") == "transcription" }
-
-// transcriptionGroup picks the model group of a transcription session whose
-// transcription model is model ("" when unknown): that model when it is a
-// group, else configured (TRANSCRIPTION_MODEL), else the default group.
-func transcriptionGroup(table *routes.Table, configured, model string) string {
-	if _, ok := table.Groups[model]; ok && model != "" {
-		return model
-	}
-	if configured != "" {
-		return configured
-	}
-	return table.Default
-}

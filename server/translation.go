@@ -6,8 +6,8 @@ package server
 // budget, the group's deployments, hedged dials) to the deployment's
 // /realtime/translations, and relays both ways. What differs from Realtime:
 //
-//   - the route and the group must agree (pickGroup's protocol): a
-//     translation group (routes.ProtocolTranslation) only on the
+//   - the route and the group must agree (admission.Gate.PickGroup's
+//     protocol): a translation group (routes.ProtocolTranslation) only on the
 //     translation route, any other group only on its own route (OpenAI
 //     rejects a mismatch too, after the upgrade; the gateway says so before
 //     it, with a 400 invalid_model naming the right route);

@@ -71,6 +71,9 @@ type Config struct {
 	// CONNECT_RATE_PER_KEY) are a key's limits unless it sets its own.
 	MaxSessionsPerKey int
 	ConnectRatePerKey float64
+	// TranscriptionModel (TRANSCRIPTION_MODEL) is the group of a
+	// transcription session whose model is not a group (PickGroup).
+	TranscriptionModel string
 }
 
 // Deps is what the gate counts with.

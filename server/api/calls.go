@@ -36,6 +36,7 @@ import (
 	"path"
 	"time"
 
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/frontdoor"
 	"rtgate/server/protocol"
@@ -101,7 +102,7 @@ func (e *Endpoints) createCall(req *http.Request, body []byte) Answer {
 	if bad != nil {
 		return *bad
 	}
-	ask := GroupAsk{Grant: grant, Model: req.URL.Query().Get("model")}
+	ask := admission.GroupAsk{Grant: grant, Model: req.URL.Query().Get("model")}
 	if grant != nil {
 		if offer.session == nil {
 			if err := e.deps.Secrets.LoadConfig(req.Context(), grant); err != nil {

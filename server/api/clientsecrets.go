@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/frontdoor"
 	"rtgate/server/routes"
@@ -80,7 +81,7 @@ func (e *Endpoints) MintSecretFor(ctx context.Context, table *routes.Table, key 
 		return refusedAnswer(herr)
 	}
 	session["type"] = typ
-	ask := GroupAsk{Transcription: typ == "transcription"}
+	ask := admission.GroupAsk{Transcription: typ == "transcription"}
 	if translation {
 		ask.Protocol = routes.ProtocolTranslation
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"rtgate/server/admission"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/frontdoor"
@@ -52,7 +53,7 @@ type Deps struct {
 	OriginAllowed func(origin string) bool
 	// PickGroup chooses the model group a request asks for, as for a
 	// WebSocket connect, or refuses it.
-	PickGroup func(table *routes.Table, key *routes.ClientKey, ask GroupAsk) (string, *frontdoor.Refusal)
+	PickGroup func(table *routes.Table, key *routes.ClientKey, ask admission.GroupAsk) (string, *frontdoor.Refusal)
 	// Admit admits key to a session of group on deployments ds (nil: the
 	// group's), as every way in is admitted, or refuses it.
 	Admit func(key *routes.ClientKey, table *routes.Table, group string, ds []*routes.Deployment) (Admission, *frontdoor.Refusal)
@@ -67,17 +68,6 @@ type Deps struct {
 	// HTTPClient sends the requests to the deployments; it never follows
 	// a redirect (Location and the status are the client's to see).
 	HTTPClient *http.Client
-}
-
-// GroupAsk is what a request says of the model group it wants.
-type GroupAsk struct {
-	Grant *apps.Grant // a client secret: the group it was minted for
-	Model string      // a model the request names ("" for none)
-	// Transcription: Model is a transcription model (or ""), which may
-	// not be a group.
-	Transcription bool
-	// Protocol is the protocol the route speaks ("" for Realtime).
-	Protocol string
 }
 
 // Admission is what a request that makes a session holds once admitted:

@@ -175,7 +175,7 @@ func (e *Endpoints) createLive(ctx context.Context, table *routes.Table, key *ro
 		return refusedAnswer(&frontdoor.Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
 			Message: "Missing required parameter: 'session.model'.", Param: "session.model"})
 	}
-	group, herr := e.deps.PickGroup(table, key, GroupAsk{Model: model, Protocol: routes.ProtocolLive})
+	group, herr := e.deps.PickGroup(table, key, admission.GroupAsk{Model: model, Protocol: routes.ProtocolLive})
 	if herr != nil {
 		return refusedAnswer(herr)
 	}
@@ -253,7 +253,7 @@ func (e *Endpoints) owned(table *routes.Table, key *routes.ClientKey, id, op str
 		return owner, nil, &frontdoor.Refusal{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_required_parameter",
 			Message: "Missing required parameter: 'session.model' (it routes a call the gateway did not see).", Param: "session.model"}
 	}
-	group, herr := e.deps.PickGroup(table, key, GroupAsk{Model: acc.Session.Model, Protocol: routes.ProtocolLive})
+	group, herr := e.deps.PickGroup(table, key, admission.GroupAsk{Model: acc.Session.Model, Protocol: routes.ProtocolLive})
 	if herr != nil {
 		return owner, nil, herr
 	}
