@@ -13,7 +13,7 @@ import (
 )
 
 // newEndpoints makes the API's endpoints; New calls it once the balancer,
-// the budgets, the admitter and the app state exist.
+// the budgets, the gate and the app state exist.
 func newEndpoints(s *Server) *api.Endpoints {
 	return api.New(api.Config{DialTimeout: s.cfg.DialTimeout}, api.Deps{
 		Context:       s.ctx,

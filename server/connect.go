@@ -100,9 +100,11 @@ func (s *Server) HandleRequest(dc *frontdoor.Conn, req *http.Request, rest []byt
 		}
 		return
 	case "/v1/realtime", "/realtime", "/v1/realtime/translations", "/realtime/translations":
-	case protocol.LivePaths[0], protocol.LivePaths[1], protocol.LivePaths[2]:
-		live = true
 	default:
+		if protocol.IsLivePath(req.URL.Path) {
+			live = true
+			break
+		}
 		if _, op, ok := protocol.LiveSubPath(req.URL.Path); ok && (op == "attach" || op == "fork") {
 			break // a GPT-Live sideband or WebSocket fork (resolveLiveAttach)
 		}

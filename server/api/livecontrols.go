@@ -57,10 +57,8 @@ func liveEndpoint(req *http.Request) string {
 	if strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
 		return ""
 	}
-	for _, p := range protocol.LivePaths {
-		if req.URL.Path == p && (req.Method == http.MethodPost || req.Method == http.MethodOptions) {
-			return "live_create"
-		}
+	if protocol.IsLivePath(req.URL.Path) && (req.Method == http.MethodPost || req.Method == http.MethodOptions) {
+		return "live_create"
 	}
 	if _, op, ok := protocol.LiveSubPath(req.URL.Path); ok && op != "attach" {
 		return "live_" + op

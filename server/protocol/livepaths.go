@@ -9,9 +9,20 @@ import (
 // (a WebSocket session, a sideband, a WebSocket fork) and the HTTP API
 // (server/api: WebRTC create, call controls, forks, recordings) read.
 
-// LivePaths are the routes of GPT-Live sessions: OpenAI's, Azure's and the
-// unversioned form.
-var LivePaths = []string{"/v1/live/sessions", "/openai/v1/live/sessions", "/live/sessions"}
+// livePaths are the routes of GPT-Live sessions: OpenAI's, Azure's and the
+// unversioned form (IsLivePath).
+var livePaths = [...]string{"/v1/live/sessions", "/openai/v1/live/sessions", "/live/sessions"}
+
+// IsLivePath reports whether p is a route of GPT-Live sessions, where a
+// WebSocket session or a WebRTC create goes.
+func IsLivePath(p string) bool {
+	for _, base := range livePaths {
+		if p == base {
+			return true
+		}
+	}
+	return false
+}
 
 // liveOps are the operations under /v1/live/sessions/{id}/.
 var liveOps = map[string]bool{"accept": true, "reject": true, "refer": true, "hangup": true, "fork": true, "content": true,
@@ -20,7 +31,7 @@ var liveOps = map[string]bool{"accept": true, "reject": true, "refer": true, "ha
 // LiveSubPath splits /v1/live/sessions/{id}/{op} (and the Azure and
 // unversioned forms) into the session id and the operation.
 func LiveSubPath(p string) (id, op string, ok bool) {
-	for _, base := range LivePaths {
+	for _, base := range livePaths {
 		rest, found := strings.CutPrefix(p, base+"/")
 		if !found {
 			continue

@@ -46,3 +46,12 @@ func TestLiveSessionID(t *testing.T) {
 		}
 	}
 }
+
+func TestIsLivePath(t *testing.T) {
+	for p, want := range map[string]bool{"/v1/live/sessions": true, "/openai/v1/live/sessions": true, "/live/sessions": true,
+		"/v1/live/sessions/": false, "/v1/live/sessions/live_x/attach": false, "/v1/realtime": false, "": false} {
+		if IsLivePath(p) != want {
+			t.Errorf("IsLivePath(%q) = %v", p, !want)
+		}
+	}
+}
