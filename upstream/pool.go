@@ -695,8 +695,10 @@ func (p *Pool) landed(kp *keyPool, w *warmConn, err error, took time.Duration) {
 	p.mu.Lock()
 	now := p.now()
 	kp.warming--
-	ok := err == nil && !p.closed
-	if ok {
+	dialed := err == nil && !p.closed
+	ok := dialed && w.alive()
+	switch {
+	case ok:
 		kp.warm = append(kp.warm, w)
 		kp.lastLanded = now
 		kp.backoff, kp.retryAt = 0, time.Time{}
@@ -707,7 +709,17 @@ func (p *Pool) landed(kp *keyPool, w *warmConn, err error, took time.Duration) {
 		w.expiry = p.clock.AfterFunc(p.idleFor(), func() { p.expire(kp, w) })
 		p.watchLocked(w, now)
 		p.signalWaiterLocked(kp)
-	} else {
+	case dialed:
+		// The socket died between its session.created and this line (the
+		// upstream hung up right behind it), and its UpstreamGone found
+		// nothing in the ready list to remove. Filed now, it would sit
+		// there dead, counted warm and holding a refill slot until a take
+		// or its expiry: it is lost instead, as if it had died a moment
+		// after landing (no backoff, as for any lost socket). Once filed,
+		// a later death does find it: lost takes p.mu after w.mu is free.
+		p.total--
+		p.releaseClaimsLocked(kp)
+	default:
 		p.total--
 		if !p.closed && took > 0 && !now.Before(kp.retryAt) {
 			kp.backoff = nextBackoff(kp.backoff)
@@ -722,12 +734,12 @@ func (p *Pool) landed(kp *keyPool, w *warmConn, err error, took time.Duration) {
 		m.Warm.WithLabelValues(kp.model, kp.id).Set(float64(warm))
 		if took > 0 { // the pool's own dial
 			result := "ok"
-			if !ok {
+			if !dialed {
 				result = "failed"
 			}
 			m.Dials.WithLabelValues(kp.model, kp.id, result).Inc()
 			m.Backoff.WithLabelValues(kp.model, kp.id).Set(backoff.Seconds())
-			if ok {
+			if dialed {
 				m.Refill.WithLabelValues(kp.model).Observe(took.Seconds())
 			}
 		}

@@ -471,3 +471,45 @@ func testAdaptiveTargetFollowsDemand(t *testing.T, tls bool) {
 		t.Fatalf("10 s after the burst the target is %d, want the minimum 1", got)
 	}
 }
+
+// A socket whose upstream hangs up right behind session.created can die
+// before its dial lands in the ready list: the hang-up's lost finds nothing
+// to remove. Landing must not file it, or it sits in the list dead, counted
+// warm and holding a refill slot until a take or its expiry. The test makes
+// that ordering certain: it dials by hand and delivers the hang-up itself
+// (as the reactor would) between the socket's session.created and its
+// landing.
+func TestPoolDoesNotFileASocketThatDiedBeforeLanding(t *testing.T) {
+	eachScheme(t, func(t *testing.T, tls bool) {
+		m := startMock(t, mockai.Config{}, tls)
+		p := newTestPool(t, m, PoolConfig{Size: 1})
+		tg := target(t, m, "sk-test")
+		p.mu.Lock()
+		kp := p.keyLocked(Key(tg), tg, "gpt-realtime", p.now())
+		kp.primed = true // as Prime makes it: Size is its floor
+		kp.warming++     // what startWarmLocked does for a dial
+		p.total++
+		p.mu.Unlock()
+
+		w, err := p.dialWarm(kp)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		w.UpstreamGone()
+		p.landed(kp, w, nil, time.Millisecond)
+
+		p.mu.Lock()
+		filed := slices.Contains(kp.warm, w)
+		p.mu.Unlock()
+		if filed {
+			t.Fatal("a socket that died before landing was filed in the ready list")
+		}
+		if got := p.sum(t, "rtgate_pool_warm_sockets"); got != float64(p.Warm(tg)) {
+			t.Fatalf("warm gauge %v, ready list %d", got, p.Warm(tg))
+		}
+		// The slot it held is free again: the refill dials in its place,
+		// and the dead socket is closed, not left open upstream.
+		testwait.For(t, "a replacement dial", func() bool { return len(m.Records()) >= 2 })
+		testwait.For(t, "the dead socket to close", func() bool { return m.Stats().Active <= 1 })
+	})
+}

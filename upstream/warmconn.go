@@ -202,6 +202,15 @@ func (w *warmConn) fail(err error) {
 	}
 }
 
+// alive reports whether w still holds session.created and nothing else has
+// happened to it: not closed, failed, retiring or taken. Callers may hold
+// Pool.mu (the lock order is Pool.mu, then w.mu).
+func (w *warmConn) alive() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state == warmReady
+}
+
 // take hands the socket to owner if it is ready and alive: no read in
 // progress (a ready socket being read is receiving what it should not) and
 // no hang-up seen. On success the Handle's read lock stays held until the
