@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"rtgate/mockai"
 	"rtgate/server/internal/testhooks"
 	"rtgate/server/redistest"
@@ -90,8 +88,10 @@ func multipartOffer(t *testing.T, session map[string]any) (string, []byte) {
 	return w.FormDataContentType(), buf.Bytes()
 }
 
-func tokens(g *gateway, group, key, kind string) float64 {
-	return testutil.ToFloat64(g.srv.metrics.tokens.WithLabelValues(group, key, kind))
+// tokens is rtgate_tokens_total{model_group, key, kind}.
+func tokens(t *testing.T, g *gateway, group, key, kind string) float64 {
+	t.Helper()
+	return gatheredLabels(t, g.srv.reg, "rtgate_tokens_total", map[string]string{"model_group": group, "key": key, "kind": kind})
 }
 
 // TestCallsForwardedAndMetered: raw application/sdp and multipart offers,
@@ -170,10 +170,10 @@ func TestCallsForwardedAndMetered(t *testing.T) {
 			readUntil(t, sb, "response.done")
 			_ = sb.Close()
 			waitFor(t, "the call's usage counted against app-a", func() bool {
-				return tokens(g, "gpt-realtime", "app-a", "input_audio") == 100
+				return tokens(t, g, "gpt-realtime", "app-a", "input_audio") == 100
 			})
 			waitFor(t, "the client's sideband to end", func() bool { return g.srv.SessionsOpen() == 0 })
-			if got := tokens(g, "gpt-realtime", "app-a", "input_audio"); got != 100 {
+			if got := tokens(t, g, "gpt-realtime", "app-a", "input_audio"); got != 100 {
 				t.Fatalf("the call's usage counted %v times 100 tokens, want once", got/100)
 			}
 		})
@@ -294,7 +294,7 @@ func TestTranscriptionSessions(t *testing.T) {
 				if len(recs) != n+1 || recs[n].Query != "intent=transcription" {
 					t.Fatalf("the transcription group's upstream did not get the connect")
 				}
-				if got := tokens(g, "gpt-4o-transcribe", "app-a", "input_audio"); got != 100 {
+				if got := tokens(t, g, "gpt-4o-transcribe", "app-a", "input_audio"); got != 100 {
 					t.Fatalf("input audio tokens %v, want 100", got)
 				}
 			})
@@ -304,7 +304,7 @@ func TestTranscriptionSessions(t *testing.T) {
 				if len(rt.Records()) != n+1 {
 					t.Fatal("the model query did not route")
 				}
-				if got := tokens(g, "gpt-realtime", "app-b", "input_audio"); got != 100 {
+				if got := tokens(t, g, "gpt-realtime", "app-b", "input_audio"); got != 100 {
 					t.Fatalf("input audio tokens %v, want 100", got)
 				}
 			})
@@ -318,7 +318,7 @@ func TestTranscriptionSessions(t *testing.T) {
 					evs[0].Intent != "transcription" {
 					t.Fatalf("the upstream's first event was not the secret's transcription config: %+v", evs)
 				}
-				if got := tokens(g, "gpt-4o-transcribe", "app-a", "input_audio"); got != 200 {
+				if got := tokens(t, g, "gpt-4o-transcribe", "app-a", "input_audio"); got != 200 {
 					t.Fatalf("input audio tokens %v, want 200 (two sessions of app-a)", got)
 				}
 			})
@@ -339,7 +339,7 @@ func TestBetaDialectExplained(t *testing.T) {
 	if e := read(t, c); e.typ() != "error" || e.str("error", "code") != "beta_api_shape_disabled" {
 		t.Fatalf("got %s %s", e.typ(), e.str("error", "code"))
 	}
-	if ce := closeOf(t, c); ce.Code != 4000 || ce.Text != betaShutDown {
+	if ce := closeOf(t, c); ce.Code != 4000 || ce.Text != "invalid_request_error.beta_api_shape_disabled" {
 		t.Fatalf("close %d %q", ce.Code, ce.Text)
 	}
 	recs := mock.Records()
@@ -427,7 +427,7 @@ func TestAppsWithRedisDown(t *testing.T) {
 	if status, _, b := post(t, g, "/v1/realtime/client_secrets", keyA, "application/json", body, nil); status != 503 {
 		t.Fatalf("large config with Redis down: HTTP %d %s", status, b)
 	}
-	mfs, err := g.srv.metrics.reg.Gather()
+	mfs, err := g.srv.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

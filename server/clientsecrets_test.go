@@ -190,7 +190,7 @@ func TestClientSecretRefused(t *testing.T) {
 	forged, _ := mint(t, other, testMasterKey, map[string]any{})
 	dot := strings.LastIndexByte(good, '.')
 	tampered := good[:dot-2] + string("AB"[good[dot-2]%2]) + good[dot-1:]
-	expired := g.srv.secrets.Sign(apps.Claims{Version: 1, ID: "x", Key: "master", Group: "gpt-realtime", Type: "realtime",
+	expired := g.srv.sessions.Secrets().Sign(apps.Claims{Version: 1, ID: "x", Key: "master", Group: "gpt-realtime", Type: "realtime",
 		Expires: time.Now().Add(-time.Second).Unix(), Digest: apps.DigestOf([]byte("{}")), Config: apps.Deflate([]byte("{}"))})
 	for _, tc := range []struct{ name, ek, msg string }{
 		{"forged", forged, "signature"},

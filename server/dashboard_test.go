@@ -18,7 +18,7 @@ func exportedMetrics(t *testing.T, g *gateway) map[string]bool {
 	t.Helper()
 	ch := make(chan *prometheus.Desc)
 	go func() {
-		g.srv.metrics.reg.Describe(ch)
+		g.srv.reg.Describe(ch)
 		close(ch)
 	}()
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
@@ -29,7 +29,7 @@ func exportedMetrics(t *testing.T, g *gateway) map[string]bool {
 		}
 	}
 	// Families gathered without a Desc of their own (collectors).
-	fams, err := g.srv.metrics.reg.Gather()
+	fams, err := g.srv.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,8 @@ func (s *Server) Drain(timeout time.Duration) bool {
 	clean := s.waitSessions(timeout)
 	if !clean {
 		s.stopping.Store(true)
-		for _, l := range s.liveSessions() {
-			go terminate(l.proto, l.sess, ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
+		for _, l := range s.sessions.Live() {
+			go l.End(ws.StatusGoingAway, "gateway shutting down", "server_shutting_down",
 				"The gateway is restarting; reconnect to continue.")
 		}
 		s.waitSessions(s.cfg.CloseTimeout + time.Second)

@@ -4,9 +4,9 @@ package server
 
 import (
 	"context"
-	"net/url"
 
 	"rtgate/server/internal/testhooks"
+	"rtgate/server/session"
 	"rtgate/upstream"
 )
 
@@ -21,7 +21,7 @@ func (s *Server) TLSHandshakesRunning() int64 { return s.gauge("rtgate_client_tl
 // gauge is the value of the gauge name in the server's metrics; -1 when it
 // cannot be read (no wait for a count is met by that).
 func (s *Server) gauge(name string) int64 {
-	fams, err := s.metrics.reg.Gather()
+	fams, err := s.reg.Gather()
 	if err != nil {
 		return -1
 	}
@@ -63,5 +63,5 @@ func (s *Server) setDoorHooks(h *testhooks.Door) {
 // first deployment maps to (what the pool warms before any client comes).
 func (s *Server) defaultTarget() upstream.Target {
 	r := s.routes.Load()
-	return target(r.Groups[r.Default][0], url.Values{}, nil)
+	return session.WarmTarget(r.Groups[r.Default][0], r.Default)
 }

@@ -11,6 +11,7 @@ import (
 
 	"rtgate/mockai"
 	"rtgate/server/protocol"
+	"rtgate/server/session"
 )
 
 // The upstream's answers to the gateway's own events (holdGatewayAnswer):
@@ -23,7 +24,7 @@ import (
 // gatewayErrorOf reports an event that is an upstream error answering the
 // gateway's own event: what a client must never get.
 func gatewayErrorOf(e event) bool {
-	return e.typ() == "error" && (e.str("error", "code") == codeCancelNotActive ||
+	return e.typ() == "error" && (e.str("error", "code") == "response_cancel_not_active" ||
 		strings.HasPrefix(e.str("error", "event_id"), protocol.GatewayEventPrefix))
 }
 
@@ -69,7 +70,7 @@ func TestRolloverCancelNotActiveKeptFromClient(t *testing.T) {
 		created, _ := readUntil(t, c, "response.created")
 		id := created.str("response", "id")
 		var done event
-		for e := read(t, c); e.typ() != EventResumed; e = read(t, c) {
+		for e := read(t, c); e.typ() != session.EventResumed; e = read(t, c) {
 			if gatewayErrorOf(e) {
 				t.Fatalf("the client got the upstream's error for the gateway's cancel: %v", e)
 			}
@@ -90,7 +91,7 @@ func TestRolloverCancelNotActiveKeptFromClient(t *testing.T) {
 		if rec.Usage.Responses != 1 || rec.Unconfirmed || rec.Estimated != nil || rec.Usage.OutputTokenDetails.AudioTokens == 0 {
 			t.Errorf("record usage %+v, unconfirmed %v; want the one response, confirmed", rec.Usage, rec.Unconfirmed)
 		}
-		if len(rec.Resumes) != 1 || rec.Resumes[0].Cause != causeRollover || rec.Resumes[0].Outcome != "ok" {
+		if len(rec.Resumes) != 1 || rec.Resumes[0].Cause != "rollover" || rec.Resumes[0].Outcome != "ok" {
 			t.Errorf("record resumes %+v, want one rollover, ok", rec.Resumes)
 		}
 		if got := metricValue(t, g, `rtgate_gateway_event_errors_total{reason="response_cancel_not_active"}`); got != 1 {

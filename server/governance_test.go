@@ -17,6 +17,7 @@ import (
 
 	"rtgate/mockai"
 	"rtgate/server/redistest"
+	"rtgate/server/session"
 )
 
 // Issue 32: every door governed. One test per item; each failed on the
@@ -69,11 +70,11 @@ func postToMock(t *testing.T, m *mockai.Server, p string) {
 	}
 }
 
-// callsLive is the number of calls the gateway meters now.
-func callsLive(g *gateway) int {
-	n := 0
-	g.srv.meters.live.Range(func(any, any) bool { n++; return true })
-	return n
+// meteringSidebands is the number of the gateway's own metering sidebands
+// open now: one per call or GPT-Live WebRTC session it meters.
+func meteringSidebands(t testing.TB, g *gateway) int {
+	t.Helper()
+	return int(gathered(t, g.srv.reg, "rtgate_metering_sidebands_open"))
 }
 
 // errorCode is the OpenAI error code of a JSON error body.
@@ -125,25 +126,24 @@ keys:
 			offer := []byte(sdpOffer)
 			// max_sessions: the call is a session while it is live.
 			id := placeCall(t, g, keyA, "app-a's first call")
-			waitFor(t, "the call's metering sideband", func() bool { return callsLive(g) == 1 })
+			waitFor(t, "the call's metering sideband", func() bool { return meteringSidebands(t, g) == 1 })
 			status, _, body := post(t, g, "/v1/realtime/calls", keyA, "application/sdp", offer, nil)
 			if status != http.StatusTooManyRequests || errorCode(body) != "concurrent_sessions_exceeded" {
 				t.Fatalf("app-a's second call while the first is live: HTTP %d %s, want 429 concurrent_sessions_exceeded", status, body)
 			}
 			postToMock(t, m, "/v1/realtime/calls/"+id+"/hangup")
-			waitFor(t, "the call to end", func() bool { return callsLive(g) == 0 })
+			waitFor(t, "the call to end", func() bool { return meteringSidebands(t, g) == 0 })
 			placeCall(t, g, keyA, "app-a's call once its first ended")
 
 			// The budget: the call's usage (100 audio tokens, $0.0032)
 			// takes app-b over $0.001.
 			id = placeCall(t, g, keyB, "app-b's call")
-			waitFor(t, "app-b's metering sideband", func() bool { return callsLive(g) == 2 })
+			waitFor(t, "app-b's metering sideband", func() bool { return meteringSidebands(t, g) == 2 })
 			postToMock(t, m, "/mock/calls/"+id+"/respond")
-			bud := g.srv.routes.Load().KeyNamed("app-b").Budget
 			waitFor(t, "the call's usage in app-b's budget", func() bool {
-				return g.srv.budgets.ledger.Spent("app-b", bud, time.Now()) >= 0.0032
+				return budgetSpent(t, g, "app-b") >= 0.0032
 			})
-			waitFor(t, "the call over budget to be hung up", func() bool { return callsLive(g) == 1 })
+			waitFor(t, "the call over budget to be hung up", func() bool { return meteringSidebands(t, g) == 1 })
 			status, _, body = post(t, g, "/v1/realtime/calls", keyB, "application/sdp", offer, nil)
 			if status != http.StatusTooManyRequests || errorCode(body) != "budget_exceeded" {
 				t.Fatalf("a call over budget: HTTP %d %s, want 429 budget_exceeded", status, body)
@@ -371,7 +371,7 @@ func TestCallErrorsInGatewaysWords(t *testing.T) {
 	if status != http.StatusCreated || h.Get("Location") != "/v1/realtime/calls/rtc_abc123" {
 		t.Fatalf("HTTP %d, Location %q; want 201 with the gateway's own path", status, h.Get("Location"))
 	}
-	if _, ok := g.srv.calls.Known("rtc_abc123"); !ok {
+	if _, ok := g.srv.sessions.Calls().Known("rtc_abc123"); !ok {
 		t.Fatal("the call is not remembered by its bare id")
 	}
 }
@@ -398,9 +398,7 @@ func TestLiveCreateAdmitted(t *testing.T) {
 				t.Fatalf("hangup: HTTP %d %s", status, b)
 			}
 			waitFor(t, "the session's end to give its admission back", func() bool {
-				n := 0
-				g.srv.meters.sessions.Range(func(any, any) bool { n++; return true })
-				return n == 0
+				return gathered(t, g.srv.reg, "rtgate_live_webrtc_sessions_metered") == 0
 			})
 			id = newWebRTCSession(t, g, keyA)
 			rd.Stop()
@@ -437,7 +435,7 @@ func TestResumeNeverOntoARemovedDeployment(t *testing.T) {
 				t.Fatal(err)
 			}
 			send(t, c, map[string]any{"type": "response.create"})
-			readUntil(t, c, EventResumed) // the removed deployment's upstream dropped after the answer
+			readUntil(t, c, session.EventResumed) // the removed deployment's upstream dropped after the answer
 			if len(kept.Records()) != 1 || len(removed.Records()) != 1 {
 				t.Fatalf("the resume went to the removed deployment (%d connects) and not the group's now (%d), want 1 and 1",
 					len(removed.Records()), len(kept.Records()))

@@ -9,37 +9,25 @@ import (
 )
 
 // The server as the front door's Handler: the front door reads a request,
-// the server decides what it becomes (HandleRequest: health or a session;
-// Route and HandleAPI: an API answer, server/api's).
+// the server hands it on. An API request (Route, HandleAPI) goes to
+// server/api; the rest (health and the WebSocket connects: HandleRequest)
+// to server/session, which also makes each connection (NewConn) and hears
+// when its client leaves (ClientLeft).
 
 var _ frontdoor.Handler = (*Server)(nil)
 
-// refusal is every refusal the gateway answers over HTTP; the front door
-// renders it.
-type refusal = frontdoor.Refusal
+// NewConn implements Handler: the connection's one allocation, the
+// session's (session.Manager.NewConn).
+func (s *Server) NewConn() *frontdoor.Conn { return s.sessions.NewConn() }
 
-// clientConn is an accepted connection as the server keeps it: the front
-// door's Conn and, in the same allocation, the state a plain session
-// keeps for its whole life, rather than four allocations of their own (each
-// rounds up to a size class and is one more object for the collector). Only
-// pointers to them are handed out (sess, the registry's *sessionInfo), and
-// a clientConn is never copied. What outlives the client socket (a session
-// still closing its upstream) keeps the whole struct alive, which costs
-// nothing more: the connection's netpoll context holds it anyway.
-type clientConn struct {
-	frontdoor.Conn
-	session poller.Session // sess, once upgraded
-	info    sessionInfo
-	watch   setupWatch
-	cwatch  clientWatch // continuity's inspector on the client's frames (watchClient)
+// HandleRequest implements Handler: health and the WebSocket connects
+// (session.Manager.HandleRequest).
+func (s *Server) HandleRequest(c *frontdoor.Conn, req *http.Request, rest []byte) {
+	s.sessions.HandleRequest(c, req, rest)
 }
 
-// NewConn implements Handler: the connection's one allocation.
-func (s *Server) NewConn() *frontdoor.Conn {
-	c := &clientConn{}
-	c.SetOwner(c)
-	return &c.Conn
-}
+// ClientLeft implements Handler (session.Manager.ClientLeft).
+func (s *Server) ClientLeft(sess *poller.Session) { s.sessions.ClientLeft(sess) }
 
 // Route implements Handler: the API's endpoints (api.Endpoints.Route); ""
 // for the rest (HandleRequest).
@@ -52,9 +40,6 @@ func (s *Server) HandleAPI(c *frontdoor.Conn, req *http.Request, endpoint string
 
 // CORSHeaders implements Handler (ALLOWED_ORIGINS: api.Endpoints.CORSHeaders).
 func (s *Server) CORSHeaders(req *http.Request) http.Header { return s.api.CORSHeaders(req) }
-
-// ClientLeft implements Handler (clientLeft).
-func (s *Server) ClientLeft(sess *poller.Session) { s.clientLeft(sess) }
 
 // doorSettings maps the settings to the front door's.
 func doorSettings(cfg Settings, tlsConfig *tls.Config) frontdoor.Config {

@@ -9,14 +9,14 @@ import (
 )
 
 // gathered adds up every sample of the named metric family in reg.
-func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func gathered(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	return gatheredWhere(t, reg, name, "", "")
 }
 
 // gatheredWhere adds up the samples of the named metric family in reg whose
 // label has value; every sample when label is "".
-func gatheredWhere(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
+func gatheredWhere(t testing.TB, reg prometheus.Gatherer, name, label, value string) float64 {
 	t.Helper()
 	if label == "" {
 		return gatheredLabels(t, reg, name, nil)
@@ -26,7 +26,7 @@ func gatheredWhere(t *testing.T, reg prometheus.Gatherer, name, label, value str
 
 // gatheredLabels adds up the samples (a histogram's count) of the named
 // metric family in reg whose labels include every one of want.
-func gatheredLabels(t *testing.T, reg prometheus.Gatherer, name string, want map[string]string) float64 {
+func gatheredLabels(t testing.TB, reg prometheus.Gatherer, name string, want map[string]string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/session"
 )
 
 // TestResumeKeepsUserAudio: a user's audio turn carried across a resume.
@@ -60,7 +61,7 @@ func TestResumeKeepsUserAudio(t *testing.T) {
 					readUntil(t, c, "conversation.item.input_audio_transcription.completed")
 					send(t, c, map[string]any{"type": "response.create"})
 					readUntil(t, c, "response.done")
-					readUntil(t, c, EventResumed)
+					readUntil(t, c, session.EventResumed)
 					secondTurn(t, c)
 
 					item := replayedItem(t, mock, committed.str("item_id"))
@@ -122,24 +123,4 @@ func replayedItem(t *testing.T, mock *mockai.Server, id string) (item struct {
 	}
 	t.Fatalf("the second upstream session received no item %s", id)
 	return item
-}
-
-// TestAppendWithoutKeepAudio: with audio keeping off (the default) the
-// continuity inspector passes over an append frame as before, allocating
-// nothing; with it on, it asks for the frame.
-func TestAppendWithoutKeepAudio(t *testing.T) {
-	prefix := []byte(`{"type":"input_audio_buffer.append","audio":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA`)
-	off := clientWatch{info: &sessionInfo{}}
-	if allocs := testing.AllocsPerRun(100, func() {
-		if off.Wants(prefix) {
-			t.Fatal("an append is wanted with audio keeping off")
-		}
-	}); allocs != 0 {
-		t.Errorf("%v allocations per append with audio keeping off, want 0", allocs)
-	}
-	on := clientWatch{info: &sessionInfo{}, keep: true}
-	on.lim.KeepAudio = true
-	if !on.Wants(prefix) {
-		t.Error("an append is not wanted with audio keeping on")
-	}
 }

@@ -62,7 +62,7 @@ keys:
 			// Joined upstream (mockai adds a sideband a moment after its 101):
 			// the session.updated below is broadcast to it.
 			waitFor(t, "the gateway's own sideband upstream", func() bool {
-				return ownSidebands(g) == 1 && mock.LiveSessions()[0].Sidebands == 1
+				return meteringSidebands(t, g) == 1 && mock.LiveSessions()[0].Sidebands == 1
 			})
 			d := dialer()
 			if up.cfg.TLS {

@@ -52,11 +52,11 @@ func BenchmarkLiveMeterSideband(b *testing.B) {
 			ids = append(ids, out.Session.ID)
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for meters(g) < sessions && time.Now().Before(deadline) {
+		for meteringSidebands(b, g) < sessions && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if meters(g) < sessions {
-			b.Fatalf("%d metering sidebands attached, want %d", meters(g), sessions)
+		if meteringSidebands(b, g) < sessions {
+			b.Fatalf("%d metering sidebands attached, want %d", meteringSidebands(b, g), sessions)
 		}
 		start := cpuNow(b)
 		time.Sleep(hold)
@@ -68,18 +68,11 @@ func BenchmarkLiveMeterSideband(b *testing.B) {
 				resp.Body.Close()
 			}
 		}
-		for meters(g) > 0 && time.Now().Before(deadline.Add(10*time.Second)) {
+		for meteringSidebands(b, g) > 0 && time.Now().Before(deadline.Add(10*time.Second)) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	sessionSeconds := float64(b.N) * sessions * hold.Seconds()
 	b.ReportMetric(float64((busy-time.Duration(b.N)*idle).Microseconds())/1000/sessionSeconds, "cpu-ms/session-s")
 	b.ReportMetric(float64(idle.Microseconds())/1000/hold.Seconds(), "idle-cpu-ms/s")
-}
-
-// meters counts the gateway's live metering sidebands.
-func meters(g *gateway) int {
-	n := 0
-	g.srv.meters.live.Range(func(any, any) bool { n++; return true })
-	return n
 }

@@ -8,13 +8,14 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/session"
 	"rtgate/upstream"
 )
 
 // livePoolTarget is the pooled target of the environment setup's GPT-Live
 // deployment.
 func livePoolTarget(g *gateway) upstream.Target {
-	return target(g.srv.routes.Load().Groups["gpt-live-1"][0], nil, nil)
+	return session.WarmTarget(g.srv.routes.Load().Groups["gpt-live-1"][0], "gpt-live-1")
 }
 
 // startLive opens a Live session through g with an independent client and

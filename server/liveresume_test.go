@@ -11,9 +11,9 @@ import (
 
 	coder "github.com/coder/websocket"
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/mockai"
+	"rtgate/server/session"
 )
 
 // GPT-Live's session continuity as a client sees it: the socket stays open
@@ -119,7 +119,7 @@ func TestLiveResumeBetweenTurns(t *testing.T) {
 				send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"delegation": map[string]any{"type": "client"}}})
 				readUntil(t, c, "session.updated")
 				liveTurn(t, c)
-				resumed, seen := readUntil(t, c, EventResumed)
+				resumed, seen := readUntil(t, c, session.EventResumed)
 				if resumed.str("cause") != tc.cause || resumed.str("replayed_items") != "3" {
 					t.Errorf("resumed event %v", resumed)
 				}
@@ -174,7 +174,7 @@ func TestLiveResumeDuringResponse(t *testing.T) {
 			var failed event
 			for range 100 {
 				e := read(t, c)
-				if e.typ() == EventResumed {
+				if e.typ() == session.EventResumed {
 					t.Fatal("resumed before the lost response ended")
 				}
 				if inner, _ := e["event"].(map[string]any); e.typ() == "response.event" && inner["type"] == "response.failed" {
@@ -186,7 +186,7 @@ func TestLiveResumeDuringResponse(t *testing.T) {
 			if resp["id"] != id || resp["status"] != "failed" || failed.str("delegation_id") != created.str("delegation_id") {
 				t.Errorf("failed response %v, want %v failed", failed, id)
 			}
-			if resumed, _ := readUntil(t, c, EventResumed); resumed.str("cause") != "upstream_lost" || resumed.str("lost_response_id") != id {
+			if resumed, _ := readUntil(t, c, session.EventResumed); resumed.str("cause") != "upstream_lost" || resumed.str("lost_response_id") != id {
 				t.Errorf("resumed %v", resumed)
 			}
 			send(t, c, map[string]any{"type": "response.create"})
@@ -216,7 +216,7 @@ func TestLiveResumeAtTheCap(t *testing.T) {
 			readUntil(t, c, "session.started")
 			appendAudio(t, c, liveSecond)
 			readUntil(t, c, "session.output_transcript.delta")
-			resumed, seen := readUntil(t, c, EventResumed)
+			resumed, seen := readUntil(t, c, session.EventResumed)
 			if resumed.str("cause") != "session_expired" {
 				t.Errorf("resumed %v", resumed)
 			}
@@ -252,7 +252,7 @@ func TestLiveResumeRefusedAfterExpired(t *testing.T) {
 			send(t, c, liveStart("gpt-live", nil))
 			readUntil(t, c, "session.started")
 			for i := range maxResumes {
-				if e, _ := readUntil(t, c, EventResumed); e.str("cause") != causeExpired {
+				if e, _ := readUntil(t, c, session.EventResumed); e.str("cause") != "session_expired" {
 					t.Fatalf("resume %d: %v", i+1, e)
 				}
 			}
@@ -261,7 +261,7 @@ func TestLiveResumeRefusedAfterExpired(t *testing.T) {
 				t.Fatalf("got %v after %v, want the cap's session.closed", e, seen)
 			}
 			closeOf(t, c)
-			if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues(causeExpired, "refused")); n != 1 {
+			if n := resumes(t, g, "session_expired", "refused"); n != 1 {
 				t.Errorf("refused resumes counted %v", n)
 			}
 		})
@@ -284,7 +284,7 @@ func TestLiveRolloverBeforeTheCap(t *testing.T) {
 			readUntil(t, c, "session.started")
 			appendAudio(t, c, liveSecond)
 			readUntil(t, c, "session.output_transcript.delta")
-			resumed, seen := readUntil(t, c, EventResumed)
+			resumed, seen := readUntil(t, c, session.EventResumed)
 			if resumed.str("cause") != "rollover" {
 				t.Errorf("resumed %v, want the rollover's", resumed)
 			}
@@ -353,7 +353,7 @@ func TestLiveResumeCoderClient(t *testing.T) {
 		write(audio)
 		until("session.output_transcript.delta")
 	}
-	if resumed := until(EventResumed); resumed["cause"] != "upstream_closed" || resumed["replayed_items"] != 4.0 {
+	if resumed := until(session.EventResumed); resumed["cause"] != "upstream_closed" || resumed["replayed_items"] != 4.0 {
 		t.Errorf("resumed %v", resumed)
 	}
 	write(audio)
@@ -383,7 +383,7 @@ func TestLiveResumeDuringVoiceAnswer(t *testing.T) {
 			send(t, c, liveStart("gpt-live", nil))
 			readUntil(t, c, "session.started")
 			appendAudio(t, c, 4800)
-			resumed, seen := readUntil(t, c, EventResumed)
+			resumed, seen := readUntil(t, c, session.EventResumed)
 			if resumed.str("cause") != "upstream_lost" || resumed.str("replayed_items") != "1" || slices.Contains(seen, "response.event") {
 				t.Errorf("resumed %v after %v", resumed, seen)
 			}

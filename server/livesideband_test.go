@@ -11,7 +11,6 @@ import (
 	"rtgate/server/protocol"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -228,13 +227,6 @@ func TestLiveForkWebSocket(t *testing.T) {
 	}
 }
 
-// ownSidebands counts the gateway's own metering sidebands.
-func ownSidebands(g *gateway) int {
-	n := 0
-	g.srv.meters.live.Range(func(any, any) bool { n++; return true })
-	return n
-}
-
 // strconvQuote is s as a JSON string.
 func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 
@@ -261,7 +253,7 @@ func TestLiveWebRTCMeteredFromAppSideband(t *testing.T) {
 					c.RoutesFile, c.UsageLog, c.UpstreamRoots = liveAppsConfig(t, mock.baseURL), logPath, roots
 				})
 				id := newWebRTCSession(t, g, keyA)
-				waitFor(t, "the gateway's own sideband", func() bool { return ownSidebands(g) == 1 })
+				waitFor(t, "the gateway's own sideband", func() bool { return meteringSidebands(t, g) == 1 })
 
 				sb := dialWith(t, dialer(), "ws://"+g.addr+"/v1/live/sessions/"+id+"/attach?graceful_close=true", bearer(keyA))
 				if e := read(t, sb); e.typ() != "session.started" || e.str("session", "id") != id {
@@ -290,7 +282,7 @@ func TestLiveWebRTCMeteredFromAppSideband(t *testing.T) {
 						}
 						return false
 					})
-					waitFor(t, "the gateway's own sideband again", func() bool { return ownSidebands(g) == 1 })
+					waitFor(t, "the gateway's own sideband again", func() bool { return meteringSidebands(t, g) == 1 })
 					if status, _, b := post(t, g, "/v1/live/sessions/"+id+"/hangup", keyA, "application/json", nil, nil); status != http.StatusOK {
 						t.Fatalf("hangup: HTTP %d %s", status, b)
 					}
@@ -336,7 +328,7 @@ keys:
 			spent := func(key string) float64 {
 				for _, k := range g.srv.routes.Load().Keys {
 					if k.Name == key {
-						return g.srv.budgets.ledger.Spent(key, k.Budget, time.Now())
+						return budgetSpent(t, g, key)
 					}
 				}
 				t.Fatalf("no key %s", key)

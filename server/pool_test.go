@@ -16,13 +16,13 @@ import (
 // metricSum adds up every sample of the named metric family.
 func metricSum(t *testing.T, g *gateway, name string) float64 {
 	t.Helper()
-	return gathered(t, g.srv.metrics.reg, name)
+	return gathered(t, g.srv.reg, name)
 }
 
 // setupsObserved is the sample count of rtgate_session_setup_seconds{pool}.
 func setupsObserved(t *testing.T, g *gateway, pool string) uint64 {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
+	fams, err := g.srv.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

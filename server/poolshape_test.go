@@ -77,7 +77,7 @@ func TestClientShapesOpenNoPools(t *testing.T) {
 // seriesOf counts the series of the named metric family.
 func seriesOf(t *testing.T, g *gateway, name string) int {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
+	fams, err := g.srv.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -364,7 +364,7 @@ func TestFrontDoorLostListenerEndsServe(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return: the lost listener passed in silence")
 	}
-	if n := gathered(t, srv.metrics.reg, "rtgate_listener_restarts_total"); n != 0 {
+	if n := gathered(t, srv.reg, "rtgate_listener_restarts_total"); n != 0 {
 		t.Fatalf("rtgate_listener_restarts_total %v, want 0: a socket that no longer listens was served again", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/session"
 )
 
 // BenchmarkResume measures the resume time a client sees over a TLS
@@ -44,7 +45,7 @@ func BenchmarkResume(b *testing.B) {
 				send(b, c, map[string]any{"type": "response.create"})
 				readUntil(b, c, "response.done")
 				start := time.Now()
-				readUntil(b, c, EventResumed)
+				readUntil(b, c, session.EventResumed)
 				took = append(took, float64(time.Since(start).Microseconds())/1000)
 				_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
 				c.Close()

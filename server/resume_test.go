@@ -11,9 +11,9 @@ import (
 
 	coder "github.com/coder/websocket"
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/mockai"
+	"rtgate/server/session"
 	"rtgate/server/usage"
 )
 
@@ -22,6 +22,16 @@ import (
 // session got the configuration and every item, in order, with their ids.
 
 // userItem is a conversation.item.create of a user's text with id.
+// maxResumes is the documented cap on a session's resumes: "at most 3
+// times a minute" (docs/continuity.md); a fourth loss ends it as before.
+const maxResumes = 3
+
+// resumes is rtgate_session_resumes_total{cause, outcome}.
+func resumes(t testing.TB, g *gateway, cause, outcome string) float64 {
+	t.Helper()
+	return gatheredLabels(t, g.srv.reg, "rtgate_session_resumes_total", map[string]string{"cause": cause, "outcome": outcome})
+}
+
 func userItem(id, text string) map[string]any {
 	return map[string]any{"type": "conversation.item.create", "item": map[string]any{"id": id, "type": "message", "role": "user",
 		"content": []any{map[string]any{"type": "input_text", "text": text}}}}
@@ -117,7 +127,7 @@ func TestResumeBetweenTurns(t *testing.T) {
 				c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 				read(t, c) // session.created
 				assistant := converse(t, c)
-				resumed, _ := readUntil(t, c, EventResumed)
+				resumed, _ := readUntil(t, c, session.EventResumed)
 				if resumed.str("cause") != tc.cause || resumed.str("replayed_items") != "2" || resumed.str("lost_response_id") != "" {
 					t.Errorf("resumed event %v", resumed)
 				}
@@ -153,7 +163,7 @@ func TestResumeDuringResponse(t *testing.T) {
 				t.Fatalf("response.done %v after %v, want the response failed: upstream_lost", done, seen)
 			}
 			resumed := read(t, c)
-			if resumed.typ() != EventResumed || resumed.str("lost_response_id") != created.str("response", "id") || resumed.str("cause") != "upstream_lost" {
+			if resumed.typ() != session.EventResumed || resumed.str("lost_response_id") != created.str("response", "id") || resumed.str("cause") != "upstream_lost" {
 				t.Fatalf("after the failed response: %v", resumed)
 			}
 			secondTurn(t, c)
@@ -197,7 +207,7 @@ func TestResumeAtTheCap(t *testing.T) {
 					if e.typ() == "error" {
 						t.Fatalf("the client got the upstream's error: %v", e)
 					}
-					if e.typ() == EventResumed {
+					if e.typ() == session.EventResumed {
 						if e.str("cause") != "session_expired" {
 							t.Errorf("resumed %v", e)
 						}
@@ -235,12 +245,12 @@ func TestMidFrameLossEnds(t *testing.T) {
 				if err != nil {
 					break
 				}
-				if strings.Contains(string(p), EventResumed) {
+				if strings.Contains(string(p), session.EventResumed) {
 					t.Fatal("resumed after a loss in the middle of a frame")
 				}
 			}
 			waitFor(t, "the session to end", func() bool { return g.srv.sessionsOpen.Load() == 0 })
-			if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("mid_frame", "failed")); n != 1 {
+			if n := resumes(t, g, "mid_frame", "failed"); n != 1 {
 				t.Errorf("mid_frame losses counted %v, want 1", n)
 			}
 		})
@@ -280,14 +290,14 @@ func TestResumeFails(t *testing.T) {
 		send(t, c, map[string]any{"type": "response.create"})
 		readUntil(t, c, "response.done")
 		if i < maxResumes {
-			readUntil(t, c, EventResumed)
+			readUntil(t, c, session.EventResumed)
 		}
 	}
 	if ce := closeOf(t, c); ce.Code != 1011 || ce.Text != "upstream connection lost" {
 		t.Errorf("close %v, want 1011 upstream connection lost", ce)
 	}
 	waitFor(t, "the session to end", func() bool { return g.srv.sessionsOpen.Load() == 0 })
-	if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("upstream_lost", "refused")); n != 1 {
+	if n := resumes(t, g, "upstream_lost", "refused"); n != 1 {
 		t.Errorf("refused resumes %v, want 1", n)
 	}
 }
@@ -347,7 +357,7 @@ func TestResumeCoderClient(t *testing.T) {
 	for range 10 {
 		write(map[string]any{"type": "input_audio_buffer.append", "audio": audio})
 	}
-	resumed := until(EventResumed)
+	resumed := until(session.EventResumed)
 	if resumed["cause"] != "upstream_closed" {
 		t.Errorf("resumed %v", resumed)
 	}
@@ -405,7 +415,7 @@ keys:
 		if i == 0 {
 			// What the client sends before this may reach the dying
 			// upstream and be lost with it (docs/continuity.md).
-			readUntil(t, c, EventResumed)
+			readUntil(t, c, session.EventResumed)
 		}
 	}
 	// a drops every session after its first response: the session resumed
@@ -468,7 +478,7 @@ func TestResumeRespectsMaxParallel(t *testing.T) {
 			c := onA[0]
 			send(t, c, map[string]any{"type": "response.create"})
 			readUntil(t, c, "response.done")
-			readUntil(t, c, EventResumed) // a dropped it after its response
+			readUntil(t, c, session.EventResumed) // a dropped it after its response
 			if n := len(b.Records()); n != 1 {
 				t.Errorf("b served %d upstream sessions, want 1: the resume went past its max_parallel_requests", n)
 			}
@@ -502,12 +512,12 @@ func TestRolloverBeforeTheCap(t *testing.T) {
 		read(t, c)
 		assistant := converse(t, c)
 		e := read(t, c) // nothing else comes before the rollover
-		if e.typ() != EventResumed || e.str("cause") != "rollover" || e.str("lost_response_id") != "" {
-			t.Fatalf("got %v, want the rollover's %s", e, EventResumed)
+		if e.typ() != session.EventResumed || e.str("cause") != "rollover" || e.str("lost_response_id") != "" {
+			t.Fatalf("got %v, want the rollover's %s", e, session.EventResumed)
 		}
 		secondTurn(t, c)
 		wantReplay(t, mock, assistant)
-		if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("rollover", "ok")); n != 1 {
+		if n := resumes(t, g, "rollover", "ok"); n != 1 {
 			t.Errorf("rollovers counted %v", n)
 		}
 	})
@@ -578,7 +588,7 @@ func TestResumeNoUpstream(t *testing.T) {
 			t.Errorf("close %v, want 1011", ce)
 		}
 		waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
-		if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues("upstream_lost", "failed")); n != 1 {
+		if n := resumes(t, g, "upstream_lost", "failed"); n != 1 {
 			t.Errorf("failed resumes %v, want 1", n)
 		}
 	})
@@ -601,7 +611,7 @@ func TestResumeClientSecret(t *testing.T) {
 	readUntil(t, c, "session.updated")
 	send(t, c, map[string]any{"type": "response.create"})
 	readUntil(t, c, "response.done")
-	readUntil(t, c, EventResumed)
+	readUntil(t, c, session.EventResumed)
 	var cut string
 	for _, r := range mock.Records() {
 		for _, e := range mock.Received(r.SessionID) {

@@ -11,10 +11,10 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/frames"
 	"rtgate/mockai"
+	"rtgate/server/session"
 )
 
 // Rollovers and the edges of a resume a client notices: every turn is
@@ -52,8 +52,8 @@ func turnsAcrossRollovers(c *websocket.Conn, want int, until time.Time) (answere
 				return answered, failed, err
 			}
 			switch e.typ() {
-			case EventResumed:
-				if e.str("cause") != causeRollover && e.str("cause") != causeExpired {
+			case session.EventResumed:
+				if e.str("cause") != "rollover" && e.str("cause") != "session_expired" {
 					return answered, failed, fmt.Errorf("turn %d: resumed %v", turn, e)
 				}
 				rollovers++
@@ -117,8 +117,8 @@ func TestRolloverKeepsEveryTurn(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues(causeRollover, "ok"))
-		capped := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues(causeExpired, "ok"))
+		n := resumes(t, g, "rollover", "ok")
+		capped := resumes(t, g, "session_expired", "ok")
 		t.Logf("%d responses answered across %v rollovers and %v resumes at the cap (%d ended by a forced rollover or a lost upstream)", answered, n, capped, failed)
 		if n < sessions*rollovers/2 { // the cap may come first on a loaded machine, not mostly
 			t.Errorf("%v rollovers, want most of %d", n, sessions*rollovers)
@@ -149,9 +149,9 @@ func TestForcedRolloverDuringResponse(t *testing.T) {
 				done.str("response", "usage", "output_token_details", "audio_tokens") == "0" {
 				t.Fatalf("response.done %v (after %d events), want %s cancelled with its usage", done, len(seen), id)
 			}
-			resumed, _ := readUntil(t, c, EventResumed)
-			if resumed.str("cause") != causeRollover || resumed.str("lost_response_id") != "" {
-				t.Fatalf("after the cancelled response.done: %v, want %s (rollover, no response lost)", resumed, EventResumed)
+			resumed, _ := readUntil(t, c, session.EventResumed)
+			if resumed.str("cause") != "rollover" || resumed.str("lost_response_id") != "" {
+				t.Fatalf("after the cancelled response.done: %v, want %s (rollover, no response lost)", resumed, session.EventResumed)
 			}
 			send(t, c, userItem("item_user2", "are you still there?"))
 			if e, _ := readUntil(t, c, "conversation.item.done"); e.str("item", "id") != "item_user2" {
@@ -212,7 +212,7 @@ func TestClientFrameCutByLoss(t *testing.T) {
 					t.Fatalf("response.done %v, want failed", done)
 				}
 				var lost event
-				for e := read(t, c); e.typ() != EventResumed; e = read(t, c) {
+				for e := read(t, c); e.typ() != session.EventResumed; e = read(t, c) {
 					if e.typ() == "error" {
 						lost = e
 					}
@@ -264,7 +264,7 @@ func TestResumeRefusedAfterExpired(t *testing.T) {
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
 		read(t, c)
 		for i := range maxResumes {
-			if e, _ := readUntil(t, c, EventResumed); e.str("cause") != causeExpired {
+			if e, _ := readUntil(t, c, session.EventResumed); e.str("cause") != "session_expired" {
 				t.Fatalf("resume %d: %v", i+1, e)
 			}
 		}
@@ -275,7 +275,7 @@ func TestResumeRefusedAfterExpired(t *testing.T) {
 		if ce := closeOf(t, c); ce.Code != 1001 || !strings.Contains(ce.Text, "maximum duration") {
 			t.Errorf("close %v, want the upstream's 1001", ce)
 		}
-		if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues(causeExpired, "refused")); n != 1 {
+		if n := resumes(t, g, "session_expired", "refused"); n != 1 {
 			t.Errorf("refused resumes counted %v", n)
 		}
 	})
@@ -360,7 +360,7 @@ func TestResumeAsksAgain(t *testing.T) {
 					}
 				}
 			}
-			if n := testutil.ToFloat64(g.srv.metrics.resumes.WithLabelValues(causeLost, "ok")); n != maxResumes {
+			if n := resumes(t, g, "upstream_lost", "ok"); n != maxResumes {
 				t.Errorf("%v resumes, want %d", n, maxResumes)
 			}
 		})

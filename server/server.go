@@ -10,70 +10,56 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"rtgate/poller"
 	"rtgate/server/admin"
-	"rtgate/server/admission"
 	"rtgate/server/api"
+	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/cluster"
-	"rtgate/server/continuity"
 	"rtgate/server/frontdoor"
 	"rtgate/server/internal/testhooks"
 	"rtgate/server/limit"
 	"rtgate/server/routes"
+	"rtgate/server/session"
 	"rtgate/server/tracing"
 	"rtgate/upstream"
 )
 
-// Server is one gateway instance.
+// Server is one gateway instance: the wiring of its parts. A request comes
+// in through the front door (server/frontdoor), which hands it to the API
+// (server/api) or to the sessions (server/session).
 type Server struct {
 	cfg       Settings
 	log       *slog.Logger
 	dialer    *upstream.Dialer
 	tlsConfig *tls.Config // client listener; nil for plain
-	sessCfg   poller.SessionConfig
 
 	// ctx ends when the server shuts down; upstream dials use it.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	pool       *upstream.Pool // nil when the pool is off
-	livePool   *upstream.Pool // GPT-Live's unstarted sockets (newLivePool); nil when off
-	metrics    *metrics
-	front      *frontdoor.Door    // the client listener, accept, TLS, request heads and bodies (Handler)
-	memBudget  memoryBudget       // the global bound on bytes held for slow peers (the watchdog's)
-	admitter   limit.Admitter     // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
-	gate       *admission.Gate    // the one way in: models, budget, key limits, deployment slots (server/admission)
-	store      *cluster.Store     // nil without REDIS_URL
-	contGlobal *continuity.Budget // CONTINUITY_GLOBAL_MAX_BYTES: what all sessions keep (keepContinuity)
+	reg       *prometheus.Registry // every metric of the instance (/metrics)
+	pool      *upstream.Pool       // nil when the pool is off
+	livePool  *upstream.Pool       // GPT-Live's unstarted sockets (newLivePool); nil when off
+	front     *frontdoor.Door      // the client listener, accept, TLS, request heads and bodies (Handler)
+	sessions  *session.Manager     // the sessions: connects, the registry, metering and records
+	api       *api.Endpoints       // the HTTP endpoints: client secrets, calls, GPT-Live's controls
+	admin     *admin.Server        // the admin port: metrics, status page, playground
+	memBudget memoryBudget         // the global bound on bytes held for slow peers (the watchdog's)
+	admitter  limit.Admitter       // per-key limits: limit.Local, or cluster.Limiter with REDIS_URL
+	store     *cluster.Store       // nil without REDIS_URL
+	tracer    *tracing.Tracer      // OpenTelemetry spans; nil when off (server/tracing)
+	balancer  *balance.Balancer    // every deployment's health, counts, slots and dial latency
 
 	sessionsOpen atomic.Int64
 	draining     atomic.Bool // /health answers 503
 	stopping     atomic.Bool // past the drain timeout: new upgrades get 503
 
-	// sessions is the registry of live sessions, for the watchdog, for
-	// draining and for the record written when each ends.
-	sessMu   sync.Mutex
-	sessions map[*poller.Session]*sessionInfo
-
-	routes   atomic.Pointer[routes.Table] // replaced whole on SIGHUP
-	tracer   *tracing.Tracer              // OpenTelemetry spans; nil when off (server/tracing)
-	balancer *balance.Balancer            // every deployment's health, counts, slots and dial latency
-	records  *records                     // where ended sessions' records go
-	budgets  *budgets                     // the keys' spend budgets
-
-	appState // client secrets, calls, sidebands
-
-	admin   *admin.Server  // the admin port: metrics, status page, playground
-	origins origins        // ALLOWED_ORIGINS (origins.allow)
-	api     *api.Endpoints // the HTTP endpoints: client secrets, calls, GPT-Live's controls (server/api)
-
-	hooks *testhooks.SessionSlot // tests' pauses in a session's races (package testhooks); nil outside tests
+	routes atomic.Pointer[routes.Table] // replaced whole on SIGHUP
+	hooks  *testhooks.SessionSlot       // tests' pauses in a session's races (package testhooks); nil outside tests
 }
 
 // New prepares a server; Serve starts it.
@@ -87,7 +73,7 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, sessions: map[*poller.Session]*sessionInfo{}}
+	s := &Server{cfg: cfg, log: log}
 	s.ctx, s.cancel = context.WithCancel(base)
 	s.hooks = testhooks.SessionFrom(base)
 
@@ -122,38 +108,22 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 		table = t
 	}
 	s.routes.Store(table)
-	logTableNotices(log, table)
-	s.metrics = newMetrics()
-	s.admin = admin.New(adminGateway(s), s.metrics.reg, cfg.AdminHosts, cfg.Port)
-	s.origins = origins{allowed: cfg.AllowedOrigins, admin: s.admin}
-	s.memBudget.init(cfg, s.metrics.reg)
-	tracer, err := tracing.FromEnv(s.ctx, s.metrics.reg, log)
+	session.LogTableNotices(log, table)
+	s.reg = newRegistry()
+	s.admin = admin.New(adminGateway(s), s.reg, cfg.AdminHosts, cfg.Port)
+	s.memBudget.init(cfg, s.reg)
+	tracer, err := tracing.FromEnv(s.ctx, s.reg, log)
 	if err != nil {
 		return nil, err
 	}
 	s.tracer = tracer
-	s.balancer = balance.New(balance.Config{Registerer: s.metrics.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
-		HedgeDelay: cfg.HedgeDelay, DialFailures: s.metrics.dialFailures,
+	dialFailures := newDialFailures(s.reg)
+	s.balancer = balance.New(balance.Config{Registerer: s.reg, Log: log, ProbeTimeout: cfg.DialTimeout,
+		HedgeDelay: cfg.HedgeDelay, DialFailures: dialFailures,
 		Router: func() routes.Router { return s.routes.Load().Router }})
-	records, err := openRecords(cfg, s.metrics, log, s.routes.Load)
-	if err != nil {
+	if s.admitter, s.store, err = newAdmitter(cfg, log, s.reg); err != nil {
 		return nil, err
 	}
-	s.records = records
-	if s.admitter, s.store, err = newAdmitter(cfg, log, s.metrics.reg); err != nil {
-		return nil, err
-	}
-	if s.budgets, err = newBudgets(cfg, s.store, s.routes.Load, s.metrics.reg, log); err != nil {
-		return nil, err
-	}
-	go s.budgets.run(s.ctx)
-	s.gate = admission.New(admission.Config{MaxSessionsPerKey: cfg.MaxSessionsPerKey, ConnectRatePerKey: cfg.ConnectRatePerKey,
-		TranscriptionModel: cfg.TranscriptionModel},
-		admission.Deps{Limiter: s.admitter, Balancer: s.balancer, CheckBudget: s.budgets.check})
-	s.appState = newAppState(cfg, s.store, upTLS, &callMeters{ctx: s.ctx, timeout: cfg.DialTimeout, dialer: s.dialer,
-		log: log, metrics: s.metrics, records: s.records, budgets: s.budgets, hangUp: func(d *routes.Deployment, id string) { s.api.HangUpLive(d, id) },
-		hangUpCall: func(d *routes.Deployment, callID string) { s.api.HangUpCall(d, callID) }}, log)
-	s.api = newEndpoints(s)
 	if cfg.Pool.Enabled() {
 		pc := cfg.Pool
 		fdLimit := openFileLimit()
@@ -162,18 +132,32 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 			return fdLimit - fdReserve - 2*int(s.sessionsOpen.Load())
 		}
 		pc.Memory = poolMemory(cfg, s.store)
-		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.metrics.reg)))
+		s.pool = upstream.NewPool(s.dialer, pc, log, upstream.NewPoolMetrics(s.admin.Tee(s.reg)))
 	}
+	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.reg)
+	s.sessions, err = session.New(sessionSettings(cfg), session.Deps{
+		Context: s.ctx, Log: log, Registry: s.reg, Routes: s.routes.Load, Dialer: s.dialer, Pool: s.pool,
+		LivePool: s.livePool, UpTLS: upTLS, Balancer: s.balancer, Limiter: s.admitter, Store: s.store,
+		Tracer: s.tracer, DialFailures: dialFailures,
+		SessionsOpen: &s.sessionsOpen, Draining: &s.draining, Stopping: &s.stopping,
+		// The API is made next, from the sessions' answers; these reach it when called.
+		Authenticate: func(t *routes.Table, presented string) (*routes.ClientKey, *apps.Grant, *frontdoor.Refusal) {
+			return s.api.Authenticate(t, presented)
+		},
+		HangUpLive:  func(d *routes.Deployment, id string) { s.api.HangUpLive(d, id) },
+		HangUpCall:  func(d *routes.Deployment, callID string) { s.api.HangUpCall(d, callID) },
+		OriginAdmin: s.admin.IsOrigin,
+		Hooks:       s.hooks,
+	})
+	if err != nil {
+		closePools(s.pool, s.livePool) // nothing else runs yet
+		return nil, err
+	}
+	s.api = newEndpoints(s)
 	// A nil pool hears of demand and does nothing (upstream.Pool.Expect).
 	s.front = frontdoor.New(doorSettings(cfg, s.tlsConfig), frontdoor.Deps{Context: s.ctx, Log: log,
-		Registerer: s.metrics.reg, SessionsOpen: &s.sessionsOpen, Demand: s.pool}, s)
-	s.livePool = newLivePool(cfg, s.dialer, &s.sessionsOpen, log, s.metrics.reg)
-	s.metrics.warmRedials = prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_pool_warm_redials_total",
-		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
-	s.metrics.reg.MustRegister(s.metrics.warmRedials)
-	s.contGlobal = continuity.NewBudget(cfg.ContinuityGlobalMaxBytes)
-	upstream.RegisterDialerMetrics(s.metrics.reg, s.dialer)
-	s.sessCfg = sessionConfig(s)
+		Registerer: s.reg, SessionsOpen: &s.sessionsOpen, Demand: s.pool}, s)
+	upstream.RegisterDialerMetrics(s.reg, s.dialer)
 	return s, nil
 }
 
@@ -197,12 +181,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		go s.newWatchdog().run(s.ctx)
 		s.log.Info("gateway listening", "addr", ln.Addr().String(), "tls", s.tlsConfig != nil,
 			"upstream", routes.RedactedURL(s.cfg.APIBase), "model", s.cfg.Model, "pool", poolDesc(s.cfg.Pool))
-		if s.pool != nil {
-			// The configured model's key is known now: warm it before the
-			// first client arrives.
-			primePool(s.pool, s.routes.Load())
-		}
-		primeLivePool(s.livePool, s.routes.Load())
+		// The configured deployments' keys are known now: warm them
+		// before the first client arrives.
+		s.sessions.PrimePools(s.routes.Load())
 	})
 }
 
@@ -225,9 +206,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	closePools(s.pool, s.livePool)
 	s.cancel()
 	err := s.front.Shutdown(ctx)
-	s.records.close(ctx)
-	s.budgets.close(ctx)
-	s.meters.close()
+	s.sessions.Close(ctx)
 	s.admitter.Close()
 	if terr := s.tracer.Shutdown(ctx); terr != nil {
 		s.log.Warn("tracing: spans not exported at shutdown", "err", terr)
@@ -250,10 +229,9 @@ func (s *Server) Reload() error {
 		return err
 	}
 	s.routes.Store(r)
-	s.reachLive(r) // revoked keys' sessions end
-	logTableNotices(s.log, r)
-	primePool(s.pool, r)
-	primeLivePool(s.livePool, r)
+	s.sessions.Revoke(r) // revoked keys' sessions end
+	session.LogTableNotices(s.log, r)
+	s.sessions.PrimePools(r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
 		groups = append(groups, g)
@@ -261,6 +239,11 @@ func (s *Server) Reload() error {
 	s.log.Info("config reloaded", "model_groups", groups, "keys", len(r.Keys))
 	return nil
 }
+
+// ReopenLogs reopens the files the gateway writes (USAGE_LOG), on SIGHUP,
+// so that logrotate's postrotate `kill -HUP` starts new ones
+// (session.Manager.ReopenLogs).
+func (s *Server) ReopenLogs() error { return s.sessions.ReopenLogs() }
 
 // SessionsOpen is the number of sessions relaying now.
 func (s *Server) SessionsOpen() int64 { return s.sessionsOpen.Load() }

@@ -368,7 +368,7 @@ func TestClientLeavingStopsTheDial(t *testing.T) {
 // has value.
 func metricWith(t *testing.T, g *gateway, name, label, value string) float64 {
 	t.Helper()
-	return gatheredWhere(t, g.srv.metrics.reg, name, label, value)
+	return gatheredWhere(t, g.srv.reg, name, label, value)
 }
 
 // TestRoutingAroundABlackhole: two deployments, one that accepts TCP and never

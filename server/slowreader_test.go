@@ -108,8 +108,8 @@ func TestSlowReaderGetsWholeBurst(t *testing.T) {
 				if done {
 					break
 				}
-				for _, l := range g.srv.liveSessions() {
-					peak = max(peak, l.sess.Buffered())
+				for _, l := range g.srv.sessions.Live() {
+					peak = max(peak, l.Session.Buffered())
 				}
 				if ahead := time.Duration(float64(total)/slowReadRate*float64(time.Second)) - time.Since(start); ahead > 0 {
 					time.Sleep(ahead)
@@ -150,8 +150,8 @@ func TestStoppedReaderIsDroppedAfterWriteTimeout(t *testing.T) {
 			})
 			// From here the client reads nothing.
 			waitFor(t, "the gateway to hold a backlog for the client", func() bool {
-				for _, l := range g.srv.liveSessions() {
-					if l.sess.Buffered() > 1<<20 {
+				for _, l := range g.srv.sessions.Live() {
+					if l.Session.Buffered() > 1<<20 {
 						return true
 					}
 				}

@@ -266,10 +266,10 @@ func TestTracingOffByDefault(t *testing.T) {
 	if g.srv.tracer != nil {
 		t.Fatal("tracing is on with no OTEL_* environment")
 	}
-	if _, err := g.srv.metrics.reg.Gather(); err != nil {
+	if _, err := g.srv.reg.Gather(); err != nil {
 		t.Fatal(err)
 	}
-	if got := gatheredWhere(t, g.srv.metrics.reg, "rtgate_trace_spans_exported_total", "", ""); got != 0 {
+	if got := gatheredWhere(t, g.srv.reg, "rtgate_trace_spans_exported_total", "", ""); got != 0 {
 		t.Fatalf("spans exported with tracing off: %v", got)
 	}
 }

@@ -149,7 +149,7 @@ func turnsConcurrently(t *testing.T, g *gateway, n, conc int) {
 // completedOn is the turns completed on deployment dep so far.
 func completedOn(t *testing.T, g *gateway, dep string) float64 {
 	t.Helper()
-	return gatheredLabels(t, g.srv.metrics.reg, "rtgate_turns_total", map[string]string{"deployment": dep, "outcome": "completed"})
+	return gatheredLabels(t, g.srv.reg, "rtgate_turns_total", map[string]string{"deployment": dep, "outcome": "completed"})
 }
 
 // closeSession closes c with 1000 and waits for g to have ended its session.
@@ -265,7 +265,7 @@ func TestOutOfBandBesideVoice(t *testing.T) {
 			t.Errorf("voice first audio: %d samples, sum %.3f s; want 1, about the upstream's %v", voice.GetSampleCount(),
 				voice.GetSampleSum(), delay)
 		}
-		if got := gatheredLabels(t, g.srv.metrics.reg, "rtgate_turn_first_output_seconds", map[string]string{"kind": "out_of_band"}); got != 1 {
+		if got := gatheredLabels(t, g.srv.reg, "rtgate_turn_first_output_seconds", map[string]string{"kind": "out_of_band"}); got != 1 {
 			t.Errorf("%v out-of-band first outputs, want 1", got)
 		}
 		if got := metricWith(t, g, "rtgate_turns_total", "outcome", "completed"); got != 1 {
@@ -285,7 +285,7 @@ func TestFailingDeploymentLosesItsTraffic(t *testing.T) {
 			mockai.Config{FirstAudioDelay: 20 * time.Millisecond, FailResponses: true}, routingArgs, nil)
 		g, badDep := p.g, p.depB
 		failed := func() float64 {
-			return gatheredLabels(t, g.srv.metrics.reg, "rtgate_turns_total", map[string]string{"deployment": badDep, "outcome": "failed"})
+			return gatheredLabels(t, g.srv.reg, "rtgate_turns_total", map[string]string{"deployment": badDep, "outcome": "failed"})
 		}
 		turnsConcurrently(t, g, 4, 1) // a few connects: each deployment measured
 		before := failed()
@@ -300,7 +300,7 @@ func TestFailingDeploymentLosesItsTraffic(t *testing.T) {
 		if onBad > 8 {
 			t.Fatalf("%v of %d sessions on the failing deployment, want at most 8", onBad, n)
 		}
-		if got := gatheredLabels(t, g.srv.metrics.reg, "rtgate_turn_failures_total", map[string]string{"deployment": badDep}); got < 1 {
+		if got := gatheredLabels(t, g.srv.reg, "rtgate_turn_failures_total", map[string]string{"deployment": badDep}); got < 1 {
 			t.Errorf("turn failures on the failing deployment %v, want at least 1", got)
 		}
 		var status struct {
@@ -323,7 +323,7 @@ func TestFailingDeploymentLosesItsTraffic(t *testing.T) {
 // histogramOfName merges the series of histogram name in g's metrics.
 func histogramOfName(t *testing.T, g *gateway, name string) *prom.Histogram {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
+	fams, err := g.srv.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,7 @@ func toolChain(t *testing.T, g *gateway, toolTime time.Duration) *websocket.Conn
 // histogramCount is the sample count of histogram name in g's metrics.
 func histogramCount(t *testing.T, g *gateway, name string) uint64 {
 	t.Helper()
-	fams, err := g.srv.metrics.reg.Gather()
+	fams, err := g.srv.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

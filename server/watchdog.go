@@ -16,7 +16,7 @@ import (
 	"rtgate/internal/every"
 	"rtgate/internal/sysmem"
 	"rtgate/poller"
-	"rtgate/server/protocol"
+	"rtgate/server/session"
 )
 
 // The watchdog is one goroutine for the whole gateway, not a timer per
@@ -67,10 +67,12 @@ type memoryBudget struct {
 
 func (b *memoryBudget) init(cfg Settings, reg prometheus.Registerer) {
 	b.max = cfg.MaxBufferedBytes
-	b.ended = newReasonCounter("rtgate_sessions_ended_total",
-		"Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget "+
-			"(the backlogs of all sessions with a slow peer over MAX_BUFFERED_BYTES; the largest go first).",
-		endedStalled, endedBudget)
+	b.ended = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_sessions_ended_total",
+		Help: "Sessions the watchdog ended: stalled (one session over MAX_STALLED_BYTES) or memory_budget " +
+			"(the backlogs of all sessions with a slow peer over MAX_BUFFERED_BYTES; the largest go first)."}, []string{"reason"})
+	for _, r := range []string{endedStalled, endedBudget} {
+		b.ended.WithLabelValues(r) // a series per reason from the start, at 0
+	}
 	b.buffered = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rtgate_stalled_buffered_bytes",
 		Help: "Bytes waiting behind writes to peers slower than their other side, summed over sessions at the last watchdog walk."})
 	writeTimeouts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "rtgate_write_timeouts_total",
@@ -93,7 +95,7 @@ const (
 // (about 0.6 µs a session a walk, mostly cache misses on the two sockets'
 // backlog fields).
 type watchdog struct {
-	live        func() []liveSession
+	live        func() []session.Live
 	log         *slog.Logger
 	budget      *memoryBudget
 	maxStalled  int           // MaxStalledBytes
@@ -107,7 +109,7 @@ type watchdog struct {
 const limitsEvery = time.Second
 
 func (s *Server) newWatchdog() *watchdog {
-	return &watchdog{live: s.liveSessions, log: s.log, budget: &s.memBudget,
+	return &watchdog{live: s.sessions.Live, log: s.log, budget: &s.memBudget,
 		maxStalled: s.cfg.MaxStalledBytes, maxDuration: s.cfg.MaxSessionDuration, idleTimeout: s.cfg.IdleTimeout}
 }
 
@@ -133,7 +135,7 @@ func (w *watchdog) tick(now time.Time) {
 	var stalled []backlog
 	var total int64
 	for _, l := range w.live() {
-		sess := l.sess
+		sess := l.Session
 		if stalls {
 			if side, waiting, ok := sess.Stalled(now, stallGrace); ok {
 				if waiting > w.maxStalled {
@@ -152,16 +154,16 @@ func (w *watchdog) tick(now time.Time) {
 			continue
 		}
 		d := w.maxDuration
-		if l.maxSecs > 0 {
-			d = time.Duration(l.maxSecs) * time.Second // the key's max_session_secs
+		if l.MaxSecs > 0 {
+			d = time.Duration(l.MaxSecs) * time.Second // the key's max_session_secs
 		}
-		if d > 0 && now.Sub(l.start) > d {
-			go terminate(l.proto, sess, ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
+		if d > 0 && now.Sub(l.Start) > d {
+			go l.End(ws.StatusGoingAway, "maximum session duration reached", "session_max_duration",
 				"The session reached the gateway's maximum duration of "+d.String()+".")
 			continue
 		}
 		if d := w.idleTimeout; d > 0 && sess.Idle(now) > d {
-			go terminate(l.proto, sess, ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
+			go l.End(ws.StatusNormalClosure, "idle timeout", "session_idle_timeout",
 				"No frames in either direction for "+d.String()+"; the gateway closed the session.")
 		}
 	}
@@ -188,28 +190,6 @@ func (w *watchdog) enforceBudget(stalled []backlog, total int64) {
 	}
 	w.log.Warn("ended the sessions holding the most unsent bytes: over MAX_BUFFERED_BYTES",
 		"sessions", ended, "limit", w.budget.max, "left_bytes", total)
-}
-
-// liveSession is a session that is not ending, and when its client's
-// upgrade completed.
-type liveSession struct {
-	sess    *poller.Session
-	start   time.Time
-	maxSecs int               // the key's max_session_secs, 0 for MAX_SESSION_SECS
-	proto   protocol.Protocol // what its client speaks (its kind's)
-}
-
-// liveSessions copies the registry so that a walk runs without the lock.
-func (s *Server) liveSessions() []liveSession {
-	s.sessMu.Lock()
-	defer s.sessMu.Unlock()
-	out := make([]liveSession, 0, len(s.sessions))
-	for sess, info := range s.sessions {
-		if !sess.Terminating() {
-			out = append(out, liveSession{sess, info.start, info.key.MaxSessionSecs, info.proto()})
-		}
-	}
-	return out
 }
 
 // defaultMaxBufferedBytes is a quarter of GOMEMLIMIT when one is set, else

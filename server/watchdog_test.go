@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/poller"
+	"rtgate/server/session"
 )
 
 // TestWatchdogWalksIdleSessionsOncePerLimitsInterval: with no socket
@@ -22,7 +23,7 @@ func TestWatchdogWalksIdleSessionsOncePerLimitsInterval(t *testing.T) {
 	walks := 0
 	var b memoryBudget
 	b.init(Settings{}, prometheus.NewRegistry())
-	w := &watchdog{live: func() []liveSession { walks++; return nil }, budget: &b,
+	w := &watchdog{live: func() []session.Live { walks++; return nil }, budget: &b,
 		log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	start := time.Unix(1_000_000, 0)
 	for i := range 50 { // five seconds of 100 ms ticks

@@ -1,11 +1,11 @@
-package server
+package session
 
 // GPT-Live sessions (WebSocket /v1/live/sessions, Azure's
 // /openai/v1/live/sessions). The key is checked, and refused, before the
 // upgrade as for Realtime; but the model is in the client's first event,
 // session.start, so the session is opened (the 101 sent) with no model
 // group and no deployment, and the reactor holds the client's first message
-// for the server (poller's HoldFirst) instead of queuing it for an upstream
+// for the gateway (poller's HoldFirst) instead of queuing it for an upstream
 // that does not exist yet. Then, in a goroutine of its own:
 //
 //	state     event                                next
@@ -25,14 +25,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/frames"
 	"rtgate/poller"
@@ -59,7 +57,7 @@ const (
 
 // liveState is what a GPT-Live session adds to its sessionInfo.
 type liveState struct {
-	srv     *Server
+	mgr     *Manager
 	sess    *poller.Session
 	info    *sessionInfo
 	table   *routes.Table
@@ -90,25 +88,25 @@ type liveState struct {
 // newLiveState prepares an opened Live session, before its relay starts:
 // the farewell, the hold on the first message and its deadline, and the
 // meter.
-func newLiveState(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) *liveState {
-	ls := relayedLive(s, sess, info)
+func newLiveState(m *Manager, sess *poller.Session, info *sessionInfo, u *upgrade) *liveState {
+	ls := relayedLive(m, sess, info)
 	ls.table, ls.hdr = u.table, passThrough(u.req.Header)
 	sess.HoldFirst(ls.take)
-	ls.timer = time.AfterFunc(s.cfg.LiveStartTimeout, ls.timeout)
+	ls.timer = time.AfterFunc(m.cfg.LiveStartTimeout, ls.timeout)
 	return ls
 }
 
 // relayedLive is the state of a Live session whose events the gateway
 // relays: its farewell (session.close, then wait for session.closed), its
 // meter, and its budget.
-func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState {
-	ls := &liveState{srv: s, sess: sess, info: info}
+func relayedLive(m *Manager, sess *poller.Session, info *sessionInfo) *liveState {
+	ls := &liveState{mgr: m, sess: sess, info: info}
 	sess.SetFarewell(protocol.Live{}.End(), liveCloseWait)
 	ls.meter.OnClosed = sess.Farewelled
 	ls.meter.OnTokens = ls.bookBackend
 	ls.meter.OnDelegation = ls.refuseBackend
-	ls.meter.OnStarted = func(id string) { go rememberLiveOwner(s, info, id) }
-	s.budgets.meterLive(info, ls, func(message string) {
+	ls.meter.OnStarted = func(id string) { go rememberLiveOwner(m, info, id) }
+	m.budgets.meterLive(info, ls, func(message string) {
 		terminate(info.proto(), sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
 	return ls
@@ -118,13 +116,13 @@ func relayedLive(s *Server, sess *poller.Session, info *sessionInfo) *liveState 
 // session id (named by its session.started), as a WebRTC create's are: its
 // owner may then attach a sideband to it, or fork it once it is stored and
 // closed. It runs in a goroutine of its own (Redis may be asked).
-func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
+func rememberLiveOwner(m *Manager, info *sessionInfo, id string) {
 	d := info.currentDeployment()
 	if d == nil || !protocol.ValidID(id) {
 		return
 	}
-	if err := s.calls.Remember(s.ctx, id, apps.Owner{Key: info.key.Name, Deployment: d.Name}); err != nil {
-		s.log.Warn("Live session owner not stored in Redis; only this instance knows it", "session", id, "err", err)
+	if err := m.calls.Remember(m.ctx, id, apps.Owner{Key: info.key.Name, Deployment: d.Name}); err != nil {
+		m.log.Warn("Live session owner not stored in Redis; only this instance knows it", "session", id, "err", err)
 	}
 }
 
@@ -134,8 +132,8 @@ func rememberLiveOwner(s *Server, info *sessionInfo, id string) {
 // continues the stored session's) is relayed as the client sent it. Its
 // upstream is dialed at once, so nothing of the first message is held; it
 // is metered, budgeted and ended as any Live WebSocket session.
-func newLiveFork(s *Server, sess *poller.Session, info *sessionInfo) *liveState {
-	ls := relayedLive(s, sess, info)
+func newLiveFork(m *Manager, sess *poller.Session, info *sessionInfo) *liveState {
+	ls := relayedLive(m, sess, info)
 	ls.state.Store(liveDone) // no first message to wait for
 	ls.startAt = time.Now()
 	return ls
@@ -161,7 +159,7 @@ func (ls *liveState) take(msg []byte) {
 func (ls *liveState) timeout() {
 	if ls.state.CompareAndSwap(liveWaiting, liveDone) {
 		ls.end(protocol.ErrorEvent("invalid_request_error", "session_start_timeout",
-			"No session.start within "+ls.srv.cfg.LiveStartTimeout.String()+": the first client event must be session.start.", ""),
+			"No session.start within "+ls.mgr.cfg.LiveStartTimeout.String()+": the first client event must be session.start.", ""),
 			4000, "invalid_request_error.session_start_timeout", "session_start_timeout")
 	}
 }
@@ -188,7 +186,7 @@ func (ls *liveState) end(notice []byte, code ws.StatusCode, reason, refused stri
 
 // start reads the first message, routes the session by its model and dials.
 func (ls *liveState) start(msg []byte) {
-	s, info := ls.srv, ls.info
+	m, info := ls.mgr, ls.info
 	payload, text := unmaskMessage(msg)
 	st, err := protocol.ReadStart(payload, text)
 	switch err {
@@ -208,10 +206,10 @@ func (ls *liveState) start(msg []byte) {
 		config, input := st.Kept()
 		info.keep.StartLive(config, input, info.resume.lim, continuity.LiveCaps{})
 	}
-	group, herr := s.gate.PickGroup(ls.table, info.key, admission.GroupAsk{Model: st.Model, Protocol: routes.ProtocolLive})
+	group, herr := m.gate.PickGroup(ls.table, info.key, admission.GroupAsk{Model: st.Model, Protocol: routes.ProtocolLive})
 	var plan balance.Plan
 	if herr == nil {
-		plan, herr = s.gate.AdmitLiveStart(info.key, ls.table, group, st.BackendModel())
+		plan, herr = m.gate.AdmitLiveStart(info.key, ls.table, group, st.BackendModel())
 	}
 	if herr != nil {
 		ls.refuse(herr, st.EventID)
@@ -219,23 +217,23 @@ func (ls *liveState) start(msg []byte) {
 	}
 	// The session's group and slot are published under the registry's
 	// lock: a session that ended meanwhile gives the slot back here.
-	s.sessMu.Lock()
-	registered := s.sessions[ls.sess] == info
+	m.sessMu.Lock()
+	registered := m.sessions[ls.sess] == info
 	if registered {
 		info.group, info.reserved = group, plan.Reserved
 	}
-	s.sessMu.Unlock()
+	m.sessMu.Unlock()
 	info.trace.Grouped(group)
 	if !registered {
-		s.balancer.Release(plan.Reserved)
+		m.balancer.Release(plan.Reserved)
 		return
 	}
 	if ls.fromPool(plan.Cands[0], group, st) {
 		return // a warm unstarted socket of its first-choice deployment (liveState.fromPool)
 	}
-	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+	ctx, cancel := info.attemptContext(m.ctx, m.cfg.DialTimeout)
 	defer cancel()
-	conn, d := s.dialFor(ctx, ls.sess, info, plan.Cands, nil, ls.hdr)
+	conn, d := m.dialFor(ctx, ls.sess, info, plan.Cands, nil, ls.hdr)
 	if conn == nil {
 		return
 	}
@@ -246,7 +244,7 @@ func (ls *liveState) start(msg []byte) {
 		dialFailed(info.proto(), ls.sess, 0)
 		return
 	}
-	info.attached(s.balancer, d)
+	info.attached(m.balancer, d)
 	ls.sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 }
 
@@ -363,32 +361,16 @@ func (ls *liveState) fill(rec *usage.Record) {
 // documented; LIVE_POOL_MAX_IDLE_SECS should stay below it), and whether
 // unstarted sockets count against the per-model concurrent-session cap.
 
-// closePools closes the warm pools that are on (nil: off), the Realtime
-// pool's and GPT-Live's, at shutdown.
-func closePools(pools ...*upstream.Pool) {
-	for _, p := range pools {
-		if p != nil {
-			p.Close()
-		}
-	}
-}
-
 // liveTakeTries bounds the pooled sockets a session tries before it dials.
 const liveTakeTries = 3
 
-// newLivePool makes the Live pool when LIVE_POOL_SIZE is set (nil
-// otherwise): pinged as the Realtime pool's sockets are, within the
-// descriptors sessions leave free, its metrics rtgate_live_pool_*.
-func newLivePool(cfg Settings, d *upstream.Dialer, sessions *atomic.Int64, log *slog.Logger, reg prometheus.Registerer) *upstream.Pool {
-	lc := cfg.LivePool
-	if lc.Size <= 0 {
-		return nil
-	}
-	lc.PingInterval, lc.PongTimeout = cfg.Pool.PingInterval, cfg.Pool.PongTimeout
-	fdLimit := openFileLimit()
-	lc.Spare = func() int { return fdLimit - fdReserve - 2*int(sessions.Load()) }
-	log.Info("GPT-Live warm pool on", "size", lc.Size, "max_idle", lc.MaxIdle)
-	return upstream.NewLivePool(d, lc, log, upstream.NewPoolMetricsNamed(reg, "rtgate_live_pool"))
+// PrimePools warms what table t configures: the Realtime pool for every
+// Realtime deployment and the Live pool for every Live one (either pool nil:
+// off), with the targets the sessions will ask for; a reload's removed
+// deployments lose their pools.
+func (m *Manager) PrimePools(t *routes.Table) {
+	primePool(m.pool, t)
+	primeLivePool(m.livePool, t)
 }
 
 // primeLivePool fills the Live pool for every Live deployment (pool nil:
@@ -401,7 +383,7 @@ func primeLivePool(pool *upstream.Pool, r *routes.Table) {
 	for g, ds := range r.Groups {
 		for _, d := range ds {
 			if d.Protocol == routes.ProtocolLive {
-				t := target(d, nil, nil)
+				t := WarmTarget(d, g)
 				pool.Prime(t, g)
 				keep = append(keep, t)
 			}
@@ -414,11 +396,11 @@ func primeLivePool(pool *upstream.Pool, r *routes.Table) {
 // st (rewritten for d) first; it reports false when the pool is off or
 // gave nothing, and the caller dials.
 func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.Start) bool {
-	s, info := ls.srv, ls.info
-	if s.livePool == nil {
+	m, info := ls.mgr, ls.info
+	if m.livePool == nil {
 		return false
 	}
-	hold, err := s.livePool.TakeLive(target(d, nil, ls.hdr), group, st.For(d.Model), liveTakeTries)
+	hold, err := m.livePool.TakeLive(target(d, nil, ls.hdr), group, st.For(d.Model), liveTakeTries)
 	if err != nil {
 		return false
 	}
@@ -426,7 +408,7 @@ func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.St
 		h, held := hold.Adopt(o)
 		if h != nil {
 			info.poolHit = true
-			info.attached(s.balancer, d) // before its first frame reaches the client
+			info.attached(m.balancer, d) // before its first frame reaches the client
 		}
 		return h, held
 	})
@@ -437,11 +419,11 @@ func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.St
 		hold.Handle().Endpoint().Drop()
 		return false
 	}
-	s.balancer.Succeeded(d)
+	m.balancer.Succeeded(d)
 	return true
 }
 
-// GPT-Live's session continuity (resumer has the common path; what is kept
+// GPT-Live's session continuity (Manager.resume has the common path; what is kept
 // is server/continuity's liveConv). A Live session resumes on the same losses
 // as a Realtime one (its connection ends without a close frame; close 1011,
 // 1012 or 1013) and at its cap, which GPT-Live says with session.closed,
@@ -457,9 +439,9 @@ func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.St
 
 // keepLive turns continuity on for a Live session, as keepContinuity does
 // for a Realtime one; its configuration is kept when session.start comes.
-func keepLive(c *clientConn, s *Server, sess *poller.Session, u *upgrade) {
+func keepLive(c *clientConn, m *Manager, sess *poller.Session, u *upgrade) {
 	c.keepContinuity(sess, &resumeArgs{header: passThrough(u.req.Header),
-		lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal}})
+		lim: continuity.Limits{MaxBytes: m.cfg.ContinuityMaxBytes, Global: m.contGlobal}})
 }
 
 // liveHoldText holds back the upstream's session.closed at its cap (reason
@@ -477,7 +459,7 @@ func liveHoldText(p []byte, args *resumeArgs) bool {
 	}
 	args.expired.Store(true)
 	// Kept for a resume that is refused: the session then ends as without
-	// continuity, this event first (resumer.resume).
+	// continuity, this event first (Manager.resume).
 	held := frames.AppendFrame(nil, ws.OpText, p, false)
 	args.heldExpired.Store(&held)
 	return true
@@ -544,19 +526,18 @@ func (ls *liveState) resumed(started []byte) {
 		} `json:"session"`
 	}
 	if json.Unmarshal(started, &ev) == nil && ev.Session.ID != "" {
-		go rememberLiveOwner(ls.srv, ls.info, ev.Session.ID)
+		go rememberLiveOwner(ls.mgr, ls.info, ev.Session.ID)
 	}
 }
 
 // livePrimed is a resume's warm Live socket of d, with first (its
 // session.start) written on it and owned by a primer; nil when the Live
 // pool is off or has none (the resume dials).
-func (r resumer) livePrimed(d *routes.Deployment, info *sessionInfo, h http.Header, first []byte, acks int) *primer {
-	s := r.s
-	if s.livePool == nil {
+func (m *Manager) livePrimed(d *routes.Deployment, info *sessionInfo, h http.Header, first []byte, acks int) *primer {
+	if m.livePool == nil {
 		return nil
 	}
-	hold, err := s.livePool.TakeLive(target(d, nil, h), info.group, first, liveTakeTries)
+	hold, err := m.livePool.TakeLive(target(d, nil, h), info.group, first, liveTakeTries)
 	if err != nil {
 		return nil
 	}
@@ -569,6 +550,6 @@ func (r resumer) livePrimed(d *routes.Deployment, info *sessionInfo, h http.Head
 	p.h, p.warm = hd, true
 	p.feed(held)
 	hd.FinishHandOver()
-	s.balancer.Succeeded(d)
+	m.balancer.Succeeded(d)
 	return p
 }

@@ -1,4 +1,4 @@
-package server
+package session
 
 // The upstream's answers to the events the gateway sends a Realtime
 // upstream for its own sake, beside the client's conversation. Their ids
@@ -52,13 +52,13 @@ func (w *setupWatch) holdGatewayAnswer(p []byte) bool {
 	reason := "other"
 	if code == codeCancelNotActive {
 		reason = codeCancelNotActive
-		w.srv.log.Debug("upstream error for the gateway's response.cancel kept from the client: the response had ended",
+		w.mgr.log.Debug("upstream error for the gateway's response.cancel kept from the client: the response had ended",
 			"session", w.id, "code", code)
 	} else {
-		w.srv.log.Warn("upstream error for an event of the gateway's kept from the client",
+		w.mgr.log.Warn("upstream error for an event of the gateway's kept from the client",
 			"session", w.id, "code", code)
 	}
-	w.srv.metrics.gatewayErrors.WithLabelValues(reason).Inc()
+	w.mgr.metrics.gatewayErrors.WithLabelValues(reason).Inc()
 	return true
 }
 

@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/frames"
 	"rtgate/poller"
@@ -20,7 +21,7 @@ import (
 // callMeters are the gateway's own sidebands to the calls it forwarded,
 // which meter each call's usage against the key that made it.
 type callMeters struct {
-	ctx     context.Context // the server's: a sideband's dial ends with it
+	ctx     context.Context // the gateway's: a sideband's dial ends with it
 	timeout time.Duration   // the dial timeout
 	dialer  *upstream.Dialer
 	log     *slog.Logger
@@ -160,6 +161,27 @@ func (m *callMeter) UpstreamGone() {
 }
 
 // close ends every metering sideband (shutdown).
+// gauges count, when scraped, the gateway's own metering sidebands open now
+// and the GPT-Live WebRTC sessions being metered (each holds its key's
+// admission until it ends).
+func (cm *callMeters) gauges() []prometheus.Collector {
+	count := func(m *sync.Map) func() float64 {
+		return func() float64 {
+			n := 0
+			m.Range(func(any, any) bool { n++; return true })
+			return float64(n)
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_metering_sidebands_open",
+			Help: "The gateway's own sidebands metering the WebRTC calls and GPT-Live WebRTC sessions it forwarded, open now."},
+			count(&cm.live)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rtgate_live_webrtc_sessions_metered",
+			Help: "GPT-Live WebRTC sessions the gateway meters now (each holds its key's admission until it ends)."},
+			count(&cm.sessions)),
+	}
+}
+
 func (cm *callMeters) close() {
 	cm.live.Range(func(k, _ any) bool {
 		m := k.(*callMeter)

@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"net/url"
@@ -11,7 +11,7 @@ import (
 )
 
 // sessionKind is what a WebSocket connect opens, decided once from its path,
-// query and credentials (Server.decide) and read by every phase after it
+// query and credentials (Manager.decide) and read by every phase after it
 // (admit, open, startApp, primed, the record) through its row of
 // sessionKind.traits: one table instead of flags each phase combined its
 // own way.

@@ -1,6 +1,6 @@
-package server
+package session
 
-// Session continuity, the server's part (the relay's is poller.Session's resume,
+// Session continuity, the sessions' part (the relay's is poller.Session's resume,
 // what is kept is server/continuity): when a session's upstream is lost in
 // a way a fresh upstream can repair, the session goes on over a new
 // upstream session of the same model group, with its configuration and its
@@ -103,24 +103,18 @@ type resumeArgs struct {
 }
 
 // continuityOn says whether a session of key resumes.
-func continuityOn(cfg Settings, key *routes.ClientKey) bool {
+func continuityOn(cfg Config, key *routes.ClientKey) bool {
 	return cfg.Continuity && (key == nil || key.Continuity == nil || *key.Continuity)
 }
 
 // keepAudio says whether a session of key keeps the user's audio itself
 // (CONTINUITY_KEEP_AUDIO; a key's continuity_keep_audio overrides it).
-func keepAudio(cfg Settings, key *routes.ClientKey) bool {
+func keepAudio(cfg Config, key *routes.ClientKey) bool {
 	if key != nil && key.ContinuityKeepAudio != nil {
 		return *key.ContinuityKeepAudio
 	}
 	return cfg.ContinuityKeepAudio
 }
-
-// resumer is the server's part of a resume (its own type, not more of
-// Server's methods): SessionConfig.Resume, the resume's goroutine, and the
-// primed upstream a resume and a client secret's session share
-// (resumer.primed).
-type resumer struct{ s *Server }
 
 // keepContinuity turns continuity on for a session: the client's
 // configuration events and the upstream's items are read, and the
@@ -238,11 +232,10 @@ func resumeCause(loss poller.Loss, args *resumeArgs) string {
 }
 
 // resume is SessionConfig.Resume.
-func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
-	s := r.s
-	s.sessMu.Lock()
-	info := s.sessions[sess]
-	s.sessMu.Unlock()
+func (m *Manager) resume(sess *poller.Session, loss poller.Loss) bool {
+	m.sessMu.Lock()
+	info := m.sessions[sess]
+	m.sessMu.Unlock()
 	if info == nil || info.resume == nil {
 		return false
 	}
@@ -252,8 +245,8 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 	held := args.heldExpired.Swap(nil)
 	at := time.Now()
 	if !info.mayResume(at) {
-		s.log.Warn("session not resumed: too many resumes", "session", info.id, "key", info.key.Name, "cause", cause)
-		s.metrics.resumes.WithLabelValues(cause, "refused").Inc()
+		m.log.Warn("session not resumed: too many resumes", "session", info.id, "key", info.key.Name, "cause", cause)
+		m.metrics.resumes.WithLabelValues(cause, "refused").Inc()
 		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), Outcome: "refused"})
 		if held != nil && cause == causeExpired {
 			// The session ends as without continuity: the upstream's
@@ -264,7 +257,7 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 		return false
 	}
 	snap := info.keep.Snapshot()
-	s.estimateFlights(info) // the responses in flight on the upstream let go of
+	m.estimateFlights(info) // the responses in flight on the upstream let go of
 	if info.live != nil {
 		info.live.resuming(sess, snap) // GPT-Live's meter and failed response
 	} else {
@@ -278,13 +271,13 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 	}
 	info.turns.Resumed() // the lost upstream's responses end; the fresh one counts its audio anew
 	args.resuming.Add(1)
-	old := info.uncount(s.balancer, true)
+	old := info.uncount(m.balancer, true)
 	if old != nil && (cause == causeLost || cause == causeClosed) {
-		s.balancer.Failed(old, "the upstream was lost mid-session ("+cause+")")
+		m.balancer.Failed(old, "the upstream was lost mid-session ("+cause+")")
 	} else {
 		old = nil // not the deployment's fault: it may serve again
 	}
-	go r.upstream(sess, info, snap, cause, old, at)
+	go m.resumeUpstream(sess, info, snap, cause, old, at)
 	return true
 }
 
@@ -293,41 +286,40 @@ func (r resumer) resume(sess *poller.Session, loss poller.Loss) bool {
 // like its fault) when one has room, failed last for failover; failed first
 // only when no other has room. (Moving failed last after Reserve chose it
 // sent sessions past a full deployment's max_parallel_requests.)
-func (r resumer) reserve(group []*routes.Deployment, failed *routes.Deployment) (balance.Plan, *balance.Busy) {
+func (m *Manager) reserveResume(group []*routes.Deployment, failed *routes.Deployment) (balance.Plan, *balance.Busy) {
 	// group is the routes table's now: failed is found by name (a reload
 	// makes new deployments), and is not there at all when it was removed.
 	if i := slices.IndexFunc(group, func(d *routes.Deployment) bool { return failed != nil && d.Name == failed.Name }); i >= 0 && len(group) > 1 {
 		others := slices.Delete(slices.Clone(group), i, i+1)
-		if plan, busy := r.s.balancer.Reserve(others); busy == nil {
+		if plan, busy := m.balancer.Reserve(others); busy == nil {
 			plan.Cands = append(plan.Cands, group[i])
 			return plan, nil
 		}
 	}
-	return r.s.balancer.Reserve(group)
+	return m.balancer.Reserve(group)
 }
 
 // upstream finds the session a fresh upstream and replays it there; it
 // runs in its own goroutine.
-func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continuity.Snapshot, cause string,
+func (m *Manager) resumeUpstream(sess *poller.Session, info *sessionInfo, snap continuity.Snapshot, cause string,
 	failed *routes.Deployment, at time.Time) {
-	s := r.s
-	defer s.pool.ClientDialing()() // a client waits on this dial
+	defer m.pool.ClientDialing()() // a client waits on this dial
 	args := info.resume
 	outcome := "failed"
 	defer func() {
 		took := time.Since(at)
-		s.metrics.resumes.WithLabelValues(cause, outcome).Inc()
+		m.metrics.resumes.WithLabelValues(cause, outcome).Inc()
 		if outcome == "ok" {
-			s.metrics.resumeSeconds.Observe(took.Seconds())
+			m.metrics.resumeSeconds.Observe(took.Seconds())
 		}
 		info.noteResume(usage.Resume{Cause: cause, At: at.UTC(), DurationMS: took.Milliseconds(), Outcome: outcome})
 		args.resuming.Add(-1)
 	}()
-	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+	ctx, cancel := info.attemptContext(m.ctx, m.cfg.DialTimeout)
 	defer cancel()
-	plan, busy := r.reserve(s.routes.Load().Groups[info.group], failed)
+	plan, busy := m.reserveResume(m.routes().Groups[info.group], failed)
 	if busy != nil {
-		s.log.Warn("session not resumed: every deployment is busy", "session", info.id, "cause", cause)
+		m.log.Warn("session not resumed: every deployment is busy", "session", info.id, "cause", cause)
 		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the upstream was lost and no deployment has room to resume the session", 0))
 		return
 	}
@@ -338,10 +330,10 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	}
 	info.depMu.Unlock()
 	if ended { // the client left meanwhile: sessionEnded gave back the old slot
-		s.balancer.Release(plan.Reserved)
+		m.balancer.Release(plan.Reserved)
 		return
 	}
-	s.balancer.Release(prev)
+	m.balancer.Release(prev)
 	cands := plan.Cands
 
 	sendFor, acks := liveReplay(snap), 0 // GPT-Live: one session.start
@@ -350,7 +342,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 		sendFor, acks = func(*routes.Deployment) []byte { return send }, n
 	}
 	q, _ := url.ParseQuery(args.rawQuery)
-	p, d := r.primed(ctx, sess, info, cands, q, args.header, sendFor, acks)
+	p, d := m.primed(ctx, sess, info, cands, q, args.header, sendFor, acks)
 	if p == nil {
 		return // the session was told (dialFor)
 	}
@@ -361,16 +353,16 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 			sess.Cancel()
 			return
 		}
-		s.log.Warn("session not resumed", "session", info.id, "deployment", d.Name, "cause", cause, "why", why)
+		m.log.Warn("session not resumed", "session", info.id, "deployment", d.Name, "cause", cause, "why", why)
 		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the upstream was lost and the session could not be resumed: "+why, 0))
 		return
 	}
 	if p.replayErrors > 0 {
-		s.log.Warn("resumed session: the upstream refused part of the replay", "session", info.id, "errors", p.replayErrors)
+		m.log.Warn("resumed session: the upstream refused part of the replay", "session", info.id, "errors", p.replayErrors)
 	}
-	created := upstreamCreated(s.cfg, p.warm)
+	created := upstreamCreated(m.cfg, p.warm)
 	sess.SendClient(resumedEvent(cause, len(snap.Items), snap.Dropped+p.replayErrors, snap.Response, sess.Resumes()))
-	if !adoptPrimed(s.balancer, info, p, d, sess.AdoptResumed) {
+	if !adoptPrimed(m.balancer, info, p, d, sess.AdoptResumed) {
 		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
 		return
 	}
@@ -381,7 +373,7 @@ func (r resumer) upstream(sess *poller.Session, info *sessionInfo, snap continui
 	if capAt, ok := upstreamCap(p.created, created, d); ok {
 		armRollover(sess, info, created, capAt)
 	}
-	s.log.Info("session resumed", "session", info.id, "key", info.key.Name, "deployment", d.Name, "cause", cause,
+	m.log.Info("session resumed", "session", info.id, "key", info.key.Name, "deployment", d.Name, "cause", cause,
 		"items", len(snap.Items), "took", time.Since(at))
 }
 
@@ -407,8 +399,8 @@ func realtimeReplay(p protocol.Protocol, snap continuity.Snapshot) (send []byte,
 }
 
 // midFrameLost is SessionConfig.MidFrameLost.
-func (r resumer) midFrameLost(*poller.Session) {
-	r.s.metrics.resumes.WithLabelValues(causeMidFrame, "failed").Inc()
+func (m *Manager) midFrameLost(*poller.Session) {
+	m.metrics.resumes.WithLabelValues(causeMidFrame, "failed").Inc()
 }
 
 // mayResume reports whether the session may resume once more at t; a
@@ -494,7 +486,7 @@ func (i *sessionInfo) resumeRecord(rec *usage.Record) {
 // Rollover: a session nearing its upstream session's cap (OpenAI ends a
 // session after 60 minutes, Azure after 30) moves to a fresh upstream
 // session before the cap, at a quiet moment, through the same resume as a
-// loss (resumer.resume), so that a two-hour call runs through.
+// loss (Manager.resume), so that a two-hour call runs through.
 //
 // The cap is the upstream session.created's expires_at when it has one,
 // else the upstream session's creation plus 60 minutes (30 on Azure); for
@@ -629,10 +621,10 @@ func (i *sessionInfo) stopRollover() {
 // upstreamCreated is when the session's current upstream session was
 // created, as far as the gateway knows: now, less the pool's idle bound
 // for a warm socket (its session.created may be that old).
-func upstreamCreated(cfg Settings, warm bool) time.Time {
+func upstreamCreated(cfg Config, warm bool) time.Time {
 	now := time.Now()
-	if warm && cfg.Pool.MaxIdle > 0 {
-		return now.Add(-cfg.Pool.MaxIdle)
+	if warm && cfg.PoolMaxIdle > 0 {
+		return now.Add(-cfg.PoolMaxIdle)
 	}
 	return now
 }

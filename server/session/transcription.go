@@ -1,4 +1,4 @@
-package server
+package session
 
 // Transcription sessions (?intent=transcription) carry no model in the URL,
 // and their transcription model only arrives later in a session.update, so

@@ -1,4 +1,4 @@
-package server
+package session
 
 // The transcription model a client asks for. A Realtime session's input
 // transcription runs on the model its session.update names
@@ -34,7 +34,7 @@ import (
 
 // checkTranscriptionModel arms the check on a Realtime conversation
 // session of a key with a models list.
-func (s *Server) checkTranscriptionModel(sess *poller.Session, info *sessionInfo) {
+func (m *Manager) checkTranscriptionModel(sess *poller.Session, info *sessionInfo) {
 	key := info.key
 	if key == nil || key.Allows("*") || len(key.Models) == 0 {
 		return
@@ -43,16 +43,16 @@ func (s *Server) checkTranscriptionModel(sess *poller.Session, info *sessionInfo
 		if model == "" || key.Allows(model) {
 			return
 		}
-		go s.replaceTranscriptionModel(sess, key, model)
+		go m.replaceTranscriptionModel(sess, key, model)
 	}
 }
 
 // replaceTranscriptionModel puts the allowed transcription model (or none)
 // in place of model, telling the client when the key refuses.
-func (s *Server) replaceTranscriptionModel(sess *poller.Session, key *routes.ClientKey, model string) {
+func (m *Manager) replaceTranscriptionModel(sess *poller.Session, key *routes.ClientKey, model string) {
 	var tr any // null: transcription off
-	if g := s.cfg.TranscriptionModel; g != "" && key.Allows(g) {
-		if ds := s.routes.Load().Groups[g]; len(ds) > 0 {
+	if g := m.cfg.TranscriptionModel; g != "" && key.Allows(g) {
+		if ds := m.routes().Groups[g]; len(ds) > 0 {
 			tr = map[string]string{"model": ds[0].Model}
 		}
 	}

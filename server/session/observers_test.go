@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"fmt"
@@ -41,7 +41,7 @@ func TestChooseObservers(t *testing.T) {
 			for _, set := range tc.set {
 				set(info)
 			}
-			w := &setupWatch{sessionInfo: info, srv: &Server{}}
+			w := &setupWatch{sessionInfo: info, mgr: &Manager{}}
 			w.chooseObservers()
 			var got []string
 			for _, o := range w.obs[:w.nobs] {
@@ -64,7 +64,7 @@ func TestWatchAudioDeltaDoesNotAllocate(t *testing.T) {
 	seq := realtimeTurnEvents()
 	info := &sessionInfo{flights: &usage.Flights{Relayed: func() uint64 { return 0 }, FromClient: func() uint64 { return 0 },
 		Cancel: protocol.Realtime{}.Cancel}, resume: &resumeArgs{}}
-	w := &setupWatch{sessionInfo: info, srv: &Server{}, seen: true, capSeen: true}
+	w := &setupWatch{sessionInfo: info, mgr: &Manager{}, seen: true, capSeen: true}
 	w.chooseObservers()
 	s := frames.NewScanner(frames.UpstreamSide, 0)
 	s.SetInspector(w)

@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"errors"
@@ -62,14 +62,14 @@ func resolveLiveAttach(u *upgrade, owner apps.Owner, made bool) *refusal {
 // only when the gateway's own sideband cannot (liveMetering):
 // the upstream allowing one sideband per session, the gateway's own makes
 // way for it.
-func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgrade) {
+func startLiveAttach(m *Manager, sess *poller.Session, info *sessionInfo, u *upgrade) {
 	info.redial = nil
 	sb := info.sideband // nil for a fork, or a sideband that meters nothing
 	target := liveAttachTarget(u.attachTo, u.callID, u.kind == kindLiveFork, u.q)
 	dial := func() (*upstream.Upgraded, error) {
-		ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+		ctx, cancel := info.attemptContext(m.ctx, m.cfg.DialTimeout)
 		defer cancel()
-		return s.dialer.Dial(ctx, target)
+		return m.dialer.Dial(ctx, target)
 	}
 	conn, err := dial()
 	status := 0
@@ -91,7 +91,7 @@ func startLiveAttach(s *Server, sess *poller.Session, info *sessionInfo, u *upgr
 		dialFailed(info.proto(), sess, status)
 		return
 	}
-	info.attached(s.balancer, u.attachTo)
+	info.attached(m.balancer, u.attachTo)
 	sb.attached()
 	sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 }

@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"strings"
@@ -52,7 +52,7 @@ func BenchmarkWatch(b *testing.B) {
 	info.meter.SplitTranscription = true
 	var turnsSeen int
 	info.turns.Observe = func(turns.Event) { turnsSeen++ }
-	w := &setupWatch{sessionInfo: info, srv: &Server{}, seen: true, capSeen: true}
+	w := &setupWatch{sessionInfo: info, mgr: &Manager{}, seen: true, capSeen: true}
 	w.chooseObservers()
 	s := frames.NewScanner(frames.UpstreamSide, 0)
 	s.SetInspector(w)

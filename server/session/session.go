@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"cmp"
@@ -18,7 +18,6 @@ import (
 	"rtgate/poller"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
-	"rtgate/server/cluster"
 	"rtgate/server/continuity"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
@@ -34,7 +33,7 @@ import (
 // end user's, makes the connect dial direct (upstream.Poolable).
 var passThroughHeaders = []string{"OpenAI-Beta", "OpenAI-Safety-Identifier"}
 
-// sessionInfo is what the server knows of a session beyond the relay: who,
+// sessionInfo is what the gateway knows of a session beyond the relay: who,
 // which model group, which deployment served it, and the tokens it used.
 // The meter is the session's inspector on the upstream's frames.
 type sessionInfo struct {
@@ -114,7 +113,7 @@ func (i *sessionInfo) dialContext(parent context.Context) (context.Context, cont
 }
 
 // attemptContext bounds one upstream attempt for the session: it ends with
-// parent (the server's), when the client leaves, and after timeout (the
+// parent (the gateway's), when the client leaves, and after timeout (the
 // dial timeout) when one is set.
 func (i *sessionInfo) attemptContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	clientCtx, cancelClient := i.dialContext(parent)
@@ -133,13 +132,13 @@ func (i *sessionInfo) left() bool {
 	return i.clientLeft
 }
 
-// clientLeft is what the client socket closing means to the server: an
+// clientLeft is what the client socket closing means to the gateway: an
 // upstream still being dialed for it is no longer wanted (cancelled first),
 // then the session hears that its client is gone.
-func (s *Server) clientLeft(sess *poller.Session) {
-	s.sessMu.Lock()
-	info := s.sessions[sess]
-	s.sessMu.Unlock()
+func (m *Manager) clientLeft(sess *poller.Session) {
+	m.sessMu.Lock()
+	info := m.sessions[sess]
+	m.sessMu.Unlock()
 	if info != nil {
 		info.dialMu.Lock()
 		info.clientLeft = true
@@ -164,6 +163,16 @@ func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
 		}
 	}
 	return t
+}
+
+// WarmTarget is the upstream request a warm pool holds for deployment d
+// (PrimePools): a Realtime deployment's for its model group, a GPT-Live
+// deployment's as it is. A plain connect to d maps to the same target.
+func WarmTarget(d *routes.Deployment, group string) upstream.Target {
+	if d.Protocol == routes.ProtocolLive {
+		return target(d, nil, nil)
+	}
+	return target(d, url.Values{"model": {group}}, nil)
 }
 
 // passThrough returns the client headers that go upstream, copied, or nil
@@ -194,7 +203,7 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 			if d.Protocol != routes.ProtocolRealtime {
 				continue // a Live socket is warm before session.start: not this pool's kind
 			}
-			t := target(d, url.Values{"model": {g}}, nil)
+			t := WarmTarget(d, g)
 			pool.Prime(t, g)
 			keep = append(keep, t)
 		}
@@ -289,18 +298,18 @@ func (i *sessionInfo) currentDeployment() *routes.Deployment {
 // dial only while no warm socket was taken. A miss that claimed a pool dial
 // already in flight (a claim) starts its own dial only when
 // the claim lapses, and not at all when that dial serves it.
-func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header, miss *upstream.Miss) {
+func (m *Manager) connectUpstream(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header, miss *upstream.Miss) {
 	defer miss.Done()
-	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+	ctx, cancel := info.attemptContext(m.ctx, m.cfg.DialTimeout)
 	defer cancel()
 	if miss == nil {
-		if conn, d := s.dialFor(ctx, sess, info, cands, q, h); conn != nil {
-			info.attached(s.balancer, d)
+		if conn, d := m.dialFor(ctx, sess, info, cands, q, h); conn != nil {
+			info.attached(m.balancer, d)
 			sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 		}
 		return
 	}
-	raceCtx, cancelRace := context.WithTimeout(s.ctx, cmp.Or(s.cfg.DialTimeout, maxHedgedDial))
+	raceCtx, cancelRace := context.WithTimeout(m.ctx, cmp.Or(m.cfg.DialTimeout, maxHedgedDial))
 	unhook := context.AfterFunc(ctx, cancelRace) // until a warm socket is taken: the client, the timeout
 	var own hedgedDial
 	done := make(chan struct{})
@@ -314,7 +323,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 		case <-raceCtx.Done():
 			return
 		}
-		own.conn, own.d, own.status = balance.Race(info.trace.Context(raceCtx), s.balancer, info.group, cands, dialTo(s.dialer, q, h))
+		own.conn, own.d, own.status = balance.Race(info.trace.Context(raceCtx), m.balancer, info.group, cands, dialTo(m.dialer, q, h))
 	}()
 	for {
 		select {
@@ -323,7 +332,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 			cancelRace()
 			info.redial = nil // a fresh dial is never redialed
 			if conn, d := raced(info.proto(), sess, info, own); conn != nil {
-				info.attached(s.balancer, d)
+				info.attached(m.balancer, d)
 				sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 			}
 			return
@@ -332,7 +341,7 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 				miss.Done() // the client left (its dial is cancelled): the socket is the next miss's
 				continue
 			}
-			if !adoptWarm(s.balancer, sess, info, cands[0], miss.Take) {
+			if !adoptWarm(m.balancer, sess, info, cands[0], miss.Take) {
 				continue // another took it; Take keeps the miss waiting
 			}
 			miss.Done()
@@ -354,9 +363,9 @@ func (s *Server) connectUpstream(sess *poller.Session, info *sessionInfo, cands 
 // fresh connect, a redial, a primed session's): the hedged race over cands
 // and, when it gives nothing, the session's end: cancelled when its client
 // left (nobody to tell), else told that no upstream could be reached.
-func (s *Server) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
+func (m *Manager) dialFor(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header) (*upstream.Upgraded, *routes.Deployment) {
-	conn, d, status := balance.Race(info.trace.Context(ctx), s.balancer, info.group, cands, dialTo(s.dialer, q, h))
+	conn, d, status := balance.Race(info.trace.Context(ctx), m.balancer, info.group, cands, dialTo(m.dialer, q, h))
 	return raced(info.proto(), sess, info, hedgedDial{conn, d, status})
 }
 
@@ -377,64 +386,64 @@ func raced(p protocol.Protocol, sess *poller.Session, info *sessionInfo, r hedge
 	return nil, nil
 }
 
-// sessionConfig is what every session of s shares: the limits, and the
-// server's answers to the relay's events.
-func sessionConfig(s *Server) poller.SessionConfig {
+// sessionConfig is what every session of m shares: the limits, and the
+// Manager's answers to the relay's events.
+func sessionConfig(m *Manager) poller.SessionConfig {
 	return poller.SessionConfig{
-		MaxMessage:   s.cfg.MaxMessage,
-		MaxPending:   s.cfg.MaxPending,
-		CloseTimeout: s.cfg.CloseTimeout,
-		OnEnd:        s.sessionEnded,
+		MaxMessage:   m.cfg.MaxMessage,
+		MaxPending:   m.cfg.MaxPending,
+		CloseTimeout: m.cfg.CloseTimeout,
+		OnEnd:        m.sessionEnded,
 		UpstreamInvalid: func(reason string) []byte {
 			return protocol.Realtime{}.Refusal("upstream_protocol_error", "the upstream sent an invalid frame: "+reason, 0)
 		},
-		Redial:         s.redial,
-		Resume:         resumer{s}.resume,
-		MidFrameLost:   resumer{s}.midFrameLost,
+		Redial:         m.redial,
+		Resume:         m.resume,
+		MidFrameLost:   m.midFrameLost,
 		SameFirstFrame: protocol.Realtime{}.Warm, // a redialed upstream's session.created is consumed: the client has the warm socket's
 	}
 }
 
 // sessionEnded is SessionConfig.OnEnd: the session leaves the registry,
 // gives back its slots and counts, and its record is written.
-func (s *Server) sessionEnded(sess *poller.Session) {
-	s.sessMu.Lock()
-	info := s.sessions[sess]
-	delete(s.sessions, sess)
-	s.sessMu.Unlock()
+func (m *Manager) sessionEnded(sess *poller.Session) {
+	m.sessMu.Lock()
+	info := m.sessions[sess]
+	delete(m.sessions, sess)
+	m.sessMu.Unlock()
 	if info == nil {
-		s.sessionsOpen.Add(-1)
+		m.sessionsOpen.Add(-1)
 		return
 	}
 	if info.keyCounted {
-		s.admitter.Release(info.key.Name)
+		m.admitter.Release(info.key.Name)
 	}
 	deployment := ""
-	dep := info.uncount(s.balancer, false)
+	dep := info.uncount(m.balancer, false)
 	info.depMu.Lock() // a resume may have swapped it
 	reserved := info.reserved
 	info.reserved = nil
 	info.depMu.Unlock()
-	s.balancer.Release(reserved)
+	m.balancer.Release(reserved)
 	if dep != nil {
 		deployment = dep.Name
 	}
-	m := s.metrics
-	m.sessionsOpen.Dec()
-	m.protocolOpen.WithLabelValues(info.protocol()).Dec()
+	mt := m.metrics
+	mt.sessionsOpen.Dec()
+	mt.protocolOpen.WithLabelValues(info.protocol()).Dec()
 	fin, bin, fout, bout := sess.Counters()
-	m.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
-	m.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
-	m.frames.WithLabelValues("upstream_to_client").Add(float64(fout))
-	m.bytes.WithLabelValues("upstream_to_client").Add(float64(bout))
+	mt.frames.WithLabelValues("client_to_upstream").Add(float64(fin))
+	mt.bytes.WithLabelValues("client_to_upstream").Add(float64(bin))
+	mt.frames.WithLabelValues("upstream_to_client").Add(float64(fout))
+	mt.bytes.WithLabelValues("upstream_to_client").Add(float64(bout))
 
 	cl, from, ok := sess.FirstClose()
 	outcome := sessionOutcome(sess, cl, from, ok)
 	if dep == nil && info.left() {
 		outcome = "client_lost" // it left while its upstream was being dialed
 	}
-	m.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
-	s.estimateFlights(info) // responses still in flight: billed an estimate
+	mt.sessionsTotal.WithLabelValues(outcome, info.key.Name).Inc()
+	m.estimateFlights(info) // responses still in flight: billed an estimate
 	u := info.meter.Usage
 	est := info.estimatedUsage()
 	if est != nil {
@@ -443,7 +452,7 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if info.live != nil {
 		u = info.live.meter.Usage // the backend tokens
 	}
-	s.metrics.countTokens(info.group, info.key.Name, u)
+	m.metrics.countTokens(info.group, info.key.Name, u)
 
 	rec := usage.Record{
 		SessionID: info.id, KeyName: info.key.Name, ModelGroup: info.group, Deployment: deployment,
@@ -460,12 +469,12 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	}
 	if info.live != nil {
 		info.live.fill(&rec)
-		m.liveSeconds.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.Seconds)
+		mt.liveSeconds.WithLabelValues(rec.ModelGroup, rec.KeyName).Add(rec.Seconds)
 		if rec.Unconfirmed {
-			m.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
+			mt.liveUnconfirmed.WithLabelValues(rec.ModelGroup).Inc()
 		}
 	}
-	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = m.endTurns(info)
+	rec.Turns, rec.FirstAudioP50MS, rec.FirstAudioP95MS = mt.endTurns(info)
 	info.trace.End()
 	if info.kind == kindLiveSideband {
 		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (liveMetering), not this one's
@@ -474,10 +483,10 @@ func (s *Server) sessionEnded(sess *poller.Session) {
 	if info.kind == kindTranslation && dep != nil {
 		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock: billed by the minute of session
 	}
-	s.records.record(info, &rec)
-	m.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
-	explainBeta(s.log, rec)
-	s.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
+	m.records.record(info, &rec)
+	mt.protocolTotal.WithLabelValues(info.protocol(), rec.Outcome).Inc()
+	explainBeta(m.log, rec)
+	m.sessionsOpen.Add(-1) // last: tests and Drain take 0 to mean all is done
 }
 
 // sessionOutcome classifies how a session ended, for metrics.
@@ -497,7 +506,7 @@ func sessionOutcome(sess *poller.Session, cl frames.Close, from frames.Side, ok 
 
 // What the gateway tells a client, in its protocol's words (info.proto() builds
 // the frames: server/protocol). The reactor (poller) relays frames and
-// reports events; the server decides what an event means to the client, and
+// reports events; the gateway decides what an event means to the client, and
 // keeps the per-session bookkeeping that feeds metrics (pool hit, setup
 // time).
 
@@ -525,33 +534,15 @@ func terminate(p protocol.Protocol, sess *poller.Session, code ws.StatusCode, re
 // redial is SessionConfig.Redial: a warm socket died before the client sent
 // it anything, so the session gets a fresh upstream through the ordinary
 // connect path (failover included).
-func (s *Server) redial(sess *poller.Session) bool {
-	s.sessMu.Lock()
-	info := s.sessions[sess]
-	s.sessMu.Unlock()
+func (m *Manager) redial(sess *poller.Session) bool {
+	m.sessMu.Lock()
+	info := m.sessions[sess]
+	m.sessMu.Unlock()
 	if info == nil || info.redial == nil {
 		return false
 	}
-	info.uncount(s.balancer, true)
-	s.metrics.warmRedials.Inc()
+	info.uncount(m.balancer, true)
+	m.metrics.warmRedials.Inc()
 	go info.redial()
 	return true
-}
-
-// poolMemory is where the warm pool remembers demand across restarts: the
-// REALTIME_POOL_STATE file, and with REDIS_URL the instances' shared peaks
-// (upstream.DemandMemory); nil for neither.
-func poolMemory(cfg Settings, store *cluster.Store) upstream.DemandMemory {
-	var ms upstream.Memories
-	if cfg.PoolState != "" {
-		ms = append(ms, upstream.FileMemory{Path: cfg.PoolState})
-	}
-	if store != nil {
-		ms = append(ms, &upstream.RedisMemory{Client: store.Client, Instance: store.Instance,
-			InstancesKey: store.InstancesKey(), Prefix: store.Key("pool", "demand") + ":"})
-	}
-	if len(ms) == 0 {
-		return nil
-	}
-	return ms
 }

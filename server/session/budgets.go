@@ -1,4 +1,4 @@
-package server
+package session
 
 // Budgets per key (max_budget, budget_duration): spend is booked as each
 // response ends, from the relay's read path, into a spend.Ledger; a connect
@@ -58,7 +58,17 @@ type budgets struct {
 // newBudgets makes the ledger: shared through Redis when the cluster store
 // is there, else loaded from (and saved to) the state file (SPEND_STATE, or
 // beside USAGE_LOG).
-func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, reg prometheus.Registerer, log *slog.Logger) (*budgets, error) {
+func newBudgets(cfg Config, store *cluster.Store, table func() *routes.Table, reg prometheus.Registerer, log *slog.Logger) (*budgets, error) {
+	b, err := openBudgets(cfg, store, table, log)
+	if err != nil {
+		return nil, err
+	}
+	reg.MustRegister(b.refused, b.ended, b.failed, budgetGauges{b})
+	return b, nil
+}
+
+// openBudgets is newBudgets before its metrics are registered.
+func openBudgets(cfg Config, store *cluster.Store, table func() *routes.Table, log *slog.Logger) (*budgets, error) {
 	b := &budgets{log: log, routes: table, every: budgetSave, stopped: make(chan struct{}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_refused_total",
 			Help: "Connects refused with 429 budget_exceeded, by client key name."}, []string{"key"}),
@@ -67,7 +77,6 @@ func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, 
 		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "rtgate_budget_sync_failures_total",
 			Help: "Failed budget syncs with Redis or saves of the budget state file."}),
 	}
-	reg.MustRegister(b.refused, b.ended, b.failed)
 	if store != nil {
 		b.ledger = spend.NewLedger()
 		b.shared = &spend.Shared{Client: store.Client, Prefix: store.Prefix}
@@ -101,6 +110,38 @@ func newBudgets(cfg Settings, store *cluster.Store, table func() *routes.Table, 
 	}
 	b.ledger = l
 	return b, nil
+}
+
+// budgetGauges export what the ledger knows when scraped: each budgeted
+// key's spend in its current window (the cluster's, as of the last sync,
+// with REDIS_URL), and whether this instance is enforcing its own share
+// because that sync failed (spend.Ledger.Cut).
+type budgetGauges struct{ b *budgets }
+
+var (
+	budgetSpentDesc = prometheus.NewDesc("rtgate_budget_spent_usd",
+		"Spend in each budgeted key's current window, as this instance knows it (with REDIS_URL: the cluster's, as of the last sync).",
+		[]string{"key"}, nil)
+	budgetCutDesc = prometheus.NewDesc("rtgate_budget_sync_cut",
+		"1 while the last budget sync with Redis failed and this instance lets each key spend only its share of what remained, else 0.",
+		nil, nil)
+)
+
+func (g budgetGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- budgetSpentDesc
+	ch <- budgetCutDesc
+}
+
+func (g budgetGauges) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for name, bud := range g.b.budgeted() {
+		ch <- prometheus.MustNewConstMetric(budgetSpentDesc, prometheus.GaugeValue, g.b.ledger.Spent(name, bud, now), name)
+	}
+	cut := 0.0
+	if g.b.ledger.Cut() {
+		cut = 1
+	}
+	ch <- prometheus.MustNewConstMetric(budgetCutDesc, prometheus.GaugeValue, cut)
 }
 
 // budgeted are the keys with a budget, now.

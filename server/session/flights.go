@@ -1,4 +1,4 @@
-package server
+package session
 
 // Usage a client cannot walk away from (usage.Flights has the rule): a
 // Realtime conversation session follows its responses in flight, and its
@@ -72,7 +72,7 @@ func farewellWait(closeTimeout time.Duration) time.Duration {
 // the estimate is added to the session's usage and its Estimated part, and
 // booked against the key's budget. Call it where no upstream read runs (the
 // session's end, a resume).
-func (s *Server) estimateFlights(info *sessionInfo) {
+func (m *Manager) estimateFlights(info *sessionInfo) {
 	if info.flights == nil {
 		return
 	}
@@ -83,7 +83,7 @@ func (s *Server) estimateFlights(info *sessionInfo) {
 	info.estMu.Lock()
 	info.estimated.Add(est)
 	info.estMu.Unlock()
-	s.budgets.bookAfter(info, prices(info.currentDeployment()).Cost(est))
+	m.budgets.bookAfter(info, prices(info.currentDeployment()).Cost(est))
 }
 
 // estimatedUsage is what estimateFlights billed so far (nil for nothing).

@@ -1,4 +1,4 @@
-package server
+package session
 
 // Prices for every model a session makes the gateway pay for, beside the
 // deployment's own model (whose prices are the deployment's: prices, secondPrice):
@@ -45,9 +45,9 @@ func secondPrice(d *routes.Deployment) float64 {
 	return d.SecondPrice
 }
 
-// logTableNotices says once per load what the routes file's LiteLLM fields
+// LogTableNotices says once per load what the routes file's LiteLLM fields
 // did not do, and which deployments have no prices (their sessions cost 0).
-func logTableNotices(log *slog.Logger, t *routes.Table) {
+func LogTableNotices(log *slog.Logger, t *routes.Table) {
 	for _, n := range t.Notices {
 		log.Info(n)
 	}

@@ -1,4 +1,4 @@
-package server
+package session
 
 // Session start for a client secret: the session starts configured as the
 // secret said, and the client sees what OpenAI would show it.
@@ -12,7 +12,7 @@ package server
 // (Session.AdoptWarm), with that frame first; client frames sent meanwhile
 // were queued by the session and follow the gateway's session.update. A warm
 // pool socket serves this as well as a fresh dial, so secrets keep the pool's
-// fast connect. The reactor knows nothing of it: this is the server's
+// fast connect. The reactor knows nothing of it: this is the sessions'
 // protocol knowledge, built on the poller's Owner and hand-over API.
 //
 // An error event instead of session.updated (the upstream rejected the
@@ -255,17 +255,17 @@ func (p *primer) step(e primeEvent, why string) {
 // primeSession gives a secret's session its configured upstream: a warm
 // socket when the pool has one, else a fresh dial; it runs in its own
 // goroutine.
-func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
-	ctx, cancel := info.attemptContext(s.ctx, s.cfg.DialTimeout)
+func (m *Manager) primeSession(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
+	ctx, cancel := info.attemptContext(m.ctx, m.cfg.DialTimeout)
 	defer cancel()
-	if err := s.secrets.LoadConfig(ctx, info.grant); err != nil {
-		s.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.Claims.ID, "err", err)
+	if err := m.secrets.LoadConfig(ctx, info.grant); err != nil {
+		m.log.Warn("client secret's session config unavailable", "key", info.key.Name, "secret_id", info.grant.Claims.ID, "err", err)
 		sess.DialFailed(info.proto().Refusal("session_config_unavailable", apps.ErrSecretConfig.Error(), 0))
 		return
 	}
 	info.keepBase(info.grant.Config)
 	prime := info.proto().Prime(info.grant.Config)
-	p, d := resumer{s}.primed(ctx, sess, info, cands, q, h, func(*routes.Deployment) []byte { return prime }, -1)
+	p, d := m.primed(ctx, sess, info, cands, q, h, func(*routes.Deployment) []byte { return prime }, -1)
 	if p == nil {
 		return
 	}
@@ -276,16 +276,16 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 			sess.Cancel()
 			return
 		}
-		s.log.Warn("session config not applied", "key", info.key.Name, "deployment", d.Name, "why", why)
+		m.log.Warn("session config not applied", "key", info.key.Name, "deployment", d.Name, "why", why)
 		sess.DialFailed(info.proto().Refusal("upstream_unavailable", why, 0))
 		return
 	}
-	if !adoptPrimed(s.balancer, info, p, d, sess.AdoptWarm) {
+	if !adoptPrimed(m.balancer, info, p, d, sess.AdoptWarm) {
 		sess.DialFailed(info.proto().Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
 		return
 	}
 	if state == primeRejected {
-		s.log.Info("upstream rejected the client secret's session config", "key", info.key.Name,
+		m.log.Info("upstream rejected the client secret's session config", "key", info.key.Name,
 			"secret_id", info.grant.Claims.ID, "error", reason)
 		sess.Terminate(4000, reason, nil)
 	}
@@ -299,17 +299,16 @@ func (s *Server) primeSession(sess *poller.Session, info *sessionInfo, cands []*
 // session), else the number of replies to send (a resume's replay: every
 // reply is consumed). On a nil primer the session was already told
 // (dialFor).
-func (r resumer) primed(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
+func (m *Manager) primed(ctx context.Context, sess *poller.Session, info *sessionInfo, cands []*routes.Deployment,
 	q url.Values, h http.Header, send func(*routes.Deployment) []byte, acks int) (*primer, *routes.Deployment) {
-	s := r.s
 	if info.live != nil {
-		if p := r.livePrimed(cands[0], info, h, send(cands[0]), acks); p != nil {
+		if p := m.livePrimed(cands[0], info, h, send(cands[0]), acks); p != nil {
 			return p, cands[0]
 		}
-	} else if s.pool != nil && info.kind.traits().pooled { // the pool warms conversations' sockets only
+	} else if m.pool != nil && info.kind.traits().pooled { // the pool warms conversations' sockets only
 		d := cands[0]
 		p := newPrimer(primeAwaitUpdated, acks)
-		if hd, held := s.pool.Take(target(d, q, h), info.group, p); hd != nil {
+		if hd, held := m.pool.Take(target(d, q, h), info.group, p); hd != nil {
 			// Taken with its read lock held: send, note the
 			// session.created it holds, then let reads flow to the primer.
 			p.h = hd
@@ -320,14 +319,14 @@ func (r resumer) primed(ctx context.Context, sess *poller.Session, info *session
 					info.poolHit = true // a resume's socket is not the connect's
 				}
 				hd.FinishHandOver()
-				s.balancer.Succeeded(d)
+				m.balancer.Succeeded(d)
 				return p, d
 			}
 			hd.FinishHandOver()
 			hd.Endpoint().Drop()
 		}
 	}
-	conn, d := s.dialFor(ctx, sess, info, cands, q, h)
+	conn, d := m.dialFor(ctx, sess, info, cands, q, h)
 	if conn == nil {
 		return nil, nil
 	}

@@ -1,4 +1,4 @@
-package server
+package session
 
 // Where an ended session's record goes: the usage log (and USAGE_LOG), the
 // durable spend log, and the spend metric. The stores live in server/usage
@@ -30,7 +30,7 @@ type records struct {
 
 // openRecords opens USAGE_LOG and starts the durable spend log when
 // DATABASE_URL is set.
-func openRecords(cfg Settings, m *metrics, log *slog.Logger, table func() *routes.Table) (*records, error) {
+func openRecords(cfg Config, m *metrics, log *slog.Logger, table func() *routes.Table) (*records, error) {
 	r := &records{log: log, spend: m.spend, flagged: m.flagged, routes: table}
 	if cfg.UsageLog != "" {
 		ul, err := usage.Open(cfg.UsageLog, log, m.usageLogErrors)
@@ -110,15 +110,15 @@ func (r *records) close(ctx context.Context) {
 // ReopenLogs reopens the files the gateway writes (USAGE_LOG), on SIGHUP,
 // so that logrotate's postrotate `kill -HUP` starts new ones. (The spend
 // spool is not rotated: it empties itself once Postgres takes its records.)
-func (s *Server) ReopenLogs() error {
-	ul := s.records.usageLog
+func (m *Manager) ReopenLogs() error {
+	ul := m.records.usageLog
 	if ul == nil {
 		return nil
 	}
 	if err := ul.Reopen(); err != nil {
-		s.log.Error("reopening USAGE_LOG failed; still writing the old file", "err", err)
+		m.log.Error("reopening USAGE_LOG failed; still writing the old file", "err", err)
 		return err
 	}
-	s.log.Info("USAGE_LOG reopened")
+	m.log.Info("USAGE_LOG reopened")
 	return nil
 }

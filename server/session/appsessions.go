@@ -1,6 +1,6 @@
-package server
+package session
 
-// Browser and phone apps: what the server holds for client secrets, WebRTC
+// Browser and phone apps: what the sessions hold for client secrets, WebRTC
 // calls and sidebands, and how their WebSocket sessions start.
 
 import (
@@ -15,7 +15,7 @@ import (
 	"rtgate/server/routes"
 )
 
-// appState is the Server's state for them.
+// appState is the Manager's state for them.
 type appState struct {
 	secrets    *apps.Secrets
 	calls      *apps.Calls
@@ -24,7 +24,7 @@ type appState struct {
 }
 
 // newAppState is made in New once the cluster store is known.
-func newAppState(cfg Settings, store *cluster.Store, upTLS *tls.Config, meters *callMeters, log *slog.Logger) appState {
+func newAppState(cfg Config, store *cluster.Store, upTLS *tls.Config, meters *callMeters, log *slog.Logger) appState {
 	return appState{
 		secrets: apps.NewSecrets(cfg.ClientSecretKeys, store, log),
 		calls:   apps.NewCalls(store),
@@ -44,26 +44,26 @@ func newAppState(cfg Settings, store *cluster.Store, upTLS *tls.Config, meters *
 // deployments the connect was routed to, in order, the one whose slot it
 // holds (or the probe) first: the first attempt dials them as they are, as
 // a plain connect does. It reports false for a plain connect.
-func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, cands []*routes.Deployment) bool {
+func (m *Manager) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, cands []*routes.Deployment) bool {
 	group, q, h := info.group, u.q, u.req.Header
 	// A redial goes to the deployments in force then: never one a reload
 	// removed.
-	current := func() []*routes.Deployment { return s.balancer.Rank(s.routes.Load().Groups[group]) }
+	current := func() []*routes.Deployment { return m.balancer.Rank(m.routes().Groups[group]) }
 	switch u.kind {
 	case kindLiveSideband, kindLiveFork:
 		if u.kind == kindLiveSideband { // its frames meter the session only if the gateway's own sideband cannot (appSideband)
-			info.sideband = s.meters.sidebandOf(u.callID, u.made)
+			info.sideband = m.meters.sidebandOf(u.callID, u.made)
 			sess.InspectUpstream(info.sideband.inspector())
 		}
-		go startLiveAttach(s, sess, info, u) // a GPT-Live sideband or WebSocket fork
+		go startLiveAttach(m, sess, info, u) // a GPT-Live sideband or WebSocket fork
 		return true
 	case kindTranslation:
 		// Never pooled, never redialed: billed by the minute.
 		info.redial = nil
 		if info.grant != nil {
-			go s.primeSession(sess, info, cands, q, h)
+			go m.primeSession(sess, info, cands, q, h)
 		} else {
-			go s.connectUpstream(sess, info, cands, q, h, nil)
+			go m.connectUpstream(sess, info, cands, q, h, nil)
 		}
 		return true
 	case kindSideband:
@@ -71,7 +71,7 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		if u.made {
 			sess.InspectUpstream(unmetered{}) // its usage is the metering sideband's (callMeters)
 		}
-		go s.connectUpstream(sess, info, cands, q, h, nil)
+		go m.connectUpstream(sess, info, cands, q, h, nil)
 		return true
 	}
 	switch {
@@ -81,15 +81,15 @@ func (s *Server) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, c
 		} else if u.kind != kindTranscription {
 			q.Set("model", group)
 		}
-		info.redial = func() { s.primeSession(sess, info, current(), q, h) }
+		info.redial = func() { m.primeSession(sess, info, current(), q, h) }
 		if info.resume != nil {
 			info.resume.rawQuery = q.Encode() // the group the secret was minted for
 		}
-		go s.primeSession(sess, info, cands, q, h)
+		go m.primeSession(sess, info, cands, q, h)
 		return true
 	case u.kind == kindTranscription:
-		info.redial = func() { s.connectUpstream(sess, info, current(), q, h, nil) }
-		go s.connectUpstream(sess, info, cands, q, h, nil)
+		info.redial = func() { m.connectUpstream(sess, info, current(), q, h, nil) }
+		go m.connectUpstream(sess, info, cands, q, h, nil)
 		return true
 	}
 	return false

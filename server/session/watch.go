@@ -1,4 +1,4 @@
-package server
+package session
 
 // What the gateway reads of a session's upstream events: setupWatch, the
 // upstream side's frames.Inspector, reads each event's type once and hands
@@ -37,7 +37,7 @@ import (
 // may be taken under it.
 type setupWatch struct {
 	*sessionInfo
-	srv       *Server
+	mgr       *Manager
 	sess      *poller.Session
 	seen      bool              // only the upstream read path touches it
 	capSeen   bool              // the first upstream's session.created was read (armCap)
@@ -57,18 +57,18 @@ func (w *setupWatch) Wants(prefix []byte) bool {
 		// A Live session's first event answers the client's own
 		// session.start: timed from it, in its own histogram.
 		w.seen = true
-		w.srv.metrics.liveStart.Observe(time.Since(w.live.startAt).Seconds())
+		w.mgr.metrics.liveStart.Observe(time.Since(w.live.startAt).Seconds())
 	}
 	if !w.seen {
 		w.seen = true
 		label := "off"
-		if w.srv.pool != nil {
+		if w.mgr.pool != nil {
 			label = "miss"
 			if w.poolHit {
 				label = "hit"
 			}
 		}
-		w.srv.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
+		w.mgr.metrics.sessionSetup.WithLabelValues(label).Observe(time.Since(w.start).Seconds())
 	}
 	w.want = 0
 	typ, ok := eventtype.Of(prefix)
@@ -95,12 +95,12 @@ func (w *setupWatch) Inspect(p []byte) {
 
 // armCap reads the first upstream session's session.created (GPT-Live:
 // session.started) for its cap and arms the rollover before it; later
-// upstreams' caps come from their replay (resumer.primed).
+// upstreams' caps come from their replay (Manager.primed).
 func (w *setupWatch) armCap(p []byte) bool {
 	if w.capSeen {
 		return false
 	}
-	created := upstreamCreated(w.srv.cfg, w.poolHit)
+	created := upstreamCreated(w.mgr.cfg, w.poolHit)
 	capAt, ok := upstreamCap(p, created, w.currentDeployment())
 	if ok {
 		w.capSeen = true
@@ -144,16 +144,16 @@ func (w *setupWatch) observeTurn(ev turns.Event) {
 	if d != nil {
 		dep = d.Name
 	}
-	w.srv.metrics.turns.Observe(w.group, dep, ev)
+	w.mgr.metrics.turns.Observe(w.group, dep, ev)
 	if !ev.Routes || d == nil {
 		return
 	}
 	text := ev.Kind == turns.Text
 	if ev.HasFirstAudio {
-		w.srv.balancer.ObserveFirstOutput(d, ev.FirstAudio, text)
+		w.mgr.balancer.ObserveFirstOutput(d, ev.FirstAudio, text)
 	}
 	if ev.Penalty {
-		w.srv.balancer.ObservePenalty(d, text)
+		w.mgr.balancer.ObservePenalty(d, text)
 	}
 }
 

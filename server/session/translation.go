@@ -1,4 +1,4 @@
-package server
+package session
 
 // Realtime translation sessions (/v1/realtime/translations?model=…): the
 // client names a translation model group (gpt-realtime-translate), the

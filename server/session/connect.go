@@ -1,4 +1,4 @@
-package server
+package session
 
 // A complete request head becomes a session here, in three steps:
 //
@@ -21,25 +21,20 @@ package server
 // does not re-evaluate it.
 
 import (
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/gobwas/ws"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"rtgate/poller"
-	"rtgate/server/admin"
 	"rtgate/server/admission"
 	"rtgate/server/api"
 	"rtgate/server/apps"
 	"rtgate/server/balance"
-	"rtgate/server/cluster"
 	"rtgate/server/continuity"
 	"rtgate/server/frontdoor"
-	"rtgate/server/limit"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -82,15 +77,15 @@ type upgrade struct {
 // API request (health, the WebSocket connects); rest holds bytes the client
 // sent behind its head (frames, for a client that did not wait for the
 // 101).
-func (s *Server) HandleRequest(dc *frontdoor.Conn, req *http.Request, rest []byte) {
+func (m *Manager) HandleRequest(dc *frontdoor.Conn, req *http.Request, rest []byte) {
 	c := dc.Owner().(*clientConn)
 	live := false // a GPT-Live route
 	switch req.URL.Path {
 	case "/health", "/health/liveliness", "/health/readiness":
-		if s.draining.Load() {
+		if m.draining.Load() {
 			c.AnswerNow(api.JSONResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"5"}},
 				map[string]any{"status": "draining"}))
-		} else if req.URL.Path != "/health/liveliness" && s.pool.Warming() {
+		} else if req.URL.Path != "/health/liveliness" && m.pool.Warming() {
 			// Not ready until the pool holds its remembered demand
 			// (upstream.Pool.Warming); alive all the same.
 			c.AnswerNow(api.JSONResponse(http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}},
@@ -117,29 +112,29 @@ func (s *Server) HandleRequest(dc *frontdoor.Conn, req *http.Request, rest []byt
 			Message: "use GET with a WebSocket upgrade", Header: http.Header{"Allow": {"GET"}}})
 		return
 	}
-	u, herr := s.decide(req, live)
-	if herr == nil && !u.waits(s) {
-		herr = s.admit(u)
+	u, herr := m.decide(req, live)
+	if herr == nil && !u.waits(m) {
+		herr = m.admit(u)
 	}
 	if herr != nil {
 		c.Refuse(herr)
 		return
 	}
-	if u.waits(s) {
-		s.decideOffLoop(c, u)
+	if u.waits(m) {
+		m.decideOffLoop(c, u)
 		return
 	}
-	s.open(c, u, rest)
+	m.open(c, u, rest)
 }
 
 // decide checks an upgrade request as far as it can without I/O; what is
 // left (a call owner only Redis knows) is marked for the off-loop step.
-func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
-	if !s.origins.allow(req.Header.Get("Origin")) {
+func (m *Manager) decide(req *http.Request, live bool) (*upgrade, *refusal) {
+	if !m.origins.allow(req.Header.Get("Origin")) {
 		return nil, &refusal{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "origin_not_allowed",
 			Message: "this Origin may not connect"}
 	}
-	u := &upgrade{req: req, table: s.routes.Load(), arrived: time.Now()}
+	u := &upgrade{req: req, table: m.routes(), arrived: time.Now()}
 	if live {
 		u.kind = kindLive
 	}
@@ -148,7 +143,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	if live && api.IsLiveSecret(u.table, creds.Key) {
 		return nil, api.RefuseLiveSecret()
 	}
-	if u.key, u.grant, herr = s.api.Authenticate(u.table, creds.Key); herr != nil {
+	if u.key, u.grant, herr = m.authenticate(u.table, creds.Key); herr != nil {
 		return nil, herr
 	}
 	if u.accept, herr = frontdoor.CheckUpgrade(req); herr != nil {
@@ -166,7 +161,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		if op == "fork" {
 			u.kind = kindLiveFork
 		}
-		return decideSideband(s, u)
+		return decideSideband(m, u)
 	}
 	if live {
 		// The model comes with session.start, after the upgrade: the
@@ -184,7 +179,7 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		}
 		ask.Protocol, ask.Transcription = routes.ProtocolTranslation, false
 	}
-	if u.group, herr = s.gate.PickGroup(u.table, nil, ask); herr != nil {
+	if u.group, herr = m.gate.PickGroup(u.table, nil, ask); herr != nil {
 		return nil, herr
 	}
 	// The session keeps its group for its whole life; from the query it
@@ -192,16 +187,16 @@ func (s *Server) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	u.group = strings.Clone(u.group)
 	if u.kind == kindSideband {
 		u.callID = u.q.Get("call_id")
-		return decideSideband(s, u)
+		return decideSideband(m, u)
 	}
 	return u, nil
 }
 
 // decideSideband decides a sideband's connect (u.callID set): its call's
 // owner known here, or left to the off-loop step when only Redis knows.
-func decideSideband(s *Server, u *upgrade) (*upgrade, *refusal) {
-	owner, known := s.calls.Known(u.callID)
-	if !known && s.calls.Remote() {
+func decideSideband(m *Manager, u *upgrade) (*upgrade, *refusal) {
+	owner, known := m.calls.Known(u.callID)
+	if !known && m.calls.Remote() {
 		u.lookup = true // the rest is decided once Redis has answered
 		return u, nil
 	}
@@ -213,8 +208,8 @@ func decideSideband(s *Server, u *upgrade) (*upgrade, *refusal) {
 
 // waits reports whether deciding u needs I/O: its call's owner in Redis,
 // or the Redis admitter.
-func (u *upgrade) waits(s *Server) bool {
-	return u.lookup || s.gate.Waits(u.kind.traits().entry, u.key)
+func (u *upgrade) waits(m *Manager) bool {
+	return u.lookup || m.gate.Waits(u.kind.traits().entry, u.key)
 }
 
 // admit is the WebSocket front door (draining, MAX_CONNECTIONS: every
@@ -222,22 +217,22 @@ func (u *upgrade) waits(s *Server) bool {
 // (admission.Gate.Admit): the key's models, budget and limits, the deployment's
 // slot. sessionEnded gives back what it counts. With limits in Redis it
 // waits on Redis: the off-loop step's only.
-func (s *Server) admit(u *upgrade) *refusal {
-	if s.stopping.Load() {
+func (m *Manager) admit(u *upgrade) *refusal {
+	if m.stopping.Load() {
 		return &refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "draining",
 			Message: "this gateway instance is shutting down; connect again", Header: http.Header{"Retry-After": {"1"}}}
 	}
-	if n := s.sessionsOpen.Add(1); s.cfg.MaxConnections > 0 && n > int64(s.cfg.MaxConnections) {
-		s.sessionsOpen.Add(-1)
+	if n := m.sessionsOpen.Add(1); m.cfg.MaxConnections > 0 && n > int64(m.cfg.MaxConnections) {
+		m.sessionsOpen.Add(-1)
 		return frontdoor.TooManyConnections()
 	}
 	var ds []*routes.Deployment
 	if u.attachTo != nil { // a sideband's or fork's: the deployment that serves its call
 		ds = []*routes.Deployment{u.attachTo}
 	}
-	adm, herr := s.gate.Admit(u.kind.traits().entry, u.key, u.table, u.group, ds)
+	adm, herr := m.gate.Admit(u.kind.traits().entry, u.key, u.table, u.group, ds)
 	if herr != nil {
-		s.sessionsOpen.Add(-1)
+		m.sessionsOpen.Add(-1)
 		return herr
 	}
 	u.adm = adm
@@ -247,32 +242,32 @@ func (s *Server) admit(u *upgrade) *refusal {
 // decideOffLoop finishes deciding u off netpoll's handler (the call
 // owner from Redis, then the key's checks; the Redis admission), then
 // refuses or opens the session (frontdoor.Conn.OffLoopStep).
-func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
+func (m *Manager) decideOffLoop(c *clientConn, u *upgrade) {
 	c.OffLoopStep(func() func(rest []byte) {
 		var herr *refusal
 		if u.lookup {
-			if s.hooks != nil {
-				if h := s.hooks.Load(); h != nil && h.SidebandLookup != nil {
+			if m.hooks != nil {
+				if h := m.hooks.Load(); h != nil && h.SidebandLookup != nil {
 					h.SidebandLookup()
 				}
 			}
-			owner, known, err := s.calls.Lookup(u.callID)
+			owner, known, err := m.calls.Lookup(u.callID)
 			if err != nil {
-				s.log.Warn("sideband refused: its call's owner could not be looked up", "call_id", u.callID, "err", err)
+				m.log.Warn("sideband refused: its call's owner could not be looked up", "call_id", u.callID, "err", err)
 				herr = api.OwnerUnavailable()
 			} else {
 				herr = checkSideband(u, owner, known)
 			}
 		}
 		if herr == nil {
-			herr = s.admit(u)
+			herr = m.admit(u)
 		}
 		return func(rest []byte) {
 			if herr != nil {
 				c.Refuse(herr)
 				return
 			}
-			s.open(c, u, rest)
+			m.open(c, u, rest)
 		}
 	})
 }
@@ -280,53 +275,53 @@ func (s *Server) decideOffLoop(c *clientConn, u *upgrade) {
 // open makes a decided and admitted upgrade a session: it answers 101 and
 // starts the upstream on the admission's deployments (a Live session
 // reserves once its session.start names the model).
-func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
+func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	plan := u.adm.Plan()
 	c.Answered()
 	info := &c.info
 	info.keyCounted, info.reserved = u.adm.HandOver() // given back by sessionEnded
 	info.id, info.key, info.group, info.start, info.grant = usage.NewSessionID(), u.key, u.group, time.Now(), u.grant
-	info.trace = s.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
-	info.turns.Off = s.cfg.NoTurnMetrics
+	info.trace = m.tracer.Start(u.req.Header, u.arrived, info.id, info.group) // nil: tracing off
+	info.turns.Off = m.cfg.NoTurnMetrics
 	info.kind = u.kind
 	sess := &c.session
-	sess.Init(&s.sessCfg, c.Endpoint())
+	sess.Init(&m.sessCfg, c.Endpoint())
 	conversation := u.kind.traits().conversation
 	if conversation {
-		info.keepFlights(sess, s.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription
-		s.checkTranscriptionModel(sess, info)
+		info.keepFlights(sess, m.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription
+		m.checkTranscriptionModel(sess, info)
 	}
-	s.budgets.meter(info, func(message string) {
+	m.budgets.meter(info, func(message string) {
 		terminate(info.proto(), sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
-	c.watch = setupWatch{sessionInfo: info, srv: s, sess: sess}
+	c.watch = setupWatch{sessionInfo: info, mgr: m, sess: sess}
 	sess.InspectUpstream(&c.watch)
 	info.turns.Observe = c.watch.observeTurn
-	if u.kind != kindLive && !s.cfg.NoTurnMetrics {
+	if u.kind != kindLive && !m.cfg.NoTurnMetrics {
 		c.watchClient(sess, nil) // the turns' clock: what the client's events the gateway forwards
 	}
 	if u.kind == kindLive {
-		info.live = newLiveState(s, sess, info, u) // before any client frame: the first is held
-		if continuityOn(s.cfg, u.key) {
-			keepLive(c, s, sess, u)
+		info.live = newLiveState(m, sess, info, u) // before any client frame: the first is held
+		if continuityOn(m.cfg, u.key) {
+			keepLive(c, m, sess, u)
 		}
 	} else if u.kind == kindLiveFork {
-		info.live = newLiveFork(s, sess, info) // metered as a Live session
-	} else if conversation && continuityOn(s.cfg, u.key) {
+		info.live = newLiveFork(m, sess, info) // metered as a Live session
+	} else if conversation && continuityOn(m.cfg, u.key) {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
-			lim: continuity.Limits{MaxBytes: s.cfg.ContinuityMaxBytes, Global: s.contGlobal,
-				KeepAudio: keepAudio(s.cfg, u.key)}})
+			lim: continuity.Limits{MaxBytes: m.cfg.ContinuityMaxBytes, Global: m.contGlobal,
+				KeepAudio: keepAudio(m.cfg, u.key)}})
 	}
 	c.watch.chooseObservers() // by the kind set above
 	if conversation && info.resume == nil {
 		sess.FilterUpstream(&c.watch) // the upstream's errors for the gateway's own events (holdGatewayAnswer)
 	}
 	c.StartRelay(sess)
-	s.sessMu.Lock()
-	s.sessions[sess] = info
-	s.sessMu.Unlock()
-	s.metrics.sessionsOpen.Inc()
-	s.metrics.protocolOpen.WithLabelValues(info.protocol()).Inc()
+	m.sessMu.Lock()
+	m.sessions[sess] = info
+	m.sessMu.Unlock()
+	m.metrics.sessionsOpen.Inc()
+	m.metrics.protocolOpen.WithLabelValues(info.protocol()).Inc()
 	if err := c.Switch(frontdoor.UpgradeResponse(u.accept, u.protocol), rest); err != nil {
 		sess.Cancel() // the client is gone before its 101: no upstream
 		// Its close callback may have run before the session existed (the
@@ -339,7 +334,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	if u.kind == kindLive {
 		return // its session.start starts it (keepLive)
 	}
-	if s.startApp(sess, info, u, plan.Cands) {
+	if m.startApp(sess, info, u, plan.Cands) {
 		return // a client secret's, a sideband's or a transcription session's own start (startApp)
 	}
 	// Only the headers that go upstream outlive the handshake: the redial
@@ -351,13 +346,13 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	rawQuery := strings.Clone(u.req.URL.RawQuery)
 	group := u.group
 	info.redial = func() {
-		defer s.pool.ClientDialing()()   // a client waits on this dial too
+		defer m.pool.ClientDialing()()   // a client waits on this dial too
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
 		// The deployments in force now: never one a reload removed.
-		s.connectUpstream(sess, info, s.balancer.Rank(s.routes.Load().Groups[group]), q, upHeader, nil)
+		m.connectUpstream(sess, info, m.balancer.Rank(m.routes().Groups[group]), q, upHeader, nil)
 	}
 	cands, q := plan.Cands, u.q
-	hit, miss := s.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
+	hit, miss := m.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
 	if hit {
 		return
 	}
@@ -370,7 +365,7 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 	if miss == nil {
 		info.redial = nil
 	}
-	go s.connectUpstream(sess, info, cands, q, upHeader, miss) // the pool's refill yields until it is Done
+	go m.connectUpstream(sess, info, cands, q, upHeader, miss) // the pool's refill yields until it is Done
 }
 
 // tryWarm hands the session a warm socket of its first-choice deployment.
@@ -379,12 +374,12 @@ func (s *Server) open(c *clientConn, u *upgrade, rest []byte) {
 // client's own dial hands to connectUpstream: until it is Done the pool's
 // refill yields to it (upstream.Pool.ClientDialing), and a warm socket that lands
 // first serves it (upstream.Miss).
-func (s *Server) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, miss *upstream.Miss) {
-	if s.pool == nil {
+func (m *Manager) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, miss *upstream.Miss) {
+	if m.pool == nil {
 		return false, nil
 	}
-	return adoptWarm(s.balancer, sess, info, d, func(o poller.Owner) (*poller.Handle, []byte) {
-		h, held, m := s.pool.TakeOrDial(t, info.group, o)
+	return adoptWarm(m.balancer, sess, info, d, func(o poller.Owner) (*poller.Handle, []byte) {
+		h, held, m := m.pool.TakeOrDial(t, info.group, o)
 		miss = m
 		return h, held
 	}), miss
@@ -427,11 +422,11 @@ const maxHedgedDial = 30 * time.Second
 // playground can connect).
 type origins struct {
 	allowed []string
-	admin   *admin.Server
+	admin   func(origin string) bool // the admin page's own origin
 }
 
 func (o origins) allow(origin string) bool {
-	if origin == "" || len(o.allowed) == 0 || o.admin.IsOrigin(origin) {
+	if origin == "" || len(o.allowed) == 0 || (o.admin != nil && o.admin(origin)) {
 		return true
 	}
 	for _, a := range o.allowed {
@@ -444,19 +439,3 @@ func (o origins) allow(origin string) bool {
 
 // The per-key limits (max_sessions, connect_rate): which Admitter decides
 // them (this instance, or Redis with REDIS_URL), and how their refusals read.
-
-// newAdmitter decides where the per-key limits are kept: in Redis, shared
-// by the instances, when REDIS_URL is set (with the store, nil otherwise),
-// else on this instance.
-func newAdmitter(cfg Settings, log *slog.Logger, reg prometheus.Registerer) (limit.Admitter, *cluster.Store, error) {
-	if cfg.RedisURL == "" {
-		return limit.NewLocal(nil), nil, nil
-	}
-	st, err := cluster.NewStore(cfg.RedisURL, cfg.RedisTimeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	log.Info("per-key limits are cluster-wide", "redis", cluster.RedactURL(cfg.RedisURL),
-		"instance", st.Instance, "lease", cfg.ClusterLease, "timeout", cfg.RedisTimeout)
-	return cluster.NewLimiter(st, cfg.ClusterLease, cfg.ClusterInstances, log, reg), st, nil
-}
