@@ -95,11 +95,6 @@ type Endpoint struct {
 	batch batch
 
 	plain frames.ByteSource // decrypted bytes of the current TLS read
-
-	// closeHook, when set (tests only, before the endpoint is shared), runs
-	// between closeConn's choice of netpoll's Close and the Close itself:
-	// the window a racing Handle.Start used to fall into.
-	closeHook func()
 }
 
 // NewPlainEndpoint wraps a plain TCP netpoll connection.
@@ -555,9 +550,6 @@ func (e *Endpoint) closeConn() {
 	// installed (Handle.Start checks closedByUs, set by our caller under mu
 	// before this choice), or shutdown failed on a socket netpoll is about
 	// to close anyway.
-	if e.closeHook != nil {
-		e.closeHook()
-	}
 	_ = e.conn.Close()
 }
 

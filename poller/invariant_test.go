@@ -13,6 +13,8 @@ import (
 
 	"rtgate/internal/testwait"
 	"rtgate/poller"
+
+	"github.com/cloudwego/netpoll"
 )
 
 // These tests hold the reactor to the inline invariant (the package doc): no netpoll
@@ -53,6 +55,21 @@ func (o *blockingOwner) UpstreamReadable() {
 
 func (o *blockingOwner) UpstreamGone() { o.goneOne.Do(func() { close(o.gone) }) }
 
+// heldClose is a netpoll connection whose Close runs at first, before
+// netpoll's own.
+type heldClose struct {
+	netpoll.Connection
+	at func()
+}
+
+func (c heldClose) Close() error {
+	c.at()
+	return c.Connection.Close()
+}
+
+// Fd is the socket's descriptor (the endpoint reads it through netpoll.Conn).
+func (c heldClose) Fd() int { return c.Connection.(netpoll.Conn).Fd() }
+
 // TestCloseChosenWhileDialedNeverLandsInAHandler: closeConn chooses
 // netpoll's Close for a dialed socket whose handler is not installed; if
 // Handle.Start installs it before that Close lands, the Close used to land
@@ -61,17 +78,18 @@ func (o *blockingOwner) UpstreamGone() { o.goneOne.Do(func() { close(o.gone) }) 
 func TestCloseChosenWhileDialedNeverLandsInAHandler(t *testing.T) {
 	side, peer := netpollPair(t)
 	defer peer.Close()
-	ep := poller.NewPlainEndpoint(side)
+	// The endpoint's Close is held at netpoll's Close, after closeConn chose
+	// it: the window a racing Handle.Start used to fall into.
+	atClose, proceed := make(chan struct{}), make(chan struct{})
+	ep := poller.NewPlainEndpoint(heldClose{Connection: side, at: func() {
+		close(atClose)
+		<-proceed
+	}})
 	ep.MarkDialed()
 	h := poller.NewHandle(ep)
 	inRead := make(chan struct{})
 	o := &blockingOwner{h: h, inRead: inRead, release: make(chan struct{}), gone: make(chan struct{})}
 
-	atClose, proceed := make(chan struct{}), make(chan struct{})
-	ep.SetCloseHook(func() {
-		close(atClose)
-		<-proceed
-	})
 	closed := make(chan struct{})
 	go func() { ep.Close(); close(closed) }()
 	<-atClose // the Close is chosen and not yet made
