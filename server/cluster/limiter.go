@@ -107,8 +107,13 @@ type Limiter struct {
 	offset       atomic.Int64 // Redis's clock less the local one, at most (ms)
 	offsetKnown  atomic.Bool
 	downForAll   atomic.Bool  // Redis refuses connections: no instance reaches it
-	downAskedAt  atomic.Int64 // when a refusal last asked Redis's address (ms since born)
 	probeEvery   time.Duration
+
+	// askMu serialises askDown: a refusal that arrives while another asks
+	// Redis's address waits for that answer instead of reading the one
+	// before it. downAskedAt is when the last ask ended.
+	askMu       sync.Mutex
+	downAskedAt time.Time
 
 	mu   sync.Mutex
 	keys map[string]*clusterKey
@@ -554,12 +559,16 @@ func (l *Limiter) checkDown() {
 // was up thus learns that Redis has since died from its next connects, not
 // only from its next probe: until then it refused every connect of a
 // limited key for up to probeEvery (101 refusals in one CI run of
-// TestRedisOutageFailsNoConnect).
+// TestRedisOutageFailsNoConnect). Connects refused at the same moment
+// (each in its off-loop step) take turns: the first asks, the others get
+// its answer, not the one from before the kill (two refusals in a busy
+// make test, TestConcurrentRefusalsWaitForTheAsk).
 func (l *Limiter) askDown() bool {
-	now := time.Since(l.born).Milliseconds()
-	last := l.downAskedAt.Load()
-	if now-last >= askDownEvery.Milliseconds() && l.downAskedAt.CompareAndSwap(last, now) {
+	l.askMu.Lock()
+	defer l.askMu.Unlock()
+	if time.Since(l.downAskedAt) >= askDownEvery {
 		l.checkDown()
+		l.downAskedAt = time.Now()
 	}
 	return l.downForAll.Load()
 }

@@ -325,3 +325,42 @@ func TestConnectsLearnRedisDiedBeforeTheProbe(t *testing.T) {
 		t.Fatal("the admission after the kill was not counted as decided alone")
 	}
 }
+
+// TestConcurrentRefusalsWaitForTheAsk: connects refused at the same moment
+// while Redis is being killed (it still accepts, then drops each
+// connection: 30 ms here, so that the ask takes that long) all learn that
+// Redis is gone from the one ask: none is refused on the answer from before
+// it.
+func TestConcurrentRefusalsWaitForTheAsk(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			time.AfterFunc(30*time.Millisecond, func() { _ = c.Close() })
+		}
+	}()
+	st, err := NewStore("redis://"+ln.Addr().String(), 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	l := &Limiter{st: st, born: time.Now().Add(-time.Second)}
+	down := make([]bool, 8)
+	var wg sync.WaitGroup
+	for i := range down {
+		wg.Go(func() { down[i] = l.askDown() })
+	}
+	wg.Wait()
+	for i, d := range down {
+		if !d {
+			t.Fatalf("refusal %d of %d answered before the ask in flight: Redis not gone", i+1, len(down))
+		}
+	}
+}
