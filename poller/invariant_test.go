@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudwego/netpoll"
+
 	"rtgate/internal/testwait"
 	"rtgate/poller"
-
-	"github.com/cloudwego/netpoll"
 )
 
 // These tests hold the reactor to the inline invariant (the package doc): no netpoll

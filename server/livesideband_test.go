@@ -8,13 +8,13 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
-	"rtgate/server/protocol"
 	"strings"
 	"testing"
 
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
+	"rtgate/server/protocol"
 	"rtgate/server/usage"
 )
 

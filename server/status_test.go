@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"rtgate/mockai"
 	"rtgate/poller"
 	"rtgate/server/admin"
 	"rtgate/server/routes"
 	"rtgate/upstream"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // BenchmarkStatus: one sample (the sampler's work each second) and one

@@ -106,7 +106,7 @@ type Limiter struct {
 	lastStamp    atomic.Int64 // start of the last sync attempt, ms since born
 	offset       atomic.Int64 // Redis's clock less the local one, at most (ms)
 	offsetKnown  atomic.Bool
-	downForAll   atomic.Bool  // Redis refuses connections: no instance reaches it
+	downForAll   atomic.Bool // Redis refuses connections: no instance reaches it
 	probeEvery   time.Duration
 
 	// askMu serialises askDown: a refusal that arrives while another asks

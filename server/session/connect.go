@@ -28,17 +28,14 @@ import (
 
 	"github.com/gobwas/ws"
 
-	"rtgate/poller"
 	"rtgate/server/admission"
 	"rtgate/server/api"
 	"rtgate/server/apps"
-	"rtgate/server/balance"
 	"rtgate/server/continuity"
 	"rtgate/server/frontdoor"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
-	"rtgate/upstream"
 )
 
 // upgrade is a WebSocket connect as decided: who connects, to which model
@@ -367,55 +364,6 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	}
 	go m.connectUpstream(sess, info, cands, q, upHeader, miss) // the pool's refill yields until it is Done
 }
-
-// tryWarm hands the session a warm socket of its first-choice deployment.
-//
-// On a miss it returns the pool's Miss (nil without a pool), which the
-// client's own dial hands to connectUpstream: until it is Done the pool's
-// refill yields to it (upstream.Pool.ClientDialing), and a warm socket that lands
-// first serves it (upstream.Miss).
-func (m *Manager) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Deployment, t upstream.Target) (hit bool, miss *upstream.Miss) {
-	if m.pool == nil {
-		return false, nil
-	}
-	return adoptWarm(m.balancer, sess, info, d, func(o poller.Owner) (*poller.Handle, []byte) {
-		h, held, m := m.pool.TakeOrDial(t, info.group, o)
-		miss = m
-		return h, held
-	}), miss
-}
-
-// adoptWarm gives the session a warm socket of deployment d if take has
-// one: the session counts as a pool hit on d.
-func adoptWarm(b *balance.Balancer, sess *poller.Session, info *sessionInfo, d *routes.Deployment,
-	take func(poller.Owner) (*poller.Handle, []byte)) bool {
-	hit := sess.AdoptWarm(func(o poller.Owner) (*poller.Handle, []byte) {
-		h, held := take(o)
-		if h != nil {
-			// before the held frame is forwarded
-			info.poolHit = true
-			info.attached(b, d)
-		}
-		return h, held
-	})
-	if hit {
-		// A socket past session.created is as good a sign of health as
-		// a dial (and answers a probe routed here).
-		b.Succeeded(d)
-	}
-	return hit
-}
-
-// hedgedDial is the outcome of a hedged connect's own dial.
-type hedgedDial struct {
-	conn   *upstream.Upgraded
-	d      *routes.Deployment
-	status int
-}
-
-// maxHedgedDial bounds a hedged connect's own dial when DIAL_TIMEOUT sets
-// none: it may outlive its client, for the pool.
-const maxHedgedDial = 30 * time.Second
 
 // origins is ALLOWED_ORIGINS: which browser origins may connect and call
 // the API (any when empty; the admin port's own pages always, so that the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+
 	"rtgate/poller"
 	"rtgate/server/apps"
 	"rtgate/server/routes"
