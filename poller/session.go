@@ -134,7 +134,7 @@ func NewSession(cfg *SessionConfig, client *Endpoint) *Session {
 
 // Init does NewSession's work on a Session the caller allocated, for a caller
 // that keeps the session inside its own per-connection state so that a
-// session is one allocation rather than several (the server's clientConn).
+// session is one allocation rather than several (server/session's clientConn).
 // s must be zero, and must not be copied afterwards: its locks, and the read
 // callbacks bound to it, live at that address.
 func (s *Session) Init(cfg *SessionConfig, client *Endpoint) {

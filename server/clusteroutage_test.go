@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -262,4 +264,31 @@ func TestBudgetShareWhileRedisIsAway(t *testing.T) {
 
 	late := startGateway(t, nil, mutate)
 	refusedForBudget(t, late, team)
+}
+
+// TestFailedStartLeavesNoLease: a gateway whose New fails after it joined
+// the instances sharing a Redis (here USAGE_LOG cannot be opened) leaves
+// no lease behind, so the others do not count it, and shrink their shares
+// of each key's limits for it, until the lease runs out.
+func TestFailedStartLeavesNoLease(t *testing.T) {
+	rd := redistest.Start(t)
+	cfg := Defaults()
+	cfg.MasterKey, cfg.UpstreamKey, cfg.AdminAddr = testMasterKey, testUpstreamKey, ""
+	cfg.RedisURL = rd.URL()
+	cfg.UsageLog = filepath.Join(t.TempDir(), "no-such-folder", "usage.jsonl")
+	if _, err := New(cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "USAGE_LOG") {
+		t.Fatalf("New with an unopenable USAGE_LOG: %v, want its error", err)
+	}
+	st, err := cluster.NewStore(rd.URL(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n, err := st.Client.ZCard(context.Background(), st.InstancesKey()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d instances hold a lease after a start that failed, want 0", n)
+	}
 }

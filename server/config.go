@@ -95,7 +95,7 @@ type Settings struct {
 	MaxSessionDuration time.Duration
 	// Continuity (SESSION_CONTINUITY, on by default) carries a session
 	// onto a fresh upstream session when its upstream is lost or reaches
-	// its cap (armRollover); ContinuityMaxBytes (CONTINUITY_MAX_BYTES) is
+	// its cap (server/session's armRollover); ContinuityMaxBytes (CONTINUITY_MAX_BYTES) is
 	// what one session keeps for it, ContinuityGlobalMaxBytes
 	// (CONTINUITY_GLOBAL_MAX_BYTES) what all keep together.
 	Continuity               bool
@@ -181,7 +181,7 @@ type Settings struct {
 	// are still served, before the listener closes.
 	DrainGrace time.Duration
 
-	// Browser and phone apps (server/api, startApp, admission.Gate.PickGroup).
+	// Browser and phone apps (server/api, server/session's startApp, admission.Gate.PickGroup).
 	// ClientSecretKeys (CLIENT_SECRET_KEY, comma-separated) sign client
 	// secrets: the first signs, all verify. Empty means a random key per
 	// process.

@@ -4,9 +4,9 @@ package server
 
 import (
 	"context"
+	"net/url"
 
 	"rtgate/server/internal/testhooks"
-	"rtgate/server/session"
 	"rtgate/upstream"
 )
 
@@ -63,5 +63,6 @@ func (s *Server) setDoorHooks(h *testhooks.Door) {
 // first deployment maps to (what the pool warms before any client comes).
 func (s *Server) defaultTarget() upstream.Target {
 	r := s.routes.Load()
-	return session.WarmTarget(r.Groups[r.Default][0], r.Default)
+	u, h := r.Groups[r.Default][0].Address(url.Values{"model": {r.Default}})
+	return upstream.Target{URL: u, Header: h}
 }

@@ -8,14 +8,14 @@ import (
 	"github.com/gorilla/websocket"
 
 	"rtgate/mockai"
-	"rtgate/server/session"
 	"rtgate/upstream"
 )
 
 // livePoolTarget is the pooled target of the environment setup's GPT-Live
 // deployment.
 func livePoolTarget(g *gateway) upstream.Target {
-	return session.WarmTarget(g.srv.routes.Load().Groups["gpt-live-1"][0], "gpt-live-1")
+	u, h := g.srv.routes.Load().Groups["gpt-live-1"][0].Address(nil)
+	return upstream.Target{URL: u, Header: h}
 }
 
 // startLive opens a Live session through g with an independent client and

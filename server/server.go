@@ -150,7 +150,13 @@ func newServer(base context.Context, cfg Settings, log *slog.Logger) (*Server, e
 		Hooks:       s.hooks,
 	})
 	if err != nil {
-		closePools(s.pool, s.livePool) // nothing else runs yet
+		// What New started so far stops: the pools (not yet primed), the
+		// limiter (with REDIS_URL, its lease would shrink the other
+		// instances' shares until it ran out), the tracer.
+		closePools(s.pool, s.livePool)
+		s.admitter.Close()
+		s.cancel()
+		_ = s.tracer.Shutdown(context.Background())
 		return nil, err
 	}
 	s.api = newEndpoints(s)

@@ -27,7 +27,7 @@
 // socket, sidebands included.
 //
 // The rules are a table (the Entry constants and their rules), read the
-// same way by the WebSocket connects (package server) and the HTTP
+// same way by the WebSocket connects (server/session) and the HTTP
 // endpoints (server/api): what differs between the ways in is a row, not a
 // branch.
 package admission

@@ -2,8 +2,8 @@
 // secrets (Secrets: minted, signed, verified, their session configs kept)
 // and the owners of the WebRTC and SIP calls it forwarded (Calls), which
 // decide who may open a sideband. The HTTP endpoints and the sessions that
-// use them are the server's (server/api's Endpoints, and
-// package server's checkSideband).
+// use them are server/api's (Endpoints) and server/session's
+// (checkSideband).
 package apps
 
 // Client secrets: short-lived ek_ tokens a browser or phone app connects

@@ -31,7 +31,7 @@ import (
 //     server/turns' BenchmarkClientAppend measures that part;
 //   - delta: a 20 ms response.output_audio.delta, through the inspector usage
 //     and turns install anyway, with on adding continuity's types to its
-//     check and the Holder (server.setupWatch), which lets this frame (over
+//     check and the Holder (server/session's setupWatch), which lets this frame (over
 //     frames.MaxHold) pass;
 //   - transcript: a small response.output_audio_transcript.delta, which the
 //     Holder takes whole (held until whole when split) and reads
@@ -114,7 +114,7 @@ func (clientTypes) Wants(prefix []byte) bool {
 }
 func (clientTypes) Inspect([]byte) {}
 
-// upstreamTypes is server.setupWatch's choice: usage's types always,
+// upstreamTypes is server/session's setupWatch's choice: usage's types always,
 // continuity's too when keep is set.
 type upstreamTypes struct{ keep bool }
 
@@ -128,7 +128,7 @@ func (u *upstreamTypes) Wants(prefix []byte) bool {
 }
 func (u *upstreamTypes) Inspect([]byte) {}
 
-// expiredHolder is server.setupWatch's Holder for a Realtime session.
+// expiredHolder is server/session's setupWatch's Holder for a Realtime session.
 type expiredHolder struct{}
 
 func (expiredHolder) HoldText(p []byte) bool { return continuity.IsSessionExpired(p) }

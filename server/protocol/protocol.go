@@ -3,7 +3,7 @@
 // the pool and the relay are the same for every protocol; what differs is
 // behind Protocol, with OpenAI's Realtime API as its first implementation
 // (Realtime) and GPT-Live as its second (Live; the session side is
-// package server's liveState). The answers, per protocol:
+// package session's liveState). The answers, per protocol:
 //
 // Where the model comes from.
 //   - Realtime: the URL, before the upgrade: ?model= names a model group;

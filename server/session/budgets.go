@@ -67,7 +67,8 @@ func newBudgets(cfg Config, store *cluster.Store, table func() *routes.Table, re
 	return b, nil
 }
 
-// openBudgets is newBudgets before its metrics are registered.
+// openBudgets is newBudgets before its metrics are registered: the
+// gauges read the ledger it sets, so they are registered once it is there.
 func openBudgets(cfg Config, store *cluster.Store, table func() *routes.Table, log *slog.Logger) (*budgets, error) {
 	b := &budgets{log: log, routes: table, every: budgetSave, stopped: make(chan struct{}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rtgate_budget_refused_total",

@@ -5,7 +5,7 @@ package session
 // admission planned (connectUpstream, balance.Race), and a fresh dial in
 // place of a warm socket that proved dead (redial). What is dialed is a
 // target: the deployment's address, its credentials and the client headers
-// that pass through (target, WarmTarget for what the pools hold).
+// that pass through (target, warmTarget for what the pools hold).
 
 import (
 	"cmp"
@@ -38,8 +38,8 @@ func (m *Manager) tryWarm(sess *poller.Session, info *sessionInfo, d *routes.Dep
 		return false, nil
 	}
 	return adoptWarm(m.balancer, sess, info, d, func(o poller.Owner) (*poller.Handle, []byte) {
-		h, held, m := m.pool.TakeOrDial(t, info.group, o)
-		miss = m
+		h, held, took := m.pool.TakeOrDial(t, info.group, o)
+		miss = took
 		return h, held
 	}), miss
 }
@@ -294,10 +294,10 @@ func target(d *routes.Deployment, q url.Values, h http.Header) upstream.Target {
 	return t
 }
 
-// WarmTarget is the upstream request a warm pool holds for deployment d
+// warmTarget is the upstream request a warm pool holds for deployment d
 // (PrimePools): a Realtime deployment's for its model group, a GPT-Live
 // deployment's as it is. A plain connect to d maps to the same target.
-func WarmTarget(d *routes.Deployment, group string) upstream.Target {
+func warmTarget(d *routes.Deployment, group string) upstream.Target {
 	if d.Protocol == routes.ProtocolLive {
 		return target(d, nil, nil)
 	}
@@ -332,7 +332,7 @@ func primePool(pool *upstream.Pool, r *routes.Table) {
 			if d.Protocol != routes.ProtocolRealtime {
 				continue // a Live socket is warm before session.start: not this pool's kind
 			}
-			t := WarmTarget(d, g)
+			t := warmTarget(d, g)
 			pool.Prime(t, g)
 			keep = append(keep, t)
 		}

@@ -383,7 +383,7 @@ func primeLivePool(pool *upstream.Pool, r *routes.Table) {
 	for g, ds := range r.Groups {
 		for _, d := range ds {
 			if d.Protocol == routes.ProtocolLive {
-				t := WarmTarget(d, g)
+				t := warmTarget(d, g)
 				pool.Prime(t, g)
 				keep = append(keep, t)
 			}

@@ -58,7 +58,7 @@ type Config struct {
 type Deps struct {
 	Context  context.Context // the gateway's life: dials and background work end with it
 	Log      *slog.Logger
-	Registry *prometheus.Registry // the sessions' metrics go here
+	Registry prometheus.Registerer // the sessions' metrics go here
 
 	Routes   func() *routes.Table // the configuration in force (replaced whole on SIGHUP)
 	Dialer   *upstream.Dialer
@@ -144,6 +144,7 @@ func New(cfg Config, d Deps) (*Manager, error) {
 	}
 	m.records = records
 	if m.budgets, err = newBudgets(cfg, d.Store, d.Routes, d.Registry, d.Log); err != nil {
+		m.records.close(context.Background())
 		return nil, fmt.Errorf("budgets: %w", err)
 	}
 	go m.budgets.run(d.Context)

@@ -13,7 +13,7 @@ import (
 // when a session ends, not per frame, so the forwarding path stays free of
 // shared writes.
 type metrics struct {
-	reg            *prometheus.Registry
+	reg            prometheus.Registerer
 	sessionsOpen   prometheus.Gauge
 	sessionsTotal  *prometheus.CounterVec
 	sessionSetup   *prometheus.HistogramVec
@@ -43,7 +43,7 @@ type metrics struct {
 
 // newMetrics registers the sessions' metrics on reg; dialFailures is made
 // (and registered) by the gateway, since the balancer counts into it too.
-func newMetrics(reg *prometheus.Registry, dialFailures *prometheus.CounterVec) *metrics {
+func newMetrics(reg prometheus.Registerer, dialFailures *prometheus.CounterVec) *metrics {
 	m := &metrics{
 		reg:          reg,
 		dialFailures: dialFailures,

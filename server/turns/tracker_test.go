@@ -252,7 +252,7 @@ func BenchmarkUpstreamDeltas(b *testing.B) {
 	}
 }
 
-// benchInspector is the session's inspector (server's setupWatch) without
+// benchInspector is the session's inspector (server/session's setupWatch) without
 // its server: the type read once, usage and turns from it.
 type benchInspector struct {
 	meter     usage.Meter
@@ -350,7 +350,7 @@ func countStarts(evs []Event) int {
 }
 
 // clientInspector is the session's inspector on the client's frames
-// (server's clientWatch) without its server: the type read once, the turns'
+// (server/session's clientWatch) without its Manager: the type read once, the turns'
 // clock from it.
 type clientInspector struct{ turns *Watch }
 

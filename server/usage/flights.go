@@ -17,7 +17,7 @@ import (
 // the session ends with responses in flight, the gateway asks the upstream to
 // cancel each (Farewell: one response.cancel per response id) and waits,
 // bounded, for the cancelled response.done, which carries the usage of what
-// was produced (poller.Session.SetFarewell; package server's sessionEnded). A response whose
+// was produced (poller.Session.SetFarewell; session.Manager.sessionEnded). A response whose
 // response.done never comes (the wait ran out, the upstream closed itself as
 // at its cap, a resume let go of it) is billed an estimate, flagged
 // unconfirmed (Estimate):
