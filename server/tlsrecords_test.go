@@ -154,8 +154,15 @@ func (c *heldConn) flush() error {
 // per frame, or crypto/tls's dynamic record sizing (which cuts a new
 // connection's first records to ~1.2 KB, growing by that much per record),
 // makes three or more.
+//
+// A loaded box now and then splits an arrival over three reads (about one
+// run in a hundred, measured 2026-12-05), so a batch over the bound is
+// measured again on a fresh session, up to three times: a read split is
+// chance and passes on a later session, while per-frame records or dynamic
+// record sizing (which starts again on every new connection) fail all
+// three.
 func TestTLSRecordsPerBatch(t *testing.T) {
-	const frames, frameBytes, maxRecords = 16, 600, 2
+	const frames, frameBytes, maxRecords, sessions = 16, 600, 2, 3
 	mock := startMock(t, mockai.Config{TLS: true, Echo: true})
 	upRelay := startRecordRelay(t, mock.Addr())
 	lc := newListenerCert(t)
@@ -170,6 +177,26 @@ func TestTLSRecordsPerBatch(t *testing.T) {
 	})
 	clientRelay := startRecordRelay(t, g.addr)
 
+	var seen []string
+	for range sessions {
+		up, down := recordsPerBatch(t, g, upRelay, clientRelay, lc, frames, frameBytes)
+		seen = append(seen, fmt.Sprintf("%d up / %d down", up, down))
+		if up >= 1 && up <= maxRecords && down >= 1 && down <= maxRecords {
+			return
+		}
+		t.Logf("%d frames of %d bytes: %d TLS records to the upstream, %d to the client; measuring again on a fresh session", frames, frameBytes, up, down)
+	}
+	t.Errorf("%d frames of %d bytes from one write left in more than %d TLS records on %d fresh sessions in a row: %v",
+		frames, frameBytes, maxRecords, sessions, seen)
+}
+
+// recordsPerBatch opens a session through g (the client through
+// clientRelay, the gateway's upstream through upRelay), sends frames
+// messages of frameBytes in one client write, waits for mockai's echoes,
+// and returns the TLS records the batch took to the upstream and back to
+// the client. The session is closed before it returns.
+func recordsPerBatch(t *testing.T, g *gateway, upRelay, clientRelay *recordRelay, lc listenerCert, frames, frameBytes int) (up, down int64) {
+	t.Helper()
 	var conn *heldConn
 	d := dialer()
 	d.TLSClientConfig = &tls.Config{RootCAs: lc.roots, MinVersion: tls.VersionTLS12}
@@ -187,7 +214,7 @@ func TestTLSRecordsPerBatch(t *testing.T) {
 	}
 
 	toUpstream, toClient := upRelay.forth.Load(), clientRelay.back.Load()
-	upRelay.gatherBack.Store(frames) // mockai's echoes reach the gateway in one write
+	upRelay.gatherBack.Store(int64(frames)) // mockai's echoes reach the gateway in one write
 	conn.hold()
 	msgs := make([]string, frames)
 	for i := range msgs {
@@ -211,14 +238,8 @@ func TestTLSRecordsPerBatch(t *testing.T) {
 	}
 	// The echoes have arrived, so every record they came in has been
 	// counted; the client's frames went up before mockai could echo them.
-	up, down := upRelay.forth.Load()-toUpstream, clientRelay.back.Load()-toClient
-	t.Logf("%d frames of %d bytes: %d TLS records to the upstream, %d to the client", frames, frameBytes, up, down)
-	if up < 1 || up > maxRecords {
-		t.Errorf("client to upstream: %d TLS records for %d frames from one client write, want at most %d", up, frames, maxRecords)
-	}
-	if down < 1 || down > maxRecords {
-		t.Errorf("upstream to client: %d TLS records for %d frames from one upstream write, want at most %d", down, frames, maxRecords)
-	}
+	up, down = upRelay.forth.Load()-toUpstream, clientRelay.back.Load()-toClient
 	_ = c.Close()
 	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	return up, down
 }
