@@ -319,25 +319,27 @@ func passThrough(h http.Header) http.Header {
 	return out
 }
 
-// primePool warms every Realtime deployment's target, and only those
-// (pool nil: off): a pool exists per configured deployment, never per
-// client (upstream.Poolable).
-func primePool(pool *upstream.Pool, r *routes.Table) {
+// primePool warms, in pool, every deployment of table r that speaks
+// protocol, and only those (pool nil: off): a pool exists per configured
+// deployment, never per client (upstream.Poolable), and a reload's removed
+// deployments lose theirs. The Realtime pool holds Realtime deployments'
+// sockets, the Live pool GPT-Live's (warm before session.start).
+func primePool(pool *upstream.Pool, r *routes.Table, protocol string) {
 	if pool == nil {
 		return
 	}
 	var keep []upstream.Target
 	for g, ds := range r.Groups {
 		for _, d := range ds {
-			if d.Protocol != routes.ProtocolRealtime {
-				continue // a Live socket is warm before session.start: not this pool's kind
+			if d.Protocol != protocol {
+				continue
 			}
 			t := warmTarget(d, g)
 			pool.Prime(t, g)
 			keep = append(keep, t)
 		}
 	}
-	pool.Retain(keep) // a reload's removed deployments lose their pools
+	pool.Retain(keep)
 }
 
 // dialTarget is what a session dials for a client's query at deployment d:

@@ -42,7 +42,6 @@ import (
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
-	"rtgate/upstream"
 )
 
 // liveCloseWait bounds the wait for session.closed after session.close.
@@ -369,27 +368,8 @@ const liveTakeTries = 3
 // off), with the targets the sessions will ask for; a reload's removed
 // deployments lose their pools.
 func (m *Manager) PrimePools(t *routes.Table) {
-	primePool(m.pool, t)
-	primeLivePool(m.livePool, t)
-}
-
-// primeLivePool fills the Live pool for every Live deployment (pool nil:
-// off).
-func primeLivePool(pool *upstream.Pool, r *routes.Table) {
-	if pool == nil {
-		return
-	}
-	var keep []upstream.Target
-	for g, ds := range r.Groups {
-		for _, d := range ds {
-			if d.Protocol == routes.ProtocolLive {
-				t := warmTarget(d, g)
-				pool.Prime(t, g)
-				keep = append(keep, t)
-			}
-		}
-	}
-	pool.Retain(keep)
+	primePool(m.pool, t, routes.ProtocolRealtime)
+	primePool(m.livePool, t, routes.ProtocolLive)
 }
 
 // fromPool starts the session on a pooled socket of deployment d, writing
