@@ -132,6 +132,8 @@ type Scanner struct {
 	// almost always: a frame forwarded within one read keeps nothing.
 	keepMax uint32
 	cut     *bytebufferpool.ByteBuffer
+
+	tr *translation // SetTranslator; nil on a verbatim relay
 }
 
 // Remaining is how many bytes of the current frame are still to pass: the
@@ -173,7 +175,7 @@ func (s *Scanner) HoldsCloses() bool { return s.holdClose }
 // not. A relay must not inject a frame of its own into the stream then. A
 // frame start held in the stash has not been forwarded, so it does not count.
 func (s *Scanner) MidFrame() bool {
-	return s.remaining > 0
+	return s.remaining > 0 && s.tr == nil // a translating scanner writes whole messages only
 }
 
 // Failed reports whether the scanner refused a frame; it discards all input
@@ -188,6 +190,9 @@ func (s *Scanner) Reset() {
 	}
 	s.endCapture()
 	s.endCut()
+	if s.tr != nil {
+		s.tr.reset()
+	}
 }
 
 func (s *Scanner) endCapture() {
@@ -209,6 +214,9 @@ func (s *Scanner) Forward(src Source, dst Sink) (*Close, error) {
 		// After a refused frame there is no telling where the next frame
 		// starts: drop everything until the connection closes.
 		return nil, src.Skip(src.Len())
+	}
+	if s.tr != nil {
+		s.tr.out.release() // the caller flushed it (SetTranslator)
 	}
 	cl, err := s.forward(src, dst)
 	if err != nil {
@@ -235,6 +243,14 @@ func (s *Scanner) forward(src Source, dst Sink) (*Close, error) {
 			p, err := src.Next(n)
 			if err != nil {
 				return nil, err
+			}
+			if s.tr != nil && s.tr.msg != nil {
+				s.remaining -= uint64(n)
+				s.Bytes += uint64(n)
+				if err := s.more(p, dst); err != nil {
+					return nil, err
+				}
+				continue
 			}
 			to := dst
 			if s.dropRest {
@@ -390,8 +406,13 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 			s.heldClose = true
 			dst = nil
 		}
+		if s.tr != nil { // before the close, however the relay sends it
+			if err := s.translateClose(c, dst); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if s.hold != nil && h.OpCode == ws.OpText && len(start) == hlen+int(h.Length) && s.holdLen(start) > 0 &&
+	if s.hold != nil && s.tr == nil && h.OpCode == ws.OpText && len(start) == hlen+int(h.Length) && s.holdLen(start) > 0 &&
 		s.hold.HoldText(start[hlen:]) {
 		dst = nil // consumed: the client never sees it
 	}
@@ -408,6 +429,9 @@ func (s *Scanner) frame(start []byte, src Source, fromStash bool, dst Sink) (*Cl
 		}
 	}
 	s.Frames++
+	if s.tr != nil && h.OpCode != ws.OpClose && !h.OpCode.IsControl() {
+		return nil, s.collectFrame(h, hlen, start, src, fromStash, dst)
+	}
 	total := uint64(hlen) + uint64(h.Length)
 	if cl != nil && s.holdClose {
 		dst = nil // a whole control frame: nothing of it is written

@@ -82,3 +82,48 @@ func BenchmarkScannerForward(b *testing.B) {
 		}
 	}
 }
+
+// passThrough emits every message as it came: the least a Translator can
+// do, so that BenchmarkTranslate measures what translation itself costs.
+type passThrough struct{}
+
+func (passThrough) Translate(op ws.OpCode, p []byte, out *frames.Output) {
+	if op == ws.OpBinary {
+		out.Binary(p)
+		return
+	}
+	out.Text(p)
+}
+
+// BenchmarkTranslate is the translating scanner's cost per message against
+// the verbatim path, in the same run: an upstream audio-delta-sized text
+// frame (unmasked) and a client append-sized one (masked, so collected
+// unmasked and framed again with a fresh mask), each Forwarded whole to a
+// discarding sink. Compare with verbatim/* for the ratio; allocs/op should
+// be 0 on both.
+func BenchmarkTranslate(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		from frames.Side
+		size int
+	}{{"upstream-4KiB", frames.UpstreamSide, 4 << 10}, {"client-8KiB", frames.ClientSide, 8 << 10}} {
+		frame := frames.AppendFrame(nil, ws.OpText, bytes.Repeat([]byte{'a'}, c.size), c.from == frames.ClientSide)
+		for _, mode := range []string{"verbatim", "translated"} {
+			b.Run(mode+"/"+c.name, func(b *testing.B) {
+				s := frames.NewScanner(c.from, 0)
+				if mode == "translated" {
+					s.SetTranslator(passThrough{})
+				}
+				src := frames.NewByteSource(nil)
+				b.ReportAllocs()
+				b.SetBytes(int64(len(frame)))
+				for range b.N {
+					src.Reset(frame)
+					if _, err := s.Forward(src, discardSink{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -67,7 +67,8 @@ func (s *Session) SetFarewellFunc(frame func() []byte, wait time.Duration) {
 }
 
 // SendUpstream sends frames the gateway built (masked client events of its
-// own) to the upstream, unless it is not open, a close went to it, or a
+// own, in the client's protocol: a translating session translates them) to
+// the upstream, unless it is not open, a close went to it, or a
 // client frame is half sent; false when it could not.
 func (s *Session) SendUpstream(frame []byte) bool {
 	up := &s.up
@@ -75,6 +76,9 @@ func (s *Session) SendUpstream(frame []byte) bool {
 	defer up.mu.Unlock()
 	if s.upState != upReady || !up.mayWrite() || up.state != closeOpen || s.c2u.MidFrame() {
 		return false
+	}
+	if s.c2u.Translating() {
+		frame = s.c2u.TranslateOwn(frame) // the gateway's events in the upstream's protocol
 	}
 	if up.ep.Send(frame) != nil {
 		return false
@@ -211,6 +215,9 @@ func (s *Session) startFarewellLocked(code ws.StatusCode, reason string) bool {
 		return false // nothing owed: the close goes as without a farewell
 	}
 	fw.code, fw.reason = code, reason
+	if s.c2u.Translating() {
+		frame = s.c2u.TranslateOwn(frame)
+	}
 	// Published before the frame goes: the upstream may answer at once (its
 	// final event, then its close frame), and the upstream's read path,
 	// which holds the client side's lock and not this one, must then see

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/valyala/bytebufferpool"
 
 	"rtgate/frames"
 )
@@ -82,8 +83,13 @@ func (s *Session) fromClient(src frames.Source) error {
 			s.c2u.Reset()
 		}
 		ep := up.ep
+		replies := s.c2u.TakeReplies()
 		up.mu.Unlock()
 
+		if replies != nil {
+			s.SendClient(replies.B) // the translator's answer to the client's event
+			bytebufferpool.Put(replies)
+		}
 		s.run(up, act)
 		if werr != nil {
 			ep.Drop()
@@ -149,8 +155,13 @@ func (s *Session) fromUpstream(src frames.Source) error {
 				act = s.step(c, evSend)
 			}
 		}
+		replies := s.u2c.TakeReplies()
 		c.mu.Unlock()
 
+		if replies != nil {
+			s.SendUpstream(replies.B) // the translator's answer to the upstream
+			bytebufferpool.Put(replies)
+		}
 		s.run(c, act)
 		if werr != nil {
 			c.ep.Drop()

@@ -152,6 +152,26 @@ func (s *Session) Init(cfg *SessionConfig, client *Endpoint) {
 // accounting); call it before an upstream is attached.
 func (s *Session) InspectUpstream(insp frames.Inspector) { s.u2c.SetInspector(insp) }
 
+// TranslateUpstream makes the session hand the upstream's messages to t and
+// relay what it emits (a provider whose protocol is not the client's:
+// frames.Translator); call it before an upstream is attached. What t sends
+// back (Output.Reply) goes to the upstream.
+//
+// A session resumed or redialed onto a fresh upstream gets a fresh
+// Translator for it (the new upstream starts its protocol afresh); the
+// client's lock orders the change against a relay of the old one.
+func (s *Session) TranslateUpstream(t frames.Translator) {
+	s.client.mu.Lock()
+	defer s.client.mu.Unlock()
+	s.u2c.SetTranslator(t)
+}
+
+// TranslateClient makes the session hand the client's messages to t and
+// relay what it emits upstream; call it before the session relays. What t
+// sends back (Output.Reply: an error event for an event the provider has
+// no counterpart of) goes to the client.
+func (s *Session) TranslateClient(t frames.Translator) { s.c2u.SetTranslator(t) }
+
 // Counters returns frames and bytes relayed each way so far.
 func (s *Session) Counters() (framesIn, bytesIn, framesOut, bytesOut uint64) {
 	return s.c2u.Frames, s.c2u.Bytes, s.u2c.Frames, s.u2c.Bytes
