@@ -271,6 +271,7 @@ func (s *session) transcribed(itemID string, audioBytes int64) {
 		return
 	}
 	audio := max(audioBytes/bytesPerAudioToken, 1)
+	s.items.setTranscript(itemID, transcript) // before the event: clients retrieve the item on it
 	_ = s.send(map[string]any{"type": "conversation.item.input_audio_transcription.completed", "event_id": newID("event_"),
 		"item_id": itemID, "content_index": 0, "transcript": transcript,
 		"usage": map[string]any{"type": "tokens", "total_tokens": audio + outputTextTokens, "input_tokens": audio,

@@ -1,4 +1,5 @@
-// Package mockai is a fake OpenAI Realtime and GPT-Live upstream: a WebSocket server that speaks
+// Package mockai is a fake OpenAI Realtime and GPT-Live upstream (and xAI's Grok Voice Agent,
+// see "xAI" below): a WebSocket server that speaks
 // enough of the GA Realtime protocol (OpenAI's reference:
 // https://platform.openai.com/docs/api-reference/realtime; what of it mockai serves
 // is listed below) for the gateway's tests and for wsbench, on loopback, with knobs
@@ -29,6 +30,30 @@
 //	                             of the deltas sent (IgnoreCancel: no answer at all;
 //	                             CancelLate: error response_cancel_not_active, then the
 //	                             response ends at once, status "completed")
+//	conversation.item.retrieve -> conversation.item.retrieved {event_id, item}: the item
+//	                             as the server holds it (below)
+//	conversation.item.truncate -> conversation.item.truncated {event_id, item_id,
+//	                             content_index, audio_end_ms}; the item's transcript is
+//	                             deleted, as OpenAI deletes text the user has not heard
+//	conversation.item.delete  -> conversation.item.deleted {event_id, item_id}
+//
+// The items a session keeps for those three, the newest 64 per session (an older
+// one is answered as one that does not exist), in both Realtime dialects: the items
+// of conversation.item.create as announced; the user audio item of each commit or
+// VAD turn (content input_audio, no audio data), with its transcript once
+// transcription.completed is sent; each response's output item from
+// response.created on (status in_progress, no content), then as response.done shows
+// it (the assistant message with its transcript, or the function_call with its
+// arguments). Out-of-band and failed responses add none. @openai/agents-realtime
+// retrieves after every transcription.completed and truncated, and truncates on
+// every interruption. An unknown item_id gets item_retrieve_invalid_item_id,
+// item_truncate_invalid_item_id or item_delete_invalid_item_id ("Error retrieving
+// item: the item with id '...' does not exist.", OpenAI's codes and wording); a
+// truncate gets invalid_value for an audio_end_ms past the item's audio ("Audio
+// content of Xms is already shorter than Yms"; any end while its response runs),
+// for an item that is not an assistant message's audio, and for a content_index
+// other than 0. Deleting the newest item makes the one before it the next item's
+// previous_item_id.
 //
 // Anything else gets an error event of type invalid_request_error and the connection
 // stays open: code invalid_value for non-JSON text, binary frames, a missing or
@@ -191,4 +216,165 @@
 // session.update of the audio settings, appended audio answered with
 // transcript and audio deltas, session.close answered by session.closed
 // (handleTranslation). No event carries usage.
+//
+// # xAI
+//
+// The same server speaks xAI's Grok Voice Agent dialect (xai.go) on
+// WS /xai/v1/realtime: a gateway deployment xai/<model> with api_base
+// [Server.XAIBaseURL] (http://127.0.0.1:PORT/xai/v1) dials
+// <base>/realtime?model=... with Authorization: Bearer <key>, as it dials
+// wss://api.x.ai/v1/realtime (docs.x.ai, Voice Agent API). The model may be
+// left out (grok-voice-latest). Every knob above applies as on OpenAI's
+// route (the fault frame counts include pings; after the opening, Echo and
+// Stream send their own frames, Stream's deltas with OpenAI's indices); the records say Dialect
+// "xai", Stats.Sessions counts the session and Stats.XAIPings its pings.
+// The conversation is the OpenAI dialect's (audio, transcripts, text-only
+// responses, tool calls, server VAD, cancels, FailResponses), with
+// what a real xAI session shows and LiteLLM's XAIRealtimeNormalizer
+// (github.com/BerriAI/litellm, litellm/llms/xai/realtime/transformation.py,
+// read 2026) repairs. Each deviation and what supports it:
+//
+//   - The opening. By default conversation.created
+//     {conversation: {id, object: "realtime.conversation"}} comes first and
+//     no session.created at all: so LiteLLM's xAI docs
+//     (docs.litellm.ai/docs/providers/xai_realtime), Voximplant's Grok
+//     reference ("ConversationCreated: the first message at connection"),
+//     pipecat's Grok events (src/pipecat/services/grok/realtime/events.py,
+//     "the first message received after connecting") and the project's
+//     notes. xAI has changed since: LiteLLM PR #28424 (2026-05-21, against
+//     the live API) and litellm-docs PR #362 (2026-06-16, by xAI staff)
+//     report session.created first, then conversation.created;
+//     Config.XAISessionCreated (cmd/mockai -xai-session-created) opens so.
+//     The default stays the old opening because it is what a relay has to
+//     repair for OpenAI clients, which wait for session.created. (One more
+//     client, an audio-arena pipeline on pipecat, says conversation.created
+//     comes before session.created; mockai has no mode for that order.)
+//   - ping {event_id, timestamp (ms)}: one right after conversation.created,
+//     then every Config.XAIPingInterval (-xai-ping-interval; default 1 s,
+//     negative: only the first) while the session is open. Type and fields:
+//     pipecat's PingEvent and xAI's cookbook (xai-org/xai-cookbook, Android
+//     VoiceServerEvent.kt, Ping(timestamp)); LiteLLM drops them, Vision
+//     Agents and the audio-arena pipeline ignore them. xAI's interval is
+//     documented nowhere.
+//   - usage {} on response.created and response.done, where OpenAI sends
+//     null and token counts (xAI bills by the minute, docs.x.ai models page):
+//     LiteLLM ("usage: {} on response.created / response.done"), the
+//     audio-arena pipeline ("xAI sends empty usage object {}"), pipecat
+//     ("Grok sends empty usage in some events"). Bifrost's duration-typed
+//     usage appears only in its synthetic test events; not reproduced.
+//   - role "tool" on conversation.item.added of the model's function_call
+//     item (sent after response.output_item.added; OpenAI's items of that
+//     type have no role): LiteLLM ("role: tool on conversation.item.added
+//     function_call items", mapped to assistant); the audio-arena pipeline
+//     skips such items; pipecat's ConversationItem allows role tool.
+//     Whether xAI also marks function_call_output items is not known:
+//     mockai echoes them as the client sent them.
+//   - No output_index or content_index on response.output_item.added/.done,
+//     response.content_part.added/.done, the output_text, output_audio and
+//     output_audio_transcript deltas and .done, and
+//     response.function_call_arguments.delta/.done: LiteLLM ("xAI omits both
+//     fields on every streaming response event"), xAI's cookbook (its audio
+//     delta has event_id, response_id, item_id, delta; its transcript delta
+//     no index either) and Bifrost's xAI test events. (pipecat's Grok models,
+//     written from the docs, still require output_index on a few.)
+//   - No part on response.content_part.done (LiteLLM: "Missing part on
+//     response.content_part.done"); response.content_part.added keeps it,
+//     since LiteLLM names only .done (it fills both defensively).
+//   - Content parts of type "audio" and "text" where GA has output_audio and
+//     output_text (content_part.added, response.done's output): LiteLLM's
+//     fallback part {type: audio, transcript: ""}, Vision Agents' xAI plugin
+//     (GetStream/Vision-Agents, xai_realtime.py) and pipecat's ItemContent.
+//   - To show those events the xAI dialect sends, around a response's
+//     output, response.output_item.added and response.content_part.added,
+//     then response.output_audio.done, response.output_audio_transcript.done,
+//     response.content_part.done and response.output_item.done (xAI's
+//     cookbook and Vision Agents handle each). The OpenAI dialect still
+//     sends none of them for audio and text answers.
+//   - The voice is the session's top-level "voice" (livekit/agents PR
+//     #6276: xAI reads it there, OpenAI at audio.output.voice, which xAI
+//     ignores and so does mockai): default "eve" (docs.x.ai's current
+//     examples use it and list it first; its older guide called Ara the
+//     default), and eve, ara, rex, sal, leo ([XAIVoices]; the older guide
+//     capitalised them) in any case. Other names are not refused (xAI's
+//     answer is not documented).
+//     session.created/.updated show voice, instructions, turn_detection,
+//     audio formats and tools at xAI's places; response objects the voice.
+//   - Server VAD also from a top-level turn_detection (where pipecat and
+//     Vision Agents send it), and create_response defaults to false: "Unlike
+//     OpenAI, xAI does not default turn_detection.create_response to True
+//     for server_vad" (LiteLLM's patch_outgoing_session). A spoken turn
+//     then ends at input_audio_buffer.committed unless the client asked.
+//   - status_details as a string: no source found (none of the above shows
+//     one), so response.done keeps OpenAI's object.
+//
+// Client secrets, POST /xai/v1/realtime/client_secrets (docs.x.ai,
+// "Ephemeral Tokens"): with the API key as a bearer and a body
+// {"expires_after": {"seconds": N}} (or none: 600 s, OpenAI's default,
+// since xAI gives none; N from 1 to 7200), the answer is 200
+// {"value": "<secret>", "expires_at": <unix seconds>}, top-level and not
+// under client_secret, the shape xAI's voice examples read
+// (xai-voice-examples, examples/agent/web/xai/backend-nodejs) and
+// Bifrost's xAI test serves (Vision Agents reads client_secret.value,
+// OpenAI's old shape; mockai follows xAI's own code). The docs say the
+// request "does not support session or expires_after.anchor"; mockai
+// refuses both with 400, so a relay that forwards an OpenAI-style request
+// unchanged is seen. Errors are xAI's REST shape {"code": ..., "error": ...}
+// (a real one in vercel/ai#10533; Bifrost's tests); the codes and the 401
+// for a wrong key are mockai's. A secret opens /xai/v1/realtime "in the
+// same fashion as an API key" (docs.x.ai) while it lives, also when
+// Config.Key is set; OpenAI's routes do not take it. mockai remembers at
+// most 10,000 secrets. What each request carried and how it was answered
+// is [Server.XAISecretRequests], GET /mock/xai/client_secrets.
+//
+// # Gemini Live
+//
+// The same server speaks Google's Gemini Live API (BidiGenerateContent;
+// gemini.go, where each wire fact names its source) at
+// /ws/google.ai.generativelanguage.{v1,v1beta,v1alpha}.GenerativeService.BidiGenerateContent
+// (AI Studio: the key as ?key= or x-goog-api-key) and
+// /ws/google.cloud.aiplatform.{v1,v1beta1}.LlmBidiService/BidiGenerateContent
+// (Vertex AI: also Authorization: Bearer), under [Server.GeminiBaseURL],
+// and at "//ws/...", which is what @google/genai dials. Every server
+// message is a binary frame holding JSON. After the upgrade, as Google
+// does, a missing credential is closed 1008 and a key other than
+// Config.Key 1007 (a Vertex bearer 1008). The first message must be setup,
+// else close 1007 "Request contains an invalid argument.", as for a second
+// setup; an unknown field of a message or of setup closes 1007 as
+// protobuf JSON refuses it (proto snake_case names are accepted). setup is
+// answered setupComplete (after Config.SessionDelay). Then:
+//
+//	realtimeInput.audio           counted (Stats.AudioBytes, the rate from its mimeType);
+//	                              with automatic activity detection (the default),
+//	                              speech (a PCM16 peak of 500) interrupts the model and
+//	                              silenceDurationMs (200) of silence after it ends the
+//	                              user's turn
+//	realtimeInput.audioStreamEnd  ends the user's turn if audio came since the last one
+//	activityStart, activityEnd    with detection disabled: interrupt, end the turn
+//	realtimeInput.text            interrupts; a user turn
+//	clientContent                 interrupts; with turnComplete, a user turn
+//	toolResponse                  once every call is answered, a spoken turn
+//
+// A model turn, after Config.FirstAudioDelay: inputTranscription (when
+// setup asked and audio came), AudioDeltas modelTurn audio parts (PCM16
+// 24 kHz, PCMPattern, AudioDeltaInterval apart; three text parts with
+// responseModalities ["TEXT"]), outputTranscription (when setup asked),
+// generationComplete, turnComplete, then usageMetadata in a message of its
+// own (GeminiConfig.UsageWithTurnComplete: in the turnComplete message)
+// and, when setup asked for session resumption, sessionResumptionUpdate
+// {newHandle, resumable}. Interrupted: interrupted, turnComplete,
+// usageMetadata. A tool call, when setup declared functions and the user's
+// text names one (or GeminiConfig.ToolCall): toolCall {functionCalls:
+// [{id, name, args}]} and usageMetadata, then nothing until the
+// toolResponse; speech over a pending call sends toolCallCancellation.
+// Usage: prompt TEXT 10 plus AUDIO at 32 tokens a second of input;
+// response AUDIO output bytes / 1500, or TEXT 5; Vertex names the response
+// counts candidatesTokenCount and candidatesTokensDetails. A setup with a
+// handle mockai issued resumes (GeminiSession.ResumedFrom; an unknown
+// handle closes 1008). GeminiConfig.GoAwayAfter sends goAway {timeLeft}
+// and closes 1011 when it has passed. The fault knobs (frame counts,
+// StopReading, StatusCode, FaultsFromQuery, UpgradeDelay,
+// RejectStatus) apply; Cut, SessionCap, Echo and Stream do not. Records
+// say Dialect "gemini" or "vertex" and Auth; [Server.GeminiSessions]
+// (GET /mock/gemini/sessions) what setup asked and what came after it;
+// [Server.Received] the client messages but audio chunks.
 package mockai

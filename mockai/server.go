@@ -120,6 +120,21 @@ type Config struct {
 	// Live is the GPT-Live side's schedule and Live-only faults.
 	Live LiveConfig
 
+	// XAIPingInterval is how often an xAI session (WS /xai/v1/realtime)
+	// gets a ping event after the one that follows conversation.created:
+	// 0 means the default of 1 s (short, so tests see them), a negative
+	// value means only that first ping. See xai.go.
+	XAIPingInterval time.Duration
+	// XAISessionCreated opens xAI sessions as xAI has since May 2026:
+	// session.created, then conversation.created. Off, they open as xAI's
+	// did before (and as LiteLLM's normaliser and the project's notes
+	// describe it): conversation.created first and no session.created,
+	// the case a relay has to repair for OpenAI clients.
+	XAISessionCreated bool
+
+	// Gemini is the Gemini Live dialect's knobs (gemini.go).
+	Gemini GeminiConfig
+
 	// Cut ends upstream sessions at a point of their conversation
 	// (session.cut): after or during their Nth response.
 	Cut Cut
@@ -183,8 +198,13 @@ func (c Config) validate() error {
 		return fmt.Errorf("live media chunk %v: at most 1m", c.Live.MediaChunk)
 	case c.Live.MediaInterval > 0 && c.Live.MediaInterval < time.Millisecond:
 		return fmt.Errorf("live media interval %v: at least 1ms", c.Live.MediaInterval)
+	case c.XAIPingInterval > 0 && c.XAIPingInterval < time.Millisecond:
+		return fmt.Errorf("xai ping interval %v: at least 1ms (negative: no periodic pings)", c.XAIPingInterval)
 	}
 	if err := c.Cut.validate(); err != nil {
+		return err
+	}
+	if err := c.Gemini.validate(); err != nil {
 		return err
 	}
 	return c.Stream.validate(c.Echo)
@@ -202,6 +222,13 @@ type Record struct {
 	// SessionID is the sess_... id issued to it ("" if it got no session).
 	SessionID string    `json:"session_id"`
 	At        time.Time `json:"at"`
+	// Dialect is "xai" for an attempt on xAI's route (/xai/v1/realtime),
+	// "" for OpenAI's and GPT-Live's.
+	Dialect string `json:"dialect,omitempty"`
+	// Auth is how an attempt on a Gemini Live route presented its
+	// credential ("key", "x-goog-api-key", "bearer"; "" for none); its
+	// Dialect is "gemini" or "vertex" (gemini.go).
+	Auth string `json:"auth,omitempty"`
 }
 
 // Stats are the server's counters since Start.
@@ -209,7 +236,7 @@ type Stats struct {
 	Upgrades  int64 `json:"upgrades"`   // 101 responses sent
 	Rejected  int64 `json:"rejected"`   // attempts refused: HTTP errors, bad key or beta closes
 	Active    int64 `json:"active"`     // upgraded connections open now
-	Sessions  int64 `json:"sessions"`   // session.created events sent
+	Sessions  int64 `json:"sessions"`   // sessions opened: session.created sent (xAI: conversation.created)
 	FramesIn  int64 `json:"frames_in"`  // data frames read from clients
 	FramesOut int64 `json:"frames_out"` // data frames sent to clients
 	// AudioAppends counts input_audio_buffer.append events and AudioBytes
@@ -219,6 +246,8 @@ type Stats struct {
 	AudioBytes   int64 `json:"audio_bytes"`
 	// TraceBytes counts OTLP trace exports received (POST /v1/traces).
 	TraceBytes int64 `json:"trace_bytes,omitempty"`
+	// XAIPings counts the ping events sent to xAI sessions.
+	XAIPings int64 `json:"xai_pings,omitempty"`
 }
 
 // Server is a running mock upstream. It is safe for concurrent use.
@@ -245,12 +274,16 @@ type Server struct {
 	audioAppends, audioBytes                                  atomic.Int64
 	cuts                                                      atomic.Int64 // sessions Config.Cut chose
 	traceBytes                                                atomic.Int64 // handleTraces
+	xaiPings                                                  atomic.Int64 // session.xaiPing
 	// firstAudio is the first-audio delay (ns) of connections that did not
 	// set their own: Config.FirstAudioDelay until POST /mock/config.
 	firstAudio atomic.Int64
 
 	apps appState  // calls, sidebands and records
 	live liveState // GPT-Live sessions
+	xai  xaiState  // xAI's minted client secrets
+
+	gemini geminiState // Gemini Live sessions and resumption handles
 }
 
 // Start listens on addr (like "127.0.0.1:0") and serves in the background until Close.
@@ -268,6 +301,9 @@ func Start(cfg Config, addr string) (*Server, error) {
 		cfg.AudioDeltaBytes = defaultAudioDeltaBytes
 	}
 	cfg.Live = cfg.Live.withDefaults()
+	if cfg.XAIPingInterval == 0 {
+		cfg.XAIPingInterval = defaultXAIPingInterval
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -332,6 +368,8 @@ func Start(cfg Config, addr string) (*Server, error) {
 	s.mountApps(mux)
 	s.mountLive(mux)
 	s.mountTranslation(mux)
+	s.mountXAI(mux)
+	s.mountGemini(mux)
 	mux.HandleFunc("GET /mock/records", s.handleRecords)
 	mux.HandleFunc("GET /mock/stats", s.handleStats)
 	mux.HandleFunc("GET /mock/sessions/{id}/received", s.handleReceived)
@@ -344,7 +382,7 @@ func Start(cfg Config, addr string) (*Server, error) {
 		writeHTTPError(w, http.StatusNotFound, "invalid_request_error", "not_found", "no route for "+r.URL.Path)
 	})
 	s.http = &http.Server{
-		Handler:           mux,
+		Handler:           geminiPaths(mux), // lets @google/genai's "//ws/..." through
 		ReadHeaderTimeout: 10 * time.Second,
 		ConnContext:       withConn,
 		// TLS handshake failures from untrusting clients are expected in tests: keep them quiet.
@@ -396,6 +434,7 @@ func (s *Server) Stats() Stats {
 		AudioAppends: s.audioAppends.Load(),
 		AudioBytes:   s.audioBytes.Load(),
 		TraceBytes:   s.traceBytes.Load(),
+		XAIPings:     s.xaiPings.Load(),
 	}
 }
 
@@ -535,6 +574,7 @@ func newRecord(r *http.Request) *Record {
 		Subprotocols: websocket.Subprotocols(r),
 		Key:          presentedKey(r),
 		At:           time.Now(),
+		Dialect:      dialectOfPath(r.URL.Path),
 	}
 }
 
@@ -576,7 +616,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, rec *Record, chec
 		}
 		cfg = qcfg
 	}
-	badKey = s.cfg.Key != "" && rec.Key != s.cfg.Key
+	badKey = !s.keyAccepted(rec.Path, rec.Key)
 	if badKey && s.cfg.RejectStatus != 0 {
 		s.rejected.Add(1)
 		typ, code := errorKind(s.cfg.RejectStatus)

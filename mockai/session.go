@@ -46,6 +46,11 @@ type session struct {
 	// written, so both go out in one socket write (Config.OneSegment).
 	held *heldConn
 
+	// dialect is what the session speaks (dialectOpenAI, or xAI's from
+	// /xai/v1/realtime): set before run, read-only after. send reshapes
+	// the events it writes for it (xai.go).
+	dialect dialect
+
 	// lastReadErr is why the last read failed (Live's start timeout tells a
 	// deadline from a peer that left). Used only by the handler goroutine.
 	lastReadErr error
@@ -70,6 +75,9 @@ type session struct {
 	lastItemID     string
 	lastItemType   string   // "message", "function_call_output", ...: decides tool calls (session.shape)
 	vad            vadState // server VAD, when session.update asked for it (detectSpeech)
+	// items are the conversation's items, for conversation.item.retrieve,
+	// .truncate and .delete (items.go).
+	items itemLog
 
 	rmu    sync.Mutex
 	active *response      // the response being streamed, nil when none
@@ -81,6 +89,15 @@ type response struct {
 	id, itemID string
 	ctx        context.Context
 	cancel     context.CancelFunc
+	// voice is the session's voice when the response started (the xAI
+	// dialect's response objects show it; "" shows OpenAI's "alloy").
+	voice string
+	// prevItemID is the conversation's newest item when the response
+	// started (the xAI dialect's conversation.item.added of a call names it).
+	prevItemID string
+	// itemOpened: the xAI dialect announced the response's message item
+	// and content part (beginOutput). Used only by the streaming goroutine.
+	itemOpened bool
 	// cancelReason is why it was cancelled (client_cancelled, turn_detected),
 	// "" while it runs; guarded by session.rmu.
 	cancelReason     string
@@ -126,6 +143,9 @@ func newSession(srv *Server, ws *websocket.Conn, model string) *session {
 // sessionObject is the session as session.created and session.updated describe it:
 // the defaults, shallowly overridden by every session.update so far.
 func (s *session) sessionObject() map[string]any {
+	if s.dialect == dialectXAI {
+		return s.xaiSessionObject()
+	}
 	pcm := map[string]any{"type": "audio/pcm", "rate": 24000}
 	obj := map[string]any{
 		"type":              "realtime",
@@ -168,14 +188,21 @@ func (s *session) sessionObject() map[string]any {
 	return obj
 }
 
-// run sends session.created and answers client events until the connection ends.
+// run sends session.created (the xAI dialect: conversation.created, see
+// xaiOpen) and answers client events until the connection ends.
 func (s *session) run() {
 	if !s.srv.sleep(s.ctx, s.cfg.SessionDelay) {
 		return
 	}
 	s.srv.sessions.Add(1)
-	s.srv.log.Debug("session opened", "session", s.id, "model", s.model)
-	if err := s.send(map[string]any{"type": "session.created", "event_id": newID("event_"), "session": s.sessionObject()}); err != nil {
+	s.srv.log.Debug("session opened", "session", s.id, "model", s.model, "dialect", s.dialect)
+	open := s.xaiOpen
+	if s.dialect != dialectXAI {
+		open = func() error {
+			return s.send(map[string]any{"type": "session.created", "event_id": newID("event_"), "session": s.sessionObject()})
+		}
+	}
+	if err := open(); err != nil {
 		return
 	}
 	defer s.startCap()()
@@ -183,6 +210,7 @@ func (s *session) run() {
 		s.stall()
 		return
 	}
+	s.startPings() // xAI's keepalives; nothing in the OpenAI dialect
 	if s.cfg.Stream.Interval > 0 {
 		s.streamVoice()
 		return
@@ -288,6 +316,8 @@ func (s *session) handle(mt int, data []byte) {
 		_ = s.send(map[string]any{"type": "input_audio_buffer.cleared", "event_id": newID("event_")})
 	case "conversation.item.create":
 		s.createItem(ev)
+	case "conversation.item.retrieve", "conversation.item.truncate", "conversation.item.delete":
+		s.handleItemEvent(ev, data)
 	case "response.create":
 		s.createResponse(ev)
 	case "response.cancel":
@@ -331,7 +361,7 @@ func (s *session) updateSession(ev clientEvent) {
 			s.overrides[k] = v
 		}
 	}
-	s.vad.td = parseTurnDetection(s.overrides)
+	s.vad.td = s.turnDetection()
 	if !s.vad.td.on {
 		s.vad.speaking = false
 	}
@@ -368,6 +398,7 @@ func (s *session) createItem(ev clientEvent) {
 	}
 	item["object"] = "realtime.item"
 	item["status"] = "completed"
+	s.items.add(item, 0) // kept before it is announced: a retrieve may follow at once
 	prev := nullable(s.lastItemID)
 	for _, typ := range []string{"conversation.item.added", "conversation.item.done"} {
 		_ = s.send(map[string]any{"type": typ, "event_id": newID("event_"), "previous_item_id": prev, "item": item})
@@ -391,6 +422,10 @@ func (s *session) createResponse(ev clientEvent) {
 		outOfBand: oob,
 	}
 	r.text, r.tool = s.shape(ev.Response)
+	s.keepResponseItem(r)
+	if s.dialect == dialectXAI {
+		r.voice, r.prevItemID = s.xaiVoice(), s.lastItemID
+	}
 	switch {
 	case oob: // outside the conversation: its items and audio stay
 	case r.tool != nil: // the call is the conversation's newest item
@@ -463,32 +498,39 @@ func (s *session) stream(r *response) {
 			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
 				break
 			}
-			s.announce(r)
-			if s.send(audioDelta{"response.output_audio.delta", newID("event_"), r.id, r.itemID, 0, 0, s.srv.audioDelta}) != nil {
+			s.beginOutput(r, "output_audio")
+			if s.send(s.deltaEvent("response.output_audio.delta", r, s.srv.audioDelta)) != nil {
 				break
 			}
 			audioBytes += s.cfg.AudioDeltaBytes
 		}
 		if r.ctx.Err() == nil {
-			textSent = s.send(audioDelta{"response.output_audio_transcript.delta", newID("event_"), r.id, r.itemID, 0, 0, transcript}) == nil
+			s.beginOutput(r, "output_audio")
+			textSent = s.send(s.deltaEvent("response.output_audio_transcript.delta", r, transcript)) == nil
 		}
 	}
 
 	status := s.endResponse(r)
 	var content map[string]any
 	if textSent {
-		content = map[string]any{"type": "output_audio", "transcript": transcript}
+		content = map[string]any{"type": s.partType("output_audio"), "transcript": transcript}
 	} else {
-		content = map[string]any{"type": "output_audio", "transcript": ""}
+		content = map[string]any{"type": s.partType("output_audio"), "transcript": ""}
 	}
+	s.endOutput(r, status, content, audioBytes > 0, textSent)
 	output := []any{map[string]any{
 		"id": r.itemID, "object": "realtime.item", "type": "message", "role": "assistant",
 		"status": itemStatus(status), "content": []any{content},
 	}}
+	s.finishResponseItem(r, output, audioBytes)
 	s.sendDone(r, status, output, computeUsage(r.inputAudioTokens, audioBytes, textSent))
 }
 
 func (s *session) responseObject(r *response, status string, details, output, usage any) map[string]any {
+	voice := "alloy"
+	if r.voice != "" {
+		voice = r.voice
+	}
 	return map[string]any{
 		"object":            "realtime.response",
 		"id":                r.id,
@@ -500,7 +542,7 @@ func (s *session) responseObject(r *response, status string, details, output, us
 		"max_output_tokens": "inf",
 		"audio": map[string]any{"output": map[string]any{
 			"format": map[string]any{"type": "audio/pcm", "rate": 24000},
-			"voice":  "alloy",
+			"voice":  voice,
 		}},
 		"usage":    usage,
 		"metadata": nil,
@@ -560,7 +602,11 @@ func errorEvent(typ, code, msg, param, clientEventID string) map[string]any {
 }
 
 // send writes ev as one text frame, then fires any fault knob that is due.
+// In the xAI dialect the event is first reshaped as xAI sends it (xaiShape).
 func (s *session) send(ev any) error {
+	if s.dialect == dialectXAI {
+		ev = xaiShape(ev)
+	}
 	data, err := encodeEvent(ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)

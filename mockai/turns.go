@@ -162,11 +162,12 @@ func (s *session) detectSpeech(n int64, peak int) {
 func (s *session) commitAudio(itemID string) {
 	s.committedAudio += s.pendingAudio
 	s.pendingAudio = 0
+	item := map[string]any{"id": itemID, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
+		"content": []any{map[string]any{"type": "input_audio", "transcript": nil}}}
+	s.items.add(item, 0) // kept (without its audio) before committed names it
 	_ = s.send(map[string]any{"type": "input_audio_buffer.committed", "event_id": newID("event_"),
 		"previous_item_id": nullable(s.lastItemID), "item_id": itemID})
 	if s.cfg.AudioItems { // the item first, then its transcript, as OpenAI sends them
-		item := map[string]any{"id": itemID, "object": "realtime.item", "type": "message", "role": "user", "status": "completed",
-			"content": []any{map[string]any{"type": "input_audio", "transcript": nil}}}
 		for _, typ := range []string{"conversation.item.added", "conversation.item.done"} {
 			_ = s.send(map[string]any{"type": typ, "event_id": newID("event_"), "previous_item_id": nullable(s.lastItemID), "item": item})
 		}
@@ -277,6 +278,10 @@ func (s *session) streamTool(r *response) {
 	added := func() {
 		_ = s.send(map[string]any{"type": "response.output_item.added", "event_id": newID("event_"),
 			"response_id": r.id, "output_index": 0, "item": item})
+		if s.dialect == dialectXAI { // xAI adds the call to the conversation with role "tool" (xaiShape)
+			_ = s.send(map[string]any{"type": "conversation.item.added", "event_id": newID("event_"),
+				"previous_item_id": nullable(r.prevItemID), "item": item})
+		}
 	}
 	if !s.cfg.CreatedWithFirstOutput {
 		added()
@@ -301,6 +306,7 @@ func (s *session) streamTool(r *response) {
 		item["arguments"] = toolArguments
 	}
 	item["status"] = itemStatus(status)
+	s.finishResponseItem(r, []any{item}, 0)
 	_ = s.send(map[string]any{"type": "response.output_item.done", "event_id": newID("event_"),
 		"response_id": r.id, "output_index": 0, "item": item})
 	textSent := done && status == "completed"
@@ -318,8 +324,8 @@ func (s *session) streamText(r *response) {
 			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
 				break
 			}
-			s.announce(r)
-			if s.send(audioDelta{"response.output_text.delta", newID("event_"), r.id, r.itemID, 0, 0, d}) != nil {
+			s.beginOutput(r, "output_text")
+			if s.send(s.deltaEvent("response.output_text.delta", r, d)) != nil {
 				break
 			}
 			sent++
@@ -331,10 +337,13 @@ func (s *session) streamText(r *response) {
 		_ = s.send(map[string]any{"type": "response.output_text.done", "event_id": newID("event_"), "response_id": r.id,
 			"item_id": r.itemID, "output_index": 0, "content_index": 0, "text": text})
 	}
+	content := map[string]any{"type": s.partType("output_text"), "text": text}
+	s.endOutput(r, status, content, false, false)
 	output := []any{map[string]any{
 		"id": r.itemID, "object": "realtime.item", "type": "message", "role": "assistant",
-		"status": itemStatus(status), "content": []any{map[string]any{"type": "output_text", "text": text}},
+		"status": itemStatus(status), "content": []any{content},
 	}}
+	s.finishResponseItem(r, output, 0)
 	s.sendDone(r, status, output, computeUsage(r.inputAudioTokens, 0, sent == len(textDeltas)))
 }
 
@@ -458,6 +467,7 @@ func (r *response) conversationID(conv string) any {
 func (s *session) streamFailure(r *response) {
 	_ = s.srv.sleep(r.ctx, s.srv.firstAudioDelay(s.cfg))
 	status := s.endResponse(r)
+	s.items.remove(r.itemID) // no output: nothing joins the conversation
 	details := map[string]any{"type": "cancelled", "reason": r.cancelReason}
 	if status != "cancelled" {
 		status = "failed"

@@ -4,7 +4,9 @@
 // It prints one line, "mockai listening on <base URL>", once it accepts connections,
 // serves until SIGINT or SIGTERM, and exits 2 on invalid flags. What reached it is at
 // GET /mock/records and GET /mock/stats on the same port; GET and POST
-// /mock/config show and change the first-audio delay while it runs.
+// /mock/config show and change the first-audio delay while it runs. The
+// same port serves xAI's Grok Voice Agent dialect under /xai/v1 (a gateway
+// deployment's api_base http://<addr>/xai/v1; -xai-* flags).
 package main
 
 import (
@@ -77,6 +79,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.Live.StartTimeout, "live-start-timeout", 0, "GPT-Live: an upgraded socket without session.start this long gets an error and close 4000 (0 = never)")
 	fs.IntVar(&o.cfg.Live.MaxSidebands, "live-max-sidebands", 0, "GPT-Live: refuse (409 too_many_sidebands) a sideband beyond this many attached to one session (0: no limit)")
 	fs.BoolVar(&o.cfg.Live.NoClosed, "live-no-closed", false, "GPT-Live fault: answer session.close with close 1000 but no session.closed")
+	fs.DurationVar(&o.cfg.XAIPingInterval, "xai-ping-interval", 0, "xAI dialect (WS /xai/v1/realtime): a ping event every interval after the one that follows conversation.created (0 = 1s, negative = only that one)")
+	fs.BoolVar(&o.cfg.XAISessionCreated, "xai-session-created", false, "xAI dialect: open sessions with session.created before conversation.created, as xAI does since May 2026 (default: conversation.created first, no session.created)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -33,6 +33,11 @@ func TestParseFlags(t *testing.T) {
 				Live:       mockai.LiveConfig{UsageInterval: 30 * time.Second, MediaInterval: 20 * time.Millisecond, MaxDuration: 2 * time.Minute, NoClosed: true, StartTimeout: 15 * time.Second},
 				SessionCap: time.Minute, Cut: mockai.Cut{Kind: "close", Code: 1012, AfterResponses: 1, During: true, Times: 2}},
 		},
+		{
+			args: []string{"-xai-ping-interval", "250ms", "-xai-session-created"},
+			addr: "127.0.0.1:8089",
+			want: mockai.Config{XAIPingInterval: 250 * time.Millisecond, XAISessionCreated: true},
+		},
 		{args: []string{"-deltas", "-2"}, wantErr: "-deltas -2"},
 		{args: []string{"-upgrade-delay", "soon"}, wantErr: "invalid value"},
 		{args: []string{"-nope"}, wantErr: "not defined"},
@@ -62,6 +67,7 @@ func TestRunRejectsBadValues(t *testing.T) {
 		{"-live-media-interval", "-1s"},
 		{"-live-max-duration", "-1s"},
 		{"-live-start-timeout", "-1s"},
+		{"-xai-ping-interval", "500us"}, // below 1ms: refused, not a busy loop
 	} {
 		var stderr strings.Builder
 		if code := run(args, io.Discard, &stderr); code != 2 || stderr.Len() == 0 {

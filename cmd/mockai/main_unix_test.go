@@ -41,6 +41,17 @@ func TestRunServesUntilSignal(t *testing.T) {
 	if _, data, err := c.ReadMessage(); err != nil || !strings.Contains(string(data), "session.created") {
 		t.Fatalf("first event %.60s %v", data, err)
 	}
+	// The same port speaks xAI's dialect under /xai/v1.
+	xai, _, err := d.Dial(strings.TrimSuffix(base, "/v1")+"/xai/v1/realtime?model=grok-voice-latest",
+		map[string][]string{"Authorization": {"Bearer sk-run"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xai.Close()
+	xai.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, data, err := xai.ReadMessage(); err != nil || !strings.HasPrefix(string(data), `{"type":"conversation.created"`) {
+		t.Fatalf("first xAI event %.60s %v", data, err)
+	}
 
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
