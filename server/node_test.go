@@ -31,12 +31,12 @@ func runNode(t *testing.T, script string, env ...string) []byte {
 	return out
 }
 
-// mockaiOver starts mockai as a process serving scheme ("ws" or "wss"),
-// with the roots that trust it (nil over ws).
-func mockaiOver(t *testing.T, scheme string) (*mockaiProcess, *x509.CertPool) {
+// mockaiOver starts mockai as a process serving scheme ("ws" or "wss")
+// with flags args, and the roots that trust it (nil over ws).
+func mockaiOver(t *testing.T, scheme string, args ...string) (*mockaiProcess, *x509.CertPool) {
 	t.Helper()
 	if scheme == "wss" {
-		return tlsMockaiProcess(t)
+		return tlsMockaiProcess(t, args...)
 	}
-	return startMockaiProcess(t), nil
+	return startMockaiProcess(t, args...), nil
 }

@@ -78,6 +78,15 @@ func (d *Dialer) TLSHandshakes() (total, resumed uint64) {
 type Target struct {
 	URL    *url.URL
 	Header http.Header
+	// Authorize, when set, adds a credential that cannot be fixed in
+	// Header because it expires (Vertex AI's OAuth access token) to the
+	// headers of one dial. Dial calls it on every dial, pool refills
+	// included, with the dial's context (so a token fetch is bounded by
+	// the dial's deadline) and a copy of Header, before it connects; an
+	// error fails the dial. It must be safe for concurrent use. It is not
+	// part of the pool's key (Key): to the pool, targets that differ only
+	// in it are interchangeable.
+	Authorize func(ctx context.Context, h http.Header) error
 }
 
 // Upgraded is an upstream socket past its WebSocket upgrade: the socket's
@@ -132,6 +141,17 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Upgraded, error) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
+	}
+	if t.Authorize != nil {
+		// A copy: pooled targets are dialed again and again, at once.
+		h := t.Header.Clone()
+		if h == nil {
+			h = http.Header{}
+		}
+		if err := t.Authorize(ctx, h); err != nil {
+			return nil, &Error{Err: fmt.Errorf("upstream credentials: %w", err)}
+		}
+		t.Header = h
 	}
 	secure := t.URL.Scheme == "wss"
 	addr := hostPort(t.URL, secure)

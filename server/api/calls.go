@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"time"
 
 	"rtgate/server/admission"
@@ -124,9 +125,17 @@ func (e *Endpoints) createCall(req *http.Request, body []byte) Answer {
 	if herr != nil {
 		return refusedAnswer(herr)
 	}
+	if !slices.ContainsFunc(adm.Candidates(), (*routes.Deployment).HasWebRTC) {
+		adm.Release()
+		return errorAnswer(http.StatusBadRequest, "invalid_request_error", "unsupported_for_provider",
+			fmt.Sprintf("Model group '%s' is served by a provider without WebRTC calls (xAI, Gemini): connect over WebSocket at /v1/realtime.", group))
+	}
 	var a Answer
 	var callID string
 	d, tried := e.firstToAnswer(adm, "calls request", func(d *routes.Deployment) (err error) {
+		if !d.HasWebRTC() {
+			return errCannotServe
+		}
 		a, callID, err = forwardCall(req.Context(), e.deps.HTTPClient, e.cfg.DialTimeout, d, offer)
 		return err
 	})

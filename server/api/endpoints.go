@@ -9,6 +9,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -224,8 +225,9 @@ func (e *Endpoints) firstToAnswer(adm Admission, what string, ask func(d *routes
 		if tried == balance.MaxAttempts {
 			break
 		}
-		tried++
-		if err := ask(d); err != nil {
+		if err := ask(d); errors.Is(err, errCannotServe) {
+			continue // not this deployment's kind of request: neither tried nor failed
+		} else if tried++; err != nil {
 			e.deps.Balancer.Failed(d, what+" failed")
 			e.deps.Log.Warn("upstream "+what+" failed", "deployment", d.Name, "err", err)
 			continue
@@ -235,6 +237,11 @@ func (e *Endpoints) firstToAnswer(adm Admission, what string, ask func(d *routes
 	}
 	return nil, tried
 }
+
+// errCannotServe is an ask's answer for a deployment that cannot serve the
+// request at all (a WebRTC call to a provider without WebRTC): the next one
+// is asked, and the deployment's health is not touched.
+var errCannotServe = errors.New("the deployment cannot serve this request")
 
 // upstreamUnreachable is the answer to an API request no deployment of
 // group answered, in the gateway's words: which deployments and why are

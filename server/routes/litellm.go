@@ -25,9 +25,9 @@ import (
 
 // otherProviders are LiteLLM provider prefixes that are not OpenAI's
 // realtime API. An unknown prefix is still an error (a typo of openai/).
-var otherProviders = []string{"anthropic", "bedrock", "bedrock_converse", "vertex_ai", "vertex_ai_beta", "gemini",
+var otherProviders = []string{"anthropic", "bedrock", "bedrock_converse",
 	"cohere", "cohere_chat", "mistral", "groq", "ollama", "ollama_chat", "together_ai", "huggingface", "replicate",
-	"deepseek", "xai", "perplexity", "fireworks_ai", "openrouter", "sagemaker", "databricks", "watsonx", "cerebras",
+	"deepseek", "perplexity", "fireworks_ai", "openrouter", "sagemaker", "databricks", "watsonx", "cerebras",
 	"text-completion-openai", "azure_ai", "voyage", "jina_ai", "hosted_vllm", "vllm", "lm_studio", "nvidia_nim",
 	"cloudflare", "deepinfra", "anyscale", "ai21", "nlp_cloud", "aleph_alpha", "petals", "baseten", "dashscope",
 	"friendliai", "github", "sambanova", "litellm_proxy", "custom_openai", "openai_like"}
@@ -35,16 +35,39 @@ var otherProviders = []string{"anthropic", "bedrock", "bedrock_converse", "verte
 // notServed reports whether a model_list entry is one rtgate loads but does
 // not serve, noting why. The modes served are realtime and live (GPT-Live).
 func (l *loader) notServed(e *modelEntry, itemPath, group string) bool {
-	if mode := scalarField(&e.ModelInfo, "mode"); mode != "" && mode != "realtime" && mode != "live" {
+	mode := scalarField(&e.ModelInfo, "mode")
+	if mode != "" && mode != "realtime" && mode != "live" {
 		l.skipped = append(l.skipped, fmt.Sprintf("%s (%s: model_info.mode is %s)", group, itemPath, mode))
 		return true
 	}
 	spec := scalarField(&e.LiteLLMParams, "model")
+	if prefix, model, found := strings.Cut(spec, "/"); found && isGeminiPrefix(prefix) && mode != "realtime" && !IsGeminiLiveModel(model) {
+		// A LiteLLM config lists Gemini's chat models too (and, on
+		// Vertex AI, Claude's and others'): only Gemini's Live models
+		// have a realtime API.
+		l.skipped = append(l.skipped, fmt.Sprintf("%s (%s: %s is not a Gemini Live model; set model_info.mode: realtime if it is one)", group, itemPath, spec))
+		return true
+	}
 	if prefix, _, found := strings.Cut(spec, "/"); found && slices.Contains(otherProviders, prefix) {
-		l.skipped = append(l.skipped, fmt.Sprintf("%s (%s: %s/ is not OpenAI's or Azure's realtime API)", group, itemPath, prefix))
+		l.skipped = append(l.skipped, fmt.Sprintf("%s (%s: %s/ is not a realtime API rtgate serves)", group, itemPath, prefix))
 		return true
 	}
 	return false
+}
+
+// isGeminiPrefix reports whether a LiteLLM provider prefix is one of those
+// rtgate serves Gemini Live through: AI Studio's (gemini) or Vertex AI's
+// (vertex_ai, and LiteLLM's vertex_ai_beta).
+func isGeminiPrefix(prefix string) bool {
+	return prefix == "gemini" || prefix == "vertex_ai" || prefix == "vertex_ai_beta"
+}
+
+// IsGeminiLiveModel reports whether a Gemini model name is one of its Live
+// API models: Google names them *-live*, or *native-audio* for the
+// native-audio dialog models (gemini-3.8-live, gemini-3.1-flash-live-preview,
+// gemini-2.5-flash-native-audio-preview-09-2025).
+func IsGeminiLiveModel(model string) bool {
+	return strings.Contains(model, "-live") || strings.Contains(model, "native-audio")
 }
 
 // protocolOf decides which protocol a served entry's deployment d speaks:
@@ -59,6 +82,10 @@ func (l *loader) protocolOf(e *modelEntry, itemPath string, d *Deployment) bool 
 	case live && mode == "realtime":
 		l.fail(deref(&e.ModelInfo), join(itemPath, "model_info.mode"),
 			"%q is a GPT-Live model: its mode is live (or leave mode out)", d.Model)
+		return false
+	case (d.Kind == KindXAI || d.Kind == KindGemini || d.Kind == KindVertex) && (live || mode == "live" || IsTranslationModel(d.Model)):
+		l.fail(deref(&e.LiteLLMParams), join(itemPath, "litellm_params.model"),
+			"%s/ models are served on the Realtime API only (no GPT-Live or translation sessions)", d.Kind)
 		return false
 	case live && d.Kind == KindAzure && d.APIVersion != "":
 		l.fail(deref(&e.LiteLLMParams), join(itemPath, "litellm_params.api_version"),

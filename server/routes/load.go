@@ -21,6 +21,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"rtgate/server/providers/vertexauth"
 )
 
 // envPrefix marks a value read from the environment, as in LiteLLM.
@@ -32,9 +34,11 @@ const envPrefix = "os.environ/"
 //
 // Environment fallbacks, as in LiteLLM: without general_settings.master_key
 // the master key is LITELLM_MASTER_KEY (if set); a model without api_key uses
-// OPENAI_API_KEY (openai/) or AZURE_API_KEY (azure/) if set. An openai/ model
+// OPENAI_API_KEY (openai/), AZURE_API_KEY (azure/) or XAI_API_KEY (xai/) if
+// set. An openai/ model
 // with no key at all sends no Authorization (a local test upstream); an
-// azure/ one is an error.
+// azure/ one is an error. A vertex_ai/ model takes no key: its Google Cloud
+// credentials and project (vertex.go).
 func Load(path string, lookup func(string) (string, bool)) (*Table, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -74,6 +78,9 @@ type loader struct {
 	// skipped the model_list entries not served (notServed).
 	ignored map[string][]int
 	skipped []string
+	// vertexAuth holds the vertex_ai/ deployments' token sources, one
+	// per distinct credentials (nil until the first).
+	vertexAuth *vertexauth.Sources
 }
 
 func (l *loader) fail(n *yaml.Node, field, format string, args ...any) {
@@ -309,12 +316,12 @@ func (l *loader) deployment(n *yaml.Node, path, group string, index int) *Deploy
 	// still checked, so that every problem is reported at once.
 	var kind, model string
 	if !given(&p.Model) {
-		l.fail(n, path, "model is missing (openai/<model> or azure/<deployment>)")
+		l.fail(n, path, "model is missing (openai/<model>, azure/<deployment>, xai/<model>, gemini/<model> or vertex_ai/<model>)")
 	} else if spec, ok := l.str(&p.Model, join(path, "model")); ok {
 		var known bool
 		switch kind, model, known = splitModel(spec); {
 		case !known:
-			l.fail(deref(&p.Model), join(path, "model"), "%q: unknown provider prefix %q; rtgate serves openai/<model> (or a bare model name) and azure/<deployment>",
+			l.fail(deref(&p.Model), join(path, "model"), "%q: unknown provider prefix %q; rtgate serves openai/<model> (or a bare model name), azure/<deployment>, xai/<model>, gemini/<model> and vertex_ai/<model>",
 				spec, spec[:strings.IndexByte(spec, '/')])
 		case model == "":
 			kind = ""
@@ -325,7 +332,7 @@ func (l *loader) deployment(n *yaml.Node, path, group string, index int) *Deploy
 	apiVersion := ""
 	if given(&p.APIVersion) {
 		apiVersion, _ = l.env(&p.APIVersion, join(path, "api_version"))
-		if kind == KindOpenAI {
+		if kind != KindAzure {
 			l.fail(deref(&p.APIVersion), join(path, "api_version"), "api_version applies to azure/ models only")
 		}
 	}
@@ -340,6 +347,10 @@ func (l *loader) deployment(n *yaml.Node, path, group string, index int) *Deploy
 		l.fail(n, path, "azure/ models need api_base (https://RESOURCE.openai.azure.com)")
 	} else if kind == KindOpenAI {
 		base, _ = ParseAPIBase(defaultAPIBase)
+	} else if kind == KindXAI {
+		base, _ = ParseAPIBase(xAIAPIBase)
+	} else if kind == KindGemini {
+		base, _ = ParseAPIBase(geminiAPIBase)
 	}
 	if base != nil && kind == KindAzure {
 		// api_base names the resource; Azure's paths are added per form.
@@ -360,14 +371,35 @@ func (l *loader) deployment(n *yaml.Node, path, group string, index int) *Deploy
 	key := ""
 	if given(&p.APIKey) {
 		key, _ = l.env(&p.APIKey, join(path, "api_key"))
-	} else if kind != "" {
+		if kind == KindVertex {
+			l.fail(deref(&p.APIKey), join(path, "api_key"), "vertex_ai/ models authenticate with vertex_credentials (or Application Default Credentials), not api_key")
+		}
+	} else if kind != "" && kind != KindVertex {
 		fallback := "OPENAI_API_KEY"
-		if kind == KindAzure {
+		switch kind {
+		case KindAzure:
 			fallback = "AZURE_API_KEY"
+		case KindXAI:
+			fallback = "XAI_API_KEY"
+		case KindGemini:
+			fallback = "GEMINI_API_KEY"
 		}
 		key, _ = l.lookup(fallback)
 		if key == "" && kind == KindAzure {
 			l.fail(n, path, "azure/ models need api_key (os.environ/NAME), or AZURE_API_KEY set")
+		}
+		if key == "" && kind == KindGemini {
+			l.fail(n, path, "gemini/ models need api_key (os.environ/NAME), or GEMINI_API_KEY set")
+		}
+	}
+	var vertex *vertexConfig
+	if kind == KindVertex {
+		vertex, base = l.vertex(&p, n, path, base)
+	} else {
+		for _, f := range vertexFields(&p) {
+			if given(f.n) {
+				l.fail(deref(f.n), join(path, f.name), "%s applies to vertex_ai/ models only", f.name)
+			}
 		}
 	}
 	if len(l.errs) > before || kind == "" || base == nil {
@@ -378,10 +410,16 @@ func (l *loader) deployment(n *yaml.Node, path, group string, index int) *Deploy
 	case key == "":
 	case kind == KindAzure:
 		h.Set("Api-Key", key)
+	case kind == KindGemini:
+		h.Set("X-Goog-Api-Key", key) // a header, not ?key=: URLs reach logs
 	default:
 		h.Set("Authorization", "Bearer "+key)
 	}
+	if vertex != nil && vertex.quotaProject != "" {
+		h.Set("X-Goog-User-Project", vertex.quotaProject)
+	}
 	d := newDeployment(group, index, kind, base, model, apiVersion, h)
+	d.vertex = vertex
 	l.litellmExtras(&p, path, d)
 	return d
 }
@@ -403,8 +441,10 @@ func (l *loader) parseBase(n *yaml.Node, path, s string) *url.URL {
 }
 
 // splitModel reads LiteLLM's model spelling: "azure/<deployment>",
-// "openai/<model>" or a bare "<model>" (OpenAI). ok is false for any other
-// provider prefix.
+// "openai/<model>", "xai/<model>", "gemini/<model>", "vertex_ai/<model>"
+// (or LiteLLM's "vertex_ai_beta/<model>", the same API) or a bare "<model>"
+// (OpenAI). ok is false
+// for any other provider prefix.
 func splitModel(spec string) (kind, model string, ok bool) {
 	prefix, rest, found := strings.Cut(spec, "/")
 	switch {
@@ -414,6 +454,12 @@ func splitModel(spec string) (kind, model string, ok bool) {
 		return KindOpenAI, rest, true
 	case prefix == "azure":
 		return KindAzure, rest, true
+	case prefix == "xai":
+		return KindXAI, rest, true
+	case prefix == "gemini":
+		return KindGemini, rest, true
+	case prefix == "vertex_ai" || prefix == "vertex_ai_beta":
+		return KindVertex, rest, true
 	}
 	return "", "", false
 }

@@ -30,6 +30,20 @@ import (
 const (
 	KindOpenAI = "openai" // Authorization: Bearer, /realtime?model=
 	KindAzure  = "azure"  // api-key header, Azure's /openai/... paths
+	// KindXAI is xAI's Grok Voice Agent API: OpenAI's form (Authorization:
+	// Bearer, /realtime?model=) speaking a dialect of the Realtime API
+	// that the gateway normalises for OpenAI's SDKs (server/providers/xai),
+	// billed per minute of connection.
+	KindXAI = "xai"
+	// KindGemini is Google's Gemini Live API on AI Studio
+	// (BidiGenerateContent, the key in x-goog-api-key), translated to
+	// and from the OpenAI Realtime API (server/providers/gemini).
+	KindGemini = "gemini"
+	// KindVertex is the same Gemini Live API on Vertex AI (LiteLLM's
+	// vertex_ai/): a regional endpoint, an OAuth 2 access token per dial
+	// (Authorizer), the model as its full resource in the setup
+	// (vertex.go).
+	KindVertex = "vertex_ai"
 )
 
 // Protocols a deployment speaks.
@@ -61,7 +75,7 @@ type Deployment struct {
 	// the group>@<host>". It holds nothing secret.
 	Name  string
 	Group string // the model name clients ask for
-	Kind  string // KindOpenAI or KindAzure
+	Kind  string // KindOpenAI, KindAzure, KindXAI, KindGemini or KindVertex
 	// Base is the ws:// or wss:// base: for OpenAI the API root (/realtime
 	// is appended), for Azure the resource root (Azure's paths are
 	// appended).
@@ -94,8 +108,9 @@ type Deployment struct {
 	// routing; 0 is none.
 	Weight, TPM float64
 
-	header http.Header // upstream credentials; never logged
-	path   string      // Base.Path plus the kind's and protocol's path
+	header http.Header   // upstream credentials; never logged
+	path   string        // Base.Path plus the kind's and protocol's path
+	vertex *vertexConfig // KindVertex's project, location and token source; nil otherwise
 }
 
 func newDeployment(group string, index int, kind string, base *url.URL, model, apiVersion string, header http.Header) *Deployment {
@@ -135,6 +150,10 @@ func (d *Deployment) setProtocol(p string) {
 		d.path = base + "/openai/realtime"
 	case d.Kind == KindAzure:
 		d.path = base + "/openai/v1/realtime"
+	case d.Kind == KindGemini:
+		d.path = base + geminiLivePath
+	case d.Kind == KindVertex:
+		d.path = base + vertexLivePath
 	default:
 		d.path = base + "/realtime"
 	}
@@ -173,6 +192,8 @@ func (d *Deployment) Address(clientQuery url.Values) (*url.URL, http.Header) {
 		if named {
 			q.Set("deployment", d.Model)
 		}
+	} else if d.Kind == KindGemini || d.Kind == KindVertex {
+		q = url.Values{} // the model is in the setup; nothing of the client's query means anything to Gemini
 	} else if named {
 		q.Set("model", d.Model)
 	}
@@ -370,6 +391,49 @@ func Single(model, liveModel string, base *url.URL, upstreamKey, masterKey strin
 	}
 	return t
 }
+
+// xAIAPIBase is xAI's API root, for xai/ deployments that name no
+// api_base: the Voice Agent API is wss://api.x.ai/v1/realtime.
+const xAIAPIBase = "https://api.x.ai/v1"
+
+// geminiAPIBase and geminiLivePath are AI Studio's Live API endpoint
+// (ai.google.dev/api/live): wss://generativelanguage.googleapis.com/ws/
+// google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent.
+const (
+	geminiAPIBase  = "https://generativelanguage.googleapis.com"
+	geminiLivePath = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+)
+
+// Translated reports whether the deployment's provider speaks a protocol
+// other than OpenAI's, which the gateway translates (Gemini, on AI Studio or
+// Vertex AI): its socket cannot be warmed (the setup carries the client's
+// configuration), and a session on it is not resumed or rolled over by the
+// gateway.
+func (d *Deployment) Translated() bool { return d.Kind == KindGemini || d.Kind == KindVertex }
+
+// UpstreamModel is the model as the provider's protocol names it: Gemini's
+// resource name (models/<model>) for Gemini, Vertex AI's
+// (projects/P/locations/L/publishers/google/models/<model>) for Vertex, the
+// model otherwise.
+func (d *Deployment) UpstreamModel() string {
+	switch {
+	case d.Kind == KindGemini:
+		return "models/" + d.Model
+	case d.Kind == KindVertex && d.vertex != nil:
+		return d.vertexModel()
+	}
+	return d.Model
+}
+
+// HasWebRTC reports whether the deployment's provider takes WebRTC calls
+// (/realtime/calls): OpenAI's and Azure's do, xAI and Gemini have none.
+func (d *Deployment) HasWebRTC() bool { return d.Kind == KindOpenAI || d.Kind == KindAzure }
+
+// BilledByTime reports whether the deployment's provider bills a Realtime
+// session by its connection time (xAI: per minute) rather than by tokens:
+// its record's seconds are then the session's wall clock, priced at
+// SecondPrice.
+func (d *Deployment) BilledByTime() bool { return d.Kind == KindXAI }
 
 // defaultAPIBase is OpenAI's, for deployments that name no api_base.
 const defaultAPIBase = "wss://api.openai.com/v1"

@@ -57,6 +57,11 @@ type litellmParams struct {
 	Weight yaml.Node `yaml:"weight"`
 	TPM    yaml.Node `yaml:"tpm"`
 
+	// Vertex AI's (vertex_ai/ models only; vertex.go).
+	VertexProject     yaml.Node `yaml:"vertex_project"`
+	VertexLocation    yaml.Node `yaml:"vertex_location"`
+	VertexCredentials yaml.Node `yaml:"vertex_credentials"`
+
 	// LiteLLM's fields that mean nothing to a realtime relay: accepted, so
 	// that a LiteLLM config loads as it is, and named in one start-up
 	// notice. (timeout bounds a whole LiteLLM request, often 600 s: it is

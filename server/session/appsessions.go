@@ -75,6 +75,10 @@ func (m *Manager) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, 
 		return true
 	}
 	switch {
+	case info.grant != nil && info.gemini != nil:
+		info.redial = nil
+		go m.startTranslatedSecret(sess, info, cands, q, h)
+		return true
 	case info.grant != nil:
 		if info.grant.Claims.Type == "transcription" {
 			q.Set("intent", "transcription")

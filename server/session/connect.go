@@ -284,6 +284,10 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	sess := &c.session
 	sess.Init(&m.sessCfg, c.Endpoint())
 	conversation := u.kind.traits().conversation
+	translated := conversation && plan.Cands[0].Translated() // Gemini: both directions translated (provider.go)
+	if conversation {
+		plan.Cands = info.translate(sess, plan.Cands[0], plan.Cands) // before the relay: the client's first event is translated
+	}
 	if conversation {
 		info.keepFlights(sess, m.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription
 		m.checkTranscriptionModel(sess, info)
@@ -304,7 +308,7 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 		}
 	} else if u.kind == kindLiveFork {
 		info.live = newLiveFork(m, sess, info) // metered as a Live session
-	} else if conversation && continuityOn(m.cfg, u.key) {
+	} else if conversation && !translated && continuityOn(m.cfg, u.key) {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
 			lim: continuity.Limits{MaxBytes: m.cfg.ContinuityMaxBytes, Global: m.contGlobal,
 				KeepAudio: keepAudio(m.cfg, u.key)}})
@@ -349,6 +353,11 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 		m.connectUpstream(sess, info, m.balancer.Rank(m.routes().Groups[group]), q, upHeader, nil)
 	}
 	cands, q := plan.Cands, u.q
+	if translated {
+		info.redial = nil // never warm: nothing to redial
+		go m.connectUpstream(sess, info, cands, q, upHeader, nil)
+		return
+	}
 	hit, miss := m.tryWarm(sess, info, cands[0], target(cands[0], q, upHeader))
 	if hit {
 		return

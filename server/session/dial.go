@@ -53,7 +53,7 @@ func adoptWarm(b *balance.Balancer, sess *poller.Session, info *sessionInfo, d *
 		if h != nil {
 			// before the held frame is forwarded
 			info.poolHit = true
-			info.attached(b, d)
+			info.attached(b, sess, d)
 		}
 		return h, held
 	})
@@ -163,7 +163,7 @@ func (m *Manager) connectUpstream(sess *poller.Session, info *sessionInfo, cands
 	defer cancel()
 	if miss == nil {
 		if conn, d := m.dialFor(ctx, sess, info, cands, q, h); conn != nil {
-			info.attached(m.balancer, d)
+			info.attached(m.balancer, sess, d)
 			sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 		}
 		return
@@ -191,7 +191,7 @@ func (m *Manager) connectUpstream(sess *poller.Session, info *sessionInfo, cands
 			cancelRace()
 			info.redial = nil // a fresh dial is never redialed
 			if conn, d := raced(info.proto(), sess, info, own); conn != nil {
-				info.attached(m.balancer, d)
+				info.attached(m.balancer, sess, d)
 				sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 			}
 			return
@@ -322,7 +322,8 @@ func passThrough(h http.Header) http.Header {
 // primePool warms, in pool, every deployment of table r that speaks
 // protocol, and only those (pool nil: off): a pool exists per configured
 // deployment, never per client (upstream.Poolable), and a reload's removed
-// deployments lose theirs. The Realtime pool holds Realtime deployments'
+// deployments lose theirs; deployments billed by connection time are never
+// warmed. The Realtime pool holds Realtime deployments'
 // sockets, the Live pool GPT-Live's (warm before session.start).
 func primePool(pool *upstream.Pool, r *routes.Table, protocol string) {
 	if pool == nil {
@@ -331,7 +332,12 @@ func primePool(pool *upstream.Pool, r *routes.Table, protocol string) {
 	var keep []upstream.Target
 	for g, ds := range r.Groups {
 		for _, d := range ds {
-			if d.Protocol != protocol {
+			if d.Protocol != protocol || d.BilledByTime() || d.Translated() {
+				// A provider that bills connection time (xAI) would
+				// bill every warm socket while it waits: $3 an hour
+				// each at xAI's price. A translated one (Gemini) says
+				// nothing until the client's setup, so no socket of
+				// it is ever "warm". Their sessions dial.
 				continue
 			}
 			t := warmTarget(d, g)
@@ -346,9 +352,12 @@ func primePool(pool *upstream.Pool, r *routes.Table, protocol string) {
 // the deployment's address (routes.Deployment.Address, which keeps the
 // client's other parameters and sets the model) as an upstream.Target. The
 // session builds it, so the configuration stays free of the dialer's types.
+// A credential that expires (Vertex AI's access token) is not fetched here,
+// on the connect path, but by the dial itself (Authorize), in the dialing
+// goroutine and within the dial's deadline.
 func dialTarget(d *routes.Deployment, clientQuery url.Values) upstream.Target {
 	u, h := d.Address(clientQuery)
-	return upstream.Target{URL: u, Header: h}
+	return upstream.Target{URL: u, Header: h, Authorize: d.Authorizer()}
 }
 
 // liveDialTarget is a GPT-Live deployment's target for a request under its

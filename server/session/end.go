@@ -114,6 +114,9 @@ func (m *Manager) sessionEnded(sess *poller.Session) {
 		rec.Protocol = routes.ProtocolLive // its session's usage is the session's own record (liveMetering), not this one's
 		info.sideband.ended()
 	}
+	if dep != nil && dep.BilledByTime() && info.live == nil {
+		rec.Seconds = float64(rec.DurationMS) / 1000 // wall clock: xAI bills the minute of connection
+	}
 	if info.kind == kindTranslation && dep != nil {
 		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock: billed by the minute of session
 	}

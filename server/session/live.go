@@ -243,7 +243,7 @@ func (ls *liveState) start(msg []byte) {
 		dialFailed(info.proto(), ls.sess, 0)
 		return
 	}
-	info.attached(m.balancer, d)
+	info.attached(m.balancer, ls.sess, d)
 	ls.sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 }
 
@@ -388,7 +388,7 @@ func (ls *liveState) fromPool(d *routes.Deployment, group string, st protocol.St
 		h, held := hold.Adopt(o)
 		if h != nil {
 			info.poolHit = true
-			info.attached(m.balancer, d) // before its first frame reaches the client
+			info.attached(m.balancer, ls.sess, d) // before its first frame reaches the client
 		}
 		return h, held
 	})

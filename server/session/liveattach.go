@@ -92,7 +92,7 @@ func startLiveAttach(m *Manager, sess *poller.Session, info *sessionInfo, u *upg
 		dialFailed(info.proto(), sess, status)
 		return
 	}
-	info.attached(m.balancer, u.attachTo)
+	info.attached(m.balancer, sess, u.attachTo)
 	sb.attached()
 	sess.AttachUpstream(poller.NewHandle(conn.Endpoint), conn.Preface)
 }

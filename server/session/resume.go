@@ -362,7 +362,7 @@ func (m *Manager) resumeUpstream(sess *poller.Session, info *sessionInfo, snap c
 	}
 	created := upstreamCreated(m.cfg, p.warm)
 	sess.SendClient(resumedEvent(cause, len(snap.Items), snap.Dropped+p.replayErrors, snap.Response, sess.Resumes()))
-	if !adoptPrimed(m.balancer, info, p, d, sess.AdoptResumed) {
+	if !adoptPrimed(m.balancer, sess, info, p, d, sess.AdoptResumed) {
 		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the fresh upstream closed right after the replay", 0))
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"rtgate/server/balance"
 	"rtgate/server/continuity"
 	"rtgate/server/protocol"
+	"rtgate/server/providers/gemini"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
 	"rtgate/server/turns"
@@ -46,6 +47,7 @@ type sessionInfo struct {
 	live       *liveState         // a GPT-Live session's own; nil for Realtime
 	kind       sessionKind        // its upgrade's; a WebRTC session's meter (liveMetering, callMeters) says its own
 	sideband   *appSideband       // a Live sideband's metering side; nil: it meters nothing
+	gemini     *gemini.Session    // a session translated to Gemini Live's protocol (translate); nil for others
 	// Session continuity (keepContinuity): nil when off for the session; the
 	// kept conversation (a nil State until something is kept); the
 	// resumes so far (under depMu).
@@ -79,8 +81,11 @@ func (i *sessionInfo) left() bool {
 	return i.clientLeft
 }
 
-// attached records that deployment d serves the session.
-func (i *sessionInfo) attached(b *balance.Balancer, d *routes.Deployment) {
+// attached records that deployment d serves the session sess, and sets
+// the translator d's provider needs (attachTranslated) before the first
+// frame of d's upstream reaches the relay.
+func (i *sessionInfo) attached(b *balance.Balancer, sess *poller.Session, d *routes.Deployment) {
+	i.attachTranslated(sess, d)
 	i.depMu.Lock()
 	count := !i.ended
 	i.deployment, i.counted = d, count

@@ -280,7 +280,7 @@ func (m *Manager) primeSession(sess *poller.Session, info *sessionInfo, cands []
 		sess.DialFailed(info.proto().Refusal("upstream_unavailable", why, 0))
 		return
 	}
-	if !adoptPrimed(m.balancer, info, p, d, sess.AdoptWarm) {
+	if !adoptPrimed(m.balancer, sess, info, p, d, sess.AdoptWarm) {
 		sess.DialFailed(info.proto().Refusal("upstream_unavailable", "the upstream closed after the session config", 0))
 		return
 	}
@@ -358,13 +358,13 @@ func (p *primer) await(ctx context.Context) (state primeState, why, reason strin
 
 // adoptPrimed hands a primer's socket to the session with adopt
 // (AdoptWarm, AdoptResumed); false, the socket dropped, if it went away.
-func adoptPrimed(b *balance.Balancer, info *sessionInfo, p *primer, d *routes.Deployment,
+func adoptPrimed(b *balance.Balancer, sess *poller.Session, info *sessionInfo, p *primer, d *routes.Deployment,
 	adopt func(func(poller.Owner) (*poller.Handle, []byte)) bool) bool {
 	adopted := adopt(func(o poller.Owner) (*poller.Handle, []byte) {
 		if !handOver(p.h, o) {
 			return nil, nil
 		}
-		info.attached(b, d) // before the first frame reaches the client
+		info.attached(b, sess, d) // before the first frame reaches the client
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.h, p.out

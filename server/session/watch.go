@@ -168,9 +168,16 @@ func (m *metrics) endTurns(info *sessionInfo) (n int, p50MS, p95MS float64) {
 
 // traceWhere is deployment d as the session's spans name it.
 func traceWhere(d *routes.Deployment) tracing.Where {
-	provider := "openai"
-	if d.Kind == routes.KindAzure {
+	provider := "openai" // OpenTelemetry's gen_ai.provider.name values
+	switch d.Kind {
+	case routes.KindAzure:
 		provider = "azure.ai.openai"
+	case routes.KindXAI:
+		provider = "x_ai"
+	case routes.KindGemini:
+		provider = "gcp.gemini"
+	case routes.KindVertex:
+		provider = "gcp.vertex_ai"
 	}
 	return tracing.Where{Group: d.Group, Deployment: d.Name, Provider: provider, Model: d.Model, Host: d.Base.Host}
 }

@@ -140,14 +140,19 @@ func text(in, cached, out float64) Prices {
 // transcription on /v1/realtime?intent=transcription): $0.017 per minute of
 // audio, the seconds the transcription events report. whisper-1 (a
 // Realtime session's input transcription, read 2026-12-04): $0.006 per
-// minute of audio.
+// minute of audio. xAI's Voice Agent API (grok-voice-*, xai/ deployments,
+// docs.x.ai/developers/models/voice-agent-api, read 2026-12-05): $0.05 per
+// minute of connection; tool invocations are billed apart by xAI and are
+// not in the gateway's figure.
 var defaultSecondPrices = map[string]float64{
-	"gpt-live-1":             0.05 / 60,
-	"gpt-live-1.1":           0.05 / 60,
-	"gpt-realtime-translate": 0.034 / 60,
-	"gpt-realtime-whisper":   0.017 / 60,
-	"gpt-live-transcribe":    0.017 / 60,
-	"whisper-1":              0.006 / 60,
+	"grok-voice-latest":         0.05 / 60,
+	"grok-voice-think-fast-1.0": 0.05 / 60,
+	"gpt-live-1":                0.05 / 60,
+	"gpt-live-1.1":              0.05 / 60,
+	"gpt-realtime-translate":    0.034 / 60,
+	"gpt-realtime-whisper":      0.017 / 60,
+	"gpt-live-transcribe":       0.017 / 60,
+	"whisper-1":                 0.006 / 60,
 }
 
 // SecondPrice is the price per second of session time of a deployment of

@@ -1,0 +1,473 @@
+package server
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// xaiGateway is a gateway (TLS to the client, for the SDK) with the group
+// grok-voice on mockai's xAI dialect (its /xai/v1 root) over scheme, the
+// warm pool on, and USAGE_LOG at the returned path.
+func xaiGateway(t *testing.T, scheme string, mutate ...func(*Settings)) (*gateway, listenerCert, string) {
+	t.Helper()
+	// Responses of about a second (50 deltas 20 ms apart), so that a cancel
+	// after the first audio lands mid-answer.
+	mock, roots := mockaiOver(t, scheme, "-deltas", "50", "-delta-interval", "20ms")
+	base := strings.TrimSuffix(mock.baseURL, "/v1") + "/xai/v1"
+	path := writeConfig(t, `model_list:
+  - model_name: grok-voice
+    litellm_params:
+      model: xai/grok-voice-latest
+      api_base: `+base+`
+      api_key: os.environ/RTGATE_TEST_UPSTREAM`+configTail)
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	lc := newListenerCert(t)
+	g := startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile, c.UsageLog = path, logPath
+		c.UpstreamRoots = roots
+		c.TLSCert, c.TLSKey = lc.certFile, lc.keyFile
+		c.Pool.Size = 2
+		for _, m := range mutate {
+			m(c)
+		}
+	})
+	return g, lc, logPath
+}
+
+// TestXAIBehindTheRealtimeAPI: a client of the Realtime API reaches an xai/
+// deployment (ws and wss upstream) and sees OpenAI's protocol: the session
+// starts with session.created naming the deployment's model (xAI sends
+// conversation.created first), xAI's ping events never reach it, and
+// response.done carries a usage object. The deployment is never warmed
+// (xAI bills connection time), and the session is billed its wall clock at
+// xAI's $0.05 a minute.
+func TestXAIBehindTheRealtimeAPI(t *testing.T) {
+	for _, up := range []string{"ws", "wss"} {
+		t.Run(up, func(t *testing.T) {
+			g, lc, logPath := xaiGateway(t, up)
+			d := dialer()
+			d.TLSClientConfig = &tls.Config{RootCAs: lc.roots, MinVersion: tls.VersionTLS12}
+			c := dialWith(t, d, "wss://"+g.addr+"/v1/realtime?model=grok-voice", bearer(testMasterKey))
+			first := read(t, c)
+			if first.typ() != "session.created" || first.str("session", "model") != "grok-voice-latest" {
+				t.Fatalf("first event %v, want session.created for grok-voice-latest", first)
+			}
+			send(t, c, map[string]any{"type": "response.create"})
+			var types []string
+			var done event
+			for deadline := time.Now().Add(10 * time.Second); done == nil && time.Now().Before(deadline); {
+				e := read(t, c)
+				types = append(types, e.typ())
+				if e.typ() == "response.done" {
+					done = e
+				}
+			}
+			switch {
+			case done == nil:
+				t.Fatalf("no response.done; events %v", types)
+			case slices.Contains(types, "ping"):
+				t.Fatalf("xAI's ping reached the client: %v", types)
+			case !slices.Contains(types, "conversation.created"):
+				t.Fatalf("xAI's conversation.created was lost: %v", types)
+			}
+			if _, ok := done["response"].(map[string]any)["usage"].(map[string]any); !ok {
+				t.Fatalf("response.done without a usage object: %v", done)
+			}
+			time.Sleep(1100 * time.Millisecond) // a second of connection to bill
+			_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"))
+			_ = c.Close()
+			waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			rec := oneRecord(t, g, logPath)
+			if rec.PoolHit {
+				t.Fatal("an xAI session came from the warm pool: a warm xAI socket bills by the minute")
+			}
+			wall := float64(rec.DurationMS) / 1000
+			if rec.Seconds < 1 || math.Abs(rec.Seconds-wall) > 0.01 {
+				t.Fatalf("record seconds %v, want the session's wall clock %v", rec.Seconds, wall)
+			}
+			if want := rec.Seconds * 0.05 / 60; math.Abs(rec.CostUSD-want) > 1e-9 {
+				t.Fatalf("cost %v, want %v (%.2f s at $0.05 a minute)", rec.CostUSD, want, rec.Seconds)
+			}
+		})
+	}
+}
+
+// TestNodeSDKsWithXAI: the official openai SDK's OpenAIRealtimeWS and
+// @openai/agents-realtime's transport, unchanged, hold a voice session with
+// an xAI deployment through the gateway (ws and wss upstream): audio in,
+// audio and a transcript out, a tool call and its output, an interruption.
+// The agents transport emits turn_done only for a response.done that passes
+// its schema, so every response counts there.
+func TestNodeSDKsWithXAI(t *testing.T) {
+	for _, up := range []string{"ws", "wss"} {
+		for _, client := range []string{"openai", "agents"} {
+			t.Run(up+"/"+client, func(t *testing.T) {
+				g, lc, _ := xaiGateway(t, up)
+				out := runNode(t, "providers.mjs", "CLIENT="+client, "MODEL=grok-voice",
+					"GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_URL=wss://"+g.addr+"/v1/realtime?model=grok-voice",
+					"GATEWAY_KEY="+testMasterKey, "NODE_EXTRA_CA_CERTS="+lc.certFile)
+				checkProviderRun(t, out, client, "grok-voice-latest")
+			})
+		}
+	}
+}
+
+// geminiGateway is a gateway (TLS to the client, for the SDK) with the group
+// gemini-voice on mockai's Gemini Live over scheme, priced per modality as
+// model_info says, and USAGE_LOG at the returned path.
+func geminiGateway(t *testing.T, scheme string, mutate ...func(*Settings)) (*gateway, listenerCert, string) {
+	t.Helper()
+	mock, roots := mockaiOver(t, scheme, "-deltas", "50", "-delta-interval", "20ms")
+	path := writeConfig(t, `model_list:
+  - model_name: gemini-voice
+    litellm_params:
+      model: gemini/gemini-3.8-live
+      api_base: `+strings.TrimSuffix(mock.baseURL, "/v1")+`
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+    model_info:
+      input_cost_per_token: 0.0000005
+      input_cost_per_audio_token: 0.000003
+      output_cost_per_token: 0.000002
+      output_cost_per_audio_token: 0.000012`+configTail)
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	lc := newListenerCert(t)
+	g := startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile, c.UsageLog = path, logPath
+		c.UpstreamRoots = roots
+		c.TLSCert, c.TLSKey = lc.certFile, lc.keyFile
+		c.Pool.Size = 2
+		for _, m := range mutate {
+			m(c)
+		}
+	})
+	return g, lc, logPath
+}
+
+// eventsUntil reads events until one of type typ, returning all of them.
+func eventsUntil(t *testing.T, c *websocket.Conn, typ string) []event {
+	t.Helper()
+	var got []event
+	for range 500 {
+		e := read(t, c)
+		got = append(got, e)
+		if e.typ() == typ {
+			return got
+		}
+	}
+	t.Fatalf("no %s in 500 events", typ)
+	return nil
+}
+
+// TestGeminiBehindTheRealtimeAPI: a Realtime API client talks to a gemini/
+// deployment (ws and wss upstream) in OpenAI's protocol: session.created at
+// once, session.updated once Gemini took the setup, a text turn answered
+// with audio, its transcript and response.done carrying Gemini's usage per
+// modality; a later session.update that would change what Gemini fixed at
+// setup gets an error event naming it and the session goes on; the record
+// holds the usage and its cost at the deployment's audio and text prices.
+func TestGeminiBehindTheRealtimeAPI(t *testing.T) {
+	for _, up := range []string{"ws", "wss"} {
+		t.Run(up, func(t *testing.T) {
+			g, lc, logPath := geminiGateway(t, up)
+			d := dialer()
+			d.TLSClientConfig = &tls.Config{RootCAs: lc.roots, MinVersion: tls.VersionTLS12}
+			c := dialWith(t, d, "wss://"+g.addr+"/v1/realtime?model=gemini-voice", bearer(testMasterKey))
+			if e := read(t, c); e.typ() != "session.created" || e.str("session", "model") != "gemini-3.8-live" {
+				t.Fatalf("first event %v, want session.created for gemini-3.8-live", e)
+			}
+			send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "Be brief."}})
+			if e := eventsUntil(t, c, "session.updated"); e[len(e)-1].str("session", "instructions") != "Be brief." {
+				t.Fatalf("session.updated %v", e[len(e)-1])
+			}
+			send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+				"content": []any{map[string]any{"type": "input_text", "text": "hello"}}}})
+			send(t, c, map[string]any{"type": "response.create"})
+			turn := eventsUntil(t, c, "response.done")
+			var deltas int
+			var transcript string
+			for _, e := range turn {
+				switch e.typ() {
+				case "response.output_audio.delta":
+					deltas++
+				case "response.output_audio_transcript.delta":
+					transcript += e.str("delta")
+				case "error":
+					t.Fatalf("error event %v", e)
+				}
+			}
+			done := turn[len(turn)-1]
+			u, _ := done["response"].(map[string]any)["usage"].(map[string]any)
+			outAudio, _ := u["output_token_details"].(map[string]any)["audio_tokens"].(float64)
+			if deltas == 0 || transcript == "" || done.str("response", "status") != "completed" || outAudio == 0 {
+				t.Fatalf("%d audio deltas, transcript %q, response.done %v", deltas, transcript, done)
+			}
+			send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"instructions": "Be long."}})
+			if e := eventsUntil(t, c, "error"); e[len(e)-1].str("error", "code") != "unsupported_mid_session_update" ||
+				!strings.Contains(e[len(e)-1].str("error", "message"), "instructions") {
+				t.Fatalf("a mid-session change got %v", e[len(e)-1])
+			}
+			_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, "done"))
+			_ = c.Close()
+			waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+			rec := oneRecord(t, g, logPath)
+			if rec.PoolHit || rec.Usage.OutputTokenDetails.AudioTokens != int64(outAudio) || rec.CostUSD <= 0 {
+				t.Fatalf("record: pool hit %v, output audio tokens %d (response.done said %v), cost %v",
+					rec.PoolHit, rec.Usage.OutputTokenDetails.AudioTokens, outAudio, rec.CostUSD)
+			}
+			if want := float64(rec.Usage.OutputTokenDetails.AudioTokens) * 0.000012; rec.CostUSD < want {
+				t.Fatalf("cost %v is below the output audio alone (%v): audio output billed at another rate", rec.CostUSD, want)
+			}
+		})
+	}
+}
+
+// TestNodeSDKsWithGemini: the official openai SDK's OpenAIRealtimeWS and
+// @openai/agents-realtime's transport, unchanged, hold a voice session with
+// a Gemini Live deployment through the gateway (ws and wss upstream): audio
+// in, audio and transcripts out, a tool call (Gemini has no per-response
+// tool_choice: the user asks for the weather) and its output, an
+// interruption.
+func TestNodeSDKsWithGemini(t *testing.T) {
+	for _, up := range []string{"ws", "wss"} {
+		for _, client := range []string{"openai", "agents"} {
+			t.Run(up+"/"+client, func(t *testing.T) {
+				g, lc, _ := geminiGateway(t, up)
+				out := runNode(t, "providers.mjs", "CLIENT="+client, "MODEL=gemini-voice", "TOOL_BY=text",
+					"GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_URL=wss://"+g.addr+"/v1/realtime?model=gemini-voice",
+					"GATEWAY_KEY="+testMasterKey, "NODE_EXTRA_CA_CERTS="+lc.certFile)
+				checkProviderRun(t, out, client, "gemini-3.8-live")
+			})
+		}
+	}
+}
+
+// checkProviderRun asserts what providers.mjs saw of a session through
+// client (openai or agents): session.created first naming model, no event
+// the provider has and OpenAI has not, three answers and a cancelled one,
+// audio and a transcript, the tool call; with the agents transport, every
+// response.done passed its schema.
+func checkProviderRun(t *testing.T, out []byte, client, model string) {
+	t.Helper()
+	var got struct {
+		Events      []string          `json:"events"`
+		Statuses    []string          `json:"statuses"`
+		TurnsDone   int               `json:"turns_done"`
+		AudioDeltas int               `json:"audio_deltas"`
+		Transcript  string            `json:"transcript"`
+		ToolCall    map[string]string `json:"tool_call"`
+		FirstEvent  string            `json:"first_event"`
+		Created     string            `json:"created_model"`
+		Error       string            `json:"error"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("providers.mjs printed %q: %v", out, err)
+	}
+	want := []string{"completed", "completed", "completed", "cancelled"}
+	switch {
+	case got.Error != "":
+		t.Fatalf("the SDK failed: %s; events %v", got.Error, got.Events)
+	case got.FirstEvent != "session.created" || got.Created != model:
+		t.Fatalf("first event %q for model %q, want session.created for %s", got.FirstEvent, got.Created, model)
+	case slices.Contains(got.Events, "ping") || slices.Contains(got.Events, "error"):
+		t.Fatalf("an event OpenAI has not reached the SDK: %v", got.Events)
+	case !slices.Equal(got.Statuses, want):
+		t.Fatalf("responses ended %v, want %v; events %v", got.Statuses, want, got.Events)
+	case got.AudioDeltas == 0 || strings.TrimSpace(got.Transcript) == "":
+		t.Fatalf("%d audio deltas, transcript %q", got.AudioDeltas, got.Transcript)
+	case got.ToolCall["name"] != "get_weather" || got.ToolCall["call_id"] == "":
+		t.Fatalf("tool call %v", got.ToolCall)
+	case client == "agents" && got.TurnsDone != len(want):
+		t.Fatalf("turn_done %d times for %d responses: a response.done failed the SDK's schema", got.TurnsDone, len(want))
+	}
+}
+
+// TestWebRTCCallsRefusedForProvidersWithout: a WebRTC call for a group
+// served by xAI or Gemini, which take none, is refused with a clear error
+// rather than sent where it cannot be answered.
+func TestWebRTCCallsRefusedForProvidersWithout(t *testing.T) {
+	for _, tc := range []struct {
+		group string
+		start func(*testing.T, string, ...func(*Settings)) (*gateway, listenerCert, string)
+	}{{"grok-voice", xaiGateway}, {"gemini-voice", geminiGateway}} {
+		t.Run(tc.group, func(t *testing.T) {
+			g, lc, _ := tc.start(t, "ws")
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: lc.roots, MinVersion: tls.VersionTLS12}}}
+			req, _ := http.NewRequest(http.MethodPost, "https://"+g.addr+"/v1/realtime/calls?model="+tc.group, strings.NewReader(sdpOffer))
+			req.Header.Set("Authorization", "Bearer "+testMasterKey)
+			req.Header.Set("Content-Type", "application/sdp")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var body struct {
+				Error struct{ Code, Message string }
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			if resp.StatusCode != http.StatusBadRequest || body.Error.Code != "unsupported_for_provider" ||
+				!strings.Contains(body.Error.Message, "/v1/realtime") {
+				t.Fatalf("HTTP %d %+v, want 400 unsupported_for_provider", resp.StatusCode, body.Error)
+			}
+		})
+	}
+}
+
+// plainFront serves clients over ws:// (no TLS listener).
+func plainFront(c *Settings) { c.TLSCert, c.TLSKey = "", "" }
+
+// TestClientSecretsWithOtherProviders: a client secret minted by the
+// gateway for an xAI or a Gemini group starts its session configured as the
+// secret says (for Gemini the secret's session becomes the setup), and a
+// turn is answered on it.
+func TestClientSecretsWithOtherProviders(t *testing.T) {
+	for _, tc := range []struct {
+		group string
+		start func(*testing.T, string, ...func(*Settings)) (*gateway, listenerCert, string)
+	}{{"grok-voice", xaiGateway}, {"gemini-voice", geminiGateway}} {
+		for _, up := range []string{"ws", "wss"} {
+			t.Run(tc.group+"/"+up, func(t *testing.T) {
+				g, _, _ := tc.start(t, up, plainFront)
+				ek, _ := mint(t, g, testMasterKey, map[string]any{"session": map[string]any{"type": "realtime",
+					"model": tc.group, "instructions": "From the secret."}})
+				c, resp, err := dialSecret(t, g, ek, "model="+tc.group)
+				if err != nil {
+					t.Fatalf("dial with the secret: %v (%v)", err, resp)
+				}
+				first := read(t, c)
+				if first.typ() != "session.created" || first.str("session", "instructions") != "From the secret." {
+					t.Fatalf("first event %v, want session.created with the secret's instructions", first)
+				}
+				send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+					"content": []any{map[string]any{"type": "input_text", "text": "hello"}}}})
+				send(t, c, map[string]any{"type": "response.create"})
+				events := eventsUntil(t, c, "response.done")
+				for _, e := range events {
+					if e.typ() == "error" {
+						t.Fatalf("error event %v", e)
+					}
+				}
+				if done := events[len(events)-1]; done.str("response", "status") != "completed" {
+					t.Fatalf("response.done %v", done)
+				}
+				_ = c.Close()
+			})
+		}
+	}
+}
+
+// vertexKeyFile writes a service-account key file whose token endpoint is
+// a loopback fake answering every JWT-bearer grant with access token tok,
+// and returns its path.
+func vertexKeyFile(t *testing.T, tok string) string {
+	t.Helper()
+	tokens := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ParseForm() != nil || r.PostForm.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" {
+			http.Error(w, `{"error":"unsupported_grant_type"}`, http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"access_token":"` + tok + `","expires_in":3600,"token_type":"Bearer"}`))
+	}))
+	t.Cleanup(tokens.Close)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(map[string]string{"type": "service_account", "project_id": "proj-1", "private_key_id": "k1",
+		"client_email": "gw@proj-1.iam.gserviceaccount.com", "token_uri": tokens.URL,
+		"private_key": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))})
+	path := filepath.Join(t.TempDir(), "sa.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestVertexBehindTheRealtimeAPI: a vertex_ai/ deployment (ws and wss
+// upstream) is dialed at Vertex AI's Live path with the access token its
+// service-account key earns (from a loopback token endpoint), names its
+// model as Vertex's resource in the setup, and answers a Realtime client's
+// turn; a token the upstream refuses reaches the client as an error event
+// and the upstream's close, never silence.
+func TestVertexBehindTheRealtimeAPI(t *testing.T) {
+	for _, up := range []string{"ws", "wss"} {
+		for _, tc := range []struct {
+			name, token string
+			works       bool
+		}{{"token accepted", "tok-good", true}, {"token refused", "tok-stale", false}} {
+			t.Run(up+"/"+tc.name, func(t *testing.T) {
+				mock, roots := mockaiOver(t, up, "-key", "tok-good")
+				path := writeConfig(t, `model_list:
+  - model_name: vertex-voice
+    litellm_params:
+      model: vertex_ai/gemini-3.8-live
+      vertex_location: us-central1
+      vertex_credentials: `+vertexKeyFile(t, tc.token)+`
+      api_base: `+strings.TrimSuffix(mock.baseURL, "/v1")+configTail)
+				g := startGateway(t, nil, func(c *Settings) { c.RoutesFile, c.UpstreamRoots = path, roots })
+				c := g.dial(t, "model=vertex-voice", bearer(testMasterKey))
+				if e := read(t, c); e.typ() != "session.created" {
+					t.Fatalf("first event %v", e)
+				}
+				send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+					"content": []any{map[string]any{"type": "input_text", "text": "hello"}}}})
+				send(t, c, map[string]any{"type": "response.create"})
+				if !tc.works {
+					e := eventsUntil(t, c, "error")
+					if last := e[len(e)-1]; last.str("error", "code") != "upstream_closed" || !strings.Contains(last.str("error", "message"), "1008") {
+						t.Fatalf("error event %v, want upstream_closed naming Vertex's 1008", last)
+					}
+					if ce := closeOf(t, c); ce == nil || ce.Code != 1008 {
+						t.Fatalf("close %v, want Vertex's 1008", ce)
+					}
+					return
+				}
+				if done := eventsUntil(t, c, "response.done"); done[len(done)-1].str("response", "status") != "completed" {
+					t.Fatalf("response.done %v", done[len(done)-1])
+				}
+				_ = c.Close()
+				var sessions []struct{ API, Auth, Model string }
+				getJSON(t, strings.TrimSuffix(mock.baseURL, "/v1")+"/mock/gemini/sessions", roots, &sessions)
+				if len(sessions) != 1 || sessions[0].API != "vertex" || sessions[0].Auth != "bearer" ||
+					sessions[0].Model != "projects/proj-1/locations/us-central1/publishers/google/models/gemini-3.8-live" {
+					t.Fatalf("mockai saw %+v", sessions)
+				}
+			})
+		}
+	}
+}
+
+// getJSON decodes a GET of url (ws:// and wss:// read as http:// and
+// https://, trusting roots) into v.
+func getJSON(t *testing.T, url string, roots *x509.CertPool, v any) {
+	t.Helper()
+	url = strings.Replace(strings.Replace(url, "wss://", "https://", 1), "ws://", "http://", 1)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}

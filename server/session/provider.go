@@ -1,0 +1,119 @@
+package session
+
+// Providers other than OpenAI behind the OpenAI Realtime API. OpenAI's and
+// Azure's events reach the client byte for byte; another provider's pass
+// through translators (frames.Translator):
+//
+//	provider (routes.Kind)  upstream → client                client → upstream
+//	openai, azure           verbatim                         verbatim
+//	xai                     xai.Normalizer: xAI's dialect    verbatim (xAI reads
+//	                        repaired (session.created,       OpenAI's events)
+//	                        pings, missing fields)
+//	gemini, vertex_ai       gemini.Session: Gemini Live's    gemini.Session: OpenAI's
+//	                        messages as OpenAI's events      events as Gemini's messages
+//
+// Everything the gateway reads of a session (usage, turns, budgets) reads
+// the client's side of the translation, so it works the same whatever the
+// provider. The upstream-only normaliser is set when a deployment is
+// attached, so a group mixing xAI with OpenAI fails over between them at
+// connect. A Gemini session translates the client's events from its first
+// one, before any upstream is attached (they are queued translated), so its
+// connect is decided by its first-choice deployment: it fails over only to
+// the group's deployments of the same provider and model, and a session
+// whose first choice is not Gemini never goes to one. Its socket is never warmed (Gemini's setup
+// carries the client's configuration) and it is not resumed or rolled over
+// by the gateway (continuity replays OpenAI events; Gemini's own session
+// resumption is the way, not built yet).
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"rtgate/frames"
+	"rtgate/poller"
+	"rtgate/server/providers/gemini"
+	"rtgate/server/providers/xai"
+	"rtgate/server/routes"
+)
+
+// providerTranslator is what deployment d's upstream events pass through on
+// their way to the client when only that direction needs it (xAI): nil for
+// OpenAI and Azure, and for Gemini, whose translation is the session's
+// (sessionInfo.gemini). A fresh one per upstream socket: a resumed or
+// redialed session's new upstream starts its protocol afresh.
+func providerTranslator(d *routes.Deployment) frames.Translator {
+	if d.Kind == routes.KindXAI {
+		return xai.NewNormalizer(d.Model)
+	}
+	return nil
+}
+
+// translate starts the translation of a session whose first-choice
+// deployment d speaks another protocol (d.Translated), before its relay
+// starts, and returns the deployments it may connect to: cands of d's
+// provider. A session whose first choice is not translated may not connect
+// to one that is: its client's events go upstream as they came.
+func (i *sessionInfo) translate(sess *poller.Session, d *routes.Deployment, cands []*routes.Deployment) []*routes.Deployment {
+	same := make([]*routes.Deployment, 0, len(cands))
+	for _, c := range cands {
+		// The setup names the first choice's model (a Vertex resource
+		// names its project and location): a translated session fails
+		// over only to deployments of the same provider and model.
+		if c.Translated() == d.Translated() && (!d.Translated() || c.Kind == d.Kind && c.UpstreamModel() == d.UpstreamModel()) {
+			same = append(same, c)
+		}
+	}
+	if !d.Translated() {
+		return same
+	}
+	i.gemini = gemini.New(d.UpstreamModel(), d.Model)
+	sess.TranslateClient(i.gemini.FromClient())
+	return same
+}
+
+// attachTranslated readies the relay for deployment d's upstream events:
+// the upstream's translator, and for Gemini the client's session.created,
+// which the gateway sends (Gemini says nothing until its setup).
+func (i *sessionInfo) attachTranslated(sess *poller.Session, d *routes.Deployment) {
+	if i.gemini != nil {
+		sess.TranslateUpstream(i.gemini.FromUpstream())
+		if created := i.gemini.Created(); created != nil {
+			sess.SendClient(frames.AppendFrame(nil, 1, created, false))
+		}
+		return
+	}
+	if t := providerTranslator(d); t != nil {
+		sess.TranslateUpstream(t)
+	}
+}
+
+// preconfigure applies a client secret's session configuration to a
+// translated session: it becomes the Gemini setup (sent with the client's
+// first event), and the session.created the client gets shows it.
+func (i *sessionInfo) preconfigure(config []byte) error {
+	if err := i.gemini.Configure(json.RawMessage(config)); err != nil {
+		return fmt.Errorf("the client secret's session: %w", err)
+	}
+	return nil
+}
+
+// startTranslatedSecret starts a translated session opened with a client
+// secret: the secret's session configuration is the session's (it becomes
+// Gemini's setup), then the upstream is dialed. It runs in its own
+// goroutine: a secret's configuration may load from Redis.
+func (m *Manager) startTranslatedSecret(sess *poller.Session, info *sessionInfo, cands []*routes.Deployment, q url.Values, h http.Header) {
+	ctx, cancel := info.attemptContext(m.ctx, m.cfg.DialTimeout)
+	err := m.secrets.LoadConfig(ctx, info.grant)
+	cancel()
+	if err == nil {
+		err = info.preconfigure(info.grant.Config)
+	}
+	if err != nil {
+		m.log.Warn("client secret's session config unusable", "key", info.key.Name, "secret_id", info.grant.Claims.ID, "err", err)
+		sess.DialFailed(info.proto().Refusal("session_config_unavailable", err.Error(), 0))
+		return
+	}
+	m.connectUpstream(sess, info, cands, q, h, nil)
+}
