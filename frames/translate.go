@@ -213,13 +213,15 @@ func (s *Scanner) more(p []byte, dst Sink) error {
 	return nil
 }
 
-// reset drops a message in progress and the output of the last one.
+// reset drops a message in progress and the replies not taken. The output
+// stays: the sink may still reference it until the caller flushes (a
+// refused frame resets the scanner in the middle of a Forward whose
+// earlier messages are in the batch); the next Forward releases it.
 func (tr *translation) reset() {
 	if tr.msg != nil {
 		bytebufferpool.Put(tr.msg)
 		tr.msg = nil
 	}
-	tr.out.release()
 	if tr.out.reply != nil {
 		bytebufferpool.Put(tr.out.reply)
 		tr.out.reply = nil

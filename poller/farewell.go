@@ -87,6 +87,24 @@ func (s *Session) SendUpstream(frame []byte) bool {
 	return true
 }
 
+// SendUpstreamRaw sends frames already in the upstream's protocol (masked):
+// a translated session's own messages to its provider (an upstream
+// translator's replies, a Gemini session's deferred request for an answer),
+// on the terms SendUpstream keeps, without translating them.
+func (s *Session) SendUpstreamRaw(frame []byte) bool {
+	up := &s.up
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if s.upState != upReady || !up.mayWrite() || up.state != closeOpen || s.c2u.MidFrame() {
+		return false
+	}
+	if up.ep.Send(frame) != nil {
+		return false
+	}
+	s.wroteUp = true
+	return true
+}
+
 // BytesToClient returns the bytes relayed to the client so far. Only the
 // upstream's read path (an Inspector, a resume) or the session's end may
 // call it: the counter is that path's own.

@@ -159,7 +159,7 @@ func (s *Session) fromUpstream(src frames.Source) error {
 		c.mu.Unlock()
 
 		if replies != nil {
-			s.SendUpstream(replies.B) // the translator's answer to the upstream
+			s.SendUpstreamRaw(replies.B) // the translator's answer, already in the upstream's protocol
 			bytebufferpool.Put(replies)
 		}
 		s.run(c, act)

@@ -25,9 +25,15 @@ import (
 // warm pool on, and USAGE_LOG at the returned path.
 func xaiGateway(t *testing.T, scheme string, mutate ...func(*Settings)) (*gateway, listenerCert, string) {
 	t.Helper()
+	return xaiGatewayOn(t, scheme, nil, mutate...)
+}
+
+// xaiGatewayOn is xaiGateway with mockai's extra flags mockArgs.
+func xaiGatewayOn(t *testing.T, scheme string, mockArgs []string, mutate ...func(*Settings)) (*gateway, listenerCert, string) {
+	t.Helper()
 	// Responses of about a second (50 deltas 20 ms apart), so that a cancel
 	// after the first audio lands mid-answer.
-	mock, roots := mockaiOver(t, scheme, "-deltas", "50", "-delta-interval", "20ms")
+	mock, roots := mockaiOver(t, scheme, append([]string{"-deltas", "50", "-delta-interval", "20ms"}, mockArgs...)...)
 	base := strings.TrimSuffix(mock.baseURL, "/v1") + "/xai/v1"
 	path := writeConfig(t, `model_list:
   - model_name: grok-voice
@@ -469,5 +475,90 @@ func getJSON(t *testing.T, url string, roots *x509.CertPool, v any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestXAISessionResumes: an xAI upstream lost between turns is replaced by a
+// fresh one (xAI opens with conversation.created, not session.created) and
+// the client's session goes on: it is told with rtgate.session.resumed, and
+// its next turn is answered on the same socket.
+func TestXAISessionResumes(t *testing.T) {
+	for _, up := range []string{"ws", "wss"} {
+		t.Run(up, func(t *testing.T) {
+			g, _, _ := xaiGatewayOn(t, up, []string{"-cut", "drop", "-cut-after", "1", "-cut-times", "1"}, plainFront)
+			c := g.dial(t, "model=grok-voice", bearer(testMasterKey))
+			if e := read(t, c); e.typ() != "session.created" {
+				t.Fatalf("first event %v", e)
+			}
+			send(t, c, map[string]any{"type": "response.create"})
+			eventsUntil(t, c, "response.done")
+			eventsUntil(t, c, "rtgate.session.resumed")
+			send(t, c, map[string]any{"type": "response.create"})
+			if done := eventsUntil(t, c, "response.done"); done[len(done)-1].str("response", "status") != "completed" {
+				t.Fatalf("the turn after the resume ended %v", done[len(done)-1])
+			}
+			_ = c.Close()
+		})
+	}
+}
+
+// TestXAIMinutesCountAgainstBudgets: an xAI session's connection time is
+// booked against its key's budget as it runs (at each response) and at its
+// end, so that a key on a budget cannot talk to xAI without limit: a
+// session past the budget ends after its response with budget_exceeded,
+// and the key's next connect is refused with 429.
+func TestXAIMinutesCountAgainstBudgets(t *testing.T) {
+	t.Setenv("TEAM_X_KEY", "sk-team-x-test")
+	mock, _ := mockaiOver(t, "ws")
+	path := writeConfig(t, `model_list:
+  - model_name: grok-voice
+    litellm_params:
+      model: xai/grok-voice-latest
+      api_base: `+strings.TrimSuffix(mock.baseURL, "/v1")+`/xai/v1
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+keys:
+  - name: team-x
+    key: os.environ/TEAM_X_KEY
+    max_budget: 0.001
+    budget_duration: 30d
+`+configTail) // $0.001 is 1.2 s of xAI at $0.05 a minute
+	dir := t.TempDir()
+	g := startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile, c.UsageLog, c.SpendState = path, filepath.Join(dir, "usage.jsonl"), filepath.Join(dir, "budgets.json")
+	})
+	c := g.dial(t, "model=grok-voice", bearer("sk-team-x-test"))
+	read(t, c)
+	send(t, c, map[string]any{"type": "response.create"})
+	eventsUntil(t, c, "response.done") // well under a second: under the budget
+	time.Sleep(1500 * time.Millisecond)
+	send(t, c, map[string]any{"type": "response.create"})
+	eventsUntil(t, c, "response.done") // books the 1.5 s: over
+	if e := eventsUntil(t, c, "error"); e[len(e)-1].str("error", "code") != "budget_exceeded" {
+		t.Fatalf("after the response that crossed the budget: %v", e[len(e)-1])
+	}
+	if ce := closeOf(t, c); ce == nil || ce.Code != 1008 {
+		t.Fatalf("close %v, want 1008", ce)
+	}
+	waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+	if spent := budgetSpent(t, g, "team-x"); spent < 0.00125 {
+		t.Fatalf("team-x spent %v USD, want at least the 1.5 s booked (0.00125)", spent)
+	}
+	_, resp, err := dialer().Dial(g.url("model=grok-voice"), bearer("sk-team-x-test"))
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a key over its budget: %v (%v), want 429", err, resp)
+	}
+}
+
+// TestGeminiRefusesTranscriptionSessions: a transcription session for a
+// group only Gemini serves is refused with an error event naming why,
+// rather than sent to Gemini untranslated.
+func TestGeminiRefusesTranscriptionSessions(t *testing.T) {
+	g, _, _ := geminiGateway(t, "ws", plainFront)
+	c := g.dial(t, "model=gemini-voice&intent=transcription", bearer(testMasterKey))
+	if e := read(t, c); e.typ() != "error" || e.str("error", "code") != "unsupported_for_provider" {
+		t.Fatalf("first event %v, want an unsupported_for_provider error", e)
+	}
+	if ce := closeOf(t, c); ce == nil {
+		t.Fatal("the session stayed open")
 	}
 }

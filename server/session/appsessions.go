@@ -48,7 +48,7 @@ func (m *Manager) startApp(sess *poller.Session, info *sessionInfo, u *upgrade, 
 	group, q, h := info.group, u.q, u.req.Header
 	// A redial goes to the deployments in force then: never one a reload
 	// removed.
-	current := func() []*routes.Deployment { return m.balancer.Rank(m.routes().Groups[group]) }
+	current := func() []*routes.Deployment { return info.servable(m.balancer.Rank(m.routes().Groups[group])) }
 	switch u.kind {
 	case kindLiveSideband, kindLiveFork:
 		if u.kind == kindLiveSideband { // its frames meter the session only if the gateway's own sideband cannot (appSideband)

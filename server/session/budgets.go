@@ -270,10 +270,31 @@ func (b *budgets) meter(info *sessionInfo, end func(message string)) {
 		go end(fmt.Sprintf("This key has reached its budget of $%s; the session ends after the response it was given.",
 			strconv.FormatFloat(bud.Max, 'f', -1, 64)))
 	}
-	info.meter.OnEvent = func(add usage.Usage) { book(prices(info.currentDeployment()).Cost(add)) }
+	info.meter.OnEvent = func(add usage.Usage) {
+		d := info.currentDeployment()
+		book(prices(d).Cost(add) + info.timeToBook(d))
+	}
 	if info.meter.SplitTranscription { // a conversation's transcription, at its own model's prices (transcriptionCost)
 		info.meter.OnTranscription = func(model string, add usage.Usage) { book(transcriptionCost(b.routes(), info, model, add)) }
 	}
+}
+
+// timeToBook is the connection time a session on deployment d billed by
+// time (xAI) has run since it was last booked, at d's price per second,
+// and books it as booked: each response.done books the time before it, and
+// the session's end the rest (end.go), so that a key's budget sees an xAI
+// session's minutes as they pass, like a Realtime session's tokens. 0 for
+// other deployments.
+func (i *sessionInfo) timeToBook(d *routes.Deployment) float64 {
+	if d == nil || !d.BilledByTime() {
+		return 0
+	}
+	now := time.Now().UnixNano()
+	last := i.timeBooked.Swap(now)
+	if last == 0 {
+		last = i.start.UnixNano()
+	}
+	return float64(now-last) / 1e9 * d.SecondPrice
 }
 
 // bookAfter books usd against the session's key at its end (estimated

@@ -285,12 +285,15 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	sess.Init(&m.sessCfg, c.Endpoint())
 	conversation := u.kind.traits().conversation
 	translated := conversation && plan.Cands[0].Translated() // Gemini: both directions translated (provider.go)
-	if conversation {
-		plan.Cands = info.translate(sess, plan.Cands[0], plan.Cands) // before the relay: the client's first event is translated
+	if translated {
+		info.translate(sess, plan.Cands[0]) // before the relay: the client's first event is translated
 	}
+	plan.Cands = info.servable(plan.Cands) // empty: only Gemini serves the group, and not this kind of session (below)
 	if conversation {
 		info.keepFlights(sess, m.cfg.CloseTimeout) // before the budget's meter: it prices the split transcription
-		m.checkTranscriptionModel(sess, info)
+		if !translated {                           // its fix is a session.update Gemini cannot take mid-session
+			m.checkTranscriptionModel(sess, info)
+		}
 	}
 	m.budgets.meter(info, func(message string) {
 		terminate(info.proto(), sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
@@ -335,6 +338,11 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	if u.kind == kindLive {
 		return // its session.start starts it (keepLive)
 	}
+	if len(plan.Cands) == 0 {
+		sess.DialFailed(info.proto().Refusal("unsupported_for_provider",
+			"Model group '"+info.group+"' is served by Gemini Live, which takes Realtime conversations only (/v1/realtime?model=...).", 0))
+		return
+	}
 	if m.startApp(sess, info, u, plan.Cands) {
 		return // a client secret's, a sideband's or a transcription session's own start (startApp)
 	}
@@ -350,7 +358,7 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 		defer m.pool.ClientDialing()()   // a client waits on this dial too
 		q, _ := url.ParseQuery(rawQuery) // it parsed once already, through req.URL.Query
 		// The deployments in force now: never one a reload removed.
-		m.connectUpstream(sess, info, m.balancer.Rank(m.routes().Groups[group]), q, upHeader, nil)
+		m.connectUpstream(sess, info, info.servable(m.balancer.Rank(m.routes().Groups[group])), q, upHeader, nil)
 	}
 	cands, q := plan.Cands, u.q
 	if translated {

@@ -116,6 +116,9 @@ func (m *Manager) sessionEnded(sess *poller.Session) {
 	}
 	if dep != nil && dep.BilledByTime() && info.live == nil {
 		rec.Seconds = float64(rec.DurationMS) / 1000 // wall clock: xAI bills the minute of connection
+		if info.key.Budget.Max > 0 {
+			m.budgets.bookAfter(info, info.timeToBook(dep)) // what the responses did not book (budgets.timeToBook)
+		}
 	}
 	if info.kind == kindTranslation && dep != nil {
 		rec.Protocol, rec.Seconds = routes.ProtocolTranslation, float64(rec.DurationMS)/1000 // wall clock: billed by the minute of session

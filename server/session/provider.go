@@ -30,6 +30,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"time"
+
+	"github.com/gobwas/ws"
 
 	"rtgate/frames"
 	"rtgate/poller"
@@ -50,27 +54,41 @@ func providerTranslator(d *routes.Deployment) frames.Translator {
 	return nil
 }
 
-// translate starts the translation of a session whose first-choice
-// deployment d speaks another protocol (d.Translated), before its relay
-// starts, and returns the deployments it may connect to: cands of d's
-// provider. A session whose first choice is not translated may not connect
-// to one that is: its client's events go upstream as they came.
-func (i *sessionInfo) translate(sess *poller.Session, d *routes.Deployment, cands []*routes.Deployment) []*routes.Deployment {
-	same := make([]*routes.Deployment, 0, len(cands))
-	for _, c := range cands {
-		// The setup names the first choice's model (a Vertex resource
-		// names its project and location): a translated session fails
-		// over only to deployments of the same provider and model.
-		if c.Translated() == d.Translated() && (!d.Translated() || c.Kind == d.Kind && c.UpstreamModel() == d.UpstreamModel()) {
-			same = append(same, c)
+// translate starts the translation of a Realtime conversation whose
+// first-choice deployment d speaks another protocol (d.Translated), before
+// its relay starts.
+func (i *sessionInfo) translate(sess *poller.Session, d *routes.Deployment) {
+	if !d.Translated() {
+		return
+	}
+	gs := gemini.New(d.UpstreamModel(), d.Model)
+	gs.OnHeld = func() {
+		time.AfterFunc(gemini.AutoAnswerWait, func() {
+			if ask := gs.Recheck(); ask != nil {
+				sess.SendUpstreamRaw(frames.AppendFrame(nil, ws.OpText, ask, true))
+			}
+		})
+	}
+	i.gemini = gs
+	sess.TranslateClient(gs.FromClient())
+}
+
+// servable is the deployments of ds the session may connect to, at its
+// connect and at every redial and resume: for a translated session those
+// of its provider and model (the setup names the model; a Vertex resource
+// names its project and location), for any other those that are not
+// translated (its client's events go upstream as they came).
+func (i *sessionInfo) servable(ds []*routes.Deployment) []*routes.Deployment {
+	if i.gemini == nil && !slices.ContainsFunc(ds, (*routes.Deployment).Translated) {
+		return ds // the common case, without a copy
+	}
+	out := make([]*routes.Deployment, 0, len(ds))
+	for _, d := range ds {
+		if i.gemini == nil && !d.Translated() || i.gemini != nil && d.Translated() && d.UpstreamModel() == i.gemini.Model() {
+			out = append(out, d)
 		}
 	}
-	if !d.Translated() {
-		return same
-	}
-	i.gemini = gemini.New(d.UpstreamModel(), d.Model)
-	sess.TranslateClient(i.gemini.FromClient())
-	return same
+	return out
 }
 
 // attachTranslated readies the relay for deployment d's upstream events:
@@ -80,7 +98,7 @@ func (i *sessionInfo) attachTranslated(sess *poller.Session, d *routes.Deploymen
 	if i.gemini != nil {
 		sess.TranslateUpstream(i.gemini.FromUpstream())
 		if created := i.gemini.Created(); created != nil {
-			sess.SendClient(frames.AppendFrame(nil, 1, created, false))
+			sess.SendClient(frames.AppendFrame(nil, ws.OpText, created, false))
 		}
 		return
 	}

@@ -317,7 +317,7 @@ func (m *Manager) resumeUpstream(sess *poller.Session, info *sessionInfo, snap c
 	}()
 	ctx, cancel := info.attemptContext(m.ctx, m.cfg.DialTimeout)
 	defer cancel()
-	plan, busy := m.reserveResume(m.routes().Groups[info.group], failed)
+	plan, busy := m.reserveResume(info.servable(m.routes().Groups[info.group]), failed)
 	if busy != nil {
 		m.log.Warn("session not resumed: every deployment is busy", "session", info.id, "cause", cause)
 		sess.ResumeFailed(info.proto().Refusal("upstream_unavailable", "the upstream was lost and no deployment has room to resume the session", 0))
@@ -506,6 +506,9 @@ func (i *sessionInfo) resumeRecord(rec *usage.Record) {
 const (
 	openAISessionLife = 60 * time.Minute
 	azureSessionLife  = 30 * time.Minute
+	// xAISessionLife is xAI's "max session duration" (docs.x.ai, Voice
+	// Agent API rate limits, read 2026-12-05).
+	xAISessionLife = 30 * time.Minute
 )
 
 // rolloverLead and rolloverDeadline, as parts of the upstream session's
@@ -543,8 +546,11 @@ func upstreamCap(p []byte, created time.Time, d *routes.Deployment) (capAt time.
 		return time.Time{}, false // GPT-Live's length is published per session only: no rollover without it
 	}
 	life := openAISessionLife
-	if d != nil && d.Kind == routes.KindAzure {
+	switch {
+	case d != nil && d.Kind == routes.KindAzure:
 		life = azureSessionLife
+	case d != nil && d.Kind == routes.KindXAI:
+		life = xAISessionLife
 	}
 	return created.Add(life), true
 }

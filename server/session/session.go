@@ -37,6 +37,7 @@ type sessionInfo struct {
 	poolHit    bool               // the upstream came from the warm pool
 	keyCounted bool               // it counts against its key's max_sessions (admission.Gate.Admit): sessionEnded gives it back
 	overBudget atomic.Bool        // ended by its key's spend budget (budgets.meter); beside the flags: one word
+	timeBooked atomic.Int64       // when its connection time was last booked (timeToBook; unix ns; 0: never)
 	meter      usage.Meter
 	turns      turns.Watch        // the session's turns (setupWatch.seeTurn)
 	trace      *tracing.Session   // its spans; nil with tracing off

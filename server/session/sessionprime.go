@@ -217,7 +217,7 @@ func (p *primer) event(frame, payload, rest []byte) {
 // session.start (acks 0), answered by session.started.
 func (p *primer) replayEvent(typ string) {
 	switch typ {
-	case "session.created", "session.started":
+	case "session.created", "session.started", "conversation.created": // xAI may open with conversation.created
 		p.step(evCreated, "")
 	case "error":
 		p.replayErrors++

@@ -74,9 +74,29 @@ func (s *Session) fromClient(op ws.OpCode, p []byte, out *frames.Output) {
 	case "conversation.item.create":
 		s.itemCreate(ev, out)
 	case "response.create":
-		if s.resp == "" && time.Since(s.autoAnswer) > autoAnswerWait {
+		if s.resp != "" && !s.cancelled && s.unasked {
+			s.unasked = false // Gemini answered the commit before the client asked: this is that response
+			return
+		}
+		if s.resp != "" && !s.cancelled {
+			// As OpenAI answers: one response at a time.
+			out.Reply(s.errorEvent("conversation_already_has_active_response",
+				"Conversation already has an active response in progress: "+s.resp+". Wait until the response is finished before creating a new one.", "", ev.EventID))
+			return
+		}
+		switch {
+		case (s.resp == "" || s.cancelled) && time.Since(s.autoAnswer) > AutoAnswerWait:
+			// (a cancelled response still open waits for Gemini's turn to
+			// end; a new turn interrupts it)
 			out.Text([]byte(`{"clientContent":{"turnComplete":true}}`))
 			s.autoAnswer = time.Now() // the answer's turn is on its way
+		case s.resp == "":
+			// Gemini should be answering on its own: held, and asked
+			// again if it has not begun by AutoAnswerWait (Recheck).
+			s.createHeld = true
+			if s.OnHeld != nil {
+				s.OnHeld()
+			}
 		}
 	case "response.cancel":
 		s.cancel(ev.EventID, out)
@@ -263,5 +283,5 @@ func (s *Session) cancel(eventID string, out *frames.Output) {
 		out.Reply(s.errorEvent("response_cancel_not_active", "Cancellation failed: no active response found.", "", eventID))
 		return
 	}
-	s.cancelled = true
+	s.cancelled, s.cancelReason = true, "client_cancelled"
 }

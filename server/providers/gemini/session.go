@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -33,7 +34,13 @@ type Session struct {
 	// autoAnswer is when Gemini was last given what makes it answer on its
 	// own (a commit, a tool response, response.create): a response.create
 	// within autoAnswerWait of it asks nothing more.
-	autoAnswer   time.Time
+	autoAnswer time.Time
+	createHeld bool // a response.create was held for Gemini's own answer (Recheck)
+	unasked    bool // the response in progress began on its own, and no response.create claimed it yet
+	// OnHeld, if set, is told (under the session's lock: it must not
+	// block) that a response.create was held, so that the gateway calls
+	// Recheck after AutoAnswerWait.
+	OnHeld       func()
 	activityOpen bool   // turn detection off: activityStart sent, activityEnd not yet
 	manualTurns  bool   // turn detection is off (cfg's, kept apart: every append asks)
 	scratch      []byte // the message being built (audio, both ways): reused
@@ -45,17 +52,20 @@ type Session struct {
 	lastItemID string // the newest item, for previous_item_id
 
 	// The response in progress (Gemini's model turn).
-	resp       string // its id; "" when none
-	item       string // its message item's id
-	cancelled  bool   // the client cancelled it: the rest of the turn is not relayed
-	msgOpen    bool   // its message item was announced (output_item.added)
-	transcript []byte // its output transcription so far
-	text       []byte // its text output so far
-	audioParts int
-	outputs    []json.RawMessage // function_call items of the response (toolCall)
-	usage      *usage            // the turn's usage, once Gemini reported it
-	doneOwed   *pendingDone      // response.done held for a usageMetadata right after the turn
-	calls      map[string]string // function call id -> name, for toolResponse
+	resp      string // its id; "" when none
+	item      string // its message item's id
+	cancelled bool   // the client cancelled it: the rest of the turn is not relayed
+	msgOpen   bool   // its message item was announced (output_item.added)
+	// cancelReason is why it was cancelled: client_cancelled
+	// (response.cancel) or turn_detected (Gemini's interrupted).
+	cancelReason string
+	transcript   []byte // its output transcription so far
+	text         []byte // its text output so far
+	audioParts   int
+	outputs      []json.RawMessage // function_call items of the response (toolCall)
+	usage        *usage            // the turn's usage, once Gemini reported it
+	doneOwed     *pendingDone      // response.done held for a usageMetadata right after the turn
+	calls        map[string]string // function call id -> name, for toolResponse
 
 	// The items the client was shown, newest last, for
 	// conversation.item.retrieve (the agents SDK retrieves every
@@ -86,12 +96,26 @@ type pendingDone struct {
 	output               []json.RawMessage
 }
 
-// autoAnswerWait is how long after a commit or a tool response the
+// AutoAnswerWait is how long after a commit or a tool response the
 // gateway takes Gemini to be answering on its own: a response.create in
-// that time (OpenAI's clients send one after a manual commit) would
-// otherwise ask for a second answer. Past it, Gemini evidently is not (the
-// audio held no speech), and response.create asks.
-const autoAnswerWait = 3 * time.Second
+// that time (OpenAI's clients send one after a manual commit) is held
+// rather than asking for a second answer, and asked after all (Recheck) if
+// Gemini has not begun by then (the audio held no speech it heard).
+const AutoAnswerWait = 3 * time.Second
+
+// Recheck is what the gateway sends Gemini AutoAnswerWait after a
+// response.create was held (OnHeld): the message that asks it to answer,
+// when it has not begun to on its own, else nil.
+func (s *Session) Recheck() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.createHeld || s.resp != "" {
+		return nil
+	}
+	s.createHeld = false
+	s.autoAnswer = time.Now()
+	return []byte(`{"clientContent":{"turnComplete":true}}`)
+}
 
 // New starts the translation of one session. model is Gemini's model
 // resource ("models/gemini-3.8-live" on AI Studio, "projects/P/locations/L/
@@ -153,6 +177,12 @@ func (s *Session) Created() []byte {
 func (s *Session) Configure(session json.RawMessage) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.setupSent {
+		// The client's events came first (before its session.created,
+		// which comes only after this): the setup went without the
+		// secret's configuration, and Gemini cannot take it now.
+		return errors.New("the client sent events before its session was created; with a client secret, wait for session.created")
+	}
 	var u sessionUpdate
 	if err := json.Unmarshal(session, &u); err != nil {
 		return fmt.Errorf("reading the session configuration: %w", err)
@@ -170,6 +200,9 @@ func (s *Session) Configure(session json.RawMessage) error {
 func (s *Session) sessionEvent(typ string) []byte {
 	return event(typ, map[string]any{"event_id": s.newID("event_"), "session": s.cfg.openAI(s.id, s.shown)})
 }
+
+// Model is Gemini's model resource the session's setup names.
+func (s *Session) Model() string { return s.model }
 
 // Handle is the latest session resumption handle Gemini gave, "" before
 // the first: what a new connection's setup would name to carry the
@@ -207,9 +240,12 @@ func (u upstreamSide) Translate(op ws.OpCode, p []byte, out *frames.Output) {
 // TranslateClose explains a close Gemini sends with no error event of its
 // own (1007 for a setup it refuses, 1008 for a policy, 1011): the client
 // gets OpenAI's error event first, then the close as Gemini sent it. A
-// normal close (1000) needs no words.
+// normal close (1000) and 1001 need no words. (A client's own close with
+// another code, echoed by Gemini, is explained too: rare, and harmless.)
 func (u upstreamSide) TranslateClose(c frames.Close, out *frames.Output) {
-	if c.Code == ws.StatusNormalClosure {
+	if c.Code == ws.StatusNormalClosure || c.Code == ws.StatusGoingAway {
+		// Gemini's normal ends, and the echo of a client that left (1001):
+		// nothing to explain.
 		return
 	}
 	u.s.mu.Lock()

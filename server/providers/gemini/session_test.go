@@ -200,9 +200,25 @@ func TestAudioBeforeAnyUpdate(t *testing.T) {
 		t.Fatalf("commit: Gemini got %v, client got %s", toGemini, types(back))
 	}
 	// A response.create right after a commit asks for nothing more: Gemini
-	// answers the speech on its own.
-	if toGemini, _ := r.fromClient(`{"type":"response.create"}`); len(toGemini) != 0 {
-		t.Fatalf("response.create after a commit sent %v", toGemini)
+	// answers the speech on its own. It is held, and asked after all when
+	// Gemini has not begun by AutoAnswerWait (the audio held no speech).
+	held := 0
+	r.s.OnHeld = func() { held++ }
+	if toGemini, _ := r.fromClient(`{"type":"response.create"}`); len(toGemini) != 0 || held != 1 {
+		t.Fatalf("response.create after a commit sent %v (held %d times)", toGemini, held)
+	}
+	if ask := string(r.s.Recheck()); ask != `{"clientContent":{"turnComplete":true}}` {
+		t.Fatalf("Recheck with no answer begun: %q", ask)
+	}
+	if again := r.s.Recheck(); again != nil {
+		t.Fatalf("a second Recheck asked again: %s", again)
+	}
+	// Held again, and Gemini answers meanwhile: nothing more to ask.
+	r.fromClient(`{"type":"input_audio_buffer.commit"}`)
+	r.fromClient(`{"type":"response.create"}`)
+	r.fromGemini(`{"serverContent":{"outputTranscription":{"text":"Hi."}}}`)
+	if ask := r.s.Recheck(); ask != nil {
+		t.Fatalf("Recheck while Gemini answers: %s", ask)
 	}
 }
 
@@ -330,17 +346,36 @@ func TestCancelAndInterruption(t *testing.T) {
 		t.Fatalf("after cancel the client got %s", types(got))
 	}
 	got := r.fromGemini(`{"serverContent":{"turnComplete":true},"usageMetadata":{"promptTokenCount":1,"responseTokenCount":2}}`)
-	if types(got) != "response.done" || field(got[0], "response", "status") != "cancelled" ||
-		field(got[0], "response", "status_details", "reason") != "client_cancelled" || field(got[0], "response", "usage", "output_tokens") != 2.0 {
-		t.Fatalf("cancelled turn ended with %v", got)
+	closing := "response.output_audio.done response.output_audio_transcript.done response.content_part.done response.output_item.done response.done"
+	last := got[len(got)-1]
+	if types(got) != closing || field(last, "response", "status") != "cancelled" ||
+		field(last, "response", "status_details", "reason") != "client_cancelled" || field(last, "response", "usage", "output_tokens") != 2.0 {
+		t.Fatalf("cancelled turn ended with %s %v", types(got), last)
 	}
 	r.fromGemini(audio)
 	got = r.fromGemini(`{"serverContent":{"interrupted":true}}`)
-	got = append(got, r.fromGemini(`{"usageMetadata":{"promptTokenCount":1,"responseTokenCount":1}}`)...)
+	if types(got) != "input_audio_buffer.speech_started" {
+		t.Fatalf("interrupted: %s", types(got))
+	}
+	if more := r.fromGemini(audio); len(more) != 0 {
+		t.Fatalf("after interrupted the client got %s", types(more))
+	}
+	// Gemini's turnComplete and usage, each alone, end the response with
+	// the turn's own usage.
+	got = append(got, r.fromGemini(`{"serverContent":{"turnComplete":true}}`)...)
+	got = append(got, r.fromGemini(`{"usageMetadata":{"promptTokenCount":7,"responseTokenCount":9}}`)...)
 	want := "input_audio_buffer.speech_started response.output_audio.done response.output_audio_transcript.done " +
 		"response.content_part.done response.output_item.done response.done"
-	if types(got) != want || field(got[len(got)-1], "response", "status_details", "reason") != "turn_detected" {
-		t.Fatalf("interruption: %s, want %s", types(got), want)
+	if types(got) != want || field(got[len(got)-1], "response", "status_details", "reason") != "turn_detected" ||
+		field(got[len(got)-1], "response", "usage", "output_tokens") != 9.0 {
+		t.Fatalf("interruption: %s, want %s; last %v", types(got), want, got[len(got)-1])
+	}
+	// The next turn's response carries its own usage, not the last one's.
+	r.fromGemini(audio)
+	r.fromGemini(`{"serverContent":{"turnComplete":true}}`)
+	next := r.fromGemini(`{"usageMetadata":{"promptTokenCount":20,"responseTokenCount":30}}`)
+	if types(next) != "response.done" || field(next[0], "response", "usage", "output_tokens") != 30.0 {
+		t.Fatalf("the next turn ended %v", next)
 	}
 }
 
@@ -441,5 +476,23 @@ func TestAudioFastPathMatchesTheDecoder(t *testing.T) {
 	}
 	if _, ok := audioData([]byte(forms[2])); ok {
 		t.Fatal("a message with another field took the fast path")
+	}
+}
+
+// TestResponseCreateAfterGeminiBegan: Gemini may begin answering a commit
+// before the client's response.create arrives; that response.create is the
+// answer's, not a second one, while a further one gets OpenAI's
+// conversation_already_has_active_response.
+func TestResponseCreateAfterGeminiBegan(t *testing.T) {
+	r := newRelay(t)
+	r.fromClient(`{"type":"input_audio_buffer.append","audio":"AAAA"}`)
+	r.fromClient(`{"type":"input_audio_buffer.commit"}`)
+	r.fromGemini(`{"serverContent":{"outputTranscription":{"text":"Hi."}}}`)
+	if toGemini, back := r.fromClient(`{"type":"response.create"}`); len(toGemini) != 0 || len(back) != 0 {
+		t.Fatalf("the answer's own response.create: Gemini got %v, client got %s", toGemini, types(back))
+	}
+	if _, back := r.fromClient(`{"type":"response.create"}`); types(back) != "error" ||
+		field(back[0], "error", "code") != "conversation_already_has_active_response" {
+		t.Fatalf("a second response.create: %v", back)
 	}
 }

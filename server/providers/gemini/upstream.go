@@ -15,6 +15,7 @@ type serverMessage struct {
 		ModelTurn *struct {
 			Parts []struct {
 				Text       string `json:"text"`
+				Thought    bool   `json:"thought"` // a thinking model's thought summary: not the answer
 				InlineData *struct {
 					MimeType string `json:"mimeType"`
 					Data     string `json:"data"`
@@ -86,7 +87,7 @@ type usage struct {
 
 // add folds Gemini's usage in, per modality. Thinking tokens are output
 // tokens (billed as output text).
-func (u *usage) add(g *geminiUsage) {
+func (u *usage) add(g *geminiUsage, audio bool) {
 	u.Input += g.Prompt + g.ToolUse
 	u.Output += g.Response + g.Thoughts
 	u.Total = u.Input + u.Output
@@ -120,8 +121,12 @@ func (u *usage) add(g *geminiUsage) {
 		}
 	}
 	u.OutDet.Text += g.Thoughts
-	if len(g.RespBy) == 0 { // no breakdown: the turn's modality
-		u.OutDet.Text += g.Response
+	if len(g.RespBy) == 0 { // no breakdown: the session's output modality
+		if audio {
+			u.OutDet.Audio += g.Response
+		} else {
+			u.OutDet.Text += g.Response
+		}
 	}
 }
 
@@ -184,12 +189,29 @@ func (s *Session) audioDelta(data []byte, out *frames.Output) {
 	s.scratch = b[:0]
 }
 
+// startsOutput reports whether the message carries a turn's output (what
+// only a new turn can carry once the last one completed), as opposed to a
+// turn's end, usage or housekeeping.
+func (m *serverMessage) startsOutput() bool {
+	sc := m.ServerContent
+	return m.ToolCall != nil || sc != nil && (sc.ModelTurn != nil || sc.OutputTranscription != nil || sc.InputTranscription != nil)
+}
+
+// newTurn settles what a turn that ended left open, before output that can
+// only be a new turn's: a response.done still waiting for its usage goes
+// without it. (An interrupted response stays open, relaying nothing, until
+// Gemini's turnComplete, which follows interrupted: output that arrives
+// between them is the interrupted turn's.)
+func (s *Session) newTurn(out *frames.Output) {
+	if s.doneOwed != nil {
+		s.flushDone(nil, out)
+	}
+}
+
 // fromGemini translates one Gemini server message. Callers hold s.mu.
 func (s *Session) fromGemini(p []byte, out *frames.Output) {
 	if data, ok := audioData(p); ok {
-		if s.doneOwed != nil {
-			s.flushDone(nil, out)
-		}
+		s.newTurn(out)
 		s.audioDelta(data, out)
 		return
 	}
@@ -198,8 +220,8 @@ func (s *Session) fromGemini(p []byte, out *frames.Output) {
 		out.Text(s.errorEvent("upstream_invalid_message", "Gemini sent a message the gateway cannot read", "", ""))
 		return
 	}
-	if s.doneOwed != nil && m.UsageMetadata == nil {
-		s.flushDone(nil, out) // the usage did not follow: the response ends without it
+	if m.startsOutput() {
+		s.newTurn(out)
 	}
 	if m.SetupComplete != nil && s.updatedOwed {
 		s.updatedOwed = false
@@ -217,6 +239,8 @@ func (s *Session) fromGemini(p []byte, out *frames.Output) {
 				switch {
 				case part.InlineData != nil && part.InlineData.Data != "":
 					s.audioDelta([]byte(part.InlineData.Data), out)
+				case part.Thought:
+					// Not said to the user, and OpenAI has no place for it.
 				case part.Text != "":
 					s.startResponse(out)
 					s.openMessage(out)
@@ -238,17 +262,19 @@ func (s *Session) fromGemini(p []byte, out *frames.Output) {
 			}
 		}
 		if sc.Interrupted {
+			// The user spoke over the answer: it is cancelled at once
+			// (nothing more of it is relayed) and ends with Gemini's
+			// turnComplete, which follows, carrying the turn's usage.
 			out.Text(event("input_audio_buffer.speech_started", map[string]any{"event_id": s.newID("event_"),
 				"audio_start_ms": 0, "item_id": s.userTurn()}))
 			if s.resp != "" {
-				s.endResponse("cancelled", "turn_detected", m.UsageMetadata, out)
-				m.UsageMetadata = nil
+				s.cancelled, s.cancelReason = true, "turn_detected"
 			}
 		}
 		if sc.TurnComplete && s.resp != "" {
 			status, reason := "completed", ""
 			if s.cancelled {
-				status, reason = "cancelled", "client_cancelled"
+				status, reason = "cancelled", s.cancelReason
 			}
 			s.endResponse(status, reason, m.UsageMetadata, out)
 			m.UsageMetadata = nil
@@ -267,14 +293,14 @@ func (s *Session) fromGemini(p []byte, out *frames.Output) {
 			if s.usage == nil {
 				s.usage = &usage{}
 			}
-			s.usage.add(g)
+			s.usage.add(g, s.audioOut())
 		default:
 			// Usage between turns with no response to carry it: the next
 			// response.done does.
 			if s.usage == nil {
 				s.usage = &usage{}
 			}
-			s.usage.add(g)
+			s.usage.add(g, s.audioOut())
 		}
 	}
 }
@@ -322,7 +348,11 @@ func (s *Session) startResponse(out *frames.Output) {
 		return
 	}
 	s.closeUserTurn(out)
-	s.autoAnswer = time.Time{}
+	// Begun on its own after a commit or a tool response, before the
+	// client's response.create for it came: that one, when it comes, is
+	// this response's, not a second one.
+	s.unasked = !s.createHeld && !s.autoAnswer.IsZero() && time.Since(s.autoAnswer) <= AutoAnswerWait
+	s.autoAnswer, s.createHeld = time.Time{}, false
 	s.resp, s.item, s.cancelled = s.newID("resp_"), s.newID("item_"), false
 	s.transcript, s.text, s.audioParts, s.outputs = s.transcript[:0], s.text[:0], 0, nil
 	out.Text(event("response.created", map[string]any{"event_id": s.newID("event_"),
@@ -396,7 +426,7 @@ func (s *Session) response(id, status, reason string, output []any, u *usage) ma
 func (s *Session) endResponse(status, reason string, g *geminiUsage, out *frames.Output) {
 	var output []json.RawMessage
 	if s.msgOpen || s.audioParts > 0 || len(s.transcript) > 0 || len(s.text) > 0 {
-		if s.msgOpen && !s.cancelled {
+		if s.msgOpen { // what was opened is closed, cancelled or not
 			if s.audioOut() {
 				out.Text(event("response.output_audio.done", map[string]any{"event_id": s.newID("event_"),
 					"response_id": s.resp, "item_id": s.item, "output_index": 0, "content_index": 0}))
@@ -415,7 +445,7 @@ func (s *Session) endResponse(status, reason string, g *geminiUsage, out *frames
 		}
 		msg := marshal(s.message(itemStatus))
 		s.keep(s.item, msg)
-		if s.msgOpen && !s.cancelled {
+		if s.msgOpen { // what was opened is closed, cancelled or not
 			out.Text(event("response.output_item.done", map[string]any{"event_id": s.newID("event_"),
 				"response_id": s.resp, "output_index": 0, "item": json.RawMessage(msg)}))
 		}
@@ -427,9 +457,9 @@ func (s *Session) endResponse(status, reason string, g *geminiUsage, out *frames
 		if s.usage == nil {
 			s.usage = &usage{}
 		}
-		s.usage.add(g)
+		s.usage.add(g, s.audioOut())
 	}
-	s.resp, s.cancelled, s.msgOpen = "", false, false
+	s.resp, s.cancelled, s.msgOpen, s.cancelReason = "", false, false, ""
 	if s.usage != nil {
 		s.doneOwed = pd
 		s.flushDone(nil, out)
@@ -449,7 +479,7 @@ func (s *Session) flushDone(g *geminiUsage, out *frames.Output) {
 		if s.usage == nil {
 			s.usage = &usage{}
 		}
-		s.usage.add(g)
+		s.usage.add(g, s.audioOut())
 	}
 	u := s.usage
 	if u == nil {
