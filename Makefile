@@ -1,7 +1,8 @@
 # rtgate: a netpoll WebSocket gateway for OpenAI's Realtime API.
 #
 #   make bench   the main job: direct vs gateway (pool off, pool on) against mockai over wss://,
-#                closed-loop runs, then an open-loop steady-state run per leg
+#                closed-loop runs, then an open-loop steady-state run per leg; then GPT-Live
+#                (bench-live) and Gemini Live (bench-gemini)
 #   make soak    ~3 minutes under random faults; fails on any unexplained failure or leak (not in CI)
 #   make bench-peers  nginx and HAProxy vs the gateway in front of mockai, wss:// and ws:// upstream
 #   make bench-huge   100,000 idle sessions over 12 gateway processes on one port (HUGE_ARGS="-n 2000" for fewer)
@@ -21,9 +22,10 @@ SOAK_DURATION ?= 3m
 SOAK_ARGS ?=
 PEERS_ARGS ?=
 HUGE_ARGS ?=
+GEMINI_ARGS ?=
 REDISLAT_ARGS ?=
 
-.PHONY: all build test vet run bench bench-live bench-peers bench-huge soak redis-latency clean screenshots docs
+.PHONY: all build test vet run bench bench-live bench-gemini bench-peers bench-huge soak redis-latency clean screenshots docs
 
 all: build
 
@@ -82,12 +84,23 @@ bench: build
 		{ apt-get update -q && apt-get install -y -q haproxy; }
 	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway -instances $(INSTANCES) $(BENCH_ARGS)
 	@[ "$(INSTANCES)" != 1 ] || $(MAKE) --no-print-directory bench-live BENCH_ARGS="$(filter-out -restart,$(BENCH_ARGS))"
+	@[ "$(INSTANCES)" != 1 ] || $(MAKE) --no-print-directory bench-gemini
 
 # GPT-Live beside it (make bench runs it after Realtime, one instance, without
 # -restart, which the Live legs do not take): the same legs with Live calls
 # (/v1/live/sessions), the pool-on leg with LIVE_POOL_SIZE (= -c unless -live-pool N).
 bench-live: build
 	$(BIN)/wsbench compare -protocol live -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(BENCH_ARGS)
+
+# Gemini Live beside them (make bench runs it after bench-live, one instance): a Gemini Live
+# client straight to mockai's Gemini endpoint, the gateway translating the Realtime API to a
+# gemini/ deployment on that mockai, and the Realtime pool-off leg, the same calls each
+# (300 x 3 turns, 150 concurrent, about 40 s); it prints the gateway's CPU per turn translated
+# vs verbatim as a ratio. No pool-on leg: the gateway never warms Gemini sockets. It takes only
+# the upstream from BENCH_ARGS (-upstream plain); GEMINI_ARGS="-n 600 -turns 5" for the rest.
+GEMINI_UPSTREAM = $(if $(filter plain -upstream=plain --upstream=plain,$(BENCH_ARGS)),-upstream plain)
+bench-gemini: build
+	$(BIN)/wsbench compare -protocol gemini -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(GEMINI_UPSTREAM) $(GEMINI_ARGS)
 
 # The peer comparison (bench/peers, `wsbench peers`): nginx and HAProxy as WebSocket
 # proxies, direct, and the gateway with the pool off and on, same load, first over a
@@ -132,6 +145,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./frames/
 	$(GO) test -run '^$$' -fuzz '^FuzzHandshake$$' -fuzztime $(FUZZTIME) ./server/frontdoor/
 	$(GO) test -run '^$$' -fuzz '^FuzzOf$$' -fuzztime $(FUZZTIME) ./server/eventtype/
+	$(GO) test -run '^$$' -fuzz '^FuzzTranslate$$' -fuzztime $(FUZZTIME) ./server/providers/gemini/
 
 clean:
 	rm -rf $(BIN)

@@ -12,7 +12,12 @@
 // Each leg (setup) runs Config.Runs times back to back against one fresh
 // gateway; the table shows the runs' samples combined, and the JSON keeps
 // every run's samples and the per-run p50 spread. After its closed-loop
-// runs each leg also takes one open-loop steady-state run (OpenLoop).
+// runs each leg also takes one open-loop steady-state run (OpenLoop). A
+// gateway leg also reports its gateway process's CPU over those runs and
+// its peak RSS (GatewayUsage). With Protocol gemini the legs are a Gemini
+// Live client direct, the gateway translating the Realtime API to Gemini,
+// and the Realtime pool-off leg, and the run reports the translation's CPU
+// per turn against the verbatim relay's (gemini.go).
 package compare
 
 import (
@@ -49,6 +54,7 @@ var legNames = map[string]string{
 	LegPoolOn:      "Gateway pool on",
 	LegPoolFixed:   "Gateway pool on (fixed c/N)",
 	LegPoolOnRedis: "Gateway pool on, Redis limits",
+	LegGemini:      "Gateway → Gemini (translated)",
 }
 
 // Profile is the latency mockai adds, standing in for the real upstream.
@@ -80,12 +86,16 @@ func DefaultProfile() Profile {
 }
 
 // Floor is the least time a call can take against this profile.
-func (p Profile) Floor() time.Duration {
-	f := p.UpgradeDelay + p.SessionDelay + p.FirstAudioDelay
+func (p Profile) Floor() time.Duration { return p.FloorFor(1) }
+
+// FloorFor is the least time a call of turns turns (one at a time, on one
+// session) can take against this profile.
+func (p Profile) FloorFor(turns int) time.Duration {
+	turn := p.FirstAudioDelay
 	if p.Deltas > 1 {
-		f += time.Duration(p.Deltas-1) * p.DeltaInterval
+		turn += time.Duration(p.Deltas-1) * p.DeltaInterval
 	}
-	return f
+	return p.UpgradeDelay + p.SessionDelay + time.Duration(max(turns, 1))*turn
 }
 
 func (p Profile) args() []string {
@@ -125,8 +135,11 @@ type Config struct {
 	FirstBurst int
 	// Protocol is what the calls speak: Realtime (the default) or GPT-Live
 	// (-protocol live: /v1/live/sessions, the pool-on leg with
-	// LIVE_POOL_SIZE=LivePool, the hit rate from rtgate_live_pool_*).
+	// LIVE_POOL_SIZE=LivePool, the hit rate from rtgate_live_pool_*), or
+	// gemini: GeminiLegs (gemini.go).
 	Protocol load.Protocol
+	// Turns is the exchanges per call (0 or 1: one; Realtime and Gemini).
+	Turns int
 	// LivePool is LIVE_POOL_SIZE for a Live pool-on leg (0: Concurrency).
 	LivePool int
 	// RedisTimeoutMS is REDIS_TIMEOUT_MS for the Redis leg (withRedis; 0:
@@ -169,6 +182,10 @@ func (c Config) validate() error {
 	if c.Protocol == load.ProtocolLive && (c.Instances > 1 || c.Restart) {
 		errs = append(errs, errors.New("-protocol live runs one gateway without -restart"))
 	}
+	if c.Turns < 0 || c.Turns > 1000 || (c.Turns > 1 && c.Protocol == load.ProtocolLive) {
+		errs = append(errs, fmt.Errorf("-turns %d: want 1 to 1000, and 1 with -protocol live", c.Turns))
+	}
+	errs = append(errs, c.checkGemini()...)
 	if c.LivePool < 0 {
 		errs = append(errs, fmt.Errorf("-live-pool %d: want 0 (the concurrency) or more", c.LivePool))
 	}
@@ -186,7 +203,11 @@ func (c Config) validate() error {
 	}
 	for _, l := range c.Legs {
 		if _, ok := legNames[l]; !ok {
-			errs = append(errs, fmt.Errorf("unknown leg %q (want %s)", l, strings.Join(AllLegs, ", ")))
+			known := AllLegs
+			if c.Protocol == load.ProtocolGemini {
+				known = GeminiLegs
+			}
+			errs = append(errs, fmt.Errorf("unknown leg %q (want %s)", l, strings.Join(known, ", ")))
 		}
 	}
 	if c.Pool != "auto" {
@@ -205,7 +226,7 @@ func (c Config) validate() error {
 
 func (c Config) needsGateway() bool {
 	return slices.Contains(c.Legs, LegPoolOff) || slices.Contains(c.Legs, LegPoolOn) || slices.Contains(c.Legs, LegPoolFixed) ||
-		slices.Contains(c.Legs, LegPoolOnRedis)
+		slices.Contains(c.Legs, LegPoolOnRedis) || slices.Contains(c.Legs, LegGemini)
 }
 
 // LegResult is one leg's runs.
@@ -219,6 +240,9 @@ type LegResult struct {
 	InstanceHitRates []*float64
 	// Open is the leg's open-loop run, nil without one (OpenRun).
 	Open *OpenRun
+	// Gateway is its gateway's usage over the closed-loop runs; nil for
+	// direct and with several instances.
+	Gateway *GatewayUsage
 }
 
 // RunResult is one run of one leg.
@@ -232,6 +256,9 @@ type RunResult struct {
 
 // Outcome is what a comparison produced.
 type Outcome struct {
+	// Protocol is the run's (Config.Protocol): with gemini, Comparison is
+	// empty and GeminiMarkdown is the table.
+	Protocol   load.Protocol
 	Legs       []*LegResult
 	Comparison report.Comparison
 	Dir        string // where the files went
@@ -261,8 +288,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		mock.Base, cfg.Upstream, cfg.Profile.UpgradeDelay, cfg.Profile.SessionDelay, cfg.Profile.FirstAudioDelay,
 		cfg.Profile.Deltas, cfg.Profile.DeltaBytes, cfg.Profile.DeltaInterval)
 
-	out := &Outcome{Dir: dir}
+	out := &Outcome{Dir: dir, Protocol: cfg.Protocol}
 	order := AllLegs
+	if cfg.Protocol == load.ProtocolGemini {
+		order = GeminiLegs
+	}
 	if cfg.Instances > 1 && slices.Contains(cfg.Legs, LegPoolOn) {
 		order = append(slices.Clone(AllLegs), LegPoolFixed)
 		cfg.Legs = append(slices.Clone(cfg.Legs), LegPoolFixed)
@@ -273,9 +303,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		}
 		leg, err := runLeg(ctx, cfg, id, mock, upstreamKey, masterKey, dir, say)
 		if err != nil {
-			return nil, fmt.Errorf("compare: %s: %w", legNames[id], err)
+			return nil, fmt.Errorf("compare: %s: %w", legName(cfg.Protocol, id), err)
 		}
 		out.Legs = append(out.Legs, leg)
+		if cfg.Protocol == load.ProtocolGemini {
+			continue // its own table (GeminiMarkdown)
+		}
 		rl := &report.Leg{Name: leg.Name, Summary: leg.Combined, PoolHitRate: leg.PoolHitRate}
 		switch id {
 		case LegDirect:
@@ -300,12 +333,17 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 // and stops the gateway again.
 func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstreamKey, masterKey, dir string,
 	say harness.Say) (*LegResult, error) {
-	leg := &LegResult{ID: id, Name: legNames[id]}
-	live := cfg.Protocol == load.ProtocolLive
+	leg := &LegResult{ID: id, Name: legName(cfg.Protocol, id)}
+	protocol := legProtocol(cfg.Protocol, id)
+	live := protocol == load.ProtocolLive
 	target, key, tlsConf := mock.RealtimeURL(), upstreamKey, mock.TLSConfig()
-	if live {
+	switch protocol {
+	case load.ProtocolLive:
 		target = mock.LiveURL()
+	case load.ProtocolGemini:
+		target = geminiURL(mock)
 	}
+	var gw *proc.Gateway // the single gateway running, for its usage
 	var metricsURLs []string
 	usageLog := ""                  // the single gateway's usage log, if any
 	var restart func(run int) error // with -restart: a new gateway on the same pool state
@@ -327,6 +365,13 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 				pool = strconv.Itoa(cmp.Or(cfg.LivePool, cfg.Concurrency))
 			}
 			set["LIVE_POOL_SIZE"] = pool
+		}
+		if id == LegGemini {
+			path, err := geminiConfigFile(dir, mock)
+			if err != nil {
+				return nil, err
+			}
+			set["CONFIG_FILE"], set[geminiKeyVar] = path, upstreamKey
 		}
 		if id == LegPoolOnRedis {
 			stop, err := withRedis(ctx, cfg, set, dir)
@@ -353,16 +398,20 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			target, key, metricsURLs, tlsConf = in.URL(), masterKey, in.MetricsURLs(), nil
 			say("%s: %d gateways behind haproxy at %s (REALTIME_POOL_SIZE=%s each)", leg.Name, cfg.Instances, in.addr, pool)
 		} else {
-			gw, err := proc.StartGateway(ctx, cfg.GatewayBin, nil, set, filepath.Join(dir, "gateway-"+id+".log"))
+			var err error
+			gw, err = proc.StartGateway(ctx, cfg.GatewayBin, nil, set, filepath.Join(dir, "gateway-"+id+".log"))
 			if err != nil {
 				return nil, err
 			}
 			defer func() { gw.Stop(10 * time.Second) }() // the one running at the end
 			target, key, metricsURLs, tlsConf = gw.URL(), masterKey, []string{gw.MetricsURL()}, nil
-			if live {
+			switch {
+			case live:
 				target = gw.LiveURL()
+			case id == LegGemini:
+				target = "ws://" + gw.Addr + "/v1/realtime?model=" + geminiGroup
 			}
-			say("%s: gateway pid %d at %s (%s pool size %s)", leg.Name, gw.PID(), target, cfg.Protocol, pool)
+			say("%s: gateway pid %d at %s (%s pool size %s)", leg.Name, gw.PID(), target, protocol, pool)
 			if cfg.Restart {
 				restart = func(run int) error {
 					_ = gw.Stop(30 * time.Second) // SIGTERM: drains and writes the pool state
@@ -384,8 +433,8 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		}
 	}
 	newClient := func() (*load.Client, error) {
-		return load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout,
-			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf, Protocol: cfg.Protocol})
+		return load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout, Turns: cfg.Turns,
+			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf, Protocol: protocol})
 	}
 	client, err := newClient()
 	if err != nil {
@@ -420,10 +469,34 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		if run == 0 {
 			hitsBefore = before
 		}
+		// The gateway's usage around the run (GatewayUsage); where /proc
+		// cannot say (not Linux), the leg goes without.
+		var m *meter
+		if gw != nil && (run == 0 || leg.Gateway != nil) {
+			var merr error
+			if m, merr = startMeter(gw); merr != nil {
+				say("%s: no gateway CPU and RSS: %v", leg.Name, merr)
+			} else if leg.Gateway == nil {
+				leg.Gateway = &GatewayUsage{}
+			}
+		}
+		if m == nil {
+			leg.Gateway = nil
+		}
 		runStart := time.Now()
 		res, err := load.Run(ctx, client, load.Options{N: cfg.N, Concurrency: cfg.Concurrency})
+		if m != nil {
+			if merr := m.finish(ctx, meterSettle, leg.Gateway); merr != nil {
+				say("%s: no gateway CPU and RSS: %v", leg.Name, merr)
+				leg.Gateway = nil
+			}
+		}
 		if err != nil {
 			return nil, err
+		}
+		if leg.Gateway != nil {
+			leg.Gateway.Calls += len(res.Samples)
+			leg.Gateway.Turns += turnsStreamed(res.Samples)
 		}
 		var hits []bool
 		if usageLog != "" {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,12 @@ func TestProfileArgsAndFloor(t *testing.T) {
 	if got != want {
 		t.Errorf("args %q, want %q", got, want)
 	}
+	if got := p.FloorFor(3); got != 4237*time.Millisecond {
+		t.Errorf("floor of 3 turns %v, want 4237ms (150 + 7 + 3 x (400 + 24 x 40))", got)
+	}
+	if p.FloorFor(0) != p.Floor() {
+		t.Errorf("floor of 0 turns %v, want one turn's %v", p.FloorFor(0), p.Floor())
+	}
 	if a := (Profile{}).args(); a[7] != "-1" {
 		t.Errorf("zero deltas must mean none (-1) for mockai, got %q", a[7])
 	}
@@ -94,6 +101,12 @@ func TestRunValidation(t *testing.T) {
 		{"rate without duration", func(c *Config) { c.Open.Duration = 0 }, "-duration"},
 		{"call length past the timeout", func(c *Config) { c.Open.Length = load.Length{Kind: load.LengthExp, Mean: 5 * time.Second} }, "not below -t"},
 		{"missing mockai", func(c *Config) { c.MockaiBin = filepath.Join(t.TempDir(), "nope") }, "build it first"},
+		{"turns with live", func(c *Config) { c.Protocol, c.Turns, c.Open.Rate = load.ProtocolLive, 2, 0 }, "-turns 2"},
+		{"gemini leg without gemini", func(c *Config) { c.Legs = []string{LegDirect, LegGemini} }, "-protocol gemini's"},
+		{"gemini pool on", func(c *Config) { gemini(c); c.Legs = []string{LegDirect, LegPoolOn} }, "never warms Gemini sockets"},
+		{"gemini with audio", func(c *Config) { gemini(c); c.Audio = true }, "does not take -audio"},
+		{"gemini open loop", func(c *Config) { gemini(c); c.Open.Rate = 10 }, "closed-loop only"},
+		{"gemini restart", func(c *Config) { gemini(c); c.Restart = true }, "without -restart"},
 		{"missing gateway", func(c *Config) { c.MockaiBin = "/bin/true"; c.GatewayBin = filepath.Join(t.TempDir(), "nope") }, "build it first"},
 	}
 	for _, tc := range tests {
@@ -106,6 +119,11 @@ func TestRunValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gemini makes c a -protocol gemini run.
+func gemini(c *Config) {
+	c.Protocol, c.Legs, c.Open.Rate = load.ProtocolGemini, slices.Clone(GeminiLegs), 0
 }
 
 // Binaries are built once per test process, into a temporary directory,
@@ -409,9 +427,31 @@ func compareAllLegs(t *testing.T, up proc.Upstream) {
 			t.Errorf("open-loop table lacks %q:\n%s", want, open)
 		}
 	}
+	checkGatewayUsage(t, out, cfg)
+	if gw := out.GatewayMarkdown(); !strings.Contains(gw, "| Gateway pool off | ") || !strings.Contains(gw, "| Gateway pool on, Redis limits | ") {
+		t.Errorf("gateway process table:\n%s", gw)
+	}
 	for _, bin := range []string{cfg.MockaiBin, cfg.GatewayBin} {
 		if pids := runningChildren(t, bin); len(pids) > 0 {
 			t.Errorf("%s still running: %v", filepath.Base(bin), pids)
+		}
+	}
+}
+
+// checkGatewayUsage: every gateway leg measured its gateway over its
+// closed-loop calls and turns (the open-loop run not included), direct none.
+func checkGatewayUsage(t *testing.T, out *Outcome, cfg Config) {
+	t.Helper()
+	for _, leg := range out.Legs {
+		g := leg.Gateway
+		if leg.ID == LegDirect {
+			if g != nil {
+				t.Errorf("direct leg has gateway usage %+v", g)
+			}
+			continue
+		}
+		if want := cfg.N * cfg.Runs; g == nil || g.Calls != want || g.Turns != want*max(cfg.Turns, 1) || g.PeakRSS <= 0 {
+			t.Errorf("%s: gateway usage %+v, want %d calls of %d turns and an RSS", leg.ID, g, want, max(cfg.Turns, 1))
 		}
 	}
 }

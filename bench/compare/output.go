@@ -1,11 +1,13 @@
 package compare
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"rtgate/bench/load"
@@ -25,6 +27,8 @@ type jsonResults struct {
 		Pool        string   `json:"pool_on_size"`
 		Audio       bool     `json:"audio"`
 		Upstream    string   `json:"upstream"` // "tls" (wss://) or "plain" (ws://)
+		Protocol    string   `json:"protocol"` // realtime, live or gemini
+		Turns       int      `json:"turns"`
 		Profile     struct {
 			UpgradeDelayMS    float64 `json:"upgrade_delay_ms"`
 			SessionDelayMS    float64 `json:"session_delay_ms"`
@@ -41,6 +45,16 @@ type jsonResults struct {
 	Table     string    `json:"table_markdown"`
 	OpenTable string    `json:"open_loop_table_markdown,omitempty"`
 	Legs      []jsonLeg `json:"legs"`
+	// Gemini is a -protocol gemini run's CPU ratio (nil otherwise, or
+	// without both gateway legs).
+	Gemini *jsonGeminiRatio `json:"gemini_cpu_per_turn,omitempty"`
+}
+
+// jsonGeminiRatio is GeminiRatio in results.json.
+type jsonGeminiRatio struct {
+	TranslatedMS float64 `json:"translated_ms"`
+	VerbatimMS   float64 `json:"verbatim_ms"`
+	Ratio        float64 `json:"ratio"`
 }
 
 type jsonLeg struct {
@@ -54,6 +68,9 @@ type jsonLeg struct {
 	Runs        []jsonRun          `json:"runs"`
 	// Open is the leg's open-loop run (OpenRun); Runs are closed-loop.
 	Open *jsonOpenRun `json:"open_loop,omitempty"`
+	// Gateway is the leg's gateway process over the closed-loop runs
+	// (GatewayUsage); absent for direct and with several instances.
+	Gateway *jsonGatewayUsage `json:"gateway,omitempty"`
 }
 
 type jsonRun struct {
@@ -79,18 +96,22 @@ func writeOutputs(out *Outcome, cfg Config, started time.Time) error {
 	r.Config.N, r.Config.Concurrency, r.Config.Runs = cfg.N, cfg.Concurrency, cfg.Runs
 	r.Config.TimeoutS, r.Config.Legs, r.Config.Pool, r.Config.Audio = cfg.Timeout.Seconds(), cfg.Legs, cfg.Pool, cfg.Audio
 	r.Config.Upstream = string(cfg.Upstream)
+	r.Config.Protocol, r.Config.Turns = string(cmp.Or(cfg.Protocol, load.ProtocolRealtime)), max(cfg.Turns, 1)
 	p := cfg.Profile
 	r.Config.Profile.UpgradeDelayMS = stats.Millis(p.UpgradeDelay)
 	r.Config.Profile.SessionDelayMS = stats.Millis(p.SessionDelay)
 	r.Config.Profile.FirstAudioDelayMS = stats.Millis(p.FirstAudioDelay)
 	r.Config.Profile.Deltas, r.Config.Profile.DeltaBytes = p.Deltas, p.DeltaBytes
 	r.Config.Profile.DeltaIntervalMS = stats.Millis(p.DeltaInterval)
-	r.Config.Profile.FloorMS = stats.Millis(p.Floor())
-	r.Table = out.Comparison.Markdown()
+	r.Config.Profile.FloorMS = stats.Millis(p.FloorFor(cfg.Turns))
+	r.Table = out.Markdown()
+	if g := out.geminiRatio(); g != nil {
+		r.Gemini = &jsonGeminiRatio{TranslatedMS: stats.Millis(g.Translated), VerbatimMS: stats.Millis(g.Verbatim), Ratio: g.Ratio}
+	}
 	r.Config.OpenLoop, r.OpenTable = openConfigJSON(cfg), out.OpenMarkdown()
 	for _, leg := range out.Legs {
 		jl := jsonLeg{ID: leg.ID, Name: leg.Name, Combined: leg.Combined, PoolHitRate: leg.PoolHitRate,
-			P50SpreadMS: map[string]float64{}, Open: openRunJSON(leg.Open)}
+			P50SpreadMS: map[string]float64{}, Open: openRunJSON(leg.Open), Gateway: gatewayUsageJSON(leg.Gateway)}
 		for _, run := range leg.Runs {
 			jl.Runs = append(jl.Runs, jsonRun{Summary: run.Summary, Split: run.Split, P50MS: phaseP50s(run.Summary),
 				PoolHitRate: run.PoolHitRate, Samples: run.Result.Samples})
@@ -141,11 +162,23 @@ func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 			fmt.Sprintf("%d calls per run, %d concurrent, %d runs per leg, per-call timeout %v, pool-on REALTIME_POOL_SIZE=%s, input audio %v.",
 				cfg.N, cfg.Concurrency, cfg.Runs, cfg.Timeout, cfg.Pool, cfg.Audio),
 			fmt.Sprintf("Fake upstream (mockai) profile: %v before the 101, %v to session.created, %v to the first audio delta, %d deltas of %d bytes every %v; no call can finish in under %v.",
-				p.UpgradeDelay, p.SessionDelay, p.FirstAudioDelay, p.Deltas, p.DeltaBytes, p.DeltaInterval, p.Floor()),
+				p.UpgradeDelay, p.SessionDelay, p.FirstAudioDelay, p.Deltas, p.DeltaBytes, p.DeltaInterval, p.FloorFor(cfg.Turns)),
 			"Phases: dial = TCP + upgrade until the 101; session = 101 to session.created; first audio = response.create to the first audio delta; total = call start to response.done and a clean close. Percentiles are nearest-rank; dial/session/first-audio include every call that reached the phase, total only successful calls.",
 		},
 	}
-	page.Tables = append(page.Tables, report.Table{Title: "Comparison (closed loop)", Header: out.Comparison.Header(), Rows: out.Comparison.Rows()})
+	if out.Protocol == load.ProtocolGemini {
+		page.Notes[0] = fmt.Sprintf("%d calls per run, %d turns each, %d concurrent, %d runs per leg, per-call timeout %v; legs: %s (mockai's Gemini endpoint), %s (a gemini/ deployment on the same mockai), %s (the Realtime baseline).",
+			cfg.N, max(cfg.Turns, 1), cfg.Concurrency, cfg.Runs, cfg.Timeout, legName(cfg.Protocol, LegDirect), legName(cfg.Protocol, LegGemini), legName(cfg.Protocol, LegPoolOff))
+		header, rows := out.geminiRows()
+		page.Tables = append(page.Tables, report.Table{Title: "Comparison (closed loop)", Header: header, Rows: rows})
+		page.Notes = append(page.Notes, strings.Split(strings.TrimSpace(out.GeminiSummary(cfg)), "\n")...)
+	} else {
+		page.Tables = append(page.Tables, report.Table{Title: "Comparison (closed loop)", Header: out.Comparison.Header(), Rows: out.Comparison.Rows()})
+	}
+	if rows := out.gatewayRows(); out.Protocol != load.ProtocolGemini && rows != nil {
+		page.Tables = append(page.Tables, report.Table{Title: "Gateway process (closed loop)",
+			Header: []string{"leg", "CPU", "CPU / call", "CPU / turn", "RSS (peak)"}, Rows: rows})
+	}
 	for _, leg := range out.Legs {
 		s := leg.Combined
 		var rows [][]string
@@ -224,8 +257,43 @@ func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 
 // protocolName names the calls' protocol in the report's title.
 func protocolName(p load.Protocol) string {
-	if p == load.ProtocolLive {
+	switch p {
+	case load.ProtocolLive:
 		return "GPT-Live (pool on: LIVE_POOL_SIZE)"
+	case load.ProtocolGemini:
+		return "Gemini Live (direct, and translated from the Realtime API by the gateway)"
 	}
 	return "Realtime"
+}
+
+// Markdown is the run's closed-loop table: the comparison, or with
+// -protocol gemini the Gemini table.
+func (out *Outcome) Markdown() string {
+	if out.Protocol == load.ProtocolGemini {
+		return out.GeminiMarkdown()
+	}
+	return out.Comparison.Markdown()
+}
+
+// gatewayRows are the gateway legs' process usage, one row a leg (nil
+// when no leg measured its gateway).
+func (out *Outcome) gatewayRows() [][]string {
+	var rows [][]string
+	for _, leg := range out.Legs {
+		if g := leg.Gateway; g != nil {
+			rows = append(rows, []string{leg.Name, fmt.Sprintf("%.2f s", g.CPU.Seconds()), report.FormatMS(g.PerCall()),
+				report.FormatMS(g.PerTurn()), fmt.Sprintf("%.1f MiB", float64(g.PeakRSS)/(1<<20))})
+		}
+	}
+	return rows
+}
+
+// GatewayMarkdown is the gateway legs' process table for the Realtime and
+// Live runs ("" without one; the Gemini table has these rows itself).
+func (out *Outcome) GatewayMarkdown() string {
+	rows := out.gatewayRows()
+	if rows == nil || out.Protocol == load.ProtocolGemini {
+		return ""
+	}
+	return report.MarkdownTable([]string{"leg", "gateway CPU", "CPU / call", "CPU / turn", "gateway RSS (peak)"}, "lrrrr", rows)
 }

@@ -44,7 +44,9 @@ type Config struct {
 	Audio       bool
 	AudioLength time.Duration
 	// Protocol is what calls speak (default Realtime). For Live the model
-	// goes into session.start: Model (default gpt-live-1).
+	// goes into session.start: Model (default gpt-live-1); for Gemini into
+	// setup (default gemini-3.8-live, "models/" added), and Key goes in
+	// x-goog-api-key instead of Authorization.
 	Protocol Protocol
 	Model    string
 	// BufferSize is gorilla's per-connection read buffer and pooled write
@@ -67,8 +69,10 @@ type Client struct {
 	dialer websocket.Dialer
 	header http.Header
 	nextIP atomic.Uint64
-	// liveStart is the session.start of a Live call (nil for Realtime).
+	// liveStart is the session.start of a Live call (nil otherwise).
 	liveStart []byte
+	// geminiSetup is the setup of a Gemini call (nil otherwise).
+	geminiSetup []byte
 }
 
 // NewClient checks cfg and prepares a client.
@@ -97,10 +101,20 @@ func NewClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("load: session.start: %w", err)
 		}
 		c.liveStart = msg
+	case ProtocolGemini:
+		msg, err := geminiSetup(cfg.Model)
+		if err != nil {
+			return nil, fmt.Errorf("load: gemini setup: %w", err)
+		}
+		c.geminiSetup = msg
 	default:
 		return nil, fmt.Errorf("load: unknown protocol %q", cfg.Protocol)
 	}
-	if cfg.Key != "" {
+	switch {
+	case cfg.Key == "":
+	case cfg.Protocol == ProtocolGemini:
+		c.header.Set(geminiKeyHeader, cfg.Key)
+	default:
 		c.header.Set("Authorization", "Bearer "+cfg.Key)
 	}
 	c.dialer = websocket.Dialer{
@@ -151,6 +165,8 @@ func (c *Client) CallFor(ctx context.Context, start time.Time, length time.Durat
 	switch {
 	case c.liveStart != nil:
 		s = c.callLive(ctx, start, length)
+	case c.geminiSetup != nil:
+		s = c.callGemini(ctx, start, length)
 	case c.cfg.Turns > 1 || c.cfg.VAD:
 		s = c.callTurns(ctx, start, length)
 	default:
@@ -168,7 +184,7 @@ func (c *Client) CallFor(ctx context.Context, start time.Time, length time.Durat
 // it returns a nil session and the failed sample; otherwise the caller owns
 // the connection. The per-call deadline stops applying once it returns.
 func (c *Client) openIdle(ctx context.Context, start time.Time) (*session, Sample) {
-	if c.liveStart != nil {
+	if c.liveStart != nil || c.geminiSetup != nil {
 		return nil, Sample{Start: start, Failure: "protocol", Detail: "hold and voice modes speak the Realtime protocol only"}
 	}
 	sess, s := c.open(ctx, start, false, openReadBuffer)
@@ -330,12 +346,16 @@ func (c *Client) respond(ctx context.Context, sess *session, s *Sample, length t
 }
 
 // read returns the next text message, reusing the session's buffer.
-func (sess *session) read() ([]byte, error) {
+func (sess *session) read() ([]byte, error) { return sess.readMessage(false) }
+
+// readMessage returns the next data message, reusing the session's buffer:
+// text, or binary too when binaryOK (Gemini sends its JSON in binary frames).
+func (sess *session) readMessage(binaryOK bool) ([]byte, error) {
 	mt, r, err := sess.conn.NextReader()
 	if err != nil {
 		return nil, err
 	}
-	if mt != websocket.TextMessage {
+	if mt != websocket.TextMessage && (!binaryOK || mt != websocket.BinaryMessage) {
 		return nil, errBinary
 	}
 	buf := sess.buf[:0]

@@ -1,5 +1,7 @@
 // Package load generates Realtime API calls against a WebSocket endpoint and
-// measures each one in phases.
+// measures each one in phases; GPT-Live calls (ProtocolLive) and Gemini Live
+// calls (ProtocolGemini: setup, setupComplete, clientContent turns, the
+// model's audio parts, turnComplete) are measured in the same phases.
 //
 // A call is what a voice client does for one exchange:
 //
@@ -33,7 +35,8 @@
 //	unexpected_close_<code>   the socket closed before the call finished; 1006
 //	                          means the TCP connection dropped without a close frame
 //	response_<status>         response.done carried a status other than completed
-//	no_audio                  response.done arrived without any audio delta
+//	no_audio                  response.done (Gemini: turnComplete) arrived without any audio
+//	interrupted               Gemini: serverContent.interrupted ended the model's turn
 //	vad_early_stop            -vad: speech_stopped arrived while the client was
 //	                          still sending speech
 //	protocol                  a frame or event the client could not parse

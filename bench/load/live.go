@@ -12,7 +12,8 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// Protocol is what a call speaks: OpenAI's Realtime API or GPT-Live.
+// Protocol is what a call speaks: OpenAI's Realtime API, GPT-Live or Gemini
+// Live (ProtocolGemini).
 type Protocol string
 
 const (
@@ -36,10 +37,10 @@ const (
 // ParseProtocol reads a -protocol flag value.
 func ParseProtocol(s string) (Protocol, error) {
 	switch p := Protocol(strings.TrimSpace(s)); p {
-	case ProtocolRealtime, ProtocolLive:
+	case ProtocolRealtime, ProtocolLive, ProtocolGemini:
 		return p, nil
 	}
-	return "", fmt.Errorf("protocol %q: want realtime or live", s)
+	return "", fmt.Errorf("protocol %q: want realtime, live or gemini", s)
 }
 
 // LivePath is the default path of a Live target.

@@ -85,12 +85,12 @@ func TestLiveCall(t *testing.T) {
 }
 
 func TestParseProtocol(t *testing.T) {
-	for in, want := range map[string]Protocol{"realtime": ProtocolRealtime, " live": ProtocolLive} {
+	for in, want := range map[string]Protocol{"realtime": ProtocolRealtime, " live": ProtocolLive, "gemini": ProtocolGemini} {
 		if got, err := ParseProtocol(in); err != nil || got != want {
 			t.Errorf("ParseProtocol(%q) = %q, %v", in, got, err)
 		}
 	}
-	if _, err := ParseProtocol("sip"); err == nil || !strings.Contains(err.Error(), "realtime or live") {
+	if _, err := ParseProtocol("sip"); err == nil || !strings.Contains(err.Error(), "realtime, live or gemini") {
 		t.Errorf("ParseProtocol(sip): %v", err)
 	}
 }

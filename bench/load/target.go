@@ -23,8 +23,9 @@ func BuildURL(host string, insecure bool, model string) (string, error) {
 }
 
 // BuildURLFor is BuildURL for protocol p. A Live target's empty path becomes
-// /v1/live/sessions and gets no model in its query (Live names it in
-// session.start).
+// /v1/live/sessions, a Gemini target's AI Studio's Live path (GeminiPath);
+// neither gets a model in its query (Live names it in session.start,
+// Gemini in setup).
 func BuildURLFor(p Protocol, host string, insecure bool, model string) (string, error) {
 	host = strings.TrimSpace(host)
 	if host == "" {
@@ -58,9 +59,13 @@ func BuildURLFor(p Protocol, host string, insecure bool, model string) (string, 
 	if u.User != nil {
 		return "", fmt.Errorf("target %q: user info in the URL is not supported; use -key", u.Redacted())
 	}
-	if p == ProtocolLive {
+	switch p {
+	case ProtocolLive, ProtocolGemini:
 		if u.Path == "" || u.Path == "/" {
 			u.Path = LivePath
+			if p == ProtocolGemini {
+				u.Path = GeminiPath
+			}
 		}
 		u.Fragment = ""
 		return u.String(), nil

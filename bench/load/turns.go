@@ -84,7 +84,7 @@ func checkTurns(cfg *Config) error {
 	switch {
 	case cfg.Turns < 0 || cfg.Turns > maxTurns:
 		return fmt.Errorf("load: turns %d: want 0 to %d", cfg.Turns, maxTurns)
-	case cfg.VAD && cfg.Protocol == ProtocolLive:
+	case cfg.VAD && (cfg.Protocol == ProtocolLive || cfg.Protocol == ProtocolGemini):
 		return fmt.Errorf("load: VAD turns speak the Realtime protocol only")
 	case cfg.Turns > 1 && cfg.Protocol == ProtocolLive:
 		return fmt.Errorf("load: turns speak the Realtime protocol only")

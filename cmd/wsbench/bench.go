@@ -25,7 +25,7 @@ type benchOptions struct {
 	url            string
 	key            string
 	protocol       load.Protocol
-	model          string // for Live: session.start's (the URL carries Realtime's)
+	model          string // for Live: session.start's, Gemini: setup's (the URL carries Realtime's)
 	n, c           int
 	timeout        time.Duration
 	verbose, quiet bool
@@ -48,10 +48,11 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	fs := flag.NewFlagSet("wsbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	host := fs.String("host", "localhost:4000", "target: host[:port] (path /v1/realtime is added) or a full ws:// or wss:// URL")
-	fs.StringVar(&o.key, "key", "", "API key sent as Authorization: Bearer (default $WSBENCH_KEY)")
+	fs.StringVar(&o.key, "key", "", "API key sent as Authorization: Bearer, with -protocol gemini as x-goog-api-key (default $WSBENCH_KEY)")
 	insecure := fs.Bool("insecure", false, "plain ws:// instead of wss:// when -host has no scheme")
-	model := fs.String("m", "gpt-realtime", "model (added as ?model= unless the URL names one; -protocol live: session.start's, default gpt-live-1)")
-	protocol := fs.String("protocol", "realtime", "realtime, or live: GPT-Live (path /v1/live/sessions; session = session.start -> session.started, first audio = first append -> first session.output_audio.delta, total ends at session.closed)")
+	model := fs.String("m", "gpt-realtime", "model (added as ?model= unless the URL names one; -protocol live: session.start's, default gpt-live-1; gemini: setup's, default gemini-3.8-live)")
+	protocol := fs.String("protocol", "realtime", "realtime, or live: GPT-Live (path /v1/live/sessions; session = session.start -> session.started, first audio = first append -> first session.output_audio.delta, total ends at session.closed), "+
+		"or gemini: Gemini Live (AI Studio's path "+load.GeminiPath+"; session = setup -> setupComplete, first audio = clientContent turnComplete -> the first modelTurn audio part, a turn ends at turnComplete)")
 	fs.IntVar(&o.n, "n", 100, "total calls")
 	fs.IntVar(&o.c, "c", 10, "concurrent calls (sessions being opened, with -hold)")
 	timeoutS := fs.Float64("t", 30, "per-call timeout, seconds")
@@ -85,15 +86,15 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 	if o.protocol, err = load.ParseProtocol(*protocol); err != nil {
 		return o, fmt.Errorf("-protocol: %w", err)
 	}
-	if o.protocol == load.ProtocolLive {
-		o.model = "gpt-live-1"
+	if o.protocol == load.ProtocolLive || o.protocol == load.ProtocolGemini {
+		o.model = map[load.Protocol]string{load.ProtocolLive: "gpt-live-1", load.ProtocolGemini: "gemini-3.8-live"}[o.protocol]
 		fs.Visit(func(f *flag.Flag) {
 			if f.Name == "m" {
 				o.model = *model
 			}
 		})
 		if o.hold > 0 || o.voice.n > 0 {
-			return o, errors.New("-protocol live measures calls only: not with -hold or voice mode")
+			return o, fmt.Errorf("-protocol %s measures calls only: not with -hold or voice mode", o.protocol)
 		}
 	}
 	url, err := load.BuildURLFor(o.protocol, *host, *insecure, *model)
@@ -123,6 +124,8 @@ func parseBenchFlags(args []string, stderr io.Writer, getenv func(string) string
 		return o, fmt.Errorf("-turns must be at least 1, got %d", o.turns)
 	case (o.turns > 1 || o.vad) && (o.protocol == load.ProtocolLive || o.hold > 0 || o.voice.n > 0):
 		return o, errors.New("-turns and -vad measure Realtime calls: not with -protocol live, -hold or voice mode")
+	case o.vad && o.protocol == load.ProtocolGemini:
+		return o, errors.New("-vad turns speak the Realtime protocol: with -protocol gemini, -turns makes clientContent turns")
 	case o.vadSilence <= 0 || o.vadSilence > 10*time.Second:
 		return o, fmt.Errorf("-vad-silence %v: want more than 0, at most 10s", o.vadSilence)
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,13 +18,16 @@ import (
 func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, error) {
 	cfg := compare.DefaultConfig()
 	fs, quiet := settingsFlags("compare", stderr, &cfg.Settings)
-	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on, pool-on-redis")
+	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on, pool-on-redis (-protocol gemini: direct, gemini, pool-off)")
 	fs.IntVar(&cfg.N, "n", cfg.N, "calls per run")
 	fs.IntVar(&cfg.Concurrency, "c", cfg.Concurrency, "concurrent calls")
 	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "runs per leg (samples are combined)")
 	timeoutS := fs.Float64("t", cfg.Timeout.Seconds(), "per-call timeout, seconds")
 	fs.StringVar(&cfg.Pool, "pool", cfg.Pool, "REALTIME_POOL_SIZE for the pool-on leg: auto or a number")
-	protocol := fs.String("protocol", "realtime", "realtime, or live: GPT-Live calls (/v1/live/sessions); the pool-on leg sets LIVE_POOL_SIZE (-live-pool) instead of REALTIME_POOL_SIZE")
+	protocol := fs.String("protocol", "realtime", "realtime, or live: GPT-Live calls (/v1/live/sessions); the pool-on leg sets LIVE_POOL_SIZE (-live-pool) instead of REALTIME_POOL_SIZE; "+
+		fmt.Sprintf("or gemini: a Gemini Live client direct, the gateway translating Realtime to a gemini/ deployment, and Realtime pool off, closed loop (-n %d -c %d -runs %d -turns %d unless given)",
+			compare.GeminiN, compare.GeminiConcurrency, compare.GeminiRuns, compare.GeminiTurns))
+	fs.IntVar(&cfg.Turns, "turns", 1, "exchanges per call on one session (Realtime and Gemini; manual turns)")
 	fs.IntVar(&cfg.LivePool, "live-pool", 0, "with -protocol live: LIVE_POOL_SIZE for the pool-on leg (0: -c)")
 	fs.StringVar(&cfg.GatewayLogLevel, "gateway-log-level", cfg.GatewayLogLevel, "LOG_LEVEL for the gateway")
 	fs.BoolVar(&cfg.Audio, "audio", false, "stream 1 s of real-time input audio per call")
@@ -46,9 +50,9 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 		return cfg, false, err
 	}
 	var err0 error
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if cfg.Instances > 1 {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if !set["n"] {
 			cfg.N = 5000
 		}
@@ -60,7 +64,18 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	if cfg.Protocol, err0 = load.ParseProtocol(*protocol); err0 != nil {
 		return cfg, false, fmt.Errorf("-protocol: %w", err0)
 	}
-	if err := parseOpen(cfg.Protocol == load.ProtocolLive); err != nil {
+	if cfg.Protocol == load.ProtocolGemini {
+		// Bounded: make bench runs it after the Realtime and Live runs.
+		for name, v := range map[string]*int{"n": &cfg.N, "c": &cfg.Concurrency, "runs": &cfg.Runs, "turns": &cfg.Turns} {
+			if !set[name] {
+				*v = map[string]int{"n": compare.GeminiN, "c": compare.GeminiConcurrency, "runs": compare.GeminiRuns, "turns": compare.GeminiTurns}[name]
+			}
+		}
+		if !set["legs"] {
+			cfg.Legs = slices.Clone(compare.GeminiLegs)
+		}
+	}
+	if err := parseOpen(cfg.Protocol != load.ProtocolRealtime); err != nil {
 		return cfg, false, err
 	}
 	cfg.Timeout = time.Duration(*timeoutS * float64(time.Second))
@@ -69,6 +84,16 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 		return cfg, false, fmt.Errorf("-source-ips: %w", err)
 	}
 	return cfg, *quiet, nil
+}
+
+// directLeg is the run's direct leg, nil without one.
+func directLeg(out *compare.Outcome) *compare.LegResult {
+	for _, leg := range out.Legs {
+		if leg.ID == compare.LegDirect {
+			return leg
+		}
+	}
+	return nil
 }
 
 func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -84,14 +109,23 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "wsbench", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "closed loop: %s calls: %d x %d runs per leg, %d concurrent, %s upstream\n\n", cfg.Protocol, cfg.N, cfg.Runs, cfg.Concurrency, cfg.Upstream.Describe())
-	fmt.Fprint(stdout, out.Comparison.Markdown())
-	// The floor is a Realtime call's (its deltas); a Live call's audio
-	// follows mockai's Live media schedule instead.
-	if d := out.Comparison.Direct; d != nil && d.Summary.Total.N > 0 && cfg.Protocol != load.ProtocolLive {
-		floor := cfg.Profile.Floor()
+	turns := ""
+	if cfg.Turns > 1 {
+		turns = fmt.Sprintf(", %d turns each", cfg.Turns)
+	}
+	fmt.Fprintf(stdout, "closed loop: %s calls: %d x %d runs per leg%s, %d concurrent, %s upstream\n\n", cfg.Protocol, cfg.N, cfg.Runs, turns, cfg.Concurrency, cfg.Upstream.Describe())
+	fmt.Fprint(stdout, out.Markdown())
+	// The floor is a Realtime (or Gemini) call's (its deltas); a Live
+	// call's audio follows mockai's Live media schedule instead.
+	if d := directLeg(out); d != nil && d.Combined.Total.N > 0 && cfg.Protocol != load.ProtocolLive {
+		floor := cfg.Profile.FloorFor(cfg.Turns)
 		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
-			report.FormatMS(floor), report.FormatMS(d.Summary.Total.P50-floor))
+			report.FormatMS(floor), report.FormatMS(d.Combined.Total.P50-floor))
+	}
+	if cfg.Protocol == load.ProtocolGemini {
+		fmt.Fprintf(stdout, "\n%s", out.GeminiSummary(cfg))
+	} else if gw := out.GatewayMarkdown(); gw != "" {
+		fmt.Fprintf(stdout, "\ngateway process, closed-loop runs (CPU from /proc, 10 ms ticks; peak RSS read every 200 ms)\n\n%s", gw)
 	}
 	fmt.Fprintf(stdout, "\nfirst burst and steady state, per closed-loop run (the pool-on leg's run 1 starts against a fresh gateway)\n\n%s", out.BurstMarkdown())
 	if open := out.OpenMarkdown(); open != "" {

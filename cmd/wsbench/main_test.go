@@ -79,6 +79,18 @@ func TestParseBenchFlags(t *testing.T) {
 			}
 		}, ""},
 		{"live with hold", []string{"-protocol", "live", "-hold", "5"}, nil, nil, "not with -hold"},
+		{"gemini", []string{"-protocol", "gemini", "-host", "127.0.0.1:8089", "-insecure", "-turns", "3"}, nil, func(t *testing.T, o benchOptions) {
+			if o.url != "ws://127.0.0.1:8089"+load.GeminiPath || o.protocol != load.ProtocolGemini || o.model != "gemini-3.8-live" || o.turns != 3 {
+				t.Errorf("got %+v", o)
+			}
+		}, ""},
+		{"gemini with a model", []string{"-protocol", "gemini", "-m", "gemini-live-2"}, nil, func(t *testing.T, o benchOptions) {
+			if o.url != "wss://localhost:4000"+load.GeminiPath || o.model != "gemini-live-2" {
+				t.Errorf("got %+v", o)
+			}
+		}, ""},
+		{"gemini with vad", []string{"-protocol", "gemini", "-vad"}, nil, nil, "-vad turns speak the Realtime protocol"},
+		{"gemini with hold", []string{"-protocol", "gemini", "-hold", "5"}, nil, nil, "-protocol gemini measures calls only"},
 		{"unknown protocol", []string{"-protocol", "sip"}, nil, nil, "-protocol"},
 		{"turns", []string{"-turns", "5", "-vad", "-vad-silence", "300ms"}, nil, func(t *testing.T, o benchOptions) {
 			if o.turns != 5 || !o.vad || o.vadSilence != 300*time.Millisecond {
@@ -197,6 +209,21 @@ func TestParseCompareFlags(t *testing.T) {
 	if cfg, _, err := parseCompareFlags([]string{"-protocol", "live", "-rate", "10"}, &stderr); err != nil || cfg.Open.Rate != 10 {
 		t.Errorf("live with -rate 10: open-loop rate %v, %v", cfg.Open.Rate, err)
 	}
+	// Gemini: its own legs and a bounded size unless flags say otherwise,
+	// closed loop only.
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "gemini"}, &stderr); err != nil || cfg.N != compare.GeminiN ||
+		cfg.Concurrency != compare.GeminiConcurrency || cfg.Runs != compare.GeminiRuns || cfg.Turns != compare.GeminiTurns ||
+		strings.Join(cfg.Legs, ",") != "direct,gemini,pool-off" || cfg.Open.Rate != 0 || cfg.Upstream != proc.UpstreamTLS {
+		t.Errorf("gemini defaults: %+v, %v", cfg, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "gemini", "-n", "40", "-c", "8", "-turns", "2", "-runs", "2",
+		"-legs", "gemini,pool-off", "-upstream", "plain"}, &stderr); err != nil || cfg.N != 40 || cfg.Concurrency != 8 ||
+		cfg.Turns != 2 || cfg.Runs != 2 || strings.Join(cfg.Legs, ",") != "gemini,pool-off" || cfg.Upstream != proc.UpstreamPlain {
+		t.Errorf("gemini overrides: %+v, %v", cfg, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-turns", "3"}, &stderr); err != nil || cfg.Turns != 3 || cfg.N != 2000 {
+		t.Errorf("realtime -turns 3: %+v, %v", cfg, err)
+	}
 	if cfg, _, err := parseCompareFlags([]string{"-rate", "0"}, &stderr); err != nil || cfg.Open.Rate != 0 {
 		t.Errorf("-rate 0: open-loop rate %v, %v; want none", cfg.Open.Rate, err)
 	}
@@ -251,6 +278,11 @@ func TestRunCompareBadInput(t *testing.T) {
 		{"bad pool", []string{"-pool", "many"}, 1, "-pool"},
 		{"missing mockai", []string{"-mockai", "/nonexistent/mockai", "-legs", "direct"}, 1, "go build -o /nonexistent/mockai ./cmd/mockai"},
 		{"bad flag", []string{"-n", "lots"}, 2, "invalid value"},
+		{"gemini pool on", []string{"-protocol", "gemini", "-legs", "direct,pool-on"}, 1, "the gateway never warms Gemini sockets"},
+		{"gemini with audio", []string{"-protocol", "gemini", "-audio"}, 1, "does not take -audio"},
+		{"gemini open loop", []string{"-protocol", "gemini", "-rate", "10"}, 1, "closed-loop only"},
+		{"gemini leg without gemini", []string{"-legs", "direct,gemini"}, 1, "-protocol gemini's"},
+		{"turns with live", []string{"-protocol", "live", "-turns", "2"}, 1, "-turns 2"},
 	})
 }
 
@@ -295,6 +327,12 @@ func TestRunBench(t *testing.T) {
 			[]string{"calls 3, ok 3 (100.0%)", "| first audio, turn 1 | 3 |", "| first audio, turns 2+ | 6 |", "| total | 3 |"}},
 		{"VAD turns", mockai.Config{Key: key}, []string{"-n", "2", "-c", "2", "-turns", "2", "-vad", "-vad-silence", "60ms"}, 0,
 			[]string{"calls 2, ok 2 (100.0%)", "| first audio, turn 1 | 2 |", "| first audio, turns 2+ | 2 |"}},
+		{"gemini turns", mockai.Config{Key: key}, []string{"-protocol", "gemini", "-n", "4", "-c", "2", "-turns", "2"}, 0,
+			[]string{"calls 4, ok 4 (100.0%)", "| session | 4 |", "| first audio, turn 1 | 4 |", "| first audio, turns 2+ | 4 |", "| total | 4 |"}},
+		{"gemini with input audio", mockai.Config{Key: key}, []string{"-protocol", "gemini", "-n", "2", "-c", "2", "-audio"}, 0,
+			[]string{"calls 2, ok 2"}},
+		{"gemini, wrong key", mockai.Config{Key: "gem-other-key"}, []string{"-protocol", "gemini", "-n", "2", "-c", "2"}, 1,
+			[]string{"ok 0 (0.0%)", "| unexpected_close_1007 | 2 |"}},
 		{"turns, a later one fails", mockai.Config{Key: key, DropAfterFrames: 13}, []string{"-n", "1", "-c", "1", "-turns", "3"}, 1,
 			[]string{"ok 0 (0.0%)", "| first audio, turn 1 | 1 |", "| unexpected_close_1006 | 1 |"}},
 		{"voice, upstream refuses", mockai.Config{StatusCode: 429}, []string{"-voice", "2", "-voice-for", "100ms"}, 1,

@@ -114,17 +114,18 @@ func (o *openLoopOptions) describe(n int) string {
 // compareOpenFlags adds `wsbench compare`'s open-loop flags, the plain
 // run's names with the steady-state leg's defaults, to fs; the returned
 // function parses their text once fs is parsed. The leg is Realtime's:
-// with -protocol live it runs only when -rate is given.
-func compareOpenFlags(fs *flag.FlagSet, o *compare.OpenLoop) func(live bool) error {
+// with -protocol live it runs only when -rate is given (with gemini, never:
+// compare refuses -rate there).
+func compareOpenFlags(fs *flag.FlagSet, o *compare.OpenLoop) func(notRealtime bool) error {
 	spacing, length, whenFull := string(o.Spacing), o.Length.String(), string(o.WhenFull)
-	fs.Float64Var(&o.Rate, "rate", o.Rate, "open-loop leg: calls arrive at this mean rate per second against each leg after its closed-loop runs (0: no open-loop leg; with -protocol live, 0 unless given)")
+	fs.Float64Var(&o.Rate, "rate", o.Rate, "open-loop leg: calls arrive at this mean rate per second against each leg after its closed-loop runs (0: no open-loop leg; with -protocol live, 0 unless given; not with gemini)")
 	fs.StringVar(&spacing, "arrivals", spacing, "open-loop leg: poisson or even spacing")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "open-loop leg: arrivals for this long")
 	fs.StringVar(&length, "call-length", length, "open-loop leg: call lengths, 2s, exp:2s or uniform:1s-3s (0: end after the exchange)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "open-loop leg: seed of the schedule, the same for every leg")
 	fs.IntVar(&o.MaxInFlight, "max-inflight", o.MaxInFlight, "open-loop leg: most calls in flight (0: 10 x -c)")
 	fs.StringVar(&whenFull, "when-full", whenFull, "open-loop leg: drop or delay an arrival that finds -max-inflight calls in flight")
-	return func(live bool) error {
+	return func(notRealtime bool) error {
 		var err error
 		if o.Spacing, err = load.ParseSpacing(spacing); err != nil {
 			return fmt.Errorf("-arrivals: %w", err)
@@ -137,7 +138,7 @@ func compareOpenFlags(fs *flag.FlagSet, o *compare.OpenLoop) func(live bool) err
 		}
 		rateSet := false
 		fs.Visit(func(f *flag.Flag) { rateSet = rateSet || f.Name == "rate" })
-		if live && !rateSet {
+		if notRealtime && !rateSet {
 			o.Rate = 0
 		}
 		return nil
