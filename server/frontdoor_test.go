@@ -311,10 +311,12 @@ func TestFrontDoorNeighbourShutdowns(t *testing.T) {
 	// that number: 1 of 10,398 requests once, with the two runners' suites
 	// side by side. That is netpoll's race build, not the gateways' own
 	// closes (before the fix, 23 of 29,243: 8 in 10,000), so it is allowed
-	// there up to 1 in 10,000, and never without -race.
+	// there up to 1 in 10,000, rounded up (a loaded box makes fewer than
+	// 10,000 requests in the run: 1 of 7,339 failed so on 2026-12-05 with
+	// an allowance rounded down to 0), and never without -race.
 	allowed := 0
 	if raceEnabled {
-		allowed = int(requests.Load() / 10000)
+		allowed = int((requests.Load() + 9999) / 10000)
 	}
 	if msgs := collected(failures); len(msgs) > allowed {
 		t.Fatalf("%d of %d requests failed while %d gateways started and shut down beside it (race build: %v, allowed %d):\n%s",
