@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"rtgate/server/spenddb/pgtest"
 )
 
 // xaiGateway is a gateway (TLS to the client, for the SDK) with the group
@@ -560,5 +563,134 @@ func TestGeminiRefusesTranscriptionSessions(t *testing.T) {
 	}
 	if ce := closeOf(t, c); ce == nil {
 		t.Fatal("the session stayed open")
+	}
+}
+
+// TestGeminiTokensCountAgainstBudgets: a Gemini session's usage, translated
+// into response.done's usage, is booked against its key's budget at
+// Gemini's audio and text prices like an OpenAI session's: the response
+// that crosses the budget ends the session with budget_exceeded, and the
+// key's next connect is refused with 429.
+func TestGeminiTokensCountAgainstBudgets(t *testing.T) {
+	t.Setenv("TEAM_G_KEY", "sk-team-g-test")
+	mock, _ := mockaiOver(t, "ws", "-deltas", "5", "-delta-interval", "10ms")
+	path := writeConfig(t, `model_list:
+  - model_name: gemini-voice
+    litellm_params:
+      model: gemini/gemini-3.8-live
+      api_base: `+strings.TrimSuffix(mock.baseURL, "/v1")+`
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+    model_info:
+      input_cost_per_token: 0.0000005
+      input_cost_per_audio_token: 0.000003
+      output_cost_per_token: 0.000002
+      output_cost_per_audio_token: 0.000012
+keys:
+  - name: team-g
+    key: os.environ/TEAM_G_KEY
+    max_budget: 0.0004
+    budget_duration: 30d
+`+configTail)
+	dir := t.TempDir()
+	g := startGateway(t, nil, func(c *Settings) {
+		c.RoutesFile, c.UsageLog, c.SpendState = path, filepath.Join(dir, "usage.jsonl"), filepath.Join(dir, "budgets.json")
+	})
+	c := g.dial(t, "model=gemini-voice", bearer("sk-team-g-test"))
+	read(t, c)
+	var spent []float64
+	for turn := 0; ; turn++ {
+		if turn == 20 {
+			t.Fatalf("20 responses and the budget never ended the session; spent %v", spent)
+		}
+		send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+			"content": []any{map[string]any{"type": "input_text", "text": "hello"}}}})
+		send(t, c, map[string]any{"type": "response.create"})
+		events := eventsUntil(t, c, "response.done")
+		if out, _ := events[len(events)-1]["response"].(map[string]any)["usage"].(map[string]any)["output_tokens"].(float64); out == 0 {
+			t.Fatalf("response.done without output tokens: %v", events[len(events)-1])
+		}
+		spent = append(spent, budgetSpent(t, g, "team-g"))
+		if spent[len(spent)-1] >= 0.0004 {
+			break
+		}
+	}
+	if e := eventsUntil(t, c, "error"); e[len(e)-1].str("error", "code") != "budget_exceeded" {
+		t.Fatalf("after the response that crossed the budget: %v", e[len(e)-1])
+	}
+	if ce := closeOf(t, c); ce == nil || ce.Code != 1008 {
+		t.Fatalf("close %v, want 1008", ce)
+	}
+	if len(spent) < 2 || spent[0] <= 0 || spent[1] <= spent[0] {
+		t.Fatalf("spend after each response %v: want it to grow with each Gemini turn", spent)
+	}
+	_, resp, err := dialer().Dial(g.url("model=gemini-voice"), bearer("sk-team-g-test"))
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a key over its budget: %v (%v), want 429", err, resp)
+	}
+}
+
+// TestProvidersInPostgres: an xAI session and a Gemini session land in the
+// spend log's session_usage as their usage log lines say: the xAI one with
+// its seconds and their cost at $0.05 a minute, the Gemini one with its
+// tokens and their cost at the deployment's prices.
+func TestProvidersInPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	mock, _ := mockaiOver(t, "ws", "-deltas", "5", "-delta-interval", "10ms")
+	root := strings.TrimSuffix(mock.baseURL, "/v1")
+	path := writeConfig(t, `model_list:
+  - model_name: grok-voice
+    litellm_params:
+      model: xai/grok-voice-latest
+      api_base: `+root+`/xai/v1
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+  - model_name: gemini-voice
+    litellm_params:
+      model: gemini/gemini-3.8-live
+      api_base: `+root+`
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+    model_info:
+      input_cost_per_token: 0.0000005
+      output_cost_per_audio_token: 0.000012`+configTail)
+	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
+	g := startGateway(t, nil, func(c *Settings) { c.RoutesFile, c.UsageLog, c.DatabaseURL = path, logPath, pg.URL })
+	for _, group := range []string{"grok-voice", "gemini-voice"} {
+		c := g.dial(t, "model="+group, bearer(testMasterKey))
+		read(t, c)
+		send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+			"content": []any{map[string]any{"type": "input_text", "text": "hello"}}}})
+		send(t, c, map[string]any{"type": "response.create"})
+		eventsUntil(t, c, "response.done")
+		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+		closeOf(t, c)
+	}
+	recs := waitRecords(t, logPath, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil { // flushes the spend log
+		t.Fatal(err)
+	}
+	for _, rec := range recs {
+		var group string
+		var seconds, cost float64
+		var out int64
+		err := pg.Conn(t).QueryRow(context.Background(), `SELECT model_group, seconds, output_tokens, cost_usd
+			FROM session_usage WHERE session_id = $1`, rec.SessionID).Scan(&group, &seconds, &out, &cost)
+		if err != nil {
+			t.Fatalf("session %s (%s): %v", rec.SessionID, rec.ModelGroup, err)
+		}
+		if group != rec.ModelGroup || seconds != rec.Seconds || out != rec.Usage.OutputTokens || cost != rec.CostUSD || cost <= 0 {
+			t.Fatalf("row %s: %v s, %d output tokens, %v USD; log line: %v s, %d, %v USD", group, seconds, out, cost,
+				rec.Seconds, rec.Usage.OutputTokens, rec.CostUSD)
+		}
+		switch group {
+		case "grok-voice":
+			if math.Abs(cost-seconds*0.05/60) > 1e-12 || seconds <= 0 {
+				t.Fatalf("xAI row: %v s at %v USD, want $0.05 a minute", seconds, cost)
+			}
+		case "gemini-voice":
+			if out == 0 || seconds != 0 {
+				t.Fatalf("Gemini row: %d output tokens, %v s: want tokens, not time", out, seconds)
+			}
+		}
 	}
 }
