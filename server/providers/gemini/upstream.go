@@ -286,23 +286,23 @@ func (s *Session) fromGemini(p []byte, out *frames.Output) {
 		m.UsageMetadata = nil
 	}
 	if g := m.UsageMetadata; g != nil {
-		switch {
-		case s.doneOwed != nil:
+		if s.doneOwed != nil {
 			s.flushDone(g, out)
-		case s.resp != "":
-			if s.usage == nil {
-				s.usage = &usage{}
-			}
-			s.usage.add(g, s.audioOut())
-		default:
-			// Usage between turns with no response to carry it: the next
-			// response.done does.
-			if s.usage == nil {
-				s.usage = &usage{}
-			}
-			s.usage.add(g, s.audioOut())
+		} else {
+			// The response in progress, or (between turns, with no
+			// response to carry it) the next one.
+			s.addUsage(g)
 		}
 	}
+}
+
+// addUsage adds Gemini's usage report g to the usage of the response it
+// belongs to (s.usage, carried by the next response.done).
+func (s *Session) addUsage(g *geminiUsage) {
+	if s.usage == nil {
+		s.usage = &usage{}
+	}
+	s.usage.add(g, s.audioOut())
 }
 
 // inputTranscript relays the user's speech as transcribed: the user's item
@@ -454,10 +454,7 @@ func (s *Session) endResponse(status, reason string, g *geminiUsage, out *frames
 	output = append(output, s.outputs...)
 	pd := &pendingDone{resp: s.resp, status: status, reason: reason, output: output}
 	if g != nil {
-		if s.usage == nil {
-			s.usage = &usage{}
-		}
-		s.usage.add(g, s.audioOut())
+		s.addUsage(g)
 	}
 	s.resp, s.cancelled, s.msgOpen, s.cancelReason = "", false, false, ""
 	if s.usage != nil {
@@ -476,10 +473,7 @@ func (s *Session) flushDone(g *geminiUsage, out *frames.Output) {
 	}
 	s.doneOwed = nil
 	if g != nil {
-		if s.usage == nil {
-			s.usage = &usage{}
-		}
-		s.usage.add(g, s.audioOut())
+		s.addUsage(g)
 	}
 	u := s.usage
 	if u == nil {
