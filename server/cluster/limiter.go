@@ -87,7 +87,11 @@ import (
 //
 // What this does not cover. An instance cut off for longer than its lease
 // stops being counted by the others while its sessions stay open, as
-// before. The others count a stale instance at the share over the live
+// before; so does one whose path to Redis stalls so often that for a whole
+// lease none of its probes (every probeEvery) lands in a gap, and it goes
+// on admitting its share uncounted. Refusing once its lease may have run
+// out would close that gap, but would also refuse every limited key
+// everywhere once a Redis frozen or cut off for all has been gone a lease. The others count a stale instance at the share over the live
 // instances they see, so an instance that joined during another's outage
 // lowers what they count for it (the instance alone took its share over
 // the fewer it knew). And a Redis restarted empty within one refresh,
