@@ -132,6 +132,19 @@ func (o *Output) Reply(p []byte) {
 	o.reply.B = AppendFrame(o.reply.B, ws.OpText, p, !o.mask)
 }
 
+// Take returns a copy of the frames emitted for the other side (nil when
+// none) and empties the output: for events a translator's owner builds
+// outside a scanner, as when a translated session's upstream is lost.
+func (o *Output) Take() []byte {
+	if o.buf == nil {
+		return nil
+	}
+	b := append([]byte(nil), o.buf.B...)
+	o.texts = o.texts[:0]
+	o.release()
+	return b
+}
+
 // release returns the output's buffer, which the sink has flushed.
 func (o *Output) release() {
 	if o.buf != nil {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -141,7 +142,15 @@ func TestNodeSDKsWithXAI(t *testing.T) {
 // model_info says, and USAGE_LOG at the returned path.
 func geminiGateway(t *testing.T, scheme string, mutate ...func(*Settings)) (*gateway, listenerCert, string) {
 	t.Helper()
-	mock, roots := mockaiOver(t, scheme, "-deltas", "50", "-delta-interval", "20ms")
+	g, lc, logPath, _, _ := geminiGatewayOn(t, scheme, nil, mutate...)
+	return g, lc, logPath
+}
+
+// geminiGatewayOn is geminiGateway with mockai's extra flags mockArgs; it
+// returns mockai too, and the roots its certificate is trusted by (wss).
+func geminiGatewayOn(t *testing.T, scheme string, mockArgs []string, mutate ...func(*Settings)) (*gateway, listenerCert, string, *mockaiProcess, *x509.CertPool) {
+	t.Helper()
+	mock, roots := mockaiOver(t, scheme, append([]string{"-deltas", "50", "-delta-interval", "20ms"}, mockArgs...)...)
 	path := writeConfig(t, `model_list:
   - model_name: gemini-voice
     litellm_params:
@@ -164,7 +173,7 @@ func geminiGateway(t *testing.T, scheme string, mutate ...func(*Settings)) (*gat
 			m(c)
 		}
 	})
-	return g, lc, logPath
+	return g, lc, logPath, mock, roots
 }
 
 // eventsUntil reads events until one of type typ, returning all of them.
@@ -692,5 +701,126 @@ func TestProvidersInPostgres(t *testing.T) {
 				t.Fatalf("Gemini row: %d output tokens, %v s: want tokens, not time", out, seconds)
 			}
 		}
+	}
+}
+
+// TestGeminiSessionMovesAtGoAway: Gemini announces the end of a connection
+// (goAway, then a 1011 once its time left has passed, as Google does at a
+// connection's ten minutes). The gateway moves the client's session to a
+// new connection at once, the newest resumption handle in its setup, and
+// the client's socket stays open: it is told with rtgate.session.resumed
+// (cause rollover), never sees an error, and its next turn is answered on
+// the same socket by the resumed Gemini session. A session that has said
+// nothing yet moves with a setup and no handle (there is nothing to carry).
+// Over ws:// and wss:// upstreams.
+func TestGeminiSessionMovesAtGoAway(t *testing.T) {
+	for _, up := range []string{"ws", "wss"} {
+		for _, talked := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/talked=%v", up, talked), func(t *testing.T) {
+				g, _, logPath, mock, roots := geminiGatewayOn(t, up,
+					[]string{"-gemini-go-away-after", "1500ms", "-gemini-go-away-time-left", "1s"}, plainFront)
+				c := g.dial(t, "model=gemini-voice", bearer(testMasterKey))
+				if e := read(t, c); e.typ() != "session.created" {
+					t.Fatalf("first event %v", e)
+				}
+				send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "Be brief."}})
+				eventsUntil(t, c, "session.updated")
+				turn := func() []event {
+					send(t, c, map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+						"content": []any{map[string]any{"type": "input_text", "text": "hello"}}}})
+					send(t, c, map[string]any{"type": "response.create"})
+					return eventsUntil(t, c, "response.done")
+				}
+				var seen []event
+				if talked {
+					seen = append(seen, turn()...)
+				}
+				moved := eventsUntil(t, c, "rtgate.session.resumed")
+				seen = append(seen, moved...)
+				if r := moved[len(moved)-1]; r.str("cause") != "rollover" {
+					t.Fatalf("resumed %v, want cause rollover", r)
+				}
+				after := turn()
+				seen = append(seen, after...)
+				if done := after[len(after)-1]; done.str("response", "status") != "completed" {
+					t.Fatalf("the turn after the move ended %v", done)
+				}
+				for _, e := range seen {
+					if e.typ() == "error" {
+						t.Fatalf("the client got an error event: %v", e)
+					}
+				}
+				// What mockai tells of each Gemini connection.
+				type geminiConn struct {
+					ID          string          `json:"id"`
+					ResumedFrom string          `json:"resumed_from"`
+					LastHandle  string          `json:"last_handle"`
+					Setup       json.RawMessage `json:"setup"`
+					GoAway      bool            `json:"go_away"`
+					At          time.Time       `json:"at"`
+				}
+				var sessions []geminiConn
+				getJSON(t, strings.TrimSuffix(mock.baseURL, "/v1")+"/mock/gemini/sessions", roots, &sessions)
+				if len(sessions) < 2 {
+					t.Fatalf("mockai saw %d Gemini connections, want the first and the one the session moved to", len(sessions))
+				}
+				slices.SortFunc(sessions, func(a, b geminiConn) int { return a.At.Compare(b.At) })
+				first, second := sessions[0], sessions[1]
+				var setup struct {
+					SessionResumption struct {
+						Handle string `json:"handle"`
+					} `json:"sessionResumption"`
+					SystemInstruction struct {
+						Parts []struct{ Text string } `json:"parts"`
+					} `json:"systemInstruction"`
+				}
+				_ = json.Unmarshal(second.Setup, &setup)
+				if len(setup.SystemInstruction.Parts) == 0 || setup.SystemInstruction.Parts[0].Text != "Be brief." {
+					t.Fatalf("the new connection's setup %s lost the session's instructions", second.Setup)
+				}
+				switch {
+				case !first.GoAway:
+					t.Fatalf("the first connection %+v had no goAway", first)
+				case talked && (second.ResumedFrom != first.ID || setup.SessionResumption.Handle != first.LastHandle):
+					t.Fatalf("the new connection resumed %q with handle %q, want %q with the first's newest %q",
+						second.ResumedFrom, setup.SessionResumption.Handle, first.ID, first.LastHandle)
+				case !talked && (second.ResumedFrom != "" || setup.SessionResumption.Handle != ""):
+					t.Fatalf("a session that had said nothing resumed %q with handle %q, want a plain setup", second.ResumedFrom, setup.SessionResumption.Handle)
+				}
+				_ = c.Close()
+				waitFor(t, "the session to end", func() bool { return g.srv.SessionsOpen() == 0 })
+				rec := oneRecord(t, g, logPath)
+				if len(rec.Resumes) == 0 || rec.Resumes[0].Cause != "rollover" || rec.Resumes[0].Outcome != "ok" || rec.UpstreamSessions < 2 {
+					t.Fatalf("the record's resumes %+v, upstream sessions %d: want the move, ok", rec.Resumes, rec.UpstreamSessions)
+				}
+				t.Logf("the move to a new Gemini connection took %d ms (%s upstream)", rec.Resumes[0].DurationMS, up)
+			})
+		}
+	}
+}
+
+// TestGeminiGoAwayWithoutContinuity: with continuity off for the key
+// (SESSION_CONTINUITY=0 here), a Gemini session ends when Gemini closes the
+// connection after its goAway: the client gets an error event naming
+// Gemini's close, then that close (1011), and is not moved.
+func TestGeminiGoAwayWithoutContinuity(t *testing.T) {
+	g, _, _, _, _ := geminiGatewayOn(t, "ws", []string{"-gemini-go-away-after", "500ms", "-gemini-go-away-time-left", "300ms"},
+		plainFront, func(c *Settings) { c.Continuity = false })
+	c := g.dial(t, "model=gemini-voice", bearer(testMasterKey))
+	if e := read(t, c); e.typ() != "session.created" {
+		t.Fatalf("first event %v", e)
+	}
+	send(t, c, map[string]any{"type": "session.update", "session": map[string]any{"type": "realtime", "instructions": "Be brief."}})
+	got := eventsUntil(t, c, "error")
+	for _, e := range got {
+		if e.typ() == "rtgate.session.resumed" {
+			t.Fatalf("moved without continuity: %v", e)
+		}
+	}
+	if last := got[len(got)-1]; last.str("error", "code") != "upstream_closed" || !strings.Contains(last.str("error", "message"), "1011") {
+		t.Fatalf("error event %v, want upstream_closed naming Gemini's 1011", last)
+	}
+	if ce := closeOf(t, c); ce == nil || ce.Code != 1011 {
+		t.Fatalf("close %v, want Gemini's 1011", ce)
 	}
 }

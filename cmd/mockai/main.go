@@ -81,6 +81,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.Live.NoClosed, "live-no-closed", false, "GPT-Live fault: answer session.close with close 1000 but no session.closed")
 	fs.DurationVar(&o.cfg.XAIPingInterval, "xai-ping-interval", 0, "xAI dialect (WS /xai/v1/realtime): a ping event every interval after the one that follows conversation.created (0 = 1s, negative = only that one)")
 	fs.BoolVar(&o.cfg.XAISessionCreated, "xai-session-created", false, "xAI dialect: open sessions with session.created before conversation.created, as xAI does since May 2026 (default: conversation.created first, no session.created)")
+	fs.DurationVar(&o.cfg.Gemini.GoAwayAfter, "gemini-go-away-after", 0, "Gemini Live: send goAway this long after setupComplete, then close 1011 once its time left has passed, as Google does at a connection's cap (0 = never)")
+	fs.DurationVar(&o.cfg.Gemini.GoAwayTimeLeft, "gemini-go-away-time-left", 0, "Gemini Live: the timeLeft a goAway announces and waits (0 = 1s)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return o, err

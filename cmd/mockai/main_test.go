@@ -34,9 +34,10 @@ func TestParseFlags(t *testing.T) {
 				SessionCap: time.Minute, Cut: mockai.Cut{Kind: "close", Code: 1012, AfterResponses: 1, During: true, Times: 2}},
 		},
 		{
-			args: []string{"-xai-ping-interval", "250ms", "-xai-session-created"},
+			args: []string{"-xai-ping-interval", "250ms", "-xai-session-created", "-gemini-go-away-after", "2s", "-gemini-go-away-time-left", "500ms"},
 			addr: "127.0.0.1:8089",
-			want: mockai.Config{XAIPingInterval: 250 * time.Millisecond, XAISessionCreated: true},
+			want: mockai.Config{XAIPingInterval: 250 * time.Millisecond, XAISessionCreated: true,
+				Gemini: mockai.GeminiConfig{GoAwayAfter: 2 * time.Second, GoAwayTimeLeft: 500 * time.Millisecond}},
 		},
 		{args: []string{"-deltas", "-2"}, wantErr: "-deltas -2"},
 		{args: []string{"-upgrade-delay", "soon"}, wantErr: "invalid value"},

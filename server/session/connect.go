@@ -311,6 +311,8 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 		}
 	} else if u.kind == kindLiveFork {
 		info.live = newLiveFork(m, sess, info) // metered as a Live session
+	} else if translated && continuityOn(m.cfg, u.key) {
+		c.keepGemini(sess)
 	} else if conversation && !translated && continuityOn(m.cfg, u.key) {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
 			lim: continuity.Limits{MaxBytes: m.cfg.ContinuityMaxBytes, Global: m.contGlobal,

@@ -97,7 +97,7 @@ func (w *setupWatch) chooseObservers() {
 		add((*flightsWatch)(w))
 	}
 	add((*turnsWatch)(w))
-	if w.resume != nil {
+	if w.resume != nil && w.gemini == nil { // Gemini's handle carries its conversation (keepGemini)
 		add((*realtimeKeep)(w))
 	}
 }

@@ -20,10 +20,13 @@ package session
 // one, before any upstream is attached (they are queued translated), so its
 // connect is decided by its first-choice deployment: it fails over only to
 // the group's deployments of the same provider and model, and a session
-// whose first choice is not Gemini never goes to one. Its socket is never warmed (Gemini's setup
-// carries the client's configuration) and it is not resumed or rolled over
-// by the gateway (continuity replays OpenAI events; Gemini's own session
-// resumption is the way, not built yet).
+// whose first choice is not Gemini never goes to one. Its socket is never
+// warmed (Gemini's setup carries the client's configuration). With
+// continuity on it moves to a new connection after Gemini's goAway, and
+// when its connection is lost, through the same resume as a Realtime
+// session's, but Gemini's own resumption handle carries the conversation
+// instead of a replay (keepGemini, rollOverGemini; gemini.Session's
+// resume.go).
 
 import (
 	"encoding/json"
@@ -37,6 +40,7 @@ import (
 
 	"rtgate/frames"
 	"rtgate/poller"
+	"rtgate/server/continuity"
 	"rtgate/server/providers/gemini"
 	"rtgate/server/providers/xai"
 	"rtgate/server/routes"
@@ -62,6 +66,11 @@ func (i *sessionInfo) translate(sess *poller.Session, d *routes.Deployment) {
 		return
 	}
 	gs := gemini.New(d.UpstreamModel(), d.Model)
+	gs.OnGoAway = func(left time.Duration) {
+		// Under the translation's lock, on the upstream's read: armed from
+		// a goroutine of its own.
+		go i.rollOverGemini(sess, left)
+	}
 	gs.OnHeld = func() {
 		time.AfterFunc(gemini.AutoAnswerWait, func() {
 			if ask := gs.Recheck(); ask != nil {
@@ -134,4 +143,42 @@ func (m *Manager) startTranslatedSecret(sess *poller.Session, info *sessionInfo,
 		return
 	}
 	m.connectUpstream(sess, info, cands, q, h, nil)
+}
+
+// keepGemini turns continuity on for a Gemini session: its connection is
+// replaced when lost or closed with 1011 (as Gemini closes at the end of a
+// goAway) and, ahead of that, at a resumable moment after a goAway
+// (rollOverGemini). Gemini's own resumption handle carries the
+// conversation, so nothing of it is kept here (no replay, as Realtime's
+// keepContinuity does).
+func (c *clientConn) keepGemini(sess *poller.Session) {
+	c.info.resume = &resumeArgs{lim: continuity.Limits{}}
+	sess.HoldUpstream(&c.watch)
+}
+
+// rollOverGemini moves a Gemini session to a new connection after Gemini's
+// goAway, left before it closes this one: at the first moment the newest
+// resumption handle loses nothing (gemini.Session.Quiet), and no later
+// than a third of the notice before the end, whatever is in progress then
+// (a response in flight is cancelled first, as a forced Realtime rollover
+// does). Without continuity the goAway's close ends the session, with an
+// error event.
+func (i *sessionInfo) rollOverGemini(sess *poller.Session, left time.Duration) {
+	if i.resume == nil || !i.gemini.Resumable() {
+		return
+	}
+	now := time.Now()
+	armRolloverWindow(sess, i, now, now.Add(left*2/3), i.gemini.Quiet)
+}
+
+// geminiClosed explains a Gemini close the session will not resume from
+// (held back by HoldClose) in an error event, as its translation does for
+// a close it passes.
+func geminiClosed(sess *poller.Session, info *sessionInfo, loss poller.Loss) {
+	if info.gemini == nil || loss.Close == nil {
+		return
+	}
+	if ev := info.gemini.ClosedEvent(*loss.Close); ev != nil {
+		sess.SendClient(ev)
+	}
 }

@@ -12,6 +12,7 @@ package session
 //	error session_expired, then close 1001  session_expired   yes
 //	GPT-Live: session.closed expired, close session_expired   yes (liveHoldText)
 //	the gateway before the cap (rollover)   rollover          yes
+//	Gemini's goAway (rollOverGemini)        rollover          yes, with its handle
 //	a frame to the client half sent         mid_frame         no: ends as before
 //	close 1000, 1008, 4xxx, other 1001      -                 no: passes to the client
 //	a sideband, transcription, continuity   -                 no
@@ -209,6 +210,9 @@ func (w *setupWatch) HoldClose(c frames.Close) bool {
 	if w.live != nil {
 		return w.live.holdClose(c, w.resume)
 	}
+	if w.gemini != nil && !w.gemini.Resumable() {
+		return false // nothing to resume from: the close and its explanation pass
+	}
 	switch c.Code {
 	case ws.StatusInternalServerError, statusServiceRestart, statusTryAgainLater:
 		return true
@@ -244,6 +248,12 @@ func (m *Manager) resume(sess *poller.Session, loss poller.Loss) bool {
 	args.expired.Store(false)
 	held := args.heldExpired.Swap(nil)
 	at := time.Now()
+	if info.gemini != nil && !info.gemini.Resumable() {
+		// No handle to carry the conversation on: HoldClose lets such a
+		// close through, with its explanation.
+		geminiClosed(sess, info, loss)
+		return false
+	}
 	if !info.mayResume(at) {
 		m.log.Warn("session not resumed: too many resumes", "session", info.id, "key", info.key.Name, "cause", cause)
 		m.metrics.resumes.WithLabelValues(cause, "refused").Inc()
@@ -254,12 +264,17 @@ func (m *Manager) resume(sess *poller.Session, loss poller.Loss) bool {
 			// close (lostForGood).
 			sess.SendClient(*held)
 		}
+		geminiClosed(sess, info, loss)
 		return false
 	}
 	snap := info.keep.Snapshot()
 	m.estimateFlights(info) // the responses in flight on the upstream let go of
 	if info.live != nil {
 		info.live.resuming(sess, snap) // GPT-Live's meter and failed response
+	} else if info.gemini != nil {
+		if ended := info.gemini.Lost(); ended != nil {
+			sess.SendClient(ended) // its response ends failed
+		}
 	} else {
 		for _, id := range snap.Responses {
 			sess.SendClient(failedResponse(id))
@@ -337,7 +352,12 @@ func (m *Manager) resumeUpstream(sess *poller.Session, info *sessionInfo, snap c
 	cands := plan.Cands
 
 	sendFor, acks := liveReplay(snap), 0 // GPT-Live: one session.start
-	if info.live == nil {
+	if info.gemini != nil {
+		// Gemini: its own resumption handle carries the conversation; the
+		// setup's setupComplete is the one reply (resumeGemini).
+		setup := frames.AppendFrame(nil, ws.OpText, info.gemini.ResumeSetup(), true)
+		sendFor = func(*routes.Deployment) []byte { return setup }
+	} else if info.live == nil {
 		send, n := realtimeReplay(info.proto(), snap)
 		sendFor, acks = func(*routes.Deployment) []byte { return send }, n
 	}
@@ -559,12 +579,25 @@ func upstreamCap(p []byte, created time.Time, d *routes.Deployment) (capAt time.
 // session was created at created (when the gateway saw it, less the pool's
 // idle bound for a warm socket).
 func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Time) {
-	args := info.resume
 	life := capAt.Sub(created)
 	if life <= 0 {
 		life = time.Second
 	}
-	lead, deadline := rolloverLead(life), capAt.Add(-rolloverDeadline(life))
+	lead := rolloverLead(life)
+	isQuiet := info.keep.Quiet
+	if info.live != nil {
+		// No done events: quiet is the transcripts' silence for a second
+		// (less for a short life, so that the lead leaves room for it).
+		isQuiet = info.keep.LiveQuiet(time.Now, min(time.Second, lead/4))
+	}
+	armRolloverWindow(sess, info, capAt.Add(-lead), capAt.Add(-rolloverDeadline(life)), isQuiet)
+}
+
+// armRolloverWindow schedules the session's rollover: from from, at the
+// first moment isQuiet says; from deadline, whatever is in progress. It
+// replaces any rollover armed before.
+func armRolloverWindow(sess *poller.Session, info *sessionInfo, from, deadline time.Time, isQuiet func() bool) {
+	args := info.resume
 	args.rollMu.Lock()
 	defer args.rollMu.Unlock()
 	if args.stopped {
@@ -575,12 +608,6 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 	}
 	args.rollGen++
 	gen := args.rollGen
-	isQuiet := info.keep.Quiet
-	if info.live != nil {
-		// No done events: quiet is the transcripts' silence for a second
-		// (less for a short life, so that the lead leaves room for it).
-		isQuiet = info.keep.LiveQuiet(time.Now, min(time.Second, lead/4))
-	}
 	var cancelledAt time.Time // a forced rollover cancelled the responses in flight then (forcedRollover)
 	var check func()
 	check = func() {
@@ -607,7 +634,7 @@ func armRollover(sess *poller.Session, info *sessionInfo, created, capAt time.Ti
 		}
 		args.rollMu.Unlock()
 	}
-	args.rollTimer = time.AfterFunc(time.Until(capAt.Add(-lead)), check)
+	args.rollTimer = time.AfterFunc(time.Until(from), check)
 }
 
 // stopRollover disarms the session's rollover; it ended.

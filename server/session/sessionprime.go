@@ -150,7 +150,7 @@ func (p *primer) feed(b []byte) {
 		frame, payload := p.buf[:end], p.buf[hlen:end]
 		rest := p.buf[end:]
 		switch h.OpCode {
-		case ws.OpText:
+		case ws.OpText, ws.OpBinary: // Gemini sends its JSON in binary frames
 			p.event(frame, payload, rest)
 		case ws.OpClose:
 			p.step(evBroken, "the upstream closed before answering the session config")
@@ -174,6 +174,7 @@ func (p *primer) event(frame, payload, rest []byte) {
 			Type string `json:"type"`
 			Code string `json:"code"`
 		} `json:"error"`
+		SetupComplete json.RawMessage `json:"setupComplete"` // Gemini's answer to a resume's setup
 	}
 	if json.Unmarshal(payload, &ev) != nil {
 		p.step(evBroken, "the upstream sent an event that is not JSON")
@@ -182,6 +183,9 @@ func (p *primer) event(frame, payload, rest []byte) {
 	if p.acks >= 0 {
 		if ev.Type == "session.created" || ev.Type == "session.started" { // GPT-Live's
 			p.created = append([]byte(nil), payload...)
+		}
+		if ev.Type == "" && ev.SetupComplete != nil {
+			ev.Type = "setupComplete"
 		}
 		p.replayEvent(ev.Type)
 		return
@@ -214,10 +218,12 @@ func (p *primer) event(frame, payload, rest []byte) {
 // replayEvent counts a resume's replies: session.created first, then one
 // reply per frame replayed (session.updated, conversation.item.done or the
 // beta conversation.item.created, or an error). A GPT-Live resume sends one
-// session.start (acks 0), answered by session.started.
+// session.start (acks 0), answered by session.started; a Gemini resume its
+// setup with the resumption handle (acks 0), answered by setupComplete.
 func (p *primer) replayEvent(typ string) {
 	switch typ {
-	case "session.created", "session.started", "conversation.created": // xAI may open with conversation.created
+	case "session.created", "session.started", "conversation.created", // xAI may open with conversation.created
+		"setupComplete": // Gemini says nothing before it (acks 0: the resume is ready)
 		p.step(evCreated, "")
 	case "error":
 		p.replayErrors++
@@ -305,7 +311,7 @@ func (m *Manager) primed(ctx context.Context, sess *poller.Session, info *sessio
 		if p := m.livePrimed(cands[0], info, h, send(cands[0]), acks); p != nil {
 			return p, cands[0]
 		}
-	} else if m.pool != nil && info.kind.traits().pooled { // the pool warms conversations' sockets only
+	} else if m.pool != nil && info.kind.traits().pooled && !cands[0].Translated() { // the pool warms conversations' sockets only, never Gemini's
 		d := cands[0]
 		p := newPrimer(primeAwaitUpdated, acks)
 		if hd, held := m.pool.Take(target(d, q, h), info.group, p); hd != nil {

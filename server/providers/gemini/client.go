@@ -90,6 +90,7 @@ func (s *Session) fromClient(op ws.OpCode, p []byte, out *frames.Output) {
 			// end; a new turn interrupts it)
 			out.Text([]byte(`{"clientContent":{"turnComplete":true}}`))
 			s.autoAnswer = time.Now() // the answer's turn is on its way
+			s.moved()
 		case s.resp == "":
 			// Gemini should be answering on its own: held, and asked
 			// again if it has not begun by AutoAnswerWait (Recheck).
@@ -149,6 +150,7 @@ func (s *Session) appendAudio(audio []byte, out *frames.Output) {
 	if s.manualTurns && !s.activityOpen {
 		out.Text([]byte(`{"realtimeInput":{"activityStart":{}}}`))
 		s.activityOpen = true
+		s.moved() // the user's turn began
 	}
 	b := append(s.scratch[:0], `{"realtimeInput":{"audio":{"mimeType":"audio/pcm;rate=`...)
 	b = strconv.AppendInt(b, int64(s.cfg.InputFormat.Rate), 10)
@@ -165,7 +167,7 @@ func (s *Session) ensureSetup(out *frames.Output) {
 	if s.setupSent {
 		return
 	}
-	out.Text(s.cfg.setup(s.model))
+	out.Text(s.cfg.setup(s.model, ""))
 	s.setupSent = true
 }
 
@@ -185,7 +187,7 @@ func (s *Session) sessionUpdate(ev clientEvent, out *frames.Output) {
 	}
 	if !s.setupSent {
 		s.setConfig(next)
-		out.Text(s.cfg.setup(s.model))
+		out.Text(s.cfg.setup(s.model, ""))
 		s.setupSent, s.updatedOwed = true, true
 		return
 	}
@@ -211,6 +213,7 @@ func (s *Session) commit(eventID string, out *frames.Output) {
 		s.activityOpen = false
 	}
 	s.autoAnswer = time.Now()
+	s.moved()
 	item := s.userTurn()
 	out.Reply(event("input_audio_buffer.committed", map[string]any{"event_id": s.newID("event_"),
 		"item_id": item, "previous_item_id": nil}))
@@ -245,6 +248,7 @@ func (s *Session) itemCreate(ev clientEvent, out *frames.Output) {
 		out.Text(marshal(map[string]any{"toolResponse": map[string]any{"functionResponses": []any{
 			map[string]any{"id": it.CallID, "name": name, "response": map[string]any{"output": it.Output}}}}}))
 		s.autoAnswer = time.Now()
+		delete(s.unanswered, it.CallID)
 		item = map[string]any{"id": id, "object": "realtime.item", "type": "function_call_output", "status": "completed",
 			"call_id": it.CallID, "output": it.Output}
 	case it.Type == "message" && (it.Role == "user" || it.Role == "system"):
@@ -268,6 +272,7 @@ func (s *Session) itemCreate(ev clientEvent, out *frames.Output) {
 		out.Reply(s.errorEvent("invalid_value", "Gemini Live takes user text and function_call_output items only", "item.type", ev.EventID))
 		return
 	}
+	s.moved()
 	prev := s.prevItem()
 	s.lastItemID = id
 	s.keep(id, marshal(item))

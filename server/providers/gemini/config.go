@@ -182,8 +182,9 @@ func geminiVoice(v string) string {
 	return v
 }
 
-// setup is Gemini's setup message for the configuration.
-func (c config) setup(model string) []byte {
+// setup is Gemini's setup message for the configuration; handle, if not
+// "", resumes the session it was issued to (Session.ResumeSetup).
+func (c config) setup(model, handle string) []byte {
 	modality := "AUDIO"
 	if len(c.Modalities) == 1 && c.Modalities[0] == "text" {
 		modality = "TEXT"
@@ -193,10 +194,14 @@ func (c config) setup(model string) []byte {
 		gen["speechConfig"] = map[string]any{"voiceConfig": map[string]any{
 			"prebuiltVoiceConfig": map[string]any{"voiceName": geminiVoice(c.Voice)}}}
 	}
+	resumption := map[string]any{}
+	if handle != "" {
+		resumption["handle"] = handle
+	}
 	setup := map[string]any{"model": model, "generationConfig": gen,
 		// Handles let a new connection carry the conversation on (goAway,
 		// the connection's time limit).
-		"sessionResumption": map[string]any{}}
+		"sessionResumption": resumption}
 	if c.Instructions != "" {
 		setup["systemInstruction"] = map[string]any{"parts": []any{map[string]any{"text": c.Instructions}}}
 	}

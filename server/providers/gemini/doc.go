@@ -60,8 +60,11 @@
 //	                              and response.done
 //	usageMetadata                 the response's usage, per modality (input and output
 //	                              audio and text tokens, cached tokens)
-//	sessionResumptionUpdate       kept: the handle a resumed connection would use
-//	goAway, toolCallCancellation  not relayed (OpenAI has no such events)
+//	sessionResumptionUpdate       kept: the handle a new connection resumes from
+//	                              (resume.go)
+//	goAway                        not relayed: the gateway moves the session to a
+//	                              new connection (OnGoAway, resume.go)
+//	toolCallCancellation          not relayed (OpenAI has no such event)
 //
 // Ids are the gateway's: resp_, item_ and call ids from Gemini's function
 // call ids, stable for the session.

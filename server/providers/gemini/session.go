@@ -44,7 +44,18 @@ type Session struct {
 	activityOpen bool   // turn detection off: activityStart sent, activityEnd not yet
 	manualTurns  bool   // turn detection is off (cfg's, kept apart: every append asks)
 	scratch      []byte // the message being built (audio, both ways): reused
-	handle       string // the latest session resumption handle
+
+	// Resumption (resume.go): the newest handle Gemini gave; whether it
+	// was given at a resumable point with nothing said or asked since;
+	// whether the conversation has begun; the function calls the client
+	// has not answered yet.
+	handle      string
+	handleQuiet bool
+	said        bool
+	unanswered  map[string]struct{}
+	// OnGoAway, if set, is told (under the session's lock: it must not
+	// block) that Gemini will close the connection in timeLeft.
+	OnGoAway func(timeLeft time.Duration)
 
 	// The user's turn in progress.
 	userItem   string // its item id; "" until one is needed
@@ -114,6 +125,7 @@ func (s *Session) Recheck() []byte {
 	}
 	s.createHeld = false
 	s.autoAnswer = time.Now()
+	s.moved()
 	return []byte(`{"clientContent":{"turnComplete":true}}`)
 }
 
@@ -123,7 +135,7 @@ func (s *Session) Recheck() []byte {
 // told about.
 func New(model, shown string) *Session {
 	s := &Session{model: model, shown: shown, id: "sess_" + randomID(), idp: randomID(),
-		calls: map[string]string{}, kept: map[string][]byte{}}
+		calls: map[string]string{}, kept: map[string][]byte{}, unanswered: map[string]struct{}{}}
 	s.setConfig(defaultConfig())
 	return s
 }
@@ -204,15 +216,6 @@ func (s *Session) sessionEvent(typ string) []byte {
 // Model is Gemini's model resource the session's setup names.
 func (s *Session) Model() string { return s.model }
 
-// Handle is the latest session resumption handle Gemini gave, "" before
-// the first: what a new connection's setup would name to carry the
-// conversation on.
-func (s *Session) Handle() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.handle
-}
-
 // FromClient is the translator of the client's events (set on the client's
 // side of the relay).
 func (s *Session) FromClient() frames.Translator { return clientSide{s} }
@@ -243,18 +246,35 @@ func (u upstreamSide) Translate(op ws.OpCode, p []byte, out *frames.Output) {
 // normal close (1000) and 1001 need no words. (A client's own close with
 // another code, echoed by Gemini, is explained too: rare, and harmless.)
 func (u upstreamSide) TranslateClose(c frames.Close, out *frames.Output) {
+	u.s.mu.Lock()
+	defer u.s.mu.Unlock()
+	u.s.explainClose(c, out)
+}
+
+// ClosedEvent is TranslateClose's error event framed for the client (nil
+// for a close that needs no words): for a close the gateway held back to
+// resume the session, and then could not.
+func (s *Session) ClosedEvent(c frames.Close) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out frames.Output
+	s.explainClose(c, &out)
+	return out.Take()
+}
+
+// explainClose emits the error event for Gemini's close c. Callers hold
+// s.mu.
+func (s *Session) explainClose(c frames.Close, out *frames.Output) {
 	if c.Code == ws.StatusNormalClosure || c.Code == ws.StatusGoingAway {
 		// Gemini's normal ends, and the echo of a client that left (1001):
 		// nothing to explain.
 		return
 	}
-	u.s.mu.Lock()
-	defer u.s.mu.Unlock()
 	msg := "Gemini Live closed the session (" + strconv.Itoa(int(c.Code)) + ")"
 	if c.Reason != "" {
 		msg += ": " + c.Reason
 	}
-	out.Text(event("error", map[string]any{"event_id": u.s.newID("event_"), "error": map[string]any{
+	out.Text(event("error", map[string]any{"event_id": s.newID("event_"), "error": map[string]any{
 		"type": "server_error", "code": "upstream_closed", "message": msg}}))
 }
 

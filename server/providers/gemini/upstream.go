@@ -43,6 +43,9 @@ type serverMessage struct {
 		NewHandle string `json:"newHandle"`
 		Resumable bool   `json:"resumable"`
 	} `json:"sessionResumptionUpdate"`
+	GoAway *struct {
+		TimeLeft string `json:"timeLeft"`
+	} `json:"goAway"`
 }
 
 // geminiUsage is Gemini's usageMetadata.
@@ -227,8 +230,11 @@ func (s *Session) fromGemini(p []byte, out *frames.Output) {
 		s.updatedOwed = false
 		out.Text(s.sessionEvent("session.updated"))
 	}
-	if r := m.SessionResumptionUpdate; r != nil && r.Resumable && r.NewHandle != "" {
-		s.handle = r.NewHandle
+	if r := m.SessionResumptionUpdate; r != nil {
+		s.noteHandle(r.NewHandle, r.Resumable)
+	}
+	if m.GoAway != nil {
+		s.goAway(m.GoAway.TimeLeft)
 	}
 	if sc := m.ServerContent; sc != nil {
 		if t := sc.InputTranscription; t != nil && t.Text != "" {
@@ -308,6 +314,7 @@ func (s *Session) addUsage(g *geminiUsage) {
 // inputTranscript relays the user's speech as transcribed: the user's item
 // appears with the first words.
 func (s *Session) inputTranscript(text string, out *frames.Output) {
+	s.moved()
 	if len(s.userText) == 0 {
 		item := s.userTurn()
 		out.Text(event("conversation.item.added", map[string]any{"event_id": s.newID("event_"), "previous_item_id": s.prevItem(),
@@ -354,6 +361,7 @@ func (s *Session) startResponse(out *frames.Output) {
 	s.unasked = !s.createHeld && !s.autoAnswer.IsZero() && time.Since(s.autoAnswer) <= AutoAnswerWait
 	s.autoAnswer, s.createHeld = time.Time{}, false
 	s.resp, s.item, s.cancelled = s.newID("resp_"), s.newID("item_"), false
+	s.moved()
 	s.transcript, s.text, s.audioParts, s.outputs = s.transcript[:0], s.text[:0], 0, nil
 	out.Text(event("response.created", map[string]any{"event_id": s.newID("event_"),
 		"response": s.response(s.resp, "in_progress", "", nil, nil)}))
@@ -410,8 +418,12 @@ func (s *Session) response(id, status, reason string, output []any, u *usage) ma
 		"output": output, "conversation_id": "conv_" + s.idp, "output_modalities": s.cfg.Modalities,
 		"max_output_tokens": "inf", "metadata": nil, "usage": nil,
 		"audio": map[string]any{"output": map[string]any{"format": audioFormat{"audio/pcm", 24000}, "voice": s.cfg.Voice}}}
-	if status == "cancelled" {
+	switch status {
+	case "cancelled":
 		r["status_details"] = map[string]any{"type": "cancelled", "reason": reason}
+	case "failed": // the connection was lost (Lost)
+		r["status_details"] = map[string]any{"type": "failed", "error": map[string]any{"type": "server_error", "code": "upstream_lost",
+			"message": "The connection to Gemini Live was lost during this response; the session continues on a new connection."}}
 	}
 	if u != nil {
 		r["usage"] = u
@@ -502,6 +514,7 @@ func (s *Session) toolCall(calls []struct {
 			callID = s.newID("call_")
 		}
 		s.calls[callID] = c.Name
+		s.unanswered[callID] = struct{}{}
 		args := "{}"
 		if len(c.Args) > 0 && string(c.Args) != "null" {
 			args = string(c.Args)
