@@ -71,15 +71,31 @@ func (i *sessionInfo) translate(sess *poller.Session, d *routes.Deployment) {
 		// a goroutine of its own.
 		go i.rollOverGemini(sess, left)
 	}
-	gs.OnHeld = func() {
-		time.AfterFunc(gemini.AutoAnswerWait, func() {
-			if ask := gs.Recheck(); ask != nil {
-				sess.SendUpstreamRaw(frames.AppendFrame(nil, ws.OpText, ask, true))
-			}
-		})
-	}
+	gs.OnHeld = func() { time.AfterFunc(gemini.AutoAnswerWait, func() { i.askHeld(sess, heldRetries) }) }
 	i.gemini = gs
 	sess.TranslateClient(gs.FromClient())
+}
+
+// heldRetries bounds how often a held response.create is tried again while
+// the session is between connections (every heldRetryEvery: 5 s, past any
+// move's dial and setup).
+const (
+	heldRetries    = 20
+	heldRetryEvery = 250 * time.Millisecond
+)
+
+// askHeld asks Gemini for the answer a held response.create waits for
+// (gemini.Session.Recheck), unless Gemini began one meanwhile. A session
+// between connections (a move under way) cannot send it: it is held again
+// and tried once the move is likely done, so the client's response.create
+// is answered either way.
+func (i *sessionInfo) askHeld(sess *poller.Session, tries int) {
+	ask := i.gemini.Recheck()
+	if ask == nil || sess.SendUpstreamRaw(frames.AppendFrame(nil, ws.OpText, ask, true)) || i.left() || tries <= 0 {
+		return
+	}
+	i.gemini.HoldAgain()
+	time.AfterFunc(heldRetryEvery, func() { i.askHeld(sess, tries-1) })
 }
 
 // servable is the deployments of ds the session may connect to, at its

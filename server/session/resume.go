@@ -272,9 +272,11 @@ func (m *Manager) resume(sess *poller.Session, loss poller.Loss) bool {
 	if info.live != nil {
 		info.live.resuming(sess, snap) // GPT-Live's meter and failed response
 	} else if info.gemini != nil {
-		if ended := info.gemini.Lost(); ended != nil {
+		ended, lost := info.gemini.Lost()
+		if ended != nil {
 			sess.SendClient(ended) // its response ends failed
 		}
+		snap.Response = lost // named in rtgate.session.resumed
 	} else {
 		for _, id := range snap.Responses {
 			sess.SendClient(failedResponse(id))
@@ -285,6 +287,7 @@ func (m *Manager) resume(sess *poller.Session, loss poller.Loss) bool {
 			"the upstream was lost while a client event was on its way to it; that event was not delivered: send it again", 0))
 	}
 	info.turns.Resumed() // the lost upstream's responses end; the fresh one counts its audio anew
+	args.disarmRollover() // the lost upstream's; the fresh one arms its own
 	args.resuming.Add(1)
 	old := info.uncount(m.balancer, true)
 	if old != nil && (cause == causeLost || cause == causeClosed) {
@@ -635,6 +638,19 @@ func armRolloverWindow(sess *poller.Session, info *sessionInfo, from, deadline t
 		args.rollMu.Unlock()
 	}
 	args.rollTimer = time.AfterFunc(time.Until(from), check)
+}
+
+// disarmRollover stops the rollover armed for the upstream a resume lets
+// go of: left armed, it would move the fresh upstream (a Gemini session's
+// goAway window, which nothing re-arms, forced a healthy new connection at
+// its old deadline).
+func (a *resumeArgs) disarmRollover() {
+	a.rollMu.Lock()
+	defer a.rollMu.Unlock()
+	a.rollGen++
+	if a.rollTimer != nil {
+		a.rollTimer.Stop()
+	}
 }
 
 // stopRollover disarms the session's rollover; it ended.

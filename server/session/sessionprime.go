@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -153,7 +154,15 @@ func (p *primer) feed(b []byte) {
 		case ws.OpText, ws.OpBinary: // Gemini sends its JSON in binary frames
 			p.event(frame, payload, rest)
 		case ws.OpClose:
-			p.step(evBroken, "the upstream closed before answering the session config")
+			why := "the upstream closed before answering the session config"
+			if code, reason := ws.ParseCloseFrameData(payload); code != 0 {
+				why += " (" + strconv.Itoa(int(code)) // Gemini says why only here: a handle it refused, 1008
+				if reason != "" {
+					why += ": " + reason
+				}
+				why += ")"
+			}
+			p.step(evBroken, why)
 			return
 		}
 		p.buf = append([]byte(nil), rest...)

@@ -201,7 +201,12 @@ func (c config) setup(model, handle string) []byte {
 	setup := map[string]any{"model": model, "generationConfig": gen,
 		// Handles let a new connection carry the conversation on (goAway,
 		// the connection's time limit).
-		"sessionResumption": resumption}
+		"sessionResumption": resumption,
+		// Without it Gemini ends an audio session after about 15 minutes
+		// whatever the connections (ai.google.dev/gemini-api/docs/live-session):
+		// a sliding window keeps the newest context instead, as a phone
+		// call that runs for an hour needs.
+		"contextWindowCompression": map[string]any{"slidingWindow": map[string]any{}}}
 	if c.Instructions != "" {
 		setup["systemInstruction"] = map[string]any{"parts": []any{map[string]any{"text": c.Instructions}}}
 	}

@@ -17,9 +17,10 @@ import (
 //
 // A handle holds the conversation as it stood when it was given: resuming
 // from an older one drops whatever followed it. So a move waits for a
-// resumable point (Quiet): no response and no user turn in progress, no
-// function call unanswered, and the newest handle given at such a moment
-// with nothing said or asked since. Gemini marks a handle resumable
+// resumable point (Quiet): no response and no user turn in progress (an
+// activity open with turn detection off counts), no function call
+// unanswered, no response.create held for Gemini's own answer, and the
+// newest handle given at such a moment with nothing said or asked since. Gemini marks a handle resumable
 // mid-answer too on Vertex AI (memberjunction's RealtimeSessionResumption
 // notes), so its own flag is not enough. Past the goAway's deadline the
 // move takes the newest handle whatever is in progress.
@@ -38,7 +39,14 @@ import (
 func (s *Session) Quiet() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return (s.handleQuiet || !s.said) && s.resp == "" && s.doneOwed == nil && len(s.userText) == 0 && len(s.unanswered) == 0
+	return (s.handleQuiet || !s.said) && s.resp == "" && s.doneOwed == nil && s.atRest()
+}
+
+// atRest reports whether nothing of the user's is under way: no turn
+// transcribed or opened (turn detection off), no call to answer, no
+// response.create held. Callers hold s.mu.
+func (s *Session) atRest() bool {
+	return len(s.userText) == 0 && !s.activityOpen && len(s.unanswered) == 0 && !s.createHeld
 }
 
 // Resumable reports whether the session can go on over a new connection:
@@ -60,18 +68,22 @@ func (s *Session) ResumeSetup() []byte {
 }
 
 // Lost ends, for the client, what the lost connection left in progress,
-// and returns those events framed for the client (nil when nothing was): a
-// response ends failed (OpenAI's response.done with status "failed"), a
-// response.done still waiting for its usage goes without it, and a
-// session.update waiting for its setupComplete is answered (the new
-// connection's setup carries it).
-func (s *Session) Lost() []byte {
+// and returns those events framed for the client (nil when nothing was)
+// and the id of the response it ended ("" if none): a response ends failed
+// (OpenAI's response.done with status "failed"), a response.done still
+// waiting for its usage goes without it, and a session.update waiting for
+// its setupComplete is answered (the new connection's setup carries it).
+// A user activity opened with turn detection off is opened again on the
+// new connection by the next append.
+func (s *Session) Lost() (events []byte, response string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out frames.Output
 	if s.resp != "" {
+		response = s.resp
 		s.endResponse("failed", "", nil, &out)
 	}
+	s.activityOpen = false
 	if s.doneOwed != nil {
 		s.flushDone(nil, &out)
 	}
@@ -79,7 +91,16 @@ func (s *Session) Lost() []byte {
 		s.updatedOwed = false
 		out.Text(s.sessionEvent("session.updated"))
 	}
-	return out.Take()
+	return out.Take(), response
+}
+
+// HoldAgain takes back a response.create that Recheck let go but the
+// gateway could not send (the session was between connections): it is
+// held again, and asked for by the next Recheck.
+func (s *Session) HoldAgain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.createHeld = true
 }
 
 // noteHandle takes a sessionResumptionUpdate. Callers hold s.mu.
@@ -88,7 +109,7 @@ func (s *Session) noteHandle(handle string, resumable bool) {
 		return
 	}
 	s.handle = handle
-	s.handleQuiet = s.resp == "" && len(s.userText) == 0 && len(s.unanswered) == 0
+	s.handleQuiet = s.resp == "" && s.atRest()
 }
 
 // moved notes that the conversation moved on past the newest handle: a

@@ -19,6 +19,8 @@ func TestResumableMoments(t *testing.T) {
 		turnDone  = `{"serverContent":{"turnComplete":true},"usageMetadata":{"promptTokenCount":1,"responseTokenCount":1}}`
 		handle    = `{"sessionResumptionUpdate":{"newHandle":"h1","resumable":true}}`
 		notYet    = `{"sessionResumptionUpdate":{}}`
+		cancelled = `{"toolCallCancellation":{"ids":["fc1"]}}`
+		usageOnly = `{"usageMetadata":{"promptTokenCount":1,"responseTokenCount":1}}`
 		heard     = `{"serverContent":{"inputTranscription":{"text":"hel"}}}`
 		call      = `{"toolCall":{"functionCalls":[{"id":"fc1","name":"f","args":{}}]}}`
 		answer    = `{"type":"conversation.item.create","item":{"type":"function_call_output","call_id":"fc1","output":"ok"}}`
@@ -61,6 +63,13 @@ func TestResumableMoments(t *testing.T) {
 			{gemini: handle, quiet: false, resumable: true},
 			{client: answer, quiet: false, resumable: true},
 			{gemini: audioOut, resumable: true}, {gemini: turnDone, resumable: true},
+			{gemini: handle, quiet: true, resumable: true},
+		}},
+		{"a call Gemini cancelled waits for no answer", []step{
+			{client: text}, {client: create},
+			{gemini: call}, {gemini: usageOnly},
+			{gemini: handle, quiet: false, resumable: true},
+			{gemini: cancelled, quiet: false, resumable: true}, // the handle was given with the call out
 			{gemini: handle, quiet: true, resumable: true},
 		}},
 	}
@@ -130,20 +139,21 @@ func TestResumeSetupNamesTheHandle(t *testing.T) {
 func TestLostEndsWhatWasInProgress(t *testing.T) {
 	r := newRelay(t)
 	r.fromClient(`{"type":"session.update","session":{"instructions":"x"}}`)
-	if got := messages(t, r.s.Lost()); types(got) != "session.updated" {
-		t.Fatalf("lost before setupComplete: the client got %s, want its session.updated", types(got))
+	if ended, _ := r.s.Lost(); types(messages(t, ended)) != "session.updated" {
+		t.Fatalf("lost before setupComplete: the client got %s, want its session.updated", types(messages(t, ended)))
 	}
 	r.fromClient(`{"type":"conversation.item.create","item":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}`)
 	r.fromClient(`{"type":"response.create"}`)
 	r.fromGemini(`{"serverContent":{"outputTranscription":{"text":"Hel"}}}`)
-	got := messages(t, r.s.Lost())
+	ended, lost := r.s.Lost()
+	got := messages(t, ended)
 	last := got[len(got)-1]
-	if last["type"] != "response.done" || field(last, "response", "status") != "failed" ||
+	if last["type"] != "response.done" || field(last, "response", "id") != lost || field(last, "response", "status") != "failed" ||
 		field(last, "response", "status_details", "error", "code") != "upstream_lost" ||
 		field(last, "response", "output", "0", "status") != "incomplete" {
 		t.Fatalf("lost mid-answer: the client got %s, last %v", types(got), last)
 	}
-	if b := r.s.Lost(); b != nil {
+	if b, _ := r.s.Lost(); b != nil {
 		t.Fatalf("lost between turns: the client got %s", types(messages(t, b)))
 	}
 	// The next turn, on the new connection, is a response of its own.
@@ -174,5 +184,43 @@ func TestGoAwayIsTheGatewaysToAct(t *testing.T) {
 		if len(got) != 1 || got[0] != tc.want {
 			t.Fatalf("%s: OnGoAway got %v, want [%v]", tc.msg, got, tc.want)
 		}
+	}
+}
+
+// TestManualTurnAcrossAMove: with turn detection off, a user turn opened on
+// one connection (activityStart) is no resumable point, and after a move
+// the next append opens it again on the new connection, so the commit's
+// activityEnd closes a turn Gemini knows.
+func TestManualTurnAcrossAMove(t *testing.T) {
+	r := newRelay(t)
+	r.fromClient(`{"type":"session.update","session":{"audio":{"input":{"turn_detection":null}}}}`)
+	r.fromGemini(`{"setupComplete":{}}`)
+	r.fromGemini(`{"sessionResumptionUpdate":{"newHandle":"h1","resumable":true}}`)
+	const appendAudio = `{"type":"input_audio_buffer.append","audio":"AAAA"}`
+	if toGemini, _ := r.fromClient(appendAudio); types(toGemini) != "realtimeInput realtimeInput" {
+		t.Fatalf("the first append sent %v, want activityStart and the audio", toGemini)
+	}
+	r.fromGemini(`{"sessionResumptionUpdate":{"newHandle":"h2","resumable":true}}`)
+	if r.s.Quiet() {
+		t.Fatal("quiet with the user's turn open")
+	}
+	r.s.Lost()
+	toGemini, _ := r.fromClient(appendAudio)
+	if len(toGemini) != 2 || field(toGemini[0], "realtimeInput", "activityStart") == nil {
+		t.Fatalf("the first append on the new connection sent %v, want activityStart first", toGemini)
+	}
+	if toGemini, _ := r.fromClient(`{"type":"input_audio_buffer.commit"}`); len(toGemini) != 1 || field(toGemini[0], "realtimeInput", "activityEnd") == nil {
+		t.Fatalf("the commit sent %v, want activityEnd", toGemini)
+	}
+}
+
+// TestSetupKeepsLongSessions: every setup asks for a sliding context
+// window: without it Gemini ends an audio session after about 15 minutes,
+// whatever its connections.
+func TestSetupKeepsLongSessions(t *testing.T) {
+	r := newRelay(t)
+	toGemini, _ := r.fromClient(`{"type":"session.update","session":{}}`)
+	if len(toGemini) != 1 || field(toGemini[0], "setup", "contextWindowCompression", "slidingWindow") == nil {
+		t.Fatalf("setup %v, want contextWindowCompression.slidingWindow", toGemini)
 	}
 }

@@ -46,6 +46,9 @@ type serverMessage struct {
 	GoAway *struct {
 		TimeLeft string `json:"timeLeft"`
 	} `json:"goAway"`
+	ToolCallCancellation *struct {
+		IDs []string `json:"ids"`
+	} `json:"toolCallCancellation"`
 }
 
 // geminiUsage is Gemini's usageMetadata.
@@ -235,6 +238,11 @@ func (s *Session) fromGemini(p []byte, out *frames.Output) {
 	}
 	if m.GoAway != nil {
 		s.goAway(m.GoAway.TimeLeft)
+	}
+	if c := m.ToolCallCancellation; c != nil {
+		for _, id := range c.IDs {
+			delete(s.unanswered, id) // Gemini no longer waits for it
+		}
 	}
 	if sc := m.ServerContent; sc != nil {
 		if t := sc.InputTranscription; t != nil && t.Text != "" {
