@@ -145,8 +145,25 @@ func (l *loader) table(root *yaml.Node) *Table {
 		l.fail(root, "", "no client can connect: add a keys section or general_settings.master_key (or set LITELLM_MASTER_KEY)")
 	}
 	l.router(&doc.RouterSettings, "router_settings", t)
+	l.transcripts(&doc.Transcripts, "transcripts", t)
 	t.Notices = l.notices()
 	return t
+}
+
+// boolean reads an optional true-or-false field: nil when absent.
+func (l *loader) boolean(n *yaml.Node, path string) *bool {
+	if !given(n) {
+		return nil
+	}
+	s, ok := l.str(n, path)
+	if !ok {
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		l.fail(deref(n), path, "%q is not true or false", s)
+	}
+	return &b
 }
 
 // wholeNumber reads an optional field holding a whole number of at least 0
@@ -540,26 +557,9 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 				}
 			}
 		}
-		if given(&e.Continuity) {
-			p := join(itemPath, "continuity")
-			if s, ok := l.str(&e.Continuity, p); ok {
-				b, err := strconv.ParseBool(s)
-				if err != nil {
-					l.fail(deref(&e.Continuity), p, "%q is not true or false", s)
-				}
-				k.Continuity = &b
-			}
-		}
-		if given(&e.ContinuityKeepAudio) {
-			p := join(itemPath, "continuity_keep_audio")
-			if s, ok := l.str(&e.ContinuityKeepAudio, p); ok {
-				b, err := strconv.ParseBool(s)
-				if err != nil {
-					l.fail(deref(&e.ContinuityKeepAudio), p, "%q is not true or false", s)
-				}
-				k.ContinuityKeepAudio = &b
-			}
-		}
+		k.Continuity = l.boolean(&e.Continuity, join(itemPath, "continuity"))
+		k.ContinuityKeepAudio = l.boolean(&e.ContinuityKeepAudio, join(itemPath, "continuity_keep_audio"))
+		k.LogTranscripts = l.boolean(&e.LogTranscripts, join(itemPath, "log_transcripts"))
 		if given(&e.TranscriptionModel) {
 			p := join(itemPath, "transcription_model")
 			if s, ok := l.str(&e.TranscriptionModel, p); ok {

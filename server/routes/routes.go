@@ -107,6 +107,10 @@ type Deployment struct {
 	// Weight (litellm_params.weight) and TPM (tpm) weigh simple-shuffle
 	// routing; 0 is none.
 	Weight, TPM float64
+	// LogTranscripts (litellm_params.log_transcripts) keeps the
+	// conversation record of sessions that start on this deployment, unless
+	// their key says otherwise (ClientKey.LogTranscripts).
+	LogTranscripts bool
 
 	header http.Header   // upstream credentials; never logged
 	path   string        // Base.Path plus the kind's and protocol's path
@@ -234,6 +238,10 @@ type ClientKey struct {
 	// itself on or off for this key's sessions (continuity_keep_audio);
 	// nil follows CONTINUITY_KEEP_AUDIO.
 	ContinuityKeepAudio *bool
+	// LogTranscripts, when set, keeps (or never keeps) the conversation
+	// record of this key's sessions, whatever their deployment says
+	// (log_transcripts).
+	LogTranscripts *bool
 	// TranscriptionModel is what a Realtime session of this key gets when
 	// it asks for input transcription on a model its Models list does not
 	// name (transcription_model): TranscriptionRewrite (the default, "")
@@ -290,6 +298,8 @@ type Table struct {
 	Notices []string
 	// Router is router_settings' routing strategy.
 	Router Router
+	// Transcripts is the conversation record's settings (transcripts:).
+	Transcripts Transcripts
 
 	master *ClientKey // nil when no master key is set
 }

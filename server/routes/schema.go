@@ -30,6 +30,8 @@ type fileDoc struct {
 	// The routing strategy and its arguments are read (loader.router); the
 	// rest is accepted and named in the start-up notice.
 	RouterSettings yaml.Node `yaml:"router_settings"`
+	// The conversation record's settings (rtgate's own: transcripts.go).
+	Transcripts yaml.Node `yaml:"transcripts"`
 }
 
 // modelEntry is one model_list item: one deployment of a model group.
@@ -61,6 +63,10 @@ type litellmParams struct {
 	VertexProject     yaml.Node `yaml:"vertex_project"`
 	VertexLocation    yaml.Node `yaml:"vertex_location"`
 	VertexCredentials yaml.Node `yaml:"vertex_credentials"`
+
+	// LogTranscripts keeps the conversation record of sessions that start
+	// on this deployment (rtgate's own; opt-in).
+	LogTranscripts yaml.Node `yaml:"log_transcripts"`
 
 	// LiteLLM's fields that mean nothing to a realtime relay: accepted, so
 	// that a LiteLLM config loads as it is, and named in one start-up
@@ -103,6 +109,9 @@ type keyEntry struct {
 	// TranscriptionModel: what a session.update naming a transcription
 	// model the key may not use gets (rewrite, the default, or refuse).
 	TranscriptionModel yaml.Node `yaml:"transcription_model"`
+	// LogTranscripts: keep the conversation record of the key's sessions
+	// (true), or never (false), whatever the deployment says.
+	LogTranscripts yaml.Node `yaml:"log_transcripts"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means

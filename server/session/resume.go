@@ -286,7 +286,7 @@ func (m *Manager) resume(sess *poller.Session, loss poller.Loss) bool {
 		sess.SendClient(info.proto().Refusal("client_event_lost",
 			"the upstream was lost while a client event was on its way to it; that event was not delivered: send it again", 0))
 	}
-	info.turns.Resumed() // the lost upstream's responses end; the fresh one counts its audio anew
+	info.turns.Resumed()  // the lost upstream's responses end; the fresh one counts its audio anew
 	args.disarmRollover() // the lost upstream's; the fresh one arms its own
 	args.resuming.Add(1)
 	old := info.uncount(m.balancer, true)
