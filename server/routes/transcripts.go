@@ -5,6 +5,8 @@ import (
 	"regexp"
 
 	"go.yaml.in/yaml/v3"
+
+	"rtgate/server/transcript"
 )
 
 // Transcripts is the conversation record's configuration, the config
@@ -23,13 +25,7 @@ type Transcripts struct {
 	// default (server/transcript's).
 	MaxBytes int
 	// Redact are the rules every recorded text passes through, in order.
-	Redact []RedactRule
-}
-
-// RedactRule replaces every match of Pattern with [Label].
-type RedactRule struct {
-	Pattern *regexp.Regexp
-	Label   string
+	Redact []transcript.Rule
 }
 
 // transcriptsSection is the transcripts section as written.
@@ -81,15 +77,15 @@ func (l *loader) transcripts(n *yaml.Node, path string, t *Table) {
 		if !ok1 || !ok2 {
 			continue
 		}
+		if !labelChars.MatchString(label) {
+			l.fail(deref(&e.Label), join(itemPath, "label"), "%q must be 1 to 64 letters, digits, '_', '.' or '-'", label)
+			continue
+		}
 		re, err := regexp.Compile(pattern)
 		if err != nil {
 			l.fail(deref(&e.Pattern), join(itemPath, "pattern"), "is not a regular expression (Go's RE2 syntax): %v", err)
 			continue
 		}
-		if !labelChars.MatchString(label) {
-			l.fail(deref(&e.Label), join(itemPath, "label"), "%q must be 1 to 64 letters, digits, '_', '.' or '-'", label)
-			continue
-		}
-		t.Transcripts.Redact = append(t.Transcripts.Redact, RedactRule{Pattern: re, Label: label})
+		t.Transcripts.Redact = append(t.Transcripts.Redact, transcript.Rule{Pattern: re, Label: label})
 	}
 }

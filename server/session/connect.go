@@ -298,11 +298,14 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	m.budgets.meter(info, func(message string) {
 		terminate(info.proto(), sess, ws.StatusPolicyViolation, "budget exceeded", "budget_exceeded", message)
 	})
+	if conversation || u.kind == kindLive {
+		m.keepConversation(info, plan.Cands)
+	}
 	c.watch = setupWatch{sessionInfo: info, mgr: m, sess: sess}
 	sess.InspectUpstream(&c.watch)
 	info.turns.Observe = c.watch.observeTurn
-	if u.kind != kindLive && !m.cfg.NoTurnMetrics {
-		c.watchClient(sess, nil) // the turns' clock: what the client's events the gateway forwards
+	if u.kind != kindLive && !m.cfg.NoTurnMetrics || info.conv != nil {
+		c.watchClient(sess, nil) // the turns' clock and the record: what the client's events the gateway forwards
 	}
 	if u.kind == kindLive {
 		info.live = newLiveState(m, sess, info, u) // before any client frame: the first is held

@@ -96,6 +96,10 @@ func (m *Manager) sessionEnded(sess *poller.Session) {
 		Usage: u, Estimated: est, Unconfirmed: est != nil, Transcription: info.meter.Transcription,
 	}
 	info.resumeRecord(&rec)
+	if info.conv != nil {
+		conv := info.conv.Close()
+		rec.Conversation = &conv
+	}
 	info.stopRollover()
 	info.keep.Release()
 	if ok {

@@ -4,6 +4,7 @@ import (
 	"rtgate/server/continuity"
 	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
+	"rtgate/server/transcript"
 	"rtgate/server/usage"
 )
 
@@ -62,7 +63,7 @@ type observer interface {
 }
 
 // maxObservers bounds a session's observers (chooseObservers).
-const maxObservers = 4
+const maxObservers = 5
 
 // The observers are views of the session's setupWatch (a pointer
 // conversion, no allocation): each reads the part of the session it
@@ -74,6 +75,8 @@ type (
 	turnsWatch    setupWatch // the turns and spans (Realtime or GPT-Live marks: setupWatch.turnProto)
 	realtimeKeep  setupWatch // the kept Realtime conversation (continuity)
 	liveKeep      setupWatch // the kept GPT-Live conversation (continuity)
+	realtimeConv  setupWatch // the conversation record, Realtime (transcript.Recorder)
+	liveConv      setupWatch // the conversation record, GPT-Live
 )
 
 // chooseObservers picks the session's observers from its kind: called once
@@ -89,6 +92,9 @@ func (w *setupWatch) chooseObservers() {
 		if w.resume != nil {
 			add((*liveKeep)(w))
 		}
+		if w.conv != nil {
+			add((*liveConv)(w))
+		}
 		return
 	}
 	w.turnProto = protocol.Realtime{} // also a GPT-Live sideband's: its frames are watched as a Realtime session's (its usage is its session's, liveMetering)
@@ -100,7 +106,17 @@ func (w *setupWatch) chooseObservers() {
 	if w.resume != nil && w.gemini == nil { // Gemini's handle carries its conversation (keepGemini)
 		add((*realtimeKeep)(w))
 	}
+	if w.conv != nil {
+		add((*realtimeConv)(w))
+	}
 }
+
+// The conversation record reads what it wants of the events the others
+// read; an event it cannot read changes nothing.
+func (o *realtimeConv) wants(typ, _ []byte) bool  { return transcript.WantsUpstream(typ) }
+func (o *realtimeConv) inspect(p []byte)          { _ = o.conv.Upstream(p) }
+func (o *liveConv) wants(typ, prefix []byte) bool { return transcript.LiveWantsUpstream(typ, prefix) }
+func (o *liveConv) inspect(p []byte)              { _ = o.conv.LiveUpstream(p) }
 
 func (o *realtimeUsage) wants(typ, _ []byte) bool { return o.meter.WantsType(typ) }
 func (o *realtimeUsage) inspect(p []byte)         { o.meter.Inspect(p) }

@@ -14,6 +14,7 @@ import (
 
 	"rtgate/server/routes"
 	"rtgate/server/spenddb"
+	"rtgate/server/transcript"
 	"rtgate/server/usage"
 )
 
@@ -121,4 +122,31 @@ func (m *Manager) ReopenLogs() error {
 	}
 	m.log.Info("USAGE_LOG reopened")
 	return nil
+}
+
+// keepConversation starts the session's conversation record when its key,
+// or else the deployments it may start on (ds, the connect's candidates:
+// none yet for a GPT-Live session, whose session.start names its model
+// later, so there the key decides alone), keep transcripts.
+func (m *Manager) keepConversation(info *sessionInfo, ds []*routes.Deployment) {
+	if !logTranscripts(info.key, ds) {
+		return
+	}
+	t := m.routes().Transcripts
+	rec, err := transcript.New(t.MaxBytes, t.Redact, time.Now)
+	if err != nil { // the rules were checked at load: a bug, not input
+		m.log.Error("conversation record not kept", "session", info.id, "err", err)
+		return
+	}
+	info.conv = rec
+}
+
+// logTranscripts says whether a session of key on one of ds keeps its
+// conversation record: the key's log_transcripts when it has one, else
+// whether the first deployment it would start on opts in.
+func logTranscripts(key *routes.ClientKey, ds []*routes.Deployment) bool {
+	if key != nil && key.LogTranscripts != nil {
+		return *key.LogTranscripts
+	}
+	return len(ds) > 0 && ds[0].LogTranscripts
 }

@@ -46,6 +46,7 @@ import (
 	"rtgate/server/eventtype"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
+	"rtgate/server/transcript"
 	"rtgate/server/usage"
 )
 
@@ -150,11 +151,11 @@ func (i *sessionInfo) keepBase(config []byte) {
 // while server VAD makes responses) and, with continuity (keep), the
 // configuration events.
 type clientWatch struct {
-	info                *sessionInfo
-	lim                 continuity.Limits
-	sess                *poller.Session
-	turns, keep         bool
-	wantTurns, wantKeep bool // what the frame Inspect gets is for
+	info                          *sessionInfo
+	lim                           continuity.Limits
+	sess                          *poller.Session
+	turns, keep                   bool
+	wantTurns, wantKeep, wantConv bool // what the frame Inspect gets is for
 }
 
 // Wants implements frames.Inspector.
@@ -165,7 +166,8 @@ func (w *clientWatch) Wants(prefix []byte) bool {
 	}
 	w.wantTurns = w.turns && w.info.turns.ClientWants(t)
 	w.wantKeep = w.keep && (continuity.ClientWants(t) || (w.lim.KeepAudio && continuity.AudioClientWants(t)))
-	return w.wantTurns || w.wantKeep
+	w.wantConv = w.info.conv != nil && (w.info.live == nil && transcript.WantsClient(t) || w.info.live != nil && transcript.LiveWantsClient(t))
+	return w.wantTurns || w.wantKeep || w.wantConv
 }
 
 // Inspect implements frames.Inspector.
@@ -175,6 +177,13 @@ func (w *clientWatch) Inspect(p []byte) {
 	}
 	if w.wantKeep {
 		w.info.keep.Client(p, w.lim, w.sess.ClientQueued())
+	}
+	if w.wantConv {
+		if w.info.live != nil {
+			_ = w.info.conv.LiveClient(p) // an event it cannot read changes nothing
+		} else {
+			_ = w.info.conv.Client(p)
+		}
 	}
 }
 

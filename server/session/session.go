@@ -14,6 +14,7 @@ import (
 	"rtgate/server/providers/gemini"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
+	"rtgate/server/transcript"
 	"rtgate/server/turns"
 	"rtgate/server/usage"
 )
@@ -52,8 +53,11 @@ type sessionInfo struct {
 	// Session continuity (keepContinuity): nil when off for the session; the
 	// kept conversation (a nil State until something is kept); the
 	// resumes so far (under depMu).
-	resume  *resumeArgs
-	keep    continuity.Keeper
+	resume *resumeArgs
+	keep   continuity.Keeper
+	// conv is the conversation record (log_transcripts: keepConversation);
+	// nil when the session's is not kept.
+	conv    *transcript.Recorder
 	resumes []usage.Resume
 
 	// A Realtime conversation session's responses in flight (keepFlights;

@@ -60,6 +60,24 @@ var migrations = []string{
 		ADD COLUMN unpriced            text[] NOT NULL DEFAULT '{}';
 	CREATE INDEX session_usage_flagged ON session_usage (key_name, ended_at)
 		WHERE unconfirmed OR cardinality(unpriced) > 0`,
+	// 5: the conversation record (issue 36) of the sessions whose key or
+	// deployment keeps it (log_transcripts): a row beside session_usage's,
+	// same session_id, entries as the usage log's JSON writes them
+	// (redacted before they were kept), and what the bound cut.
+	`CREATE TABLE session_conversation (
+		session_id  text PRIMARY KEY,
+		key_name    text NOT NULL,
+		model_group text NOT NULL,
+		started_at  timestamptz NOT NULL,
+		ended_at    timestamptz NOT NULL,
+		entries     jsonb NOT NULL,
+		bytes       integer NOT NULL,
+		cut         integer NOT NULL DEFAULT 0,
+		cut_bytes   integer NOT NULL DEFAULT 0,
+		redactions  integer NOT NULL DEFAULT 0,
+		recorded_at timestamptz NOT NULL DEFAULT now()
+	);
+	CREATE INDEX session_conversation_key_ended ON session_conversation (key_name, ended_at)`,
 }
 
 // migrate brings the schema to the newest version. An advisory lock held

@@ -1,5 +1,7 @@
 // Package spenddb is the durable spend log: one row per ended session in
-// Postgres's session_usage table, written off the data path.
+// Postgres's session_usage table (and, for a session that kept its
+// conversation record, one in session_conversation), written off the data
+// path.
 //
 // Sessions hand their record to Enqueue, which never blocks: a bounded
 // queue feeds one writer goroutine that inserts in batches (a multi-row
@@ -28,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"rtgate/server/transcript"
 	"rtgate/server/usage"
 )
 
@@ -524,5 +527,63 @@ func (w *Writer) insert(ctx context.Context, batch []usage.Record) (int64, error
 	if err != nil {
 		return 0, fmt.Errorf("inserting %d session records: %w", len(batch), err)
 	}
+	// The conversations after their sessions' rows: a batch that fails
+	// here goes to the spool whole, and its replay skips the rows already
+	// in (both tables by session_id) and adds what is missing.
+	if err := w.insertConversations(cctx, batch); err != nil {
+		return 0, err
+	}
 	return tag.RowsAffected(), nil
+}
+
+// conversationColumns of session_conversation that a record fills.
+const conversationColumns = "session_id, key_name, model_group, started_at, ended_at, entries, bytes, cut, cut_bytes, redactions"
+
+const conversationPerRow = 10
+
+// insertConversations writes the conversation records of a batch's
+// sessions that kept one, skipping those already in.
+func (w *Writer) insertConversations(ctx context.Context, batch []usage.Record) error {
+	var q strings.Builder
+	var args []any
+	n := 0
+	for _, r := range batch {
+		c := r.Conversation
+		if c == nil {
+			continue
+		}
+		list := c.Entries
+		if list == nil {
+			list = []transcript.Entry{} // [] in the row, not null
+		}
+		entries, err := json.Marshal(list)
+		if err != nil {
+			return fmt.Errorf("encoding a conversation: %w", err)
+		}
+		if n == 0 {
+			q.WriteString("INSERT INTO session_conversation (" + conversationColumns + ") VALUES ")
+		} else {
+			q.WriteByte(',')
+		}
+		q.WriteByte('(')
+		for j := range conversationPerRow {
+			if j > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteByte('$')
+			q.WriteString(strconv.Itoa(n*conversationPerRow + j + 1))
+		}
+		q.WriteByte(')')
+		args = append(args, r.SessionID, r.KeyName, r.ModelGroup, r.StartedAt, r.EndedAt, string(entries),
+			c.Bytes, c.Cut, c.CutBytes, c.Redactions)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	q.WriteString(" ON CONFLICT (session_id) DO NOTHING")
+	if _, err := w.pool.Exec(ctx, q.String(), args...); err != nil {
+		return fmt.Errorf("inserting %d conversation records: %w", n, err)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"rtgate/server/spenddb/pgtest"
+	"rtgate/server/transcript"
 	"rtgate/server/usage"
 )
 
@@ -394,5 +395,63 @@ func TestBillingColumns(t *testing.T) {
 	}
 	if len(flagged) != 2 || flagged[0] != walked.SessionID || flagged[1] != transcribed.SessionID {
 		t.Errorf("flagged rows %v, want %s and %s", flagged, walked.SessionID, transcribed.SessionID)
+	}
+}
+
+// TestConversationsOutliveAnOutage: sessions that kept a conversation
+// record get a session_conversation row beside their session_usage row,
+// those without get none; records written while Postgres is down wait in
+// the spool with their conversations and land once it is back, and a
+// record written twice (a replay) adds no second row.
+func TestConversationsOutliveAnOutage(t *testing.T) {
+	pg := pgtest.Start(t)
+	w := open(t, pg.URL, filepath.Join(t.TempDir(), "spool.jsonl"), prometheus.NewRegistry())
+	talked := func(i int) usage.Record {
+		r := record(i)
+		if i%2 == 0 {
+			r.Conversation = &transcript.Record{Bytes: 70, Redactions: 1, Entries: []transcript.Entry{
+				{At: r.StartedAt, Kind: transcript.KindText, Role: "user", Text: fmt.Sprintf("order %d for [CARD]", i)}}}
+		}
+		return r
+	}
+	for i := range 10 {
+		w.Enqueue(talked(i))
+	}
+	waitRows(t, pg, 10)
+	pg.Stop()
+	for i := 10; i < 20; i++ {
+		w.Enqueue(talked(i))
+	}
+	time.Sleep(300 * time.Millisecond) // into the spool
+	pg.Restart()
+	w.Enqueue(talked(4)) // a duplicate
+	waitRows(t, pg, 20)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := pg.Conn(t)
+	defer c.Close(context.Background())
+	rows, err := c.Query(context.Background(), `SELECT session_id, entries->0->>'text', redactions FROM session_conversation ORDER BY session_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var id, text string
+		var redactions int
+		if err := rows.Scan(&id, &text, &redactions); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s %d", id, text, redactions))
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	var want []string
+	for i := 0; i < 20; i += 2 {
+		want = append(want, fmt.Sprintf("%s order %d for [CARD] 1", record(i).SessionID, i))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("session_conversation holds\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"time"
+
+	"rtgate/server/transcript"
 )
 
 // Record is the account of one ended session: one structured log line, one
@@ -55,6 +57,10 @@ type Record struct {
 	// built-in price, no model_info): that usage is in the record but not
 	// in CostUSD, and rtgate_unpriced_usage_total counts it.
 	Unpriced []string `json:"unpriced,omitempty"`
+	// Conversation is what was said, when the session's key or deployment
+	// keeps it (log_transcripts): redacted and bounded (transcript.Record).
+	// Not in the log line; in USAGE_LOG and Postgres's session_conversation.
+	Conversation *transcript.Record `json:"conversation,omitempty"`
 	// Unmetered marks a session whose events the gateway could not read (a
 	// WebRTC session with no sideband through it): billed a floor.
 	Unmetered bool `json:"unmetered,omitempty"`
