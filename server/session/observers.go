@@ -21,6 +21,11 @@ import (
 //	  call, GPT-Live sideband
 //	GPT-Live (WebSocket), GPT-Live fork     usage (Live), turns (Live)
 //	GPT-Live with continuity                usage (Live), turns (Live), keep (Live)
+//	any of them keeping transcripts         ..., then the record (Realtime or Live:
+//	  (log_transcripts)                     transcript.Recorder)
+//
+// (A Gemini session keeps nothing for continuity: its own resumption handle
+// carries the conversation.)
 //
 // The order is the accounting's: the meter books a response's usage before
 // flights may see its end close the session, and the turns read an event
@@ -44,6 +49,7 @@ import (
 //	             emitted after Tracker.mu is let go (observeTurn):
 //	             sessionInfo.depMu, then the balancer's mutex
 //	             (ObserveFirstOutput, ObservePenalty)
+//	    record:  transcript.Recorder.mu
 //	    keep:    continuity.Keeper.mu (the global budget is atomic);
 //	             armCap: sessionInfo.depMu, then resumeArgs.rollMu
 //	             (armRollover; its timer runs on a goroutine of its own)
