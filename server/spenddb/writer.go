@@ -466,18 +466,7 @@ func (w *Writer) insert(ctx context.Context, batch []usage.Record) (int64, error
 	q.WriteString("INSERT INTO session_usage (" + columns + ") VALUES ")
 	args := make([]any, 0, perRow*len(batch))
 	for i, r := range batch {
-		if i > 0 {
-			q.WriteByte(',')
-		}
-		q.WriteByte('(')
-		for j := range perRow {
-			if j > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteByte('$')
-			q.WriteString(strconv.Itoa(i*perRow + j + 1))
-		}
-		q.WriteByte(')')
+		placeholders(&q, i, perRow)
 		u, err := json.Marshal(r.Usage)
 		if err != nil {
 			return 0, fmt.Errorf("encoding usage: %w", err)
@@ -536,6 +525,23 @@ func (w *Writer) insert(ctx context.Context, batch []usage.Record) (int64, error
 	return tag.RowsAffected(), nil
 }
 
+// placeholders writes row's ($1, $2, ...) of a multi-row insert of perRow
+// columns a row, with the comma before every row but the first.
+func placeholders(q *strings.Builder, row, perRow int) {
+	if row > 0 {
+		q.WriteByte(',')
+	}
+	q.WriteByte('(')
+	for j := range perRow {
+		if j > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteByte('$')
+		q.WriteString(strconv.Itoa(row*perRow + j + 1))
+	}
+	q.WriteByte(')')
+}
+
 // conversationColumns of session_conversation that a record fills.
 const conversationColumns = "session_id, key_name, model_group, started_at, ended_at, entries, bytes, cut, cut_bytes, redactions"
 
@@ -562,18 +568,8 @@ func (w *Writer) insertConversations(ctx context.Context, batch []usage.Record) 
 		}
 		if n == 0 {
 			q.WriteString("INSERT INTO session_conversation (" + conversationColumns + ") VALUES ")
-		} else {
-			q.WriteByte(',')
 		}
-		q.WriteByte('(')
-		for j := range conversationPerRow {
-			if j > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteByte('$')
-			q.WriteString(strconv.Itoa(n*conversationPerRow + j + 1))
-		}
-		q.WriteByte(')')
+		placeholders(&q, n, conversationPerRow)
 		args = append(args, r.SessionID, r.KeyName, r.ModelGroup, r.StartedAt, r.EndedAt, string(entries),
 			c.Bytes, c.Cut, c.CutBytes, c.Redactions)
 		n++
