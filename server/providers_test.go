@@ -35,19 +35,31 @@ func xaiGateway(t *testing.T, scheme string, mutate ...func(*Settings)) (*gatewa
 // xaiGatewayOn is xaiGateway with mockai's extra flags mockArgs.
 func xaiGatewayOn(t *testing.T, scheme string, mockArgs []string, mutate ...func(*Settings)) (*gateway, listenerCert, string) {
 	t.Helper()
-	// Responses of about a second (50 deltas 20 ms apart), so that a cancel
-	// after the first audio lands mid-answer.
-	mock, roots := mockaiOver(t, scheme, append([]string{"-deltas", "50", "-delta-interval", "20ms"}, mockArgs...)...)
-	base := strings.TrimSuffix(mock.baseURL, "/v1") + "/xai/v1"
-	path := writeConfig(t, `model_list:
+	g, lc, logPath, _, _ := providerGateway(t, scheme, mockArgs, func(root string) string {
+		return `
   - model_name: grok-voice
     litellm_params:
       model: xai/grok-voice-latest
-      api_base: `+base+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM`+configTail)
-	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-	lc := newListenerCert(t)
-	g := startGateway(t, nil, func(c *Settings) {
+      api_base: ` + root + `/xai/v1
+      api_key: os.environ/RTGATE_TEST_UPSTREAM`
+	}, mutate...)
+	return g, lc, logPath
+}
+
+// providerGateway starts mockai over scheme, with answers of about a
+// second (50 deltas 20 ms apart, so that a cancel after the first audio
+// lands mid-answer) and mockArgs, and a gateway in front of it: TLS to the
+// client (lc), a pool of 2, USAGE_LOG at logPath, and model_list the
+// entries entries(mockai's root URL) writes. It returns mockai too, and the
+// roots its certificate is trusted by (wss).
+func providerGateway(t *testing.T, scheme string, mockArgs []string, entries func(root string) string,
+	mutate ...func(*Settings)) (g *gateway, lc listenerCert, logPath string, mock *mockaiProcess, roots *x509.CertPool) {
+	t.Helper()
+	mock, roots = mockaiOver(t, scheme, append([]string{"-deltas", "50", "-delta-interval", "20ms"}, mockArgs...)...)
+	path := writeConfig(t, "model_list:"+entries(strings.TrimSuffix(mock.baseURL, "/v1"))+configTail)
+	logPath = filepath.Join(t.TempDir(), "usage.jsonl")
+	lc = newListenerCert(t)
+	g = startGateway(t, nil, func(c *Settings) {
 		c.RoutesFile, c.UsageLog = path, logPath
 		c.UpstreamRoots = roots
 		c.TLSCert, c.TLSKey = lc.certFile, lc.keyFile
@@ -56,7 +68,7 @@ func xaiGatewayOn(t *testing.T, scheme string, mockArgs []string, mutate ...func
 			m(c)
 		}
 	})
-	return g, lc, logPath
+	return g, lc, logPath, mock, roots
 }
 
 // TestXAIBehindTheRealtimeAPI: a client of the Realtime API reaches an xai/
@@ -150,30 +162,19 @@ func geminiGateway(t *testing.T, scheme string, mutate ...func(*Settings)) (*gat
 // returns mockai too, and the roots its certificate is trusted by (wss).
 func geminiGatewayOn(t *testing.T, scheme string, mockArgs []string, mutate ...func(*Settings)) (*gateway, listenerCert, string, *mockaiProcess, *x509.CertPool) {
 	t.Helper()
-	mock, roots := mockaiOver(t, scheme, append([]string{"-deltas", "50", "-delta-interval", "20ms"}, mockArgs...)...)
-	path := writeConfig(t, `model_list:
+	return providerGateway(t, scheme, mockArgs, func(root string) string {
+		return `
   - model_name: gemini-voice
     litellm_params:
       model: gemini/gemini-3.8-live
-      api_base: `+strings.TrimSuffix(mock.baseURL, "/v1")+`
+      api_base: ` + root + `
       api_key: os.environ/RTGATE_TEST_UPSTREAM
     model_info:
       input_cost_per_token: 0.0000005
       input_cost_per_audio_token: 0.000003
       output_cost_per_token: 0.000002
-      output_cost_per_audio_token: 0.000012`+configTail)
-	logPath := filepath.Join(t.TempDir(), "usage.jsonl")
-	lc := newListenerCert(t)
-	g := startGateway(t, nil, func(c *Settings) {
-		c.RoutesFile, c.UsageLog = path, logPath
-		c.UpstreamRoots = roots
-		c.TLSCert, c.TLSKey = lc.certFile, lc.keyFile
-		c.Pool.Size = 2
-		for _, m := range mutate {
-			m(c)
-		}
-	})
-	return g, lc, logPath, mock, roots
+      output_cost_per_audio_token: 0.000012`
+	}, mutate...)
 }
 
 // eventsUntil reads events until one of type typ, returning all of them.
@@ -265,13 +266,34 @@ func TestNodeSDKsWithGemini(t *testing.T) {
 		for _, client := range []string{"openai", "agents"} {
 			t.Run(up+"/"+client, func(t *testing.T) {
 				g, lc, _ := geminiGateway(t, up)
-				out := runNode(t, "providers.mjs", "CLIENT="+client, "MODEL=gemini-voice", "TOOL_BY=text",
-					"GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_URL=wss://"+g.addr+"/v1/realtime?model=gemini-voice",
-					"GATEWAY_KEY="+testMasterKey, "NODE_EXTRA_CA_CERTS="+lc.certFile)
-				checkProviderRun(t, out, client, "gemini-3.8-live")
+				runProviderSDK(t, g, lc, client, "gemini-voice")
+			})
+			// Vertex AI's route and OAuth token (a service account's key
+			// file, its token_uri on loopback), the same translation.
+			t.Run(up+"/"+client+"/vertex", func(t *testing.T) {
+				g, lc, _, _, _ := providerGateway(t, up, []string{"-key", "tok-good"}, func(root string) string {
+					return `
+  - model_name: vertex-voice
+    litellm_params:
+      model: vertex_ai/gemini-3.8-live
+      vertex_location: us-central1
+      vertex_credentials: ` + vertexKeyFile(t, "tok-good") + `
+      api_base: ` + root
+				})
+				runProviderSDK(t, g, lc, client, "vertex-voice")
 			})
 		}
 	}
+}
+
+// runProviderSDK runs providers.mjs's voice session with client (openai or
+// agents) through g to group, a Gemini model, and checks what it saw.
+func runProviderSDK(t *testing.T, g *gateway, lc listenerCert, client, group string) {
+	t.Helper()
+	out := runNode(t, "providers.mjs", "CLIENT="+client, "MODEL="+group, "TOOL_BY=text",
+		"GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_URL=wss://"+g.addr+"/v1/realtime?model="+group,
+		"GATEWAY_KEY="+testMasterKey, "NODE_EXTRA_CA_CERTS="+lc.certFile)
+	checkProviderRun(t, out, client, "gemini-3.8-live")
 }
 
 // checkProviderRun asserts what providers.mjs saw of a session through
