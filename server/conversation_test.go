@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +193,75 @@ func TestLiveConversationRecord(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSessionViewInChromium: the admin port's session view, open in
+// headless Chromium, lists the live sessions (one keeps its conversation
+// record, one does not) and shows the kept one's conversation as it
+// stands, redacted, with what the caller typed shown as text and never run
+// as markup. Its JSON answers 404 for a session that keeps no record.
+func TestSessionViewInChromium(t *testing.T) {
+	t.Setenv("TEAM_QUIET_KEY", "sk-quiet-0123456789")
+	mock := startMock(t, mockai.Config{AudioDeltas: 3})
+	path := writeConfig(t, `model_list:`+strings.Replace(openaiEntry("gpt-realtime", mock), "RTGATE_TEST_UPSTREAM", "RTGATE_TEST_UPSTREAM\n      log_transcripts: true", 1)+`
+keys:
+  - name: quiet
+    key: os.environ/TEAM_QUIET_KEY
+    log_transcripts: false
+transcripts:
+  redact:
+    - pattern: '\d{3}-\d{4}'
+      label: PHONE`+configTail)
+	g := startGateway(t, mock, func(c *Settings) { c.RoutesFile = path })
+	admin := g.serveAdmin(t)
+	kept := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+	read(t, kept)
+	hostile := `<img src=x onerror="document.title='ran'">call 555-0100`
+	send(t, kept, map[string]any{"type": "conversation.item.create", "item": map[string]any{"type": "message", "role": "user",
+		"content": []any{map[string]any{"type": "input_text", "text": hostile}}}})
+	send(t, kept, map[string]any{"type": "response.create"})
+	eventsUntil(t, kept, "response.done")
+	quiet := g.dial(t, "model=gpt-realtime", bearer("sk-quiet-0123456789"))
+	read(t, quiet)
+
+	var list struct {
+		Sessions []struct {
+			ID   string `json:"id"`
+			Key  string `json:"key_name"`
+			Kept bool   `json:"kept"`
+		} `json:"sessions"`
+	}
+	getJSON(t, "http://"+admin+"/sessions.json", nil, &list)
+	ids := map[string]string{}
+	for _, s := range list.Sessions {
+		ids[s.Key] = s.ID
+		if s.Kept != (s.Key == "master") {
+			t.Fatalf("session of %s listed kept=%v", s.Key, s.Kept)
+		}
+	}
+	if len(ids) != 2 {
+		t.Fatalf("sessions listed %+v, want the two live ones", list.Sessions)
+	}
+	resp, err := http.Get("http://" + admin + "/sessions/" + ids["quiet"] + "/conversation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("the conversation of a session that keeps none: %d, want 404", resp.StatusCode)
+	}
+
+	b := startBrowser(t, 1280, 900)
+	b.navigate("http://" + admin + "/sessions?id=" + ids["master"])
+	want := `<img src=x onerror="document.title='ran'">call [PHONE]`
+	b.waitFor("the conversation on the page", `[...document.querySelectorAll("#conv td")].some(c => c.textContent === `+strconv.Quote(want)+`)`,
+		cellsOf("conv"), 10*time.Second)
+	if n := eval[float64](b, `document.querySelectorAll("#conv img").length`); n != 0 || eval[string](b, `document.title`) == "ran" {
+		t.Fatalf("what the caller typed was run as markup: %v img elements, title %q", n, eval[string](b, `document.title`))
+	}
+	if page := eval[string](b, `document.body.innerText`); strings.Contains(page, "555-0100") || !strings.Contains(page, "not kept") {
+		t.Fatalf("the page shows the redacted number, or not the session that keeps no record:\n%s", page)
+	}
+	_ = kept.Close()
+	_ = quiet.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"rtgate/server/admin"
 	"rtgate/server/balance"
 	"rtgate/server/routes"
+	"rtgate/server/transcript"
 	"rtgate/upstream"
 )
 
@@ -55,6 +56,15 @@ func adminGateway(s *Server) admin.Gateway {
 		SessionsEnded:  func() float64 { return s.sessions.SessionsEnded() },
 		Deployment:     func(d *routes.Deployment) balance.HostStatus { return s.balancer.Snapshot(d) },
 		ClientListener: func() (net.Addr, bool) { return s.front.Addr(), s.tlsConfig != nil },
+		SessionViews: func() []admin.SessionView {
+			var out []admin.SessionView
+			for _, d := range s.sessions.Describe() {
+				out = append(out, admin.SessionView{ID: d.ID, KeyName: d.KeyName, ModelGroup: d.ModelGroup, Protocol: d.Protocol,
+					StartedAt: d.StartedAt, Kept: d.Kept})
+			}
+			return out
+		},
+		Conversation: func(id string) *transcript.Record { return s.sessions.Conversation(id) },
 		MintSecret: func(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) admin.Answer {
 			a := s.api.MintSecretFor(ctx, table, key, body, false)
 			if r := a.Refused; r != nil {

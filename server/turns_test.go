@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/base64"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -176,6 +177,11 @@ func TestTurnMetrics(t *testing.T) {
 		if len(recs) != 4 {
 			t.Fatalf("%d records, want 4", len(recs))
 		}
+		// In the order the sessions ran: a record is written once its
+		// session has ended, which may be after the client saw its close
+		// and started the next (one CI run wrote the tool chain's after
+		// the interrupted one's).
+		slices.SortFunc(recs, func(a, b usage.Record) int { return a.StartedAt.Compare(b.StartedAt) })
 		for i, r := range recs {
 			if r.Turns != 1 {
 				t.Errorf("session %d: turns %d, want 1", i, r.Turns)

@@ -1,7 +1,8 @@
 // Package admin is the gateway's admin port: /metrics, /debug/pprof/, and
-// two pages for people, the live status page (serveStatusPage) and the
-// playground (servePlayground). It reads the gateway through the Gateway interface and
-// never imports the server package.
+// pages for people: the live status page (serveStatusPage), the session
+// view (sessions.go: the live sessions and their conversation records) and
+// the playground (servePlayground). It reads the gateway through the
+// Gateway interface and never imports the server package.
 package admin
 
 // The admin port can mint client secrets (for the playground) with the
@@ -39,6 +40,7 @@ import (
 
 	"rtgate/server/balance"
 	"rtgate/server/routes"
+	"rtgate/server/transcript"
 	"rtgate/upstream"
 )
 
@@ -66,6 +68,11 @@ type Gateway struct {
 	// MintSecret mints a client secret for key from a mint request body,
 	// as POST /v1/realtime/client_secrets would.
 	MintSecret func(ctx context.Context, table *routes.Table, key *routes.ClientKey, body []byte) Answer
+	// SessionViews lists the live sessions (the session view), and
+	// Conversation is one's conversation record as it stands: nil when no
+	// live session has that id or it keeps no record.
+	SessionViews func() []SessionView
+	Conversation func(id string) *transcript.Record
 }
 
 // Answer is a JSON API answer: Body on success, else the error's fields.
@@ -140,8 +147,8 @@ func (s *Server) Listening(addr net.Addr) {
 	}
 }
 
-// Handler serves /metrics (Prometheus text format), /debug/pprof/, /status
-// and /playground, for loopback Hosts only (and ADMIN_HOSTS). The status
+// Handler serves /metrics (Prometheus text format), /debug/pprof/, /status,
+// /sessions and /playground, for loopback Hosts only (and ADMIN_HOSTS). The status
 // sampler starts with the first Handler and runs until ctx ends.
 func (s *Server) Handler(ctx context.Context) http.Handler {
 	mux := http.NewServeMux()
@@ -166,6 +173,7 @@ func (s *Server) addPages(ctx context.Context, mux *http.ServeMux) {
 	mux.HandleFunc("GET /status.json", s.serveStatusJSON)
 	mux.HandleFunc("GET /playground", s.servePlayground)
 	mux.HandleFunc("POST /playground/client_secret", s.servePlaygroundSecret)
+	s.addSessionView(mux)
 }
 
 // guard refuses requests whose Host could come from DNS rebinding.

@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
-	"encoding/json"
 	"net/http"
 	"runtime"
 	"runtime/debug"
@@ -231,9 +230,7 @@ type HistoryReport struct {
 }
 
 func (s *Server) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(s.Report(time.Now()))
+	writeJSON(w, http.StatusOK, s.Report(time.Now()))
 }
 
 // Report is the status page's data now.

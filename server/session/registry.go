@@ -12,6 +12,7 @@ import (
 	"rtgate/poller"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
+	"rtgate/server/transcript"
 )
 
 // Live is a session that is not ending, and when its client's upgrade
@@ -102,4 +103,46 @@ func (m *Manager) Revoke(t *routes.Table) {
 	if n > 0 {
 		m.log.Warn("config reload revoked keys of live sessions: they are ended", "sessions_and_calls", n)
 	}
+}
+
+// Described is one live session as the admin port's session view lists
+// it.
+type Described struct {
+	ID, KeyName, ModelGroup, Protocol string
+	StartedAt                         time.Time
+	Kept                              bool // it keeps its conversation record
+}
+
+// Describe lists the live sessions (the admin port's session view).
+func (m *Manager) Describe() []Described {
+	m.sessMu.Lock()
+	defer m.sessMu.Unlock()
+	out := make([]Described, 0, len(m.sessions))
+	for _, info := range m.sessions {
+		d := Described{ID: info.id, ModelGroup: info.group, Protocol: info.protocol(), StartedAt: info.start.UTC(), Kept: info.conv != nil}
+		if info.key != nil {
+			d.KeyName = info.key.Name
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Conversation is the conversation record of the live session id as it
+// stands, nil when there is no such session or it keeps none.
+func (m *Manager) Conversation(id string) *transcript.Record {
+	m.sessMu.Lock()
+	var conv *transcript.Recorder
+	for _, info := range m.sessions {
+		if info.id == id {
+			conv = info.conv
+			break
+		}
+	}
+	m.sessMu.Unlock()
+	if conv == nil {
+		return nil
+	}
+	rec := conv.Snapshot()
+	return &rec
 }
