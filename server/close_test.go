@@ -203,17 +203,24 @@ func TestOversizedHeadGets431(t *testing.T) {
 	}
 }
 
-// gatewayTimeWait counts TIME_WAIT sockets whose remote end is port: on
-// loopback, sockets the gateway opened to the upstream listening there and
-// closed first. Loopback's tcp_tw_reuse hides the cost; production pays a
-// local port per socket for a minute.
-func gatewayTimeWait(t *testing.T, port string) int {
+// gatewayTimeWait lists TIME_WAIT sockets whose remote end is port, one
+// "local peer timer" line each: on loopback, sockets the gateway opened to the
+// upstream listening there and closed first. Loopback's tcp_tw_reuse hides
+// the cost; production pays a local port per socket for a minute.
+func gatewayTimeWait(t *testing.T, port string) map[string]string {
 	t.Helper()
-	out, err := exec.Command("ss", "-Htan", "state", "time-wait", "dport", "= :"+port).Output()
+	out, err := exec.Command("ss", "-Htano", "state", "time-wait", "dport", "= :"+port).Output()
 	if err != nil {
 		t.Fatalf("ss: %v", err)
 	}
-	return len(strings.Fields(string(out))) / 4 // Recv-Q Send-Q Local Peer
+	sockets := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line) // Recv-Q Send-Q Local Peer timer
+		if len(f) >= 4 {
+			sockets[f[2]+" "+f[3]] = strings.TrimSpace(line)
+		}
+	}
+	return sockets
 }
 
 // TestNoTimeWaitOnGatewayPorts: after a close handshake the upstream, as the
@@ -242,6 +249,11 @@ func TestNoTimeWaitOnGatewayPorts(t *testing.T) {
 			}
 			u, _ := ParseAPIBase(mock.BaseURL())
 			port := u.Port()
+			// The port may have been an earlier test's upstream less
+			// than a minute ago (the kernel hands a free listening port
+			// out again while sockets that dialled it are still in
+			// TIME_WAIT): those are not this gateway's.
+			before := gatewayTimeWait(t, port)
 			g := startGateway(t, mock, withPool(3, roots))
 			waitWarm(t, g, 3)
 			const sessions = 10
@@ -267,8 +279,15 @@ func TestNoTimeWaitOnGatewayPorts(t *testing.T) {
 				out, _ := exec.Command("ss", "-Htan", "state", "established", "dport", "= :"+port).Output()
 				return len(strings.TrimSpace(string(out))) == 0
 			})
-			if n := gatewayTimeWait(t, port); n != 0 {
-				t.Fatalf("%d TIME_WAIT sockets on the gateway's side after %d sessions and 3+ retired warm sockets, want 0", n, sessions)
+			var ours []string
+			for key, line := range gatewayTimeWait(t, port) {
+				if _, earlier := before[key]; !earlier {
+					ours = append(ours, line)
+				}
+			}
+			if len(ours) != 0 {
+				t.Fatalf("%d TIME_WAIT sockets on the gateway's side after %d sessions and 3+ retired warm sockets, want 0:\n%s",
+					len(ours), sessions, strings.Join(ours, "\n"))
 			}
 		})
 	}
