@@ -261,8 +261,14 @@ func rejectUpdate(upd map[string]any) string {
 	return ""
 }
 
-// transcribed answers a committed buffer in a transcription session.
-func (s *session) transcribed(itemID string, audioBytes int64) {
+// transcribed answers a committed buffer with its transcript text when
+// the session transcribes its input: a transcription session, or a
+// realtime one whose session.update turned input transcription on
+// (transcribing). With Config.TranscriptionDelay the event goes out that
+// long after the commit from a goroutine of its own, so the session's
+// other events (the response VAD starts) are not held; transcripts still
+// keep the order of their turns.
+func (s *session) transcribed(itemID string, audioBytes int64, text string) {
 	a := &s.srv.apps
 	a.mu.Lock()
 	k := a.kinds[s]
@@ -271,17 +277,46 @@ func (s *session) transcribed(itemID string, audioBytes int64) {
 		return
 	}
 	audio := max(audioBytes/bytesPerAudioToken, 1)
-	s.items.setTranscript(itemID, transcript) // before the event: clients retrieve the item on it
-	_ = s.send(map[string]any{"type": "conversation.item.input_audio_transcription.completed", "event_id": newID("event_"),
-		"item_id": itemID, "content_index": 0, "transcript": transcript,
-		"usage": map[string]any{"type": "tokens", "total_tokens": audio + outputTextTokens, "input_tokens": audio,
-			"input_token_details": map[string]any{"text_tokens": 0, "audio_tokens": audio}, "output_tokens": outputTextTokens}})
+	completed := func() {
+		s.items.setTranscript(itemID, text) // before the event: clients retrieve the item on it
+		_ = s.send(map[string]any{"type": "conversation.item.input_audio_transcription.completed", "event_id": newID("event_"),
+			"item_id": itemID, "content_index": 0, "transcript": text,
+			"usage": map[string]any{"type": "tokens", "total_tokens": audio + outputTextTokens, "input_tokens": audio,
+				"input_token_details": map[string]any{"text_tokens": 0, "audio_tokens": audio}, "output_tokens": outputTextTokens}})
+	}
+	if s.cfg.TranscriptionDelay <= 0 {
+		completed()
+		return
+	}
+	due := time.Now().Add(s.cfg.TranscriptionDelay)
+	prev, done := s.transcriptTail, make(chan struct{})
+	s.transcriptTail = done
+	s.rwg.Add(1) // end waits for it
+	go func() {
+		defer s.rwg.Done()
+		defer close(done)
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-s.ctx.Done():
+				return
+			}
+		}
+		if s.srv.sleep(s.ctx, time.Until(due)) {
+			completed()
+		}
+	}()
 }
 
 // transcribing reports whether a session's configuration turns input
 // transcription on (audio.input.transcription set, as OpenAI's realtime
-// sessions do): its committed audio is then transcribed too.
+// sessions do; or the beta interface's top-level input_audio_transcription,
+// which a client may still send): its committed audio is then transcribed
+// too. The event is the same in both interfaces.
 func transcribing(overrides map[string]any) bool {
+	if tr, ok := overrides["input_audio_transcription"]; ok && tr != nil {
+		return true
+	}
 	audio, _ := overrides["audio"].(map[string]any)
 	input, _ := audio["input"].(map[string]any)
 	tr, ok := input["transcription"]

@@ -18,13 +18,17 @@
 //
 //	session.update            -> session.updated (the session, shallowly merged)
 //	input_audio_buffer.append -> nothing (the audio is counted, see usage below)
-//	input_audio_buffer.commit -> input_audio_buffer.committed
+//	input_audio_buffer.commit -> input_audio_buffer.committed (and, when the session
+//	                             transcribes its input, see Scripts,
+//	                             conversation.item.input_audio_transcription.completed)
 //	input_audio_buffer.clear  -> input_audio_buffer.cleared
 //	conversation.item.create  -> conversation.item.added, conversation.item.done
 //	response.create           -> response.created, rate_limits.updated, then after
 //	                             Config.FirstAudioDelay: AudioDeltas x
 //	                             response.output_audio.delta (AudioDeltaInterval apart),
 //	                             one response.output_audio_transcript.delta, response.done
+//	                             (Config.OutputTranscripts: the transcript in pieces
+//	                             between the audio deltas, then its .done; see Scripts)
 //	response.cancel           -> the deltas stop; response.done with status "cancelled",
 //	                             status_details.reason "client_cancelled", and the usage
 //	                             of the deltas sent (IgnoreCancel: no answer at all;
@@ -94,7 +98,8 @@
 //     response is a function call instead of speech: response.output_item.added
 //     (a function_call item with call_id and name: the named tool, else the
 //     first), after the first-audio delay response.function_call_arguments.delta
-//     and .done (arguments "{}"), response.output_item.done, response.done; no
+//     and .done (arguments "{}" in one delta; Config.ToolArguments: those, in
+//     two or more deltas, see Scripts), response.output_item.done, response.done; no
 //     audio. The deterministic rule that ends a chain: when the conversation's
 //     newest item is a function_call_output (conversation.item.create), the
 //     next response speaks, whatever tool_choice says. So tool call, the
@@ -125,6 +130,61 @@
 // session.created, every data message is sent back verbatim with its type (text or
 // binary), whatever it contains. Benchmarks use it to time round trips through a relay.
 //
+// # Scripts
+//
+// A test can script what mockai says (every knob off by default, and the
+// defaults above then stay as they are), for guardrail and
+// conversation-record tests:
+//
+//   - Input transcripts. A session transcribes its input when it was
+//     opened with ?intent=transcription, a session.update made it a
+//     transcription session, or set audio.input.transcription (GA) or the
+//     beta interface's top-level input_audio_transcription (the event is
+//     named the same in both; mockai refuses the beta handshake itself,
+//     see Conversation). Each committed turn of such a session
+//     (input_audio_buffer.commit or a server VAD turn) gets
+//     conversation.item.input_audio_transcription.completed {item_id,
+//     content_index 0, transcript, usage} after its
+//     input_audio_buffer.committed (and after the item's added and done
+//     with Config.AudioItems), and the user item keeps the transcript.
+//     The text is "Hello from mockai.", or with Config.InputTranscripts
+//     the session's Nth commit's InputTranscripts[(N-1) % len] (commits
+//     count whether transcribed or not). Config.TranscriptionDelay sends
+//     it that long after the commit without holding anything else: the
+//     response server VAD starts comes first, as OpenAI's does when
+//     transcription is slow; transcripts keep the order of their turns,
+//     and a retrieve before then shows the item's transcript null.
+//   - Output transcripts. Config.OutputTranscripts is what each audio
+//     response of a session says, in order, cycling (text-only responses,
+//     function calls and FailResponses' do not count). It is split into
+//     words, each with the whitespace after it, spread over the
+//     response's audio deltas from the first on: after each audio delta,
+//     one response.output_audio_transcript.delta with the words that
+//     delta covers (several when there are more words than deltas, none
+//     after some when there are fewer; with no audio, one delta per word
+//     at once); then response.output_audio_transcript.done {response_id,
+//     item_id, output_index, content_index, transcript} with all that was
+//     sent, and response.done's message has it as its transcript. A
+//     cancel stops the transcript with the audio: .done (when a delta was
+//     sent) and response.done carry what was sent. The xAI dialect sends
+//     its .done among the events that close its output, as before.
+//     Config.OutputTranscriptLag sends each transcript delta (the default
+//     one too, which covers the last audio delta) that long after the
+//     audio delta it covers, without delaying the audio: late
+//     transcripts, as OpenAI's sometimes are. Deltas not yet sent when
+//     the response is cancelled are dropped; .done and response.done come
+//     after every delta.
+//   - Tool arguments. Config.ToolArguments is the arguments string of
+//     every function call (see Turns), streamed in up to four pieces of
+//     about equal length (two or more when it has two characters or more,
+//     cut between runes, AudioDeltaInterval apart), whole in
+//     response.function_call_arguments.done, response.output_item.done
+//     and response.done; not checked to be JSON. A call cancelled before
+//     its .done has arguments "".
+//
+// cmd/mockai: -input-transcript (repeated), -transcription-delay,
+// -output-transcript (repeated), -output-transcript-lag, -tool-arguments.
+//
 // # One segment
 //
 // With Config.OneSegment (cmd/mockai -one-segment) the 101 response and
@@ -145,7 +205,9 @@
 //	input text tokens   = 10
 //	output audio tokens = B / 480, where B is the raw bytes in the deltas actually sent
 //	                      (AudioDeltas*AudioDeltaBytes for a completed response)
-//	output text tokens  = 5 if the transcript delta was sent, else 0
+//	output text tokens  = 5 if a transcript delta was sent (a function call: if its
+//	                      arguments were, and it completed), else 0, whatever the
+//	                      transcript's length (Config.OutputTranscripts)
 //	input_tokens  = input text + input audio;  output_tokens = output text + output audio
 //	total_tokens  = input_tokens + output_tokens; image and cached tokens are always 0
 //

@@ -155,6 +155,47 @@ type Config struct {
 	// those older tests expect.
 	AudioItems bool
 
+	// What mockai says, scripted per test (all off when empty or 0, and
+	// the defaults then stay what they were): for guardrail and
+	// conversation-record tests, which need known words in known places.
+	//
+	// InputTranscripts is the transcript of each committed user audio
+	// turn (input_audio_buffer.commit or a server VAD turn) of a session
+	// in order, cycling: the session's Nth commit gets
+	// InputTranscripts[(N-1) % len], sent in
+	// conversation.item.input_audio_transcription.completed when the
+	// session transcribes its input (transcribed) and kept as the user
+	// item's transcript. Empty: "Hello from mockai." for every turn.
+	InputTranscripts []string
+	// TranscriptionDelay holds each transcription.completed this long
+	// after its input_audio_buffer.committed, without holding anything
+	// else: the response server VAD's create_response starts goes out
+	// before the transcript, as OpenAI's often does. Transcripts keep
+	// the order of their turns. 0: sent right after the commit.
+	TranscriptionDelay time.Duration
+	// OutputTranscripts is the assistant's spoken transcript of each
+	// audio response of a session in order, cycling (text-only responses
+	// and tool calls do not count). Set, the transcript is split into
+	// words (each with the spaces after it) spread over the response's
+	// audio deltas: after each audio delta, one
+	// response.output_audio_transcript.delta with the words that delta
+	// covers; then response.output_audio_transcript.done with all that
+	// was sent, and response.done's message carries it. Empty: one delta
+	// "Hello from mockai." after the last audio delta and no .done.
+	OutputTranscripts []string
+	// OutputTranscriptLag sends each output transcript delta this long
+	// after the audio delta it covers, without delaying the audio (late
+	// transcripts, as OpenAI's sometimes are); the transcript's .done and
+	// response.done still come after every delta. 0: right after it.
+	OutputTranscriptLag time.Duration
+	// ToolArguments is the arguments string of every function call
+	// mockai makes (Turns, tool calls), streamed as two or more
+	// response.function_call_arguments.delta pieces (AudioDeltaInterval
+	// apart) and whole in .done, response.output_item.done and
+	// response.done. Empty: "{}" in a single delta. Not checked: a test
+	// may script arguments that are not JSON.
+	ToolArguments string
+
 	// Logger receives debug-level connection logs; nil discards them. Keys are never logged.
 	Logger *slog.Logger
 }
@@ -180,7 +221,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("reject status %d: must be 0, 401 or 403", c.RejectStatus)
 	case c.StatusCode != 0 && (c.StatusCode < 200 || c.StatusCode > 599 || c.StatusCode == http.StatusSwitchingProtocols):
 		return fmt.Errorf("status code %d: must be 0 or an HTTP status from 200 to 599", c.StatusCode)
-	case c.UpgradeDelay < 0 || c.SessionDelay < 0 || c.FirstAudioDelay < 0 || c.AudioDeltaInterval < 0 || c.StallFor < 0:
+	case c.UpgradeDelay < 0 || c.SessionDelay < 0 || c.FirstAudioDelay < 0 || c.AudioDeltaInterval < 0 || c.StallFor < 0 ||
+		c.TranscriptionDelay < 0 || c.OutputTranscriptLag < 0:
 		return errors.New("delays and intervals must not be negative")
 	case c.AudioDeltaBytes < 0 || c.AudioDeltaBytes > readLimit:
 		return fmt.Errorf("audio delta bytes %d: must be between 0 and %d", c.AudioDeltaBytes, readLimit)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,14 @@ type session struct {
 	// items are the conversation's items, for conversation.item.retrieve,
 	// .truncate and .delete (items.go).
 	items itemLog
+	// commits counts the committed user turns and audioResponses the
+	// audio responses started: they pick the scripted input and output
+	// transcripts (Config.InputTranscripts, OutputTranscripts).
+	commits, audioResponses int
+	// transcriptTail is closed once the newest delayed transcription
+	// (Config.TranscriptionDelay) is sent or dropped, so the next waits
+	// for it and transcripts keep the order of their turns.
+	transcriptTail chan struct{}
 
 	rmu    sync.Mutex
 	active *response      // the response being streamed, nil when none
@@ -104,6 +113,9 @@ type response struct {
 	inputAudioTokens int
 	text             bool      // output_modalities ["text"]: text deltas, no audio
 	tool             *toolCall // a function call instead of speech (session.shape)
+	// transcript is what an audio response says (Config.OutputTranscripts,
+	// else the fixed text); set before its goroutine starts.
+	transcript string
 	// outOfBand: response.conversation "none": outside the conversation,
 	// beside the active response, conversation_id null (responseParams).
 	outOfBand bool
@@ -422,6 +434,10 @@ func (s *session) createResponse(ev clientEvent) {
 		outOfBand: oob,
 	}
 	r.text, r.tool = s.shape(ev.Response)
+	if !r.text && r.tool == nil && !s.cfg.FailResponses {
+		r.transcript = scripted(s.cfg.OutputTranscripts, s.audioResponses, transcript)
+		s.audioResponses++
+	}
 	s.keepResponseItem(r)
 	if s.dialect == dialectXAI {
 		r.voice, r.prevItemID = s.xaiVoice(), s.lastItemID
@@ -492,38 +508,176 @@ type audioDelta struct {
 // stream sends a response's audio and transcript, then response.done.
 func (s *session) stream(r *response) {
 	defer s.rwg.Done()
-	audioBytes, textSent := 0, false
+	var sp spoken
 	if s.srv.sleep(r.ctx, s.srv.firstAudioDelay(s.cfg)) {
-		for i := 0; i < s.cfg.AudioDeltas; i++ {
-			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
-				break
-			}
-			s.beginOutput(r, "output_audio")
-			if s.send(s.deltaEvent("response.output_audio.delta", r, s.srv.audioDelta)) != nil {
-				break
-			}
-			audioBytes += s.cfg.AudioDeltaBytes
-		}
-		if r.ctx.Err() == nil {
-			s.beginOutput(r, "output_audio")
-			textSent = s.send(s.deltaEvent("response.output_audio_transcript.delta", r, transcript)) == nil
-		}
+		sp = s.speak(r)
+	}
+	if len(s.cfg.OutputTranscripts) > 0 && s.dialect != dialectXAI && (sp.deltas > 0 || r.ctx.Err() == nil) {
+		// The xAI dialect sends its own .done (endOutput).
+		_ = s.send(map[string]any{"type": "response.output_audio_transcript.done", "event_id": newID("event_"),
+			"response_id": r.id, "item_id": r.itemID, "output_index": 0, "content_index": 0, "transcript": sp.text})
 	}
 
 	status := s.endResponse(r)
-	var content map[string]any
-	if textSent {
-		content = map[string]any{"type": s.partType("output_audio"), "transcript": transcript}
-	} else {
-		content = map[string]any{"type": s.partType("output_audio"), "transcript": ""}
-	}
-	s.endOutput(r, status, content, audioBytes > 0, textSent)
+	content := map[string]any{"type": s.partType("output_audio"), "transcript": sp.text}
+	textSent := sp.deltas > 0
+	s.endOutput(r, status, content, sp.audioBytes > 0, textSent)
 	output := []any{map[string]any{
 		"id": r.itemID, "object": "realtime.item", "type": "message", "role": "assistant",
 		"status": itemStatus(status), "content": []any{content},
 	}}
-	s.finishResponseItem(r, output, audioBytes)
-	s.sendDone(r, status, output, computeUsage(r.inputAudioTokens, audioBytes, textSent))
+	s.finishResponseItem(r, output, sp.audioBytes)
+	s.sendDone(r, status, output, computeUsage(r.inputAudioTokens, sp.audioBytes, textSent))
+}
+
+// spoken is what speak sent of a response: the raw audio bytes, the
+// transcript deltas and their text.
+type spoken struct {
+	audioBytes, deltas int
+	text               string
+}
+
+// pendingText is a transcript delta waiting for its time
+// (Config.OutputTranscriptLag).
+type pendingText struct {
+	at   time.Time
+	text string
+}
+
+// speak streams r's audio deltas (AudioDeltaInterval apart) and its
+// transcript deltas, each after the audio delta it covers
+// (transcriptPlan), OutputTranscriptLag later; it stops when r is
+// cancelled, dropping transcript deltas not yet due. The loop ends once
+// every audio delta is sent and no transcript delta waits; each pass
+// sends a delta or sleeps until the next one is due.
+func (s *session) speak(r *response) (sp spoken) {
+	var text strings.Builder
+	n, lag := s.cfg.AudioDeltas, s.cfg.OutputTranscriptLag
+	lead, plan := s.transcriptPlan(r.transcript, n)
+	sendText := func(t string) bool {
+		if r.ctx.Err() != nil {
+			return false
+		}
+		s.beginOutput(r, "output_audio")
+		if s.send(s.deltaEvent("response.output_audio_transcript.delta", r, t)) != nil {
+			return false
+		}
+		sp.deltas++
+		text.WriteString(t)
+		return true
+	}
+	defer func() { sp.text = text.String() }() // on every return: what was sent
+	for _, t := range lead {                   // no audio to follow: the transcript at once
+		if !sendText(t) {
+			return sp
+		}
+	}
+	var queue []pendingText
+	var nextAudio time.Time
+	for i := 0; i < n || len(queue) > 0; {
+		if r.ctx.Err() != nil {
+			return sp
+		}
+		now := time.Now()
+		if len(queue) > 0 && !queue[0].at.After(now) {
+			if !sendText(queue[0].text) {
+				return sp
+			}
+			queue = queue[1:]
+			continue
+		}
+		if i < n && !nextAudio.After(now) {
+			s.beginOutput(r, "output_audio")
+			if s.send(s.deltaEvent("response.output_audio.delta", r, s.srv.audioDelta)) != nil {
+				return sp
+			}
+			sp.audioBytes += s.cfg.AudioDeltaBytes
+			switch t := plan[i]; {
+			case t == "":
+			case lag > 0:
+				queue = append(queue, pendingText{time.Now().Add(lag), t})
+			case !sendText(t):
+				return sp
+			}
+			i++
+			nextAudio = time.Now().Add(s.cfg.AudioDeltaInterval)
+			continue
+		}
+		var wake time.Time
+		switch {
+		case i < n && len(queue) > 0:
+			wake = nextAudio
+			if queue[0].at.Before(wake) {
+				wake = queue[0].at
+			}
+		case i < n:
+			wake = nextAudio
+		default:
+			wake = queue[0].at
+		}
+		if !s.srv.sleep(r.ctx, time.Until(wake)) {
+			return sp
+		}
+	}
+	return sp
+}
+
+// transcriptPlan places a response's transcript over its n audio deltas:
+// plan[i] is the transcript delta sent after audio delta i ("" for none),
+// lead what is sent before any audio (only when there is none). The fixed
+// transcript (no Config.OutputTranscripts) is one delta after the last
+// audio delta; a scripted one is split into words spread over the audio
+// deltas from the first on, several words to a delta when there are more
+// words than deltas.
+func (s *session) transcriptPlan(text string, n int) (lead, plan []string) {
+	var pieces []string
+	if len(s.cfg.OutputTranscripts) == 0 {
+		pieces = []string{text}
+	} else {
+		pieces = words(text)
+	}
+	if n == 0 {
+		return pieces, nil
+	}
+	plan = make([]string, n)
+	if len(s.cfg.OutputTranscripts) == 0 {
+		plan[n-1] = text
+		return nil, plan
+	}
+	k := len(pieces)
+	for i := range plan {
+		from, to := (i*k+n-1)/n, ((i+1)*k+n-1)/n // ceilings: the first delta carries the first word
+		plan[i] = strings.Join(pieces[from:to], "")
+	}
+	return nil, plan
+}
+
+// words splits text into words, each with the whitespace after it (the
+// first also with any before it), so that they join back into text.
+func words(text string) []string {
+	var out []string
+	start := 0
+	for i := 1; i < len(text); i++ {
+		if isSpace(text[i-1]) && !isSpace(text[i]) {
+			out = append(out, text[start:i])
+			start = i
+		}
+	}
+	if start < len(text) {
+		out = append(out, text[start:])
+	}
+	return out
+}
+
+// isSpace reports ASCII whitespace (never part of a UTF-8 sequence).
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
+
+// scripted is texts[n], cycling, or def when texts is empty.
+func scripted(texts []string, n int, def string) string {
+	if len(texts) == 0 {
+		return def
+	}
+	return texts[n%len(texts)]
 }
 
 func (s *session) responseObject(r *response, status string, details, output, usage any) map[string]any {

@@ -172,7 +172,8 @@ func (s *session) commitAudio(itemID string) {
 			_ = s.send(map[string]any{"type": typ, "event_id": newID("event_"), "previous_item_id": nullable(s.lastItemID), "item": item})
 		}
 	}
-	s.transcribed(itemID, s.committedAudio)
+	s.commits++
+	s.transcribed(itemID, s.committedAudio, scripted(s.cfg.InputTranscripts, s.commits-1, transcript))
 	s.lastItemID, s.lastItemType = itemID, "message"
 }
 
@@ -268,8 +269,25 @@ func (s *session) shape(raw json.RawMessage) (text bool, tool *toolCall) {
 	return text, &toolCall{name: name, callID: newID("call_")}
 }
 
-// toolArguments is the arguments string of every call mockai makes.
+// toolArguments is the arguments string of every call mockai makes
+// unless Config.ToolArguments scripts them.
 const toolArguments = `{}`
+
+// argumentPieces is how a call's arguments are streamed: the default in
+// one delta, scripted ones (Config.ToolArguments) in up to four pieces of
+// about equal length, at least two when there are two characters, cut
+// between runes.
+func argumentPieces(scripted string) (args string, pieces []string) {
+	if scripted == "" {
+		return toolArguments, []string{toolArguments}
+	}
+	runes := []rune(scripted)
+	k := min(len(runes), 4)
+	for i := range k {
+		pieces = append(pieces, string(runes[i*len(runes)/k:(i+1)*len(runes)/k]))
+	}
+	return scripted, pieces
+}
 
 // streamTool answers a response with a function call and no audio.
 func (s *session) streamTool(r *response) {
@@ -287,23 +305,33 @@ func (s *session) streamTool(r *response) {
 		added()
 	}
 	done := false
+	arguments, pieces := argumentPieces(s.cfg.ToolArguments)
 	if s.srv.sleep(r.ctx, s.srv.firstAudioDelay(s.cfg)) && r.ctx.Err() == nil {
 		if s.cfg.CreatedWithFirstOutput {
 			s.announce(r)
 			added()
 		}
-		args := map[string]any{"event_id": newID("event_"), "response_id": r.id, "item_id": r.itemID,
-			"output_index": 0, "call_id": r.tool.callID}
-		args["type"], args["delta"] = "response.function_call_arguments.delta", toolArguments
-		_ = s.send(args)
-		delete(args, "delta")
-		args["type"], args["event_id"], args["name"], args["arguments"] = "response.function_call_arguments.done", newID("event_"), r.tool.name, toolArguments
-		done = s.send(args) == nil
+		sent := 0
+		for i, piece := range pieces {
+			if (i > 0 && !s.srv.sleep(r.ctx, s.cfg.AudioDeltaInterval)) || r.ctx.Err() != nil {
+				break
+			}
+			if s.send(map[string]any{"type": "response.function_call_arguments.delta", "event_id": newID("event_"),
+				"response_id": r.id, "item_id": r.itemID, "output_index": 0, "call_id": r.tool.callID, "delta": piece}) != nil {
+				break
+			}
+			sent++
+		}
+		if sent == len(pieces) {
+			done = s.send(map[string]any{"type": "response.function_call_arguments.done", "event_id": newID("event_"),
+				"response_id": r.id, "item_id": r.itemID, "output_index": 0, "call_id": r.tool.callID,
+				"name": r.tool.name, "arguments": arguments}) == nil
+		}
 	}
 	s.announce(r) // cancelled before its output
 	status := s.endResponse(r)
 	if done {
-		item["arguments"] = toolArguments
+		item["arguments"] = arguments
 	}
 	item["status"] = itemStatus(status)
 	s.finishResponseItem(r, []any{item}, 0)

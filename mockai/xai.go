@@ -294,7 +294,7 @@ func (s *session) endOutput(r *response, status string, content map[string]any, 
 	}
 	if transcribed {
 		ev := ids("response.output_audio_transcript.done")
-		ev["transcript"] = transcript
+		ev["transcript"] = content["transcript"] // what was sent (Config.OutputTranscripts)
 		_ = s.send(ev)
 	}
 	ev := ids("response.content_part.done")

@@ -83,6 +83,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.cfg.XAISessionCreated, "xai-session-created", false, "xAI dialect: open sessions with session.created before conversation.created, as xAI does since May 2026 (default: conversation.created first, no session.created)")
 	fs.DurationVar(&o.cfg.Gemini.GoAwayAfter, "gemini-go-away-after", 0, "Gemini Live: send goAway this long after setupComplete, then close 1011 once its time left has passed, as Google does at a connection's cap (0 = never)")
 	fs.DurationVar(&o.cfg.Gemini.GoAwayTimeLeft, "gemini-go-away-time-left", 0, "Gemini Live: the timeLeft a goAway announces and waits (0 = 1s)")
+	fs.Func("input-transcript", "the transcript of a committed user turn (repeat for each turn, in order, cycling; default \"Hello from mockai.\")", func(v string) error {
+		o.cfg.InputTranscripts = append(o.cfg.InputTranscripts, v)
+		return nil
+	})
+	fs.DurationVar(&o.cfg.TranscriptionDelay, "transcription-delay", 0, "send each input transcription.completed this long after its commit, without holding other events")
+	fs.Func("output-transcript", "what an audio response says, split into words over its audio deltas (repeat for each response, in order, cycling; default one delta \"Hello from mockai.\")", func(v string) error {
+		o.cfg.OutputTranscripts = append(o.cfg.OutputTranscripts, v)
+		return nil
+	})
+	fs.DurationVar(&o.cfg.OutputTranscriptLag, "output-transcript-lag", 0, "send each output transcript delta this long after the audio delta it covers")
+	fs.StringVar(&o.cfg.ToolArguments, "tool-arguments", "", "the arguments of every function call, streamed in 2+ deltas (default {} in one)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
 		return o, err

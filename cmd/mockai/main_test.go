@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,13 @@ func TestParseFlags(t *testing.T) {
 			want: mockai.Config{XAIPingInterval: 250 * time.Millisecond, XAISessionCreated: true,
 				Gemini: mockai.GeminiConfig{GoAwayAfter: 2 * time.Second, GoAwayTimeLeft: 500 * time.Millisecond}},
 		},
+		{
+			args: []string{"-input-transcript", "book a flight", "-input-transcript", "to Paris", "-transcription-delay", "300ms",
+				"-output-transcript", "Sure, booking it.", "-output-transcript-lag", "50ms", "-tool-arguments", `{"city":"Paris"}`},
+			addr: "127.0.0.1:8089",
+			want: mockai.Config{InputTranscripts: []string{"book a flight", "to Paris"}, TranscriptionDelay: 300 * time.Millisecond,
+				OutputTranscripts: []string{"Sure, booking it."}, OutputTranscriptLag: 50 * time.Millisecond, ToolArguments: `{"city":"Paris"}`},
+		},
 		{args: []string{"-deltas", "-2"}, wantErr: "-deltas -2"},
 		{args: []string{"-upgrade-delay", "soon"}, wantErr: "invalid value"},
 		{args: []string{"-nope"}, wantErr: "not defined"},
@@ -51,7 +59,7 @@ func TestParseFlags(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || o.addr != tt.addr || o.cfg != tt.want {
+		if err != nil || o.addr != tt.addr || !reflect.DeepEqual(o.cfg, tt.want) {
 			t.Errorf("%q: got %+v %v, want addr %s cfg %+v", tt.args, o, err, tt.addr, tt.want)
 		}
 	}
@@ -65,6 +73,8 @@ func TestRunRejectsBadValues(t *testing.T) {
 		{"-cert-out", "x.pem"}, // without -tls
 		{"-session-delay", "-1s"},
 		{"-stall-for", "-1s"},
+		{"-transcription-delay", "-1s"},
+		{"-output-transcript-lag", "-1s"},
 		{"-live-media-interval", "-1s"},
 		{"-live-max-duration", "-1s"},
 		{"-live-start-timeout", "-1s"},
