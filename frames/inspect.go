@@ -97,3 +97,13 @@ func (s *Scanner) appendCapture(p []byte) {
 		ws.Cipher(s.capture.B[off:], s.mask, off)
 	}
 }
+
+// Offer shows the Inspector a whole text message that reaches the other
+// side outside Forward: one a Translator held back and the relay releases
+// later (a guardrail's check), which the accounting must read as if it had
+// passed when it came.
+func (s *Scanner) Offer(p []byte) {
+	if s.insp != nil && len(p) <= MaxInspect && s.insp.Wants(p[:min(len(p), InspectPrefix)]) {
+		s.insp.Inspect(p)
+	}
+}

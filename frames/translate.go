@@ -145,6 +145,19 @@ func (o *Output) Take() []byte {
 	return b
 }
 
+// TakeReplies returns a copy of the frames sent back (Reply; nil when
+// none) and empties them: for a translator's owner that runs it outside a
+// scanner, as Take is.
+func (o *Output) TakeReplies() []byte {
+	if o.reply == nil {
+		return nil
+	}
+	b := append([]byte(nil), o.reply.B...)
+	bytebufferpool.Put(o.reply)
+	o.reply = nil
+	return b
+}
+
 // release returns the output's buffer, which the sink has flushed.
 func (o *Output) release() {
 	if o.buf != nil {

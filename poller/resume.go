@@ -196,6 +196,29 @@ func (s *Session) SendClient(frame []byte) bool {
 	return c.ep.Send(frame) == nil
 }
 
+// ReleaseToClient sends the client text messages (payloads, unframed) that
+// the upstream's Translator held back and lets go of later, from outside
+// the relay (a guardrail's check that finished on its own goroutine). take
+// says which, and runs under the client's lock, as the Translator does: so
+// what is released and what the relay forwards meanwhile keep their order.
+// Each message is offered to the upstream's Inspector first, as a relayed
+// frame is, so the accounting reads what the client gets whenever it gets
+// it. False when a close went to the client already (take is not called).
+func (s *Session) ReleaseToClient(take func() [][]byte) bool {
+	c := &s.client
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.mayWrite() || s.u2c.MidFrame() {
+		return false
+	}
+	var b []byte
+	for _, p := range take() {
+		s.u2c.Offer(p)
+		b = frames.AppendFrame(b, ws.OpText, p, false)
+	}
+	return len(b) == 0 || c.ep.Send(b) == nil
+}
+
 // Resumes returns how many times the session let go of its upstream to
 // resume.
 func (s *Session) Resumes() int {

@@ -153,6 +153,19 @@ type Settings struct {
 	// SpendSpool is where session records wait while that Postgres is
 	// unreachable (default: USAGE_LOG with ".pg-spool" appended).
 	SpendSpool string
+	// Recordings is where recorded sessions (record_sessions) are stored:
+	// a directory, or s3://bucket/prefix (RECORDINGS); the bucket's
+	// endpoint, region and credentials, how long recordings are kept, what
+	// is buffered while the store is down, and how long a side of one
+	// session may run.
+	Recordings            string
+	RecordingsS3Endpoint  string
+	RecordingsS3Region    string
+	RecordingsS3AccessKey string
+	RecordingsS3SecretKey string
+	RecordingsRetention   time.Duration
+	RecordingsMaxBuffer   int64
+	RecordingsMaxAudio    time.Duration
 	// SpendState is the file budget spend is saved to without REDIS_URL
 	// (default: USAGE_LOG with ".budgets.json" appended).
 	SpendState string
@@ -227,6 +240,10 @@ func Defaults() Settings {
 		ContinuityMaxBytes: 256 << 10,
 
 		ContinuityGlobalMaxBytes: 1 << 30,
+		Recordings:               "recordings",
+		RecordingsS3Region:       "us-east-1",
+		RecordingsMaxBuffer:      256 << 20,
+		RecordingsMaxAudio:       30 * time.Minute,
 		MaxStalledBytes:          defaultMaxStalledBytes,
 		DrainTimeout:             60 * time.Second,
 		Pool: upstream.PoolConfig{

@@ -40,10 +40,20 @@ const scaleWorkers = 200
 // a stuck session fails the test instead of hanging it.
 const scaleSessionTimeout = 30 * time.Second
 
-// mockaiBinary is cmd/mockai built once per test binary, removed by TestMain.
-var mockaiBinary struct {
+// builtTools are the commands the tests run as processes (cmd/mockai,
+// cmd/wsbench), each built once per test binary into toolDir, which
+// TestMain removes.
+var builtTools struct {
 	once sync.Once
 	dir  string
+	err  error
+	mu   sync.Mutex
+	ones map[string]*builtTool
+}
+
+// builtTool is one command's build.
+type builtTool struct {
+	once sync.Once
 	path string
 	err  error
 }
@@ -65,39 +75,50 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	code := m.Run()
-	if mockaiBinary.dir != "" {
-		_ = os.RemoveAll(mockaiBinary.dir)
+	if builtTools.dir != "" {
+		_ = os.RemoveAll(builtTools.dir)
 	}
 	os.Exit(code)
 }
 
 // buildMockai builds cmd/mockai (once) and returns the binary's path.
-func buildMockai(t testing.TB) string {
+func buildMockai(t testing.TB) string { return buildTool(t, "mockai") }
+
+// buildTool builds rtgate/cmd/name (once per test binary) and returns the
+// binary's path.
+func buildTool(t testing.TB, name string) string {
 	t.Helper()
-	mockaiBinary.once.Do(func() {
+	builtTools.once.Do(func() {
+		builtTools.dir, builtTools.err = os.MkdirTemp("", "rtgate-tools-")
+		builtTools.ones = map[string]*builtTool{}
+	})
+	if builtTools.err != nil {
+		t.Fatalf("making a directory for the tools: %v", builtTools.err)
+	}
+	builtTools.mu.Lock()
+	b := builtTools.ones[name]
+	if b == nil {
+		b = &builtTool{}
+		builtTools.ones[name] = b
+	}
+	builtTools.mu.Unlock()
+	b.once.Do(func() {
 		goTool, err := exec.LookPath("go")
 		if err != nil {
-			mockaiBinary.err = fmt.Errorf("finding the go tool to build mockai: %w", err)
+			b.err = fmt.Errorf("finding the go tool to build %s: %w", name, err)
 			return
 		}
-		dir, err := os.MkdirTemp("", "rtgate-mockai-")
-		if err != nil {
-			mockaiBinary.err = fmt.Errorf("making a directory for mockai: %w", err)
+		bin := filepath.Join(builtTools.dir, name)
+		if out, err := exec.Command(goTool, "build", "-o", bin, "rtgate/cmd/"+name).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build rtgate/cmd/%s: %w\n%s", name, err, out)
 			return
 		}
-		mockaiBinary.dir = dir
-		bin := filepath.Join(dir, "mockai")
-		out, err := exec.Command(goTool, "build", "-o", bin, "rtgate/cmd/mockai").CombinedOutput()
-		if err != nil {
-			mockaiBinary.err = fmt.Errorf("go build rtgate/cmd/mockai: %w\n%s", err, out)
-			return
-		}
-		mockaiBinary.path = bin
+		b.path = bin
 	})
-	if mockaiBinary.err != nil {
-		t.Fatal(mockaiBinary.err)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return mockaiBinary.path
+	return b.path
 }
 
 // mockaiProcess is a mockai running as a child process.

@@ -190,6 +190,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		// The configured deployments' keys are known now: warm them
 		// before the first client arrives.
 		s.sessions.PrimePools(s.routes.Load())
+		s.sessions.PrepareGuardrails(s.routes.Load())
 	})
 }
 
@@ -238,6 +239,7 @@ func (s *Server) Reload() error {
 	s.sessions.Revoke(r) // revoked keys' sessions end
 	session.LogTableNotices(s.log, r)
 	s.sessions.PrimePools(r)
+	s.sessions.PrepareGuardrails(r)
 	groups := make([]string, 0, len(r.Groups))
 	for g := range r.Groups {
 		groups = append(groups, g)

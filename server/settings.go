@@ -333,6 +333,68 @@ func SettingsTable() []Setting {
 				return text(&c.SpendSpool, v)
 			},
 		},
+		{Page: ConfigurationPage, Vars: []string{"RECORDINGS"},
+			Default: "`recordings`",
+			Meaning: "where sessions with `record_sessions` are recorded (audio and events, see [Recordings](recordings.md)): a directory, or `s3://bucket/prefix` for an S3-compatible bucket",
+			read: func(c *Settings, _, v string) error {
+				return text(&c.Recordings, v)
+			},
+		},
+		{Page: ConfigurationPage, Vars: []string{"RECORDINGS_S3_ENDPOINT"},
+			Default: "(AWS)",
+			Meaning: "the S3-compatible server's URL (`http://127.0.0.1:9000`); set, requests are path-style",
+			read: func(c *Settings, _, v string) error {
+				return text(&c.RecordingsS3Endpoint, v)
+			},
+		},
+		{Page: ConfigurationPage, Vars: []string{"RECORDINGS_S3_REGION", "AWS_REGION"},
+			Default: "`us-east-1`",
+			Meaning: "the bucket's region",
+			read: func(c *Settings, _, v string) error {
+				return text(&c.RecordingsS3Region, v)
+			},
+		},
+		{Page: ConfigurationPage, Vars: []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"},
+			Default: "",
+			Meaning: "the bucket's credentials",
+			read: func(c *Settings, name, v string) error {
+				if name == "AWS_ACCESS_KEY_ID" {
+					return text(&c.RecordingsS3AccessKey, v)
+				}
+				return text(&c.RecordingsS3SecretKey, v)
+			},
+		},
+		{Page: ConfigurationPage, Vars: []string{"RECORDINGS_RETENTION_DAYS"},
+			Default: "0 (kept)",
+			Meaning: "recordings older than this many days are deleted, and the conversation records in Postgres with them (checked at start and then at most hourly)",
+			read: func(c *Settings, _, v string) error {
+				days, err := strconv.ParseFloat(v, 64)
+				if err != nil || days < 0 || days > 1e5 {
+					return fmt.Errorf("%q is not a number of days of at least 0", v)
+				}
+				c.RecordingsRetention = time.Duration(days * 24 * float64(time.Hour))
+				return nil
+			},
+		},
+		{Page: ConfigurationPage, Vars: []string{"RECORDINGS_MAX_BUFFER"},
+			Default: "268435456 (256 MiB)",
+			Meaning: "recordings held in memory while their store is unreachable; past it they are dropped and counted (`rtgate_recordings_dropped_total`)",
+			read: func(c *Settings, _, v string) error {
+				return byteCount(v, "0: the default", &c.RecordingsMaxBuffer)
+			},
+		},
+		{Page: ConfigurationPage, Vars: []string{"RECORDINGS_MAX_MINUTES"},
+			Default: "30",
+			Meaning: "how much audio of each side of one session is recorded; a recording is held in memory until its session ends (about 5.8 MB a minute)",
+			read: func(c *Settings, _, v string) error {
+				n := 0
+				if err := count(v, 1, &n); err != nil {
+					return err
+				}
+				c.RecordingsMaxAudio = time.Duration(n) * time.Minute
+				return nil
+			},
+		},
 		{Page: ConfigurationPage, Vars: []string{"SPEND_STATE"},
 			Default: "`USAGE_LOG` + `.budgets.json`",
 			Meaning: "the file budget spend is kept in when there is no `REDIS_URL`",

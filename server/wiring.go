@@ -5,6 +5,7 @@ package server
 
 import (
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 	"rtgate/server/admission"
 	"rtgate/server/cluster"
 	"rtgate/server/limit"
+	"rtgate/server/recording"
 	"rtgate/server/session"
 	"rtgate/upstream"
 )
@@ -25,6 +27,7 @@ func sessionSettings(cfg Settings) session.Config {
 		ContinuityGlobal: cfg.ContinuityGlobalMaxBytes, PoolMaxIdle: cfg.Pool.MaxIdle,
 		TranscriptionModel: cfg.TranscriptionModel, AllowedOrigins: cfg.AllowedOrigins, ClientSecretKeys: cfg.ClientSecretKeys,
 		SpendState: cfg.SpendState, UsageLog: cfg.UsageLog, DatabaseURL: cfg.DatabaseURL, SpendSpool: cfg.SpendSpool,
+		Recordings: archiveConfig(cfg), RecordingMaxAudio: cfg.RecordingsMaxAudio,
 		Admission: admission.Config{MaxSessionsPerKey: cfg.MaxSessionsPerKey, ConnectRatePerKey: cfg.ConnectRatePerKey,
 			TranscriptionModel: cfg.TranscriptionModel},
 	}
@@ -87,4 +90,23 @@ func closePools(pools ...*upstream.Pool) {
 			p.Close()
 		}
 	}
+}
+
+// archiveConfig is where recorded sessions go: RECORDINGS, a directory or
+// s3://bucket/prefix.
+func archiveConfig(cfg Settings) recording.ArchiveConfig {
+	ac := recording.ArchiveConfig{Retention: cfg.RecordingsRetention, MaxBuffer: int(cfg.RecordingsMaxBuffer)}
+	rest, isS3 := strings.CutPrefix(cfg.Recordings, "s3://")
+	if !isS3 {
+		ac.Dir = cfg.Recordings
+		return ac
+	}
+	bucket, prefix, _ := strings.Cut(rest, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	ac.S3 = recording.S3Config{Endpoint: cfg.RecordingsS3Endpoint, Region: cfg.RecordingsS3Region, Bucket: bucket,
+		Prefix: prefix, AccessKey: cfg.RecordingsS3AccessKey, SecretKey: cfg.RecordingsS3SecretKey,
+		PathStyle: cfg.RecordingsS3Endpoint != ""}
+	return ac
 }

@@ -72,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return runHuge(ctx, args[1:], stdout, stderr)
 		case "redis-latency":
 			return runRedisLatency(ctx, args[1:], stdout, stderr)
+		case "replay":
+			return runReplay(ctx, args[1:], stdout, stderr)
 		}
 	}
 	return runBench(ctx, args, stdout, stderr)

@@ -128,6 +128,9 @@ func (l *loader) litellmExtras(p *litellmParams, path string, d *Deployment) {
 		"%q is not a whole number of sessions (at least 0)")
 	l.number(&p.Weight, join(path, "weight"), &d.Weight, "%q is not a weight (a number, at least 0)")
 	l.number(&p.TPM, join(path, "tpm"), &d.TPM, "%q is not a number of tokens per minute (at least 0)")
+	if b := l.boolean(&p.RecordSessions, join(path, "record_sessions")); b != nil {
+		d.RecordSessions = *b
+	}
 	if b := l.boolean(&p.LogTranscripts, join(path, "log_transcripts")); b != nil {
 		d.LogTranscripts = *b
 	}

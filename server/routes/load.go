@@ -138,6 +138,7 @@ func (l *loader) table(root *yaml.Node) *Table {
 		hashes[t.master.hash] = "the master key"
 	}
 
+	l.guardrails(&doc.Guardrails, "guardrails", t) // before the keys, which name them
 	if given(&doc.Keys) {
 		l.keys(&doc.Keys, "keys", t, hashes)
 	}
@@ -560,6 +561,10 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 		k.Continuity = l.boolean(&e.Continuity, join(itemPath, "continuity"))
 		k.ContinuityKeepAudio = l.boolean(&e.ContinuityKeepAudio, join(itemPath, "continuity_keep_audio"))
 		k.LogTranscripts = l.boolean(&e.LogTranscripts, join(itemPath, "log_transcripts"))
+		k.RecordSessions = l.boolean(&e.RecordSessions, join(itemPath, "record_sessions"))
+		if given(&e.Guardrails) {
+			k.Guardrails = l.keyGuardrails(&e.Guardrails, join(itemPath, "guardrails"), t)
+		}
 		if given(&e.TranscriptionModel) {
 			p := join(itemPath, "transcription_model")
 			if s, ok := l.str(&e.TranscriptionModel, p); ok {

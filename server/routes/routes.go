@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 
+	"rtgate/server/guardrail"
 	"rtgate/server/spend"
 )
 
@@ -111,6 +112,10 @@ type Deployment struct {
 	// conversation record of sessions that start on this deployment, unless
 	// their key says otherwise (ClientKey.LogTranscripts).
 	LogTranscripts bool
+	// RecordSessions (litellm_params.record_sessions) records the audio
+	// and events of sessions that start on this deployment, unless their
+	// key says otherwise (ClientKey.RecordSessions; server/recording).
+	RecordSessions bool
 
 	header http.Header   // upstream credentials; never logged
 	path   string        // Base.Path plus the kind's and protocol's path
@@ -184,7 +189,8 @@ func (d *Deployment) Address(clientQuery url.Values) (*url.URL, http.Header) {
 	q := make(url.Values, len(clientQuery)+2)
 	for k, v := range clientQuery {
 		switch k {
-		case "model", "deployment", "api-version":
+		case "model", "deployment", "api-version",
+			"guardrails": // the gateway's own (GuardrailsFor), never the upstream's
 			continue
 		}
 		q[k] = append([]string(nil), v...)
@@ -242,6 +248,10 @@ type ClientKey struct {
 	// record of this key's sessions, whatever their deployment says
 	// (log_transcripts).
 	LogTranscripts *bool
+	// RecordSessions, when set, records (or never records) the audio and
+	// events of this key's sessions, whatever their deployment says
+	// (record_sessions).
+	RecordSessions *bool
 	// TranscriptionModel is what a Realtime session of this key gets when
 	// it asks for input transcription on a model its Models list does not
 	// name (transcription_model): TranscriptionRewrite (the default, "")
@@ -252,6 +262,9 @@ type ClientKey struct {
 	// MaxSessionSecs, when above 0, caps this key's sessions (the
 	// gateway's own cap; max_session_secs), instead of MAX_SESSION_SECS.
 	MaxSessionSecs int
+	// Guardrails names the guardrails this key's sessions run beyond the
+	// default ones (guardrails).
+	Guardrails []string
 }
 
 // Sideband settings of a key.
@@ -300,6 +313,10 @@ type Table struct {
 	Router Router
 	// Transcripts is the conversation record's settings (transcripts:).
 	Transcripts Transcripts
+	// Guardrails are the configured guardrails by name (guardrails:);
+	// GuardrailsFor picks a session's.
+	Guardrails     map[string]*guardrail.Guardrail
+	guardrailOrder []string // their names in file order
 
 	master *ClientKey // nil when no master key is set
 }

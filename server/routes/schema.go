@@ -32,6 +32,8 @@ type fileDoc struct {
 	RouterSettings yaml.Node `yaml:"router_settings"`
 	// The conversation record's settings (rtgate's own: transcripts.go).
 	Transcripts yaml.Node `yaml:"transcripts"`
+	// Guardrails in LiteLLM's shape (guardrails.go).
+	Guardrails yaml.Node `yaml:"guardrails"`
 }
 
 // modelEntry is one model_list item: one deployment of a model group.
@@ -67,6 +69,9 @@ type litellmParams struct {
 	// LogTranscripts keeps the conversation record of sessions that start
 	// on this deployment (rtgate's own; opt-in).
 	LogTranscripts yaml.Node `yaml:"log_transcripts"`
+	// RecordSessions records the audio and events of sessions that start
+	// on this deployment (rtgate's own; opt-in).
+	RecordSessions yaml.Node `yaml:"record_sessions"`
 
 	// LiteLLM's fields that mean nothing to a realtime relay: accepted, so
 	// that a LiteLLM config loads as it is, and named in one start-up
@@ -112,6 +117,12 @@ type keyEntry struct {
 	// LogTranscripts: keep the conversation record of the key's sessions
 	// (true), or never (false), whatever the deployment says.
 	LogTranscripts yaml.Node `yaml:"log_transcripts"`
+	// RecordSessions: record the audio and events of the key's sessions
+	// (true), or never (false), whatever the deployment says.
+	RecordSessions yaml.Node `yaml:"record_sessions"`
+	// Guardrails: the guardrails (by guardrail_name) the key's sessions
+	// run beyond the default ones.
+	Guardrails yaml.Node `yaml:"guardrails"`
 }
 
 // generalSettings is LiteLLM's general_settings; only the master key means

@@ -33,6 +33,7 @@ import (
 	"rtgate/server/apps"
 	"rtgate/server/continuity"
 	"rtgate/server/frontdoor"
+	"rtgate/server/guardrail"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -68,6 +69,7 @@ type upgrade struct {
 
 	adm     *admission.Admission // admit's (admission.Gate.Admit); nil until admitted
 	arrived time.Time            // when its head was read: the connect span's start
+	guards  guardrail.Set        // a Realtime conversation's guardrails (decideGuardrails)
 }
 
 // HandleRequest implements Handler: it acts on a request that is not an
@@ -186,6 +188,11 @@ func (m *Manager) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 		u.callID = u.q.Get("call_id")
 		return decideSideband(m, u)
 	}
+	if u.kind.traits().conversation {
+		if herr = decideGuardrails(u); herr != nil {
+			return nil, herr
+		}
+	}
 	return u, nil
 }
 
@@ -284,7 +291,10 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	sess := &c.session
 	sess.Init(&m.sessCfg, c.Endpoint())
 	conversation := u.kind.traits().conversation
-	translated := conversation && plan.Cands[0].Translated() // Gemini: both directions translated (provider.go)
+	if conversation && len(u.guards) > 0 {
+		m.guard(c, u.guards) // before the relay; its deployments are OpenAI's and Azure's (servable)
+	}
+	translated := conversation && info.guard == nil && plan.Cands[0].Translated() // Gemini: both directions translated (provider.go)
 	if translated {
 		info.translate(sess, plan.Cands[0]) // before the relay: the client's first event is translated
 	}
@@ -301,10 +311,13 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	if conversation || u.kind == kindLive {
 		m.keepConversation(info, plan.Cands)
 	}
+	if conversation {
+		m.recordSession(info, plan.Cands)
+	}
 	c.watch = setupWatch{sessionInfo: info, mgr: m, sess: sess}
 	sess.InspectUpstream(&c.watch)
 	info.turns.Observe = c.watch.observeTurn
-	if u.kind != kindLive && !m.cfg.NoTurnMetrics || info.conv != nil {
+	if u.kind != kindLive && !m.cfg.NoTurnMetrics || info.conv != nil || info.rec != nil {
 		c.watchClient(sess, nil) // the turns' clock and the record: what the client's events the gateway forwards
 	}
 	if u.kind == kindLive {
@@ -316,7 +329,7 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 		info.live = newLiveFork(m, sess, info) // metered as a Live session
 	} else if translated && continuityOn(m.cfg, u.key) {
 		c.keepGemini(sess)
-	} else if conversation && !translated && continuityOn(m.cfg, u.key) {
+	} else if conversation && !translated && info.guard == nil && continuityOn(m.cfg, u.key) {
 		c.keepContinuity(sess, &resumeArgs{rawQuery: strings.Clone(u.req.URL.RawQuery), header: passThrough(u.req.Header),
 			lim: continuity.Limits{MaxBytes: m.cfg.ContinuityMaxBytes, Global: m.contGlobal,
 				KeepAudio: keepAudio(m.cfg, u.key)}})
@@ -342,6 +355,11 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	}
 	if u.kind == kindLive {
 		return // its session.start starts it (keepLive)
+	}
+	if len(plan.Cands) == 0 && info.guard != nil {
+		sess.DialFailed(info.proto().Refusal("unsupported_for_provider",
+			"Model group '"+info.group+"' has no OpenAI or Azure deployment, and this session's guardrails read only their events.", 0))
+		return
 	}
 	if len(plan.Cands) == 0 {
 		sess.DialFailed(info.proto().Refusal("unsupported_for_provider",

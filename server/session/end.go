@@ -96,6 +96,10 @@ func (m *Manager) sessionEnded(sess *poller.Session) {
 		Usage: u, Estimated: est, Unconfirmed: est != nil, Transcription: info.meter.Transcription,
 	}
 	info.resumeRecord(&rec)
+	if info.guard != nil {
+		info.guard.Close() // its checks in flight are for nobody now
+	}
+	m.storeRecording(info)
 	if info.conv != nil {
 		conv := info.conv.Close()
 		rec.Conversation = &conv

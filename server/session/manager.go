@@ -21,6 +21,7 @@ import (
 	"rtgate/server/frontdoor"
 	"rtgate/server/internal/testhooks"
 	"rtgate/server/limit"
+	"rtgate/server/recording"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
 	"rtgate/upstream"
@@ -41,7 +42,12 @@ type Config struct {
 	ContinuityKeepAudio bool  // CONTINUITY_KEEP_AUDIO
 	ContinuityMaxBytes  int   // CONTINUITY_MAX_BYTES, per session
 	ContinuityGlobal    int64 // CONTINUITY_GLOBAL_MAX_BYTES, over all sessions
-	PoolMaxIdle         time.Duration
+
+	// Recordings is where recorded sessions go (RECORDINGS...), and
+	// RecordingMaxAudio how much of each side of one session is kept.
+	Recordings        recording.ArchiveConfig
+	RecordingMaxAudio time.Duration
+	PoolMaxIdle       time.Duration
 
 	TranscriptionModel string   // TRANSCRIPTION_MODEL
 	AllowedOrigins     []string // ALLOWED_ORIGINS
@@ -111,6 +117,7 @@ type Manager struct {
 	gate       *admission.Gate    // the one way in (server/admission)
 	metrics    *metrics           // the sessions' Prometheus metrics
 	records    *records           // where ended sessions' records go
+	archive    *recording.Archive // where recorded sessions go (recordings.go)
 	budgets    *budgets           // the keys' spend budgets
 	contGlobal *continuity.Budget // CONTINUITY_GLOBAL_MAX_BYTES: what all sessions keep (keepContinuity)
 	appState                      // client secrets, calls, sidebands
@@ -143,8 +150,13 @@ func New(cfg Config, d Deps) (*Manager, error) {
 		return nil, err
 	}
 	m.records = records
+	if m.archive, err = recording.NewArchive(cfg.Recordings, d.Registry, d.Log); err != nil {
+		m.records.close(context.Background())
+		return nil, fmt.Errorf("recordings: %w", err)
+	}
 	if m.budgets, err = newBudgets(cfg, d.Store, d.Routes, d.Registry, d.Log); err != nil {
 		m.records.close(context.Background())
+		_ = m.archive.Close(context.Background())
 		return nil, fmt.Errorf("budgets: %w", err)
 	}
 	go m.budgets.run(d.Context)
@@ -181,6 +193,9 @@ func (m *Manager) SessionsEnded() float64 { return sumCounter(m.metrics.sessions
 // Close stops the records, the budgets' sync and the calls' meters.
 func (m *Manager) Close(ctx context.Context) {
 	m.records.close(ctx)
+	if err := m.archive.Close(ctx); err != nil {
+		m.log.Warn("recordings not all stored at shutdown", "err", err)
+	}
 	m.budgets.close(ctx)
 	m.meters.close()
 }

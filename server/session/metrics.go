@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"rtgate/server/guardrail"
 	"rtgate/server/routes"
 	"rtgate/server/turns"
 	"rtgate/server/usage"
@@ -39,6 +40,7 @@ type metrics struct {
 	liveUnconfirmed *prometheus.CounterVec
 	liveStart       prometheus.Histogram
 	turns           *turns.Metrics
+	guardrails      *guardrail.Metrics // rtgate_guardrail_checks_total, rtgate_guardrail_check_seconds
 }
 
 // newMetrics registers the sessions' metrics on reg; dialFailures is made
@@ -97,6 +99,7 @@ func newMetrics(reg prometheus.Registerer, dialFailures *prometheus.CounterVec) 
 		Help: "Taken warm sockets that proved dead before the client sent anything, replaced by a fresh dial."})
 	reg.MustRegister(m.warmRedials)
 	m.turns = turns.NewMetrics(reg)
+	m.guardrails = guardrail.NewMetrics(reg)
 	return m
 }
 

@@ -23,6 +23,8 @@ import (
 //	GPT-Live with continuity                usage (Live), turns (Live), keep (Live)
 //	any of them keeping transcripts         ..., then the record (Realtime or Live:
 //	  (log_transcripts)                     transcript.Recorder)
+//	a recorded Realtime conversation        ..., then the recording (recordWatch:
+//	  (record_sessions)                     recording.Recorder)
 //
 // (A Gemini session keeps nothing for continuity: its own resumption handle
 // carries the conversation.)
@@ -69,7 +71,7 @@ type observer interface {
 }
 
 // maxObservers bounds a session's observers (chooseObservers).
-const maxObservers = 5
+const maxObservers = 6
 
 // The observers are views of the session's setupWatch (a pointer
 // conversion, no allocation): each reads the part of the session it
@@ -114,6 +116,9 @@ func (w *setupWatch) chooseObservers() {
 	}
 	if w.conv != nil {
 		add((*realtimeConv)(w))
+	}
+	if w.rec != nil {
+		add((*recordWatch)(w))
 	}
 }
 

@@ -104,6 +104,9 @@ func (i *sessionInfo) askHeld(sess *poller.Session, tries int) {
 // names its project and location), for any other those that are not
 // translated (its client's events go upstream as they came).
 func (i *sessionInfo) servable(ds []*routes.Deployment) []*routes.Deployment {
+	if i.guard != nil {
+		return guardable(ds) // guardrails.go
+	}
 	if i.gemini == nil && !slices.ContainsFunc(ds, (*routes.Deployment).Translated) {
 		return ds // the common case, without a copy
 	}
@@ -120,6 +123,10 @@ func (i *sessionInfo) servable(ds []*routes.Deployment) []*routes.Deployment {
 // the upstream's translator, and for Gemini the client's session.created,
 // which the gateway sends (Gemini says nothing until its setup).
 func (i *sessionInfo) attachTranslated(sess *poller.Session, d *routes.Deployment) {
+	if i.guard != nil {
+		sess.TranslateUpstream(i.guard.FromUpstream()) // only OpenAI's and Azure's (servable)
+		return
+	}
 	if i.gemini != nil {
 		sess.TranslateUpstream(i.gemini.FromUpstream())
 		if created := i.gemini.Created(); created != nil {

@@ -45,7 +45,8 @@ func openRecords(cfg Config, m *metrics, log *slog.Logger, table func() *routes.
 		if spool == "" {
 			spool = cfg.UsageLog + ".pg-spool"
 		}
-		w, err := spenddb.Open(spenddb.Config{URL: cfg.DatabaseURL, Spool: spool, Log: log, Registry: m.reg})
+		w, err := spenddb.Open(spenddb.Config{URL: cfg.DatabaseURL, Spool: spool, Log: log, Registry: m.reg,
+			ConversationRetention: cfg.Recordings.Retention})
 		if err != nil {
 			return nil, err
 		}

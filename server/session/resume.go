@@ -151,11 +151,11 @@ func (i *sessionInfo) keepBase(config []byte) {
 // while server VAD makes responses) and, with continuity (keep), the
 // configuration events.
 type clientWatch struct {
-	info                          *sessionInfo
-	lim                           continuity.Limits
-	sess                          *poller.Session
-	turns, keep                   bool
-	wantTurns, wantKeep, wantConv bool // what the frame Inspect gets is for
+	info                                   *sessionInfo
+	lim                                    continuity.Limits
+	sess                                   *poller.Session
+	turns, keep                            bool
+	wantTurns, wantKeep, wantConv, wantRec bool // what the frame Inspect gets is for
 }
 
 // Wants implements frames.Inspector.
@@ -167,7 +167,8 @@ func (w *clientWatch) Wants(prefix []byte) bool {
 	w.wantTurns = w.turns && w.info.turns.ClientWants(t)
 	w.wantKeep = w.keep && (continuity.ClientWants(t) || (w.lim.KeepAudio && continuity.AudioClientWants(t)))
 	w.wantConv = w.info.conv != nil && (w.info.live == nil && transcript.WantsClient(t) || w.info.live != nil && transcript.LiveWantsClient(t))
-	return w.wantTurns || w.wantKeep || w.wantConv
+	w.wantRec = w.info.rec != nil
+	return w.wantTurns || w.wantKeep || w.wantConv || w.wantRec
 }
 
 // Inspect implements frames.Inspector.
@@ -177,6 +178,9 @@ func (w *clientWatch) Inspect(p []byte) {
 	}
 	if w.wantKeep {
 		w.info.keep.Client(p, w.lim, w.sess.ClientQueued())
+	}
+	if w.wantRec {
+		w.info.rec.Client(time.Now(), p)
 	}
 	if w.wantConv {
 		if w.info.live != nil {

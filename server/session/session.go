@@ -10,8 +10,10 @@ import (
 	"rtgate/server/apps"
 	"rtgate/server/balance"
 	"rtgate/server/continuity"
+	"rtgate/server/guarded"
 	"rtgate/server/protocol"
 	"rtgate/server/providers/gemini"
+	"rtgate/server/recording"
 	"rtgate/server/routes"
 	"rtgate/server/tracing"
 	"rtgate/server/transcript"
@@ -57,7 +59,13 @@ type sessionInfo struct {
 	keep   continuity.Keeper
 	// conv is the conversation record (log_transcripts: keepConversation);
 	// nil when the session's is not kept.
-	conv    *transcript.Recorder
+	conv *transcript.Recorder
+	// guard holds and checks the session's events for its guardrails
+	// (guardrails.go); nil for a session without any.
+	guard *guarded.Session
+	// rec records the session's audio and events (record_sessions:
+	// recordings.go); nil when it is not recorded.
+	rec     *recording.Recorder
 	resumes []usage.Resume
 
 	// A Realtime conversation session's responses in flight (keepFlights;

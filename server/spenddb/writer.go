@@ -48,8 +48,13 @@ type Config struct {
 	Queue, Batch      int
 	FlushEvery, Retry time.Duration
 	Timeout           time.Duration
-	Log               *slog.Logger
-	Registry          prometheus.Registerer
+	// ConversationRetention, above 0, deletes session_conversation rows
+	// whose session ended longer ago (RECORDINGS_RETENTION_DAYS: the
+	// transcripts go with the recordings), at start and then every tenth
+	// of it, at most hourly and at least every second.
+	ConversationRetention time.Duration
+	Log                   *slog.Logger
+	Registry              prometheus.Registerer
 }
 
 // Writer is the durable spend log.
@@ -158,7 +163,44 @@ func Open(cfg Config) (*Writer, error) {
 	w.probe <- struct{}{}
 	go w.prober(ctx)
 	go w.run(ctx)
+	if cfg.ConversationRetention > 0 {
+		go w.retire(ctx)
+	}
 	return w, nil
+}
+
+// retire deletes the conversation records older than the retention, every
+// tenth of it (between a second and an hour), while the writer runs. A
+// database that is down is tried again at the next round.
+func (w *Writer) retire(ctx context.Context) {
+	every := min(max(w.cfg.ConversationRetention/10, time.Second), time.Hour)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if n, err := w.RetireConversations(ctx); err != nil {
+			w.log.Debug("conversation records not retired this round", "err", err)
+		} else if n > 0 {
+			w.log.Info("conversation records past their retention deleted", "rows", n, "retention", w.cfg.ConversationRetention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RetireConversations deletes now the session_conversation rows whose
+// session ended more than ConversationRetention ago, and says how many.
+func (w *Writer) RetireConversations(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	tag, err := w.pool.Exec(ctx, `DELETE FROM session_conversation WHERE ended_at < now() - make_interval(secs => $1)`,
+		w.cfg.ConversationRetention.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("deleting old conversation records: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 func countLines(f *os.File) int {

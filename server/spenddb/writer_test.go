@@ -455,3 +455,45 @@ func TestConversationsOutliveAnOutage(t *testing.T) {
 		t.Fatalf("session_conversation holds\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestConversationRetention: with a retention, the conversation records
+// of sessions that ended longer ago are deleted; newer ones, and the
+// session_usage rows, stay.
+func TestConversationRetention(t *testing.T) {
+	pg := pgtest.Start(t)
+	w, err := Open(Config{URL: pg.URL, Spool: filepath.Join(t.TempDir(), "spool.jsonl"), FlushEvery: 20 * time.Millisecond,
+		Retry: 50 * time.Millisecond, Timeout: 5 * time.Second, ConversationRetention: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for i, ended := range []time.Time{now.Add(-48 * time.Hour), now.Add(-time.Hour)} {
+		r := record(i)
+		r.StartedAt, r.EndedAt = ended.Add(-time.Minute), ended
+		r.Conversation = &transcript.Record{Bytes: 70, Entries: []transcript.Entry{{At: ended, Kind: transcript.KindText, Role: "user", Text: "hi"}}}
+		w.Enqueue(r)
+	}
+	waitRows(t, pg, 2)
+	// (The writer's own round at start may have come first: what is
+	// left is what counts.)
+	if n, err := w.RetireConversations(context.Background()); err != nil || n > 1 {
+		t.Fatalf("retired %d (%v), want at most the one that ended two days ago", n, err)
+	}
+	var left []string
+	rows, err := pg.Conn(t).Query(context.Background(), `SELECT session_id FROM session_conversation`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		_ = rows.Scan(&id)
+		left = append(left, id)
+	}
+	if len(left) != 1 || left[0] != record(1).SessionID {
+		t.Fatalf("left %v, want only %s", left, record(1).SessionID)
+	}
+	if usage, _ := count(t, pg); usage != 2 {
+		t.Fatalf("session_usage has %d rows, want both", usage)
+	}
+}

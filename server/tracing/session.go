@@ -306,3 +306,19 @@ func (s *Session) span(op string, start, end time.Time, kind trace.SpanKind, att
 	}
 	return sp
 }
+
+// Guardrail records a guardrail's check as a span (rtgate.guardrail) from
+// start to end: its name, mode and outcome (passed, blocked, error_open,
+// error_closed).
+func (s *Session) Guardrail(name, mode, outcome string, start, end time.Time) {
+	if s == nil {
+		return
+	}
+	sp := s.span("rtgate.guardrail", start, time.Time{}, trace.SpanKindInternal,
+		attribute.String("rtgate.guardrail.name", name), attribute.String("rtgate.guardrail.mode", mode),
+		attribute.String("rtgate.guardrail.outcome", outcome))
+	if outcome == "blocked" || outcome == "error_closed" {
+		sp.SetStatus(codes.Error, outcome)
+	}
+	sp.End(trace.WithTimestamp(end))
+}

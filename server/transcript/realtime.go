@@ -214,6 +214,16 @@ func (r *Recorder) Client(p []byte) error {
 	return nil
 }
 
+// Guardrail records a guardrail's action at t (KindGuardrail), redacted
+// like any entry: what a guardrail stopped is kept as the rules allow.
+func (r *Recorder) Guardrail(t time.Time, e Entry) {
+	e.Kind = KindGuardrail
+	n := r.redactEntry(&e)
+	r.mu.Lock()
+	r.add(t, e, n) // never completes the item it names (complete would)
+	r.mu.Unlock()
+}
+
 // whole records an entry complete as it is: its text, arguments and output
 // redacted first, outside the lock.
 func (r *Recorder) whole(t time.Time, e Entry) {

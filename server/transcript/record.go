@@ -101,6 +101,11 @@ const (
 	// (Name: instructions, thinking or commentary); with a DelegationID it
 	// is that client delegation's result.
 	KindContext Kind = "context"
+	// KindGuardrail is a guardrail's action (Guardrail): Name is the
+	// guardrail, Mode what it checked, Status blocked, error_open or
+	// error_closed, Reason why; ItemID the item it checked, Text or
+	// Arguments what it read.
+	KindGuardrail Kind = "guardrail"
 )
 
 // Entry is one thing said or done in the conversation. Fields that do not
@@ -142,13 +147,15 @@ type Entry struct {
 	// not complete (incomplete, failed).
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Mode is a guardrail entry's mode (realtime_input_transcription, ...).
+	Mode string `json:"mode,omitempty"`
 }
 
 // size is what the entry counts against the cap.
 func (e *Entry) size() int {
 	return entryOverhead + len(e.Kind) + len(e.Role) + len(e.ItemID) + len(e.ResponseID) + len(e.CallID) +
 		len(e.DelegationID) + len(e.Target) + len(e.Name) + len(e.Text) + len(e.Arguments) + len(e.Output) +
-		len(e.Status) + len(e.Reason)
+		len(e.Status) + len(e.Reason) + len(e.Mode)
 }
 
 // Record is a session's conversation record as of Snapshot or Close.
@@ -299,13 +306,17 @@ func (r *Recorder) add(t time.Time, e Entry, n int) {
 	}
 	size := e.size()
 	if r.full || !r.fits(size) {
-		r.cutEntry(e.ItemID, size)
+		item := e.ItemID
+		if e.Kind == KindGuardrail {
+			item = "" // the item it checked is not cut with it
+		}
+		r.cutEntry(item, size)
 		return
 	}
 	e.At = r.stamp(t)
 	x := &entry{Entry: e, size: size}
 	r.entries = append(r.entries, x)
-	if e.ItemID != "" {
+	if e.ItemID != "" && e.Kind != KindGuardrail { // a guardrail's entry names the item it checked, but is not it
 		r.byItem[e.ItemID] = x
 	}
 	r.bytes += size
