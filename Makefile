@@ -2,7 +2,8 @@
 #
 #   make bench   the main job: direct vs gateway (pool off, pool on) against mockai over wss://,
 #                closed-loop runs, then an open-loop steady-state run per leg; then GPT-Live
-#                (bench-live) and Gemini Live (bench-gemini)
+#                (bench-live), Gemini Live (bench-gemini) and the conversation record and
+#                guardrails (bench-guardrails)
 #   make soak    ~3 minutes under random faults; fails on any unexplained failure or leak (not in CI)
 #   make bench-peers  nginx and HAProxy vs the gateway in front of mockai, wss:// and ws:// upstream
 #   make bench-huge   100,000 idle sessions over 12 gateway processes on one port (HUGE_ARGS="-n 2000" for fewer)
@@ -23,9 +24,10 @@ SOAK_ARGS ?=
 PEERS_ARGS ?=
 HUGE_ARGS ?=
 GEMINI_ARGS ?=
+GUARDRAILS_ARGS ?=
 REDISLAT_ARGS ?=
 
-.PHONY: all build test vet run bench bench-live bench-gemini bench-peers bench-huge soak redis-latency clean screenshots docs
+.PHONY: all build test vet run bench bench-live bench-gemini bench-guardrails bench-peers bench-huge soak redis-latency clean screenshots docs
 
 all: build
 
@@ -85,6 +87,7 @@ bench: build
 	$(BIN)/wsbench compare -mockai $(BIN)/mockai -gateway $(BIN)/gateway -instances $(INSTANCES) $(BENCH_ARGS)
 	@[ "$(INSTANCES)" != 1 ] || $(MAKE) --no-print-directory bench-live BENCH_ARGS="$(filter-out -restart,$(BENCH_ARGS))"
 	@[ "$(INSTANCES)" != 1 ] || $(MAKE) --no-print-directory bench-gemini
+	@[ "$(INSTANCES)" != 1 ] || $(MAKE) --no-print-directory bench-guardrails
 
 # GPT-Live beside it (make bench runs it after Realtime, one instance, without
 # -restart, which the Live legs do not take): the same legs with Live calls
@@ -101,6 +104,18 @@ bench-live: build
 GEMINI_UPSTREAM = $(if $(filter plain -upstream=plain --upstream=plain,$(BENCH_ARGS)),-upstream plain)
 bench-gemini: build
 	$(BIN)/wsbench compare -protocol gemini -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(GEMINI_UPSTREAM) $(GEMINI_ARGS)
+
+# The conversation record and each guardrail mode (make bench runs it after bench-gemini, one
+# instance; issue 36): a gateway with neither (pool-off), with log_transcripts (record), with a
+# litellm_content_filter guardrail in realtime_input_transcription (input), in
+# realtime_output_transcription (output) or in realtime_tool_call (tool, set against tool-none: the
+# same tool-calling calls without it), the same calls each (300 x 3 turns, 150 concurrent, about
+# a minute and a half); it prints each leg's gateway CPU per turn, RSS per session and first-audio
+# p50/p95 against pool-off's, from the same run. Over plain ws:// unless GUARDRAILS_ARGS="-upstream
+# tls" (the guardrails' cost is the gateway reading events, which TLS to the upstream does not
+# change); GUARDRAILS_ARGS="-n 600 -turns 5" for more.
+bench-guardrails: build
+	$(BIN)/wsbench compare -protocol guardrails -mockai $(BIN)/mockai -gateway $(BIN)/gateway $(GUARDRAILS_ARGS)
 
 # The peer comparison (bench/peers, `wsbench peers`): nginx and HAProxy as WebSocket
 # proxies, direct, and the gateway with the pool off and on, same load, first over a

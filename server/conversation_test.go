@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,13 +31,7 @@ func TestConversationRecord(t *testing.T) {
 	t.Setenv("TEAM_QUIET_KEY", "sk-quiet-0123456789")
 	const phone = "555-0100"
 	overBoth(t, mockai.Config{AudioDeltas: 3}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		path := writeConfig(t, `model_list:
-  - model_name: gpt-realtime
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: `+mock.BaseURL()+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
-      log_transcripts: true
+		path := writeConfig(t, `model_list:`+openaiEntry("gpt-realtime", mock, "log_transcripts: true")+`
 keys:
   - name: quiet
     key: os.environ/TEAM_QUIET_KEY
@@ -80,15 +73,7 @@ transcripts:
 		talk(testMasterKey)
 		talk("sk-quiet-0123456789")
 		recs := waitRecords(t, logPath, 2)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := g.srv.Shutdown(ctx); err != nil { // flushes the spend log
-			t.Fatal(err)
-		}
-		raw, err := os.ReadFile(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := shutdownAndReadLog(t, g, logPath)
 		if strings.Contains(string(raw), phone) {
 			t.Fatalf("the usage log holds the number the rule redacts:\n%s", raw)
 		}
@@ -203,7 +188,7 @@ func TestLiveConversationRecord(t *testing.T) {
 func TestSessionViewInChromium(t *testing.T) {
 	t.Setenv("TEAM_QUIET_KEY", "sk-quiet-0123456789")
 	mock := startMock(t, mockai.Config{AudioDeltas: 3})
-	path := writeConfig(t, `model_list:`+strings.Replace(openaiEntry("gpt-realtime", mock), "RTGATE_TEST_UPSTREAM", "RTGATE_TEST_UPSTREAM\n      log_transcripts: true", 1)+`
+	path := writeConfig(t, `model_list:`+openaiEntry("gpt-realtime", mock, "log_transcripts: true")+`
 keys:
   - name: quiet
     key: os.environ/TEAM_QUIET_KEY

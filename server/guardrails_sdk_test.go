@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"rtgate/server/spenddb/pgtest"
 	"rtgate/server/transcript"
@@ -135,15 +133,7 @@ guardrails:
 			}
 
 			recs := waitRecords(t, logPath, 2)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := g.srv.Shutdown(ctx); err != nil { // flushes the spend log
-				t.Fatal(err)
-			}
-			raw, err := os.ReadFile(logPath)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw := shutdownAndReadLog(t, g, logPath)
 			if strings.Contains(string(raw), phone) {
 				t.Fatal("the usage log holds the number the rule redacts")
 			}

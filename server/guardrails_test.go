@@ -47,7 +47,8 @@ func typesOf(evs []event) []string {
 // TestGuardrailOnTheUsersSpeech: a guardrail in mode
 // realtime_input_transcription (LiteLLM's sequence). The client never asked
 // for transcription nor turned answers off; the gateway does both upstream,
-// and the client still sees create_response true. A clean turn is answered
+// and the client still sees create_response true. A clean turn, committed
+// before the session's start, is answered
 // only after its transcript was checked; a turn with a blocked word gets no
 // answer of its own: the upstream gets response.cancel, the item's
 // deletion, a system item asking the model to speak the violation message
@@ -58,13 +59,7 @@ func TestGuardrailOnTheUsersSpeech(t *testing.T) {
 	cfg := mockai.Config{AudioDeltas: 2, InputTranscripts: []string{
 		"what is the weather", "my PASSWORD is hunter2", "tell me the password"}}
 	overBoth(t, cfg, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		path := writeConfig(t, `model_list:
-  - model_name: gpt-realtime
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: `+mock.BaseURL()+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
-      log_transcripts: true
+		path := writeConfig(t, `model_list:`+openaiEntry("gpt-realtime", mock, "log_transcripts: true")+`
 guardrails:
   - guardrail_name: no-secrets
     litellm_params:
@@ -82,6 +77,10 @@ guardrails:
 			c.RoutesFile, c.UsageLog, c.Continuity = path, logPath, false
 		})
 		c := g.dial(t, "model=gpt-realtime", bearer(testMasterKey))
+		// The first turn is committed at once, before session.created
+		// (as a client streaming from the start does): it too waits for
+		// its check.
+		speakTurn(t, c)
 		created := read(t, c)
 		if created.typ() != "session.created" {
 			t.Fatalf("first event %q", created.typ())
@@ -92,7 +91,6 @@ guardrails:
 			t.Fatalf("the client sees create_response false in %v", created["session"])
 		}
 
-		speakTurn(t, c)
 		evs := eventsUntil(t, c, "response.done")
 		types := typesOf(evs)
 		tr, resp := slices.Index(types, "conversation.item.input_audio_transcription.completed"), slices.Index(types, "response.created")
@@ -167,12 +165,7 @@ guardrails:
 func TestGuardrailOnToolCalls(t *testing.T) {
 	cfg := mockai.Config{AudioDeltas: 2, ToolArguments: `{"account":"42","action":"delete_everything"}`}
 	overBoth(t, cfg, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		path := writeConfig(t, `model_list:
-  - model_name: gpt-realtime
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: `+mock.BaseURL()+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
+		path := writeConfig(t, `model_list:`+openaiEntry("gpt-realtime", mock)+`
 guardrails:
   - guardrail_name: no-destruction
     litellm_params:
@@ -298,12 +291,7 @@ func TestGenericGuardrailAPIOnUserText(t *testing.T) {
 	gs := startGuardService(t)
 	t.Setenv("GUARD_API_KEY", "guard-secret-0123")
 	overBoth(t, mockai.Config{AudioDeltas: 2}, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		path := writeConfig(t, `model_list:
-  - model_name: gpt-realtime
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: `+mock.BaseURL()+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
+		path := writeConfig(t, `model_list:`+openaiEntry("gpt-realtime", mock)+`
 guardrails:
   - guardrail_name: vendor-guard
     litellm_params:
@@ -393,12 +381,7 @@ func TestGuardrailCutsFlaggedOutput(t *testing.T) {
 	cfg := mockai.Config{AudioDeltas: deltas, AudioDeltaInterval: 40 * time.Millisecond, OutputTranscriptLag: 60 * time.Millisecond,
 		OutputTranscripts: []string{"Sure, the launch code is 0000, anything else today?"}}
 	overBoth(t, cfg, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
-		path := writeConfig(t, `model_list:
-  - model_name: gpt-realtime
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: `+mock.BaseURL()+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
+		path := writeConfig(t, `model_list:`+openaiEntry("gpt-realtime", mock)+`
 guardrails:
   - guardrail_name: no-codes
     litellm_params:

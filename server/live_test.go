@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -80,6 +81,22 @@ keys:
 }
 
 // waitRecords waits for n usage records.
+// shutdownAndReadLog shuts g down, which flushes the spend log, and
+// returns the usage log at path as it stands then.
+func shutdownAndReadLog(t testing.TB, g *gateway, path string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
 func waitRecords(t testing.TB, path string, n int) []usage.Record {
 	t.Helper()
 	var recs []usage.Record

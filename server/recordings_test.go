@@ -48,18 +48,8 @@ func recordAndReplay(t *testing.T, secure bool, s3 *s3test.Server, wsbench strin
 	roots.AppendCertsFromPEM(mock.CertPEM())
 	roots.AppendCertsFromPEM(next.CertPEM())
 	prefix := strings.ReplaceAll(t.Name(), "/", "-") + "/"
-	path := writeConfig(t, `model_list:
-  - model_name: gpt-realtime
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: `+mock.BaseURL()+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
-      record_sessions: true
-  - model_name: gpt-realtime-next
-    litellm_params:
-      model: openai/gpt-realtime
-      api_base: `+next.BaseURL()+`
-      api_key: os.environ/RTGATE_TEST_UPSTREAM
+	path := writeConfig(t, `model_list:`+openaiEntry("gpt-realtime", mock, "record_sessions: true")+
+		openaiEntry("gpt-realtime-next", next)+`
 keys:
   - name: quiet
     key: os.environ/TEAM_QUIET_KEY

@@ -37,13 +37,19 @@ func writeConfig(t testing.TB, body string) string {
 	return path
 }
 
-func openaiEntry(group string, m *mockai.Server) string {
-	return `
+// openaiEntry is a model_list entry: group served by m, with params added
+// to its litellm_params (one "name: value" each).
+func openaiEntry(group string, m *mockai.Server, params ...string) string {
+	entry := `
   - model_name: ` + group + `
     litellm_params:
       model: openai/gpt-realtime
       api_base: ` + m.BaseURL() + `
       api_key: os.environ/RTGATE_TEST_UPSTREAM`
+	for _, p := range params {
+		entry += "\n      " + p
+	}
+	return entry
 }
 
 const configTail = `

@@ -17,7 +17,9 @@
 // its peak RSS (GatewayUsage). With Protocol gemini the legs are a Gemini
 // Live client direct, the gateway translating the Realtime API to Gemini,
 // and the Realtime pool-off leg, and the run reports the translation's CPU
-// per turn against the verbatim relay's (gemini.go).
+// per turn against the verbatim relay's (gemini.go). With Protocol
+// guardrails the legs are gateways with the conversation record or one
+// guardrail mode on, each set against one with neither (guardrails.go).
 package compare
 
 import (
@@ -55,6 +57,11 @@ var legNames = map[string]string{
 	LegPoolFixed:   "Gateway pool on (fixed c/N)",
 	LegPoolOnRedis: "Gateway pool on, Redis limits",
 	LegGemini:      "Gateway → Gemini (translated)",
+	LegRecord:      "Gateway, conversation record",
+	LegInput:       "Gateway, input transcription guardrail",
+	LegOutput:      "Gateway, output transcription guardrail",
+	LegToolNone:    "Gateway, tool calls, no guardrail",
+	LegTool:        "Gateway, tool call guardrail",
 }
 
 // Profile is the latency mockai adds, standing in for the real upstream.
@@ -136,7 +143,8 @@ type Config struct {
 	// Protocol is what the calls speak: Realtime (the default) or GPT-Live
 	// (-protocol live: /v1/live/sessions, the pool-on leg with
 	// LIVE_POOL_SIZE=LivePool, the hit rate from rtgate_live_pool_*), or
-	// gemini: GeminiLegs (gemini.go).
+	// gemini: GeminiLegs (gemini.go), or ProtocolGuardrails: GuardrailLegs,
+	// whose calls speak Realtime (guardrails.go).
 	Protocol load.Protocol
 	// Turns is the exchanges per call (0 or 1: one; Realtime and Gemini).
 	Turns int
@@ -186,6 +194,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("-turns %d: want 1 to 1000, and 1 with -protocol live", c.Turns))
 	}
 	errs = append(errs, c.checkGemini()...)
+	errs = append(errs, c.checkGuardrails()...)
 	if c.LivePool < 0 {
 		errs = append(errs, fmt.Errorf("-live-pool %d: want 0 (the concurrency) or more", c.LivePool))
 	}
@@ -204,8 +213,11 @@ func (c Config) validate() error {
 	for _, l := range c.Legs {
 		if _, ok := legNames[l]; !ok {
 			known := AllLegs
-			if c.Protocol == load.ProtocolGemini {
+			switch c.Protocol {
+			case load.ProtocolGemini:
 				known = GeminiLegs
+			case ProtocolGuardrails:
+				known = GuardrailLegs
 			}
 			errs = append(errs, fmt.Errorf("unknown leg %q (want %s)", l, strings.Join(known, ", ")))
 		}
@@ -226,7 +238,8 @@ func (c Config) validate() error {
 
 func (c Config) needsGateway() bool {
 	return slices.Contains(c.Legs, LegPoolOff) || slices.Contains(c.Legs, LegPoolOn) || slices.Contains(c.Legs, LegPoolFixed) ||
-		slices.Contains(c.Legs, LegPoolOnRedis) || slices.Contains(c.Legs, LegGemini)
+		slices.Contains(c.Legs, LegPoolOnRedis) || slices.Contains(c.Legs, LegGemini) ||
+		slices.ContainsFunc(c.Legs, func(l string) bool { return slices.Contains(guardrailOnly, l) })
 }
 
 // LegResult is one leg's runs.
@@ -243,6 +256,9 @@ type LegResult struct {
 	// Gateway is its gateway's usage over the closed-loop runs; nil for
 	// direct and with several instances.
 	Gateway *GatewayUsage
+	// Guard is what the leg's gateway shows of its guardrails and records
+	// (a guardrails run's legs only).
+	Guard *GuardrailActivity
 }
 
 // RunResult is one run of one leg.
@@ -257,13 +273,17 @@ type RunResult struct {
 // Outcome is what a comparison produced.
 type Outcome struct {
 	// Protocol is the run's (Config.Protocol): with gemini, Comparison is
-	// empty and GeminiMarkdown is the table.
-	Protocol   load.Protocol
-	Legs       []*LegResult
-	Comparison report.Comparison
-	Dir        string // where the files went
-	JSONPath   string
-	HTMLPath   string
+	// empty and GeminiMarkdown is the table; with guardrails,
+	// GuardrailsMarkdown.
+	Protocol load.Protocol
+	// Concurrency is the run's calls at once (Config.Concurrency): the
+	// sessions a gateway's memory per session is over.
+	Concurrency int
+	Legs        []*LegResult
+	Comparison  report.Comparison
+	Dir         string // where the files went
+	JSONPath    string
+	HTMLPath    string
 }
 
 // Run runs the comparison. Every process it starts is stopped before it
@@ -278,8 +298,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 
 	upstreamKey, masterKey := harness.RandomKey("sk-mock-"), harness.RandomKey("sk-gw-")
-	mock, err := proc.StartMockai(ctx, cfg.MockaiBin, cfg.Upstream, append([]string{"-key", upstreamKey}, cfg.Profile.args()...),
-		dir, 15*time.Second)
+	mockArgs := append([]string{"-key", upstreamKey}, cfg.Profile.args()...)
+	if cfg.Protocol == ProtocolGuardrails {
+		mockArgs = append(mockArgs, guardrailsMockArgs()...)
+	}
+	mock, err := proc.StartMockai(ctx, cfg.MockaiBin, cfg.Upstream, mockArgs, dir, 15*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
@@ -288,10 +311,13 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		mock.Base, cfg.Upstream, cfg.Profile.UpgradeDelay, cfg.Profile.SessionDelay, cfg.Profile.FirstAudioDelay,
 		cfg.Profile.Deltas, cfg.Profile.DeltaBytes, cfg.Profile.DeltaInterval)
 
-	out := &Outcome{Dir: dir, Protocol: cfg.Protocol}
+	out := &Outcome{Dir: dir, Protocol: cfg.Protocol, Concurrency: cfg.Concurrency}
 	order := AllLegs
-	if cfg.Protocol == load.ProtocolGemini {
+	switch cfg.Protocol {
+	case load.ProtocolGemini:
 		order = GeminiLegs
+	case ProtocolGuardrails:
+		order = GuardrailLegs
 	}
 	if cfg.Instances > 1 && slices.Contains(cfg.Legs, LegPoolOn) {
 		order = append(slices.Clone(AllLegs), LegPoolFixed)
@@ -306,8 +332,8 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			return nil, fmt.Errorf("compare: %s: %w", legName(cfg.Protocol, id), err)
 		}
 		out.Legs = append(out.Legs, leg)
-		if cfg.Protocol == load.ProtocolGemini {
-			continue // its own table (GeminiMarkdown)
+		if cfg.Protocol == load.ProtocolGemini || cfg.Protocol == ProtocolGuardrails {
+			continue // its own table (GeminiMarkdown, GuardrailsMarkdown)
 		}
 		rl := &report.Leg{Name: leg.Name, Summary: leg.Combined, PoolHitRate: leg.PoolHitRate}
 		switch id {
@@ -373,6 +399,16 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			}
 			set["CONFIG_FILE"], set[geminiKeyVar] = path, upstreamKey
 		}
+		if cfg.Protocol == ProtocolGuardrails {
+			path, err := guardrailsConfigFile(dir, id, mock)
+			if err != nil {
+				return nil, err
+			}
+			set["CONFIG_FILE"], set[guardrailsKeyVar] = path, upstreamKey
+			// Six gateways a run: each stops once its load has ended, with
+			// nobody to warn, so without the 5 s drain grace.
+			set["DRAIN_GRACE_SECS"] = "0"
+		}
 		if id == LegPoolOnRedis {
 			stop, err := withRedis(ctx, cfg, set, dir)
 			if err != nil {
@@ -434,7 +470,7 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 	}
 	newClient := func() (*load.Client, error) {
 		return load.NewClient(load.Config{URL: target, Key: key, Timeout: cfg.Timeout, Turns: cfg.Turns,
-			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf, Protocol: protocol})
+			Audio: cfg.Audio, SourceIPs: cfg.SourceIPs, TLS: tlsConf, Protocol: protocol, Flow: legFlow(cfg.Protocol, id)})
 	}
 	client, err := newClient()
 	if err != nil {
@@ -477,7 +513,7 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 			if m, merr = startMeter(gw); merr != nil {
 				say("%s: no gateway CPU and RSS: %v", leg.Name, merr)
 			} else if leg.Gateway == nil {
-				leg.Gateway = &GatewayUsage{}
+				leg.Gateway = &GatewayUsage{IdleRSS: m.before.RSS}
 			}
 		}
 		if m == nil {
@@ -529,6 +565,9 @@ func runLeg(ctx context.Context, cfg Config, id string, mock *proc.Mockai, upstr
 		for i := range metricsURLs {
 			leg.InstanceHitRates = append(leg.InstanceHitRates, hitRate(hitsBefore[i], hitsAfter[i]))
 		}
+	}
+	if cfg.Protocol == ProtocolGuardrails && gw != nil {
+		leg.Guard = readGuardrailActivity(ctx, gw.MetricsURL(), usageLog)
 	}
 	if cfg.Open.Rate > 0 {
 		if leg.Open, err = runOpenLeg(ctx, cfg, client, metricsURLs, prefix, leg.Name, say); err != nil {

@@ -93,7 +93,7 @@ func geminiURL(mock *proc.Mockai) string { return mockRoot(mock) + load.GeminiPa
 // legProtocol is what leg id's calls speak: a Gemini run's gateway legs
 // take wsbench's Realtime client.
 func legProtocol(p load.Protocol, id string) load.Protocol {
-	if p == load.ProtocolGemini && id != LegDirect {
+	if (p == load.ProtocolGemini && id != LegDirect) || p == ProtocolGuardrails {
 		return load.ProtocolRealtime
 	}
 	return p
@@ -101,6 +101,9 @@ func legProtocol(p load.Protocol, id string) load.Protocol {
 
 // legName is leg id's name in the tables.
 func legName(p load.Protocol, id string) string {
+	if p == ProtocolGuardrails {
+		return guardrailLegName(id)
+	}
 	if p == load.ProtocolGemini {
 		switch id {
 		case LegDirect:
@@ -152,6 +155,9 @@ func (c Config) checkGemini() []error {
 type GatewayUsage struct {
 	CPU     time.Duration
 	PeakRSS int64 // bytes
+	// IdleRSS is the RSS read just before the first run: the gateway
+	// started, healthy and warmed up, no session yet.
+	IdleRSS int64
 	// Ticks is CPU in /proc's USER_HZ ticks (10 ms): the reading's grain.
 	Ticks uint64
 	// Calls and Turns are the runs' calls and the turns that streamed audio
@@ -180,6 +186,7 @@ type jsonGatewayUsage struct {
 	CPUMS        float64 `json:"cpu_ms"`
 	CPUTicks     uint64  `json:"cpu_ticks"`
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	IdleRSSBytes int64   `json:"idle_rss_bytes"`
 	Calls        int     `json:"calls"`
 	Turns        int     `json:"turns"`
 	PerCallMS    float64 `json:"cpu_per_call_ms"`
@@ -190,7 +197,7 @@ func gatewayUsageJSON(g *GatewayUsage) *jsonGatewayUsage {
 	if g == nil {
 		return nil
 	}
-	return &jsonGatewayUsage{CPUMS: stats.Millis(g.CPU), CPUTicks: g.Ticks, PeakRSSBytes: g.PeakRSS, Calls: g.Calls, Turns: g.Turns,
+	return &jsonGatewayUsage{CPUMS: stats.Millis(g.CPU), CPUTicks: g.Ticks, PeakRSSBytes: g.PeakRSS, IdleRSSBytes: g.IdleRSS, Calls: g.Calls, Turns: g.Turns,
 		PerCallMS: stats.Millis(g.PerCall()), PerTurnMS: stats.Millis(g.PerTurn())}
 }
 

@@ -27,7 +27,7 @@ type jsonResults struct {
 		Pool        string   `json:"pool_on_size"`
 		Audio       bool     `json:"audio"`
 		Upstream    string   `json:"upstream"` // "tls" (wss://) or "plain" (ws://)
-		Protocol    string   `json:"protocol"` // realtime, live or gemini
+		Protocol    string   `json:"protocol"` // realtime, live, gemini or guardrails
 		Turns       int      `json:"turns"`
 		Profile     struct {
 			UpgradeDelayMS    float64 `json:"upgrade_delay_ms"`
@@ -48,6 +48,9 @@ type jsonResults struct {
 	// Gemini is a -protocol gemini run's CPU ratio (nil otherwise, or
 	// without both gateway legs).
 	Gemini *jsonGeminiRatio `json:"gemini_cpu_per_turn,omitempty"`
+	// Guardrails are a -protocol guardrails run's legs' costs against
+	// their baselines (guardrails.go).
+	Guardrails []jsonLegCost `json:"guardrail_costs,omitempty"`
 }
 
 // jsonGeminiRatio is GeminiRatio in results.json.
@@ -71,6 +74,8 @@ type jsonLeg struct {
 	// Gateway is the leg's gateway process over the closed-loop runs
 	// (GatewayUsage); absent for direct and with several instances.
 	Gateway *jsonGatewayUsage `json:"gateway,omitempty"`
+	// Guard is a guardrails run's leg's checks and records.
+	Guard *jsonGuardrailActivity `json:"guardrails,omitempty"`
 }
 
 type jsonRun struct {
@@ -105,13 +110,17 @@ func writeOutputs(out *Outcome, cfg Config, started time.Time) error {
 	r.Config.Profile.DeltaIntervalMS = stats.Millis(p.DeltaInterval)
 	r.Config.Profile.FloorMS = stats.Millis(p.FloorFor(cfg.Turns))
 	r.Table = out.Markdown()
+	if out.Protocol == ProtocolGuardrails {
+		r.Guardrails = legCostsJSON(out.guardrailCosts())
+	}
 	if g := out.geminiRatio(); g != nil {
 		r.Gemini = &jsonGeminiRatio{TranslatedMS: stats.Millis(g.Translated), VerbatimMS: stats.Millis(g.Verbatim), Ratio: g.Ratio}
 	}
 	r.Config.OpenLoop, r.OpenTable = openConfigJSON(cfg), out.OpenMarkdown()
 	for _, leg := range out.Legs {
 		jl := jsonLeg{ID: leg.ID, Name: leg.Name, Combined: leg.Combined, PoolHitRate: leg.PoolHitRate,
-			P50SpreadMS: map[string]float64{}, Open: openRunJSON(leg.Open), Gateway: gatewayUsageJSON(leg.Gateway)}
+			P50SpreadMS: map[string]float64{}, Open: openRunJSON(leg.Open), Gateway: gatewayUsageJSON(leg.Gateway),
+			Guard: guardrailActivityJSON(leg.Guard)}
 		for _, run := range leg.Runs {
 			jl.Runs = append(jl.Runs, jsonRun{Summary: run.Summary, Split: run.Split, P50MS: phaseP50s(run.Summary),
 				PoolHitRate: run.PoolHitRate, Samples: run.Result.Samples})
@@ -172,10 +181,19 @@ func htmlPage(out *Outcome, cfg Config, r jsonResults) report.Page {
 		header, rows := out.geminiRows()
 		page.Tables = append(page.Tables, report.Table{Title: "Comparison (closed loop)", Header: header, Rows: rows})
 		page.Notes = append(page.Notes, strings.Split(strings.TrimSpace(out.GeminiSummary(cfg)), "\n")...)
+	} else if out.Protocol == ProtocolGuardrails {
+		page.Notes[0] = fmt.Sprintf("%d calls per run, %d turns each, %d concurrent, %d runs per leg, per-call timeout %v; legs: %s, each a gateway (pool off) "+
+			"with its CONFIG_FILE (gateway-<leg>.yaml in this directory): the baseline with neither record nor guardrail, the conversation record, "+
+			"or one litellm_content_filter guardrail (blocked words that no text of the run holds) in one mode.",
+			cfg.N, max(cfg.Turns, 1), cfg.Concurrency, cfg.Runs, cfg.Timeout, strings.Join(cfg.Legs, ", "))
+		page.Notes[2] = "Phases: dial = TCP + upgrade until the 101; session = 101 to session.created; first audio = a turn's commit (after a 100 ms append) to its answer's first audio delta; total = call start to the last turn's response.done and a clean close."
+		header, rows := out.guardrailRows()
+		page.Tables = append(page.Tables, report.Table{Title: "Cost against pool-off (closed loop)", Header: header, Rows: rows})
+		page.Notes = append(page.Notes, strings.Split(strings.TrimSpace(out.GuardrailsSummary(cfg)), "\n")...)
 	} else {
 		page.Tables = append(page.Tables, report.Table{Title: "Comparison (closed loop)", Header: out.Comparison.Header(), Rows: out.Comparison.Rows()})
 	}
-	if rows := out.gatewayRows(); out.Protocol != load.ProtocolGemini && rows != nil {
+	if rows := out.gatewayRows(); out.Protocol != load.ProtocolGemini && out.Protocol != ProtocolGuardrails && rows != nil {
 		page.Tables = append(page.Tables, report.Table{Title: "Gateway process (closed loop)",
 			Header: []string{"leg", "CPU", "CPU / call", "CPU / turn", "RSS (peak)"}, Rows: rows})
 	}
@@ -262,15 +280,21 @@ func protocolName(p load.Protocol) string {
 		return "GPT-Live (pool on: LIVE_POOL_SIZE)"
 	case load.ProtocolGemini:
 		return "Gemini Live (direct, and translated from the Realtime API by the gateway)"
+	case ProtocolGuardrails:
+		return "Realtime with the conversation record and each guardrail mode"
 	}
 	return "Realtime"
 }
 
 // Markdown is the run's closed-loop table: the comparison, or with
-// -protocol gemini the Gemini table.
+// -protocol gemini the Gemini table, with -protocol guardrails the
+// guardrails table.
 func (out *Outcome) Markdown() string {
-	if out.Protocol == load.ProtocolGemini {
+	switch out.Protocol {
+	case load.ProtocolGemini:
 		return out.GeminiMarkdown()
+	case ProtocolGuardrails:
+		return out.GuardrailsMarkdown()
 	}
 	return out.Comparison.Markdown()
 }
@@ -292,7 +316,7 @@ func (out *Outcome) gatewayRows() [][]string {
 // Live runs ("" without one; the Gemini table has these rows itself).
 func (out *Outcome) GatewayMarkdown() string {
 	rows := out.gatewayRows()
-	if rows == nil || out.Protocol == load.ProtocolGemini {
+	if rows == nil || out.Protocol == load.ProtocolGemini || out.Protocol == ProtocolGuardrails {
 		return ""
 	}
 	return report.MarkdownTable([]string{"leg", "gateway CPU", "CPU / call", "CPU / turn", "gateway RSS (peak)"}, "lrrrr", rows)

@@ -61,6 +61,9 @@ type Config struct {
 	VADSilence time.Duration
 	// vadUpdate is the session.update a VAD call sends.
 	vadUpdate []byte
+	// Flow is what each turn sends instead of turns.go's manual or VAD
+	// turns (flows.go); Realtime only, without VAD or Audio.
+	Flow Flow
 }
 
 // Client makes calls. It is safe for concurrent use.
@@ -90,6 +93,9 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.BufferSize = 4096
 	}
 	if err := checkTurns(&cfg); err != nil {
+		return nil, err
+	}
+	if err := checkFlow(&cfg); err != nil {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, header: http.Header{}}
@@ -167,7 +173,7 @@ func (c *Client) CallFor(ctx context.Context, start time.Time, length time.Durat
 		s = c.callLive(ctx, start, length)
 	case c.geminiSetup != nil:
 		s = c.callGemini(ctx, start, length)
-	case c.cfg.Turns > 1 || c.cfg.VAD:
+	case c.cfg.Turns > 1 || c.cfg.VAD || c.cfg.Flow != FlowTurns:
 		s = c.callTurns(ctx, start, length)
 	default:
 		var sess *session

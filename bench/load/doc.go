@@ -36,6 +36,7 @@
 //	                          means the TCP connection dropped without a close frame
 //	response_<status>         response.done carried a status other than completed
 //	no_audio                  response.done (Gemini: turnComplete) arrived without any audio
+//	no_tool_call              FlowTool: the tool turn's response.done came without a function call
 //	interrupted               Gemini: serverContent.interrupted ended the model's turn
 //	vad_early_stop            -vad: speech_stopped arrived while the client was
 //	                          still sending speech
@@ -56,4 +57,9 @@
 // manual or server-VAD ones, and the first turn's first audio is reported
 // apart from the later turns'; Client.callTurns says what each turn sends and from
 // when its first audio is measured. A failure names its turn in Detail.
+//
+// With Config.Flow (flows.go) each turn is one 100 ms append and a commit,
+// measured from the commit, followed by response.create (FlowCommit),
+// nothing (FlowServerAnswers: the server answers by itself) or a tool call
+// answered with its output (FlowTool): the guardrail benchmark's calls.
 package load

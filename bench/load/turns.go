@@ -114,7 +114,8 @@ func checkTurns(cfg *Config) error {
 // turnFailure is a failed turn, already classified.
 type turnFailure struct{ class, detail string }
 
-// callTurns runs a call of several manual or VAD turns (see above).
+// callTurns runs a call of several manual or VAD turns (see above), or
+// of a flow's turns (flows.go).
 func (c *Client) callTurns(ctx context.Context, start time.Time, length time.Duration) Sample {
 	manualAudio := c.cfg.Audio && !c.cfg.VAD
 	sess, s := c.open(ctx, start, manualAudio, callReadBuffer)
@@ -137,12 +138,23 @@ func (c *Client) callTurns(ctx context.Context, start time.Time, length time.Dur
 			return fail(0, c.waitFailure(ctx, err, s.Reached))
 		}
 	}
+	if c.cfg.Flow == FlowTool {
+		if err := sess.conn.WriteMessage(websocket.TextMessage, msgToolSession); err != nil {
+			return fail(0, c.readFailure(ctx, err, s.Reached))
+		}
+		if err := sess.until(evSessionUpdated, c.cfg.Key); err != nil {
+			return fail(0, c.waitFailure(ctx, err, s.Reached))
+		}
+	}
 	for turn := range c.cfg.Turns {
 		var first time.Duration
 		var f *turnFailure
-		if c.cfg.VAD {
+		switch {
+		case c.cfg.Flow != FlowTurns:
+			first, f = c.flowTurn(ctx, sess, s.Reached)
+		case c.cfg.VAD:
 			first, f = c.vadTurn(ctx, sess, s.Reached)
-		} else {
+		default:
 			first, f = c.manualTurn(ctx, sess, turn, s.Reached)
 		}
 		if f != nil {

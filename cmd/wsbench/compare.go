@@ -11,6 +11,7 @@ import (
 
 	"rtgate/bench/compare"
 	"rtgate/bench/load"
+	"rtgate/bench/proc"
 	"rtgate/bench/report"
 )
 
@@ -18,7 +19,8 @@ import (
 func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, error) {
 	cfg := compare.DefaultConfig()
 	fs, quiet := settingsFlags("compare", stderr, &cfg.Settings)
-	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on, pool-on-redis (-protocol gemini: direct, gemini, pool-off)")
+	legs := fs.String("legs", strings.Join(compare.AllLegs, ","), "legs to run, comma-separated: direct, pool-off, pool-on, pool-on-redis (-protocol gemini: direct, gemini, pool-off; "+
+		"-protocol guardrails: "+strings.Join(compare.GuardrailLegs, ", ")+")")
 	fs.IntVar(&cfg.N, "n", cfg.N, "calls per run")
 	fs.IntVar(&cfg.Concurrency, "c", cfg.Concurrency, "concurrent calls")
 	fs.IntVar(&cfg.Runs, "runs", cfg.Runs, "runs per leg (samples are combined)")
@@ -26,7 +28,9 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 	fs.StringVar(&cfg.Pool, "pool", cfg.Pool, "REALTIME_POOL_SIZE for the pool-on leg: auto or a number")
 	protocol := fs.String("protocol", "realtime", "realtime, or live: GPT-Live calls (/v1/live/sessions); the pool-on leg sets LIVE_POOL_SIZE (-live-pool) instead of REALTIME_POOL_SIZE; "+
 		fmt.Sprintf("or gemini: a Gemini Live client direct, the gateway translating Realtime to a gemini/ deployment, and Realtime pool off, closed loop (-n %d -c %d -runs %d -turns %d unless given)",
-			compare.GeminiN, compare.GeminiConcurrency, compare.GeminiRuns, compare.GeminiTurns))
+			compare.GeminiN, compare.GeminiConcurrency, compare.GeminiRuns, compare.GeminiTurns)+
+		fmt.Sprintf("; or guardrails: gateways with the conversation record or one guardrail mode against one with neither, the same calls, closed loop (-n %d -c %d -runs %d -turns %d -upstream plain unless given)",
+			compare.GuardrailsN, compare.GuardrailsConcurrency, compare.GuardrailsRuns, compare.GuardrailsTurns))
 	fs.IntVar(&cfg.Turns, "turns", 1, "exchanges per call on one session (Realtime and Gemini; manual turns)")
 	fs.IntVar(&cfg.LivePool, "live-pool", 0, "with -protocol live: LIVE_POOL_SIZE for the pool-on leg (0: -c)")
 	fs.StringVar(&cfg.GatewayLogLevel, "gateway-log-level", cfg.GatewayLogLevel, "LOG_LEVEL for the gateway")
@@ -61,19 +65,36 @@ func parseCompareFlags(args []string, stderr io.Writer) (compare.Config, bool, e
 		}
 	}
 	cfg.Legs = splitList(*legs)
-	if cfg.Protocol, err0 = load.ParseProtocol(*protocol); err0 != nil {
-		return cfg, false, fmt.Errorf("-protocol: %w", err0)
+	if strings.TrimSpace(*protocol) == string(compare.ProtocolGuardrails) {
+		cfg.Protocol = compare.ProtocolGuardrails
+	} else if cfg.Protocol, err0 = load.ParseProtocol(*protocol); err0 != nil {
+		return cfg, false, fmt.Errorf("-protocol: %w (or guardrails)", err0)
 	}
-	if cfg.Protocol == load.ProtocolGemini {
-		// Bounded: make bench runs it after the Realtime and Live runs.
+	// Bounded: make bench runs them after the Realtime and Live runs.
+	var sizes map[string]int
+	var defaultLegs []string
+	switch cfg.Protocol {
+	case load.ProtocolGemini:
+		sizes = map[string]int{"n": compare.GeminiN, "c": compare.GeminiConcurrency, "runs": compare.GeminiRuns, "turns": compare.GeminiTurns}
+		defaultLegs = compare.GeminiLegs
+	case compare.ProtocolGuardrails:
+		sizes = map[string]int{"n": compare.GuardrailsN, "c": compare.GuardrailsConcurrency, "runs": compare.GuardrailsRuns, "turns": compare.GuardrailsTurns}
+		defaultLegs = compare.GuardrailLegs
+	}
+	if sizes != nil {
 		for name, v := range map[string]*int{"n": &cfg.N, "c": &cfg.Concurrency, "runs": &cfg.Runs, "turns": &cfg.Turns} {
 			if !set[name] {
-				*v = map[string]int{"n": compare.GeminiN, "c": compare.GeminiConcurrency, "runs": compare.GeminiRuns, "turns": compare.GeminiTurns}[name]
+				*v = sizes[name]
 			}
 		}
 		if !set["legs"] {
-			cfg.Legs = slices.Clone(compare.GeminiLegs)
+			cfg.Legs = slices.Clone(defaultLegs)
 		}
+	}
+	if cfg.Protocol == compare.ProtocolGuardrails && !set["upstream"] {
+		// What a guardrail costs is the gateway reading events, which
+		// TLS to the upstream does not change: plain unless asked.
+		cfg.Upstream = proc.UpstreamPlain
 	}
 	if err := parseOpen(cfg.Protocol != load.ProtocolRealtime); err != nil {
 		return cfg, false, err
@@ -122,10 +143,13 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "\nmockai latency floor %s; direct total p50 is %s above it (client + loopback + mockai overhead)\n",
 			report.FormatMS(floor), report.FormatMS(d.Combined.Total.P50-floor))
 	}
-	if cfg.Protocol == load.ProtocolGemini {
+	switch {
+	case cfg.Protocol == load.ProtocolGemini:
 		fmt.Fprintf(stdout, "\n%s", out.GeminiSummary(cfg))
-	} else if gw := out.GatewayMarkdown(); gw != "" {
-		fmt.Fprintf(stdout, "\ngateway process, closed-loop runs (CPU from /proc, 10 ms ticks; peak RSS read every 200 ms)\n\n%s", gw)
+	case cfg.Protocol == compare.ProtocolGuardrails:
+		fmt.Fprintf(stdout, "\n%s", out.GuardrailsSummary(cfg))
+	case out.GatewayMarkdown() != "":
+		fmt.Fprintf(stdout, "\ngateway process, closed-loop runs (CPU from /proc, 10 ms ticks; peak RSS read every 200 ms)\n\n%s", out.GatewayMarkdown())
 	}
 	fmt.Fprintf(stdout, "\nfirst burst and steady state, per closed-loop run (the pool-on leg's run 1 starts against a fresh gateway)\n\n%s", out.BurstMarkdown())
 	if open := out.OpenMarkdown(); open != "" {

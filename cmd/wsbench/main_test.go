@@ -221,6 +221,21 @@ func TestParseCompareFlags(t *testing.T) {
 		cfg.Turns != 2 || cfg.Runs != 2 || strings.Join(cfg.Legs, ",") != "gemini,pool-off" || cfg.Upstream != proc.UpstreamPlain {
 		t.Errorf("gemini overrides: %+v, %v", cfg, err)
 	}
+	// Guardrails: the same, with its legs.
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "guardrails"}, &stderr); err != nil || cfg.Protocol != compare.ProtocolGuardrails ||
+		cfg.N != compare.GuardrailsN || cfg.Concurrency != compare.GuardrailsConcurrency || cfg.Runs != compare.GuardrailsRuns ||
+		cfg.Turns != compare.GuardrailsTurns || strings.Join(cfg.Legs, ",") != "pool-off,record,input,output,tool-none,tool" ||
+		cfg.Open.Rate != 0 || cfg.Upstream != proc.UpstreamPlain {
+		t.Errorf("guardrails defaults: %+v, %v", cfg, err)
+	}
+	if cfg, _, err := parseCompareFlags([]string{"-protocol", "guardrails", "-n", "60", "-turns", "2", "-legs", "pool-off,output",
+		"-upstream", "tls"}, &stderr); err != nil || cfg.N != 60 || cfg.Concurrency != compare.GuardrailsConcurrency || cfg.Turns != 2 ||
+		strings.Join(cfg.Legs, ",") != "pool-off,output" || cfg.Upstream != proc.UpstreamTLS {
+		t.Errorf("guardrails overrides: %+v, %v", cfg, err)
+	}
+	if _, _, err := parseCompareFlags([]string{"-protocol", "guardrail"}, &stderr); err == nil || !strings.Contains(err.Error(), "or guardrails") {
+		t.Errorf("-protocol guardrail: %v", err)
+	}
 	if cfg, _, err := parseCompareFlags([]string{"-turns", "3"}, &stderr); err != nil || cfg.Turns != 3 || cfg.N != 2000 {
 		t.Errorf("realtime -turns 3: %+v, %v", cfg, err)
 	}
@@ -282,6 +297,9 @@ func TestRunCompareBadInput(t *testing.T) {
 		{"gemini with audio", []string{"-protocol", "gemini", "-audio"}, 1, "does not take -audio"},
 		{"gemini open loop", []string{"-protocol", "gemini", "-rate", "10"}, 1, "closed-loop only"},
 		{"gemini leg without gemini", []string{"-legs", "direct,gemini"}, 1, "-protocol gemini's"},
+		{"guardrails pool on", []string{"-protocol", "guardrails", "-legs", "pool-off,pool-on"}, 1, "-protocol guardrails has no pool-on leg"},
+		{"guardrails open loop", []string{"-protocol", "guardrails", "-rate", "10"}, 1, "closed-loop only"},
+		{"guardrail leg without guardrails", []string{"-legs", "pool-off,record"}, 1, "the record leg is -protocol guardrails'"},
 		{"turns with live", []string{"-protocol", "live", "-turns", "2"}, 1, "-turns 2"},
 	})
 }

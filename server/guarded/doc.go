@@ -19,8 +19,11 @@
 // session.updated.
 //
 //	state      event                                          next, and what is sent
-//	open       session.created                                open: the gateway's session.update
-//	                                                          (create_response false, transcription on)
+//	starting   a client event                                 starting: held (a turn committed before
+//	                                                          the gateway's update would go unchecked)
+//	starting   session.created                                open: the gateway's session.update
+//	                                                          (create_response false, transcription
+//	                                                          on), then the held events, in order
 //	open       client session.update                          open: create_response noted, sent false
 //	open       input_audio_buffer.committed                   awaiting (its item)
 //	awaiting   client response.create                         awaiting: held

@@ -106,6 +106,13 @@ func New(cfg Config) *Session {
 	s.listen.clientAuto = true // OpenAI's default: server VAD answers each turn
 	s.listen.awaiting, s.listen.arrived = map[string]bool{}, map[string]bool{}
 	s.calls.byItem = map[string]*call{}
+	if len(s.input) > 0 {
+		// The client's events wait for the session's start: the
+		// gateway's own session.update (answers off, transcription on)
+		// must reach the upstream before any turn the client commits,
+		// or that turn would be answered unchecked, or never (listen.go).
+		s.text.holding = true
+	}
 	// The strictest settings of the session's guardrails apply; the
 	// spoken warning is the input guardrails' (only they speak one).
 	for _, set := range []guardrail.Set{s.input, s.preCall, s.tools, s.outputs} {

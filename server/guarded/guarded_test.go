@@ -147,6 +147,7 @@ func TestClientSessionUpdate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &relay{}
 			s := New(Config{Relay: r, Guardrails: guardrail.Set{filter(t, "g", guardrail.InputTranscription, "secret")}})
+			start(t, s)
 			out, _ := translate(s.FromClient(), tc.update)
 			if len(out) != 1 {
 				t.Fatalf("emitted %v", out)
@@ -178,27 +179,53 @@ func TestClientSessionUpdate(t *testing.T) {
 	}
 }
 
+// start runs an upstream's session.created through s, and waits until the
+// client's events go on.
+func start(t *testing.T, s *Session) {
+	t.Helper()
+	translate(s.FromUpstream(), `{"type":"session.created","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad"},"transcription":null}}}}`)
+	waitUntil(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return !s.text.holding })
+}
+
 // TestUpstreamSessionCreated: the first session.created makes the gateway
 // turn answers off and transcription on upstream (once), and the client
-// sees the session as it was.
+// sees the session as it was. The client's events sent before it (a turn
+// committed at once) wait, and reach the upstream after the gateway's
+// update: else that turn would be answered unchecked.
 func TestUpstreamSessionCreated(t *testing.T) {
-	s := New(Config{Relay: &relay{}, Guardrails: guardrail.Set{filter(t, "g", guardrail.InputTranscription, "secret")}})
+	r := &relay{}
+	s := New(Config{Relay: r, Guardrails: guardrail.Set{filter(t, "g", guardrail.InputTranscription, "secret")}})
+	early, _ := translate(s.FromClient(), `{"type":"input_audio_buffer.commit"}`)
+	if len(early) != 0 {
+		t.Fatalf("a commit before the session's start went on: %v", early)
+	}
 	created := `{"type":"session.created","session":{"type":"realtime","audio":{"input":{"turn_detection":{"type":"server_vad","create_response":true},"transcription":null}}}}`
-	out, replied := translate(s.FromUpstream(), created)
-	if len(out) != 1 || len(replied) != 1 {
-		t.Fatalf("emitted %v, replied %v", out, replied)
+	out, _ := translate(s.FromUpstream(), created)
+	if len(out) != 1 {
+		t.Fatalf("emitted %v", out)
 	}
 	if cr := dig(decode(t, out[0]), "session", "audio", "input", "turn_detection", "create_response"); cr != true {
 		t.Fatalf("the client sees create_response %v", cr)
 	}
-	own := decode(t, replied[0])
+	waitUntil(t, func() bool { u, _ := r.snapshot(); return len(u) == 2 })
+	up, _ := r.snapshot()
+	own := decode(t, up[0])
 	if own["type"] != "session.update" || !strings.HasPrefix(own["event_id"].(string), "event_gw_own_") ||
 		dig(own, "session", "audio", "input", "turn_detection", "create_response") != false ||
 		dig(own, "session", "audio", "input", "transcription", "model") != DefaultTranscriptionModel {
-		t.Fatalf("the gateway's update %s", replied[0])
+		t.Fatalf("the gateway's update %s", up[0])
 	}
-	if _, again := translate(s.FromUpstream(), created); len(again) != 0 {
-		t.Fatalf("a second session.created got another update: %v", again)
+	if decode(t, up[1])["type"] != "input_audio_buffer.commit" {
+		t.Fatalf("upstream got %v, want the gateway's update, then the client's commit", up)
+	}
+	waitUntil(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return !s.text.holding })
+	if later, _ := translate(s.FromClient(), `{"type":"input_audio_buffer.commit"}`); len(later) != 1 {
+		t.Fatalf("a commit after the start was held: %v", later)
+	}
+	translate(s.FromUpstream(), created)
+	time.Sleep(20 * time.Millisecond) // a second update would go on its own goroutine
+	if up, _ := r.snapshot(); len(up) != 2 {
+		t.Fatalf("a second session.created got another update: %v", up[2:])
 	}
 }
 

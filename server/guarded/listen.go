@@ -146,22 +146,24 @@ func withCreate(td map[string]any, create bool) map[string]any {
 
 // upstreamSession reads the upstream's session.created or session.updated:
 // it notes what the upstream holds, puts the client's create_response back
-// in what the client gets, and, the first time, returns the gateway's own
-// session.update (create_response off, transcription on) for the upstream.
-func (s *Session) upstreamSession(p []byte) (client, own []byte) {
+// in what the client gets, and, the first time (first), returns the
+// gateway's own session.update (create_response off, transcription on)
+// for the upstream, nil when the session needs none.
+func (s *Session) upstreamSession(p []byte) (client, own []byte, first bool) {
 	se, ok := readSession(p)
-	if !ok || se.input == nil {
-		return p, nil
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := &s.listen
+	first = !l.injected
+	l.injected = true
+	if !ok || se.input == nil {
+		return p, nil, first
+	}
 	l.beta = se.beta
 	td, _ := se.input[se.tdKey()].(map[string]any)
 	tr := se.input[se.trKey()]
 	l.upTD, l.upTranscribe = td, tr
-	if !l.injected {
-		l.injected = true
+	if first {
 		change := map[string]any{}
 		if td != nil && td["create_response"] != false {
 			change[se.tdKey()] = withCreate(td, false)
@@ -181,9 +183,19 @@ func (s *Session) upstreamSession(p []byte) (client, own []byte) {
 	}
 	if td != nil {
 		se.input[se.tdKey()] = withCreate(td, l.clientAuto)
-		return se.bytes(), own
+		return se.bytes(), own, first
 	}
-	return p, own
+	return p, own, first
+}
+
+// started sends the gateway's own session.update (own, if any), then the
+// client's events that waited for the session's start, in order (their
+// user texts checked on the way, checkTexts).
+func (s *Session) started(own []byte) {
+	if own != nil {
+		s.toUpstream(own)
+	}
+	s.checkTexts(nil, event{})
 }
 
 // TranscriptWait bounds how long a committed turn waits for its

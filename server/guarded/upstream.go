@@ -75,10 +75,10 @@ func (u *upstreamSide) Translate(op ws.OpCode, p []byte, out *frames.Output) {
 	switch string(typ) {
 	case "session.created", "session.updated":
 		if len(s.input) > 0 {
-			client, own := s.upstreamSession(p)
+			client, own, first := s.upstreamSession(p)
 			out.Text(client)
-			if own != nil {
-				out.Reply(own)
+			if first {
+				go s.started(own)
 			}
 			return
 		}
