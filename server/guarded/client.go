@@ -60,6 +60,10 @@ func (s *Session) route(typ, p []byte) []byte {
 		if s.dropBlockedCreate() || len(s.input) > 0 && s.holdCreate(p) {
 			return nil
 		}
+	case "input_audio_buffer.commit":
+		if len(s.input) > 0 {
+			s.clientCommit()
+		}
 	case "conversation.item.create":
 		s.mu.Lock()
 		s.text.dropCreate = false

@@ -25,6 +25,8 @@
 //	                                                          (create_response false, transcription
 //	                                                          on), then the held events, in order
 //	open       client session.update                          open: create_response noted, sent false
+//	open       client input_audio_buffer.commit               awaiting (its item, once committed says it;
+//	                                                          an empty buffer's error ends the wait)
 //	open       input_audio_buffer.committed                   awaiting (its item)
 //	awaiting   client response.create                         awaiting: held
 //	awaiting   transcription.completed                        checking: the client gets the transcript

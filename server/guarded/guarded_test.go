@@ -335,3 +335,54 @@ func waitUntil(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met in 5 s")
 }
+
+// TestManualTurnWaitsForItsCheck: a client that commits its turns and asks
+// for each answer itself (no turn detection) sends response.create right
+// behind its commit, before the upstream has said committed: the create
+// waits for the turn's transcript check, then goes on; on a block it is
+// dropped and the model is asked for the warning instead; after a commit of
+// an empty buffer (the upstream's error) it goes on at once.
+func TestManualTurnWaitsForItsCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name, transcript string
+		empty            bool
+		want             []string // the types the upstream gets from the gateway after the start
+	}{
+		{"clean", "what is the weather", false, []string{"response.create"}},
+		{"blocked", "my secret is out", false, []string{"response.cancel", "conversation.item.delete", "conversation.item.create", "response.create"}},
+		{"empty buffer", "", true, []string{"response.create"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &relay{}
+			s := New(Config{Relay: r, Guardrails: guardrail.Set{filter(t, "g", guardrail.InputTranscription, "secret")}})
+			start(t, s)
+			translate(s.FromClient(), `{"type":"session.update","session":{"type":"realtime","audio":{"input":{"turn_detection":null}}}}`)
+			before, _ := r.snapshot()
+			if out, _ := translate(s.FromClient(), `{"type":"input_audio_buffer.commit"}`); len(out) != 1 {
+				t.Fatalf("the commit: %v", out)
+			}
+			if out, _ := translate(s.FromClient(), `{"type":"response.create","event_id":"mine"}`); len(out) != 0 {
+				t.Fatalf("the response.create went on before the turn's check: %v", out)
+			}
+			up := s.FromUpstream()
+			if tc.empty {
+				translate(up, `{"type":"error","error":{"type":"invalid_request_error","code":"input_audio_buffer_commit_empty"}}`)
+			} else {
+				translate(up, `{"type":"input_audio_buffer.committed","item_id":"item_u1"}`)
+				translate(up, `{"type":"conversation.item.input_audio_transcription.completed","item_id":"item_u1","transcript":"`+tc.transcript+`"}`)
+			}
+			waitUntil(t, func() bool { u, _ := r.snapshot(); return len(u)-len(before) == len(tc.want) })
+			after, _ := r.snapshot()
+			var got []string
+			for _, p := range after[len(before):] {
+				got = append(got, decode(t, p)["type"].(string))
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("upstream got %v, want %v", got, tc.want)
+			}
+			if !tc.empty && tc.name == "clean" && decode(t, after[len(before)])["event_id"] != "mine" {
+				t.Fatalf("the client's own response.create was not the one sent: %s", after[len(before)])
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ type listenState struct {
 	clientAuto bool            // the client wants an answer to each turn (its create_response)
 	injected   bool            // the gateway's session.update went out
 	awaiting   map[string]bool // committed turns whose transcript is not checked yet
+	commits    int             // the client's commits the upstream has not answered yet (committed, or an error)
 	arrived    map[string]bool // those of them whose transcript came (their check runs)
 	held       [][]byte        // the client's response.creates waiting for the checks
 	// What the upstream's session says (before the client's view is put
@@ -204,11 +205,43 @@ func (s *Session) started(own []byte) {
 // cannot hold the client's response.create for ever.
 const TranscriptWait = 10 * time.Second
 
+// clientCommit notes the client's own commit: its turn is awaited from
+// now, before the upstream says committed, so that a response.create sent
+// right behind it waits for the turn's check too. A commit the upstream
+// never answers (an empty buffer's error, a lost event) stops counting
+// when it errs, or after TranscriptWait.
+func (s *Session) clientCommit() {
+	s.mu.Lock()
+	s.listen.commits++
+	s.mu.Unlock()
+	time.AfterFunc(TranscriptWait, func() { s.commitAnswered(false) })
+}
+
+// commitAnswered counts one of the client's commits answered (committed:
+// the turn is awaited by its item now; else an error or the wait ran out),
+// and lets the held response.creates go when nothing is awaited any more.
+func (s *Session) commitAnswered(committed bool) {
+	s.mu.Lock()
+	l := &s.listen
+	if l.commits == 0 || s.ended {
+		s.mu.Unlock()
+		return
+	}
+	l.commits--
+	var creates [][]byte
+	if !committed && l.commits == 0 && len(l.awaiting) == 0 {
+		creates, l.held = l.held, nil
+	}
+	s.mu.Unlock()
+	s.toUpstream(creates...)
+}
+
 // committed notes a user turn whose transcript the input guardrails await.
 func (s *Session) committed(itemID string) {
 	s.mu.Lock()
 	s.listen.awaiting[itemID] = true
 	s.mu.Unlock()
+	s.commitAnswered(true)
 	time.AfterFunc(TranscriptWait, func() {
 		s.mu.Lock()
 		waiting := s.listen.awaiting[itemID] && !s.listen.arrived[itemID] && !s.ended
@@ -224,7 +257,7 @@ func (s *Session) committed(itemID string) {
 func (s *Session) holdCreate(p []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.listen.awaiting) == 0 {
+	if len(s.listen.awaiting) == 0 && s.listen.commits == 0 {
 		return false
 	}
 	s.listen.held = append(s.listen.held, append([]byte(nil), p...))
@@ -255,7 +288,7 @@ func (s *Session) transcribed(itemID, transcript string, failed bool) {
 		delete(l.awaiting, itemID)
 		delete(l.arrived, itemID)
 		var creates [][]byte
-		if len(l.awaiting) == 0 {
+		if len(l.awaiting) == 0 && l.commits == 0 {
 			creates, l.held = l.held, nil
 		}
 		auto := l.clientAuto

@@ -1,6 +1,7 @@
 package guarded
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -81,6 +82,10 @@ func (u *upstreamSide) Translate(op ws.OpCode, p []byte, out *frames.Output) {
 				go s.started(own)
 			}
 			return
+		}
+	case "error":
+		if len(s.input) > 0 && bytes.Contains(p, []byte(`"input_audio_buffer_commit_empty"`)) {
+			s.commitAnswered(false) // a commit of nothing: no turn to await
 		}
 	case "input_audio_buffer.committed":
 		if len(s.input) > 0 {
