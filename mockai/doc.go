@@ -271,6 +271,21 @@
 // lists the sessions with their usage, and /mock/live/incoming,
 // /mock/live/sessions/{id}/respond and …/end play what OpenAI's side would do.
 //
+// What a Live session says is scripted by the same fields as a Realtime
+// one's (all off by default: then every turn's transcripts are
+// LiveTranscript, as before). Each session.input_audio.append is a user
+// turn the model answers: the session's Nth append gets
+// InputTranscripts[(N-1) % len] as its session.input_transcript.delta, and
+// with OutputTranscripts its answer is AudioDeltas output audio deltas
+// (AudioDeltaInterval apart), each followed by a
+// session.output_transcript.delta with the words it covers (spread as for
+// Realtime; a delta that covers none has no transcript event) whose
+// start_ms/end_ms are that audio delta's place on the output timeline
+// (AudioDeltaBytes at 48 bytes a millisecond, whatever the session's
+// format). LiveConfig.ClientDelegations ends each answer with a
+// session.delegation.created of target client. OutputTranscriptLag and
+// TranscriptionDelay do not apply to Live.
+//
 // # Realtime translation
 //
 // WS /v1/realtime/translations?model=… (and Azure's

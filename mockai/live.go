@@ -68,6 +68,12 @@ type LiveConfig struct {
 	// own metering sideband is tested against this). Negative refuses
 	// every sideband.
 	MaxSidebands int
+	// ClientDelegations: each answer to input audio ends with a
+	// session.delegation.created of target client (id del_…, offset_ms
+	// at the answer's end), as when the model hands a task to the app,
+	// in a session whose delegation is client (omitted, null or type
+	// client). Its task is the turn's words (the event carries none).
+	ClientDelegations bool
 }
 
 const (
@@ -152,6 +158,7 @@ type liveSession struct {
 	inBytes   int64   // input audio received (or simulated)
 	inRate    float64 // input audio bytes per second
 	outMs     int64   // output timeline, for reflected start_ms/end_ms
+	turns     int     // input audio appends so far: each is a turn, answered (scripted texts' index)
 	reason    string
 	seconds   float64 // final, once closed
 	closedOut bool

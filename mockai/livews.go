@@ -24,6 +24,8 @@ import (
 //	session.input_audio.append -> session.input_transcript.delta, session.output_audio.delta
 //	                              (AudioDeltaBytes of PCM; the first after FirstAudioDelay),
 //	                              session.output_transcript.delta; reflected to sidebands
+//	                              (scripted: Config.InputTranscripts, OutputTranscripts,
+//	                              LiveConfig.ClientDelegations; mockai's doc "GPT-Live")
 //	session.update             -> session.updated (delegation and triggers only)
 //	session.close              -> session.closed (reason close_requested, final usage), close 1000
 //	response.create            -> with Responses delegation: session.delegation.created and
@@ -281,19 +283,69 @@ func (s *session) liveAppend(ls *liveSession, ev liveEvent, first bool) bool {
 	start := int64(float64(ls.inBytes) / ls.inRate * 1000)
 	ls.inBytes += n
 	end := int64(float64(ls.inBytes) / ls.inRate * 1000)
-	outStart := ls.outMs
-	outEnd := outStart + int64(s.cfg.AudioDeltaBytes/bytesPerMilli)
-	ls.outMs = outEnd
+	turn := ls.turns
+	ls.turns++
 	ls.mu.Unlock()
 	ls.reflect("session.input_audio.append", "audio", *ev.Audio, start, end)
-	_ = s.send(map[string]any{"type": "session.input_transcript.delta", "event_id": newID("event_"), "delta": LiveTranscript, "start_ms": start, "end_ms": end})
+	_ = s.send(map[string]any{"type": "session.input_transcript.delta", "event_id": newID("event_"),
+		"delta": scripted(s.cfg.InputTranscripts, turn, LiveTranscript), "start_ms": start, "end_ms": end})
 	if first && !s.srv.sleep(s.ctx, s.srv.firstAudioDelay(s.cfg)) {
 		return false
 	}
-	_ = s.send(map[string]any{"type": "session.output_audio.delta", "event_id": newID("event_"), "delta": s.srv.audioDelta})
-	ls.reflect("session.output_audio.delta", "delta", s.srv.audioDelta, outStart, outEnd)
-	_ = s.send(map[string]any{"type": "session.output_transcript.delta", "event_id": newID("event_"), "delta": LiveTranscript, "start_ms": outStart, "end_ms": outEnd})
+	// The answer: one audio delta and the default transcript, or with
+	// Config.OutputTranscripts AudioDeltas deltas (AudioDeltaInterval
+	// apart), each followed by the words it covers (liveWords).
+	deltas, plan := 1, []string{LiveTranscript}
+	if len(s.cfg.OutputTranscripts) > 0 {
+		deltas = max(s.cfg.AudioDeltas, 1)
+		plan = liveWords(scripted(s.cfg.OutputTranscripts, turn, ""), deltas)
+	}
+	for i := range deltas {
+		if i > 0 && !s.srv.sleep(s.ctx, s.cfg.AudioDeltaInterval) {
+			return false
+		}
+		ls.mu.Lock()
+		outStart := ls.outMs
+		outEnd := outStart + int64(s.cfg.AudioDeltaBytes/bytesPerMilli)
+		ls.outMs = outEnd
+		ls.mu.Unlock()
+		_ = s.send(map[string]any{"type": "session.output_audio.delta", "event_id": newID("event_"), "delta": s.srv.audioDelta})
+		ls.reflect("session.output_audio.delta", "delta", s.srv.audioDelta, outStart, outEnd)
+		if plan[i] != "" {
+			_ = s.send(map[string]any{"type": "session.output_transcript.delta", "event_id": newID("event_"), "delta": plan[i], "start_ms": outStart, "end_ms": outEnd})
+		}
+	}
+	if s.cfg.Live.ClientDelegations && ls.clientDelegation() {
+		ls.mu.Lock()
+		at := ls.outMs
+		ls.mu.Unlock()
+		_ = s.send(map[string]any{"type": "session.delegation.created", "event_id": newID("event_"), "offset_ms": at,
+			"delegation": map[string]any{"id": newID("del_"), "target": "client", "type": "delegation"}})
+	}
 	return true
+}
+
+// liveWords spreads text's words over n audio deltas, as a Realtime
+// response's scripted transcript is (transcriptPlan): the first delta
+// carries the first word; a delta may carry none.
+func liveWords(text string, n int) []string {
+	pieces := words(text)
+	plan := make([]string, n)
+	k := len(pieces)
+	for i := range plan {
+		from, to := (i*k+n-1)/n, ((i+1)*k+n-1)/n
+		plan[i] = strings.Join(pieces[from:to], "")
+	}
+	return plan
+}
+
+// clientDelegation reports whether the session delegates to its client
+// (delegation omitted, null or of type client).
+func (ls *liveSession) clientDelegation() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	d, _ := ls.config["delegation"].(map[string]any)
+	return d == nil || d["type"] == "client"
 }
 
 // update applies a session.update: only delegation and triggers may change.

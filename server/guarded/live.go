@@ -624,20 +624,23 @@ func (l *Live) checkInput(text string, end int) {
 	for {
 		v, took := s.check(s.input, guardrail.InputTranscription, guardrail.Input{Texts: []string{text}})
 		a := Action{At: time.Now(), Mode: guardrail.InputTranscription, Verdict: v, Latency: took, Checked: text}
+		ok := false
 		if v.Blocked {
 			if !l.blockInput(v, a, end) {
 				return
 			}
+			s.mu.Lock()
+			text, end, ok = st.in.next()
+			s.mu.Unlock()
 		} else {
 			s.act(a)
-			l.release(func() { st.in.settle(end) })
+			// The next check starts as this one settles: never a moment
+			// with text unchecked and no check running.
+			l.release(func() {
+				st.in.settle(end)
+				text, end, ok = st.in.next()
+			})
 		}
-		s.mu.Lock()
-		var ok bool
-		if !s.ended {
-			text, end, ok = st.in.next()
-		}
-		s.mu.Unlock()
 		if !ok {
 			return
 		}
@@ -661,10 +664,17 @@ func (l *Live) blockInput(v guardrail.Verdict, a Action, end int) bool {
 		if len(st.in.starts) > 0 {
 			from = st.in.starts[0]
 		}
+		current := len(st.in.starts) <= 1 // no newer turn began meanwhile
 		st.in.settle(end)
-		st.inBlocked = st.in.total() == end // its turn is still the current one
-		l.drop(func(h *liveHeld) bool { return h.inEnd > from })
-		st.dropping, st.ownAck = true, id
+		if current {
+			// Its further words need no check; the model's output from
+			// here is dropped until the user speaks again.
+			st.inBlocked, st.in.checked = true, st.in.total()
+			l.drop(func(h *liveHeld) bool { return h.inEnd > from })
+			st.dropping, st.ownAck = true, id
+		} else {
+			l.drop(func(h *liveHeld) bool { return h.inEnd > from && h.inEnd <= end })
+		}
 		var out [][]byte
 		if !ended {
 			out = append(out, errEv)
@@ -708,6 +718,7 @@ func (l *Live) checkOutput(text string, end int) {
 			l.cutOutput(v, a)
 			return
 		}
+		ok := false
 		s.act(a)
 		l.release(func() {
 			st.out.settle(end)
@@ -720,13 +731,10 @@ func (l *Live) checkOutput(text string, end int) {
 				kept = append(kept, m)
 			}
 			st.marks = kept
+			if !st.dropping {
+				text, end, ok = st.out.next()
+			}
 		})
-		s.mu.Lock()
-		var ok bool
-		if !s.ended && !st.dropping {
-			text, end, ok = st.out.next()
-		}
-		s.mu.Unlock()
 		if !ok {
 			return
 		}

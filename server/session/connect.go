@@ -165,7 +165,7 @@ func (m *Manager) decide(req *http.Request, live bool) (*upgrade, *refusal) {
 	if live {
 		// The model comes with session.start, after the upgrade: the
 		// key's models are checked then (keepLive).
-		return u, nil
+		return u, decideGuardrails(u) // GPT-Live's too (liveguard.go)
 	}
 	// The key's own models are checked by admit (admission.Gate.Admit), once a
 	// sideband's call owner has named its group.
@@ -322,7 +322,8 @@ func (m *Manager) open(c *clientConn, u *upgrade, rest []byte) {
 	}
 	if u.kind == kindLive {
 		info.live = newLiveState(m, sess, info, u) // before any client frame: the first is held
-		if continuityOn(m.cfg, u.key) {
+		m.guardLive(c, u.guards)                   // liveguard.go
+		if continuityOn(m.cfg, u.key) && info.live.guard == nil {
 			keepLive(c, m, sess, u)
 		}
 	} else if u.kind == kindLiveFork {

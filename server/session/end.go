@@ -99,6 +99,9 @@ func (m *Manager) sessionEnded(sess *poller.Session) {
 	if info.guard != nil {
 		info.guard.Close() // its checks in flight are for nobody now
 	}
+	if info.live != nil {
+		info.live.closeGuard()
+	}
 	m.storeRecording(info)
 	if info.conv != nil {
 		conv := info.conv.Close()

@@ -16,8 +16,9 @@ package session
 //     close) when the group has none (guardable);
 //   - resumed by continuity: a replay onto a fresh upstream would bring
 //     back the upstream's own create_response, which the guards keep off;
-//   - a transcription, translation, sideband, call or GPT-Live session:
-//     the modes read a Realtime conversation's events.
+//   - a transcription, translation, sideband or call session: the modes
+//     read a Realtime conversation's events (a GPT-Live session's are
+//     liveguard.go's).
 
 import (
 	"net/http"

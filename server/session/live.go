@@ -39,6 +39,7 @@ import (
 	"rtgate/server/balance"
 	"rtgate/server/continuity"
 	"rtgate/server/eventtype"
+	"rtgate/server/guarded"
 	"rtgate/server/protocol"
 	"rtgate/server/routes"
 	"rtgate/server/usage"
@@ -82,6 +83,9 @@ type liveState struct {
 	// refused is the code of a refusal after the upgrade ("" for none).
 	mu      sync.Mutex
 	refused string
+	// guard holds and checks the session's events for its guardrails
+	// (liveguard.go); nil for a session without any.
+	guard *guarded.Live
 }
 
 // newLiveState prepares an opened Live session, before its relay starts:
