@@ -57,12 +57,20 @@ func (it *item) userText() string {
 // gateway's mark, so an upstream error for it never reaches the client
 // (package session's gatewayevents.go).
 func ownEvent(typ string, fields map[string]any) []byte {
-	ev := map[string]any{"type": typ, "event_id": protocol.NewOwnEventID()}
+	_, p := ownEventID(typ, fields)
+	return p
+}
+
+// ownEventID is ownEvent, and the id it got (to know the upstream's answer
+// to it).
+func ownEventID(typ string, fields map[string]any) (id string, p []byte) {
+	id = protocol.NewOwnEventID()
+	ev := map[string]any{"type": typ, "event_id": id}
 	for k, v := range fields {
 		ev[k] = v
 	}
-	b, _ := json.Marshal(ev)
-	return b
+	p, _ = marshalTypeFirst(ev)
+	return id, p
 }
 
 // violationError is the client's guardrail_violation error event (LiteLLM's
@@ -77,7 +85,7 @@ func violationError(guardrailName, reason, clientEventID string) []byte {
 	if clientEventID != "" {
 		e["event_id"] = clientEventID
 	}
-	b, _ := json.Marshal(map[string]any{"type": "error", "event_id": protocol.NewEventID(), "error": e})
+	b, _ := marshalTypeFirst(map[string]any{"type": "error", "event_id": protocol.NewEventID(), "error": e})
 	return b
 }
 
@@ -92,4 +100,35 @@ func spokenWarning(message string) [][]byte {
 		}}),
 		ownEvent("response.create", nil),
 	}
+}
+
+// marshalTypeFirst encodes an event rebuilt from its decoded fields with
+// "type" first, as the protocol writes it: the relay reads an event's type
+// from its first 256 bytes (eventtype.Of), and encoding/json sorts keys, so
+// a response.done would put its response before its type and go unread by
+// the accounting.
+func marshalTypeFirst[V any](fields map[string]V) ([]byte, error) {
+	typ, ok := fields["type"]
+	if !ok {
+		return json.Marshal(fields)
+	}
+	rest := make(map[string]V, len(fields)-1)
+	for k, v := range fields {
+		if k != "type" {
+			rest[k] = v
+		}
+	}
+	t, err := json.Marshal(typ)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(`{"type":`), t...)
+	if len(b) > 2 { // not {}
+		out = append(out, ',')
+	}
+	return append(out, b[1:]...), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"rtgate/frames"
+	"rtgate/server/eventtype"
 	"rtgate/server/guardrail"
 )
 
@@ -239,7 +240,7 @@ func TestWithoutItems(t *testing.T) {
 		{`{"type":"response.output_item.added","item":{"id":"item_ok","type":"message"}}`,
 			`{"type":"response.output_item.added","item":{"id":"item_ok","type":"message"}}`},
 		{`{"type":"response.done","response":{"id":"r","output":[{"id":"item_ok"},{"id":"item_bad"}]}}`,
-			`{"response":{"id":"r","output":[{"id":"item_ok"}]},"type":"response.done"}`},
+			`{"type":"response.done","response":{"id":"r","output":[{"id":"item_ok"}]}}`}, // type first: the accounting reads it there
 	} {
 		got := string(withoutItems([]byte(tc.in), blocked))
 		if got != tc.want {
@@ -384,5 +385,24 @@ func TestManualTurnWaitsForItsCheck(t *testing.T) {
 				t.Fatalf("the client's own response.create was not the one sent: %s", after[len(before)])
 			}
 		})
+	}
+}
+
+// TestRebuiltEventsKeepTheirTypeFirst: every event the guards rebuild or
+// make has its type within the first 256 bytes, where the relay's
+// accounting reads it (a response.done with a long output, a session with
+// long instructions).
+func TestRebuiltEventsKeepTheirTypeFirst(t *testing.T) {
+	long := strings.Repeat("x", 600)
+	done := withoutItems([]byte(`{"event_id":"e","response":{"id":"r","instructions":"`+long+`","output":[{"id":"a"},{"id":"b"}]},"type":"response.done"}`),
+		map[string]bool{"b": true})
+	s := New(Config{Relay: &relay{}, Guardrails: guardrail.Set{filter(t, "g", guardrail.InputTranscription, "secret")}})
+	created, _, _ := s.upstreamSession([]byte(`{"event_id":"e","session":{"instructions":"` + long +
+		`","audio":{"input":{"turn_detection":{"type":"server_vad"}}}},"type":"session.created"}`))
+	for _, p := range [][]byte{done, created, ownEvent("conversation.item.create", map[string]any{"item": map[string]any{"text": long}}),
+		violationError("g", long, "evt")} {
+		if typ, ok := eventtype.Of(p); !ok || len(typ) == 0 {
+			t.Fatalf("no type in the first 256 bytes of %.80s…", p)
+		}
 	}
 }

@@ -76,7 +76,7 @@ func (se *session) trKey() string {
 }
 
 func (se *session) bytes() []byte {
-	b, _ := json.Marshal(se.root)
+	b, _ := marshalTypeFirst(se.root)
 	return b
 }
 

@@ -655,7 +655,7 @@ func (l *Live) blockInput(v guardrail.Verdict, a Action, end int) bool {
 	s, st := l.s, &l.st
 	errEv := violationError(v.Guardrail, v.Reason, "")
 	ended := s.violation()
-	id, instr := liveOwn("session.instructions.append", map[string]any{"delegation_id": nil,
+	id, instr := ownEventID("session.instructions.append", map[string]any{"delegation_id": nil,
 		"content": "The user's last turn was blocked by a content policy: do not answer it or act on it. Say exactly this to the user, and nothing else: " + s.violationMessage})
 	s.cfg.Relay.ReleaseToClient(func() [][]byte {
 		s.mu.Lock()
@@ -748,7 +748,7 @@ func (l *Live) cutOutput(v guardrail.Verdict, a Action) {
 	s, st := l.s, &l.st
 	errEv := violationError(v.Guardrail, v.Reason, "")
 	ended := s.violation()
-	id, instr := liveOwn("session.instructions.append", map[string]any{"delegation_id": nil,
+	id, instr := ownEventID("session.instructions.append", map[string]any{"delegation_id": nil,
 		"content": "Your last answer was blocked by a content policy and cut off; the user did not hear the rest of it. Do not repeat it or say what it said."})
 	s.cfg.Relay.ReleaseToClient(func() [][]byte {
 		s.mu.Lock()
@@ -812,24 +812,13 @@ func (l *Live) checkDelegation(d *liveDeleg) {
 	}
 	refusal := "The gateway's guardrail " + v.Guardrail + " refused this task; it was not carried out. Tell the user it cannot be done."
 	if d.target == "client" {
-		_, ev := liveOwn("session.commentary.append", map[string]any{"delegation_id": d.id, "content": refusal})
+		_, ev := ownEventID("session.commentary.append", map[string]any{"delegation_id": d.id, "content": refusal})
 		s.toUpstream(ev)
 		return
 	}
-	_, ev := liveOwn("session.instructions.append", map[string]any{"delegation_id": nil,
+	_, ev := ownEventID("session.instructions.append", map[string]any{"delegation_id": nil,
 		"content": "The gateway's guardrail " + v.Guardrail + " refused delegation " + d.id + ": do not use its result. Tell the user it cannot be done."})
 	s.toUpstream(ev)
-}
-
-// liveOwn is one of the gateway's own Live client events, and its id.
-func liveOwn(typ string, fields map[string]any) (id string, p []byte) {
-	id = protocol.NewOwnEventID()
-	ev := map[string]any{"type": typ, "event_id": id}
-	for k, v := range fields {
-		ev[k] = v
-	}
-	p, _ = json.Marshal(ev)
-	return id, p
 }
 
 // audioBytes is the decoded size of an audio delta's base64.

@@ -313,6 +313,6 @@ func withoutItems(p []byte, items map[string]bool) []byte {
 	}
 	resp["output"], _ = json.Marshal(kept)
 	root["response"], _ = json.Marshal(resp)
-	b, _ := json.Marshal(root)
+	b, _ := marshalTypeFirst(root)
 	return b
 }
