@@ -161,7 +161,9 @@ guardrails:
 // not in response.done; the client gets a guardrail_violation error, and
 // the upstream a function_call_output refusing the call and a
 // response.create, which the model answers (mockai speaks after a tool's
-// output). An unknown guardrail name is refused with HTTP 400. ws and wss.
+// output); both responses are metered from their response.done (the
+// rebuilt one too). An unknown guardrail name is refused with HTTP 400.
+// ws and wss.
 func TestGuardrailOnToolCalls(t *testing.T) {
 	cfg := mockai.Config{AudioDeltas: 2, ToolArguments: `{"account":"42","action":"delete_everything"}`}
 	overBoth(t, cfg, func(t *testing.T, mock *mockai.Server, trust func(*Settings)) {
@@ -175,9 +177,10 @@ guardrails:
         - pattern_type: regex
           pattern: 'delete_\w+'
           name: destructive_action`+configTail)
+		logPath := filepath.Join(t.TempDir(), "usage.jsonl")
 		g := startGateway(t, nil, func(c *Settings) {
 			trust(c)
-			c.RoutesFile, c.Continuity = path, false
+			c.RoutesFile, c.Continuity, c.UsageLog = path, false, logPath
 		})
 		if _, resp, err := dialer().Dial(g.url("model=gpt-realtime&guardrails=nonexistent"), bearer(testMasterKey)); err == nil ||
 			httpStatus(resp) != http.StatusBadRequest {
@@ -235,6 +238,12 @@ guardrails:
 		})
 		if !refused || len(upstreamEvents(mock, "response.create")) != before+2 {
 			t.Fatalf("upstream: a refusal output %v, response.creates %d (want %d)", refused, len(upstreamEvents(mock, "response.create")), before+2)
+		}
+		// Both of the guarded session's responses are billed: the one
+		// whose call was taken out of its response.done too.
+		recs := waitRecords(t, logPath, 2)
+		if got := recs[1].Usage.Responses; got != 2 || recs[1].Unconfirmed {
+			t.Fatalf("the guarded session's record: %d responses (unconfirmed %v), want 2 metered", got, recs[1].Unconfirmed)
 		}
 	})
 }
