@@ -282,7 +282,8 @@
 // Realtime; a delta that covers none has no transcript event) whose
 // start_ms/end_ms are that audio delta's place on the output timeline
 // (AudioDeltaBytes at 48 bytes a millisecond, whatever the session's
-// format). LiveConfig.ClientDelegations ends each answer with a
+// format). LiveConfig.ClientDelegations (cmd/mockai
+// -live-client-delegations) ends each answer with a
 // session.delegation.created of target client. OutputTranscriptLag and
 // TranscriptionDelay do not apply to Live.
 //

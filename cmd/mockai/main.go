@@ -78,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cfg.Live.MaxDuration, "live-max-duration", 0, "GPT-Live: session length before session.closed reason expired (0 = 1h)")
 	fs.DurationVar(&o.cfg.Live.StartTimeout, "live-start-timeout", 0, "GPT-Live: an upgraded socket without session.start this long gets an error and close 4000 (0 = never)")
 	fs.IntVar(&o.cfg.Live.MaxSidebands, "live-max-sidebands", 0, "GPT-Live: refuse (409 too_many_sidebands) a sideband beyond this many attached to one session (0: no limit)")
+	fs.BoolVar(&o.cfg.Live.ClientDelegations, "live-client-delegations", false, "GPT-Live: end each answer to input audio with a session.delegation.created of target client (sessions that delegate to their client)")
 	fs.BoolVar(&o.cfg.Live.NoClosed, "live-no-closed", false, "GPT-Live fault: answer session.close with close 1000 but no session.closed")
 	fs.DurationVar(&o.cfg.XAIPingInterval, "xai-ping-interval", 0, "xAI dialect (WS /xai/v1/realtime): a ping event every interval after the one that follows conversation.created (0 = 1s, negative = only that one)")
 	fs.BoolVar(&o.cfg.XAISessionCreated, "xai-session-created", false, "xAI dialect: open sessions with session.created before conversation.created, as xAI does since May 2026 (default: conversation.created first, no session.created)")

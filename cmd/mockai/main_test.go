@@ -23,7 +23,7 @@ func TestParseFlags(t *testing.T) {
 				"-upgrade-delay", "5ms", "-session-delay", "6ms", "-first-audio-delay", "7ms", "-deltas", "-1",
 				"-delta-bytes", "960", "-delta-interval", "8ms", "-close-after", "1", "-drop-after", "2",
 				"-malformed-after", "3", "-stop-reading", "-status", "429", "-echo", "-stall-for", "9s", "-faults-from-query", "-one-segment",
-				"-live-usage-interval", "30s", "-live-media-interval", "20ms", "-live-max-duration", "2m", "-live-no-closed", "-live-start-timeout", "15s",
+				"-live-usage-interval", "30s", "-live-media-interval", "20ms", "-live-max-duration", "2m", "-live-no-closed", "-live-start-timeout", "15s", "-live-client-delegations",
 				"-session-cap", "1m", "-cut", "close", "-cut-code", "1012", "-cut-during", "-cut-times", "2"},
 			addr: "127.0.0.1:0",
 			want: mockai.Config{Key: "sk-x", RejectStatus: 401, TLS: true, CertFile: "c.pem",
@@ -31,7 +31,7 @@ func TestParseFlags(t *testing.T) {
 				AudioDeltas: -1, AudioDeltaBytes: 960, AudioDeltaInterval: 8 * time.Millisecond,
 				CloseAfterFrames: 1, DropAfterFrames: 2, MalformedAfterFrames: 3, StopReading: true, StatusCode: 429, Echo: true,
 				StallFor: 9 * time.Second, FaultsFromQuery: true, OneSegment: true,
-				Live:       mockai.LiveConfig{UsageInterval: 30 * time.Second, MediaInterval: 20 * time.Millisecond, MaxDuration: 2 * time.Minute, NoClosed: true, StartTimeout: 15 * time.Second},
+				Live:       mockai.LiveConfig{UsageInterval: 30 * time.Second, MediaInterval: 20 * time.Millisecond, MaxDuration: 2 * time.Minute, NoClosed: true, StartTimeout: 15 * time.Second, ClientDelegations: true},
 				SessionCap: time.Minute, Cut: mockai.Cut{Kind: "close", Code: 1012, AfterResponses: 1, During: true, Times: 2}},
 		},
 		{
