@@ -99,9 +99,18 @@ func (s *Session) holdText(p []byte) bool {
 }
 
 // checkTexts checks held user text, then lets the client's waiting events
-// go in order, checking each user text among them in turn; it stops
-// holding once the queue is empty.
+// go in order (drainTexts): a Realtime session's.
 func (s *Session) checkTexts(p []byte, ev event) {
+	s.drainTexts(p, ev, "conversation.item.create", s.route)
+}
+
+// drainTexts checks held user text p (nil: none), then lets the client's
+// waiting events go in order, each user text among them (an event of type
+// itemType with user text) checked in turn and each other event passed
+// through route (nil: it goes no further); it stops holding once the queue
+// is empty, after what it took has gone, so nothing sent meanwhile
+// overtakes it.
+func (s *Session) drainTexts(p []byte, ev event, itemType string, route func(typ, p []byte) []byte) {
 	for {
 		if !s.checkText(p, ev) {
 			return
@@ -115,7 +124,7 @@ func (s *Session) checkTexts(p []byte, ev event) {
 			next := t.queue[0]
 			t.queue = t.queue[1:]
 			var nev event
-			if typ, _ := eventtype.Of(next[:min(len(next), frames.InspectPrefix)]); string(typ) == "conversation.item.create" &&
+			if typ, _ := eventtype.Of(next[:min(len(next), frames.InspectPrefix)]); string(typ) == itemType &&
 				json.Unmarshal(next, &nev) == nil && nev.Item.userText() != "" {
 				p, ev = next, nev
 				break
@@ -131,14 +140,11 @@ func (s *Session) checkTexts(p []byte, ev event) {
 		var send [][]byte
 		for _, q := range batch {
 			typ, _ := eventtype.Of(q[:min(len(q), frames.InspectPrefix)])
-			if r := s.route(typ, q); r != nil {
+			if r := route(typ, q); r != nil {
 				send = append(send, r)
 			}
 		}
 		s.toUpstream(send...)
-		if p == nil {
-			continue // more may have queued meanwhile
-		}
 	}
 }
 

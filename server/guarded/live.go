@@ -292,36 +292,12 @@ func (l *Live) holdItem(p []byte) bool {
 // go in order, each response.item.create with user text among them checked
 // in turn; a response.create behind a blocked item is dropped.
 func (l *Live) checkItems(p []byte, ev event) {
-	s := l.s
-	for p != nil {
-		if !s.checkText(p, ev) {
-			return
+	l.s.drainTexts(p, ev, "response.item.create", func(typ, q []byte) []byte {
+		if string(typ) == "response.create" && l.s.dropBlockedCreate() {
+			return nil
 		}
-		var batch [][]byte
-		s.mu.Lock()
-		t := &s.text
-		p = nil
-		for len(t.queue) > 0 {
-			next := t.queue[0]
-			t.queue = t.queue[1:]
-			var nev event
-			typ, _ := eventtype.Of(next[:min(len(next), frames.InspectPrefix)])
-			if string(typ) == "response.item.create" && json.Unmarshal(next, &nev) == nil && nev.Item.userText() != "" {
-				p, ev = next, nev
-				break
-			}
-			if string(typ) == "response.create" && t.dropCreate {
-				t.dropCreate = false
-				continue
-			}
-			batch = append(batch, next)
-		}
-		if p == nil {
-			t.holding = false
-		}
-		s.mu.Unlock()
-		s.toUpstream(batch...)
-	}
+		return q
+	})
 }
 
 type liveUpstream Live

@@ -212,18 +212,7 @@ func isResponseDone(p []byte) bool {
 
 // audioMs is the duration of an audio delta's PCM16 24 kHz audio (48 bytes
 // a millisecond), from its base64's length.
-func audioMs(p []byte) float64 {
-	i := bytes.Index(p, []byte(`"delta":"`))
-	if i < 0 {
-		return 0
-	}
-	rest := p[i+len(`"delta":"`):]
-	end := bytes.IndexByte(rest, '"')
-	if end < 0 {
-		return 0
-	}
-	return float64(end) * 3 / 4 / 48
-}
+func audioMs(p []byte) float64 { return float64(audioBytes(p)) / 48 }
 
 // armHoldback returns when the oldest waiting audio is due, if a timer is
 // to be armed for it (none armed yet). Callers hold mu.
