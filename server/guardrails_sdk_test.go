@@ -3,11 +3,15 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 
+	"rtgate/server/recording"
+	"rtgate/server/recording/s3test"
 	"rtgate/server/spenddb/pgtest"
 	"rtgate/server/transcript"
+	"rtgate/server/usage"
 )
 
 // sdkGuardrailRun is what guardrails.mjs printed.
@@ -39,9 +43,15 @@ type sdkGuardrailRun struct {
 // output: its tool call never reaches the SDK (a violation instead), and
 // the model's answer to the refusal, which says a banned phrase, is cut:
 // the SDK hears part of it, never the phrase, and the upstream truncates
-// the item at what was heard.
+// the item at what was heard. Both sessions are recorded to an
+// S3-compatible bucket (s3rver): key A's holds the SDK's audio and the
+// violation, and `wsbench replay` plays it back through the gateway.
 func TestGuardrailsWithTheOfficialSDK(t *testing.T) {
 	pg := pgtest.Start(t)
+	s3 := s3test.Start(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
+	wsbench := buildTool(t, "wsbench")
 	t.Setenv("TEAM_B_KEY", "sk-team-b-guarded")
 	const phone = "555-0100"
 	for _, scheme := range []string{"ws", "wss"} {
@@ -58,6 +68,7 @@ func TestGuardrailsWithTheOfficialSDK(t *testing.T) {
       api_base: ` + root + `/v1
       api_key: os.environ/RTGATE_TEST_UPSTREAM
       log_transcripts: true
+      record_sessions: true
 keys:
   - name: team-a
     key: os.environ/TEAM_A_KEY
@@ -89,7 +100,10 @@ guardrails:
       mode: realtime_output_transcription
       blocked_words: ["launch code"]
       transcript_lag_ms: 0`
-				}, func(c *Settings) { c.DatabaseURL, c.Continuity = pg.URL, false })
+				}, func(c *Settings) {
+					c.DatabaseURL, c.Continuity = pg.URL, false
+					c.Recordings, c.RecordingsS3Endpoint = "s3://"+s3.Bucket+"/sdk-"+scheme+"/", s3.Endpoint
+				})
 			run := func(key, scenario string) sdkGuardrailRun {
 				out := runNode(t, "guardrails.mjs", "SCENARIO="+scenario, "MODEL=gpt-realtime",
 					"GATEWAY_BASE=https://"+g.addr+"/v1", "GATEWAY_KEY="+key, "NODE_EXTRA_CA_CERTS="+lc.certFile)
@@ -133,6 +147,7 @@ guardrails:
 			}
 
 			recs := waitRecords(t, logPath, 2)
+			checkSDKRecording(t, s3, "sdk-"+scheme+"/", recs, wsbench, g, lc)
 			raw := shutdownAndReadLog(t, g, logPath)
 			if strings.Contains(string(raw), phone) {
 				t.Fatal("the usage log holds the number the rule redacts")
@@ -162,5 +177,64 @@ guardrails:
 				}
 			}
 		})
+	}
+}
+
+// checkSDKRecording: key A's session, recorded in the bucket under prefix,
+// holds the SDK's appended audio on the WAV's first channel and the
+// guardrail's error among the upstream's events; `wsbench replay` plays its
+// client side back through the gateway (the same key, so the same
+// guardrail) and compares as many turns as were recorded.
+func checkSDKRecording(t *testing.T, s3 *s3test.Server, prefix string, recs []usage.Record, wsbench string, g *gateway, lc listenerCert) {
+	t.Helper()
+	store, err := recording.NewS3Store(recording.S3Config{Endpoint: s3.Endpoint, Region: s3.Region, Bucket: s3.Bucket,
+		AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Prefix: prefix, PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both sessions' recordings", func() bool {
+		objects, _ := store.List(context.Background(), "")
+		return len(objects) == 6
+	})
+	var id string
+	for _, r := range recs {
+		if r.KeyName == "team-a" {
+			id = r.SessionID
+		}
+	}
+	rec, err := recording.Open(context.Background(), store, id)
+	if err != nil {
+		t.Fatalf("key A's recording: %v", err)
+	}
+	events, err := rec.ReadEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var appends int
+	var violation bool
+	for _, e := range events {
+		if e.Type() == "input_audio_buffer.append" && e.Audio != nil && e.Audio.Channel == 0 && e.Audio.Samples == 2400 {
+			appends++
+		}
+		violation = violation || e.From == "upstream" && e.Type() == "error" && strings.Contains(string(e.Raw), "guardrail_violation")
+	}
+	if appends != 10 || !violation {
+		t.Fatalf("key A's recording: %d appends of 100 ms on channel 0 (want 10), the violation %v", appends, violation)
+	}
+	out, err := exec.Command(wsbench, "replay", "-json", "-speed", "2", "-s3-endpoint", s3.Endpoint, "-s3-bucket", s3.Bucket,
+		"-s3-prefix", prefix, "-s3-region", s3.Region, "-session", id, "-ca", lc.certFile,
+		"-url", "wss://"+g.addr+"/v1/realtime?model=gpt-realtime", "-key", "sk-team-a-test").Output()
+	if err != nil {
+		t.Fatalf("wsbench replay: %v\n%s", err, out)
+	}
+	var report struct {
+		Summary struct {
+			RecordedTurns int `json:"recorded_turns"`
+			ReplayedTurns int `json:"replayed_turns"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(out, &report); err != nil || report.Summary.RecordedTurns < 3 ||
+		report.Summary.ReplayedTurns != report.Summary.RecordedTurns {
+		t.Fatalf("the replay's report (%v): %s", err, out)
 	}
 }

@@ -18,11 +18,10 @@ import (
 type Relay interface {
 	// SendUpstreamRaw sends masked client frames to the upstream.
 	SendUpstreamRaw(frame []byte) bool
-	// SendClient sends unmasked frames to the client.
-	SendClient(frame []byte) bool
-	// ReleaseToClient sends upstream messages the upstream's translator
-	// held back, read by the session's accounting as they go: take, run
-	// under the relay's client lock (as the translator is), says which.
+	// ReleaseToClient sends the client messages the upstream's
+	// translator held back, or the gateway's own, read by the session's
+	// accounting and recording as they go: take, run under the relay's
+	// client lock (as the translator is), says which.
 	ReleaseToClient(take func() [][]byte) bool
 	// Terminate ends the session: notice (an error event) to the client,
 	// then the close.
@@ -197,14 +196,12 @@ func (s *Session) toUpstream(events ...[]byte) {
 	}
 }
 
-// toClient sends the gateway's own events to the client.
+// toClient sends the gateway's own events to the client (a violation's
+// error), read by the session's accounting and recording as the relay's
+// are.
 func (s *Session) toClient(events ...[]byte) {
-	var b []byte
-	for _, e := range events {
-		b = frames.AppendFrame(b, ws.OpText, e, false)
-	}
-	if len(b) > 0 {
-		s.cfg.Relay.SendClient(b)
+	if len(events) > 0 {
+		s.cfg.Relay.ReleaseToClient(func() [][]byte { return events })
 	}
 }
 

@@ -31,13 +31,6 @@ func (r *relay) SendUpstreamRaw(frame []byte) bool {
 	return true
 }
 
-func (r *relay) SendClient(frame []byte) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.client = append(r.client, payloads(frame)...)
-	return true
-}
-
 func (r *relay) ReleaseToClient(take func() [][]byte) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
