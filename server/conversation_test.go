@@ -180,6 +180,50 @@ func TestLiveConversationRecord(t *testing.T) {
 	})
 }
 
+// TestLiveConversationRecordByDeployment: a GPT-Live deployment's
+// log_transcripts keeps the record of the sessions its session.start
+// routes to it, when their key says nothing; a session routed to a
+// deployment that says nothing keeps none. ws and wss.
+func TestLiveConversationRecordByDeployment(t *testing.T) {
+	overBoth(t, mockai.Config{}, func(t *testing.T, m *mockai.Server, trust func(*Settings)) {
+		g, logPath := liveGateway(t, m, trust, func(c *Settings) {
+			c.RoutesFile = writeConfig(t, "model_list:"+openaiEntry("gpt-realtime", m)+`
+  - model_name: gpt-live
+    litellm_params:
+      model: openai/gpt-live-1
+      api_base: `+m.BaseURL()+`
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+      log_transcripts: true
+  - model_name: gpt-live-quiet
+    litellm_params:
+      model: openai/gpt-live-1
+      api_base: `+m.BaseURL()+`
+      api_key: os.environ/RTGATE_TEST_UPSTREAM
+keys:
+  - name: team-a
+    key: os.environ/TEAM_A_KEY
+`+configTail)
+		})
+		for _, group := range []string{"gpt-live", "gpt-live-quiet"} {
+			c := g.dialLive(t, "sk-team-a-test")
+			send(t, c, liveStart(group, nil))
+			readUntil(t, c, "session.started")
+			appendAudio(t, c, liveSecond)
+			readUntil(t, c, "session.output_transcript.delta")
+			send(t, c, map[string]any{"type": "session.close"})
+			readUntil(t, c, "session.closed")
+			closeOf(t, c)
+		}
+		recs := waitRecords(t, logPath, 2)
+		for _, rec := range recs {
+			kept := rec.Conversation != nil && len(rec.Conversation.Entries) > 0
+			if want := rec.ModelGroup == "gpt-live"; kept != want {
+				t.Errorf("a session on %s: record kept %v, want %v", rec.ModelGroup, kept, want)
+			}
+		}
+	})
+}
+
 // TestSessionViewInChromium: the admin port's session view, open in
 // headless Chromium, lists the live sessions (one keeps its conversation
 // record, one does not) and shows the kept one's conversation as it

@@ -80,7 +80,6 @@ keys:
 `+configTail)
 }
 
-// waitRecords waits for n usage records.
 // shutdownAndReadLog shuts g down, which flushes the spend log, and
 // returns the usage log at path as it stands then.
 func shutdownAndReadLog(t testing.TB, g *gateway, path string) []byte {
@@ -97,6 +96,7 @@ func shutdownAndReadLog(t testing.TB, g *gateway, path string) []byte {
 	return raw
 }
 
+// waitRecords waits for n usage records.
 func waitRecords(t testing.TB, path string, n int) []usage.Record {
 	t.Helper()
 	var recs []usage.Record

@@ -103,7 +103,7 @@ func (m *Manager) sessionEnded(sess *poller.Session) {
 		info.live.closeGuard()
 	}
 	m.storeRecording(info)
-	if info.conv != nil {
+	if info.conv != nil && info.conv.Kept() {
 		conv := info.conv.Close()
 		rec.Conversation = &conv
 	}

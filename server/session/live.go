@@ -231,6 +231,7 @@ func (ls *liveState) start(msg []byte) {
 		m.balancer.Release(plan.Reserved)
 		return
 	}
+	info.keptByDeployment(plan.Cands[0]) // before its upstream's first frame
 	if ls.fromPool(plan.Cands[0], group, st) {
 		return // a warm unstarted socket of its first-choice deployment (liveState.fromPool)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,11 +127,19 @@ func (m *Manager) ReopenLogs() error {
 }
 
 // keepConversation starts the session's conversation record when its key,
-// or else the deployments it may start on (ds, the connect's candidates:
-// none yet for a GPT-Live session, whose session.start names its model
-// later, so there the key decides alone), keep transcripts.
+// or else the deployments it may start on (ds, the connect's candidates),
+// keep transcripts. A GPT-Live session's session.start names its model
+// later: unless its key decides, its record starts when some GPT-Live
+// deployment keeps transcripts, and is discarded at session.start if the
+// one it gets does not (liveState.start, keptByDeployment). Started here,
+// the record's observers are the session's from its open, so nothing
+// swaps them while frames flow.
 func (m *Manager) keepConversation(info *sessionInfo, ds []*routes.Deployment) {
-	if !logTranscripts(info.key, ds) {
+	keep := logTranscripts(info.key, ds)
+	if info.kind == kindLive && (info.key == nil || info.key.LogTranscripts == nil) {
+		keep = slices.ContainsFunc(liveDeployments(m.routes()), func(d *routes.Deployment) bool { return d.LogTranscripts })
+	}
+	if !keep {
 		return
 	}
 	t := m.routes().Transcripts
@@ -140,6 +149,28 @@ func (m *Manager) keepConversation(info *sessionInfo, ds []*routes.Deployment) {
 		return
 	}
 	info.conv = rec
+}
+
+// keptByDeployment discards a GPT-Live session's record, started before
+// its deployment was known (keepConversation), when its key says nothing
+// and the deployment it got (d) keeps no transcripts.
+func (i *sessionInfo) keptByDeployment(d *routes.Deployment) {
+	if i.conv != nil && (i.key == nil || i.key.LogTranscripts == nil) && !d.LogTranscripts {
+		i.conv.Discard()
+	}
+}
+
+// liveDeployments is t's GPT-Live deployments.
+func liveDeployments(t *routes.Table) []*routes.Deployment {
+	var out []*routes.Deployment
+	for _, ds := range t.Groups {
+		for _, d := range ds {
+			if d.Protocol == routes.ProtocolLive {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
 }
 
 // logTranscripts says whether a session of key on one of ds keeps its

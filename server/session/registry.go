@@ -119,7 +119,7 @@ func (m *Manager) Describe() []Described {
 	defer m.sessMu.Unlock()
 	out := make([]Described, 0, len(m.sessions))
 	for _, info := range m.sessions {
-		d := Described{ID: info.id, ModelGroup: info.group, Protocol: info.protocol(), StartedAt: info.start.UTC(), Kept: info.conv != nil}
+		d := Described{ID: info.id, ModelGroup: info.group, Protocol: info.protocol(), StartedAt: info.start.UTC(), Kept: info.conv != nil && info.conv.Kept()}
 		if info.key != nil {
 			d.KeyName = info.key.Name
 		}
@@ -140,7 +140,7 @@ func (m *Manager) Conversation(id string) *transcript.Record {
 		}
 	}
 	m.sessMu.Unlock()
-	if conv == nil {
+	if conv == nil || !conv.Kept() {
 		return nil
 	}
 	rec := conv.Snapshot()

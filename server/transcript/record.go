@@ -192,6 +192,7 @@ type Recorder struct {
 	// full says the cap was reached: no entry is added or opened since.
 	full       bool
 	closed     bool
+	discarded  bool // Discard: the session turned out not to keep its record
 	cut        int
 	cutBytes   int
 	redactions int
@@ -266,6 +267,23 @@ func (r *Recorder) Snapshot() Record {
 		}
 	}
 	return rec
+}
+
+// Discard stops the record for good and throws away what it holds: for a
+// session whose record was started before it was known whether it keeps
+// one (a GPT-Live session, whose deployment its session.start decides).
+func (r *Recorder) Discard() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed, r.discarded = true, true
+	r.entries, r.byItem, r.opens = nil, map[string]*entry{}, nil
+}
+
+// Kept reports whether the record is kept (not discarded).
+func (r *Recorder) Kept() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.discarded
 }
 
 // Close ends the record: entries still open are finished as they stand

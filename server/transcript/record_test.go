@@ -364,6 +364,22 @@ func TestSnapshotThenClose(t *testing.T) {
 	}
 }
 
+// TestDiscard: a discarded record throws away what it held, keeps nothing
+// after, and says it is not kept.
+func TestDiscard(t *testing.T) {
+	r := newRecorder(t, 0)
+	feed(t, r, saidDelta("r1", "a1", "Hel"), said("r1", "a1", "Hello."))
+	if !r.Kept() || len(r.Snapshot().Entries) != 1 {
+		t.Fatalf("before: kept %v, %q", r.Kept(), lines(r.Snapshot()))
+	}
+	r.Discard()
+	feed(t, r, userText("u", "user", "after the discard"), said("r2", "a2", "More."))
+	r.Guardrail(time.Now(), Entry{Name: "g", Status: "blocked"})
+	if r.Kept() || len(r.Snapshot().Entries) != 0 || len(r.Close().Entries) != 0 {
+		t.Fatalf("after: kept %v, %q", r.Kept(), lines(r.Snapshot()))
+	}
+}
+
 func TestRecordJSON(t *testing.T) {
 	r := newRecorder(t, 0)
 	feed(t, r,
