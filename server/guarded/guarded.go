@@ -62,24 +62,23 @@ type Action struct {
 // translators run under them) before mu; nothing is sent to the relay
 // while mu is held.
 type Session struct {
-	cfg                    Config
-	input, preCall, tools  guardrail.Set
-	outputs                guardrail.Set
-	holdback               time.Duration // how long audio waits for its text's check (output.go)
-	transcriptLag          time.Duration // how late the transcript may come after its audio (output.go)
-	ctx                    context.Context
-	cancel                 context.CancelFunc
-	violationMessage       string
-	endAfter               int
-	endOnViolation         bool
-	mu                     sync.Mutex
-	ended                  bool
-	fails                  int
-	listen                 listenState
-	text                   textState
-	calls                  callState
-	output                 outputState
-	defaultTranscribeModel string
+	cfg                   Config
+	input, preCall, tools guardrail.Set
+	outputs               guardrail.Set
+	holdback              time.Duration // how long audio waits for its text's check (output.go)
+	transcriptLag         time.Duration // how late the transcript may come after its audio (output.go)
+	ctx                   context.Context
+	cancel                context.CancelFunc
+	violationMessage      string
+	endAfter              int
+	endOnViolation        bool
+	mu                    sync.Mutex
+	ended                 bool
+	fails                 int
+	listen                listenState
+	text                  textState
+	calls                 callState
+	output                outputState
 }
 
 // DefaultTranscriptionModel is the input transcription the gateway turns on
@@ -95,13 +94,8 @@ func New(cfg Config) *Session {
 	}
 	s := &Session{cfg: cfg, input: cfg.Guardrails.For(guardrail.InputTranscription),
 		preCall: cfg.Guardrails.For(guardrail.PreCall), tools: cfg.Guardrails.For(guardrail.ToolCall),
-		outputs:                cfg.Guardrails.For(guardrail.OutputTranscription),
-		defaultTranscribeModel: DefaultTranscriptionModel}
+		outputs: cfg.Guardrails.For(guardrail.OutputTranscription)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.holdback = DefaultHoldback
-	if len(s.outputs) > 0 && hasHoldback(s.outputs) {
-		s.holdback = 0 // set below from the guardrails that say
-	}
 	s.listen.clientAuto = true // OpenAI's default: server VAD answers each turn
 	s.listen.awaiting, s.listen.arrived = map[string]bool{}, map[string]bool{}
 	s.calls.byItem = map[string]*call{}
@@ -131,11 +125,15 @@ func New(cfg Config) *Session {
 	if s.violationMessage == "" {
 		s.violationMessage = guardrail.DefaultViolationMessage
 	}
-	// The output guardrails' most patient settings apply.
+	// The output guardrails' most patient settings apply; none sets a
+	// holdback: DefaultHoldback.
 	for _, g := range s.outputs {
 		sp := g.Spec()
 		s.holdback = max(s.holdback, sp.Holdback)
 		s.transcriptLag = max(s.transcriptLag, sp.TranscriptLag)
+	}
+	if s.holdback == 0 {
+		s.holdback = DefaultHoldback
 	}
 	return s
 }
@@ -203,14 +201,4 @@ func (s *Session) toClient(events ...[]byte) {
 	if len(events) > 0 {
 		s.cfg.Relay.ReleaseToClient(func() [][]byte { return events })
 	}
-}
-
-// hasHoldback reports whether any of set sets its own holdback.
-func hasHoldback(set guardrail.Set) bool {
-	for _, g := range set {
-		if g.Spec().Holdback > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -16,8 +16,8 @@ type listenState struct {
 	clientAuto bool            // the client wants an answer to each turn (its create_response)
 	injected   bool            // the gateway's session.update went out
 	awaiting   map[string]bool // committed turns whose transcript is not checked yet
-	commits    int             // the client's commits the upstream has not answered yet (committed, or an error)
 	arrived    map[string]bool // those of them whose transcript came (their check runs)
+	commits    int             // the client's commits the upstream has not answered yet (committed, or an error)
 	held       [][]byte        // the client's response.creates waiting for the checks
 	// What the upstream's session says (before the client's view is put
 	// back), so that a client's update of the audio settings keeps the
@@ -25,7 +25,6 @@ type listenState struct {
 	// otherwise turn the answers back on.
 	upTD         map[string]any
 	upTranscribe any
-	beta         bool
 }
 
 // session is a session object and where its turn detection and input
@@ -62,10 +61,6 @@ func readSession(p []byte) (*session, bool) {
 		out.input, _ = audio["input"].(map[string]any)
 	}
 	return out, true
-}
-
-func (se *session) tdKey() string {
-	return "turn_detection"
 }
 
 func (se *session) trKey() string {
@@ -114,7 +109,7 @@ func (s *Session) clientUpdate(p []byte) []byte {
 	if in == nil {
 		in = se.ensureInput()
 	}
-	if td, ok := in[se.tdKey()]; ok {
+	if td, ok := in["turn_detection"]; ok {
 		if m, isMap := td.(map[string]any); isMap {
 			cr, given := m["create_response"]
 			l.clientAuto = !given || cr == true
@@ -123,13 +118,13 @@ func (s *Session) clientUpdate(p []byte) []byte {
 			l.clientAuto = false // no turn detection: the client asks for every answer
 		}
 	} else if l.upTD != nil && !se.beta {
-		in[se.tdKey()] = withCreate(l.upTD, false)
+		in["turn_detection"] = withCreate(l.upTD, false)
 	}
 	if tr, ok := in[se.trKey()]; ok && tr == nil || !ok && !se.beta {
 		if l.upTranscribe != nil {
 			in[se.trKey()] = l.upTranscribe
 		} else {
-			in[se.trKey()] = map[string]any{"model": s.defaultTranscribeModel}
+			in[se.trKey()] = map[string]any{"model": DefaultTranscriptionModel}
 		}
 	}
 	return se.bytes()
@@ -160,17 +155,16 @@ func (s *Session) upstreamSession(p []byte) (client, own []byte, first bool) {
 	if !ok || se.input == nil {
 		return p, nil, first
 	}
-	l.beta = se.beta
-	td, _ := se.input[se.tdKey()].(map[string]any)
+	td, _ := se.input["turn_detection"].(map[string]any)
 	tr := se.input[se.trKey()]
 	l.upTD, l.upTranscribe = td, tr
 	if first {
 		change := map[string]any{}
 		if td != nil && td["create_response"] != false {
-			change[se.tdKey()] = withCreate(td, false)
+			change["turn_detection"] = withCreate(td, false)
 		}
 		if tr == nil {
-			change[se.trKey()] = map[string]any{"model": s.defaultTranscribeModel}
+			change[se.trKey()] = map[string]any{"model": DefaultTranscriptionModel}
 		}
 		if len(change) > 0 {
 			var sess map[string]any
@@ -183,7 +177,7 @@ func (s *Session) upstreamSession(p []byte) (client, own []byte, first bool) {
 		}
 	}
 	if td != nil {
-		se.input[se.tdKey()] = withCreate(td, l.clientAuto)
+		se.input["turn_detection"] = withCreate(td, l.clientAuto)
 		return se.bytes(), own, first
 	}
 	return p, own, first

@@ -43,12 +43,11 @@ const DefaultHoldback = 300 * time.Millisecond
 
 // heldOutput is one queued upstream event of the output hold.
 type heldOutput struct {
-	p        []byte
-	at       time.Time
-	audio    bool // an audio delta (may go ahead of its text past the holdback)
-	textEnd  int  // a transcript or text delta: the text's length up to its end; else 0
-	final    bool // the transcript's or text's done: it covers all audio before it
-	released bool
+	p       []byte
+	at      time.Time
+	audio   bool // an audio delta (may go ahead of its text past the holdback)
+	textEnd int  // a transcript or text delta: the text's length up to its end; else 0
+	final   bool // the transcript's or text's done: it covers all audio before it
 }
 
 // outputState is the output guardrails' hold, under Session.mu.
@@ -222,7 +221,7 @@ func (s *Session) armHoldback() time.Duration {
 		return 0
 	}
 	for _, h := range o.queue {
-		if h.audio && !h.released {
+		if h.audio {
 			o.armed = true // holdbackDue disarms it
 			return max(s.holdback-time.Since(h.at), time.Millisecond)
 		}

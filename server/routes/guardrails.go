@@ -344,23 +344,8 @@ func (l *loader) blockAction(n *yaml.Node, path string) bool {
 
 // keyGuardrails reads a key's guardrails: names of the guardrails section.
 func (l *loader) keyGuardrails(n *yaml.Node, path string, t *Table) []string {
-	items, ok := l.list(n, path, "guardrail names")
-	if !ok {
-		return nil
-	}
-	var out []string
-	for i, item := range items {
-		s, ok := l.str(item, fmt.Sprintf("%s[%d]", path, i))
-		if !ok {
-			continue
-		}
-		if _, known := t.Guardrails[s]; !known {
-			l.fail(deref(item), path, "%q is not a guardrail_name in guardrails", s)
-			continue
-		}
-		out = append(out, s)
-	}
-	return out
+	return l.names(n, path, "guardrail names", func(s string) bool { _, ok := t.Guardrails[s]; return ok },
+		"%q is not a guardrail_name in guardrails")
 }
 
 // GuardrailsFor is the guardrails a session of key k runs: the default

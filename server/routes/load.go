@@ -591,7 +591,15 @@ func (l *loader) keys(n *yaml.Node, path string, t *Table, hashes map[keyHash]st
 // modelRefs reads a key's models list; each must be a model group of the
 // file, or "*".
 func (l *loader) modelRefs(n *yaml.Node, path string) []string {
-	items, ok := l.list(n, path, "model names")
+	return l.names(n, path, "model names", func(s string) bool { return l.groups[s] || s == "*" },
+		"%q is not a model_name in model_list")
+}
+
+// names reads a list of names (what names them in the error), each of
+// which known must accept; unknown is the error for one it does not,
+// given the name.
+func (l *loader) names(n *yaml.Node, path, what string, known func(string) bool, unknown string) []string {
+	items, ok := l.list(n, path, what)
 	if !ok {
 		return nil
 	}
@@ -601,8 +609,8 @@ func (l *loader) modelRefs(n *yaml.Node, path string) []string {
 		if !ok {
 			continue
 		}
-		if !l.groups[s] && s != "*" {
-			l.fail(deref(item), path, "%q is not a model_name in model_list", s)
+		if !known(s) {
+			l.fail(deref(item), path, unknown, s)
 			continue
 		}
 		out = append(out, s)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,7 +136,7 @@ func (m *Manager) ReopenLogs() error {
 func (m *Manager) keepConversation(info *sessionInfo, ds []*routes.Deployment) {
 	keep := logTranscripts(info.key, ds)
 	if info.kind == kindLive && (info.key == nil || info.key.LogTranscripts == nil) {
-		keep = slices.ContainsFunc(liveDeployments(m.routes()), func(d *routes.Deployment) bool { return d.LogTranscripts })
+		keep = liveKeepsTranscripts(m.routes())
 	}
 	if !keep {
 		return
@@ -160,17 +159,17 @@ func (i *sessionInfo) keptByDeployment(d *routes.Deployment) {
 	}
 }
 
-// liveDeployments is t's GPT-Live deployments.
-func liveDeployments(t *routes.Table) []*routes.Deployment {
-	var out []*routes.Deployment
+// liveKeepsTranscripts reports whether one of t's GPT-Live deployments
+// keeps transcripts.
+func liveKeepsTranscripts(t *routes.Table) bool {
 	for _, ds := range t.Groups {
 		for _, d := range ds {
-			if d.Protocol == routes.ProtocolLive {
-				out = append(out, d)
+			if d.Protocol == routes.ProtocolLive && d.LogTranscripts {
+				return true
 			}
 		}
 	}
-	return out
+	return false
 }
 
 // logTranscripts says whether a session of key on one of ds keeps its
